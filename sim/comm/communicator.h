@@ -1,0 +1,48 @@
+// Communicator: collectives between the ranks of one World. One instance per run, shared by all rank threads; every
+// rank calls the same collective with the same sizes in the same order (as with NCCL). Backends: host (threads and
+// shared memory, this file's HostCommunicator), later nccl and local (N ranks on one GPU).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "sim/runtime/barrier.h"
+
+namespace gs {
+
+// Per-rank traffic accounting, in bytes a ring implementation would send (nccl-tests conventions):
+// all-reduce 2(n-1)/n * size, reduce-scatter and all-gather (n-1)/n * total size, broadcast size (non-root: 0).
+struct CommStats {
+  uint64_t bytes_sent = 0;      // bytes this rank would put on the wire
+  double wait_s = 0.0;          // seconds spent waiting for other ranks inside collectives
+  uint64_t calls = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int size() const = 0;
+  // In-place sum over ranks: on return buf[0..count) of every rank holds sum_r buf_r, summed in rank order
+  // 0,1,...,N-1 for every element (bit-reproducible; the same bits on every rank). count may be 0.
+  virtual void all_reduce_sum(int rank, float* buf, size_t count) = 0;
+  // Same for doubles (small control values such as sample counts and losses).
+  virtual void all_reduce_sum(int rank, double* buf, size_t count) = 0;
+  // out[r*count .. (r+1)*count) = in of rank r, on every rank. out has size()*count elements.
+  virtual void all_gather(int rank, float* out, const float* in, size_t count) = 0;
+  // out[0..count) of rank r = sum over ranks q (in order) of in_q[r*count .. (r+1)*count). in has size()*count.
+  virtual void reduce_scatter_sum(int rank, float* out, const float* in, size_t count) = 0;
+  // buf of every rank = buf of root.
+  virtual void broadcast(int rank, float* buf, size_t count, int root) = 0;
+  // Blocks until every rank arrives.
+  virtual void barrier(int rank) = 0;
+  // Wakes every rank blocked in a collective; they throw Aborted.
+  virtual void abort() = 0;
+  // This rank's counters since the last take_stats(rank); resets them.
+  virtual CommStats take_stats(int rank) = 0;
+};
+
+// Host backend: ranks are threads of this process; buffers are exchanged by pointer through shared memory and every
+// rank reduces its own 1/N share of the elements, reading all N inputs in rank order and writing the result to all N.
+std::unique_ptr<Communicator> make_host_communicator(int ranks);
+
+}  // namespace gs

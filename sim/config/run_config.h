@@ -1,0 +1,163 @@
+// RunConfig: one fully resolved point of a sweep, a plain struct with every field typed. The field table in
+// run_config.cpp (visit_fields) is the single source of paths, types, defaults, ranges and docs: loading, writing,
+// validation, `gradsweep fields` and scenarios/README.md all come from it. A new option is one struct member here
+// plus one line in that table.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gs {
+
+using json = nlohmann::json;
+
+struct OptimizerConfig {
+  std::string kind = "sgd";  // sgd | adam | adamw
+  double lr = 0.05;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct ScheduleConfig {
+  std::string kind = "constant";  // constant | step | warmup_cosine
+  int64_t step_size = 100;        // step: multiply lr by gamma every step_size optimizer steps
+  double gamma = 0.1;
+  int64_t warmup_steps = 0;       // warmup_cosine: linear warm-up, then cosine decay to min_lr at the last step
+  double min_lr = 0.0;
+};
+
+struct TargetConfig {
+  std::string metric;  // "" (none) | eval_accuracy | eval_loss | train_loss
+  double value = 0.0;  // reached when accuracy >= value, or loss <= value
+};
+
+struct ModelConfig {
+  std::string kind = "mlp";                 // mlp | linear | quadratic
+  std::vector<int64_t> layers{784, 256, 256, 10};  // mlp: widths in->...->out; linear: [in, out]
+  std::string activation = "relu";          // relu | gelu (mlp hidden layers)
+  std::string loss = "cross_entropy";       // cross_entropy | mse (per-sample 0.5*||y_hat-y||^2)
+  bool bias = true;
+  json initial_weights;  // linear: [[w_00..w_0,in-1], ...] (out rows); null = seeded init
+  json initial_bias;     // linear: [b_0, ...]; null = seeded init (zeros when bias false)
+  json a;                // quadratic: per-rank curvatures [[a_r0, ...], ...] (one row per rank, or one row for all)
+  json b;                // quadratic: per-rank minimizers, same shape as a
+  json initial_w;        // quadratic: [w_0, ...]
+};
+
+struct TeacherConfig {
+  std::string task = "classification";  // classification | regression
+  int64_t in_dim = 32;
+  int64_t hidden = 64;
+  int64_t out_dim = 10;      // classes (classification) or outputs (regression)
+  double noise = 0.1;        // regression: target noise stdev; classification: label-flip probability
+  int64_t train_samples = 65536;
+  int64_t eval_samples = 4096;
+  int64_t seed = 1234;       // teacher weights and samples (fixed across training repeats)
+};
+
+struct DataConfig {
+  std::string kind = "fashion_mnist";  // fashion_mnist | teacher | inline | none
+  int64_t batch_per_rank = 32;         // samples per micro-batch per rank (b)
+  std::string path;                    // fashion_mnist: folder of the IDX .gz files ("" = Debian's package path)
+  bool shuffle = true;                 // per-epoch shuffling from the seed
+  int64_t eval_samples = 0;            // evaluation subset size (0 = the whole test split)
+  TeacherConfig teacher;
+  json ranks;  // inline: [[micro-batch, ...] per rank], micro-batch = {"x": [[...], ...], "y": [[...], ...]}
+  json eval;   // inline: {"x": ..., "y": ...} evaluation set (null = every training sample)
+};
+
+struct ClusterConfig {
+  int64_t ranks = 1;
+  std::string backend = "auto";        // auto | host | cuda
+  std::string hardware = "h100-sxm-8"; // hardware profile of the modeled clock (cost-model issue)
+  bool share_identical = true;         // in-process ranks may share provably identical state (results unchanged)
+};
+
+struct TrainingConfig {
+  int64_t steps = 100;                 // optimizer steps (ignored when epochs > 0)
+  double epochs = 0.0;                 // > 0: steps = floor(epochs * steps_per_epoch)
+  int64_t accumulation_steps = 1;      // K micro-batches per optimizer step
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  int64_t eval_every = 50;             // evaluate every E optimizer steps (and after the last); 0 = only at the end
+  TargetConfig target;
+  int64_t seed = 1;
+};
+
+struct SyncConfig {
+  std::string kind = "allreduce";  // allreduce | independent (registry: sim/strategy/registry.cpp)
+  double bucket_mb = 25.0;         // bucket size in MiB after the first
+  double first_bucket_mb = 1.0;    // first bucket (last layers) in MiB
+  int64_t staleness = 0;           // delayed update (staleness issue); only 0 for now
+};
+
+struct CompressionConfig {
+  std::string kind = "none";
+};
+
+struct PrecisionConfig {
+  std::string mode = "fp32";
+};
+
+struct ReportConfig {
+  bool trace = false;  // every rank's parameters after every step (refused above kTraceMaxParams)
+};
+
+struct RunConfig {
+  std::string name = "unnamed";
+  ModelConfig model;
+  DataConfig data;
+  ClusterConfig cluster;
+  TrainingConfig training;
+  SyncConfig sync;
+  CompressionConfig compression;
+  PrecisionConfig precision;
+  ReportConfig report;
+};
+
+constexpr int64_t kTraceMaxParams = 10000;
+constexpr int64_t kMaxRanks = 1024;
+
+// One problem found in a scenario: the JSON path (dotted, "" for the document) and what was expected.
+struct ConfigIssue {
+  std::string path;
+  std::string message;
+};
+
+enum class FieldType { kInt, kNumber, kBool, kString, kIntList, kJson };
+
+// One entry of the field table: a leaf of the configuration.
+struct FieldInfo {
+  std::string path;                  // dotted, e.g. "training.optimizer.lr"
+  FieldType type;
+  json default_value;
+  std::vector<std::string> choices;  // allowed strings (empty = any)
+  double min = -1e308, max = 1e308;  // numeric range
+  bool min_exclusive = false, max_exclusive = false;
+  std::string doc;
+};
+
+// Every field of RunConfig, in table order.
+const std::vector<FieldInfo>& config_fields();
+
+// Reads j (a whole run configuration, possibly partial: missing fields keep defaults) into a RunConfig. Type and
+// range problems, unknown keys (with a did-you-mean suggestion) and cross-field rules are appended to issues; the
+// returned config is only meaningful when no issue was added.
+RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues);
+
+// Every field, resolved (the form stored in reports).
+json config_to_json(const RunConfig& c);
+
+// Cross-field rules (model/data compatibility, trace size, ...). Appends to issues.
+void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues);
+
+// "did you mean ..." for an unknown key at `path` (dotted), "" if nothing is close.
+std::string suggest_key(const std::string& path);
+
+}  // namespace gs

@@ -1,0 +1,24 @@
+// Error handling: one exception type and one expectation macro. CUDA/NCCL macros live beside the CUDA code.
+// Errors carry file:line and the failing expression (as NCCL's do).
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace gs {
+
+// Thrown for every gradsweep error that ends a run or a command; what() is the user-facing message.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The one throw helper: formats "file:line: expr: message" and throws gs::Error.
+[[noreturn]] void throw_error(const char* file, int line, const char* expr, const std::string& message);
+
+}  // namespace gs
+
+// GS_EXPECT(cond, message): throws gs::Error naming the location and the failed condition when cond is false.
+#define GS_EXPECT(cond, message)                                   \
+  do {                                                             \
+    if (!(cond)) ::gs::throw_error(__FILE__, __LINE__, #cond, (message)); \
+  } while (0)

@@ -1,0 +1,87 @@
+// Model interface and registry. A model is immutable and shared by all rank threads; per-rank scratch lives in a
+// Workspace. Parameters and gradients of a rank are one flat fp32 buffer described by a tensor table. A new model is
+// one file implementing Model plus one line in kModels (model_registry.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.h"
+
+namespace gs {
+
+// One tensor of the flat parameter buffer: elements [offset, offset + count) hold it row-major with `shape`.
+struct TensorInfo {
+  std::string name;              // e.g. "layer0.weight"
+  std::vector<int64_t> shape;    // e.g. {out, in}
+  size_t offset = 0;             // elements
+  size_t count = 0;              // elements
+};
+
+// A micro-batch (or evaluation set) in host memory. Row-major; count samples.
+struct Batch {
+  int rank = 0;                  // the rank it belongs to (the quadratic model's f_r)
+  int64_t count = 0;             // samples
+  int64_t in_dim = 0;
+  int64_t out_dim = 0;           // regression targets per sample (0 for classification)
+  std::vector<float> x;          // count x in_dim
+  std::vector<float> y;          // count x out_dim (regression / mse)
+  std::vector<int32_t> labels;   // count (classification / cross_entropy)
+};
+
+// Precision policy handed to forward and backward; only fp32 exists until the precision issue.
+struct PrecisionPolicy {
+  std::string mode = "fp32";
+};
+
+// Per-rank scratch of a model (activations of the last forward, etc.).
+struct Workspace {
+  virtual ~Workspace() = default;
+};
+
+struct EvalSums {
+  double loss_sum = 0.0;   // sum of per-sample losses
+  int64_t correct = 0;     // classification: samples whose argmax equals the label
+  int64_t count = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  size_t num_params() const;
+  virtual bool classification() const = 0;
+  // Writes the initial parameters into params[0..num_params()); identical for every rank (scheme in the model file).
+  virtual void init_params(float* params, uint64_t seed) const = 0;
+  // Scratch for batches of up to max_batch samples.
+  virtual std::unique_ptr<Workspace> make_workspace(int64_t max_batch) const = 0;
+  // Returns the SUM over the batch of the per-sample losses; keeps what backward needs in ws.
+  virtual double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const = 0;
+  // After forward on the same batch: grad[0..num_params()) += gradient of that sum (accumulates; never clears).
+  virtual void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
+                        const PrecisionPolicy& p) const = 0;
+  // Loss sum and correct count over batch (forward only).
+  virtual EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const = 0;
+  // Forward FLOPs per sample (for throughput and the cost model).
+  virtual double forward_flops_per_sample() const = 0;
+};
+
+struct ModelEntry {
+  const char* name;
+  const char* doc;
+  std::unique_ptr<Model> (*make)(const RunConfig& config);
+};
+
+// The registry table (model_registry.cpp), in listing order.
+const std::vector<ModelEntry>& model_registry();
+// Throws gs::Error for an unknown kind or bad model configuration.
+std::unique_ptr<Model> make_model(const RunConfig& config);
+
+// Factories (one per model file).
+std::unique_ptr<Model> make_mlp(const RunConfig& config);
+std::unique_ptr<Model> make_linear(const RunConfig& config);
+std::unique_ptr<Model> make_quadratic(const RunConfig& config);
+
+}  // namespace gs

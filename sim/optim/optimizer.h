@@ -1,0 +1,34 @@
+// Optimizers over a flat fp32 parameter buffer (PyTorch's update rules, torch.optim.SGD/Adam/AdamW), and learning
+// rate schedules. One Optimizer per rank (it owns that rank's state); a sync strategy calls it. Element math lives in
+// kernels/optim_math.h so host and CUDA share it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/config/run_config.h"
+
+namespace gs {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Applies one update to params[begin, end) from grad[begin, end) (the averaged gradient) with learning rate lr.
+  // `t` is the 1-based count of updates applied so far including this one (Adam's bias correction). Ranges of one
+  // step may be applied separately (per bucket or shard); the result equals one call over [0, n).
+  virtual void step(float* params, const float* grad, size_t begin, size_t end, double lr, int64_t t) = 0;
+  // State buffers (each n floats), e.g. momentum, Adam's m and v; for averaging (local SGD) and checks.
+  virtual std::vector<std::vector<float>*> state() = 0;
+};
+
+// n = number of parameters. Throws gs::Error for an unknown kind.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n);
+
+// Learning rate at optimizer step `step` (0-based) of `total_steps`:
+// constant: base; step: base * gamma^floor(step / step_size);
+// warmup_cosine: base * (step+1)/warmup for step < warmup, then min + 0.5*(base-min)*(1+cos(pi*p)),
+// p = (step - warmup) / max(1, total - warmup).
+double learning_rate(const ScheduleConfig& schedule, double base_lr, int64_t step, int64_t total_steps);
+
+}  // namespace gs
