@@ -1,1 +1,463 @@
-// placeholder: filled by its owner
+// The field table of RunConfig (visit_fields) and everything derived from it: reading JSON with typed, ranged,
+// path-named errors, writing the resolved config, listing fields, did-you-mean for unknown keys. A new option is one
+// line in visit_fields.
+#include "sim/config/run_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/model/dataset.h"
+#include "sim/model/model.h"
+
+namespace gs {
+namespace {
+
+// Builder for one FieldInfo inside visit_fields.
+struct F {
+  FieldInfo info;
+  F(const char* path, const char* doc) {
+    info.path = path;
+    info.doc = doc;
+  }
+  F& one_of(std::initializer_list<const char*> c) {
+    for (const char* s : c) info.choices.emplace_back(s);
+    return *this;
+  }
+  F& at_least(double v) { info.min = v; return *this; }
+  F& above(double v) { info.min = v; info.min_exclusive = true; return *this; }
+  F& at_most(double v) { info.max = v; return *this; }
+  F& below(double v) { info.max = v; info.max_exclusive = true; return *this; }
+};
+
+// The one table. Order is the order of `gradsweep fields` and of scenarios/README.md.
+template <class V>
+void visit_fields(V& v, RunConfig& c) {
+  v(c.name, F("name", "scenario name: the report folder and the prefix of run ids"));
+  auto& m = c.model;
+  v(m.kind, F("model.kind", "model (see `gradsweep list`)").one_of({"mlp", "linear", "quadratic"}));
+  v(m.layers, F("model.layers", "mlp: widths [in, hidden..., out]; linear: [in, out]").at_least(1).at_most(1 << 20));
+  v(m.activation, F("model.activation", "mlp hidden activation").one_of({"relu", "gelu"}));
+  v(m.loss, F("model.loss", "per-sample loss: softmax cross-entropy, or mse = 0.5*||y_hat - y||^2")
+                .one_of({"cross_entropy", "mse"}));
+  v(m.bias, F("model.bias", "mlp/linear: layers have a bias"));
+  v(m.initial_weights, F("model.initial_weights", "linear: explicit initial weights, one row per output"));
+  v(m.initial_bias, F("model.initial_bias", "linear: explicit initial bias"));
+  v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
+  v(m.b, F("model.b", "quadratic: minimizers b_ri, same shape as model.a"));
+  v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
+
+  auto& d = c.data;
+  v(d.kind, F("data.kind", "dataset (see `gradsweep list`)").one_of({"fashion_mnist", "teacher", "inline", "none"}));
+  v(d.batch_per_rank, F("data.batch_per_rank", "samples per micro-batch per rank (b)").at_least(1).at_most(1 << 20));
+  v(d.path, F("data.path", "fashion_mnist: folder of the IDX .gz files (empty: Debian's dataset-fashion-mnist)"));
+  v(d.shuffle, F("data.shuffle", "reshuffle the training set every epoch (from the seed)"));
+  v(d.eval_samples, F("data.eval_samples", "evaluate on the first n test samples (0: all)").at_least(0));
+  auto& t = d.teacher;
+  v(t.task, F("data.teacher.task", "teacher: labels or regression targets").one_of({"classification", "regression"}));
+  v(t.in_dim, F("data.teacher.in_dim", "teacher: input features").at_least(1).at_most(1 << 16));
+  v(t.hidden, F("data.teacher.hidden", "teacher: hidden width").at_least(1).at_most(1 << 16));
+  v(t.out_dim, F("data.teacher.out_dim", "teacher: classes or regression outputs").at_least(1).at_most(1 << 16));
+  v(t.noise, F("data.teacher.noise", "teacher: target noise stdev (regression) or label-flip probability").at_least(0));
+  v(t.train_samples, F("data.teacher.train_samples", "teacher: training set size (one epoch)").at_least(1)
+                         .at_most(1e8));
+  v(t.eval_samples, F("data.teacher.eval_samples", "teacher: evaluation set size").at_least(1).at_most(1e7));
+  v(t.seed, F("data.teacher.seed", "teacher: seed of its weights and samples (fixed across repeats)").at_least(0));
+  v(d.ranks, F("data.ranks", "inline: per rank, a list of micro-batches {\"x\": [[...]], \"y\": [[...]]}"));
+  v(d.eval, F("data.eval", "inline: evaluation set {\"x\", \"y\"} (null: every training sample)"));
+
+  auto& cl = c.cluster;
+  v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
+  v(cl.backend, F("cluster.backend", "where ranks run; auto takes cuda when a GPU is usable (host only for now)")
+                    .one_of({"auto", "host", "cuda"}));
+  v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock (cost-model issue)"));
+  v(cl.share_identical, F("cluster.share_identical",
+                          "in-process ranks share provably identical state (results are the same either way)"));
+
+  auto& tr = c.training;
+  v(tr.steps, F("training.steps", "optimizer steps (when epochs is 0)").at_least(1).at_most(1e9));
+  v(tr.epochs, F("training.epochs", "> 0: train this many epochs instead of `steps`").at_least(0).at_most(1e6));
+  v(tr.accumulation_steps, F("training.accumulation_steps", "K micro-batches per optimizer step").at_least(1)
+                               .at_most(1 << 16));
+  auto& o = tr.optimizer;
+  v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw").one_of({"sgd", "adam", "adamw"}));
+  v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
+  v(o.momentum, F("training.optimizer.momentum", "sgd momentum").at_least(0).below(1));
+  v(o.nesterov, F("training.optimizer.nesterov", "sgd Nesterov momentum"));
+  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay").at_least(0));
+  v(o.beta1, F("training.optimizer.beta1", "adam beta1").at_least(0).below(1));
+  v(o.beta2, F("training.optimizer.beta2", "adam beta2").at_least(0).below(1));
+  v(o.eps, F("training.optimizer.eps", "adam epsilon").above(0));
+  auto& s = tr.schedule;
+  v(s.kind, F("training.schedule.kind", "learning-rate schedule").one_of({"constant", "step", "warmup_cosine"}));
+  v(s.step_size, F("training.schedule.step_size", "step: decay every n optimizer steps").at_least(1));
+  v(s.gamma, F("training.schedule.gamma", "step: decay factor").above(0));
+  v(s.warmup_steps, F("training.schedule.warmup_steps", "warmup_cosine: linear warm-up steps").at_least(0));
+  v(s.min_lr, F("training.schedule.min_lr", "warmup_cosine: final learning rate").at_least(0));
+  v(tr.eval_every, F("training.eval_every", "evaluate every E optimizer steps and after the last (0: last only)")
+                       .at_least(0));
+  v(tr.target.metric, F("training.target.metric", "time to target: metric (empty: none)")
+                          .one_of({"", "eval_accuracy", "eval_loss", "train_loss"}));
+  v(tr.target.value, F("training.target.value", "time to target: accuracy >= value, or loss <= value"));
+  v(tr.seed, F("training.seed", "seed of initialization and shuffling (repeat r uses seed + r)").at_least(0)
+                 .at_most(4294967295.0));
+
+  auto& sy = c.sync;
+  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)").one_of({"allreduce", "independent"}));
+  v(sy.bucket_mb, F("sync.bucket_mb", "allreduce: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
+  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce: first bucket in MiB").above(0).at_most(1 << 20));
+  v(sy.staleness, F("sync.staleness", "delayed update; only 0 (synchronous) in this version").at_least(0).at_most(0));
+  v(c.compression.kind, F("compression.kind", "gradient compressor; only none in this version").one_of({"none"}));
+  v(c.precision.mode, F("precision.mode", "precision mode; only fp32 in this version").one_of({"fp32"}));
+  v(c.report.trace, F("report.trace", "record every rank's parameters after every step (<= 10000 parameters)"));
+}
+
+// Walks a dotted path into j; nullptr if absent.
+const json* find_path(const json& j, const std::string& path) {
+  const json* cur = &j;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(key);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return cur;
+}
+
+std::string range_text(const FieldInfo& f) {
+  bool has_min = f.min > -1e307, has_max = f.max < 1e307;
+  auto num = [](double x) { return fmt::format("{}", x); };
+  if (has_min && has_max)
+    return fmt::format("{} {} and {} {}", f.min_exclusive ? ">" : ">=", num(f.min), f.max_exclusive ? "<" : "<=",
+                       num(f.max));
+  if (has_min) return fmt::format("{} {}", f.min_exclusive ? ">" : ">=", num(f.min));
+  if (has_max) return fmt::format("{} {}", f.max_exclusive ? "<" : "<=", num(f.max));
+  return "";
+}
+
+bool in_range(const FieldInfo& f, double x) {
+  if (f.min_exclusive ? !(x > f.min) : !(x >= f.min)) return false;
+  if (f.max_exclusive ? !(x < f.max) : !(x <= f.max)) return false;
+  return true;
+}
+
+// Integer from JSON: integers, and floats with an integral value (1e3) within int64.
+bool as_int(const json& j, int64_t& out) {
+  if (j.is_number_integer()) {
+    if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
+    out = j.get<int64_t>();
+    return true;
+  }
+  if (j.is_number_float()) {
+    double d = j.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
+      out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string show(const json& j) {
+  std::string s = j.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+class Reader {
+ public:
+  Reader(const json& j, std::vector<ConfigIssue>& issues) : j_(j), issues_(issues) {}
+
+  template <class T>
+  void operator()(T& ref, const F& f) {
+    const json* v = find_path(j_, f.info.path);
+    if (v == nullptr) return;  // default stays
+    read(ref, *v, f.info);
+  }
+
+ private:
+  void read(int64_t& ref, const json& v, const FieldInfo& f) {
+    int64_t x = 0;
+    std::string r = range_text(f);
+    if (!as_int(v, x)) return add(f, v, std::string("an integer") + (r.empty() ? "" : " " + r));
+    if (!in_range(f, static_cast<double>(x))) return add(f, v, "an integer " + r);
+    ref = x;
+  }
+  void read(double& ref, const json& v, const FieldInfo& f) {
+    std::string r = range_text(f);
+    if (!v.is_number()) return add(f, v, std::string("a number") + (r.empty() ? "" : " " + r));
+    double x = v.get<double>();
+    if (!std::isfinite(x) || !in_range(f, x)) return add(f, v, "a number " + r);
+    ref = x;
+  }
+  void read(bool& ref, const json& v, const FieldInfo& f) {
+    if (!v.is_boolean()) return add(f, v, "true or false");
+    ref = v.get<bool>();
+  }
+  void read(std::string& ref, const json& v, const FieldInfo& f) {
+    if (!v.is_string()) return add(f, v, f.choices.empty() ? "a string" : "one of " + choices(f));
+    std::string s = v.get<std::string>();
+    if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end())
+      return add(f, v, "one of " + choices(f));
+    ref = s;
+  }
+  void read(std::vector<int64_t>& ref, const json& v, const FieldInfo& f) {
+    std::string r = range_text(f);
+    std::string what = "a list of integers" + (r.empty() ? "" : " " + r);
+    if (!v.is_array()) return add(f, v, what);
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      int64_t x = 0;
+      if (!as_int(v[i], x) || !in_range(f, static_cast<double>(x))) {
+        issues_.push_back({fmt::format("{}[{}]", f.path, i), fmt::format("expected an integer {}, got {}", r,
+                                                                        show(v[i]))});
+        return;
+      }
+      out.push_back(x);
+    }
+    ref = out;
+  }
+  void read(json& ref, const json& v, const FieldInfo&) { ref = v; }
+
+  static std::string choices(const FieldInfo& f) {
+    std::string s;
+    for (size_t i = 0; i < f.choices.size(); ++i) s += (i ? ", " : "") + json(f.choices[i]).dump();
+    return s;
+  }
+  void add(const FieldInfo& f, const json& v, const std::string& expected) {
+    issues_.push_back({f.path, fmt::format("expected {}, got {}", expected, show(v))});
+  }
+
+  const json& j_;
+  std::vector<ConfigIssue>& issues_;
+};
+
+class Writer {
+ public:
+  template <class T>
+  void operator()(T& ref, const F& f) {
+    out_[json::json_pointer("/" + replace_dots(f.info.path))] = ref;
+  }
+  json out_ = json::object();
+
+ private:
+  static std::string replace_dots(std::string p) {
+    std::replace(p.begin(), p.end(), '.', '/');
+    return p;
+  }
+};
+
+class Lister {
+ public:
+  template <class T>
+  void operator()(T& ref, const F& f) {
+    FieldInfo info = f.info;
+    info.type = type_of(ref);
+    info.default_value = ref;
+    fields_.push_back(info);
+  }
+  std::vector<FieldInfo> fields_;
+
+ private:
+  static FieldType type_of(int64_t&) { return FieldType::kInt; }
+  static FieldType type_of(double&) { return FieldType::kNumber; }
+  static FieldType type_of(bool&) { return FieldType::kBool; }
+  static FieldType type_of(std::string&) { return FieldType::kString; }
+  static FieldType type_of(std::vector<int64_t>&) { return FieldType::kIntList; }
+  static FieldType type_of(json&) { return FieldType::kJson; }
+};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Every known object path ("model", "training.optimizer", ...) and leaf path.
+const std::set<std::string>& known_paths() {
+  static const std::set<std::string> paths = [] {
+    std::set<std::string> s;
+    for (const auto& f : config_fields()) {
+      s.insert(f.path);
+      for (size_t dot = f.path.find('.'); dot != std::string::npos; dot = f.path.find('.', dot + 1))
+        s.insert(f.path.substr(0, dot));
+    }
+    return s;
+  }();
+  return paths;
+}
+
+bool is_leaf(const std::string& path) {
+  for (const auto& f : config_fields())
+    if (f.path == path) return true;
+  return false;
+}
+
+void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIssue>& issues) {
+  if (!j.is_object()) {
+    if (!prefix.empty()) issues.push_back({prefix, fmt::format("expected an object, got {}", show(j))});
+    return;
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (!known_paths().count(path)) {
+      std::string hint = suggest_key(path);
+      issues.push_back({path, "unknown key" + (hint.empty() ? std::string() : "; did you mean \"" + hint + "\"?")});
+    } else if (!is_leaf(path)) {
+      find_unknown(it.value(), path, issues);
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<FieldInfo>& config_fields() {
+  static const std::vector<FieldInfo> fields = [] {
+    RunConfig defaults;
+    Lister l;
+    visit_fields(l, defaults);
+    return l.fields_;
+  }();
+  return fields;
+}
+
+std::string suggest_key(const std::string& path) {
+  size_t dot = path.rfind('.');
+  std::string parent = dot == std::string::npos ? "" : path.substr(0, dot);
+  std::string leaf = dot == std::string::npos ? path : path.substr(dot + 1);
+  std::string best;
+  size_t best_d = std::max<size_t>(2, leaf.size() / 3) + 1;
+  // Siblings first (a typo), then the same leaf name elsewhere (a key in the wrong section).
+  for (const auto& p : known_paths()) {
+    size_t pd = p.rfind('.');
+    std::string pp = pd == std::string::npos ? "" : p.substr(0, pd);
+    std::string pl = pd == std::string::npos ? p : p.substr(pd + 1);
+    if (pp != parent) continue;
+    size_t d = edit_distance(leaf, pl);
+    if (d < best_d) {
+      best_d = d;
+      best = p;
+    }
+  }
+  if (!best.empty()) return best;
+  for (const auto& p : known_paths()) {
+    size_t pd = p.rfind('.');
+    std::string pl = pd == std::string::npos ? p : p.substr(pd + 1);
+    if (pl == leaf) return p;
+  }
+  return "";
+}
+
+RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
+  RunConfig c;
+  if (!j.is_object()) {
+    issues.push_back({"", fmt::format("expected a JSON object, got {}", show(j))});
+    return c;
+  }
+  find_unknown(j, "", issues);
+  size_t before = issues.size();
+  Reader r(j, issues);
+  visit_fields(r, c);
+  if (issues.size() == before) validate_config(c, issues);
+  return c;
+}
+
+json config_to_json(const RunConfig& c) {
+  Writer w;
+  visit_fields(w, const_cast<RunConfig&>(c));  // Writer only reads
+  return w.out_;
+}
+
+void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const auto& m = c.model;
+  const auto& d = c.data;
+  if (m.kind == "quadratic" && d.kind != "none")
+    add("data.kind", "the quadratic model takes no data: expected \"none\", got \"" + d.kind + "\"");
+  if (m.kind != "quadratic" && d.kind == "none")
+    add("data.kind", "\"none\" is only for the quadratic model (model.kind is \"" + m.kind + "\")");
+  if (m.kind == "mlp" && m.layers.size() < 2)
+    add("model.layers", fmt::format("expected at least 2 widths [in, ..., out], got {}", m.layers.size()));
+  if (m.kind == "linear" && m.layers.size() != 2)
+    add("model.layers", fmt::format("linear: expected [in, out], got {} widths", m.layers.size()));
+  bool ce = m.loss == "cross_entropy";
+  if (m.kind != "quadratic" && m.layers.size() >= 2) {
+    int64_t in = m.layers.front(), out = m.layers.back();
+    if (d.kind == "fashion_mnist") {
+      if (in != 784) add("model.layers[0]", fmt::format("fashion_mnist has 784 inputs, got {}", in));
+      if (!ce) add("model.loss", "fashion_mnist is classification: expected \"cross_entropy\"");
+      else if (out != 10) add("model.layers", fmt::format("fashion_mnist has 10 classes: last width 10, got {}", out));
+    } else if (d.kind == "teacher") {
+      const auto& t = d.teacher;
+      if (in != t.in_dim)
+        add("model.layers[0]", fmt::format("must equal data.teacher.in_dim ({}), got {}", t.in_dim, in));
+      if (out != t.out_dim)
+        add("model.layers", fmt::format("last width must equal data.teacher.out_dim ({}), got {}", t.out_dim, out));
+      if ((t.task == "classification") != ce)
+        add("model.loss", fmt::format("data.teacher.task \"{}\" needs model.loss \"{}\"", t.task,
+                                      t.task == "classification" ? "cross_entropy" : "mse"));
+    }
+  }
+  if (c.training.target.metric == "eval_accuracy" && !ce)
+    add("training.target.metric", "eval_accuracy needs a classification model (model.loss \"cross_entropy\")");
+  if (c.training.epochs > 0 && (d.kind == "inline" || d.kind == "none"))
+    add("training.epochs", "inline and none data have no epochs: use training.steps");
+  if (c.cluster.backend == "cuda")
+    add("cluster.backend", "the cuda backend arrives with the CUDA-backend issue: use \"auto\" or \"host\"");
+  if (d.kind == "fashion_mnist") {
+    std::string dir = d.path.empty() ? "/usr/share/datasets/fashion-mnist" : d.path;
+    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                          "t10k-labels-idx1-ubyte.gz"}) {
+      std::string file = dir + "/" + f;
+      if (FILE* fp = std::fopen(file.c_str(), "rb")) {
+        std::fclose(fp);
+      } else {
+        add(d.path.empty() ? "data.kind" : "data.path",
+            "missing " + file + (d.path.empty() ? " (install Debian's dataset-fashion-mnist: tools/setup.sh)" : ""));
+        break;
+      }
+    }
+  }
+  // Structural checks of the model and of cheap datasets, by constructing them (their errors name the JSON path).
+  bool structural_ok = issues.empty();
+  if (structural_ok) {
+    try {
+      auto model = make_model(c);
+      if (c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
+        add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
+                                        model->num_params()));
+    } catch (const std::exception& e) {
+      add("model", e.what());
+    }
+    if (d.kind == "inline" || d.kind == "none") {
+      try {
+        auto ds = make_dataset(c);
+        if (m.kind != "quadratic" && m.layers.size() >= 2) {
+          if (ds->in_dim() != m.layers.front())
+            add("model.layers[0]", fmt::format("inline samples have {} inputs, got {}", ds->in_dim(),
+                                               m.layers.front()));
+          if (!ce && ds->out_dim() != m.layers.back())
+            add("model.layers", fmt::format("inline targets have {} outputs, last width is {}", ds->out_dim(),
+                                            m.layers.back()));
+        }
+      } catch (const std::exception& e) {
+        add("data", e.what());
+      }
+    }
+  }
+}
+
+}  // namespace gs

@@ -1,1 +1,385 @@
-// placeholder: filled by its owner
+// Scenario loading: JSON syntax (file:line:column), top-level shape, the sweep block, overrides, expansion into
+// runs, and validation of every expanded run, with all problems collected before anything runs.
+#include "sim/config/scenario.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace gs {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const std::set<std::string> kSections = {"name", "description", "model", "data", "cluster", "training", "sync",
+                                         "compression", "precision", "report", "sweep"};
+
+bool is_field_path(const std::string& p) {
+  for (const auto& f : config_fields())
+    if (f.path == p) return true;
+  return false;
+}
+
+std::string message_of(const ConfigIssue& i) { return i.path.empty() ? i.message : i.path + ": " + i.message; }
+
+// Sets a dotted path inside a JSON object, creating objects on the way.
+void set_path(json& j, const std::string& path, const json& value) {
+  std::string ptr = "/" + path;
+  for (auto& ch : ptr)
+    if (ch == '.') ch = '/';
+  j[json::json_pointer(ptr)] = value;
+}
+
+std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string leaf_of(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+void line_col(const std::string& text, size_t byte, size_t& line, size_t& col) {
+  line = 1;
+  col = 1;
+  for (size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+}
+
+// Reads one axis's value list; issues name `where`.
+bool read_values(const ojson& v, const std::string& where, std::vector<json>& out, std::vector<ConfigIssue>& issues) {
+  if (!v.is_array() || v.empty()) {
+    issues.push_back({where, "expected a non-empty list of values"});
+    return false;
+  }
+  for (const auto& x : v) out.push_back(json::parse(x.dump()));
+  return true;
+}
+
+}  // namespace
+
+ScenarioError::ScenarioError(std::string file, std::vector<ConfigIssue> issues)
+    : Error([&] {
+        std::string s;
+        for (size_t i = 0; i < issues.size(); ++i)
+          s += (i ? "\n" : "") + file + ": " + message_of(issues[i]);
+        return s;
+      }()),
+      file_(std::move(file)),
+      issues_(std::move(issues)) {}
+
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ScenarioError(file, {{"", "cannot open the file"}});
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario(ss.str(), file, overrides);
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  std::vector<ConfigIssue> issues;
+  ojson doc;
+  try {
+    doc = ojson::parse(text);
+  } catch (const ojson::parse_error& e) {
+    size_t line = 0, col = 0;
+    line_col(text, e.byte == 0 ? 0 : e.byte - 1, line, col);
+    std::string what = e.what();
+    size_t colon = what.find("; ");
+    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+    throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", "JSON syntax error: " + detail}});
+  }
+  if (!doc.is_object()) throw ScenarioError(file, {{"", "expected a JSON object at the top level"}});
+
+  Scenario s;
+  s.path = file;
+  s.raw = json::parse(doc.dump());
+  s.sha256 = sha256_hex(text);
+
+  // Base configuration: everything but sweep and description.
+  json base = json::object();
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key() == "sweep" || it.key() == "description") continue;
+    base[it.key()] = json::parse(it.value().dump());
+  }
+  if (doc.contains("description") && !doc["description"].is_string())
+    issues.push_back({"description", "expected a string"});
+
+  // Overrides (--set path=value).
+  std::set<std::string> overridden;
+  for (const auto& o : overrides) {
+    size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      issues.push_back({"--set " + o, "expected dotted.path=value"});
+      continue;
+    }
+    std::string path = o.substr(0, eq), value = o.substr(eq + 1);
+    if (!is_field_path(path)) {
+      std::string hint = suggest_key(path);
+      issues.push_back({"--set " + path, "unknown key" + (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
+      continue;
+    }
+    json v;
+    try {
+      v = json::parse(value);
+    } catch (const json::parse_error&) {
+      v = value;
+    }
+    set_path(base, path, v);
+    overridden.insert(path);
+  }
+
+  // The sweep block.
+  if (doc.contains("sweep")) {
+    const ojson& sw = doc["sweep"];
+    if (!sw.is_object()) {
+      issues.push_back({"sweep", "expected an object {\"axes\", \"zip\", \"repeats\"}"});
+    } else {
+      for (auto it = sw.begin(); it != sw.end(); ++it) {
+        const std::string& k = it.key();
+        if (k != "axes" && k != "zip" && k != "repeats") {
+          std::string hint = k == "axis" ? "axes" : (k == "repeat" || k == "seeds") ? "repeats" : "";
+          issues.push_back({"sweep." + k, "unknown key; expected axes, zip or repeats" +
+                                              (hint.empty() ? "" : std::string("; did you mean \"sweep.") + hint +
+                                                                       "\"?")});
+        }
+      }
+      auto check_path = [&](const std::string& where, const std::string& path) {
+        if (is_field_path(path)) return true;
+        std::string hint = suggest_key(path);
+        issues.push_back({where, "\"" + path + "\" is not a configuration field" +
+                                     (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
+        return false;
+      };
+      std::set<std::string> swept_paths;
+      auto claim = [&](const std::string& where, const std::string& path) {
+        if (!swept_paths.insert(path).second) {
+          issues.push_back({where, "\"" + path + "\" is swept twice"});
+          return false;
+        }
+        return true;
+      };
+      if (sw.contains("axes")) {
+        const ojson& axes = sw["axes"];
+        if (!axes.is_object()) {
+          issues.push_back({"sweep.axes", "expected an object {\"dotted.path\": [values...]}"});
+        } else {
+          for (auto it = axes.begin(); it != axes.end(); ++it) {
+            std::string where = "sweep.axes[\"" + it.key() + "\"]";
+            if (!check_path(where, it.key()) || !claim(where, it.key())) continue;
+            SweepAxis a;
+            a.paths = {it.key()};
+            std::vector<json> vals;
+            if (!read_values(it.value(), where, vals, issues)) continue;
+            for (auto& v : vals) a.values.push_back({v});
+            if (!overridden.count(it.key())) s.axes.push_back(a);
+          }
+        }
+      }
+      if (sw.contains("zip")) {
+        const ojson& zip = sw["zip"];
+        ojson groups = zip.is_object() ? ojson::array({zip}) : zip;
+        if (!groups.is_array()) {
+          issues.push_back({"sweep.zip", "expected a list of groups {\"path\": [values], \"path2\": [values]}"});
+        } else {
+          for (size_t g = 0; g < groups.size(); ++g) {
+            std::string gwhere = fmt::format("sweep.zip[{}]", g);
+            if (!groups[g].is_object() || groups[g].empty()) {
+              issues.push_back({gwhere, "expected an object of two or more paths with equal-length lists"});
+              continue;
+            }
+            SweepAxis a;
+            std::vector<std::vector<json>> cols;
+            bool ok = true;
+            for (auto it = groups[g].begin(); it != groups[g].end(); ++it) {
+              std::string where = gwhere + "[\"" + it.key() + "\"]";
+              if (!check_path(where, it.key()) || !claim(where, it.key())) {
+                ok = false;
+                continue;
+              }
+              std::vector<json> vals;
+              if (!read_values(it.value(), where, vals, issues)) {
+                ok = false;
+                continue;
+              }
+              if (!cols.empty() && vals.size() != cols.front().size()) {
+                issues.push_back({where, fmt::format("expected {} values (as the group's first list), got {}",
+                                                     cols.front().size(), vals.size())});
+                ok = false;
+                continue;
+              }
+              a.paths.push_back(it.key());
+              cols.push_back(vals);
+            }
+            if (!ok || cols.empty()) continue;
+            for (size_t i = 0; i < cols.front().size(); ++i) {
+              std::vector<json> point;
+              for (auto& c : cols) point.push_back(c[i]);
+              a.values.push_back(point);
+            }
+            // Overridden paths leave the group; a group emptied by overrides disappears.
+            SweepAxis kept;
+            for (size_t p = 0; p < a.paths.size(); ++p) {
+              if (overridden.count(a.paths[p])) continue;
+              kept.paths.push_back(a.paths[p]);
+            }
+            if (kept.paths.size() == a.paths.size()) {
+              s.axes.push_back(a);
+            } else if (!kept.paths.empty()) {
+              for (auto& point : a.values) {
+                std::vector<json> kp;
+                for (size_t p = 0; p < a.paths.size(); ++p)
+                  if (!overridden.count(a.paths[p])) kp.push_back(point[p]);
+                kept.values.push_back(kp);
+              }
+              s.axes.push_back(kept);
+            }
+          }
+        }
+      }
+      if (sw.contains("repeats")) {
+        const ojson& r = sw["repeats"];
+        if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 10000)
+          issues.push_back({"sweep.repeats", "expected an integer >= 1 and <= 10000, got " + r.dump()});
+        else
+          s.repeats = r.get<int64_t>();
+      }
+    }
+  }
+
+  // Base configuration: unknown keys, types and ranges, once (not per run).
+  std::vector<ConfigIssue> base_issues;
+  RunConfig base_cfg = config_from_json(base, base_issues);
+  s.name = base_cfg.name;
+  bool base_fields_bad = false;
+  for (const auto& i : base_issues) {
+    issues.push_back(i);
+    base_fields_bad = true;
+  }
+  if (!issues.empty()) throw ScenarioError(file, issues);
+
+  // Expansion: grid product of axes (last axis fastest), then repeats.
+  int64_t points = 1;
+  for (const auto& a : s.axes) points *= static_cast<int64_t>(a.values.size());
+  const int64_t kMaxRuns = 100000;
+  if (points * s.repeats > kMaxRuns)
+    throw ScenarioError(file, {{"sweep", fmt::format("{} runs is more than the limit of {}", points * s.repeats,
+                                                     kMaxRuns)}});
+  std::set<std::string> seen_issue;
+  std::set<std::string> leaves;
+  bool leaves_unique = true;
+  for (const auto& a : s.axes)
+    for (const auto& p : a.paths) leaves_unique &= leaves.insert(leaf_of(p)).second;
+  for (int64_t point = 0; point < points; ++point) {
+    std::vector<size_t> pick(s.axes.size());
+    int64_t rest = point;
+    for (size_t ai = s.axes.size(); ai-- > 0;) {
+      pick[ai] = static_cast<size_t>(rest % static_cast<int64_t>(s.axes[ai].values.size()));
+      rest /= static_cast<int64_t>(s.axes[ai].values.size());
+    }
+    json cfg = base;
+    json swept = json::object();
+    std::string id = s.name;
+    std::vector<std::pair<std::string, std::string>> where;  // path -> sweep location, for messages
+    for (size_t ai = 0; ai < s.axes.size(); ++ai) {
+      const auto& a = s.axes[ai];
+      for (size_t p = 0; p < a.paths.size(); ++p) {
+        const json& v = a.values[pick[ai]][p];
+        set_path(cfg, a.paths[p], v);
+        swept[a.paths[p]] = v;
+        id += "." + (leaves_unique ? leaf_of(a.paths[p]) : a.paths[p]) + "=" + value_text(v);
+        where.emplace_back(a.paths[p], a.paths.size() == 1
+                                           ? fmt::format("sweep.axes[\"{}\"][{}]", a.paths[p], pick[ai])
+                                           : fmt::format("sweep.zip[\"{}\"][{}]", a.paths[p], pick[ai]));
+      }
+    }
+    std::vector<ConfigIssue> run_issues;
+    RunConfig rc = config_from_json(cfg, run_issues);
+    for (auto& i : run_issues) {
+      for (const auto& [path, loc] : where)
+        if (i.path == path || i.path.rfind(path + "[", 0) == 0) i.path = loc;
+      std::string key = message_of(i);
+      if (seen_issue.insert(key).second) issues.push_back(i);
+    }
+    if (!run_issues.empty()) continue;
+    for (int64_t r = 0; r < s.repeats; ++r) {
+      RunSpec spec;
+      spec.id = id + ".r" + std::to_string(r);
+      spec.repeat = r;
+      spec.index = static_cast<int64_t>(s.runs.size());
+      spec.swept = swept;
+      spec.config = rc;
+      spec.config.training.seed = rc.training.seed + r;
+      s.runs.push_back(std::move(spec));
+    }
+  }
+  (void)base_fields_bad;
+  if (!issues.empty()) throw ScenarioError(file, issues);
+  return s;
+}
+
+std::string describe_expansion(const Scenario& s) {
+  std::string out = fmt::format("{} run{} =", s.runs.size(), s.runs.size() == 1 ? "" : "s");
+  bool first = true;
+  for (const auto& a : s.axes) {
+    std::string names;
+    for (size_t p = 0; p < a.paths.size(); ++p) names += (p ? ", " : "") + a.paths[p];
+    out += fmt::format("{} {} [{}]", first ? "" : " x", a.values.size(), names);
+    first = false;
+  }
+  if (s.repeats > 1 || first) out += fmt::format("{} {} [repeats]", first ? "" : " x", s.repeats);
+  return out;
+}
+
+// SHA-256 (FIPS 180-4), small and dependency-free; used for the scenario's fingerprint in reports.
+std::string sha256_hex(const std::string& bytes) {
+  static const uint32_t k[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+      0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+      0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+      0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+      0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+      0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+      0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+      0xc67178f2};
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::string msg = bytes;
+  uint64_t bit_len = static_cast<uint64_t>(bytes.size()) * 8;
+  msg.push_back(static_cast<char>(0x80));
+  while (msg.size() % 64 != 56) msg.push_back(0);
+  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((bit_len >> (8 * i)) & 0xff));
+  auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  for (size_t off = 0; off < msg.size(); off += 64) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i)
+      w[i] = (uint32_t(uint8_t(msg[off + 4 * i])) << 24) | (uint32_t(uint8_t(msg[off + 4 * i + 1])) << 16) |
+             (uint32_t(uint8_t(msg[off + 4 * i + 2])) << 8) | uint32_t(uint8_t(msg[off + 4 * i + 3]));
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+      uint32_t ch = (e & f) ^ (~e & g);
+      uint32_t t1 = hh + s1 + ch + k[i] + w[i];
+      uint32_t s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+      uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+      uint32_t t2 = s0 + maj;
+      hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+  }
+  std::string out;
+  for (uint32_t x : h) out += fmt::format("{:08x}", x);
+  return out;
+}
+
+}  // namespace gs

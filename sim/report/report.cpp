@@ -1,1 +1,345 @@
-// placeholder: filled by its owner
+// Report assembly and the atomic writer with its journal (see report.h and reports/README.md).
+#include "sim/report/report.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/report/summary.h"
+#include "sim/runtime/cuda_probe.h"
+
+#ifndef GRADSWEEP_VERSION
+#define GRADSWEEP_VERSION "0.0.0"
+#endif
+#ifndef GRADSWEEP_SOURCE_DIR
+#define GRADSWEEP_SOURCE_DIR "."
+#endif
+#ifndef GRADSWEEP_BUILD_TYPE
+#define GRADSWEEP_BUILD_TYPE ""
+#endif
+
+namespace gs {
+namespace {
+
+json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json num(const std::optional<double>& x) { return x ? num(*x) : json(nullptr); }
+
+json summary_json(const std::vector<double>& seconds) {
+  Summary s = summarize(seconds);
+  return {{"count", s.count},          {"min_ms", s.min * 1e3},   {"p50_ms", s.p50 * 1e3},
+          {"p95_ms", s.p95 * 1e3},     {"p99_ms", s.p99 * 1e3},   {"mean_ms", s.mean * 1e3},
+          {"stdev_ms", s.stdev * 1e3}, {"max_ms", s.max * 1e3},   {"total_ms", s.total * 1e3}};
+}
+
+// {"all": summary over every rank's steps, "per_rank": [summary per rank]} of one quantity.
+template <class Get>
+json phase_json(const RunResult& r, Get get) {
+  std::vector<double> all;
+  json per_rank = json::array();
+  for (const auto& rank_steps : r.steps) {
+    std::vector<double> v;
+    v.reserve(rank_steps.size());
+    for (const auto& st : rank_steps) v.push_back(get(st));
+    all.insert(all.end(), v.begin(), v.end());
+    per_rank.push_back(summary_json(v));
+  }
+  return {{"all", summary_json(all)}, {"per_rank", per_rank}};
+}
+
+std::string read_command(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      if (c != std::string::npos) return line.substr(c + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+json tool_json() {
+  std::string src = GRADSWEEP_SOURCE_DIR;
+  std::string commit = read_command("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
+  std::string dirty = commit.empty() ? "" : read_command("git -C '" + src + "' status --porcelain 2>/dev/null");
+  json j;
+  j["name"] = "gradsweep";
+  j["version"] = GRADSWEEP_VERSION;
+  j["git_commit"] = commit.empty() ? json(nullptr) : json(commit);
+  j["git_dirty"] = commit.empty() ? json(nullptr) : json(!dirty.empty());
+  j["build_type"] = GRADSWEEP_BUILD_TYPE;
+#if defined(__clang__)
+  j["compiler"] = fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+  j["compiler"] = fmt::format("GNU {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+  j["compiler"] = "unknown";
+#endif
+  j["cuda_compiled"] = cuda_probe().compiled;
+  return j;
+}
+
+json context_json(const Scenario& scenario, const std::vector<std::string>& argv) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  json c;
+  c["date"] = utc_now();
+  c["host"] = host;
+  c["cpu"] = cpu_model();
+  c["cores"] = std::thread::hardware_concurrency();
+  c["memory_bytes"] = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+  c["argv"] = argv;
+  c["scenario_path"] = scenario.path;
+  c["scenario"] = scenario.raw;
+  c["scenario_sha256"] = scenario.sha256;
+  CudaProbe p = cuda_probe();
+  c["cuda"] = {{"compiled", p.compiled},         {"device_count", p.device_count},
+               {"error", p.error},               {"runtime_version", p.runtime_version},
+               {"driver_version", p.driver_version}, {"nccl_version", p.nccl_version}};
+  json gpus = json::array();
+  for (const auto& d : p.devices)
+    gpus.push_back({{"name", d.name}, {"compute_capability", d.compute_capability}, {"memory_bytes", d.memory_bytes}});
+  c["gpus"] = gpus;
+  return c;
+}
+
+json run_stub_json(const RunSpec& spec, const std::string& disposition, const std::string& message) {
+  json j;
+  j["id"] = spec.id;
+  j["index"] = spec.index;
+  j["repeat"] = spec.repeat;
+  j["swept"] = spec.swept;
+  j["config"] = config_to_json(spec.config);
+  j["disposition"] = disposition;
+  j["message"] = message.empty() ? json(nullptr) : json(message);
+  j["steps_completed"] = 0;
+  j["wall_s"] = 0.0;
+  j["timing"] = {{"measured", nullptr}, {"modeled", nullptr}};
+  j["throughput"] = {{"samples_per_s", nullptr}, {"modeled_samples_per_s", nullptr}};
+  j["communication"] = {{"bytes_sent_per_rank_per_step", json::array()}, {"algbw_GBps", nullptr},
+                        {"busbw_GBps", nullptr}};
+  j["convergence"] = {{"series", json::array()},
+                      {"final", {{"train_loss", nullptr}, {"eval_loss", nullptr}, {"eval_accuracy", nullptr}}}};
+  j["time_to_target"] = nullptr;
+  j["trace"] = nullptr;
+  return j;
+}
+
+json run_to_json(const RunSpec& spec, const RunResult& r) {
+  json j = run_stub_json(spec, r.disposition, r.message);
+  j["steps_completed"] = r.steps_completed;
+  j["wall_s"] = r.wall_s;
+  j["num_params"] = r.num_params;
+  bool has_steps = !r.steps.empty() && !r.steps[0].empty();
+  if (has_steps) {
+    json phases = json::object();
+    for (size_t p = 0; p < kPhaseCount; ++p)
+      phases[kPhaseNames[p]] = phase_json(r, [p](const StepTimes& st) { return st.phase_s[p]; });
+    j["timing"]["measured"] = {{"phases", phases}, {"step", phase_json(r, [](const StepTimes& st) {
+                                                     return st.step_s;
+                                                   })}};
+    double trained_s = r.series.empty() ? 0.0 : r.series.back().measured_s;
+    j["throughput"]["samples_per_s"] = trained_s > 0 ? num(r.samples_trained / trained_s) : json(nullptr);
+    // Communication: mean bytes per step per rank; algbw from the all-reduced gradient size over the median
+    // communicate time (exposed, waiting excluded), busbw with nccl-tests' all-reduce factor 2(n-1)/n.
+    json bytes = json::array();
+    std::vector<double> comm_s;
+    for (const auto& rank_steps : r.steps) {
+      double b = 0.0;
+      for (const auto& st : rank_steps) {
+        b += static_cast<double>(st.bytes_sent);
+        comm_s.push_back(st.phase_s[static_cast<size_t>(Phase::kCommunicate)]);
+      }
+      bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
+    }
+    j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
+    const int n = static_cast<int>(r.steps.size());
+    double any_bytes = 0.0;
+    for (const auto& b : bytes) any_bytes += b.get<double>();
+    Summary cs = summarize(comm_s);
+    if (n > 1 && any_bytes > 0 && cs.p50 > 0) {
+      double algbw = static_cast<double>(r.num_params) * 4.0 / cs.p50 / 1e9;
+      j["communication"]["algbw_GBps"] = algbw;
+      j["communication"]["busbw_GBps"] = algbw * 2.0 * (n - 1) / n;
+    }
+  }
+  json series = json::array();
+  std::optional<double> last_eval_loss, last_eval_acc;
+  for (const auto& pt : r.series) {
+    series.push_back({{"step", pt.step},
+                      {"measured_s", pt.measured_s},
+                      {"modeled_s", nullptr},
+                      {"train_loss", num(pt.train_loss)},
+                      {"eval_loss", num(pt.eval_loss)},
+                      {"eval_accuracy", num(pt.eval_accuracy)}});
+    if (pt.eval_loss) last_eval_loss = pt.eval_loss;
+    if (pt.eval_accuracy) last_eval_acc = pt.eval_accuracy;
+  }
+  j["convergence"]["series"] = series;
+  j["convergence"]["final"] = {{"train_loss", r.series.empty() ? json(nullptr) : num(r.series.back().train_loss)},
+                               {"eval_loss", num(last_eval_loss)},
+                               {"eval_accuracy", num(last_eval_acc)}};
+  // Time to target: the first recorded point where the metric reaches the value.
+  const TargetConfig& tg = spec.config.training.target;
+  if (!tg.metric.empty()) {
+    json t = {{"metric", tg.metric}, {"value", tg.value}, {"reached", false},
+              {"step", nullptr},     {"measured_s", nullptr}, {"modeled_s", nullptr}};
+    for (const auto& pt : r.series) {
+      std::optional<double> v = tg.metric == "eval_accuracy" ? pt.eval_accuracy
+                                : tg.metric == "eval_loss"   ? pt.eval_loss
+                                                             : std::optional<double>(pt.train_loss);
+      if (!v || !std::isfinite(*v)) continue;
+      bool hit = tg.metric == "eval_accuracy" ? *v >= tg.value : *v <= tg.value;
+      if (hit) {
+        t["reached"] = true;
+        t["step"] = pt.step;
+        t["measured_s"] = pt.measured_s;
+        break;
+      }
+    }
+    j["time_to_target"] = t;
+  }
+  if (spec.config.report.trace) {
+    json params = json::array();
+    for (const auto& step : r.trace) params.push_back(step);
+    j["trace"] = {{"initial", r.trace_initial}, {"params", params}};
+  }
+  return j;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t w = ::write(fd, text.data() + off, text.size() - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error("cannot write " + tmp + ": " + std::strerror(e));
+    }
+    off += static_cast<size_t>(w);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(e));
+  }
+}
+
+ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume)
+    : dir_(std::move(dir)), header_(std::move(header)) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) throw Error("cannot create the report folder " + dir_ + ": " + ec.message());
+  if (!resume) {
+    std::filesystem::remove(journal_path(), ec);
+    return;
+  }
+  // Runs already written: report.json first, then the journal (newer).
+  auto take = [&](const json& run) {
+    if (run.is_object() && run.contains("id") && run["id"].is_string()) {
+      if (run.value("disposition", "") == "interrupted") return;  // unfinished: run again
+      runs_[run["id"].get<std::string>()] = run;
+    }
+  };
+  std::ifstream rep(report_path());
+  if (rep) {
+    json old;
+    try {
+      old = json::parse(rep);
+    } catch (const json::exception& e) {
+      throw Error(report_path() + ": cannot resume from an unreadable report: " + e.what());
+    }
+    std::string sha = old.value("/context/scenario_sha256"_json_pointer, std::string());
+    if (!sha.empty() && sha != scenario.sha256)
+      throw Error(report_path() + ": written for a different version of " + scenario.path +
+                  " (scenario sha256 differs); run without --resume or choose another --out");
+    if (old.contains("runs") && old["runs"].is_array())
+      for (const auto& run : old["runs"]) take(run);
+  }
+  std::ifstream jl(journal_path());
+  std::string line;
+  while (std::getline(jl, line)) {
+    if (line.empty()) continue;
+    try {
+      take(json::parse(line));
+    } catch (const json::exception&) {
+      // a line cut by a kill: that run is simply run again
+    }
+  }
+}
+
+void ReportWriter::add(const json& run, double min_interval_s) {
+  runs_[run["id"].get<std::string>()] = run;
+  std::string line = run.dump() + "\n";
+  int fd = ::open(journal_path().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) throw Error("cannot append to " + journal_path() + ": " + std::strerror(errno));
+  size_t off = 0;
+  while (off < line.size()) {
+    ssize_t w = ::write(fd, line.data() + off, line.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      ::close(fd);
+      throw Error("cannot append to " + journal_path() + ": " + std::strerror(errno));
+    }
+    off += static_cast<size_t>(w);
+  }
+  ::fdatasync(fd);
+  ::close(fd);
+  if (now_s() - last_flush_s_ >= min_interval_s) flush();
+}
+
+void ReportWriter::flush() {
+  json doc = header_;
+  std::vector<const json*> ordered;
+  for (const auto& [id, run] : runs_) ordered.push_back(&run);
+  std::stable_sort(ordered.begin(), ordered.end(), [](const json* a, const json* b) {
+    return a->value("index", 0) < b->value("index", 0);
+  });
+  json runs = json::array();
+  for (const json* r : ordered) runs.push_back(*r);
+  doc["runs"] = runs;
+  write_file_atomic(report_path(), doc.dump(1) + "\n");
+  last_flush_s_ = now_s();
+}
+
+}  // namespace gs

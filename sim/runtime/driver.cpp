@@ -1,1 +1,138 @@
-// placeholder: filled by its owner
+// The sweep driver (see driver.h): filter, resume, progress on stderr, report writing, signals.
+#include "sim/runtime/driver.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "sim/report/report.h"
+#include "sim/runtime/rank_loop.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace gs {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
+
+extern "C" void on_signal(int sig) {
+  if (g_signal.exchange(sig) != 0) _exit(128 + sig);  // second signal: leave at once
+  g_stop.store(true);
+}
+
+std::string fmt_duration(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  int t = static_cast<int>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+std::regex make_filter(const std::string& f) {
+  try {
+    return std::regex(f.empty() ? std::string(".*") : f, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw Error("--filter: not a valid regular expression: \"" + f + "\" (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+std::string dry_run_text(const Scenario& s, const std::string& filter) {
+  std::regex re = make_filter(filter);
+  std::string out = describe_expansion(s) + "\n";
+  size_t kept = 0;
+  for (const auto& r : s.runs) {
+    if (!std::regex_search(r.id, re)) continue;
+    ++kept;
+    out += fmt::format("  [{}] {}  {}{}\n", r.index, r.id, r.swept.dump(),
+                       s.repeats > 1 ? fmt::format(" repeat={} seed={}", r.repeat, r.config.training.seed) : "");
+  }
+  if (!filter.empty()) out += fmt::format("{} of {} runs match --filter {}\n", kept, s.runs.size(), filter);
+  return out;
+}
+
+int run_sweep(const Scenario& s, const DriverOptions& o) {
+  std::regex re = make_filter(o.filter);
+  openblas_set_num_threads(1);  // one BLAS thread per rank thread
+  std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
+  json header;
+  header["schema_version"] = kReportSchemaVersion;
+  header["tool"] = tool_json();
+  header["context"] = context_json(s, o.argv);
+  header["scenario_name"] = s.name;
+  json axes = json::array();
+  for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
+  header["axes"] = axes;
+  header["repeats"] = s.repeats;
+  ReportWriter writer(dir, s, header, o.resume);
+
+  std::vector<const RunSpec*> todo;
+  for (const auto& r : s.runs)
+    if (std::regex_search(r.id, re) && !writer.done(r.id)) todo.push_back(&r);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_stop.store(false);
+  g_signal.store(0);
+
+  const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
+  if (!o.quiet)
+    std::fprintf(stderr, "gradsweep: %s; %zu to run%s -> %s\n", describe_expansion(s).c_str(), todo.size(),
+                 o.resume ? fmt::format(" ({} already in the report)", writer.size()).c_str() : "",
+                 writer.report_path().c_str());
+  int exit_code = 0;
+  double sweep0 = now_s();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const RunSpec& spec = *todo[i];
+    if (g_stop.load()) break;
+    double last_print = 0.0;
+    RunHooks hooks;
+    hooks.stop = &g_stop;
+    double run0 = now_s();
+    if (tty) {
+      hooks.on_step = [&](int64_t step, int64_t total, double loss) {
+        double t = now_s();
+        if (t - last_print < 0.2 && step != total) return;
+        last_print = t;
+        double eta = (t - run0) / static_cast<double>(step) * static_cast<double>(total - step);
+        std::fprintf(stderr, "\r\033[K[%zu/%zu] %s step %lld/%lld loss %.4g ETA %s", i + 1, todo.size(),
+                     spec.id.c_str(), static_cast<long long>(step), static_cast<long long>(total), loss,
+                     fmt_duration(eta).c_str());
+      };
+    }
+    RunResult res = run_training(spec.config, hooks);
+    json run = run_to_json(spec, res);
+    writer.add(run);
+    if (res.disposition == "failed") exit_code = 1;
+    if (!o.quiet) {
+      const json& fin = run["convergence"]["final"];
+      std::string metrics;
+      if (!fin["eval_accuracy"].is_null()) metrics += fmt::format(" eval_accuracy {:.4f}", fin["eval_accuracy"].get<double>());
+      if (!fin["eval_loss"].is_null()) metrics += fmt::format(" eval_loss {:.4g}", fin["eval_loss"].get<double>());
+      if (!fin["train_loss"].is_null()) metrics += fmt::format(" train_loss {:.4g}", fin["train_loss"].get<double>());
+      std::fprintf(stderr, "%s[%zu/%zu] %s %s in %.1fs:%s%s\n", tty ? "\r\033[K" : "", i + 1, todo.size(),
+                   spec.id.c_str(), res.disposition.c_str(), res.wall_s, metrics.c_str(),
+                   res.message.empty() ? "" : (" (" + res.message + ")").c_str());
+    }
+  }
+  writer.flush();
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (!o.quiet)
+    std::fprintf(stderr, "gradsweep: wrote %s (%zu runs) in %s\n", writer.report_path().c_str(), writer.size(),
+                 fmt_duration(now_s() - sweep0).c_str());
+  int sig = g_signal.load();
+  if (sig != 0) return 128 + sig;
+  return exit_code;
+}
+
+}  // namespace gs

@@ -1,1 +1,216 @@
-// placeholder: filled by its owner
+// The rank loop: every rank thread runs rank_main for the whole run. Per optimizer step: K micro-batches of
+// data -> forward -> backward into the local gradient SUM; an all-reduce of (samples, loss) gives S and the train
+// loss; the sync strategy turns the local gradient into the next parameters. Evaluation runs between steps on the
+// parameters the strategy names. Nothing here knows which strategy runs.
+#include "sim/runtime/rank_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "kernels/nvtx.h"
+#include "sim/comm/communicator.h"
+#include "sim/core/error.h"
+#include "sim/model/dataset.h"
+#include "sim/model/model.h"
+#include "sim/optim/optimizer.h"
+#include "sim/runtime/world.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+constexpr int64_t kEvalChunk = 1024;
+
+// Evaluates params on the whole evaluation set in chunks; returns (mean loss, accuracy or nullopt).
+std::pair<double, std::optional<double>> evaluate(const Model& model, const Dataset& data, const float* params,
+                                                  Workspace& ws, Batch& chunk) {
+  const Batch& e = data.eval_set();
+  EvalSums total;
+  for (int64_t start = 0; start < e.count; start += kEvalChunk) {
+    int64_t n = std::min(kEvalChunk, e.count - start);
+    chunk.rank = e.rank;
+    chunk.count = n;
+    chunk.in_dim = e.in_dim;
+    chunk.out_dim = e.out_dim;
+    chunk.x.assign(e.x.begin() + start * e.in_dim, e.x.begin() + (start + n) * e.in_dim);
+    if (!e.y.empty()) chunk.y.assign(e.y.begin() + start * e.out_dim, e.y.begin() + (start + n) * e.out_dim);
+    if (!e.labels.empty()) chunk.labels.assign(e.labels.begin() + start, e.labels.begin() + start + n);
+    EvalSums s = model.evaluate(params, chunk, ws);
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+    total.count += s.count;
+  }
+  if (total.count == 0) return {std::nan(""), std::nullopt};
+  double loss = total.loss_sum / static_cast<double>(total.count);
+  std::optional<double> acc;
+  if (model.classification()) acc = static_cast<double>(total.correct) / static_cast<double>(total.count);
+  return {loss, acc};
+}
+
+}  // namespace
+
+int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch) {
+  if (config.training.epochs <= 0) return config.training.steps;
+  GS_EXPECT(steps_per_epoch > 0, fmt::format("training.epochs: the data has no epochs or fewer samples than one "
+                                             "global batch ({} ranks x {} micro-batches x {} samples)",
+                                             config.cluster.ranks, config.training.accumulation_steps,
+                                             config.data.batch_per_rank));
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(config.training.epochs *
+                                                              static_cast<double>(steps_per_epoch))));
+}
+
+RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
+  RunResult res;
+  double wall0 = now_s();
+  const int ranks = static_cast<int>(config.cluster.ranks);
+  const int64_t K = config.training.accumulation_steps;
+  try {
+    std::unique_ptr<Model> model = make_model(config);
+    std::unique_ptr<Dataset> data = make_dataset(config);
+    std::unique_ptr<Communicator> comm = make_host_communicator(ranks);
+    StrategySetup setup{config, *model, *comm, ranks};
+    std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
+    const size_t n = model->num_params();
+    const int64_t total = planned_steps(config, data->steps_per_epoch());
+    res.steps_planned = total;
+    res.num_params = static_cast<int64_t>(n);
+    res.classification = model->classification();
+    res.replicas_identical = strategy->replicas_identical();
+    res.steps.assign(static_cast<size_t>(ranks), {});
+    const bool trace = config.report.trace;
+    const int64_t eval_every = config.training.eval_every;
+
+    // Initial parameters: identical on every rank (written once per distinct buffer).
+    std::vector<float> init(n);
+    model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
+    for (int r = 0; r < ranks; ++r) {
+      float* p = strategy->params(r);
+      if (r == 0 || p != strategy->params(0)) std::memcpy(p, init.data(), n * sizeof(float));
+    }
+    if (trace) res.trace_initial = init;
+
+    World world(ranks);
+    std::atomic<bool> stop_all{false};
+    double trained_s = 0.0;  // rank 0's cumulative step time
+
+    auto rank_main = [&](int rank) {
+      PhaseClock clock;
+      clock.reserve(static_cast<size_t>(total));
+      std::unique_ptr<Workspace> ws = model->make_workspace(std::max<int64_t>(config.data.batch_per_rank, 1));
+      std::unique_ptr<Workspace> eval_ws;
+      Batch batch, eval_chunk;
+      std::vector<float> grad(n);
+      PrecisionPolicy precision{config.precision.mode};
+      for (int64_t step = 0; step < total; ++step) {
+        GS_NVTX_RANGE("step");
+        clock.begin_step();
+        std::fill(grad.begin(), grad.end(), 0.0f);
+        double ctl[2] = {0.0, 0.0};  // local samples, local loss sum
+        const float* params = strategy->params(rank);
+        for (int64_t k = 0; k < K; ++k) {
+          {
+            PhaseTimer t(clock, Phase::kData);
+            data->micro_batch(step, k, rank, batch);
+          }
+          if (batch.count == 0) continue;
+          if (static_cast<int64_t>(batch.count) > config.data.batch_per_rank) {
+            ws = model->make_workspace(batch.count);  // inline data may exceed b; grow once
+          }
+          {
+            GS_NVTX_RANGE("forward");
+            PhaseTimer t(clock, Phase::kForward);
+            ctl[1] += model->forward(params, batch, *ws, precision);
+          }
+          {
+            GS_NVTX_RANGE("backward");
+            PhaseTimer t(clock, Phase::kBackward);
+            model->backward(params, batch, *ws, grad.data(), precision);
+          }
+          ctl[0] += static_cast<double>(batch.count);
+        }
+        const double local_samples = ctl[0];
+        {
+          PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
+          comm->all_reduce_sum(rank, ctl, 2);
+          comm->take_stats(rank);
+        }
+        const double global_samples = ctl[0];
+        const double train_loss = global_samples > 0 ? ctl[1] / global_samples : std::nan("");
+        if (global_samples > 0) {
+          GS_NVTX_RANGE("sync");
+          StepInput in;
+          in.rank = rank;
+          in.step = step;
+          in.grad = grad.data();
+          in.local_samples = local_samples;
+          in.global_samples = global_samples;
+          in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, step, total);
+          in.clock = &clock;
+          strategy->step(in);
+        }
+        clock.end_step();
+        if (rank == 0) {
+          trained_s += clock.steps().back().step_s;
+          SeriesPoint pt;
+          pt.step = step + 1;
+          pt.measured_s = trained_s;
+          pt.train_loss = train_loss;
+          res.series.push_back(pt);
+          res.samples_trained += global_samples;
+          res.steps_completed = step + 1;
+        }
+        const bool diverged = global_samples > 0 && !std::isfinite(train_loss);
+        const bool last = step + 1 == total;
+        const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
+        const bool stop_now = hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed);
+        if (trace || want_eval || stop_now || diverged) {
+          comm->barrier(rank);  // parameters of this step are final everywhere
+          if (rank == 0) {
+            if (trace) {
+              std::vector<std::vector<float>> snap;
+              for (int r = 0; r < ranks; ++r) {
+                const float* p = strategy->params(r);
+                snap.emplace_back(p, p + n);
+              }
+              res.trace.push_back(std::move(snap));
+            }
+            if (want_eval) {
+              GS_NVTX_RANGE("evaluate");
+              if (!eval_ws) eval_ws = model->make_workspace(kEvalChunk);
+              auto [loss, acc] = evaluate(*model, *data, strategy->eval_params(), *eval_ws, eval_chunk);
+              res.series.back().eval_loss = loss;
+              res.series.back().eval_accuracy = acc;
+            }
+            if (diverged) {
+              res.disposition = "diverged";
+              res.message = fmt::format("training loss became non-finite at step {}", step + 1);
+            } else if (stop_now && !last) {
+              res.disposition = "interrupted";
+              res.message = fmt::format("stopped after step {} of {}", step + 1, total);
+            }
+            if (diverged || (stop_now && !last)) stop_all.store(true);
+            if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
+          }
+          comm->barrier(rank);
+          comm->take_stats(rank);
+          if (stop_all.load()) break;
+        } else if (rank == 0 && hooks.on_step) {
+          hooks.on_step(step + 1, total, train_loss);
+        }
+      }
+      res.steps[static_cast<size_t>(rank)] = clock.steps();
+    };
+    world.run(rank_main, [&] { comm->abort(); });
+  } catch (const std::exception& e) {
+    res.disposition = "failed";
+    res.message = e.what();
+  }
+  res.wall_s = now_s() - wall0;
+  return res;
+}
+
+}  // namespace gs

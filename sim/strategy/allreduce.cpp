@@ -1,1 +1,126 @@
-// placeholder: filled by its owner
+// `allreduce`: bulk-synchronous data parallelism (DESIGN.md section 3). Each rank's local gradient sum is all-reduced
+// (sum, in rank order, bucket by bucket in reverse layer order), divided by the step's total sample count S, and every
+// rank applies the same optimizer step, so replicas stay bit-identical.
+// With cluster.share_identical (host backend) the ranks hold one shared parameter buffer and optimizer: each rank
+// reduces its 1/N slice of the gradients straight into a shared buffer (same order, same bits) and updates that slice,
+// so the N identical copies and N identical optimizer passes are done once. Results are bit-for-bit the same.
+#include <algorithm>
+
+#include "sim/optim/optimizer.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+constexpr size_t kTileElems = 4096;
+
+class AllReduce final : public SyncStrategy {
+ public:
+  explicit AllReduce(const StrategySetup& s)
+      : comm_(s.comm),
+        ranks_(s.ranks),
+        n_(s.model.num_params()),
+        shared_(s.config.cluster.share_identical),
+        buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                              static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    if (shared_) {
+      params_.emplace_back(n_);
+      optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+      grads_.assign(static_cast<size_t>(ranks_), nullptr);
+      reduced_.resize(n_);
+    } else {
+      for (int r = 0; r < ranks_; ++r) {
+        params_.emplace_back(n_);
+        optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+      }
+    }
+  }
+
+  float* params(int rank) override { return params_[shared_ ? 0 : static_cast<size_t>(rank)].data(); }
+  const float* eval_params() override { return params_[0].data(); }
+  bool replicas_identical() const override { return true; }
+
+  void step(const StepInput& in) override {
+    if (shared_) {
+      step_shared(in);
+    } else {
+      step_replicated(in);
+    }
+  }
+
+ private:
+  // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).
+  uint64_t allreduce_bytes() const {
+    return ranks_ <= 1 ? 0 : static_cast<uint64_t>(2.0 * (ranks_ - 1) / ranks_ * static_cast<double>(n_) * 4.0);
+  }
+
+  void step_replicated(const StepInput& in) {
+    PhaseClock& clock = *in.clock;
+    {
+      PhaseTimer t(clock, Phase::kCommunicate);
+      for (const Bucket& b : buckets_) comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+    }
+    CommStats st = comm_.take_stats(in.rank);
+    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
+    clock.add_bytes(st.bytes_sent);
+    PhaseTimer t(clock, Phase::kOptimizer);
+    const float s = static_cast<float>(in.global_samples);
+    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+    optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
+  }
+
+  void step_shared(const StepInput& in) {
+    PhaseClock& clock = *in.clock;
+    grads_[static_cast<size_t>(in.rank)] = in.grad;
+    double t0 = now_s();
+    comm_.barrier(in.rank);  // every rank's gradient is published
+    double t1 = now_s();
+    clock.add(Phase::kWait, t1 - t0);
+    // This rank's slice, aligned to 16 floats.
+    size_t per = ((n_ + static_cast<size_t>(ranks_) - 1) / static_cast<size_t>(ranks_) + 15) / 16 * 16;
+    size_t lo = std::min(n_, per * static_cast<size_t>(in.rank));
+    size_t hi = std::min(n_, lo + per);
+    const float s = static_cast<float>(in.global_samples);
+    double comm_s = 0.0, opt_s = 0.0;
+    for (size_t a = lo; a < hi; a += kTileElems) {
+      size_t e = std::min(hi, a + kTileElems);
+      double ta = now_s();
+      float* out = reduced_.data();
+      const float* g0 = grads_[0];
+      for (size_t i = a; i < e; ++i) out[i] = g0[i];
+      for (int r = 1; r < ranks_; ++r) {
+        const float* g = grads_[static_cast<size_t>(r)];
+        for (size_t i = a; i < e; ++i) out[i] += g[i];
+      }
+      for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
+      double tb = now_s();
+      optimizers_[0]->step(params_[0].data(), out, a, e, in.lr, in.step + 1);
+      double tc = now_s();
+      comm_s += tb - ta;
+      opt_s += tc - tb;
+    }
+    clock.add(Phase::kCommunicate, comm_s);
+    clock.add(Phase::kOptimizer, opt_s);
+    clock.add_bytes(allreduce_bytes());
+    double t2 = now_s();
+    comm_.barrier(in.rank);  // every slice is updated before anyone reads the parameters again
+    clock.add(Phase::kWait, now_s() - t2);
+    comm_.take_stats(in.rank);  // barriers are bookkeeping here, not traffic
+  }
+
+  Communicator& comm_;
+  int ranks_;
+  size_t n_;
+  bool shared_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<float>> params_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::vector<float*> grads_;   // shared mode: each rank's gradient of the current step
+  std::vector<float> reduced_;  // shared mode: the averaged gradient
+};
+
+}  // namespace
+
+std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup) { return std::make_unique<AllReduce>(setup); }
+
+}  // namespace gs

@@ -1,1 +1,40 @@
-// placeholder: filled by its owner
+// `independent`: no communication at all; every rank applies its own local mean gradient to its own replica (the
+// H = infinity limit of local SGD). Proves the strategy seam: the rank loop does not know it is not synchronous.
+#include "sim/optim/optimizer.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+class Independent final : public SyncStrategy {
+ public:
+  explicit Independent(const StrategySetup& s) : n_(s.model.num_params()) {
+    for (int r = 0; r < s.ranks; ++r) {
+      params_.emplace_back(n_);
+      optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+    }
+  }
+  float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
+  void step(const StepInput& in) override {
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    if (in.local_samples <= 0) return;  // nothing to learn from
+    float inv = static_cast<float>(in.local_samples);
+    for (size_t i = 0; i < n_; ++i) in.grad[i] /= inv;
+    optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
+  }
+  const float* eval_params() override { return params_[0].data(); }
+  bool replicas_identical() const override { return false; }
+
+ private:
+  size_t n_;
+  std::vector<std::vector<float>> params_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+};
+
+}  // namespace
+
+std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup) {
+  return std::make_unique<Independent>(setup);
+}
+
+}  // namespace gs

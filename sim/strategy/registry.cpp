@@ -1,1 +1,55 @@
-// placeholder: filled by its owner
+// The sync-strategy registry: one line per strategy. Add a strategy by writing its file and one line here (and its
+// name in the `sync.kind` choices of sim/config/run_config.cpp).
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+
+const std::vector<StrategyEntry>& strategy_registry() {
+  static const std::vector<StrategyEntry> kStrategies = {
+      {"allreduce", "bulk-synchronous data parallel: bucketed all-reduce (sum) of gradients, divided by the step's "
+                    "sample count; replicas stay bit-identical",
+       make_allreduce},
+      {"independent", "no communication: every rank trains its own replica (local SGD with H = infinity)",
+       make_independent},
+  };
+  return kStrategies;
+}
+
+std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup) {
+  std::string known;
+  for (const auto& e : strategy_registry()) {
+    if (setup.config.sync.kind == e.name) return e.make(setup);
+    known += (known.empty() ? "" : ", ") + std::string(e.name);
+  }
+  throw Error(fmt::format("sync.kind: unknown strategy \"{}\"; known: {}", setup.config.sync.kind, known));
+}
+
+std::vector<Bucket> make_buckets(const std::vector<TensorInfo>& tensors, size_t first_bucket_bytes,
+                                 size_t bucket_bytes) {
+  std::vector<Bucket> buckets;
+  Bucket cur;
+  bool open = false;
+  for (size_t i = tensors.size(); i-- > 0;) {
+    const TensorInfo& t = tensors[i];
+    if (t.count == 0) continue;
+    if (!open) {
+      cur = Bucket{t.offset, t.offset + t.count};
+      open = true;
+    } else {
+      GS_EXPECT(t.offset + t.count == cur.begin, "tensor table must be contiguous");
+      cur.begin = t.offset;
+    }
+    size_t cap = buckets.empty() ? first_bucket_bytes : bucket_bytes;
+    if ((cur.end - cur.begin) * sizeof(float) >= cap) {
+      buckets.push_back(cur);
+      open = false;
+    }
+  }
+  if (open) buckets.push_back(cur);
+  return buckets;
+}
+
+}  // namespace gs

@@ -1,0 +1,64 @@
+// Scenario: a JSON file holding a base run configuration plus `sweep` (axes: grid product over dotted paths; zip:
+// groups of axes that vary together; repeats: seeds). Loading validates everything and expands the sweep into one
+// RunSpec per run; any problem, in the file or in any expanded run, is collected and reported at once.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.h"
+#include "sim/core/error.h"
+
+namespace gs {
+
+// All problems of one scenario file. what() is the whole multi-line message, one "file: path: message" per line.
+class ScenarioError : public Error {
+ public:
+  ScenarioError(std::string file, std::vector<ConfigIssue> issues);
+  const std::vector<ConfigIssue>& issues() const { return issues_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+  std::vector<ConfigIssue> issues_;
+};
+
+// One axis of the grid: a single path, or a zip group of several paths whose values go together.
+struct SweepAxis {
+  std::vector<std::string> paths;
+  std::vector<std::vector<json>> values;  // values[i][p]: value of paths[p] at point i
+};
+
+// One run of the expansion.
+struct RunSpec {
+  std::string id;      // stable: scenario name, swept values (by leaf name), repeat index
+  int64_t index = 0;   // position in the expansion
+  int64_t repeat = 0;
+  json swept;          // {"dotted.path": value, ...} for every swept path (ordered as the axes)
+  RunConfig config;    // resolved (seed = training.seed + repeat)
+};
+
+struct Scenario {
+  std::string path;         // file it came from ("" for text)
+  std::string name;
+  json raw;                 // the file as given
+  std::string sha256;       // of the file's bytes
+  std::vector<SweepAxis> axes;
+  int64_t repeats = 1;
+  std::vector<RunSpec> runs;
+};
+
+// Reads and parses a scenario file, applies overrides ("dotted.path=value", value parsed as JSON or else taken as a
+// string; an override replaces any axis over that path), validates and expands. Throws ScenarioError with every
+// problem (JSON syntax errors as file:line:column).
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides = {});
+Scenario parse_scenario(const std::string& text, const std::string& file_for_messages,
+                        const std::vector<std::string>& overrides = {});
+
+// "12 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks]" (x R [repeats] when repeats > 1).
+std::string describe_expansion(const Scenario& s);
+
+// SHA-256 of bytes, lowercase hex (FIPS 180-4).
+std::string sha256_hex(const std::string& bytes);
+
+}  // namespace gs

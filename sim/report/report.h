@@ -1,0 +1,52 @@
+// The report: one JSON document per scenario (reports/README.md is the reference, reports/schema.json its schema).
+// Finished runs are appended to a journal (runs.jsonl, one flushed line per run) beside report.json, and report.json
+// is reassembled from it atomically (temporary file in the same folder, then rename) at most every few seconds and
+// at the end, so a killed sweep leaves a valid report and --resume picks up from the journal.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/config/scenario.h"
+#include "sim/runtime/rank_loop.h"
+
+namespace gs {
+
+constexpr int kReportSchemaVersion = 1;
+
+// One run's entry of runs[] (ids, resolved config, disposition, timing, communication, convergence, target, trace).
+json run_to_json(const RunSpec& spec, const RunResult& result);
+// An entry for a run that never started (skipped, or failed before its rank loop).
+json run_stub_json(const RunSpec& spec, const std::string& disposition, const std::string& message);
+
+// The `tool` and `context` blocks.
+json tool_json();
+json context_json(const Scenario& scenario, const std::vector<std::string>& argv);
+
+class ReportWriter {
+ public:
+  // dir: the report folder (created). resume: keep the runs already in the journal/report (their ids are done());
+  // otherwise start empty. Throws gs::Error when resuming a report of a different scenario (sha256 differs).
+  ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume);
+  // Ids already in the report (resume).
+  bool done(const std::string& id) const { return runs_.count(id) > 0; }
+  // Appends a finished run to the journal (flushed) and rewrites report.json when the last write is older than
+  // min_interval_s.
+  void add(const json& run, double min_interval_s = 3.0);
+  // Rewrites report.json now (atomically).
+  void flush();
+  std::string report_path() const { return dir_ + "/report.json"; }
+  std::string journal_path() const { return dir_ + "/runs.jsonl"; }
+  size_t size() const { return runs_.size(); }
+
+ private:
+  std::string dir_;
+  json header_;
+  std::map<std::string, json> runs_;  // by id
+  double last_flush_s_ = 0.0;
+};
+
+// Writes text to path atomically: path.tmp.<pid> in the same folder, fsync, rename.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace gs

@@ -1,0 +1,27 @@
+// The sweep driver: runs the expanded runs of a scenario one after another, shows progress, and writes the report
+// (journal + atomic report.json). Signals: the first SIGINT/SIGTERM stops the current run at its next step boundary
+// (recorded as `interrupted`), writes the report and exits 130/143; a second one exits at once.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/config/scenario.h"
+
+namespace gs {
+
+struct DriverOptions {
+  std::string out_dir;               // "" = reports/<scenario name>
+  std::string filter;                // ECMAScript regex searched in run ids ("" = all)
+  bool resume = false;               // run only ids not yet in the report
+  std::vector<std::string> argv;     // recorded in the report's context
+  bool quiet = false;                // no progress output
+};
+
+// Returns the process exit code: 0 when every run that ran passed or diverged, 1 when one failed, 130/143 when
+// interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, unwritable folder).
+int run_sweep(const Scenario& scenario, const DriverOptions& options);
+
+// The --dry-run text: the expansion as a product, then each run's id and swept values (those the filter keeps).
+std::string dry_run_text(const Scenario& scenario, const std::string& filter);
+
+}  // namespace gs

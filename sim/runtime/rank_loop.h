@@ -1,0 +1,56 @@
+// One run: builds the model, data, communicator and sync strategy of a RunConfig, runs the rank loop on a World,
+// and returns what the report needs. The rank loop lives in rank_loop.cpp and nowhere else.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.h"
+#include "sim/runtime/clock.h"
+
+namespace gs {
+
+// One point of the convergence series, recorded after optimizer step `step` (1-based).
+struct SeriesPoint {
+  int64_t step = 0;
+  double measured_s = 0.0;               // training time so far (rank 0's steps; evaluation excluded)
+  double train_loss = 0.0;               // mean per-sample loss over the step's samples (all ranks, micro-batches)
+  std::optional<double> eval_loss;       // at evaluation steps
+  std::optional<double> eval_accuracy;   // at evaluation steps, classification only
+};
+
+struct RunResult {
+  std::string disposition = "passed";  // passed | diverged | failed | skipped | interrupted
+  std::string message;
+  int64_t steps_planned = 0;
+  int64_t steps_completed = 0;
+  double wall_s = 0.0;
+  int64_t num_params = 0;
+  double samples_trained = 0.0;               // over all ranks and steps
+  std::vector<std::vector<StepTimes>> steps;  // [rank][step]
+  std::vector<SeriesPoint> series;
+  bool classification = false;
+  bool replicas_identical = true;             // the strategy's claim
+  std::vector<float> trace_initial;           // report.trace: parameters before step 1
+  std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
+};
+
+struct RunHooks {
+  // Called by rank 0 after every optimizer step (step is 1-based).
+  std::function<void(int64_t step, int64_t total, double train_loss)> on_step;
+  // When set and true, the run stops at the next step boundary with disposition "interrupted".
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Number of optimizer steps the config asks for (training.steps, or epochs x steps per epoch).
+// Throws gs::Error when the data cannot supply one global batch.
+int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch);
+
+// Runs one configuration. Errors inside the run are returned as disposition "failed" with the message; a
+// non-finite training loss stops the run as "diverged" with the data so far.
+RunResult run_training(const RunConfig& config, const RunHooks& hooks = {});
+
+}  // namespace gs

@@ -1,0 +1,43 @@
+// World: the rank threads of one run. One persistent thread per rank for the whole run; run() hands every thread
+// the same job and waits. A rank that throws aborts the world (the on_abort hook wakes ranks blocked in collectives),
+// and run() rethrows the first real error once every thread has stopped: never a hang.
+#pragma once
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gs {
+
+class World {
+ public:
+  explicit World(int ranks);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int size() const { return static_cast<int>(threads_.size()); }
+  // Runs job(rank) on every rank thread and blocks until all return. If ranks throw, calls on_abort() once (from the
+  // first failing thread) and rethrows the first error that is not an Aborted, prefixed with "rank R: ".
+  void run(const std::function<void(int)>& job, const std::function<void()>& on_abort);
+
+ private:
+  void thread_main(int rank);
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int)>* job_ = nullptr;
+  const std::function<void()>* on_abort_ = nullptr;
+  uint64_t generation_ = 0;
+  int running_ = 0;
+  bool stop_ = false;
+  bool aborted_ = false;
+  std::exception_ptr first_error_;
+  int first_error_rank_ = -1;
+};
+
+}  // namespace gs

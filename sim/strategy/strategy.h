@@ -1,0 +1,76 @@
+// Sync strategies: how replicas agree. A strategy owns everything from a rank's accumulated local gradient to that
+// rank's next parameters: it holds the parameter buffers and the optimizers and calls the optimizer itself, so a
+// parameter server (the server owns the optimizer), local SGD (averages parameters) and delayed updates (a ring of
+// gradients) fit without touching the rank loop. A new strategy is one file plus one line in kStrategies
+// (registry.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/comm/communicator.h"
+#include "sim/config/run_config.h"
+#include "sim/model/model.h"
+#include "sim/runtime/clock.h"
+
+namespace gs {
+
+// A contiguous range of the flat gradient buffer communicated as one unit, [begin, end) in elements.
+struct Bucket {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// DDP-style buckets: whole tensors in reverse table order (last layer first); the first bucket closes once it holds
+// at least first_bucket_bytes, the others at bucket_bytes. Buckets are contiguous because the table is.
+std::vector<Bucket> make_buckets(const std::vector<TensorInfo>& tensors, size_t first_bucket_bytes,
+                                 size_t bucket_bytes);
+
+// What a strategy is built from (once per run, before the rank threads start).
+struct StrategySetup {
+  const RunConfig& config;
+  const Model& model;
+  Communicator& comm;
+  int ranks;
+};
+
+// One rank's call at the end of its optimizer step.
+struct StepInput {
+  int rank = 0;
+  int64_t step = 0;               // 0-based optimizer step
+  float* grad = nullptr;          // the rank's gradient SUM over its local samples of this step (may be modified)
+  double local_samples = 0.0;     // samples behind grad
+  double global_samples = 0.0;    // S: samples of this step over all ranks and micro-batches
+  double lr = 0.0;                // learning rate of this step (schedule applied)
+  PhaseClock* clock = nullptr;    // the rank's clock: attribute communicate / optimizer time and bytes
+};
+
+class SyncStrategy {
+ public:
+  virtual ~SyncStrategy() = default;
+  // The rank's parameters (num_params floats). Ranks may share one buffer when the strategy shares identical state.
+  virtual float* params(int rank) = 0;
+  // Called by every rank thread concurrently; returns when the rank's next parameters are in params(rank) and safe
+  // to read for the next forward.
+  virtual void step(const StepInput& in) = 0;
+  // The parameters that represent the model for evaluation (called from one thread between steps).
+  virtual const float* eval_params() = 0;
+  // True when every rank's parameters are equal after every step (the report checks it under trace).
+  virtual bool replicas_identical() const = 0;
+};
+
+struct StrategyEntry {
+  const char* name;
+  const char* doc;
+  std::unique_ptr<SyncStrategy> (*make)(const StrategySetup& setup);
+};
+
+const std::vector<StrategyEntry>& strategy_registry();
+std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
+
+std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);
+std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
+
+}  // namespace gs
