@@ -1,1 +1,39 @@
-// placeholder: filled by its owner
+// The model registry: one line per model {name, one-line doc, factory}, in listing order, plus make_model and
+// Model::num_params. A new model is one file with its factory (declared in model.h) and one line in kModels.
+#include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/model/model.h"
+
+namespace gs {
+
+const std::vector<ModelEntry>& model_registry() {
+  static const std::vector<ModelEntry> kModels = {
+      {"mlp", "fully connected layers [in, h1, ..., out], relu|gelu, cross_entropy|mse; torch.nn.Linear init",
+       make_mlp},
+      {"linear", "y = W x (+ b), layers [in, out]; optional explicit initial_weights / initial_bias", make_linear},
+      {"quadratic", "per-rank f_r(w) = 0.5 * sum_i a_ri (w_i - b_ri)^2 from model.a, model.b, model.initial_w",
+       make_quadratic},
+  };
+  return kModels;
+}
+
+std::unique_ptr<Model> make_model(const RunConfig& config) {
+  std::string known;
+  for (const ModelEntry& e : model_registry()) {
+    if (config.model.kind == e.name) return e.make(config);
+    known += known.empty() ? e.name : fmt::format(", {}", e.name);
+  }
+  throw Error(fmt::format("model.kind: unknown model '{}' (known: {})", config.model.kind, known));
+}
+
+size_t Model::num_params() const {
+  size_t n = 0;
+  for (const TensorInfo& t : tensors()) n = std::max(n, t.offset + t.count);
+  return n;
+}
+
+}  // namespace gs

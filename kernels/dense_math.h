@@ -1,0 +1,86 @@
+// Element math of the dense ops, shared by the host implementation (dense.cpp) and a later CUDA twin: activations
+// and their derivatives, softmax cross-entropy over one row (stable log-sum-exp), MSE over one row. Header-only
+// GS_HD inline functions templated on the element type (float, double); a new element function is added here.
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/rng.h"  // GS_HD
+
+namespace gs {
+
+// Precision-matched libm calls (float -> erff/expf/logf, double -> erf/exp/log), usable on host and device.
+GS_HD inline float math_erf(float x) { return ::erff(x); }
+GS_HD inline double math_erf(double x) { return ::erf(x); }
+GS_HD inline float math_exp(float x) { return ::expf(x); }
+GS_HD inline double math_exp(double x) { return ::exp(x); }
+GS_HD inline float math_log(float x) { return ::logf(x); }
+GS_HD inline double math_log(double x) { return ::log(x); }
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;    // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2*pi)
+
+// ReLU: max(x, 0).
+template <class T>
+GS_HD inline T relu(T x) {
+  return x > T(0) ? x : T(0);
+}
+
+// d relu / dx at the pre-activation x; 0 at x = 0 (as PyTorch).
+template <class T>
+GS_HD inline T relu_derivative(T x) {
+  return x > T(0) ? T(1) : T(0);
+}
+
+// GELU, exact form x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (Hendrycks & Gimpel 2016; PyTorch's approximate='none').
+template <class T>
+GS_HD inline T gelu(T x) {
+  return T(0.5) * x * (T(1) + math_erf(x * T(kInvSqrt2)));
+}
+
+// d gelu / dx = Phi(x) + x * phi(x), phi the standard normal density.
+template <class T>
+GS_HD inline T gelu_derivative(T x) {
+  T cdf = T(0.5) * (T(1) + math_erf(x * T(kInvSqrt2)));
+  T pdf = T(kInvSqrt2Pi) * math_exp(T(-0.5) * x * x);
+  return cdf + x * pdf;
+}
+
+// log(sum_j exp(z_j)) over z[0..n), n >= 1, computed as m + log(sum exp(z_j - m)) with m = max z (no overflow).
+template <class T>
+GS_HD inline T log_sum_exp_row(const T* z, int64_t n) {
+  T m = z[0];
+  for (int64_t j = 1; j < n; ++j) m = z[j] > m ? z[j] : m;
+  T s = T(0);
+  for (int64_t j = 0; j < n; ++j) s += math_exp(z[j] - m);
+  return m + math_log(s);
+}
+
+// Softmax cross-entropy of one sample: -log softmax(z)[label] = logsumexp(z) - z[label]. label in [0, n).
+template <class T>
+GS_HD inline T softmax_cross_entropy_row(const T* z, int32_t label, int64_t n) {
+  return log_sum_exp_row(z, n) - z[label];
+}
+
+// Its gradient with respect to z: dz = softmax(z) - onehot(label). dz may alias z.
+template <class T>
+GS_HD inline void softmax_cross_entropy_grad_row(T* dz, const T* z, int32_t label, int64_t n) {
+  T lse = log_sum_exp_row(z, n);
+  for (int64_t j = 0; j < n; ++j) dz[j] = math_exp(z[j] - lse);
+  dz[label] -= T(1);
+}
+
+// Per-sample MSE as gradsweep defines it (DESIGN.md section 3): 0.5 * ||y_hat - y||^2 over n outputs. Its gradient
+// with respect to y_hat is y_hat - y.
+template <class T>
+GS_HD inline T mse_row(const T* y_hat, const T* y, int64_t n) {
+  T s = T(0);
+  for (int64_t j = 0; j < n; ++j) {
+    T d = y_hat[j] - y[j];
+    s += d * d;
+  }
+  return T(0.5) * s;
+}
+
+}  // namespace gs
