@@ -49,7 +49,10 @@ std::string dry_run_text(const Scenario& s, const std::string& filter) {
   for (const auto& r : s.runs) {
     if (!std::regex_search(r.id, re)) continue;
     ++kept;
-    out += fmt::format("  [{}] {}  {}{}\n", r.index, r.id, r.swept.dump(),
+    std::string values;
+    for (const auto& a : s.axes)
+      for (const auto& p : a.paths) values += (values.empty() ? "" : " ") + p + "=" + r.swept[p].dump();
+    out += fmt::format("  [{}] {}  {}{}\n", r.index, r.id, values,
                        s.repeats > 1 ? fmt::format(" repeat={} seed={}", r.repeat, r.config.training.seed) : "");
   }
   if (!filter.empty()) out += fmt::format("{} of {} runs match --filter {}\n", kept, s.runs.size(), filter);

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Configures (once) and builds gradsweep in build/ with Ninja; prints nothing when there is nothing to do and the
+# compiler's output only when the build fails. Extra arguments go to ninja (targets). CI=true turns warnings into
+# errors. GRADSWEEP_BUILD_DIR overrides the folder.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${GRADSWEEP_BUILD_DIR:-$root/build}
+werror=OFF
+[[ "${CI:-}" == "true" ]] && werror=ON
+if [[ ! -f "$build/build.ninja" ]] || ! grep -q "GRADSWEEP_WERROR:BOOL=$werror" "$build/CMakeCache.txt" 2>/dev/null; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSWEEP_WERROR=$werror \
+    > "$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
+fi
+jobs=$(nproc)
+if ! ninja -C "$build" -j "$jobs" "$@" > "$build/build.log" 2>&1; then
+  grep -v '^\[' "$build/build.log" | tail -60 >&2
+  echo "build: failed (full log: $build/build.log)" >&2
+  exit 1
+fi
