@@ -1,0 +1,271 @@
+"""Reading helpers for gradsweep reports (reports/README.md is the reference, reports/schema.json the contract).
+
+Shared by tools/plot.py and other readers: loading and validating a report, run labels and strategy names, sweep
+axes, and the scalar metrics that figures and comparisons use. Plotting code does not belong here.
+"""
+import json
+import math
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO_ROOT / "reports" / "schema.json"
+SUPPORTED_SCHEMA_VERSION = 1
+
+DISPOSITIONS = ("passed", "diverged", "failed", "skipped", "interrupted", "timeout")
+# Runs whose convergence series is worth drawing (failed/skipped/timeout runs are listed, not drawn).
+DRAWN_DISPOSITIONS = ("passed", "diverged", "interrupted")
+# Phases of a step in the order they happen (and the order of stacked bars).
+PHASES = ("data", "forward", "backward", "compress", "communicate", "optimizer", "wait")
+
+# Scalar metrics of one run, by name: (description with unit, getter).
+METRICS = {
+    "eval_accuracy": "final eval accuracy",
+    "eval_loss": "final eval loss",
+    "train_loss": "final train loss",
+    "samples_per_s": "throughput (samples/s, measured)",
+    "time_to_target_s": "time to target (s, measured)",
+    "step_p50_ms": "step time p50 (ms, measured)",
+}
+
+
+class ReportError(Exception):
+    """A report that cannot be read or does not follow the schema; the message names the file."""
+
+
+def load_json(path):
+    """Parses the JSON file at path; raises ReportError naming the file when it is unreadable or not JSON."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"{path}: cannot read: {e}") from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: invalid JSON: {e}") from e
+
+
+_schema_cache = {}
+
+
+def load_schema(path=SCHEMA_PATH):
+    """The report schema (reports/schema.json), parsed once."""
+    key = str(path)
+    if key not in _schema_cache:
+        with open(path, encoding="utf-8") as f:
+            _schema_cache[key] = json.load(f)
+    return _schema_cache[key]
+
+
+def _json_path(parts):
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def schema_errors(doc, schema=None, limit=5):
+    """Up to `limit` schema violations of doc as "$.json.path: message" strings ([] when valid).
+
+    Uses jsonschema when it is installed; without it, only the top-level shape is checked.
+    """
+    try:
+        import jsonschema
+    except ImportError:
+        return _basic_errors(doc)[:limit]
+    validator = jsonschema.Draft202012Validator(schema or load_schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    out = []
+    for e in errors[:limit]:
+        message = e.message if len(e.message) <= 200 else e.message[:200] + "..."
+        out.append(f"{_json_path(e.absolute_path)}: {message}")
+    if len(errors) > limit:
+        out.append(f"... and {len(errors) - limit} more")
+    return out
+
+
+def _basic_errors(doc):
+    if not isinstance(doc, dict):
+        return ["$: a report is a JSON object"]
+    missing = [k for k in ("schema_version", "scenario_name", "axes", "runs") if k not in doc]
+    if missing:
+        return [f"$: missing {', '.join(missing)}"]
+    if not isinstance(doc["runs"], list) or not all(isinstance(r, dict) for r in doc["runs"]):
+        return ["$.runs: expected a list of run objects"]
+    return []
+
+
+def validate_report(doc, name="report"):
+    """Raises ReportError (naming `name`) unless doc is a report of the supported schema version."""
+    if not isinstance(doc, dict) or "runs" not in doc or "schema_version" not in doc:
+        raise ReportError(f"{name}: not a gradsweep report (a JSON object with schema_version and runs expected)")
+    version = doc.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SUPPORTED_SCHEMA_VERSION:
+        raise ReportError(f"{name}: schema_version {version} is newer than this reader "
+                          f"(supports {SUPPORTED_SCHEMA_VERSION}); update tools/")
+    errors = schema_errors(doc)
+    if errors:
+        raise ReportError(f"{name}: does not follow reports/schema.json:\n  " + "\n  ".join(errors))
+
+
+def load_report(path, validate=True):
+    """Reads and (by default) validates the report at path. Raises ReportError naming the file."""
+    doc = load_json(path)
+    if validate:
+        validate_report(doc, str(path))
+    return doc
+
+
+# ---- runs -----------------------------------------------------------------------------------------------------------
+
+def num(x):
+    """x as a float, or NaN for null/non-numbers (the report writes non-finite numbers as null)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return math.nan
+    return float(x)
+
+
+def strategy_label(run):
+    """The run's strategy: sync.kind, plus "+<compression.kind>" unless none, plus "+<precision.mode>" unless fp32."""
+    config = run.get("config") or {}
+    label = str((config.get("sync") or {}).get("kind", "?"))
+    compression = (config.get("compression") or {}).get("kind", "none")
+    if compression not in (None, "none"):
+        label += f"+{compression}"
+    precision = (config.get("precision") or {}).get("mode", "fp32")
+    if precision not in (None, "fp32"):
+        label += f"+{precision}"
+    return label
+
+
+def format_value(v):
+    """A swept value as it appears in labels: JSON text for numbers, booleans and null, bare strings."""
+    if isinstance(v, str):
+        return v
+    return json.dumps(v)
+
+
+def short_paths(paths):
+    """Maps each dotted path to its last component, or to the full path where last components collide."""
+    last = [p.rsplit(".", 1)[-1] for p in paths]
+    return {p: (s if last.count(s) == 1 else p) for p, s in zip(paths, last)}
+
+
+def swept_text(run, repeats=1):
+    """The run's swept values as "key=value key=value" (plus "r<repeat>" when the sweep repeats)."""
+    swept = run.get("swept") or {}
+    names = short_paths(list(swept))
+    parts = [f"{names[p]}={format_value(v)}" for p, v in swept.items()]
+    if repeats > 1:
+        parts.append(f"r{run.get('repeat', 0)}")
+    return " ".join(parts)
+
+
+def run_label(run, repeats=1):
+    """A legend label: the swept values, or the run id when nothing was swept."""
+    return swept_text(run, repeats) or str(run.get("id", "?"))
+
+
+def has_series(run):
+    return bool(((run.get("convergence") or {}).get("series")))
+
+
+def drawn_runs(report):
+    """Runs whose convergence is drawn: passed, diverged or interrupted, with a non-empty series."""
+    return [r for r in report["runs"] if r.get("disposition") in DRAWN_DISPOSITIONS and has_series(r)]
+
+
+def undrawn_runs(report):
+    """The other runs (failed, skipped, timeout, or without a series)."""
+    drawn = {id(r) for r in drawn_runs(report)}
+    return [r for r in report["runs"] if id(r) not in drawn]
+
+
+def undrawn_note(report, limit=6):
+    """A short text listing runs that are not drawn and why ("" when every run is drawn)."""
+    lines = []
+    for r in undrawn_runs(report):
+        why = r.get("disposition", "?")
+        if r.get("message"):
+            why += f": {r['message']}"
+        elif why in DRAWN_DISPOSITIONS:
+            why += ": no convergence series"
+        lines.append(f"{r.get('id', '?')} ({why})")
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
+    return "not drawn: " + "; ".join(lines) if lines else ""
+
+
+def series(run, key):
+    """(x, y) float lists of a series field (measured_s, train_loss, ...) against the step; null -> NaN."""
+    points = (run.get("convergence") or {}).get("series") or []
+    return [p["step"] for p in points], [num(p.get(key)) for p in points]
+
+
+def measured_phases(run):
+    """{phase: dict with "all"/"per_rank"} of the measured clock, or None when the run has no measured timing."""
+    measured = (run.get("timing") or {}).get("measured")
+    return measured.get("phases") if measured else None
+
+
+def metric_value(run, metric):
+    """The scalar `metric` (a key of METRICS) of one run, NaN when absent or null."""
+    if metric in ("eval_accuracy", "eval_loss", "train_loss"):
+        return num(((run.get("convergence") or {}).get("final") or {}).get(metric))
+    if metric == "samples_per_s":
+        return num((run.get("throughput") or {}).get("samples_per_s"))
+    if metric == "time_to_target_s":
+        ttt = run.get("time_to_target")
+        return num(ttt.get("measured_s")) if ttt and ttt.get("reached") else math.nan
+    if metric == "step_p50_ms":
+        measured = (run.get("timing") or {}).get("measured")
+        return num(((measured or {}).get("step") or {}).get("all", {}).get("p50_ms")) if measured else math.nan
+    raise KeyError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+
+
+def default_metric(report):
+    """Final eval accuracy when some passed run has it, else final train loss."""
+    passed = [r for r in report["runs"] if r.get("disposition") == "passed"]
+    if any(not math.isnan(metric_value(r, "eval_accuracy")) for r in passed):
+        return "eval_accuracy"
+    return "train_loss"
+
+
+# ---- sweep axes -----------------------------------------------------------------------------------------------------
+
+def axis_name(axis):
+    """An axis's name: its path, or "a+b" for a zip group of several paths."""
+    return "+".join(axis["paths"])
+
+
+def find_axis(report, name):
+    """The axis named `name`: a full dotted path, a unique last component ("ranks"), "a+b" for a zip group, or its
+    0-based index. Raises ReportError when no axis or several match."""
+    axes = report.get("axes") or []
+    if name.isdigit() and int(name) < len(axes):
+        return axes[int(name)]
+    exact = [a for a in axes if name == axis_name(a) or name in a["paths"]]
+    if len(exact) == 1:
+        return exact[0]
+    suffix = [a for a in axes if any(p == name or p.endswith("." + name) for p in a["paths"])]
+    if len(suffix) == 1:
+        return suffix[0]
+    known = ", ".join(axis_name(a) for a in axes) or "none"
+    what = "matches several axes" if suffix else "is not a sweep axis"
+    raise ReportError(f"axis {name!r} {what} of this report (axes: {known})")
+
+
+def run_axis_value(run, axis):
+    """The run's value of an axis as a list (one entry per path), or None when the run lacks one of the paths."""
+    swept = run.get("swept") or {}
+    if not all(p in swept for p in axis["paths"]):
+        return None
+    return [swept[p] for p in axis["paths"]]
+
+
+def axis_value_text(axis, value):
+    """Tick text of one axis value: "4", or "k=4,ratio=0.1" for a zip group."""
+    if len(axis["paths"]) == 1:
+        return format_value(value[0])
+    names = short_paths(axis["paths"])
+    return ",".join(f"{names[p]}={format_value(v)}" for p, v in zip(axis["paths"], value))
