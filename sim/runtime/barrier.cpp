@@ -1,1 +1,74 @@
-// placeholder: filled by its owner
+// Barrier: generation counter + arrival counter. The last arrival resets the count and bumps the generation; the
+// others spin (yielding the core) for a short while, then sleep on a condition variable until the generation moves.
+#include "sim/runtime/barrier.h"
+
+#include <chrono>
+#include <thread>
+
+namespace gs {
+
+namespace {
+
+// Yielding spins before sleeping. Short, because ranks often outnumber the cores: a spinning rank steals the core
+// from the rank it waits for. Also bounded in time so a long spin never burns a whole time slice.
+constexpr int kSpinYields = 64;
+constexpr std::chrono::microseconds kSpinLimit{50};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Barrier::Barrier(int parties) : parties_(parties) {
+  GS_EXPECT(parties >= 1, "a barrier needs at least one party, got " + std::to_string(parties));
+}
+
+void Barrier::wake_sleepers() {
+  // seq_cst pairs with the sleeper's increment of sleepers_ and its seq_cst re-check of the generation: either the
+  // sleeper sees the new generation (or abort) before sleeping, or this load sees the sleeper and notifies under
+  // the mutex, which the sleeper holds until it is inside wait().
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
+  }
+}
+
+double Barrier::arrive_and_wait() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (aborted()) throw Aborted();
+  // The generation cannot move before this thread arrives, so this is the generation being joined.
+  const uint64_t gen = generation_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == parties_) {
+    // Last arrival: the acq_rel chain on arrived_ made every earlier arrival's writes visible here; the release on
+    // generation_ passes them (and ours) on to every waiter.
+    arrived_.store(0, std::memory_order_relaxed);
+    generation_.store(gen + 1, std::memory_order_seq_cst);
+    wake_sleepers();
+    return seconds_since(t0);
+  }
+  auto released = [&] { return generation_.load(std::memory_order_seq_cst) != gen; };
+  for (int i = 0; i < kSpinYields; ++i) {
+    if (released()) return seconds_since(t0);
+    if (aborted()) throw Aborted();
+    if ((i & 7) == 7 && std::chrono::steady_clock::now() - t0 > kSpinLimit) break;
+    std::this_thread::yield();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    cv_.wait(lock, [&] { return released() || aborted_.load(std::memory_order_seq_cst); });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // A generation that completed counts even if an abort raced with it; the next arrival will throw.
+  if (!released()) throw Aborted();
+  return seconds_since(t0);
+}
+
+void Barrier::abort() {
+  aborted_.store(true, std::memory_order_seq_cst);
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+}  // namespace gs
