@@ -1,1 +1,173 @@
-// placeholder: filled by its owner
+// Scenario loading and validation: every kind of bad input is refused with its path and what was expected, all
+// problems at once; sweep expansion (axes, zip, repeats, overrides); stable run ids.
+#include <gtest/gtest.h>
+
+#include "sim/config/scenario.h"
+
+namespace gs {
+namespace {
+
+// The issues of a scenario that must fail to load.
+std::vector<ConfigIssue> issues_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_scenario(text, "bad.json", sets);
+  } catch (const ScenarioError& e) {
+    return e.issues();
+  }
+  ADD_FAILURE() << "scenario was accepted: " << text;
+  return {};
+}
+
+bool has_issue(const std::vector<ConfigIssue>& issues, const std::string& path, const std::string& fragment) {
+  for (const auto& i : issues)
+    if (i.path == path && i.message.find(fragment) != std::string::npos) return true;
+  return false;
+}
+
+std::string dump_issues(const std::vector<ConfigIssue>& issues) {
+  std::string s;
+  for (const auto& i : issues) s += i.path + ": " + i.message + "\n";
+  return s;
+}
+
+const char* kGood = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+  "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3}})";
+
+TEST(ConfigErrors, SyntaxErrorNamesFileLineAndColumn) {
+  try {
+    parse_scenario("{\n  \"name\": \"x\",\n  \"model\": {\"kind\": \"mlp\",}\n}", "s.json");
+    FAIL() << "accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(e.file(), "s.json:3:27")  // the "}" after the trailing comma << e.what();
+    EXPECT_NE(std::string(e.what()).find("JSON syntax error"), std::string::npos);
+  }
+}
+
+TEST(ConfigErrors, UnknownKeysWithDidYouMean) {
+  auto is = issues_of(R"({"name": "t", "trainig": {}, "training": {"optimizr": {"lr": 1}, "steps": 2},
+                         "model": {"kind": "mlp", "layers": [784, 10], "activaton": "relu"}, "lr": 0.1})");
+  EXPECT_TRUE(has_issue(is, "trainig", "did you mean \"training\"")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.optimizr", "did you mean \"training.optimizer\"")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "model.activaton", "did you mean \"model.activation\"")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "lr", "did you mean \"training.optimizer.lr\"")) << dump_issues(is);
+}
+
+TEST(ConfigErrors, WrongTypesAndRangesAllAtOnce) {
+  auto is = issues_of(R"({"name": "t", "cluster": {"ranks": 0},
+    "training": {"optimizer": {"lr": 0, "kind": "sgdd"}, "accumulation_steps": 0, "steps": "ten"},
+    "data": {"batch_per_rank": 0, "shuffle": "yes"}, "model": {"layers": [784, -3, 10]}})");
+  EXPECT_TRUE(has_issue(is, "cluster.ranks", "expected an integer >= 1")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "expected a number > 0, got 0")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.optimizer.kind", "one of \"sgd\", \"adam\", \"adamw\"")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.accumulation_steps", ">= 1")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.steps", "expected an integer")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "data.batch_per_rank", ">= 1")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "data.shuffle", "true or false")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "model.layers[1]", "expected an integer >= 1")) << dump_issues(is);
+  EXPECT_GE(is.size(), 8u);
+}
+
+TEST(ConfigErrors, NegativeLearningRateAndAbsurdRanks) {
+  auto is = issues_of(R"({"training": {"optimizer": {"lr": -1}}, "cluster": {"ranks": 100000}})");
+  EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "> 0")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "cluster.ranks", "<= 1024")) << dump_issues(is);
+}
+
+TEST(ConfigErrors, CrossFieldRules) {
+  auto is = issues_of(R"({"model": {"kind": "mlp", "layers": [10, 10]}, "data": {"kind": "fashion_mnist"},
+                          "report": {"trace": true}})");
+  EXPECT_TRUE(has_issue(is, "model.layers[0]", "784")) << dump_issues(is);
+  auto is2 = issues_of(R"({"model": {"kind": "quadratic", "a": [1], "b": [0], "initial_w": [1]}})");
+  EXPECT_TRUE(has_issue(is2, "data.kind", "\"none\"")) << dump_issues(is2);
+  auto is3 = issues_of(R"({"model": {"kind": "mlp", "layers": [784, 4096, 10]}, "report": {"trace": true}})");
+  EXPECT_TRUE(has_issue(is3, "report.trace", "10000")) << dump_issues(is3);
+}
+
+TEST(ConfigErrors, SweepProblems) {
+  auto is = issues_of(R"({"name": "t", "sweep": {"axes": {"training.lr": [0.1], "cluster.ranks": [1, 0, 2]},
+    "zip": [{"training.steps": [1, 2], "training.seed": [1]}], "repeats": 0, "seeds": 3}})");
+  EXPECT_TRUE(has_issue(is, "sweep.axes[\"training.lr\"]", "did you mean \"training.optimizer.lr\""))
+      << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "sweep.zip[0][\"training.seed\"]", "expected 2 values")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "sweep.repeats", ">= 1")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "sweep.seeds", "did you mean \"sweep.repeats\"")) << dump_issues(is);
+  // A bad swept value is named by its place in the sweep.
+  auto is2 = issues_of(std::string(kGood).insert(1, R"("sweep": {"axes": {"cluster.ranks": [1, 0, 2]}},)"));
+  EXPECT_TRUE(has_issue(is2, "sweep.axes[\"cluster.ranks\"][1]", ">= 1")) << dump_issues(is2);
+}
+
+TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
+  auto is = issues_of(kGood, {"training.optimizer.lr=-2", "training.stepz=3", "nonsense"});
+  EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "> 0")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "--set training.stepz", "did you mean \"training.steps\"")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "--set nonsense", "dotted.path=value")) << dump_issues(is);
+}
+
+TEST(ConfigSweep, GridZipRepeatsAndDescription) {
+  std::string text = std::string(kGood).insert(
+      1, R"("sweep": {"axes": {"training.accumulation_steps": [1, 2, 4, 8], "cluster.ranks": [1, 2, 4]},
+            "zip": [{"training.optimizer.lr": [0.1, 0.2], "training.optimizer.momentum": [0.0, 0.9]}],
+            "repeats": 2},)");
+  Scenario s = parse_scenario(text, "t.json");
+  EXPECT_EQ(s.runs.size(), 4u * 3u * 2u * 2u);
+  EXPECT_EQ(describe_expansion(s),
+            "48 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks] x 2 [training.optimizer.lr, "
+            "training.optimizer.momentum] x 2 [repeats]");
+  // Last axis varies fastest; repeats innermost; zip values travel together; repeat r uses seed + r.
+  EXPECT_EQ(s.runs[0].config.training.accumulation_steps, 1);
+  EXPECT_EQ(s.runs[1].repeat, 1);
+  EXPECT_EQ(s.runs[1].config.training.seed, s.runs[0].config.training.seed + 1);
+  EXPECT_EQ(s.runs[2].config.training.optimizer.lr, 0.2);
+  EXPECT_EQ(s.runs[2].config.training.optimizer.momentum, 0.9);
+  EXPECT_EQ(s.runs[4].config.cluster.ranks, 2);
+  EXPECT_EQ(s.runs[12].config.training.accumulation_steps, 2);
+  EXPECT_EQ(s.runs[0].id, "t.accumulation_steps=1.ranks=1.lr=0.1.momentum=0.0.r0");
+  // Every id distinct.
+  std::set<std::string> ids;
+  for (const auto& r : s.runs) ids.insert(r.id);
+  EXPECT_EQ(ids.size(), s.runs.size());
+}
+
+TEST(ConfigSweep, OverrideReplacesAnAxis) {
+  std::string text = std::string(kGood).insert(1, R"("sweep": {"axes": {"cluster.ranks": [1, 2, 4]}},)");
+  Scenario s = parse_scenario(text, "t.json", {"cluster.ranks=3", "name=renamed"});
+  ASSERT_EQ(s.runs.size(), 1u);
+  EXPECT_EQ(s.runs[0].config.cluster.ranks, 3);
+  EXPECT_EQ(s.name, "renamed");
+}
+
+TEST(ConfigIds, StableWhenALaterVersionAddsAFieldWithItsDefault) {
+  std::string sweep = R"("sweep": {"axes": {"cluster.ranks": [1, 2]}, "repeats": 2},)";
+  Scenario a = parse_scenario(std::string(kGood).insert(1, sweep), "t.json");
+  // The same scenario spelling out defaults (as a file written for a later version might) keeps every id.
+  std::string explicit_defaults = std::string(kGood).insert(1, sweep + R"("sync": {"kind": "allreduce",
+      "bucket_mb": 25, "staleness": 0}, "precision": {"mode": "fp32"}, "cluster": {"share_identical": true},)");
+  Scenario b = parse_scenario(explicit_defaults, "t.json");
+  ASSERT_EQ(a.runs.size(), b.runs.size());
+  for (size_t i = 0; i < a.runs.size(); ++i) EXPECT_EQ(a.runs[i].id, b.runs[i].id);
+  EXPECT_EQ(a.runs[3].id, "t.ranks=2.r1");
+}
+
+TEST(ConfigFields, RoundTripThroughJson) {
+  std::vector<ConfigIssue> issues;
+  RunConfig c = config_from_json(json::parse(kGood), issues);
+  ASSERT_TRUE(issues.empty());
+  json j = config_to_json(c);
+  RunConfig d = config_from_json(j, issues);
+  ASSERT_TRUE(issues.empty()) << issues[0].path << ": " << issues[0].message;
+  EXPECT_EQ(config_to_json(d), j);
+  EXPECT_EQ(j["training"]["optimizer"]["lr"], 0.05);  // the documented default
+  // Integral floats are accepted for integer fields.
+  RunConfig e = config_from_json(json::parse(R"({"training": {"steps": 1e3}, "model": {"layers": [784, 10]}})"),
+                                 issues);
+  EXPECT_EQ(e.training.steps, 1000);
+}
+
+TEST(ConfigHash, Sha256KnownAnswers) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex(std::string(1000, 'a')).substr(0, 16), "41edece42d63e8d9");
+}
+
+}  // namespace
+}  // namespace gs
