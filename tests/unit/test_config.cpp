@@ -38,7 +38,7 @@ TEST(ConfigErrors, SyntaxErrorNamesFileLineAndColumn) {
     parse_scenario("{\n  \"name\": \"x\",\n  \"model\": {\"kind\": \"mlp\",}\n}", "s.json");
     FAIL() << "accepted";
   } catch (const ScenarioError& e) {
-    EXPECT_EQ(e.file(), "s.json:3:27")  // the "}" after the trailing comma << e.what();
+    EXPECT_EQ(e.file(), "s.json:3:27") << e.what();  // the "}" after the trailing comma
     EXPECT_NE(std::string(e.what()).find("JSON syntax error"), std::string::npos);
   }
 }
