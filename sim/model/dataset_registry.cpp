@@ -1,1 +1,150 @@
-// placeholder: filled by its owner
+// The dataset registry table (one line per dataset), the shared sampling rule of dataset.h (epoch orders and the
+// sample indices of a micro-batch), and the "none" dataset. A new dataset is one file plus one line in kDatasets.
+#include <algorithm>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "kernels/rng.h"
+#include "sim/core/error.h"
+#include "sim/model/dataset.h"
+
+namespace gs {
+
+// Shared by the indexable datasets (teacher.cpp, fashion_mnist.cpp declare them where they use them).
+int64_t indexed_steps_per_epoch(const RunConfig& config, int64_t train_size);
+std::vector<int64_t> micro_batch_indices(const RunConfig& config, int64_t train_size, int64_t step, int64_t micro,
+                                         int rank);
+
+namespace {
+
+// "none": the quadratic model's data. Each micro-batch is one empty sample of its rank.
+class NoData : public Dataset {
+ public:
+  NoData() { fill(eval_, 0); }
+  int64_t in_dim() const override { return 0; }
+  int64_t out_dim() const override { return 0; }
+  bool classification() const override { return false; }
+  int64_t steps_per_epoch() const override { return 0; }
+  void micro_batch(int64_t, int64_t, int rank, Batch& out) const override { fill(out, rank); }
+  const Batch& eval_set() const override { return eval_; }
+
+ private:
+  static void fill(Batch& b, int rank) {
+    b.rank = rank;
+    b.count = 1;
+    b.in_dim = 0;
+    b.out_dim = 0;
+    b.x.clear();
+    b.y.clear();
+    b.labels.clear();
+  }
+  Batch eval_;
+};
+
+const std::vector<DatasetEntry> kDatasets = {
+    {"fashion_mnist", "Fashion-MNIST (gzip IDX files in data.path or /usr/share/datasets/fashion-mnist); 10 classes",
+     make_fashion_mnist},
+    {"teacher", "Gaussian inputs labelled by a fixed random teacher network (data.teacher.*)", make_teacher},
+    {"inline", "explicit samples per rank and micro-batch in the scenario (data.ranks, data.eval)", make_inline},
+    {"none", "no samples: one empty sample per micro-batch (the quadratic model)", make_no_data},
+};
+
+// Process-wide cache of recent epoch orders, so a rank's micro-batch costs O(b), not a shuffle of the training set.
+struct OrderKey {
+  int64_t n;
+  uint64_t seed;
+  int64_t epoch;
+  bool operator==(const OrderKey& o) const { return n == o.n && seed == o.seed && epoch == o.epoch; }
+};
+
+constexpr size_t kOrderCacheEntries = 8;
+
+std::shared_ptr<const std::vector<int64_t>> cached_shuffled_order(int64_t n, uint64_t seed, int64_t epoch) {
+  static std::mutex mutex;
+  static std::list<std::pair<OrderKey, std::shared_ptr<const std::vector<int64_t>>>> recent;  // most recent first
+  const OrderKey key{n, seed, epoch};
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = recent.begin(); it != recent.end(); ++it) {
+    if (it->first == key) {
+      recent.splice(recent.begin(), recent, it);
+      return recent.front().second;
+    }
+  }
+  auto order = std::make_shared<const std::vector<int64_t>>(epoch_order(n, seed, epoch, true));
+  recent.emplace_front(key, order);
+  if (recent.size() > kOrderCacheEntries) recent.pop_back();
+  return order;
+}
+
+}  // namespace
+
+const std::vector<DatasetEntry>& dataset_registry() { return kDatasets; }
+
+std::unique_ptr<Dataset> make_dataset(const RunConfig& config) {
+  std::string known;
+  for (const auto& e : kDatasets) {
+    if (config.data.kind == e.name) return e.make(config);
+    known += known.empty() ? e.name : std::string(", ") + e.name;
+  }
+  throw_error(__FILE__, __LINE__, "kind in kDatasets",
+              "data.kind: unknown dataset '" + config.data.kind + "' (known: " + known + ")");
+}
+
+std::unique_ptr<Dataset> make_no_data(const RunConfig&) { return std::make_unique<NoData>(); }
+
+// Fisher-Yates (Knuth's Algorithm P) from the top: for i = n-1..1, j = r_i mod (i+1) with r_i the 64 bits of
+// words 0,1 of philox_draw(seed, kShuffle, step = epoch, rank = 0, index = i); swap positions i and j.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
+  GS_EXPECT(n >= 0 && n <= static_cast<int64_t>(UINT32_MAX), "epoch_order: training set size out of range");
+  GS_EXPECT(epoch >= 0 && epoch <= static_cast<int64_t>(UINT32_MAX), "epoch_order: epoch out of range");
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!shuffle) return order;
+  for (int64_t i = n - 1; i > 0; --i) {
+    const Draw4 d = philox_draw(seed, Purpose::kShuffle, static_cast<uint32_t>(epoch), 0, static_cast<uint32_t>(i));
+    const uint64_t r = (static_cast<uint64_t>(d.v[0]) << 32) | d.v[1];
+    const auto j = static_cast<int64_t>(r % static_cast<uint64_t>(i + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+// floor(train_size / G), G = N*K*b; throws when one global batch needs more samples than the training set has.
+int64_t indexed_steps_per_epoch(const RunConfig& config, int64_t train_size) {
+  const int64_t n = config.cluster.ranks, k = config.training.accumulation_steps, b = config.data.batch_per_rank;
+  GS_EXPECT(n >= 1, "cluster.ranks: must be >= 1");
+  GS_EXPECT(k >= 1, "training.accumulation_steps: must be >= 1");
+  GS_EXPECT(b >= 1, "data.batch_per_rank: must be >= 1");
+  const int64_t global = n * k * b;
+  GS_EXPECT(global <= train_size,
+            "data.batch_per_rank: one global batch (ranks x accumulation_steps x batch_per_rank = " +
+                std::to_string(global) + " samples) exceeds the training set (" + std::to_string(train_size) +
+                " samples)");
+  return train_size / global;
+}
+
+// The b training-set indices of micro-batch `micro` of `rank` at optimizer step `step` (dataset.h's rule).
+std::vector<int64_t> micro_batch_indices(const RunConfig& config, int64_t train_size, int64_t step, int64_t micro,
+                                         int rank) {
+  const int64_t n = config.cluster.ranks, k = config.training.accumulation_steps, b = config.data.batch_per_rank;
+  const int64_t per_epoch = indexed_steps_per_epoch(config, train_size);
+  GS_EXPECT(step >= 0, "micro_batch: step must be >= 0");
+  GS_EXPECT(micro >= 0 && micro < k, "micro_batch: micro-batch index outside [0, accumulation_steps)");
+  GS_EXPECT(rank >= 0 && rank < n, "micro_batch: rank outside [0, cluster.ranks)");
+  const int64_t epoch = step / per_epoch;
+  const int64_t first = (step % per_epoch) * n * k * b + (micro * n + rank) * b;
+  std::vector<int64_t> idx(static_cast<size_t>(b));
+  if (!config.data.shuffle) {
+    std::iota(idx.begin(), idx.end(), first);
+    return idx;
+  }
+  const auto order = cached_shuffled_order(train_size, static_cast<uint64_t>(config.training.seed), epoch);
+  std::copy(order->begin() + first, order->begin() + first + b, idx.begin());
+  return idx;
+}
+
+}  // namespace gs

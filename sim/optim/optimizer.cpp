@@ -1,1 +1,94 @@
-// placeholder: filled by its owner
+// Host optimizers over a flat fp32 buffer: SGD (momentum, Nesterov), Adam, AdamW, with PyTorch's rules; the element
+// math is in kernels/optim_math.h. A new optimizer is one class here plus one line in kOptimizers.
+#include <string>
+
+#include "kernels/optim_math.h"
+#include "sim/core/error.h"
+#include "sim/optim/optimizer.h"
+
+namespace gs {
+namespace {
+
+// torch.optim.SGD (dampening 0). The momentum buffer is created on the step with t == 1 (not by a flag), so ranges
+// of one step applied separately behave like one call.
+class Sgd : public Optimizer {
+ public:
+  Sgd(const OptimizerConfig& c, size_t n) : config_(c) {
+    GS_EXPECT(!c.nesterov || c.momentum > 0.0,
+              "training.optimizer.nesterov: Nesterov momentum needs training.optimizer.momentum > 0");
+    if (c.momentum != 0.0) buf_.assign(n, 0.0f);
+  }
+
+  void step(float* params, const float* grad, size_t begin, size_t end, double lr, int64_t t) override {
+    GS_EXPECT(t >= 1, "optimizer step count t is 1-based");
+    GS_EXPECT(buf_.empty() || end <= buf_.size(), "optimizer range ends past the parameter count");
+    SgdScalars s;
+    s.lr = static_cast<float>(lr);
+    s.momentum = static_cast<float>(config_.momentum);
+    s.weight_decay = static_cast<float>(config_.weight_decay);
+    s.nesterov = config_.nesterov;
+    s.first_step = (t == 1);
+    float unused = 0.0f;
+    for (size_t i = begin; i < end; ++i) sgd_element(params[i], grad[i], buf_.empty() ? unused : buf_[i], s);
+  }
+
+  std::vector<std::vector<float>*> state() override {
+    if (buf_.empty()) return {};
+    return {&buf_};
+  }
+
+ private:
+  OptimizerConfig config_;
+  std::vector<float> buf_;  // momentum buffer (empty when momentum == 0)
+};
+
+// torch.optim.Adam (decoupled = false) and torch.optim.AdamW (decoupled = true); amsgrad off.
+class Adam : public Optimizer {
+ public:
+  Adam(const OptimizerConfig& c, size_t n, bool decoupled) : config_(c), decoupled_(decoupled), m_(n), v_(n) {}
+
+  void step(float* params, const float* grad, size_t begin, size_t end, double lr, int64_t t) override {
+    GS_EXPECT(t >= 1, "optimizer step count t is 1-based (Adam's bias correction)");
+    GS_EXPECT(end <= m_.size(), "optimizer range ends past the parameter count");
+    const AdamScalars s =
+        adam_scalars(lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, decoupled_, t);
+    for (size_t i = begin; i < end; ++i) adam_element(params[i], grad[i], m_[i], v_[i], s);
+  }
+
+  std::vector<std::vector<float>*> state() override { return {&m_, &v_}; }
+
+ private:
+  OptimizerConfig config_;
+  bool decoupled_;
+  std::vector<float> m_;  // first moment (exp_avg)
+  std::vector<float> v_;  // second moment (exp_avg_sq)
+};
+
+std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, size_t n) { return std::make_unique<Sgd>(c, n); }
+std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, false); }
+std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, true); }
+
+struct OptimizerEntry {
+  const char* name;
+  std::unique_ptr<Optimizer> (*make)(const OptimizerConfig& config, size_t n);
+};
+
+const OptimizerEntry kOptimizers[] = {
+    {"sgd", make_sgd},
+    {"adam", make_adam},
+    {"adamw", make_adamw},
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n) {
+  std::string known;
+  for (const auto& e : kOptimizers) {
+    if (config.kind == e.name) return e.make(config, n);
+    known += known.empty() ? e.name : std::string(", ") + e.name;
+  }
+  throw_error(__FILE__, __LINE__, "kind in kOptimizers",
+              "training.optimizer.kind: unknown optimizer '" + config.kind + "' (known: " + known + ")");
+}
+
+}  // namespace gs
