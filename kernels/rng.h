@@ -40,8 +40,9 @@ GS_HD inline Draw4 philox_draw(uint64_t seed, Purpose purpose, uint32_t step, ui
   return Draw4{{r[0], r[1], r[2], r[3]}};
 }
 
-// Uniform in (0, 1) from 24 random bits, never 0 or 1: (u + 0.5) * 2^-24.
-GS_HD inline float uniform_open01(uint32_t word) { return (static_cast<float>(word >> 8) + 0.5f) * 5.9604645e-8f; }
+// Uniform in (0, 1) from 23 random bits, never 0 or 1: (u + 0.5) * 2^-23, largest 1 - 2^-24 (24 bits would round
+// (2^24 - 0.5) up to 2^24 and return exactly 1).
+GS_HD inline float uniform_open01(uint32_t word) { return (static_cast<float>(word >> 9) + 0.5f) * 1.1920929e-7f; }
 
 // Uniform in [lo, hi) as float (from 24 bits).
 GS_HD inline float uniform_range(uint32_t word, float lo, float hi) {

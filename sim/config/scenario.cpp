@@ -101,6 +101,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   s.path = file;
   s.raw = json::parse(doc.dump());
   s.sha256 = sha256_hex(text);
+  s.overrides = overrides;
 
   // Base configuration: everything but sweep and description.
   json base = json::object();

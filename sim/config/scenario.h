@@ -43,6 +43,7 @@ struct Scenario {
   std::string name;
   json raw;                 // the file as given
   std::string sha256;       // of the file's bytes
+  std::vector<std::string> overrides;  // --set path=value, as given
   std::vector<SweepAxis> axes;
   int64_t repeats = 1;
   std::vector<RunSpec> runs;

@@ -53,4 +53,11 @@ std::unique_ptr<Dataset> make_no_data(const RunConfig& config);  // "none": one 
 // shuffle is false). Shared by every indexable dataset.
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
 
+// The sampling rule above for a dataset of train_size samples: optimizer steps per epoch (the last partial global
+// batch dropped; throws gs::Error naming data.batch_per_rank when one global batch exceeds the set), and the
+// training-set indices of micro-batch `micro` of `rank` at optimizer step `step`.
+int64_t indexed_steps_per_epoch(const RunConfig& config, int64_t train_size);
+std::vector<int64_t> micro_batch_indices(const RunConfig& config, int64_t train_size, int64_t step, int64_t micro,
+                                         int rank);
+
 }  // namespace gs

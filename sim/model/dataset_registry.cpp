@@ -14,11 +14,6 @@
 
 namespace gs {
 
-// Shared by the indexable datasets (teacher.cpp, fashion_mnist.cpp declare them where they use them).
-int64_t indexed_steps_per_epoch(const RunConfig& config, int64_t train_size);
-std::vector<int64_t> micro_batch_indices(const RunConfig& config, int64_t train_size, int64_t step, int64_t micro,
-                                         int rank);
-
 namespace {
 
 // "none": the quadratic model's data. Each micro-batch is one empty sample of its rank.

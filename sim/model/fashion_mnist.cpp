@@ -18,11 +18,6 @@
 
 namespace gs {
 
-// Defined in dataset_registry.cpp: the sampling rule shared by every indexable dataset.
-int64_t indexed_steps_per_epoch(const RunConfig& config, int64_t train_size);
-std::vector<int64_t> micro_batch_indices(const RunConfig& config, int64_t train_size, int64_t step, int64_t micro,
-                                         int rank);
-
 namespace {
 
 constexpr const char* kDebianPath = "/usr/share/datasets/fashion-mnist";

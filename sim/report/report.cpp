@@ -125,6 +125,7 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
   c["scenario_path"] = scenario.path;
   c["scenario"] = scenario.raw;
   c["scenario_sha256"] = scenario.sha256;
+  c["overrides"] = scenario.overrides;
   CudaProbe p = cuda_probe();
   c["cuda"] = {{"compiled", p.compiled},         {"device_count", p.device_count},
                {"error", p.error},               {"runtime_version", p.runtime_version},
@@ -293,6 +294,10 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     if (!sha.empty() && sha != scenario.sha256)
       throw Error(report_path() + ": written for a different version of " + scenario.path +
                   " (scenario sha256 differs); run without --resume or choose another --out");
+    json old_sets = old.value("/context/overrides"_json_pointer, json::array());
+    if (old_sets != json(scenario.overrides))
+      throw Error(report_path() + ": written with --set " + old_sets.dump() + ", now " +
+                  json(scenario.overrides).dump() + "; resume with the same overrides or choose another --out");
     if (old.contains("runs") && old["runs"].is_array())
       for (const auto& run : old["runs"]) take(run);
   }

@@ -1,0 +1,201 @@
+"""End-to-end tests of the gradsweep binary: a sweep writes a report that validates against reports/schema.json,
+bad scenarios exit 2 before anything runs, --dry-run prints the product, a killed sweep leaves a valid report that
+--resume completes to the same content as an uninterrupted sweep, SIGINT records `interrupted` and exits 130, and
+tools/plot.py draws a produced report."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("GRADSWEEP_BIN", REPO / "build" / "gradsweep"))
+SCHEMA = json.loads((REPO / "reports" / "schema.json").read_text())
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
+
+
+def scenario(name="e2e", steps=30, axes=None, repeats=1, **extra):
+    s = {
+        "name": name,
+        "model": {"kind": "mlp", "layers": [16, 32, 4], "loss": "cross_entropy"},
+        "data": {"kind": "teacher", "batch_per_rank": 8,
+                 "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 4096, "eval_samples": 256}},
+        "cluster": {"ranks": 2},
+        "training": {"steps": steps, "eval_every": 10, "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9},
+                     "target": {"metric": "eval_accuracy", "value": 0.3}},
+        "sweep": {"axes": axes if axes is not None else {"training.accumulation_steps": [1, 2],
+                                                          "cluster.ranks": [1, 2]},
+                  "repeats": repeats},
+    }
+    s.update(extra)
+    return s
+
+
+def write(tmp_path, doc, name="s.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return p
+
+
+def run(*args, **kw):
+    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
+
+
+def comparable(report):
+    """What must match between an uninterrupted and a resumed sweep: everything but timings."""
+    out = []
+    for r in report["runs"]:
+        out.append({
+            "id": r["id"], "index": r["index"], "swept": r["swept"], "config": r["config"],
+            "disposition": r["disposition"], "steps": r["steps_completed"],
+            "loss": [p["train_loss"] for p in r["convergence"]["series"]],
+            "eval": [(p["eval_loss"], p["eval_accuracy"]) for p in r["convergence"]["series"]],
+            "bytes": r["communication"]["bytes_sent_per_rank_per_step"],
+            "target": {k: v for k, v in (r["time_to_target"] or {}).items() if k in ("reached", "step")},
+        })
+    return out
+
+
+def test_sweep_writes_a_report_that_validates(tmp_path):
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, scenario()), "--out", out)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((out / "report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    assert [r["id"] for r in report["runs"]] == [
+        "e2e.accumulation_steps=1.ranks=1.r0", "e2e.accumulation_steps=1.ranks=2.r0",
+        "e2e.accumulation_steps=2.ranks=1.r0", "e2e.accumulation_steps=2.ranks=2.r0"]
+    for r in report["runs"]:
+        assert r["disposition"] == "passed"
+        assert len(r["convergence"]["series"]) == 30
+        assert r["convergence"]["final"]["eval_accuracy"] is not None
+        assert len(r["timing"]["measured"]["step"]["per_rank"]) == r["config"]["cluster"]["ranks"]
+    # The gradient crosses the wire only with 2 ranks: 2(n-1)/n * 4 bytes per parameter = 4 bytes per parameter.
+    n_params = 16 * 32 + 32 + 32 * 4 + 4
+    assert report["runs"][1]["communication"]["bytes_sent_per_rank_per_step"] == [4.0 * n_params] * 2
+    assert report["runs"][0]["communication"]["bytes_sent_per_rank_per_step"] == [0.0]
+    assert report["context"]["scenario"]["name"] == "e2e"
+    assert len(report["context"]["scenario_sha256"]) == 64
+
+
+def test_bad_scenario_exits_2_with_every_problem_and_writes_nothing(tmp_path):
+    bad = scenario()
+    bad["cluster"]["ranks"] = 0
+    bad["training"]["optimizer"]["lr"] = -0.1
+    bad["training"]["accumulation_steps"] = 0
+    bad["data"]["batch_per_rank"] = 0
+    bad["trainig"] = {}
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, bad), "--out", out)
+    assert p.returncode == 2
+    for fragment in ["cluster.ranks", "training.optimizer.lr", "training.accumulation_steps",
+                     "data.batch_per_rank", "did you mean \"training\"", "s.json"]:
+        assert fragment in p.stderr, (fragment, p.stderr)
+    assert not out.exists()
+    v = run("validate", tmp_path / "s.json")
+    assert v.returncode == 2
+
+
+def test_syntax_error_names_line_and_column(tmp_path):
+    p = run("validate", write(tmp_path, '{"name": "x",\n "model": {"kind": }\n}'))
+    assert p.returncode == 2
+    assert "s.json:2:20" in p.stderr, p.stderr  # the "}" where a value was due
+
+
+def test_dry_run_prints_the_product_and_runs_nothing(tmp_path):
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, scenario(repeats=3)), "--dry-run", "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == (
+        "12 runs = 2 [training.accumulation_steps] x 2 [cluster.ranks] x 3 [repeats]")
+    assert "e2e.accumulation_steps=2.ranks=1.r2" in p.stdout
+    assert not out.exists()
+
+
+def test_killed_sweep_leaves_a_valid_report_and_resume_completes_it(tmp_path):
+    doc = scenario(steps=150, axes={"training.accumulation_steps": [1, 2, 3], "cluster.ranks": [1, 2]})
+    path = write(tmp_path, doc)
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert run("run", path, "--out", full, "--quiet").returncode == 0
+    proc = subprocess.Popen([str(BIN), "run", str(path), "--out", str(cut), "--quiet"])
+    journal = cut / "runs.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    partial = json.loads((cut / "report.json").read_text())
+    jsonschema.validate(partial, SCHEMA)
+    assert 1 <= len(partial["runs"]) < 6
+    p = run("run", path, "--out", cut, "--resume", "--quiet")
+    assert p.returncode == 0, p.stderr
+    resumed = json.loads((cut / "report.json").read_text())
+    jsonschema.validate(resumed, SCHEMA)
+    assert comparable(resumed) == comparable(json.loads((full / "report.json").read_text()))
+
+
+def test_sigint_records_interrupted_and_resume_reruns_it(tmp_path):
+    doc = scenario(axes={"training.steps": [20, 50000000]})
+    doc["training"]["eval_every"] = 0
+    path = write(tmp_path, doc)
+    out = tmp_path / "out"
+
+    def interrupt_after(seconds, *extra):
+        proc = subprocess.Popen([str(BIN), "run", str(path), "--out", str(out), "--quiet", *extra],
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(seconds)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        report = json.loads((out / "report.json").read_text())
+        jsonschema.validate(report, SCHEMA)
+        return report
+
+    first = interrupt_after(1.5)
+    short, long = first["runs"]
+    assert short["disposition"] == "passed"
+    assert long["disposition"] == "interrupted"
+    assert 0 < long["steps_completed"] < 50000000
+    assert len(long["convergence"]["series"]) == long["steps_completed"]
+    # --resume keeps the finished run and runs the interrupted one again (interrupted again here).
+    second = interrupt_after(1.5, "--resume")
+    assert second["runs"][0] == short
+    assert second["runs"][1]["disposition"] == "interrupted"
+    assert second["runs"][1]["wall_s"] != long["wall_s"]
+
+
+def test_plot_draws_a_produced_report(tmp_path):
+    out = tmp_path / "out"
+    assert run("run", write(tmp_path, scenario(steps=20)), "--out", out, "--quiet").returncode == 0
+    p = subprocess.run([sys.executable, str(REPO / "tools" / "plot.py"), str(out / "report.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    for name in ["loss_vs_step.png", "loss_vs_time.png", "accuracy_vs_time.png", "step_breakdown.png"]:
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, name
+    assert list(out.glob("heatmap_*.png")), "a two-axis sweep gets a heatmap"
+
+
+def test_list_and_fields_name_every_registered_piece():
+    p = run("list")
+    assert p.returncode == 0
+    for name in ["mlp", "linear", "quadratic", "fashion_mnist", "teacher", "inline", "allreduce", "independent"]:
+        assert name in p.stdout
+    f = run("fields")
+    assert "`training.accumulation_steps`" in f.stdout and "`sync.bucket_mb`" in f.stdout
+
+
+def test_every_shipped_scenario_validates():
+    files = sorted(p for p in (REPO / "scenarios").rglob("*.json") if "hardware" not in p.parts)
+    assert files
+    for f in files:
+        p = run("validate", f)
+        assert p.returncode == 0, (f, p.stderr)
