@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   run->add_option("scenario", scenario_file, "scenario file (default: scenarios/quickstart.json)");
   run->add_option("--out", out_dir, "report folder (default: reports/<scenario name>)");
   run->add_option("--set", sets, "override a field: dotted.path=value (JSON value, or a plain string); repeatable")
-      ->take_all();
+      ->allow_extra_args(false);
   run->add_option("--filter", filter, "run only the runs whose id matches this regular expression");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
   run->add_flag("--resume", resume, "keep the runs already in the report and run only the missing ids");
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> validate_sets;
   CLI::App* validate = app.add_subcommand("validate", "check a scenario file and print its expansion; runs nothing");
   validate->add_option("scenario", validate_file, "scenario file")->required();
-  validate->add_option("--set", validate_sets, "override a field: dotted.path=value")->take_all();
+  validate->add_option("--set", validate_sets, "override a field: dotted.path=value; repeatable")
+      ->allow_extra_args(false);
 
   CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes");
   CLI::App* fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");

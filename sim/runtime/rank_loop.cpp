@@ -99,7 +99,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
 
     auto rank_main = [&](int rank) {
       PhaseClock clock;
-      clock.reserve(static_cast<size_t>(total));
+      clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
       std::unique_ptr<Workspace> ws = model->make_workspace(std::max<int64_t>(config.data.batch_per_rank, 1));
       std::unique_ptr<Workspace> eval_ws;
       Batch batch, eval_chunk;
