@@ -199,3 +199,10 @@ def test_every_shipped_scenario_validates():
     for f in files:
         p = run("validate", f)
         assert p.returncode == 0, (f, p.stderr)
+
+
+def test_scenarios_readme_lists_every_field_as_the_program_does():
+    table = run("fields").stdout.strip().splitlines()
+    readme = (REPO / "scenarios" / "README.md").read_text()
+    missing = [line for line in table if line not in readme]
+    assert not missing, "scenarios/README.md is out of date; regenerate with `gradsweep fields`:\n" + "\n".join(missing)
