@@ -13,6 +13,7 @@
 
 #include "sim/comm/communicator.h"
 #include "sim/runtime/world.h"
+#include "sim/strategy/strategy.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {
@@ -230,6 +231,32 @@ TEST(TrainingWorld, AFailedRunIsReportedNotThrown) {
   RunResult r = run_training(c);
   EXPECT_EQ(r.disposition, "failed");
   EXPECT_NE(r.message.find("/nonexistent/folder"), std::string::npos) << r.message;
+}
+
+}  // namespace
+}  // namespace gs
+
+namespace gs {
+namespace {
+
+TEST(TrainingBuckets, ReverseLayerOrderFirstBucketSmall) {
+  // Tensors of 300k, 1k, 300k, 10 floats (1.2 MB, 4 KB, 1.2 MB, 40 B); caps 1 MiB first, then 2 MiB.
+  std::vector<TensorInfo> t = {{"l0.w", {300000}, 0, 300000},
+                               {"l0.b", {1000}, 300000, 1000},
+                               {"l1.w", {300000}, 301000, 300000},
+                               {"l1.b", {10}, 601000, 10}};
+  auto b = make_buckets(t, 1u << 20, 2u << 20);
+  // Last layer first: l1.b + l1.w reach 1 MiB -> bucket 0; then l0.b + l0.w (1.204 MB < 2 MiB) close at the end.
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].begin, 301000u);
+  EXPECT_EQ(b[0].end, 601010u);
+  EXPECT_EQ(b[1].begin, 0u);
+  EXPECT_EQ(b[1].end, 301000u);
+  // Small caps: one tensor per bucket, still covering everything exactly once in reverse order.
+  auto tiny = make_buckets(t, 4, 4);
+  ASSERT_EQ(tiny.size(), 4u);
+  EXPECT_EQ(tiny[0].begin, 601000u);
+  EXPECT_EQ(tiny[3].end, 300000u);
 }
 
 }  // namespace
