@@ -4,6 +4,9 @@
 #include "sim/config/run_config.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
 #include <cmath>
 #include <set>
 
@@ -47,7 +50,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.initial_weights, F("model.initial_weights", "linear: explicit initial weights, one row per output"));
   v(m.initial_bias, F("model.initial_bias", "linear: explicit initial bias"));
   v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
-  v(m.b, F("model.b", "quadratic: minimizers b_ri, same shape as model.a"));
+  v(m.b, F("model.b", "quadratic: minimizers b_ri, one row per rank or one row for all"));
   v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
 
   auto& d = c.data;
@@ -135,6 +138,8 @@ const json* find_path(const json& j, const std::string& path) {
 std::string range_text(const FieldInfo& f) {
   bool has_min = f.min > -1e307, has_max = f.max < 1e307;
   auto num = [](double x) { return fmt::format("{}", x); };
+  if (has_min && has_max && f.min == f.max && !f.min_exclusive && !f.max_exclusive)
+    return fmt::format("equal to {}", num(f.min));
   if (has_min && has_max)
     return fmt::format("{} {} and {} {}", f.min_exclusive ? ">" : ">=", num(f.min), f.max_exclusive ? "<" : "<=",
                        num(f.max));
@@ -322,6 +327,63 @@ void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIs
   }
 }
 
+// Fields that only mean something for one kind; giving them for another kind is a mistake, not a no-op.
+void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
+  struct Rule {
+    const char* path;
+    const char* kind_path;
+    const char* kind_default;
+    std::vector<const char*> kinds;
+  };
+  static const std::vector<Rule> kRules = {
+      {"data.ranks", "data.kind", "fashion_mnist", {"inline"}},
+      {"data.eval", "data.kind", "fashion_mnist", {"inline"}},
+      {"data.teacher", "data.kind", "fashion_mnist", {"teacher"}},
+      {"data.path", "data.kind", "fashion_mnist", {"fashion_mnist"}},
+      {"model.initial_weights", "model.kind", "mlp", {"linear"}},
+      {"model.initial_bias", "model.kind", "mlp", {"linear"}},
+      {"model.a", "model.kind", "mlp", {"quadratic"}},
+      {"model.b", "model.kind", "mlp", {"quadratic"}},
+      {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
+  };
+  static const RunConfig kDefaultConfig;
+  static const json defaults = config_to_json(kDefaultConfig);
+  for (const auto& r : kRules) {
+    const json* v = find_path(j, r.path);
+    if (v == nullptr || v->is_null()) continue;
+    const json* dv = find_path(defaults, r.path);
+    if (dv != nullptr && *dv == *v) continue;  // the default, as a resolved config writes it
+    const json* k = find_path(j, r.kind_path);
+    std::string kind = k != nullptr && k->is_string() ? k->get<std::string>() : r.kind_default;
+    if (k != nullptr && !k->is_string()) continue;  // the kind's own error is reported
+    bool ok = false;
+    for (const char* allowed : r.kinds) ok = ok || kind == allowed;
+    if (!ok)
+      issues.push_back({r.path, fmt::format("only applies when {} is \"{}\" (it is \"{}\")", r.kind_path,
+                                            r.kinds.front(), kind)});
+  }
+}
+
+// An exception from a model or dataset factory as an issue: "path: message" split, internal file:line and the
+// "(expected ...)" tail of GS_EXPECT dropped.
+ConfigIssue issue_from_exception(const std::string& what, const std::string& fallback_path) {
+  std::string m = what;
+  if (m.rfind("sim/", 0) == 0) {
+    size_t colon = m.find(": ");
+    if (colon != std::string::npos) m = m.substr(colon + 2);
+  }
+  size_t tail = m.rfind(" (expected ");
+  if (tail != std::string::npos && m.back() == ')') m = m.substr(0, tail);
+  size_t colon = m.find(": ");
+  if (colon != std::string::npos) {
+    std::string head = m.substr(0, colon);
+    bool is_path = !head.empty() && head.find(' ') == std::string::npos &&
+                   (head.find('.') != std::string::npos || head.find('[') != std::string::npos);
+    if (is_path) return {head, m.substr(colon + 2)};
+  }
+  return {fallback_path, m};
+}
+
 }  // namespace
 
 const std::vector<FieldInfo>& config_fields() {
@@ -352,11 +414,11 @@ std::string suggest_key(const std::string& path) {
       best = p;
     }
   }
-  if (!best.empty()) return best;
+  if (!best.empty() && best != path) return best;
   for (const auto& p : known_paths()) {
     size_t pd = p.rfind('.');
     std::string pl = pd == std::string::npos ? p : p.substr(pd + 1);
-    if (pl == leaf) return p;
+    if (pl == leaf && p != path) return p;
   }
   return "";
 }
@@ -368,6 +430,7 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
     return c;
   }
   find_unknown(j, "", issues);
+  check_kind_specific(j, issues);
   size_t before = issues.size();
   Reader r(j, issues);
   visit_fields(r, c);
@@ -383,6 +446,21 @@ json config_to_json(const RunConfig& c) {
 
 void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  {
+    // The name is a folder name (reports/<name>) and the prefix of run ids.
+    bool ok = !c.name.empty() && c.name.size() <= 100 && c.name[0] != '.' && c.name[0] != '-';
+    for (char ch : c.name) ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' ||
+                                       ch == '.');
+    if (!ok)
+      add("name", fmt::format("expected 1 to 100 letters, digits, '_', '-' or '.' not starting with '.' or '-' "
+                              "(it names the report folder), got {}", json(c.name).dump()));
+  }
+  if (c.training.schedule.kind == "warmup_cosine" && c.training.schedule.min_lr > c.training.optimizer.lr)
+    add("training.schedule.min_lr", fmt::format("expected <= training.optimizer.lr ({}), got {}",
+                                                c.training.optimizer.lr, c.training.schedule.min_lr));
+  if (c.data.kind == "teacher" && c.data.teacher.task == "classification" && c.data.teacher.noise > 1)
+    add("data.teacher.noise", fmt::format("classification: a label-flip probability, expected <= 1, got {}",
+                                          c.data.teacher.noise));
   const auto& m = c.model;
   const auto& d = c.data;
   if (m.kind == "quadratic" && d.kind != "none")
@@ -440,7 +518,45 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
         add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
                                         model->num_params()));
     } catch (const std::exception& e) {
-      add("model", e.what());
+      issues.push_back(issue_from_exception(e.what(), "model"));
+    }
+    if (d.kind == "inline" && d.ranks.is_array()) {
+      size_t samples = 0;
+      for (const auto& row : d.ranks)
+        if (row.is_array())
+          for (const auto& mb : row)
+            if (mb.is_object() && mb.contains("y") && mb["y"].is_array()) samples += mb["y"].size();
+      if (samples == 0) add("data.ranks", "every micro-batch is empty: a step needs at least one sample");
+    }
+    if (!issues.empty()) return;
+    // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
+    // shapes, sizes and files are checked before any run starts.
+    static std::mutex mu;
+    static std::map<std::string, std::string> checked;  // key -> "" or the error
+    json key = config_to_json(c)["data"];
+    key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
+    std::string k = key.dump();
+    std::string error;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = checked.find(k);
+      if (it != checked.end()) {
+        error = it->second;
+      } else {
+        try {
+          auto ds = make_dataset(c);
+          if (c.training.epochs > 0 && ds->steps_per_epoch() == 0)
+            error = "training.epochs: the data has no epochs; use training.steps";
+        } catch (const std::exception& e) {
+          error = e.what();
+          if (error.empty()) error = "cannot build the dataset";
+        }
+        checked[k] = error;
+      }
+    }
+    if (!error.empty()) {
+      issues.push_back(issue_from_exception(error, "data"));
+      return;
     }
     if (d.kind == "inline" || d.kind == "none") {
       try {
@@ -449,12 +565,15 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
           if (ds->in_dim() != m.layers.front())
             add("model.layers[0]", fmt::format("inline samples have {} inputs, got {}", ds->in_dim(),
                                                m.layers.front()));
+          if (ce && ds->out_dim() > m.layers.back())
+            add("data.ranks", fmt::format("labels must be < {} (the model's classes, model.layers' last width); "
+                                          "the data has labels up to {}", m.layers.back(), ds->out_dim() - 1));
           if (!ce && ds->out_dim() != m.layers.back())
             add("model.layers", fmt::format("inline targets have {} outputs, last width is {}", ds->out_dim(),
                                             m.layers.back()));
         }
       } catch (const std::exception& e) {
-        add("data", e.what());
+        issues.push_back(issue_from_exception(e.what(), "data"));
       }
     }
   }

@@ -2,6 +2,9 @@
 // runs, and validation of every expanded run, with all problems collected before anything runs.
 #include "sim/config/scenario.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,6 +15,8 @@ namespace gs {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+
+constexpr int kMaxDepth = 64;
 
 const std::set<std::string> kSections = {"name", "description", "model", "data", "cluster", "training", "sync",
                                          "compression", "precision", "report", "sweep"};
@@ -75,8 +80,10 @@ ScenarioError::ScenarioError(std::string file, std::vector<ConfigIssue> issues)
       issues_(std::move(issues)) {}
 
 Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) throw ScenarioError(file, {{"", "is a folder, not a scenario file"}});
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw ScenarioError(file, {{"", "cannot open the file"}});
+  if (!in) throw ScenarioError(file, {{"", std::string("cannot open the file: ") + std::strerror(errno)}});
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_scenario(ss.str(), file, overrides);
@@ -84,9 +91,72 @@ Scenario load_scenario(const std::string& file, const std::vector<std::string>& 
 
 Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   std::vector<ConfigIssue> issues;
+  // Nesting deeper than kMaxDepth is refused before parsing (the parser recurses once per level).
+  {
+    int depth = 0;
+    bool in_string = false, escape = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char ch = text[i];
+      if (in_string) {
+        if (escape) escape = false;
+        else if (ch == '\\') escape = true;
+        else if (ch == '"') in_string = false;
+        continue;
+      }
+      if (ch == '"') in_string = true;
+      else if (ch == '[' || ch == '{') {
+        if (++depth > kMaxDepth) {
+          size_t line = 0, col = 0;
+          line_col(text, i, line, col);
+          throw ScenarioError(fmt::format("{}:{}:{}", file, line, col),
+                              {{"", fmt::format("JSON nested deeper than {} levels", kMaxDepth)}});
+        }
+      } else if (ch == ']' || ch == '}') {
+        --depth;
+      }
+    }
+  }
   ojson doc;
+  // Duplicate keys: nlohmann keeps the last silently; a scenario with two "lr" is a mistake worth naming.
+  std::vector<std::vector<std::string>> keys_seen;  // per open object
+  std::vector<std::string> key_path;                // key of each open container (or "" for arrays/root)
+  std::string pending_key;
+  auto on_event = [&](int /*depth*/, ojson::parse_event_t event, ojson& parsed) {
+    switch (event) {
+      case ojson::parse_event_t::object_start:
+      case ojson::parse_event_t::array_start:
+        key_path.push_back(pending_key);
+        pending_key.clear();
+        keys_seen.emplace_back();
+        break;
+      case ojson::parse_event_t::object_end:
+      case ojson::parse_event_t::array_end:
+        if (!keys_seen.empty()) keys_seen.pop_back();
+        if (!key_path.empty()) key_path.pop_back();
+        pending_key.clear();
+        break;
+      case ojson::parse_event_t::key: {
+        std::string k = parsed.get<std::string>();
+        auto& seen = keys_seen.back();
+        if (std::find(seen.begin(), seen.end(), k) != seen.end()) {
+          std::string path;
+          for (const auto& part : key_path)
+            if (!part.empty()) path += (path.empty() ? "" : ".") + part;
+          path += (path.empty() ? "" : ".") + k;
+          issues.push_back({path, "duplicate key (the file gives it twice; only one value can count)"});
+        }
+        seen.push_back(k);
+        pending_key = k;
+        break;
+      }
+      case ojson::parse_event_t::value:
+        pending_key.clear();
+        break;
+    }
+    return true;
+  };
   try {
-    doc = ojson::parse(text);
+    doc = ojson::parse(text, on_event);
   } catch (const ojson::parse_error& e) {
     size_t line = 0, col = 0;
     line_col(text, e.byte == 0 ? 0 : e.byte - 1, line, col);
@@ -94,6 +164,11 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     size_t colon = what.find("; ");
     std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
     throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", "JSON syntax error: " + detail}});
+  } catch (const ojson::exception& e) {
+    // e.g. a number too large for a double (1e400)
+    std::string what = e.what();
+    size_t close = what.find("] ");
+    throw ScenarioError(file, {{"", "invalid JSON: " + (close == std::string::npos ? what : what.substr(close + 2))}});
   }
   if (!doc.is_object()) throw ScenarioError(file, {{"", "expected a JSON object at the top level"}});
 
@@ -178,7 +253,16 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
             a.paths = {it.key()};
             std::vector<json> vals;
             if (!read_values(it.value(), where, vals, issues)) continue;
-            for (auto& v : vals) a.values.push_back({v});
+            for (size_t i = 0; i < vals.size(); ++i) {
+              for (size_t j = 0; j < i; ++j)
+                if (vals[j] == vals[i]) {
+                  issues.push_back({fmt::format("{}[{}]", where, i),
+                                    fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
+                                                vals[i].dump(), j)});
+                  break;
+                }
+              a.values.push_back({vals[i]});
+            }
             if (!overridden.count(it.key())) s.axes.push_back(a);
           }
         }
@@ -196,6 +280,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
               continue;
             }
             SweepAxis a;
+            a.group = static_cast<int>(g);
             std::vector<std::vector<json>> cols;
             bool ok = true;
             for (auto it = groups[g].begin(); it != groups[g].end(); ++it) {
@@ -220,12 +305,22 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
             }
             if (!ok || cols.empty()) continue;
             for (size_t i = 0; i < cols.front().size(); ++i) {
+              for (size_t j = 0; j < i; ++j) {
+                bool same = true;
+                for (auto& c : cols) same = same && c[i] == c[j];
+                if (same) {
+                  issues.push_back({fmt::format("{}[{}]", gwhere, i),
+                                    fmt::format("repeats the values at [{}]; use sweep.repeats for repeated runs", j)});
+                  break;
+                }
+              }
               std::vector<json> point;
               for (auto& c : cols) point.push_back(c[i]);
               a.values.push_back(point);
             }
             // Overridden paths leave the group; a group emptied by overrides disappears.
             SweepAxis kept;
+            kept.group = a.group;
             for (size_t p = 0; p < a.paths.size(); ++p) {
               if (overridden.count(a.paths[p])) continue;
               kept.paths.push_back(a.paths[p]);
@@ -295,9 +390,10 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
         set_path(cfg, a.paths[p], v);
         swept[a.paths[p]] = v;
         id += "." + (leaves_unique ? leaf_of(a.paths[p]) : a.paths[p]) + "=" + value_text(v);
-        where.emplace_back(a.paths[p], a.paths.size() == 1
+        where.emplace_back(a.paths[p], a.group < 0
                                            ? fmt::format("sweep.axes[\"{}\"][{}]", a.paths[p], pick[ai])
-                                           : fmt::format("sweep.zip[\"{}\"][{}]", a.paths[p], pick[ai]));
+                                           : fmt::format("sweep.zip[{}][\"{}\"][{}]", a.group, a.paths[p],
+                                                         pick[ai]));
       }
     }
     std::vector<ConfigIssue> run_issues;
@@ -321,6 +417,12 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     }
   }
   (void)base_fields_bad;
+  std::set<std::string> ids;
+  for (const auto& r : s.runs)
+    if (!ids.insert(r.id).second) {
+      issues.push_back({"sweep", "two runs would share the id \"" + r.id + "\" (swept values that print alike)"});
+      break;
+    }
   if (!issues.empty()) throw ScenarioError(file, issues);
   return s;
 }
@@ -334,7 +436,8 @@ std::string describe_expansion(const Scenario& s) {
     out += fmt::format("{} {} [{}]", first ? "" : " x", a.values.size(), names);
     first = false;
   }
-  if (s.repeats > 1 || first) out += fmt::format("{} {} [repeats]", first ? "" : " x", s.repeats);
+  if (s.repeats > 1) out += fmt::format("{} {} [repeats]", first ? "" : " x", s.repeats);
+  else if (first) out += " 1 (no sweep)";
   return out;
 }
 

@@ -27,6 +27,7 @@ class ScenarioError : public Error {
 struct SweepAxis {
   std::vector<std::string> paths;
   std::vector<std::vector<json>> values;  // values[i][p]: value of paths[p] at point i
+  int group = -1;                         // zip group index in the file (-1 for an entry of sweep.axes)
 };
 
 // One run of the expansion.

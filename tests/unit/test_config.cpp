@@ -171,3 +171,81 @@ TEST(ConfigHash, Sha256KnownAnswers) {
 
 }  // namespace
 }  // namespace gs
+
+namespace gs {
+namespace {
+
+TEST(ConfigErrors, NameMustBeAFolderName) {
+  for (const char* bad : {"..", "../../escape", "/abs", "", "a/b", "-x", "line\nbreak"}) {
+    json s = json::parse(kGood);
+    s["name"] = bad;
+    auto is = issues_of(s.dump());
+    EXPECT_TRUE(has_issue(is, "name", "names the report folder")) << bad << "\n" << dump_issues(is);
+  }
+  json ok = json::parse(kGood);
+  ok["name"] = "my_sweep-2.v1";
+  EXPECT_NO_THROW(parse_scenario(ok.dump(), "t.json"));
+}
+
+TEST(ConfigErrors, DuplicateKeysDeepNestingAndHugeNumbers) {
+  auto dup = issues_of(R"({"training": {"optimizer": {"lr": 0.1, "lr": 0.2}}})");
+  EXPECT_TRUE(has_issue(dup, "training.optimizer.lr", "duplicate key")) << dump_issues(dup);
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  try {
+    parse_scenario("{\"a\": " + deep + "}", "deep.json");
+    FAIL() << "accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 64"), std::string::npos) << e.what();
+    EXPECT_EQ(e.file(), "deep.json:1:70");  // the 65th bracket: 6 characters of {"a": , then 64 more
+  }
+  auto big = issues_of(R"({"training": {"optimizer": {"lr": 1e400}}})");
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_NE(big[0].message.find("1e400"), std::string::npos) << dump_issues(big);
+}
+
+TEST(ConfigErrors, RepeatedSweepValuesAndZipPaths) {
+  auto twice = issues_of(std::string(kGood).insert(1, R"("sweep": {"axes": {"cluster.ranks": [1, 2, 1.0]}},)"));
+  EXPECT_TRUE(has_issue(twice, "sweep.axes[\"cluster.ranks\"][2]", "repeats the value at [0]")) << dump_issues(twice);
+  auto zip = issues_of(std::string(kGood).insert(
+      1, R"("sweep": {"zip": [{"cluster.ranks": [1, 2]}, {"training.optimizer.lr": [0.1, -1]}]},)"));
+  EXPECT_TRUE(has_issue(zip, "sweep.zip[1][\"training.optimizer.lr\"][1]", "> 0")) << dump_issues(zip);
+}
+
+TEST(ConfigErrors, KindSpecificFieldsAndCrossRules) {
+  auto is = issues_of(R"({"model": {"kind": "mlp", "layers": [8, 3], "initial_weights": [[1]]},
+    "data": {"kind": "teacher", "ranks": [[{"y": [[1]]}]], "teacher": {"in_dim": 8, "out_dim": 3, "noise": 2}},
+    "training": {"schedule": {"kind": "warmup_cosine", "min_lr": 1.0}}})");
+  EXPECT_TRUE(has_issue(is, "model.initial_weights", "only applies when model.kind is \"linear\"")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "data.ranks", "only applies when data.kind is \"inline\"")) << dump_issues(is);
+  auto is2 = issues_of(R"({"model": {"kind": "mlp", "layers": [8, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3, "noise": 2}},
+    "training": {"schedule": {"kind": "warmup_cosine", "min_lr": 1.0}}})");
+  EXPECT_TRUE(has_issue(is2, "data.teacher.noise", "<= 1")) << dump_issues(is2);
+  EXPECT_TRUE(has_issue(is2, "training.schedule.min_lr", "<= training.optimizer.lr")) << dump_issues(is2);
+}
+
+TEST(ConfigErrors, DataThatCannotFeedARunIsRefusedBeforeAnyRun) {
+  // One global batch (4 ranks x 2 micro-batches x 200) is larger than the 1024-sample training set.
+  auto big = issues_of(R"({"model": {"kind": "mlp", "layers": [8, 3]}, "cluster": {"ranks": 4},
+    "training": {"accumulation_steps": 2},
+    "data": {"kind": "teacher", "batch_per_rank": 200, "teacher": {"in_dim": 8, "out_dim": 3, "train_samples": 1024}}})");
+  EXPECT_TRUE(has_issue(big, "data.batch_per_rank", "exceeds the training set")) << dump_issues(big);
+  // Labels beyond the model's classes; every micro-batch empty; messages carry no source locations.
+  auto labels = issues_of(R"({"model": {"kind": "linear", "layers": [1, 3], "loss": "cross_entropy"},
+    "data": {"kind": "inline", "ranks": [[{"y": [0, 3]}]]}})");
+  EXPECT_TRUE(has_issue(labels, "data.ranks", "labels must be < 3")) << dump_issues(labels);
+  auto empty = issues_of(R"({"model": {"kind": "linear", "layers": [1, 1], "loss": "mse"},
+    "data": {"kind": "inline", "ranks": [[{"y": []}]]}})");
+  EXPECT_TRUE(has_issue(empty, "data.ranks", "every micro-batch is empty")) << dump_issues(empty);
+  auto shape = issues_of(R"({"model": {"kind": "linear", "layers": [2, 1], "loss": "mse"},
+    "data": {"kind": "inline", "ranks": [[{"x": [[1, 2], [3]], "y": [[1], [2]]}]]}})");
+  ASSERT_FALSE(shape.empty());
+  for (const auto& i : shape) {
+    EXPECT_EQ(i.message.find("sim/"), std::string::npos) << i.message;
+    EXPECT_EQ(i.message.find("(expected"), std::string::npos) << i.message;
+  }
+  EXPECT_TRUE(has_issue(shape, "data.ranks[0][0].x[1]", "2 numbers")) << dump_issues(shape);
+}
+
+}  // namespace
+}  // namespace gs
