@@ -7,9 +7,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${GRADSWEEP_BUILD_DIR:-$root/build}
 werror=OFF
 [[ "${CI:-}" == "true" ]] && werror=ON
+mkdir -p "$build"
+log="$build/configure.log"
 if [[ ! -f "$build/build.ninja" ]] || ! grep -q "GRADSWEEP_WERROR:BOOL=$werror" "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSWEEP_WERROR=$werror \
-    > "$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
+    > "$log" 2>&1 || { cat "$log" >&2; exit 1; }
 fi
 jobs=$(nproc)
 if ! ninja -C "$build" -j "$jobs" "$@" > "$build/build.log" 2>&1; then

@@ -19,11 +19,10 @@
 #include "sim/report/summary.h"
 #include "sim/runtime/cuda_probe.h"
 
+#include "git_info.h"  // generated in the build folder
+
 #ifndef GRADSWEEP_VERSION
 #define GRADSWEEP_VERSION "0.0.0"
-#endif
-#ifndef GRADSWEEP_SOURCE_DIR
-#define GRADSWEEP_SOURCE_DIR "."
 #endif
 #ifndef GRADSWEEP_BUILD_TYPE
 #define GRADSWEEP_BUILD_TYPE ""
@@ -57,17 +56,6 @@ json phase_json(const RunResult& r, Get get) {
   return {{"all", summary_json(all)}, {"per_rank", per_rank}};
 }
 
-std::string read_command(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -92,14 +80,14 @@ std::string utc_now() {
 }  // namespace
 
 json tool_json() {
-  std::string src = GRADSWEEP_SOURCE_DIR;
-  std::string commit = read_command("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
-  std::string dirty = commit.empty() ? "" : read_command("git -C '" + src + "' status --porcelain 2>/dev/null");
+  // Commit and dirty flag of the source tree when the binary was built (cmake/git_info.cmake).
+  std::string commit = GRADSWEEP_GIT_COMMIT;
+  const int dirty = GRADSWEEP_GIT_DIRTY;
   json j;
   j["name"] = "gradsweep";
   j["version"] = GRADSWEEP_VERSION;
   j["git_commit"] = commit.empty() ? json(nullptr) : json(commit);
-  j["git_dirty"] = commit.empty() ? json(nullptr) : json(!dirty.empty());
+  j["git_dirty"] = dirty < 0 ? json(nullptr) : json(dirty == 1);
   j["build_type"] = GRADSWEEP_BUILD_TYPE;
 #if defined(__clang__)
   j["compiler"] = fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
@@ -271,17 +259,25 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw Error("cannot create the report folder " + dir_ + ": " + ec.message());
-  if (!resume) {
+  // The journal's first line says which scenario (file hash and overrides) its runs belong to.
+  const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides}};
+  auto write_identity = [&] {
     std::filesystem::remove(journal_path(), ec);
+    append_line(identity.dump() + "\n");
+  };
+  if (!resume) {
+    write_identity();
     return;
   }
-  // Runs already written: report.json first, then the journal (newer).
-  auto take = [&](const json& run) {
-    if (run.is_object() && run.contains("id") && run["id"].is_string()) {
-      if (run.value("disposition", "") == "interrupted") return;  // unfinished: run again
-      runs_[run["id"].get<std::string>()] = run;
-    }
+  auto check = [&](const json& sha, const json& sets, const std::string& where) {
+    if (sha != json(scenario.sha256))
+      throw Error(where + ": its runs come from another scenario file or another version of " + scenario.path +
+                  " (scenario sha256 differs); run without --resume or choose another --out");
+    if (sets != json(scenario.overrides))
+      throw Error(where + ": written with --set " + sets.dump() + ", now " + json(scenario.overrides).dump() +
+                  "; resume with the same overrides or choose another --out");
   };
+  std::vector<json> found;
   std::ifstream rep(report_path());
   if (rep) {
     json old;
@@ -290,32 +286,61 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     } catch (const json::exception& e) {
       throw Error(report_path() + ": cannot resume from an unreadable report: " + e.what());
     }
-    std::string sha = old.value("/context/scenario_sha256"_json_pointer, std::string());
-    if (!sha.empty() && sha != scenario.sha256)
-      throw Error(report_path() + ": written for a different version of " + scenario.path +
-                  " (scenario sha256 differs); run without --resume or choose another --out");
-    json old_sets = old.value("/context/overrides"_json_pointer, json::array());
-    if (old_sets != json(scenario.overrides))
-      throw Error(report_path() + ": written with --set " + old_sets.dump() + ", now " +
-                  json(scenario.overrides).dump() + "; resume with the same overrides or choose another --out");
-    if (old.contains("runs") && old["runs"].is_array())
-      for (const auto& run : old["runs"]) take(run);
+    const json* sha = old.is_object() && old.contains("context") && old["context"].is_object() &&
+                              old["context"].contains("scenario_sha256")
+                          ? &old["context"]["scenario_sha256"]
+                          : nullptr;
+    bool has_runs = old.is_object() && old.contains("runs") && old["runs"].is_array() && !old["runs"].empty();
+    if (sha != nullptr) {
+      check(*sha, old["context"].value("overrides", json::array()), report_path());
+    } else if (has_runs) {
+      throw Error(report_path() + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
+                  "--resume or choose another --out");
+    }
+    if (has_runs)
+      for (const auto& run : old["runs"]) found.push_back(run);
   }
   std::ifstream jl(journal_path());
-  std::string line;
-  while (std::getline(jl, line)) {
-    if (line.empty()) continue;
-    try {
-      take(json::parse(line));
-    } catch (const json::exception&) {
-      // a line cut by a kill: that run is simply run again
+  bool journal_ok = false;
+  if (jl) {
+    std::string line;
+    bool first = true;
+    while (std::getline(jl, line)) {
+      if (line.empty()) continue;
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::exception&) {
+        continue;  // a line cut by a kill: that run is simply run again
+      }
+      if (first) {
+        first = false;
+        if (!j.is_object() || !j.contains("journal"))
+          throw Error(journal_path() + ": cannot tell which scenario wrote it (no header line); run without "
+                      "--resume or choose another --out");
+        check(j.value("scenario_sha256", json()), j.value("overrides", json::array()), journal_path());
+        journal_ok = true;
+        continue;
+      }
+      found.push_back(j);
     }
+  }
+  for (const auto& run : found) {
+    if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) continue;
+    if (run.value("disposition", "") == "interrupted") {  // unfinished: run again
+      runs_.erase(run["id"].get<std::string>());
+      continue;
+    }
+    runs_[run["id"].get<std::string>()] = run;
+  }
+  if (!journal_ok) {
+    // Keep what report.json held in the fresh journal, so report.json can always be rebuilt from the journal.
+    write_identity();
+    for (const auto& [id, run] : runs_) append_line(run.dump() + "\n");
   }
 }
 
-void ReportWriter::add(const json& run, double min_interval_s) {
-  runs_[run["id"].get<std::string>()] = run;
-  std::string line = run.dump() + "\n";
+void ReportWriter::append_line(const std::string& line) {
   int fd = ::open(journal_path().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) throw Error("cannot append to " + journal_path() + ": " + std::strerror(errno));
   size_t off = 0;
@@ -330,6 +355,11 @@ void ReportWriter::add(const json& run, double min_interval_s) {
   }
   ::fdatasync(fd);
   ::close(fd);
+}
+
+void ReportWriter::add(const json& run, double min_interval_s) {
+  runs_[run["id"].get<std::string>()] = run;
+  append_line(run.dump() + "\n");
   if (now_s() - last_flush_s_ >= min_interval_s) flush();
 }
 

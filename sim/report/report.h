@@ -25,8 +25,10 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
 
 class ReportWriter {
  public:
-  // dir: the report folder (created). resume: keep the runs already in the journal/report (their ids are done());
-  // otherwise start empty. Throws gs::Error when resuming a report of a different scenario (sha256 differs).
+  // dir: the report folder (created). resume: keep the runs already in the journal/report (their ids are done(),
+  // except `interrupted` ones); otherwise start empty. The journal's first line records the scenario's sha256 and
+  // overrides; resuming throws gs::Error when report.json or the journal belongs to another scenario or overrides,
+  // or when it cannot tell.
   ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume);
   // Ids already in the report (resume).
   bool done(const std::string& id) const { return runs_.count(id) > 0; }
@@ -40,6 +42,8 @@ class ReportWriter {
   size_t size() const { return runs_.size(); }
 
  private:
+  void append_line(const std::string& line);  // appends and fdatasyncs one journal line
+
   std::string dir_;
   json header_;
   std::map<std::string, json> runs_;  // by id

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <regex>
 
 #include <fmt/format.h>
@@ -72,7 +73,15 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
   header["axes"] = axes;
   header["repeats"] = s.repeats;
+  size_t matching = 0;
+  for (const auto& r : s.runs) matching += std::regex_search(r.id, re) ? 1 : 0;
+  if (matching == 0)
+    throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", o.filter, s.runs.size()));
+  bool replacing = !o.resume && std::ifstream(dir + "/report.json").good();
   ReportWriter writer(dir, s, header, o.resume);
+  if (replacing && !o.quiet)
+    std::fprintf(stderr, "gradsweep: replacing the runs of the existing %s/report.json (--resume keeps them)\n",
+                 dir.c_str());
 
   std::vector<const RunSpec*> todo;
   for (const auto& r : s.runs)

@@ -109,7 +109,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         GS_NVTX_RANGE("step");
         clock.begin_step();
         std::fill(grad.begin(), grad.end(), 0.0f);
-        double ctl[2] = {0.0, 0.0};  // local samples, local loss sum
+        // Control values all-reduced once per step: local samples, local loss sum, and rank 0's reading of the stop
+        // request, so every rank makes the same stop decision at the same step.
+        double ctl[3] = {0.0, 0.0, 0.0};
+        if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[2] = 1.0;
         const float* params = strategy->params(rank);
         for (int64_t k = 0; k < K; ++k) {
           {
@@ -135,12 +138,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         const double local_samples = ctl[0];
         {
           PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
-          comm->all_reduce_sum(rank, ctl, 2);
+          comm->all_reduce_sum(rank, ctl, 3);
           comm->take_stats(rank);
         }
         const double global_samples = ctl[0];
-        const double train_loss = global_samples > 0 ? ctl[1] / global_samples : std::nan("");
-        if (global_samples > 0) {
+        // Every rank sees the same S, so every rank stops here together.
+        if (global_samples <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
+        const double train_loss = ctl[1] / global_samples;
+        {
           GS_NVTX_RANGE("sync");
           StepInput in;
           in.rank = rank;
@@ -163,10 +168,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           res.samples_trained += global_samples;
           res.steps_completed = step + 1;
         }
-        const bool diverged = global_samples > 0 && !std::isfinite(train_loss);
+        const bool diverged = !std::isfinite(train_loss);
         const bool last = step + 1 == total;
         const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
-        const bool stop_now = hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed);
+        const bool stop_now = ctl[2] > 0;
         if (trace || want_eval || stop_now || diverged) {
           comm->barrier(rank);  // parameters of this step are final everywhere
           if (rank == 0) {

@@ -162,13 +162,13 @@ def test_sigint_records_interrupted_and_resume_reruns_it(tmp_path):
     first = interrupt_after(1.5)
     short, long = first["runs"]
     assert short["disposition"] == "passed"
-    assert long["disposition"] == "interrupted"
+    assert long["disposition"] == "interrupted", long["message"]
     assert 0 < long["steps_completed"] < 50000000
     assert len(long["convergence"]["series"]) == long["steps_completed"]
     # --resume keeps the finished run and runs the interrupted one again (interrupted again here).
     second = interrupt_after(1.5, "--resume")
     assert second["runs"][0] == short
-    assert second["runs"][1]["disposition"] == "interrupted"
+    assert second["runs"][1]["disposition"] == "interrupted", second["runs"][1]["message"]
     assert second["runs"][1]["wall_s"] != long["wall_s"]
 
 

@@ -145,5 +145,26 @@ TEST_F(ReportFiles, ResumeRefusesAReportOfAnotherScenario) {
   EXPECT_FALSE(fresh.done("x.r0"));
 }
 
+TEST_F(ReportFiles, ResumeChecksTheJournalWhenTheReportCannotTell) {
+  Scenario s = tiny_scenario();
+  json header = {{"schema_version", 1}, {"context", {{"scenario_sha256", s.sha256}}}};
+  {
+    ReportWriter w(dir_.string(), s, header, false);
+    w.add({{"id", "x.r0"}, {"index", 0}, {"disposition", "passed"}}, 1e9);
+  }
+  std::ofstream(dir_ / "report.json") << "{}";
+  Scenario other = s;
+  other.sha256 = std::string(64, 'c');
+  EXPECT_THROW(ReportWriter(dir_.string(), other, header, true), Error);
+  Scenario with_set = s;
+  with_set.overrides = {"training.steps=3"};
+  EXPECT_THROW(ReportWriter(dir_.string(), with_set, header, true), Error);
+  ReportWriter same(dir_.string(), s, header, true);
+  EXPECT_TRUE(same.done("x.r0"));
+  // A journal without its header line cannot be trusted.
+  std::ofstream(dir_ / "runs.jsonl") << "{\"id\": \"x.r0\", \"index\": 0}\n";
+  EXPECT_THROW(ReportWriter(dir_.string(), s, header, true), Error);
+}
+
 }  // namespace
 }  // namespace gs
