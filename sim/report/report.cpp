@@ -152,6 +152,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   j["steps_completed"] = r.steps_completed;
   j["wall_s"] = r.wall_s;
   j["num_params"] = r.num_params;
+  j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
   bool has_steps = !r.steps.empty() && !r.steps[0].empty();
   if (has_steps) {
     json phases = json::object();

@@ -17,6 +17,7 @@
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/optim/optimizer.h"
+#include "sim/runtime/device.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 
@@ -71,7 +72,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   try {
     std::unique_ptr<Model> model = make_model(config);
     std::unique_ptr<Dataset> data = make_dataset(config);
-    std::unique_ptr<Communicator> comm = make_host_communicator(ranks);
+    std::vector<Device> devices = make_devices(config);
+    res.backend = backend_name(devices.front().backend);
+    std::unique_ptr<Communicator> comm = make_communicator(devices);
     StrategySetup setup{config, *model, *comm, ranks};
     std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
     const size_t n = model->num_params();

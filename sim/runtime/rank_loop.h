@@ -29,6 +29,7 @@ struct RunResult {
   int64_t steps_completed = 0;
   double wall_s = 0.0;
   int64_t num_params = 0;
+  std::string backend;                        // the device backend the run used ("host")
   double samples_trained = 0.0;               // over all ranks and steps
   std::vector<std::vector<StepTimes>> steps;  // [rank][step]
   std::vector<SeriesPoint> series;
