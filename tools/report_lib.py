@@ -145,25 +145,39 @@ def format_value(v):
     return json.dumps(v)
 
 
+# Longest value text in labels (legends, ticks); longer values (JSON objects and lists) end in an ellipsis.
+LABEL_VALUE_CHARS = 30
+
+
+def label_value(v, limit=LABEL_VALUE_CHARS):
+    """format_value(v) for labels: objects and lists in compact JSON, cut to `limit` characters with an ellipsis."""
+    text = json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else format_value(v)
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
 def short_paths(paths):
     """Maps each dotted path to its last component, or to the full path where last components collide."""
     last = [p.rsplit(".", 1)[-1] for p in paths]
     return {p: (s if last.count(s) == 1 else p) for p, s in zip(paths, last)}
 
 
-def swept_text(run, repeats=1):
-    """The run's swept values as "key=value key=value" (plus "r<repeat>" when the sweep repeats)."""
+def swept_text(run, repeats=1, axes=None):
+    """The run's swept values as "key=value key=value" (plus "r<repeat>" when the sweep repeats), in the order of
+    `axes` (the report's axes) when given, else in the order of the run's `swept` object. Long values are cut
+    (label_value)."""
     swept = run.get("swept") or {}
-    names = short_paths(list(swept))
-    parts = [f"{names[p]}={format_value(v)}" for p, v in swept.items()]
+    order = [p for a in (axes or []) for p in a["paths"] if p in swept]
+    order += [p for p in swept if p not in order]
+    names = short_paths(order)
+    parts = [f"{names[p]}={label_value(swept[p])}" for p in order]
     if repeats > 1:
         parts.append(f"r{run.get('repeat', 0)}")
     return " ".join(parts)
 
 
-def run_label(run, repeats=1):
-    """A legend label: the swept values, or the run id when nothing was swept."""
-    return swept_text(run, repeats) or str(run.get("id", "?"))
+def run_label(run, repeats=1, axes=None):
+    """A legend label: the swept values (in axis order when axes is given), or the run id when nothing was swept."""
+    return swept_text(run, repeats, axes) or str(run.get("id", "?"))
 
 
 def has_series(run):
@@ -264,8 +278,8 @@ def run_axis_value(run, axis):
 
 
 def axis_value_text(axis, value):
-    """Tick text of one axis value: "4", or "k=4,ratio=0.1" for a zip group."""
+    """Tick text of one axis value: "4", or "k=4,ratio=0.1" for a zip group; long values cut (label_value)."""
     if len(axis["paths"]) == 1:
-        return format_value(value[0])
+        return label_value(value[0])
     names = short_paths(axis["paths"])
-    return ",".join(f"{names[p]}={format_value(v)}" for p, v in zip(axis["paths"], value))
+    return ",".join(f"{names[p]}={label_value(v)}" for p, v in zip(axis["paths"], value))

@@ -1,11 +1,16 @@
 """tools/plot.py: the figures it writes from the example report (and real reports, GRADSWEEP_REPORTS), its helpers
-(heatmap grid, strategy colors), and its refusal of bad input."""
+(heatmap grid and its labels and numbers, strategy hue families and run shades, line styles, label shortening), and its
+refusal of bad input."""
+import colorsys
 import copy
+import itertools
 import json
 import math
 from pathlib import Path
 
+import matplotlib.colors
 import matplotlib.image
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -244,32 +249,148 @@ def test_strategy_labels():
     assert rl.strategy_label(make_run("a", "local_sgd", "qsgd", "bf16_mixed")) == "local_sgd+qsgd+bf16_mixed"
 
 
-def test_strategy_colors_same_strategy_same_color_different_strategies_different_colors():
+def on_colormap(color, family):
+    """Whether color is (to rounding) a shade of the colormap `family`: its hue family."""
+    shades = plt.get_cmap(family)(np.linspace(0.0, 1.0, 1001))[:, :3]
+    return float(np.min(np.abs(shades - matplotlib.colors.to_rgb(color)).max(axis=1))) < 0.01
+
+
+def hue(color):
+    return colorsys.rgb_to_hsv(*matplotlib.colors.to_rgb(color))[0]
+
+
+def hue_distance(a, b):
+    d = abs(hue(a) - hue(b)) % 1.0
+    return min(d, 1.0 - d)
+
+
+def lightness(color):
+    return colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(color))[1]
+
+
+def test_one_hue_family_per_strategy_and_a_shade_per_run():
     runs = [make_run("a"), make_run("b", compression="topk"), make_run("c"), make_run("d", precision="fp16_mixed"),
-            make_run("e", compression="topk"), make_run("f", sync="parameter_server")]
+            make_run("e", compression="topk"), make_run("f", sync="parameter_server"), make_run("g")]
+    for i, run in enumerate(runs):
+        run["index"] = i
     styles = plot.run_styles(runs)
-    assert styles["a"].color == styles["c"].color
-    assert styles["b"].color == styles["e"].color
-    distinct = [styles[i].color for i in ("a", "b", "d", "f")]
-    assert len(set(distinct)) == 4
-    # Runs of one strategy are told apart by marker or line style.
-    assert (styles["a"].marker, styles["a"].linestyle) != (styles["c"].marker, styles["c"].linestyle)
-    assert plot.strategy_colors(runs) == {"allreduce": styles["a"].color, "allreduce+topk": styles["b"].color,
-                                          "allreduce+fp16_mixed": styles["d"].color,
-                                          "parameter_server": styles["f"].color}
+    # Same strategy -> same hue family; different strategies -> different families.
+    assert styles["a"].family == styles["c"].family == styles["g"].family
+    assert styles["b"].family == styles["e"].family
+    assert len({styles[i].family for i in "abdf"}) == 4
+    for run_id, style in styles.items():
+        assert on_colormap(style.color, style.family), run_id
+    colors = plot.strategy_colors(runs)
+    assert list(colors) == ["allreduce", "allreduce+topk", "allreduce+fp16_mixed", "parameter_server"]
+    assert all(hue_distance(x, y) > 0.1 for x, y in itertools.combinations(colors.values(), 2))
+    for run_id, strategy in [("a", "allreduce"), ("c", "allreduce"), ("g", "allreduce"), ("e", "allreduce+topk")]:
+        assert hue_distance(styles[run_id].color, colors[strategy]) < 0.1
+    # Distinct runs of one strategy -> distinct colors, dark to light in run order, and distinct markers.
+    assert lightness(styles["a"].color) < lightness(styles["c"].color) < lightness(styles["g"].color)
+    assert lightness(styles["b"].color) < lightness(styles["e"].color)
+    assert len({styles[i].marker for i in "acg"}) == 3
+
+
+def test_shades_follow_the_run_index_not_the_list_order():
+    runs = [make_run("late"), make_run("early")]
+    runs[0]["index"], runs[1]["index"] = 1, 0
+    styles = plot.run_styles(runs)
+    assert lightness(styles["early"].color) < lightness(styles["late"].color)
+    assert styles["early"].marker == plot.MARKERS[0]
+
+
+def test_a_twelve_run_sweep_of_one_strategy_has_twelve_colors():
+    """The quickstart case: 12 runs, all allreduce."""
+    runs = [dict(make_run(f"r{i}"), index=i) for i in range(12)]
+    styles = plot.run_styles(runs)
+    assert len({s.family for s in styles.values()}) == 1
+    assert len({s.color for s in styles.values()}) == 12
+    assert len({(s.color, s.marker) for s in styles.values()}) == 12
+    light = [lightness(styles[f"r{i}"].color) for i in range(12)]
+    assert light == sorted(light)
 
 
 def test_strategy_colors_are_stable_for_a_report(example):
     first, second = plot.run_styles(example["runs"]), plot.run_styles(copy.deepcopy(example["runs"]))
     assert first == second
-    assert len({s.color for s in first.values()}) == 1  # the example has one strategy
-    assert len({(s.marker, s.linestyle) for s in first.values()}) == len(first)
+    assert len({s.family for s in first.values()}) == 1  # the example has one strategy
+    assert len({s.color for s in first.values()}) == len(first)
+    assert len({s.marker for s in first.values()}) == len(first)
+
+
+def test_train_curves_are_solid_and_only_eval_curves_dashed(example):
+    example["runs"][1]["config"]["compression"]["kind"] = "topk"
+    fig, ax = plt.subplots()
+    try:
+        plot.draw_loss(ax, example, plot.run_styles(example["runs"]), "step")
+        drawn = rl.drawn_runs(example)
+        train = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+        assert len(train) == len(drawn)
+        assert all(line.get_linestyle() == "-" for line in train)
+        others = [line for line in ax.get_lines() if line.get_label().startswith("_")]
+        with_eval = [r for r in drawn if any(not math.isnan(v) for v in rl.series(r, "eval_loss")[1])]
+        assert sum(line.get_linestyle() == "--" for line in others) == len(with_eval) > 0
+        assert not [line for line in ax.get_lines() if line.get_linestyle() in ("-.", ":")]
+    finally:
+        plt.close(fig)
+
+
+def test_heatmap_marks_unreached_targets(example, tmp_path, monkeypatch):
+    accumulation, ranks = axes_of(example)
+    example["runs"][0]["time_to_target"].update(reached=False, step=None, measured_s=None)  # K=1, ranks=1
+    repeat = copy.deepcopy(example["runs"][1])  # K=1, ranks=2, reached; its repeat does not reach the target
+    repeat.update(id=repeat["id"].replace(".r0", ".r1"), repeat=1)
+    repeat["time_to_target"].update(reached=False, step=None, measured_s=None)
+    example["runs"].append(repeat)
+    values, counts, labels = plot.heatmap_matrix(example, accumulation, ranks, "time_to_target_s")
+    assert math.isnan(values[0, 0]) and labels[0][0] == "not reached"
+    assert counts[1, 0] == 1 and labels[1][0] == "1/2 reached"
+    assert labels[2] == ["failed", "skipped"]
+
+    figures = []
+    monkeypatch.setattr(plot, "save", lambda fig, path: figures.append(fig) or path)
+    plot.fig_heatmap(example, plot.run_styles(example["runs"]), tmp_path, "", "time_to_target_s")
+    ax = figures[0].axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "not reached" in texts and "failed" in texts and "skipped" in texts
+    assert any(t.endswith("\n1/2 reached") for t in texts)
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 3  # the unreached cell, the failed and the skipped one
+    plt.close(figures[0])
+
+
+def test_heatmap_numbers_share_one_format():
+    assert [plot.cell_format(np.array([0.8502, 0.78, NAN]))(v) for v in (0.8502, 0.78)] == ["0.850", "0.780"]
+    assert [plot.cell_format(np.array([12.34, 1.5]))(v) for v in (12.34, 1.5)] == ["12.3", "1.5"]
+    assert [plot.cell_format(np.array([51234.4, 900.0]))(v) for v in (51234.4, 900.0)] == ["51,234", "900"]
+    assert plot.cell_format(np.array([0.0848, 0.1855]))(0.0848) == "0.085"
+    assert plot.cell_format(np.array([NAN]))(1.0) == "1.00"
 
 
 def test_run_labels_carry_swept_values(example):
     assert rl.run_label(example["runs"][4]) == "accumulation_steps=2 ranks=2"
     assert rl.run_label(example["runs"][4], repeats=3) == "accumulation_steps=2 ranks=2 r0"
     assert rl.run_label({"id": "q.r0", "swept": {}}) == "q.r0"
+    # Real reports may list `swept` in another order (JSON objects are unordered); the axes give the order.
+    run = {"id": "x", "swept": {"cluster.ranks": 2, "training.accumulation_steps": 1}}
+    assert rl.run_label(run) == "ranks=2 accumulation_steps=1"
+    assert rl.run_label(run, axes=example["axes"]) == "accumulation_steps=1 ranks=2"
+
+
+def test_long_json_values_are_cut_in_labels(example):
+    value = {"kind": "topk", "ratio": 0.01, "error_feedback": True, "warmup_steps": 100}
+    text = rl.label_value(value)
+    assert len(text) == rl.LABEL_VALUE_CHARS == 30
+    assert text == '{"kind":"topk","ratio":0.01,"\u2026'
+    assert rl.label_value([784, 256, 10]) == "[784,256,10]"
+    assert rl.label_value("fp16_mixed") == "fp16_mixed"
+    assert rl.label_value(0.05) == "0.05"
+    run = {"id": "x", "swept": {"compression": value, "cluster.ranks": 2}}
+    assert rl.run_label(run) == f"compression={text} ranks=2"
+    axis = {"paths": ["compression"], "values": [[value]]}
+    assert rl.axis_value_text(axis, [value]) == text
+    zipped = {"paths": ["compression", "cluster.ranks"], "values": [[value, 4]]}
+    assert rl.axis_value_text(zipped, [value, 4]) == f"compression={text},ranks=4"
 
 
 # ---- real reports --------------------------------------------------------------------------------------------------

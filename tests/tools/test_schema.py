@@ -65,6 +65,23 @@ def test_example_is_a_consistent_sweep(example):
             assert run["message"]
 
 
+def test_example_has_the_keys_real_reports_add(example):
+    """Keys the current writer adds beyond the schema's required ones (documented in reports/README.md)."""
+    assert example["context"]["overrides"] == []  # the --set strings of the invocation
+    for run in example["runs"]:
+        if run["disposition"] == "skipped":  # never started: no model, no backend
+            assert "num_params" not in run and "backend" not in run
+            continue
+        assert run["num_params"] == 32 * 64 + 64 + 64 * 10 + 10  # mlp 32-64-10 with biases
+        assert run["backend"] == "host"
+        if run["timing"] is None:
+            continue
+        measured = run["timing"]["measured"]
+        for dist in [*measured["phases"].values(), measured["step"]]:
+            for summary in [dist["all"], *dist["per_rank"]]:
+                assert summary["p99_ms"] <= summary["max_ms"] <= summary["total_ms"]
+
+
 def _del(path):
     def mutate(doc):
         *parents, last = path
@@ -159,7 +176,8 @@ ACCEPTED = {
         [p.update(train_loss=None, eval_loss=None, eval_accuracy=None) for p in passed(d)["convergence"]["series"]],
         passed(d)["convergence"]["final"].update(train_loss=None)),
     "null statistics of an empty summary": lambda d: _phases(d)["compress"]["all"].update(
-        count=0, min_ms=None, p50_ms=None, p95_ms=None, p99_ms=None, mean_ms=None, stdev_ms=None, total_ms=0),
+        count=0, min_ms=None, p50_ms=None, p95_ms=None, p99_ms=None, mean_ms=None, stdev_ms=None, max_ms=None,
+        total_ms=0),
     "timing without measured clock": lambda d: passed(d)["timing"].update(measured=None),
     "modeled clock object": lambda d: passed(d)["timing"].update(modeled=passed(d)["timing"]["measured"]),
     "modeled times": lambda d: _first_point(d).update(modeled_s=0.0021),
@@ -206,3 +224,8 @@ def test_real_report_validates(schema, real_report):
     assert problems == [], f"{real_report} does not follow reports/schema.json"
     ids = [r["id"] for r in doc["runs"]]
     assert len(set(ids)) == len(ids), f"{real_report}: run ids are not unique"
+    # Keys the schema does not require, with the types reports/README.md gives them where present.
+    overrides = doc["context"].get("overrides", [])
+    assert isinstance(overrides, list) and all(isinstance(o, str) for o in overrides), real_report
+    for run in doc["runs"]:
+        assert isinstance(run.get("num_params", 0), int) and run.get("num_params", 0) >= 0, run["id"]

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/rng.h"
 #include "sim/core/error.h"
 #include "sim/model/dataset.h"
 
@@ -108,6 +110,22 @@ TEST(DataSharding, TeacherRanksTimesMicroBatchesEqualOneBigBatch) {
     RunConfig c = teacher_config(1, 1, 3, task);
     c.data.teacher.train_samples = 100;  // G = 3..48: several epochs within the steps below
     check_sharding(c, {0, 1, 2, 3, 5, 8, 13});
+  }
+}
+
+// The teacher runs through BLAS in fixed-shape blocks, so a sample's bits do not depend on the micro-batch it lands in:
+// also with one-sample micro-batches, and with in_dim past the GEMM's k blocking (several partial sums per output).
+TEST(DataSharding, TeacherWideLayersAndSingleSampleMicroBatches) {
+  for (const char* task : {"classification", "regression"}) {
+    for (int64_t b : {1, 5}) {
+      RunConfig c = teacher_config(1, 1, b, task);
+      c.data.teacher.in_dim = 1000;
+      c.data.teacher.hidden = 70;
+      c.data.teacher.out_dim = 13;
+      c.data.teacher.train_samples = 300;
+      c.data.teacher.eval_samples = 0;
+      check_sharding(c, {0, 3});
+    }
   }
 }
 
@@ -259,6 +277,62 @@ TEST(DataTeacher, DeterministicShapesAndNoise) {
   int64_t changed = 0;
   for (size_t i = 0; i < 20000; ++i) changed += exact->eval_set().labels[i] != flipped->eval_set().labels[i];
   EXPECT_NEAR(static_cast<double>(changed) / 20000.0, 0.2, 0.015);
+}
+
+// The targets follow docs/data.md: x from (teacher.seed, stream, step = index, rank 0), weights W1 ~ N(0, 1/in_dim) and
+// W2 ~ N(0, 1/hidden) from (teacher.seed, kTeacher, step 0 / 1), f(x) = W2 tanh(W1 x). The dataset evaluates f in
+// float; here it is recomputed in double from the documented streams.
+TEST(DataTeacher, TargetsFollowTheDefinition) {
+  RunConfig c = teacher_config(1, 1, 6, "regression");
+  TeacherConfig& t = c.data.teacher;
+  t.in_dim = 300;
+  t.hidden = 40;
+  t.out_dim = 6;
+  t.noise = 0.0;
+  t.eval_samples = 37;
+  const auto seed = static_cast<uint64_t>(t.seed);
+  std::vector<float> w1(static_cast<size_t>(t.hidden * t.in_dim)), w2(static_cast<size_t>(t.out_dim * t.hidden));
+  fill_normal(w1.data(), w1.size(), seed, Purpose::kTeacher, 0, 0);
+  fill_normal(w2.data(), w2.size(), seed, Purpose::kTeacher, 1, 0);
+  const auto s1 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(t.in_dim)));
+  const auto s2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(t.hidden)));
+  for (float& w : w1) w *= s1;
+  for (float& w : w2) w *= s2;
+  auto teacher = [&](const float* x) {
+    const auto in = static_cast<size_t>(t.in_dim), hidden = static_cast<size_t>(t.hidden);
+    std::vector<double> h(hidden), f(static_cast<size_t>(t.out_dim));
+    for (size_t j = 0; j < h.size(); ++j) {
+      double a = 0.0;
+      for (size_t i = 0; i < in; ++i) a += static_cast<double>(w1[j * in + i]) * x[i];
+      h[j] = std::tanh(a);
+    }
+    for (size_t o = 0; o < f.size(); ++o) {
+      for (size_t j = 0; j < hidden; ++j) f[o] += static_cast<double>(w2[o * hidden + j]) * h[j];
+    }
+    return f;
+  };
+  // Checks every row of b against the definition; returns the largest difference.
+  auto check = [&](const Batch& b, Purpose purpose, const std::vector<int64_t>& indices) {
+    double worst = 0.0;
+    std::vector<float> x(static_cast<size_t>(t.in_dim));
+    for (int64_t s = 0; s < b.count; ++s) {
+      const auto step = static_cast<uint32_t>(indices[static_cast<size_t>(s)]);
+      fill_normal(x.data(), x.size(), seed, purpose, step, 0);
+      EXPECT_TRUE(std::equal(x.begin(), x.end(), b.x.begin() + s * t.in_dim)) << "input of row " << s;
+      const std::vector<double> f = teacher(x.data());
+      for (int64_t o = 0; o < t.out_dim; ++o) {
+        worst = std::max(worst, std::fabs(b.y[static_cast<size_t>(s * t.out_dim + o)] - f[static_cast<size_t>(o)]));
+      }
+    }
+    return worst;
+  };
+  const auto d = make_dataset(c);
+  std::vector<int64_t> eval_indices(37);
+  std::iota(eval_indices.begin(), eval_indices.end(), 0);
+  EXPECT_LT(check(d->eval_set(), Purpose::kTeacherEval, eval_indices), 1e-5);
+  Batch mb;
+  d->micro_batch(4, 0, 0, mb);
+  EXPECT_LT(check(mb, Purpose::kTeacherData, micro_batch_indices(c, t.train_samples, 4, 0, 0)), 1e-5);
 }
 
 // Rank threads read one dataset at once (epochs cross, so the shared order cache is exercised): same bytes as serial.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,11 @@ struct FdCase {
   const char* loss;
 };
 
+std::string fd_case_name(const FdCase& fd) { return std::string(fd.activation) + "_" + fd.loss; }
+
+// How gtest prints the parameter (ctest's test list, failure messages): "relu_mse", not the struct's raw bytes.
+void PrintTo(const FdCase& fd, std::ostream* os) { *os << fd_case_name(fd); }
+
 class ModelsFiniteDifference : public ::testing::TestWithParam<FdCase> {};
 
 TEST_P(ModelsFiniteDifference, MlpGradientMatchesCentralDifferences) {
@@ -141,7 +147,7 @@ TEST_P(ModelsFiniteDifference, MlpGradientMatchesCentralDifferences) {
 INSTANTIATE_TEST_SUITE_P(Models, ModelsFiniteDifference,
                          ::testing::Values(FdCase{"relu", "cross_entropy"}, FdCase{"relu", "mse"},
                                            FdCase{"gelu", "cross_entropy"}, FdCase{"gelu", "mse"}),
-                         [](const auto& p) { return std::string(p.param.activation) + "_" + p.param.loss; });
+                         [](const auto& p) { return fd_case_name(p.param); });
 
 TEST(ModelsDense, ElementMathClosedForms) {
   EXPECT_DOUBLE_EQ(gelu(0.0), 0.0);
