@@ -20,5 +20,5 @@ ninja -C "$build" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1
 tail -3 "$out/ctest_cpu.txt"
 "$build/gradsweep" run "$root/scenarios/quickstart.json" --out "$out/quickstart" --quiet --set training.steps=100 \
   2>&1 | tee "$out/quickstart.txt"
-"$build/bench_allreduce" --benchmark_filter='.*/4/.*|Memcpy' > "$out/bench_allreduce.txt" 2>&1
+"$build/bench_allreduce" --benchmark_filter='MiB:64/ranks:4|Memcpy' > "$out/bench_allreduce.txt" 2>&1
 tail -3 "$out/bench_allreduce.txt"
