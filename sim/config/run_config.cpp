@@ -305,11 +305,6 @@ const std::set<std::string>& known_paths() {
   return paths;
 }
 
-bool is_leaf(const std::string& path) {
-  for (const auto& f : config_fields())
-    if (f.path == path) return true;
-  return false;
-}
 
 void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIssue>& issues) {
   if (!j.is_object()) {
@@ -321,7 +316,7 @@ void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIs
     if (!known_paths().count(path)) {
       std::string hint = suggest_key(path);
       issues.push_back({path, "unknown key" + (hint.empty() ? std::string() : "; did you mean \"" + hint + "\"?")});
-    } else if (!is_leaf(path)) {
+    } else if (!is_config_field(path)) {
       find_unknown(it.value(), path, issues);
     }
   }
@@ -385,6 +380,12 @@ ConfigIssue issue_from_exception(const std::string& what, const std::string& fal
 }
 
 }  // namespace
+
+bool is_config_field(const std::string& path) {
+  for (const auto& f : config_fields())
+    if (f.path == path) return true;
+  return false;
+}
 
 const std::vector<FieldInfo>& config_fields() {
   static const std::vector<FieldInfo> fields = [] {

@@ -145,6 +145,8 @@ struct FieldInfo {
 
 // Every field of RunConfig, in table order.
 const std::vector<FieldInfo>& config_fields();
+// True when path (dotted) is a leaf of the field table.
+bool is_config_field(const std::string& path);
 
 // Reads j (a whole run configuration, possibly partial: missing fields keep defaults) into a RunConfig. Type and
 // range problems, unknown keys (with a did-you-mean suggestion) and cross-field rules are appended to issues; the

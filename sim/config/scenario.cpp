@@ -21,11 +21,6 @@ constexpr int kMaxDepth = 64;
 const std::set<std::string> kSections = {"name", "description", "model", "data", "cluster", "training", "sync",
                                          "compression", "precision", "report", "sweep"};
 
-bool is_field_path(const std::string& p) {
-  for (const auto& f : config_fields())
-    if (f.path == p) return true;
-  return false;
-}
 
 std::string message_of(const ConfigIssue& i) { return i.path.empty() ? i.message : i.path + ": " + i.message; }
 
@@ -196,7 +191,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       continue;
     }
     std::string path = o.substr(0, eq), value = o.substr(eq + 1);
-    if (!is_field_path(path)) {
+    if (!is_config_field(path)) {
       std::string hint = suggest_key(path);
       issues.push_back({"--set " + path, "unknown key" + (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
       continue;
@@ -227,7 +222,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
         }
       }
       auto check_path = [&](const std::string& where, const std::string& path) {
-        if (is_field_path(path)) return true;
+        if (is_config_field(path)) return true;
         std::string hint = suggest_key(path);
         issues.push_back({where, "\"" + path + "\" is not a configuration field" +
                                      (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
