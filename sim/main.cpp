@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
   run->add_option("scenario", scenario_file, "scenario file (default: scenarios/quickstart.json)");
   run->add_option("--out", out_dir, "report folder (default: reports/<scenario name>)");
   run->add_option("--set", sets, "override a field: dotted.path=value (JSON value, or a plain string); repeatable")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->type_name("PATH=VALUE");
   run->add_option("--filter", filter, "run only the runs whose id matches this regular expression");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
   run->add_flag("--resume", resume, "keep the runs already in the report and run only the missing ids");
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
   CLI::App* validate = app.add_subcommand("validate", "check a scenario file and print its expansion; runs nothing");
   validate->add_option("scenario", validate_file, "scenario file")->required();
   validate->add_option("--set", validate_sets, "override a field: dotted.path=value; repeatable")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->type_name("PATH=VALUE");
 
   CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes");
   CLI::App* fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (run->parsed()) {
+      gs::install_stop_handlers();
       if (scenario_file.empty()) scenario_file = default_scenario();
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
       if (dry_run) {

@@ -4,6 +4,7 @@
 #include "sim/config/run_config.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cctype>
 #include <map>
 #include <mutex>
@@ -335,6 +336,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"data.eval", "data.kind", "fashion_mnist", {"inline"}},
       {"data.teacher", "data.kind", "fashion_mnist", {"teacher"}},
       {"data.path", "data.kind", "fashion_mnist", {"fashion_mnist"}},
+      {"data.eval_samples", "data.kind", "fashion_mnist", {"fashion_mnist"}},
       {"model.initial_weights", "model.kind", "mlp", {"linear"}},
       {"model.initial_bias", "model.kind", "mlp", {"linear"}},
       {"model.a", "model.kind", "mlp", {"quadratic"}},
@@ -432,6 +434,14 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
   }
   find_unknown(j, "", issues);
   check_kind_specific(j, issues);
+  {
+    const json* value = find_path(j, "training.target.value");
+    const json* metric = find_path(j, "training.target.metric");
+    bool is_default = value != nullptr && value->is_number() && value->get<double>() == 0.0;  // as resolved configs write it
+    if (value != nullptr && !is_default &&
+        (metric == nullptr || (metric->is_string() && metric->get<std::string>().empty())))
+      issues.push_back({"training.target.value", "a target value needs training.target.metric"});
+  }
   size_t before = issues.size();
   Reader r(j, issues);
   visit_fields(r, c);
@@ -459,6 +469,10 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (c.training.schedule.kind == "warmup_cosine" && c.training.schedule.min_lr > c.training.optimizer.lr)
     add("training.schedule.min_lr", fmt::format("expected <= training.optimizer.lr ({}), got {}",
                                                 c.training.optimizer.lr, c.training.schedule.min_lr));
+  if (c.training.optimizer.nesterov && (c.training.optimizer.kind != "sgd" || c.training.optimizer.momentum <= 0))
+    add("training.optimizer.nesterov", "Nesterov needs training.optimizer.kind \"sgd\" with momentum > 0");
+  if (c.training.target.metric == "eval_accuracy" && !(c.training.target.value > 0 && c.training.target.value <= 1))
+    add("training.target.value", fmt::format("an accuracy target is in (0, 1], got {}", c.training.target.value));
   if (c.data.kind == "teacher" && c.data.teacher.task == "classification" && c.data.teacher.noise > 1)
     add("data.teacher.noise", fmt::format("classification: a label-flip probability, expected <= 1, got {}",
                                           c.data.teacher.noise));
@@ -521,14 +535,6 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     } catch (const std::exception& e) {
       issues.push_back(issue_from_exception(e.what(), "model"));
     }
-    if (d.kind == "inline" && d.ranks.is_array()) {
-      size_t samples = 0;
-      for (const auto& row : d.ranks)
-        if (row.is_array())
-          for (const auto& mb : row)
-            if (mb.is_object() && mb.contains("y") && mb["y"].is_array()) samples += mb["y"].size();
-      if (samples == 0) add("data.ranks", "every micro-batch is empty: a step needs at least one sample");
-    }
     if (!issues.empty()) return;
     // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
     // shapes, sizes and files are checked before any run starts.
@@ -558,6 +564,28 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     if (!error.empty()) {
       issues.push_back(issue_from_exception(error, "data"));
       return;
+    }
+    if (d.kind == "inline" && d.ranks.is_array()) {
+      // A step needs at least one sample on some rank. Rank r's step t uses its micro-batches t*K .. t*K+K-1 (mod
+      // its count), so the steps repeat with the least common multiple of the counts: check one period.
+      std::vector<std::vector<size_t>> sizes;
+      for (const auto& row : d.ranks) {
+        std::vector<size_t> v;
+        for (const auto& mb : row) v.push_back(mb.contains("y") ? mb["y"].size() : 0);
+        sizes.push_back(v);
+      }
+      const int64_t K = c.training.accumulation_steps;
+      int64_t period = 1;
+      for (const auto& v : sizes) period = std::min<int64_t>(std::lcm(period, static_cast<int64_t>(v.size())), 100000);
+      for (int64_t t = 0; t < std::min(period, c.training.steps); ++t) {
+        size_t n = 0;
+        for (const auto& v : sizes)
+          for (int64_t k = 0; k < K; ++k) n += v[static_cast<size_t>((t * K + k) % static_cast<int64_t>(v.size()))];
+        if (n == 0) {
+          add("data.ranks", fmt::format("step {} has no samples on any rank (its micro-batches are all empty)", t + 1));
+          break;
+        }
+      }
     }
     if (d.kind == "inline" || d.kind == "none") {
       try {

@@ -202,6 +202,8 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     } catch (const json::parse_error&) {
       v = value;
     }
+    for (const auto& f : config_fields())
+      if (f.path == path && f.type == FieldType::kString && !v.is_string()) v = value;  // --set name=2024
     set_path(base, path, v);
     overridden.insert(path);
   }
@@ -222,6 +224,10 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
         }
       }
       auto check_path = [&](const std::string& where, const std::string& path) {
+        if (path == "name") {
+          issues.push_back({where, "the scenario name cannot be swept (it names the report folder)"});
+          return false;
+        }
         if (is_config_field(path)) return true;
         std::string hint = suggest_key(path);
         issues.push_back({where, "\"" + path + "\" is not a configuration field" +
@@ -356,12 +362,14 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   if (!issues.empty()) throw ScenarioError(file, issues);
 
   // Expansion: grid product of axes (last axis fastest), then repeats.
+  const int64_t kMaxRuns = 100000;
+  double total_runs = static_cast<double>(s.repeats);
+  for (const auto& a : s.axes) total_runs *= static_cast<double>(a.values.size());
+  if (total_runs > static_cast<double>(kMaxRuns))
+    throw ScenarioError(file, {{"sweep", fmt::format("{:.0f} runs is more than the limit of {}", total_runs,
+                                                     kMaxRuns)}});
   int64_t points = 1;
   for (const auto& a : s.axes) points *= static_cast<int64_t>(a.values.size());
-  const int64_t kMaxRuns = 100000;
-  if (points * s.repeats > kMaxRuns)
-    throw ScenarioError(file, {{"sweep", fmt::format("{} runs is more than the limit of {}", points * s.repeats,
-                                                     kMaxRuns)}});
   std::set<std::string> seen_issue;
   std::set<std::string> leaves;
   bool leaves_unique = true;
@@ -400,6 +408,11 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       if (seen_issue.insert(key).second) issues.push_back(i);
     }
     if (!run_issues.empty()) continue;
+    if (rc.training.seed + s.repeats - 1 > 4294967295LL) {
+      issues.push_back({"sweep.repeats", fmt::format("training.seed {} + {} repeats passes the largest seed 4294967295",
+                                                     rc.training.seed, s.repeats)});
+      break;
+    }
     for (int64_t r = 0; r < s.repeats; ++r) {
       RunSpec spec;
       spec.id = id + ".r" + std::to_string(r);

@@ -2,6 +2,7 @@
 #include "sim/report/report.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -260,6 +261,13 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw Error("cannot create the report folder " + dir_ + ": " + ec.message());
+  // One writer per folder: a second sweep into the same folder would interleave the journal.
+  std::string lock_path = dir_ + "/.lock";
+  lock_.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (lock_.fd < 0) throw Error("cannot create " + lock_path + ": " + std::strerror(errno));
+  if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
+    throw Error("another gradsweep is writing " + dir_ + "; wait for it or choose another --out");
+  }
   // The journal's first line says which scenario (file hash and overrides) its runs belong to.
   const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides}};
   auto write_identity = [&] {
@@ -339,6 +347,10 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     write_identity();
     for (const auto& [id, run] : runs_) append_line(run.dump() + "\n");
   }
+}
+
+ReportWriter::LockFile::~LockFile() {
+  if (fd >= 0) ::close(fd);  // releases the flock
 }
 
 void ReportWriter::append_line(const std::string& line) {

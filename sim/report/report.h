@@ -30,6 +30,8 @@ class ReportWriter {
   // overrides; resuming throws gs::Error when report.json or the journal belongs to another scenario or overrides,
   // or when it cannot tell.
   ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume);
+  ReportWriter(const ReportWriter&) = delete;
+  ReportWriter& operator=(const ReportWriter&) = delete;
   // Ids already in the report (resume).
   bool done(const std::string& id) const { return runs_.count(id) > 0; }
   // Appends a finished run to the journal (flushed) and rewrites report.json when the last write is older than
@@ -48,6 +50,11 @@ class ReportWriter {
   json header_;
   std::map<std::string, json> runs_;  // by id
   double last_flush_s_ = 0.0;
+  // flock on <dir>/.lock for the writer's lifetime; a member, so it is released even when the constructor throws.
+  struct LockFile {
+    int fd = -1;
+    ~LockFile();
+  } lock_;
 };
 
 // Writes text to path atomically: path.tmp.<pid> in the same folder, fsync, rename.

@@ -43,8 +43,23 @@ std::regex make_filter(const std::string& f) {
 
 }  // namespace
 
+void install_stop_handlers() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 std::string dry_run_text(const Scenario& s, const std::string& filter) {
   std::regex re = make_filter(filter);
+  size_t matching = 0;
+  for (const auto& r : s.runs) matching += std::regex_search(r.id, re) ? 1 : 0;
+  if (matching == 0)
+    throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids", filter, s.runs.size()));
   std::string out = describe_expansion(s) + "\n";
   size_t kept = 0;
   for (const auto& r : s.runs) {
@@ -79,6 +94,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", o.filter, s.runs.size()));
   bool replacing = !o.resume && std::ifstream(dir + "/report.json").good();
   ReportWriter writer(dir, s, header, o.resume);
+  writer.flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
   if (replacing && !o.quiet)
     std::fprintf(stderr, "gradsweep: replacing the runs of the existing %s/report.json (--resume keeps them)\n",
                  dir.c_str());
@@ -87,14 +103,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   for (const auto& r : s.runs)
     if (std::regex_search(r.id, re) && !writer.done(r.id)) todo.push_back(&r);
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  g_stop.store(false);
-  g_signal.store(0);
+  install_stop_handlers();  // idempotent; main installs them before loading the scenario
 
   const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
   if (!o.quiet)
@@ -137,8 +146,6 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     }
   }
   writer.flush();
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
   if (!o.quiet)
     std::fprintf(stderr, "gradsweep: wrote %s (%zu runs) in %s\n", writer.report_path().c_str(), writer.size(),
                  fmt_duration(now_s() - sweep0).c_str());

@@ -21,6 +21,10 @@ struct DriverOptions {
 // interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, unwritable folder).
 int run_sweep(const Scenario& scenario, const DriverOptions& options);
 
+// Installs the SIGINT/SIGTERM handlers that turn the first signal into a stop request (idempotent). main calls it
+// before loading a scenario, so a signal during start-up still ends with a report and status 130/143.
+void install_stop_handlers();
+
 // The --dry-run text: the expansion as a product, then each run's id and swept values (those the filter keeps).
 std::string dry_run_text(const Scenario& scenario, const std::string& filter);
 

@@ -213,6 +213,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       res.steps[static_cast<size_t>(rank)] = clock.steps();
     };
     world.run(rank_main, [&] { comm->abort(); });
+  } catch (const std::bad_alloc&) {
+    res.disposition = "failed";
+    res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);
   } catch (const std::exception& e) {
     res.disposition = "failed";
     res.message = e.what();

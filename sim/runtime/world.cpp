@@ -9,7 +9,21 @@ namespace gs {
 World::World(int ranks) {
   GS_EXPECT(ranks >= 1, "a world needs at least one rank");
   threads_.reserve(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { thread_main(r); });
+  try {
+    for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { thread_main(r); });
+  } catch (const std::exception& e) {
+    // Not every rank thread could start (thread or memory limits): stop and join the ones that did.
+    size_t started = threads_.size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_start_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    throw Error("cannot start rank thread " + std::to_string(started) + " of " + std::to_string(ranks) + ": " +
+                e.what());
+  }
 }
 
 World::~World() {

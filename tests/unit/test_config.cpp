@@ -211,6 +211,30 @@ TEST(ConfigErrors, RepeatedSweepValuesAndZipPaths) {
   EXPECT_TRUE(has_issue(zip, "sweep.zip[1][\"training.optimizer.lr\"][1]", "> 0")) << dump_issues(zip);
 }
 
+TEST(ConfigErrors, RulesAcrossOptimizerTargetAndSweep) {
+  auto is = issues_of(R"({"training": {"optimizer": {"nesterov": true}, "target": {"value": 0.9}},
+                          "model": {"layers": [784, 10]}})");
+  EXPECT_TRUE(has_issue(is, "training.optimizer.nesterov", "momentum > 0")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.target.value", "needs training.target.metric")) << dump_issues(is);
+  auto acc = issues_of(R"({"training": {"target": {"metric": "eval_accuracy", "value": 2}}, "model": {"layers": [784, 10]}})");
+  EXPECT_TRUE(has_issue(acc, "training.target.value", "(0, 1]")) << dump_issues(acc);
+  auto name = issues_of(std::string(kGood).insert(1, R"("sweep": {"axes": {"name": ["a", "b"]}},)"));
+  EXPECT_TRUE(has_issue(name, "sweep.axes[\"name\"]", "cannot be swept")) << dump_issues(name);
+  // 8 axes of 256 values: the run count is refused, not wrapped around.
+  json huge = json::parse(kGood);
+  for (const char* p : {"training.seed", "training.steps", "data.batch_per_rank", "training.eval_every",
+                        "data.teacher.seed", "training.optimizer.lr", "training.optimizer.eps", "sync.bucket_mb"}) {
+    json v = json::array();
+    for (int i = 1; i <= 256; ++i) v.push_back(i);
+    huge["sweep"]["axes"][p] = v;
+  }
+  auto too_many = issues_of(huge.dump());
+  EXPECT_TRUE(has_issue(too_many, "sweep", "more than the limit")) << dump_issues(too_many);
+  // A plain string for a string field through --set, even when it looks like a number.
+  Scenario s = parse_scenario(kGood, "t.json", {"name=2024"});
+  EXPECT_EQ(s.name, "2024");
+}
+
 TEST(ConfigErrors, KindSpecificFieldsAndCrossRules) {
   auto is = issues_of(R"({"model": {"kind": "mlp", "layers": [8, 3], "initial_weights": [[1]]},
     "data": {"kind": "teacher", "ranks": [[{"y": [[1]]}]], "teacher": {"in_dim": 8, "out_dim": 3, "noise": 2}},
@@ -236,7 +260,7 @@ TEST(ConfigErrors, DataThatCannotFeedARunIsRefusedBeforeAnyRun) {
   EXPECT_TRUE(has_issue(labels, "data.ranks", "labels must be < 3")) << dump_issues(labels);
   auto empty = issues_of(R"({"model": {"kind": "linear", "layers": [1, 1], "loss": "mse"},
     "data": {"kind": "inline", "ranks": [[{"y": []}]]}})");
-  EXPECT_TRUE(has_issue(empty, "data.ranks", "every micro-batch is empty")) << dump_issues(empty);
+  EXPECT_TRUE(has_issue(empty, "data.ranks", "step 1 has no samples on any rank")) << dump_issues(empty);
   auto shape = issues_of(R"({"model": {"kind": "linear", "layers": [2, 1], "loss": "mse"},
     "data": {"kind": "inline", "ranks": [[{"x": [[1, 2], [3]], "y": [[1], [2]]}]]}})");
   ASSERT_FALSE(shape.empty());

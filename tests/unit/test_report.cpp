@@ -166,5 +166,12 @@ TEST_F(ReportFiles, ResumeChecksTheJournalWhenTheReportCannotTell) {
   EXPECT_THROW(ReportWriter(dir_.string(), s, header, true), Error);
 }
 
+TEST_F(ReportFiles, OneWriterPerFolder) {
+  Scenario s = tiny_scenario();
+  json header = {{"schema_version", 1}, {"context", {{"scenario_sha256", s.sha256}}}};
+  ReportWriter first(dir_.string(), s, header, false);
+  EXPECT_THROW(ReportWriter(dir_.string(), s, header, true), Error);
+}
+
 }  // namespace
 }  // namespace gs
