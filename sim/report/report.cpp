@@ -370,13 +370,15 @@ void ReportWriter::append_line(const std::string& line) {
   ::close(fd);
 }
 
-void ReportWriter::add(const json& run, double min_interval_s) {
+void ReportWriter::add(const json& run, Rewrite rewrite) {
   runs_[run["id"].get<std::string>()] = run;
   append_line(run.dump() + "\n");
-  if (now_s() - last_flush_s_ >= min_interval_s) flush();
+  const double wait_s = std::min(kMaxRewriteIntervalS, 20.0 * last_flush_cost_s_);
+  if (rewrite == Rewrite::kAuto && now_s() - last_flush_s_ >= wait_s) flush();
 }
 
 void ReportWriter::flush() {
+  const double start = now_s();
   json doc = header_;
   std::vector<const json*> ordered;
   for (const auto& [id, run] : runs_) ordered.push_back(&run);
@@ -388,6 +390,7 @@ void ReportWriter::flush() {
   doc["runs"] = runs;
   write_file_atomic(report_path(), doc.dump(1) + "\n");
   last_flush_s_ = now_s();
+  last_flush_cost_s_ = last_flush_s_ - start;
 }
 
 }  // namespace gs

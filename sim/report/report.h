@@ -34,9 +34,14 @@ class ReportWriter {
   ReportWriter& operator=(const ReportWriter&) = delete;
   // Ids already in the report (resume).
   bool done(const std::string& id) const { return runs_.count(id) > 0; }
-  // Appends a finished run to the journal (flushed) and rewrites report.json when the last write is older than
-  // min_interval_s.
-  void add(const json& run, double min_interval_s = 3.0);
+  // Appends a finished run to the journal (flushed) and rewrites report.json unless that would cost more than about
+  // 5% of the time: the rewrite waits until 20 x the last rewrite's duration has passed, capped at max_interval_s. So
+  // small reports are current after every run, and a long sweep's growing report is rewritten at most every few
+  // seconds.
+  // kJournalOnly appends without rewriting (tests; a crash between append and rewrite looks like this).
+  enum class Rewrite { kAuto, kJournalOnly };
+  void add(const json& run, Rewrite rewrite = Rewrite::kAuto);
+  static constexpr double kMaxRewriteIntervalS = 3.0;
   // Rewrites report.json now (atomically).
   void flush();
   std::string report_path() const { return dir_ + "/report.json"; }
@@ -49,7 +54,8 @@ class ReportWriter {
   std::string dir_;
   json header_;
   std::map<std::string, json> runs_;  // by id
-  double last_flush_s_ = 0.0;
+  double last_flush_s_ = 0.0;     // when report.json was last written (steady clock, s)
+  double last_flush_cost_s_ = 0.0;  // how long that write took
   // flock on <dir>/.lock for the writer's lifetime; a member, so it is released even when the constructor throws.
   struct LockFile {
     int fd = -1;

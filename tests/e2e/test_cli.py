@@ -125,12 +125,20 @@ def test_killed_sweep_leaves_a_valid_report_and_resume_completes_it(tmp_path):
     assert run("run", path, "--out", full, "--quiet").returncode == 0
     proc = subprocess.Popen([str(BIN), "run", str(path), "--out", str(cut), "--quiet"])
     journal = cut / "runs.jsonl"
+    report_path = cut / "report.json"
+
+    def runs_in_report():
+        try:
+            return len(json.loads(report_path.read_text())["runs"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
     deadline = time.time() + 120
     while time.time() < deadline:
-        # the journal's header line plus two finished runs
-        if journal.exists() and len(journal.read_text().splitlines()) >= 3:
+        # the journal's header line plus two finished runs, and a report.json rewrite that holds at least one
+        if journal.exists() and len(journal.read_text().splitlines()) >= 3 and runs_in_report() >= 1:
             break
-        time.sleep(0.01)
+        time.sleep(0.005)
     proc.kill()
     proc.wait()
     partial = json.loads((cut / "report.json").read_text())

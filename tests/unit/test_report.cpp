@@ -113,7 +113,7 @@ TEST_F(ReportFiles, ResumeKeepsFinishedRunsAndSkipsACutLine) {
     ReportWriter w(dir_.string(), s, header, false);
     w.add({{"id", "x.a=1.r0"}, {"index", 0}, {"disposition", "passed"}});
     w.add({{"id", "x.a=2.r0"}, {"index", 1}, {"disposition", "interrupted"}});
-    w.add({{"id", "x.a=3.r0"}, {"index", 2}, {"disposition", "failed"}}, 1e9);  // journal only, no rewrite
+    w.add({{"id", "x.a=3.r0"}, {"index", 2}, {"disposition", "failed"}}, ReportWriter::Rewrite::kJournalOnly);
   }
   // A kill in the middle of appending leaves half a line.
   std::ofstream(dir_ / "runs.jsonl", std::ios::app) << "{\"id\": \"x.a=4.r0\", \"ind";
@@ -150,7 +150,7 @@ TEST_F(ReportFiles, ResumeChecksTheJournalWhenTheReportCannotTell) {
   json header = {{"schema_version", 1}, {"context", {{"scenario_sha256", s.sha256}}}};
   {
     ReportWriter w(dir_.string(), s, header, false);
-    w.add({{"id", "x.r0"}, {"index", 0}, {"disposition", "passed"}}, 1e9);
+    w.add({{"id", "x.r0"}, {"index", 0}, {"disposition", "passed"}}, ReportWriter::Rewrite::kJournalOnly);
   }
   std::ofstream(dir_ / "report.json") << "{}";
   Scenario other = s;
