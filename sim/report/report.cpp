@@ -189,15 +189,21 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   }
   json series = json::array();
   std::optional<double> last_eval_loss, last_eval_acc;
-  for (const auto& pt : r.series) {
+  // Every step up to kMaxSeriesPoints steps; beyond that every k-th step, plus every evaluation and the last step,
+  // so a million-step run keeps a report of a few MB. Time to target below uses every step.
+  const size_t stride = (r.series.size() + kMaxSeriesPoints - 1) / kMaxSeriesPoints;
+  for (size_t i = 0; i < r.series.size(); ++i) {
+    const SeriesPoint& pt = r.series[i];
+    if (pt.eval_loss) last_eval_loss = pt.eval_loss;
+    if (pt.eval_accuracy) last_eval_acc = pt.eval_accuracy;
+    bool keep = stride <= 1 || i % stride == stride - 1 || pt.eval_loss || i + 1 == r.series.size();
+    if (!keep) continue;
     series.push_back({{"step", pt.step},
                       {"measured_s", pt.measured_s},
                       {"modeled_s", nullptr},
                       {"train_loss", num(pt.train_loss)},
                       {"eval_loss", num(pt.eval_loss)},
                       {"eval_accuracy", num(pt.eval_accuracy)}});
-    if (pt.eval_loss) last_eval_loss = pt.eval_loss;
-    if (pt.eval_accuracy) last_eval_acc = pt.eval_accuracy;
   }
   j["convergence"]["series"] = series;
   j["convergence"]["final"] = {{"train_loss", r.series.empty() ? json(nullptr) : num(r.series.back().train_loss)},

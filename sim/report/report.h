@@ -13,6 +13,8 @@
 namespace gs {
 
 constexpr int kReportSchemaVersion = 1;
+// Longest convergence series written per run before it is thinned to every k-th step (evaluations always kept).
+constexpr size_t kMaxSeriesPoints = 10000;
 
 // One run's entry of runs[] (ids, resolved config, disposition, timing, communication, convergence, target, trace).
 json run_to_json(const RunSpec& spec, const RunResult& result);

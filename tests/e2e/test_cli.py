@@ -173,7 +173,7 @@ def test_sigint_records_interrupted_and_resume_reruns_it(tmp_path):
     assert short["disposition"] == "passed"
     assert long["disposition"] == "interrupted", long["message"]
     assert 0 < long["steps_completed"] < 50000000
-    assert len(long["convergence"]["series"]) == long["steps_completed"]
+    assert long["convergence"]["series"][-1]["step"] == long["steps_completed"]  # thinned above 10,000 steps
     # --resume keeps the finished run and runs the interrupted one again (interrupted again here).
     second = interrupt_after(1.5, "--resume")
     assert second["runs"][0] == short

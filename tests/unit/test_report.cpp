@@ -74,6 +74,29 @@ TEST(ReportTarget, FirstPointReachingTheTarget) {
   EXPECT_DOUBLE_EQ(f["convergence"]["final"]["eval_accuracy"].get<double>(), 0.8);
 }
 
+TEST(ReportSeries, LongRunsAreThinnedButKeepEvaluationsAndTheLastStep) {
+  RunResult r;
+  const int64_t n = 25003;  // stride 3 above 10000 points
+  for (int64_t i = 1; i <= n; ++i) {
+    SeriesPoint p;
+    p.step = i;
+    p.measured_s = 0.001 * static_cast<double>(i);
+    p.train_loss = 1.0 / static_cast<double>(i);
+    if (i % 1000 == 0 || i == 7) p.eval_loss = 0.5;
+    r.series.push_back(p);
+  }
+  json j = run_to_json(spec_with_target("train_loss", 1.0 / 24999.5), r);
+  const json& s = j["convergence"]["series"];
+  EXPECT_LE(s.size(), kMaxSeriesPoints + 30);
+  EXPECT_EQ(s.back()["step"], n);
+  EXPECT_EQ(s[0]["step"], 3);  // every 3rd step
+  bool has7 = false;
+  for (const auto& p : s) has7 = has7 || p["step"] == 7;
+  EXPECT_TRUE(has7) << "an evaluation step is always kept";
+  // Time to target is computed from every step, not the thinned series: step 25000 reaches 1/24999.5.
+  EXPECT_EQ(j["time_to_target"]["step"], 25000);
+}
+
 class ReportFiles : public ::testing::Test {
  protected:
   void SetUp() override {
