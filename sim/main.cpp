@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
   CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes");
   CLI::App* fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");
 
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string cmd = argv[1];
+    if (cmd != "run" && cmd != "validate" && cmd != "list" && cmd != "fields") {
+      std::fprintf(stderr, "gradsweep: unknown command \"%s\"; commands: run, validate, list, fields (see --help)\n",
+                   cmd.c_str());
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
