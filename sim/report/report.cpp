@@ -237,21 +237,31 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   return j;
 }
 
+namespace {
+
+// Writes all of data to fd (retrying short writes and EINTR); throws gs::Error naming path.
+void write_all(int fd, const std::string& data, const std::string& path) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = ::write(fd, data.data() + off, data.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+    off += static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t w = ::write(fd, text.data() + off, text.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error("cannot write " + tmp + ": " + std::strerror(e));
-    }
-    off += static_cast<size_t>(w);
+  try {
+    write_all(fd, text, tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   ::fsync(fd);
   ::close(fd);
@@ -362,15 +372,11 @@ ReportWriter::LockFile::~LockFile() {
 void ReportWriter::append_line(const std::string& line) {
   int fd = ::open(journal_path().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) throw Error("cannot append to " + journal_path() + ": " + std::strerror(errno));
-  size_t off = 0;
-  while (off < line.size()) {
-    ssize_t w = ::write(fd, line.data() + off, line.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      ::close(fd);
-      throw Error("cannot append to " + journal_path() + ": " + std::strerror(errno));
-    }
-    off += static_cast<size_t>(w);
+  try {
+    write_all(fd, line, journal_path());
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
   ::fdatasync(fd);
   ::close(fd);

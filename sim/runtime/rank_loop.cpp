@@ -103,7 +103,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     auto rank_main = [&](int rank) {
       PhaseClock clock;
       clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
-      std::unique_ptr<Workspace> ws = model->make_workspace(std::max<int64_t>(config.data.batch_per_rank, 1));
+      int64_t ws_capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
+      std::unique_ptr<Workspace> ws = model->make_workspace(ws_capacity);
       std::unique_ptr<Workspace> eval_ws;
       Batch batch, eval_chunk;
       std::vector<float> grad(n);
@@ -123,8 +124,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             data->micro_batch(step, k, rank, batch);
           }
           if (batch.count == 0) continue;
-          if (static_cast<int64_t>(batch.count) > config.data.batch_per_rank) {
-            ws = model->make_workspace(batch.count);  // inline data may exceed b; grow once
+          if (batch.count > ws_capacity) {  // inline micro-batches may exceed b: grow to the largest seen
+            ws = model->make_workspace(batch.count);
+            ws_capacity = batch.count;
           }
           {
             GS_NVTX_RANGE("forward");
