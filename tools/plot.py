@@ -6,12 +6,19 @@
 One function per figure (fig_*); a new figure is one function plus one line in write_figures. Each strategy has a hue
 family (a sequential colormap: Blues, Oranges, ...; the same in every figure of a report); its runs take shades of it
 from dark to light in run order, and a marker each. Train curves are solid, eval curves dashed.
+
+Every figure fits in MAX_WIDTH_PX x MAX_HEIGHT_PX, however many runs or axis values a report has: past
+MAX_LEGEND_RUNS runs a curve legend names the strategies (and, for one strategy, a color bar gives the run order)
+instead of every run; past MAX_VERTICAL_BARS runs the step breakdown averages repeats and turns its bars sideways;
+label parts are cut to report_lib.LABEL_CHARS characters. Every report and argument is checked before any file is
+written.
 """
 import argparse
 import math
+import os
 import sys
 import textwrap
-from collections import namedtuple
+from collections import Counter, namedtuple
 from pathlib import Path
 
 import matplotlib
@@ -20,7 +27,9 @@ matplotlib.use("Agg")  # headless; must precede the pyplot import
 import matplotlib.colors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.cm import ScalarMappable  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,8 +47,22 @@ EVAL_LINESTYLE = "--"  # reserved for eval curves
 # Fixed phase colors for the step breakdown, in rl.PHASES order.
 PHASE_COLORS = {"data": "#9e9e9e", "forward": "#4c72b0", "backward": "#55a868", "compress": "#8172b2",
                 "communicate": "#c44e52", "optimizer": "#ccb974", "wait": "#e0e0e0"}
+# Config paths that set a run's strategy (rl.strategy_label): when one is swept, labels show it among the values.
+STRATEGY_PATHS = {"sync", "sync.kind", "compression", "compression.kind", "precision", "precision.mode"}
 # Metrics where lower is better get the reversed colormap, so "better" has the same color in every heatmap.
 LOWER_IS_BETTER = {"eval_loss", "train_loss", "time_to_target_s", "step_p50_ms"}
+
+# Figure size limits. Sizes are chosen in inches at DPI; the caps leave room for the tight bounding box's padding.
+DPI = 110
+MAX_WIDTH_PX, MAX_HEIGHT_PX = 2400, 1800
+MAX_WIDTH_IN, MAX_HEIGHT_IN = MAX_WIDTH_PX / DPI - 0.3, MAX_HEIGHT_PX / DPI - 0.3
+# Past this many runs a curve legend lists the strategies, not the runs.
+MAX_LEGEND_RUNS = 12
+# Past this many bars the step breakdown averages repeats and draws horizontal bars in a height-capped figure.
+MAX_VERTICAL_BARS = 16
+BAR_ROW_IN = 0.25  # height of one horizontal bar
+LABEL_ROW_IN = 0.14  # closest spacing of tick labels (7 pt) that stays legible; denser rows label every k-th bar
+NOTE_LINES = 6  # longest note strip under a figure
 
 Style = namedtuple("Style", "color marker family")
 
@@ -89,13 +112,48 @@ def single_strategy(runs):
     return labels.pop() if len(labels) == 1 else None
 
 
-def legend_label(run, repeats, with_strategy=True, axes=None):
-    text = rl.run_label(run, repeats, axes)
-    if with_strategy:
-        text = f"{rl.strategy_label(run)} {text}"
-    if run.get("disposition") != "passed":
-        text += f" ({run.get('disposition')})"
+# ---- labels ---------------------------------------------------------------------------------------------------------
+
+def run_labels(report, runs, repeats=None):
+    """(labels, caption): the legend or tick text of each run, without its disposition (disposition_suffix).
+
+    A label is the strategy (unless all runs share one, or a swept path that sets it shows it among the values) and
+    the swept values "key=value ..." (the run id when nothing was swept), each part cut to rl.LABEL_CHARS. When some
+    run's "key=value" text is longer than that, every label shows the values only ("1, 0.05 r0") and `caption`
+    names them ("accumulation_steps, lr (r: repeat)"); else
+    caption is None. `repeats` overrides the report's (1: no repeat suffix).
+    """
+    repeats = report.get("repeats", 1) if repeats is None else repeats
+    axes = report.get("axes")
+    texts = [rl.swept_text(r, repeats, axes) for r in runs]
+    caption = None
+    if any(len(t) > rl.LABEL_CHARS for t in texts):
+        texts = [rl.swept_text(r, repeats, axes, names=False) for r in runs]
+        caption = rl.swept_caption(runs[0], repeats, axes) or None
+    swept = {p for r in runs for p in (r.get("swept") or {})}
+    with_strategy = single_strategy(runs) is None and not swept & STRATEGY_PATHS
+    labels = []
+    for run, text in zip(runs, texts):
+        parts = [rl.shorten(rl.strategy_label(run))] if with_strategy else []
+        parts.append(rl.shorten(text or run.get("id", "?")))
+        labels.append(" ".join(parts))
+    return labels, caption
+
+
+def disposition_suffix(runs, repeats=1):
+    """" (diverged)" and the like when some of `runs` (one run, or the repeats averaged in one bar) did not pass;
+    " (1 of 2)" when a bar averages fewer runs than the sweep repeats."""
+    others = sorted({r.get("disposition", "?") for r in runs} - {"passed"})
+    text = f" ({'/'.join(others)})" if others else ""
+    if repeats > 1 and len(runs) != repeats:
+        text += f" ({len(runs)} of {repeats})"
     return text
+
+
+def axis_caption(what, strategy, caption):
+    """An axis or legend title: "runs (allreduce): accumulation_steps, lr"."""
+    text = what + (f" ({rl.shorten(strategy)})" if strategy else "")
+    return f"{text}: {caption}" if caption else text
 
 
 # ---- figure helpers -------------------------------------------------------------------------------------------------
@@ -105,24 +163,40 @@ def legend_room(runs):
     return 2.6 if len(runs) > 4 else 0.0
 
 
+def note_lines(note, width):
+    """The note wrapped to the figure's width, at most NOTE_LINES lines."""
+    lines = textwrap.wrap(note, width=int(width * 16)) if note else []
+    if len(lines) > NOTE_LINES:
+        lines = lines[:NOTE_LINES - 1] + [rl.shorten(lines[NOTE_LINES - 1], int(width * 16) - 2) + " \u2026"]
+    return lines
+
+
 def new_figure(report, title, note, width=9.0, height=5.5):
-    """A figure with one axes titled with the report's name; `note`, when given, goes in a text strip below it."""
-    if not note:
+    """A figure with one axes titled with the report's name; `note`, when given, goes in a text strip below it.
+    Width and height (the note's strip included) are capped at MAX_WIDTH_IN and MAX_HEIGHT_IN."""
+    width = min(width, MAX_WIDTH_IN)
+    lines = note_lines(note, width)
+    strip = 0.15 * len(lines) + 0.05 if lines else 0.0
+    height = min(height, MAX_HEIGHT_IN - strip)
+    if not lines:
         fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
     else:
-        wrapped = textwrap.fill(note, width=int(width * 16))
-        lines = wrapped.count("\n") + 1
-        fig, (ax, note_ax) = plt.subplots(2, 1, figsize=(width, height + 0.15 * lines), layout="constrained",
-                                          gridspec_kw={"height_ratios": [height, 0.15 * lines + 0.05]})
+        fig, (ax, note_ax) = plt.subplots(2, 1, figsize=(width, height + strip), layout="constrained",
+                                          gridspec_kw={"height_ratios": [height, strip]})
         note_ax.axis("off")
-        note_ax.text(0.0, 1.0, wrapped, fontsize=7, color="#555555", va="top", ha="left",
+        note_ax.text(0.0, 1.0, "\n".join(lines), fontsize=7, color="#555555", va="top", ha="left",
                      transform=note_ax.transAxes)
-    ax.set_title(f"{report['scenario_name']}: {title}")
+    ax.set_title(f"{rl.shorten(report['scenario_name'], 40)}: {title}")
     return fig, ax
 
 
+def integer_ticks(axis):
+    """Integer ticks only (an axis of optimizer steps)."""
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def save(fig, path):
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -139,16 +213,60 @@ def maybe_log_scale(ax, values):
         ax.set_yscale("log")
 
 
-def run_legend(ax, runs, keys=()):
+def run_legend(ax, report, runs, styles, keys=(), caption=None):
     """The legend of the runs drawn on ax, plus `keys` (handles explaining line styles and markers). With one strategy
-    its name is the legend's title instead of a prefix of every entry. Outside the axes, on the right, past 4 runs
-    (legend_room widens the figure to match)."""
+    its name (and `caption`, what the values in the labels are) is the legend's title instead of a prefix of every
+    entry. Outside the axes, on the right, past 4 runs (legend_room widens the figure to match). Past
+    MAX_LEGEND_RUNS runs: strategy_legend."""
+    if len(runs) > MAX_LEGEND_RUNS:
+        strategy_legend(ax, report, runs, styles, keys)
+        return
     handles, _ = ax.get_legend_handles_labels()
     handles = handles + list(keys)
     if not handles:
         return
     place = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if len(runs) > 4 else {"loc": "best"}
-    ax.legend(handles=handles, fontsize=7, title=single_strategy(runs), title_fontsize=7, **place)
+    strategy = single_strategy(runs)
+    title = axis_caption(rl.shorten(strategy), None, caption) if strategy else caption
+    ax.legend(handles=handles, fontsize=7, title=title, title_fontsize=7, **place)
+
+
+def strategy_legend(ax, report, runs, styles, keys=()):
+    """The legend of many runs: one entry per strategy (its color and run count, at most MAX_LEGEND_RUNS entries;
+    titled "N runs" when there are several), plus `keys`; with a single strategy, a color bar below the axes maps its
+    shades to the run order, ticked with the values of the axis the runs are ordered by."""
+    counts = Counter(rl.strategy_label(r) for r in runs)
+    families = strategy_families(report["runs"])
+    handles = [Line2D([], [], color=family_color(families[label], SINGLE), linewidth=2.5,
+                      label=f"{rl.shorten(label)}: {n} runs") for label, n in list(counts.items())[:MAX_LEGEND_RUNS]]
+    if len(counts) > MAX_LEGEND_RUNS:
+        handles.append(Line2D([], [], linestyle="none", label=f"... and {len(counts) - MAX_LEGEND_RUNS} more"))
+    ax.legend(handles=handles + list(keys), fontsize=7, title=f"{len(runs)} runs" if len(counts) > 1 else None,
+              title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if len(counts) == 1:
+        shade_colorbar(ax, report, runs, styles)
+
+
+def shade_colorbar(ax, report, runs, styles):
+    """A color bar below ax with the shades of `runs` (one strategy) in run order, ticked at the middle of each
+    block of runs sharing a value of the axis the run order follows (rl.slowest_axis; at most 12 ticks)."""
+    runs = sorted(runs, key=lambda r: r.get("index", 0))
+    n = len(runs)
+    mappable = ScalarMappable(norm=matplotlib.colors.Normalize(-0.5, n - 0.5),
+                              cmap=matplotlib.colors.ListedColormap([styles[r["id"]].color for r in runs]))
+    bar = ax.figure.colorbar(mappable, ax=ax, location="bottom", shrink=0.7, aspect=50, pad=0.01)
+    bar.ax.tick_params(labelsize=7)
+    axis = rl.slowest_axis(report, runs)
+    if axis is None:
+        integer_ticks(bar.ax.xaxis)
+        bar.set_label("runs in run order (dark: first)", fontsize=8)
+        return
+    values = [rl.run_axis_value(r, axis) for r in runs]
+    starts = [k for k in range(n) if k == 0 or values[k] != values[k - 1]]
+    middles = [(a + b - 1) / 2 for a, b in zip(starts, starts[1:] + [n])]
+    every = math.ceil(len(starts) / 12)
+    bar.set_ticks(middles[::every], labels=[rl.axis_value_text(axis, values[k]) for k in starts[::every]])
+    bar.set_label(f"runs in run order (dark: first), by {rl.shorten(rl.axis_name(axis), 60)}", fontsize=8)
 
 
 def style_keys(with_eval, with_diverged):
@@ -162,30 +280,28 @@ def style_keys(with_eval, with_diverged):
     return keys
 
 
-def run_text(report, run, runs):
-    """A run's legend or tick text: the strategy (unless all runs share one), the swept values, the disposition."""
-    return legend_label(run, report["repeats"], with_strategy=single_strategy(runs) is None, axes=report.get("axes"))
-
-
 def draw_loss(ax, report, styles, x_key):
     """Train loss (solid) and eval loss (dashed, where evaluated) of every drawn run against x_key."""
     runs = rl.drawn_runs(report)
+    labels, caption = run_labels(report, runs) if runs else ([], None)
+    many = len(runs) > MAX_LEGEND_RUNS  # no legend entry per run, so no marker per run either
     any_eval, any_diverged, all_y = False, False, []
-    for run in runs:
+    for run, label in zip(runs, labels):
         style = styles[run["id"]]
         steps, train = rl.series(run, "train_loss")
         x = steps if x_key == "step" else rl.series(run, x_key)[1]
         every = max(1, len(x) // 10)
         # Train losses are noisy (one step's samples each): thin and slightly transparent, under the eval curves.
-        ax.plot(x, train, color=style.color, marker=style.marker, linestyle=TRAIN_LINESTYLE, markevery=every,
-                markersize=4, linewidth=0.9, alpha=0.8, zorder=2, label=run_text(report, run, runs))
+        ax.plot(x, train, color=style.color, marker=None if many else style.marker, linestyle=TRAIN_LINESTYLE,
+                markevery=every, markersize=4, linewidth=0.9, alpha=0.8, zorder=2,
+                label=None if many else label + disposition_suffix([run]))
         all_y += train
         ex, ey = finite_xy(x, rl.series(run, "eval_loss")[1])
         if ex:
             any_eval = True
             all_y += ey
-            ax.plot(ex, ey, color=style.color, marker=style.marker, linestyle=EVAL_LINESTYLE, markersize=5,
-                    linewidth=1.6, zorder=3)
+            ax.plot(ex, ey, color=style.color, marker=style.marker, linestyle=EVAL_LINESTYLE,
+                    markersize=3 if many else 5, linewidth=1.6, zorder=3)
         if run.get("disposition") == "diverged":
             fx, fy = finite_xy(x, train)
             if fx:
@@ -194,7 +310,7 @@ def draw_loss(ax, report, styles, x_key):
     maybe_log_scale(ax, all_y)
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
-    run_legend(ax, runs, style_keys(any_eval, any_diverged))
+    run_legend(ax, report, runs, styles, style_keys(any_eval, any_diverged), caption)
 
 
 # ---- figures (one function each; each returns the path written, or None with a note on stderr) ----------------------
@@ -205,6 +321,7 @@ def fig_loss_vs_step(report, styles, out_dir, note):
     fig, ax = new_figure(report, "loss vs step", note, width=9.0 + legend_room(rl.drawn_runs(report)))
     draw_loss(ax, report, styles, "step")
     ax.set_xlabel("optimizer step")
+    integer_ticks(ax.xaxis)
     return save(fig, out_dir / "loss_vs_step.png")
 
 
@@ -223,12 +340,14 @@ def fig_accuracy_vs_time(report, styles, out_dir, note):
         return skipped("accuracy_vs_time.png", "no run has eval_accuracy")
     fig, ax = new_figure(report, "eval accuracy vs measured time", note, width=9.0 + legend_room(runs))
     targets = set()
-    for run in runs:
+    labels, caption = run_labels(report, runs)
+    many = len(runs) > MAX_LEGEND_RUNS
+    for run, label in zip(runs, labels):
         style = styles[run["id"]]
         # Only eval curves here, so they need no dashes to tell them from train curves.
         x, y = finite_xy(rl.series(run, "measured_s")[1], rl.series(run, "eval_accuracy")[1])
-        ax.plot(x, y, color=style.color, marker=style.marker, linestyle=TRAIN_LINESTYLE, markersize=4,
-                linewidth=1.3, label=run_text(report, run, runs))
+        ax.plot(x, y, color=style.color, marker=style.marker, linestyle=TRAIN_LINESTYLE, markersize=3 if many else 4,
+                linewidth=1.0 if many else 1.3, label=None if many else label + disposition_suffix([run]))
         ttt = run.get("time_to_target")
         if ttt and ttt.get("metric") == "eval_accuracy":
             targets.add(ttt["value"])
@@ -239,37 +358,93 @@ def fig_accuracy_vs_time(report, styles, out_dir, note):
     ax.set_xlabel("measured time (s)")
     ax.set_ylabel("eval accuracy")
     ax.grid(alpha=0.3)
-    run_legend(ax, runs)
+    run_legend(ax, report, runs, styles, caption=caption)
     return save(fig, out_dir / "accuracy_vs_time.png")
 
 
+def breakdown_rows(report, runs):
+    """The bars of the step breakdown, each a list of runs: one per run, or, past MAX_VERTICAL_BARS runs of a sweep
+    with repeats, one per sweep point (its repeats, averaged), in run order."""
+    if len(runs) <= MAX_VERTICAL_BARS or report.get("repeats", 1) <= 1:
+        return [[run] for run in runs]
+    groups = {}
+    for run in runs:
+        groups.setdefault(rl.sweep_point(run), []).append(run)
+    return list(groups.values())
+
+
+def phase_means(rows):
+    """{phase: array of the mean ms per step of each row (the mean over its runs; a missing phase counts 0)}."""
+    def mean_ms(run, phase):
+        return rl.num(((rl.measured_phases(run).get(phase) or {}).get("all") or {}).get("mean_ms"))
+
+    return {phase: np.array([np.mean(np.nan_to_num([mean_ms(r, phase) for r in row], nan=0.0)) for row in rows])
+            for phase in rl.PHASES}
+
+
 def fig_step_breakdown(report, styles, out_dir, note):
+    """Stacked bars of the mean time per phase of each run: vertical up to MAX_VERTICAL_BARS bars, else horizontal
+    in a figure whose height is capped (repeats averaged, and only every k-th bar labelled when rows get too
+    dense)."""
     runs = [r for r in rl.drawn_runs(report) if rl.measured_phases(r)]
     if not runs:
         return skipped("step_breakdown.png", "no run has measured timing")
-    fig, ax = new_figure(report, "mean measured time per step by phase (all ranks)", note,
-                         width=max(7.0, 0.9 * len(runs) + 3.0))
-    x = np.arange(len(runs))
-    bottom = np.zeros(len(runs))
-    for phase in rl.PHASES:
-        means = np.array([rl.num(((rl.measured_phases(r).get(phase) or {}).get("all") or {}).get("mean_ms"))
-                          for r in runs])
-        means = np.nan_to_num(means, nan=0.0)
-        ax.bar(x, means, 0.7, bottom=bottom, color=PHASE_COLORS[phase], edgecolor="white", linewidth=0.5,
-               label=phase)
-        bottom += means
-    ax.set_xticks(x)
-    ax.set_xticklabels([run_text(report, r, runs) for r in runs], rotation=30, ha="right", fontsize=7)
+    rows = breakdown_rows(report, runs)
+    grouped = len(rows) < len(runs)
+    repeats = report.get("repeats", 1)
+    firsts = [row[0] for row in rows]
+    labels, caption = run_labels(report, firsts, repeats=1 if grouped else None)
+    labels = [label + disposition_suffix(row, repeats if grouped else 1) for label, row in zip(labels, rows)]
+    title = "mean measured time per step by phase (all ranks)"
+    if grouped:
+        title += f", mean of {repeats} repeats"
+    n = len(rows)
+    horizontal = n > MAX_VERTICAL_BARS
+    if horizontal:
+        fig, ax = new_figure(report, title, note, width=11.0, height=2.2 + BAR_ROW_IN * n)
+    else:
+        fig, ax = new_figure(report, title, note, width=max(7.0, 0.9 * n + 3.0))
+    position = np.arange(n)
+    base = np.zeros(n)
+    for phase, means in phase_means(rows).items():
+        if horizontal:
+            ax.barh(position, means, 0.7, left=base, color=PHASE_COLORS[phase], edgecolor="white", linewidth=0.5,
+                    label=phase)
+        else:
+            ax.bar(position, means, 0.7, bottom=base, color=PHASE_COLORS[phase], edgecolor="white", linewidth=0.5,
+                   label=phase)
+        base += means
     colors = strategy_colors(runs)
-    for tick, run in zip(ax.get_xticklabels(), runs):
-        tick.set_color(colors[rl.strategy_label(run)])  # the strategy's color: a light run shade is hard to read
-    strategy = single_strategy(runs)
-    if strategy:
-        ax.set_xlabel(f"runs ({strategy})")
-    ax.set_ylabel("ms per step (mean)")
-    ax.grid(axis="y", alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    tick_colors = [colors[rl.strategy_label(row[0])] for row in rows]  # a light run shade is hard to read
+    what = axis_caption("sweep points" if grouped else "runs", single_strategy(runs), caption)
+    if horizontal:
+        room = fig.get_size_inches()[1] - 2.2
+        every = max(1, math.ceil(n / max(1.0, room / LABEL_ROW_IN)))
+        if every > 1:
+            what += f" (one label per {every} bars)"
+        ax.set_yticks(position[::every])
+        ax.set_yticklabels(labels[::every], fontsize=7)
+        tick_colors = tick_colors[::every]
+        ax.set_ylim(n - 0.5, -0.5)  # the first run on top
+        ax.set_ylabel(what, fontsize=9)
+        ax.set_xlabel("ms per step (mean)")
+        ax.grid(axis="x", alpha=0.3)
+        ticks = ax.get_yticklabels()
+    else:
+        ax.set_xticks(position)
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel(what, fontsize=9)
+        ax.set_ylabel("ms per step (mean)")
+        ax.grid(axis="y", alpha=0.3)
+        ticks = ax.get_xticklabels()
+    for tick, color in zip(ticks, tick_colors):
+        tick.set_color(color)
+    handles, phase_labels = ax.get_legend_handles_labels()
+    if horizontal:
+        # Phases stack left to right: the legend lists them in that order.
+        ax.legend(handles, phase_labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(handles[::-1], phase_labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, out_dir / "step_breakdown.png")
 
 
@@ -326,19 +501,37 @@ def cell_format(values):
     return lambda v: f"{v:,.{decimals}f}"
 
 
-def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None):
+def heatmap_axes(report, x_name=None, y_name=None):
+    """(x axis, y axis) of the heatmap: the named axes (rl.find_axis), the first unnamed ones filling in; None (no
+    heatmap) when neither is named and the sweep has fewer than two axes. Raises ReportError for a name that is no
+    axis of the report, or when the two would be missing or the same."""
     axes = report.get("axes") or []
-    if not report["runs"]:
-        return skipped("heatmap", "the report has no runs")
     if x_name is None and y_name is None and len(axes) < 2:
-        return skipped("heatmap", f"the sweep has {len(axes)} axis(es), a heatmap needs two")
+        return None
     x_axis = rl.find_axis(report, x_name) if x_name is not None else None
     y_axis = rl.find_axis(report, y_name) if y_name is not None else None
     rest = [a for a in axes if a is not x_axis and a is not y_axis]
     x_axis = x_axis or (rest.pop(0) if rest else None)
     y_axis = y_axis or (rest.pop(0) if rest else None)
     if x_axis is None or y_axis is None or x_axis is y_axis:
-        raise rl.ReportError("a heatmap needs two different sweep axes (--x, --y)")
+        known = ", ".join(rl.axis_name(a) for a in axes) or "none"
+        raise rl.ReportError(f"a heatmap needs two different sweep axes (--x, --y; axes: {known})")
+    return x_axis, y_axis
+
+
+def tick_every(count, cell_in, text_in):
+    """Label every k-th of `count` ticks `cell_in` inches apart so that labels `text_in` inches across do not
+    overlap."""
+    return max(1, math.ceil(text_in / max(cell_in, 1e-6))) if count > 1 else 1
+
+
+def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None):
+    if not report["runs"]:
+        return skipped("heatmap", "the report has no runs")
+    axes = heatmap_axes(report, x_name, y_name)
+    if axes is None:
+        return skipped("heatmap", f"the sweep has {len(report.get('axes') or [])} axis(es), a heatmap needs two")
+    x_axis, y_axis = axes
     values, counts, labels = heatmap_matrix(report, x_axis, y_axis, metric)
     title = f"{rl.METRICS[metric]}, passed runs"
     if counts.max(initial=0) > 1:
@@ -346,6 +539,13 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
     xs, ys = x_axis["values"], y_axis["values"]
     fig, ax = new_figure(report, title, note, width=max(6.0, 1.2 * len(xs) + 3.0),
                          height=max(4.5, 0.8 * len(ys) + 2.5))
+    # Cell size once the figure is capped: smaller cells get smaller numbers, and none below a legible size.
+    width, height = fig.get_size_inches()
+    cell_w, cell_h = (width - 3.0) / len(xs), (height - 2.5) / len(ys)
+    fontsize = 9 if cell_w >= 0.9 and cell_h >= 0.45 else 7 if cell_w >= 0.55 and cell_h >= 0.3 else 0
+    if fontsize == 0:
+        title += "; values by color only"
+        ax.set_title(f"{rl.shorten(report['scenario_name'], 40)}: {title}")
     cmap = plt.get_cmap("viridis_r" if metric in LOWER_IS_BETTER else "viridis").copy()
     cmap.set_bad("white")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, origin="lower", aspect="auto")
@@ -361,18 +561,27 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
                 # No value: hatched, and labelled with the reason (not reached, failed, ...).
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#f4f4f4", edgecolor="#bdbdbd",
                                        hatch="///", linewidth=0))
-                ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=8, color="#444444",
-                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 2})
+                if fontsize:
+                    ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=fontsize - 1, color="#444444",
+                            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 2})
+                continue
+            if not fontsize:
                 continue
             dark = (v < middle) != (metric in LOWER_IS_BETTER)
             text = fmt(v) + (f"\n{labels[i][j]}" if labels[i][j] else "")
-            ax.text(j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black")
-    ax.set_xticks(range(len(xs)))
-    ax.set_xticklabels([rl.axis_value_text(x_axis, v) for v in xs])
-    ax.set_yticks(range(len(ys)))
-    ax.set_yticklabels([rl.axis_value_text(y_axis, v) for v in ys])
-    ax.set_xlabel(rl.axis_name(x_axis))
-    ax.set_ylabel(rl.axis_name(y_axis))
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color="white" if dark else "black")
+    x_texts = [rl.axis_value_text(x_axis, v) for v in xs]
+    y_texts = [rl.axis_value_text(y_axis, v) for v in ys]
+    char_in = 0.075  # width of a 10 pt tick label character
+    x_rotate = max(map(len, x_texts)) * char_in > 0.9 * cell_w
+    x_every = tick_every(len(xs), cell_w, 0.2 if x_rotate else max(map(len, x_texts)) * char_in)
+    y_every = tick_every(len(ys), cell_h, 0.17)
+    ax.set_xticks(range(0, len(xs), x_every))
+    ax.set_xticklabels(x_texts[::x_every], rotation=30 if x_rotate else 0, ha="right" if x_rotate else "center")
+    ax.set_yticks(range(0, len(ys), y_every))
+    ax.set_yticklabels(y_texts[::y_every])
+    ax.set_xlabel(rl.shorten(rl.axis_name(x_axis), 80))
+    ax.set_ylabel(rl.shorten(rl.axis_name(y_axis), 80))
     return save(fig, out_dir / f"heatmap_{metric}.png")
 
 
@@ -428,21 +637,49 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def check_out_dir(out_dir):
+    """Raises ReportError unless out_dir is a folder, or can be made as one, that this process can write in."""
+    existing = Path(out_dir)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise rl.ReportError(f"{out_dir}: cannot write figures there: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise rl.ReportError(f"{out_dir}: cannot write figures there: {existing} is not writable")
+
+
+def error_text(path, error):
+    message = str(error)
+    return message if str(path) in message else f"{path}: {message}"
+
+
 def main(argv=None):
+    """Checks every report and argument first (reports readable and valid, --x/--y axes of every report, output
+    folders writable), and writes nothing when one fails; then writes the figures of each report."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    status = 0
+    jobs, errors = [], []
     for path, out_dir in zip(args.reports, output_dirs(args.reports, args.out)):
         try:
             report = rl.load_report(path)
-            if rl.undrawn_runs(report):
-                print(f"{path}: {rl.undrawn_note(report)}", file=sys.stderr)
+            heatmap_axes(report, args.x, args.y)
+            check_out_dir(out_dir)
+            jobs.append((path, out_dir, report))
+        except rl.ReportError as e:
+            errors.append(error_text(path, e))
+    if errors:
+        for message in errors:
+            print(f"error: {message}", file=sys.stderr)
+        print("error: no figure written", file=sys.stderr)
+        return 2
+    status = 0
+    for path, out_dir, report in jobs:
+        if rl.undrawn_runs(report):
+            print(f"{path}: {rl.undrawn_note(report)}", file=sys.stderr)
+        try:
             for written in write_figures(report, out_dir, args.metric, args.x, args.y):
                 print(written)
-        except rl.ReportError as e:
-            message = str(e)
-            if str(path) not in message:
-                message = f"{path}: {message}"
-            print(f"error: {message}", file=sys.stderr)
+        except (rl.ReportError, OSError) as e:
+            print(f"error: {error_text(path, e)}", file=sys.stderr)
             status = 2
     return status
 

@@ -147,12 +147,38 @@ def format_value(v):
 
 # Longest value text in labels (legends, ticks); longer values (JSON objects and lists) end in an ellipsis.
 LABEL_VALUE_CHARS = 30
+# Longest text of one label part (the swept values of a run, a strategy name); longer ones end in an ellipsis.
+LABEL_CHARS = 30
 
 
-def label_value(v, limit=LABEL_VALUE_CHARS):
-    """format_value(v) for labels: objects and lists in compact JSON, cut to `limit` characters with an ellipsis."""
+def shorten(text, limit=LABEL_CHARS):
+    """text cut to `limit` characters, the last one an ellipsis when it was longer."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def label_value(v, limit=LABEL_VALUE_CHARS, among=None):
+    """format_value(v) for labels: objects and lists in compact JSON, cut to `limit` characters with an ellipsis.
+
+    `among`: all values of v's axis. An object among objects shows only the keys whose values differ between them,
+    after "{\u2026," ({"kind":"topk","ratio":0.01} among ratios 0.01 and 0.1: {\u2026,"ratio":0.01})."""
+    if isinstance(v, dict) and among and len(among) > 1 and all(isinstance(o, dict) for o in among):
+        missing = object()
+        varying = {k: x for k, x in v.items() if any(o.get(k, missing) != x for o in among)}
+        if varying and len(varying) < len(v):
+            text = "{\u2026," + json.dumps(varying, separators=(",", ":"))[1:]
+            return text if len(text) <= limit else text[:limit - 1] + "\u2026"
     text = json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else format_value(v)
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def axis_values_of(path, axes):
+    """Every value the axis sweeping `path` takes (None when no axis of `axes` sweeps it)."""
+    for axis in axes or []:
+        if path in axis["paths"]:
+            i = axis["paths"].index(path)
+            return [value[i] for value in axis["values"]]
+    return None
 
 
 def short_paths(paths):
@@ -161,18 +187,54 @@ def short_paths(paths):
     return {p: (s if last.count(s) == 1 else p) for p, s in zip(paths, last)}
 
 
-def swept_text(run, repeats=1, axes=None):
-    """The run's swept values as "key=value key=value" (plus "r<repeat>" when the sweep repeats), in the order of
-    `axes` (the report's axes) when given, else in the order of the run's `swept` object. Long values are cut
-    (label_value)."""
+def swept_order(run, axes=None):
+    """The run's swept paths in the order of `axes` (the report's axes) when given, then any others in the order of
+    the run's `swept` object."""
     swept = run.get("swept") or {}
     order = [p for a in (axes or []) for p in a["paths"] if p in swept]
-    order += [p for p in swept if p not in order]
-    names = short_paths(order)
-    parts = [f"{names[p]}={label_value(swept[p])}" for p in order]
+    return order + [p for p in swept if p not in order]
+
+
+def value_limit(texts, budget):
+    """The largest cut (at least 4 characters) that fits `texts`, each cut to it, in `budget` characters together."""
+    limit = max(map(len, texts), default=0)
+    while limit > 4 and sum(min(len(t), limit) for t in texts) > budget:
+        limit -= 1
+    return limit
+
+
+def swept_text(run, repeats=1, axes=None, names=True):
+    """The run's swept values as "key=value key=value" (plus "r<repeat>" when the sweep repeats), in swept_order.
+    Long values are cut (label_value). With names=False only the values: "1, 0.05 r0" (swept_caption names them),
+    the longest cut further so that every value shows in LABEL_CHARS characters where it can."""
+    swept = run.get("swept") or {}
+    order = swept_order(run, axes)
+    short = short_paths(order)
+    if names:
+        text = " ".join(f"{short[p]}={label_value(swept[p], among=axis_values_of(p, axes))}" for p in order)
+    else:
+        texts = [label_value(swept[p], among=axis_values_of(p, axes)) for p in order]
+        budget = LABEL_CHARS - 2 * (len(order) - 1) - (4 if repeats > 1 else 0)
+        limit = value_limit(texts, budget)
+        text = ", ".join(label_value(swept[p], limit, axis_values_of(p, axes)) for p in order)
     if repeats > 1:
-        parts.append(f"r{run.get('repeat', 0)}")
-    return " ".join(parts)
+        text = f"{text} r{run.get('repeat', 0)}".strip()
+    return text
+
+
+def swept_caption(run, repeats=1, axes=None):
+    """What the values of swept_text(names=False) are: "accumulation_steps, lr (r: repeat)"."""
+    order = swept_order(run, axes)
+    short = short_paths(order)
+    text = ", ".join(short[p] for p in order)
+    if repeats > 1:
+        text = f"{text} (r: repeat)".strip()
+    return text
+
+
+def sweep_point(run):
+    """A key shared by the runs that differ only in their repeat: their strategy and swept values."""
+    return strategy_label(run) + " " + json.dumps(run.get("swept") or {}, sort_keys=True)
 
 
 def run_label(run, repeats=1, axes=None):
@@ -201,7 +263,7 @@ def undrawn_note(report, limit=6):
     for r in undrawn_runs(report):
         why = r.get("disposition", "?")
         if r.get("message"):
-            why += f": {r['message']}"
+            why += f": {shorten(r['message'], 100)}"
         elif why in DRAWN_DISPOSITIONS:
             why += ": no convergence series"
         lines.append(f"{r.get('id', '?')} ({why})")
@@ -277,9 +339,24 @@ def run_axis_value(run, axis):
     return [swept[p] for p in axis["paths"]]
 
 
+def slowest_axis(report, runs):
+    """The axis of the report whose value changes least often along `runs` (in run index order; the first such
+    axis on a tie), or None when the report has no axes. Run order follows it in blocks: the first axis of a sweep."""
+    axes = report.get("axes") or []
+    ordered = sorted(runs, key=lambda r: r.get("index", 0))
+
+    def changes(axis):
+        values = [json.dumps(run_axis_value(r, axis)) for r in ordered]
+        return sum(a != b for a, b in zip(values, values[1:]))
+
+    return min(axes, key=changes) if axes else None
+
+
 def axis_value_text(axis, value):
-    """Tick text of one axis value: "4", or "k=4,ratio=0.1" for a zip group; long values cut (label_value)."""
+    """Tick text of one axis value: "4", or "k=4,ratio=0.1" for a zip group; long values cut, and objects shown by
+    the keys that differ along the axis (label_value)."""
     if len(axis["paths"]) == 1:
-        return label_value(value[0])
+        return label_value(value[0], among=axis_values_of(axis["paths"][0], [axis]))
     names = short_paths(axis["paths"])
-    return ",".join(f"{names[p]}={label_value(v)}" for p, v in zip(axis["paths"], value))
+    return ",".join(f"{names[p]}={label_value(v, among=axis_values_of(p, [axis]))}"
+                    for p, v in zip(axis["paths"], value))

@@ -93,6 +93,7 @@ def test_unknown_axis_exits_2(run_plot, example_copy):
     result = run_plot(example_copy, "--x", "compression.ratio")
     assert result.returncode == 2
     assert "compression.ratio" in result.stderr and "cluster.ranks" in result.stderr
+    assert not pngs_under(example_copy.parent)  # checked before any figure is written
 
 
 def test_without_accuracy_the_accuracy_figure_is_skipped_with_a_note(run_plot, example, tmp_path):
@@ -164,13 +165,61 @@ def test_missing_file_exits_2(run_plot, tmp_path):
     assert str(path) in result.stderr
 
 
-def test_a_bad_report_does_not_stop_the_good_ones(run_plot, example_copy, tmp_path):
+def pngs_under(folder):
+    return sorted(Path(folder).rglob("*.png"))
+
+
+def test_a_bad_report_among_good_ones_writes_nothing(run_plot, example_copy, tmp_path):
+    """Every report is checked before any figure is written: one bad report, every error named, no file."""
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
-    result = run_plot(bad, example_copy)
+    worse = tmp_path / "worse.json"
+    worse.write_text("[]")
+    result = run_plot(example_copy, bad, worse)
     assert result.returncode == 2
-    assert str(bad) in result.stderr
-    assert_png(example_copy.parent / "loss_vs_step.png")
+    assert str(bad) in result.stderr and str(worse) in result.stderr
+    assert "no figure written" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert not pngs_under(tmp_path)
+
+
+@pytest.mark.parametrize("args", [
+    ["--x", "compression.ratio"],
+    ["--y", "lr"],
+    ["--x", "ranks", "--y", "cluster.ranks"],  # the same axis twice
+    ["--x", "7"],
+], ids=["unknown x", "unknown y", "same axis", "index out of range"])
+def test_a_bad_axis_argument_writes_nothing(run_plot, example_copy, args):
+    result = run_plot(example_copy, *args)
+    assert result.returncode == 2, result.stderr
+    assert str(example_copy) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not pngs_under(example_copy.parent)
+
+
+def test_an_axis_one_of_several_reports_lacks_writes_nothing(run_plot, example_copy, example, tmp_path):
+    """--x ranks fits the first report but not the second, which has one axis only: nothing is written at all."""
+    example["axes"] = example["axes"][:1]
+    one_axis = tmp_path / "one" / "report.json"
+    one_axis.parent.mkdir()
+    one_axis.write_text(json.dumps(example))
+    out = tmp_path / "figures"
+    result = run_plot(example_copy, one_axis, "--x", "ranks", "--out", out)
+    assert result.returncode == 2
+    assert str(one_axis) in result.stderr and str(example_copy) not in result.stderr
+    assert not out.exists()
+    assert not pngs_under(tmp_path)
+
+
+def test_an_out_path_that_is_a_file_writes_nothing(run_plot, example_copy, tmp_path):
+    out = tmp_path / "taken"
+    out.write_text("a file, not a folder")
+    for target in (out, out / "below"):
+        result = run_plot(example_copy, "--out", target)
+        assert result.returncode == 2
+        assert "not a folder" in result.stderr and "Traceback" not in result.stderr
+        assert not pngs_under(tmp_path)
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
@@ -389,8 +438,244 @@ def test_long_json_values_are_cut_in_labels(example):
     assert rl.run_label(run) == f"compression={text} ranks=2"
     axis = {"paths": ["compression"], "values": [[value]]}
     assert rl.axis_value_text(axis, [value]) == text
+    # Along an axis of several objects, only the keys that differ show.
+    axis = {"paths": ["compression"], "values": [[value], [dict(value, ratio=0.1)], [dict(value, kind="qsgd")]]}
+    assert rl.axis_value_text(axis, [value]) == '{\u2026,"kind":"topk","ratio":0.01}'
+    assert rl.label_value(value, among=[value, dict(value, ratio=0.1)]) == '{\u2026,"ratio":0.01}'
+    assert rl.label_value(value, among=[value, {"kind": "none"}]) == text  # every key differs: the whole object
     zipped = {"paths": ["compression", "cluster.ranks"], "values": [[value, 4]]}
     assert rl.axis_value_text(zipped, [value, 4]) == f"compression={text},ranks=4"
+
+
+# ---- large reports: figure sizes, legends, labels, step ticks --------------------------------------------------------
+
+def sweep_report(example, x_values, y_values, repeats=1, x_path="training.accumulation_steps",
+                 y_path="training.optimizer.lr", strategies=("allreduce",)):
+    """A report of len(strategies) x len(x_values) x len(y_values) x repeats passed runs, each a copy of the example's
+    first run with its own swept values (strategies are swept too, as sync.kind, when there are several)."""
+    template = example["runs"][0]
+    doc = copy.deepcopy(example)
+    doc["axes"] = [{"paths": [x_path], "values": [[v] for v in x_values]},
+                   {"paths": [y_path], "values": [[v] for v in y_values]}]
+    if len(strategies) > 1:
+        doc["axes"].insert(0, {"paths": ["sync.kind"], "values": [[k] for k in strategies]})
+    doc["repeats"] = repeats
+    doc["runs"] = []
+    for kind, x, y, repeat in itertools.product(strategies, x_values, y_values, range(repeats)):
+        run = copy.deepcopy(template)
+        index = len(doc["runs"])
+        swept = {x_path: x, y_path: y}
+        if len(strategies) > 1:
+            swept = {"sync.kind": kind, **swept}
+        run.update(id=f"big.{index}.r{repeat}", index=index, repeat=repeat, swept=swept)
+        run["config"]["sync"]["kind"] = kind
+        for k, point in enumerate(run["convergence"]["series"]):
+            point["train_loss"] = 2.0 / (1 + k) + 0.001 * index
+        doc["runs"].append(run)
+    return doc
+
+
+def png_size(path):
+    """(width, height) of a PNG in pixels."""
+    image = matplotlib.image.imread(path)
+    return image.shape[1], image.shape[0]
+
+
+LONG_VALUE = {"kind": "topk", "ratio": 0.01, "error_feedback": True}
+LARGE_REPORTS = {
+    # 120 runs: 10 x 6 sweep points, 2 repeats (the QA case: 112 runs drew a 11430 px wide step breakdown).
+    "120 runs with repeats": dict(x_values=list(range(1, 11)), y_values=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5],
+                                  repeats=2),
+    # 120 runs, no repeats to average: 120 horizontal bars.
+    "120 runs without repeats": dict(x_values=list(range(1, 13)), y_values=[0.01 * k for k in range(1, 11)]),
+    # 4 strategies x 30 runs with long JSON values in every label.
+    "120 runs, 4 strategies, long values": dict(
+        x_values=[dict(LONG_VALUE, ratio=r) for r in (0.01, 0.02, 0.05, 0.1, 0.2)],
+        y_values=list(range(1, 7)), x_path="compression", strategies=("allreduce", "local_sgd", "ps", "gossip")),
+    # A 40 x 12 heatmap (and 480 horizontal bars).
+    "480 runs, 40 x 12 heatmap": dict(x_values=list(range(40)), y_values=list(range(12))),
+}
+
+
+@pytest.mark.parametrize("case", list(LARGE_REPORTS), ids=list(LARGE_REPORTS))
+def test_figure_sizes_are_capped_however_many_runs(example, tmp_path, case):
+    doc = sweep_report(example, **LARGE_REPORTS[case])
+    rl.validate_report(doc)
+    written = plot.write_figures(doc, tmp_path)
+    assert sorted(p.name for p in written) == sorted(FIGURES)
+    for path in written:
+        width, height = png_size(path)
+        assert width <= plot.MAX_WIDTH_PX and height <= plot.MAX_HEIGHT_PX, f"{path.name}: {width} x {height}"
+        assert width >= 600 and height >= 400, f"{path.name}: {width} x {height}"
+
+
+def test_the_example_figures_keep_their_size(example_copy, example):
+    """A small report is drawn as before: nothing shrinks or grows for it."""
+    written = plot.write_figures(example, example_copy.parent)
+    sizes = {p.name: png_size(p) for p in written}
+    for name, (width, height) in sizes.items():
+        assert 600 <= width <= 1400 and 400 <= height <= 800, f"{name}: {width} x {height}"
+
+
+def figure_of(monkeypatch, draw):
+    """The figure a fig_* call would save (not closed: the caller closes it)."""
+    figures = []
+    monkeypatch.setattr(plot, "save", lambda fig, path: figures.append(fig) or path)
+    draw()
+    assert len(figures) == 1
+    return figures[0]
+
+
+def test_many_runs_get_a_strategy_legend_and_a_run_order_color_bar(example, tmp_path, monkeypatch):
+    doc = sweep_report(example, list(range(1, 11)), [0.01, 0.02, 0.05, 0.1, 0.2, 0.5], repeats=2)
+    fig = figure_of(monkeypatch, lambda: plot.fig_loss_vs_step(doc, plot.run_styles(doc["runs"]), tmp_path, ""))
+    try:
+        ax = fig.axes[0]
+        texts = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert texts == ["allreduce: 120 runs", "train loss", "eval loss"]
+        # The color bar (the figure's second axes) ticks the values of the first axis, in run order.
+        bar = fig.axes[1]
+        assert [t.get_text() for t in bar.get_xticklabels()] == [str(v) for v in range(1, 11)]
+        assert "training.accumulation_steps" in bar.get_xlabel()
+        assert not [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    finally:
+        plt.close(fig)
+
+    doc = sweep_report(example, [1, 2, 3], [0.1, 0.2, 0.3, 0.4, 0.5], strategies=("allreduce", "local_sgd"))
+    fig = figure_of(monkeypatch, lambda: plot.fig_loss_vs_step(doc, plot.run_styles(doc["runs"]), tmp_path, ""))
+    try:
+        legend = fig.axes[0].get_legend()
+        assert legend.get_title().get_text() == "30 runs"
+        assert [t.get_text() for t in legend.get_texts()][:2] == ["allreduce: 15 runs", "local_sgd: 15 runs"]
+        assert len(fig.axes) == 1  # no color bar: the shades belong to two strategies
+    finally:
+        plt.close(fig)
+
+
+def test_twelve_runs_keep_a_legend_entry_each(example, tmp_path, monkeypatch):
+    """The quickstart case: 12 runs are still listed one by one."""
+    doc = sweep_report(example, [1, 2, 4, 8], [1, 2, 4], y_path="cluster.ranks")
+    fig = figure_of(monkeypatch, lambda: plot.fig_loss_vs_step(doc, plot.run_styles(doc["runs"]), tmp_path, ""))
+    try:
+        texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert texts[0] == "accumulation_steps=1 ranks=1" and len(texts) == 12 + 2
+        assert len(fig.axes) == 1
+    finally:
+        plt.close(fig)
+
+
+def test_step_breakdown_averages_repeats_and_turns_sideways(example, tmp_path, monkeypatch):
+    doc = sweep_report(example, list(range(1, 11)), [0.01, 0.02, 0.05, 0.1, 0.2, 0.5], repeats=2)
+    runs = rl.drawn_runs(doc)
+    rows = plot.breakdown_rows(doc, runs)
+    assert len(rows) == 60 and all(len(row) == 2 for row in rows)
+    assert all(rl.sweep_point(a) == rl.sweep_point(b) and a["repeat"] != b["repeat"] for a, b in rows)
+    assert plot.breakdown_rows(example, rl.drawn_runs(example)) == [[r] for r in rl.drawn_runs(example)]
+    fig = figure_of(monkeypatch, lambda: plot.fig_step_breakdown(doc, plot.run_styles(doc["runs"]), tmp_path, ""))
+    try:
+        ax = fig.axes[0]
+        assert "mean of 2 repeats" in ax.get_title()
+        assert len(ax.patches) == 60 * len(rl.PHASES)
+        assert all(p.get_width() >= 0 for p in ax.patches)
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels[0] == "accumulation_steps=1 lr=0.01"  # a sweep point, no repeat suffix
+        assert all(len(t) <= rl.LABEL_CHARS for t in labels)
+        width, height = fig.get_size_inches() * plot.DPI
+        assert width <= plot.MAX_WIDTH_PX and height <= plot.MAX_HEIGHT_PX
+    finally:
+        plt.close(fig)
+
+
+def test_crowded_horizontal_bars_label_every_kth(example, tmp_path, monkeypatch):
+    doc = sweep_report(example, list(range(20)), list(range(15)))  # 300 runs, no repeats
+    fig = figure_of(monkeypatch, lambda: plot.fig_step_breakdown(doc, plot.run_styles(doc["runs"]), tmp_path, ""))
+    try:
+        ax = fig.axes[0]
+        ticks = ax.get_yticks()
+        assert 10 <= len(ticks) < 300
+        spacing = (fig.get_size_inches()[1] - 2.2) / 300 * (ticks[1] - ticks[0])
+        assert spacing >= plot.LABEL_ROW_IN
+        assert f"one label per {round(ticks[1] - ticks[0])} bars" in ax.get_ylabel()
+    finally:
+        plt.close(fig)
+
+
+def test_long_labels_are_cut_and_named_once(example):
+    doc = sweep_report(example, [dict(LONG_VALUE, ratio=r) for r in (0.01, 0.02)], [1, 2], x_path="compression",
+                       repeats=2, strategies=("allreduce", "parameter_server+powersgd+bf16_mixed"))
+    labels, caption = plot.run_labels(doc, doc["runs"])
+    # "kind=allreduce compression={...} lr=1 r0" is too long: the values only, named by the caption.
+    assert caption == "kind, compression, lr (r: repeat)"
+    # Every value shows, the longest cut most; objects by the keys that differ along their axis.
+    # The strategy is swept (sync.kind): among the values, not in front of them.
+    assert labels[0] == 'allreduce, {\u2026,"ratio":\u2026, 1 r0'
+    assert labels[-1] == 'parameter\u2026, {\u2026,"ratio\u2026, 2 r1'
+    assert all(len(label) <= rl.LABEL_CHARS for label in labels)
+    # Strategies that differ without a swept path that sets them (hand-made reports) lead the label.
+    doc = sweep_report(example, [1, 2], [0.1, 0.2], strategies=("allreduce", "parameter_server+powersgd+bf16_mixed"))
+    for run in doc["runs"]:
+        run["swept"].pop("sync.kind")
+    labels, caption = plot.run_labels(doc, doc["runs"])
+    assert caption is None
+    assert labels[-1] == 'parameter_server+powersgd+bf1\u2026 accumulation_steps=2 lr=0.2'
+    doc = sweep_report(example, [dict(LONG_VALUE, ratio=r) for r in (0.01, 0.02)], [1, 2], x_path="compression",
+                       repeats=2)
+    labels, caption = plot.run_labels(doc, doc["runs"])
+    assert caption == "compression, lr (r: repeat)"
+    assert labels[:3] == ['{\u2026,"ratio":0.01}, 1 r0', '{\u2026,"ratio":0.01}, 1 r1', '{\u2026,"ratio":0.01}, 2 r0']
+    assert rl.shorten("parameter_server+powersgd+bf16_mixed") == "parameter_server+powersgd+bf1…"
+    # Short labels keep their names.
+    labels, caption = plot.run_labels(example, example["runs"])
+    assert caption is None and labels[4] == "accumulation_steps=2 ranks=2"
+
+
+def test_long_scenario_names_and_notes_are_cut(example, tmp_path):
+    example["scenario_name"] = "a_scenario_with_a_very_long_name_" * 4
+    for run in example["runs"][:3]:
+        run["disposition"], run["message"] = "failed", "x" * 2000
+    for path in plot.write_figures(example, tmp_path):
+        width, height = png_size(path)
+        assert width <= 1400 and height <= 900, f"{path.name}: {width} x {height}"
+
+
+def test_big_heatmaps_drop_cell_numbers_and_thin_ticks(example, tmp_path, monkeypatch):
+    def heatmap(doc):
+        return figure_of(monkeypatch, lambda: plot.fig_heatmap(doc, plot.run_styles(doc["runs"]), tmp_path, "",
+                                                              "train_loss"))
+
+    fig = heatmap(sweep_report(example, list(range(40)), list(range(30))))
+    try:
+        ax = fig.axes[0]
+        assert not ax.texts and "values by color only" in ax.get_title()
+        assert len(ax.get_xticks()) == 40 and len(ax.get_yticks()) == 30  # 0.46 x 0.45 in cells: room for each
+    finally:
+        plt.close(fig)
+    fig = heatmap(sweep_report(example, list(range(120)), [1, 2]))
+    try:
+        ax = fig.axes[0]
+        ticks = ax.get_xticks()
+        assert 40 <= len(ticks) <= 60 and ticks[1] - ticks[0] == 2  # 0.15 in columns: every other one labelled
+        assert ax.get_xticklabels()[0].get_rotation() == 30
+    finally:
+        plt.close(fig)
+    assert plot.tick_every(10, 1.0, 0.3) == 1 and plot.tick_every(10, 0.1, 0.25) == 3 and plot.tick_every(1, 0, 1) == 1
+
+
+def test_step_axes_have_integer_ticks(example, tmp_path, monkeypatch):
+    """Three steps would get ticks at 1.25, 1.5, ... without an integer locator."""
+    for run in example["runs"]:
+        run["convergence"]["series"] = run["convergence"]["series"][:3]
+    fig = figure_of(monkeypatch, lambda: plot.fig_loss_vs_step(example, plot.run_styles(example["runs"]), tmp_path,
+                                                              ""))
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert len(ticks) >= 2
+        assert all(float(t).is_integer() for t in ticks), ticks
+    finally:
+        plt.close(fig)
 
 
 # ---- real reports --------------------------------------------------------------------------------------------------
