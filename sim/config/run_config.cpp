@@ -542,11 +542,11 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     static std::map<std::string, std::string> checked;  // key -> "" or the error
     json key = config_to_json(c)["data"];
     key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
-    std::string k = key.dump();
+    std::string cache_key = key.dump();
     std::string error;
     {
       std::lock_guard<std::mutex> lock(mu);
-      auto it = checked.find(k);
+      auto it = checked.find(cache_key);
       if (it != checked.end()) {
         error = it->second;
       } else {
@@ -558,7 +558,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
           error = e.what();
           if (error.empty()) error = "cannot build the dataset";
         }
-        checked[k] = error;
+        checked[cache_key] = error;
       }
     }
     if (!error.empty()) {
