@@ -539,30 +539,36 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
     // shapes, sizes and files are checked before any run starts.
     static std::mutex mu;
-    static std::map<std::string, std::string> checked;  // key -> "" or the error
+    struct Checked {
+      std::string error;  // "" when the dataset was built
+      int64_t in_dim = 0, out_dim = 0;
+    };
+    static std::map<std::string, Checked> checked;
     json key = config_to_json(c)["data"];
     key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
     std::string cache_key = key.dump();
-    std::string error;
+    Checked result;
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = checked.find(cache_key);
       if (it != checked.end()) {
-        error = it->second;
+        result = it->second;
       } else {
         try {
           auto ds = make_dataset(c);
+          result.in_dim = ds->in_dim();
+          result.out_dim = ds->out_dim();
           if (c.training.epochs > 0 && ds->steps_per_epoch() == 0)
-            error = "training.epochs: the data has no epochs; use training.steps";
+            result.error = "training.epochs: the data has no epochs; use training.steps";
         } catch (const std::exception& e) {
-          error = e.what();
-          if (error.empty()) error = "cannot build the dataset";
+          result.error = e.what();
+          if (result.error.empty()) result.error = "cannot build the dataset";
         }
-        checked[cache_key] = error;
+        checked[cache_key] = result;
       }
     }
-    if (!error.empty()) {
-      issues.push_back(issue_from_exception(error, "data"));
+    if (!result.error.empty()) {
+      issues.push_back(issue_from_exception(result.error, "data"));
       return;
     }
     if (d.kind == "inline" && d.ranks.is_array()) {
@@ -587,23 +593,16 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
         }
       }
     }
-    if (d.kind == "inline" || d.kind == "none") {
-      try {
-        auto ds = make_dataset(c);
-        if (m.kind != "quadratic" && m.layers.size() >= 2) {
-          if (ds->in_dim() != m.layers.front())
-            add("model.layers[0]", fmt::format("inline samples have {} inputs, got {}", ds->in_dim(),
-                                               m.layers.front()));
-          if (ce && ds->out_dim() > m.layers.back())
-            add("data.ranks", fmt::format("labels must be < {} (the model's classes, model.layers' last width); "
-                                          "the data has labels up to {}", m.layers.back(), ds->out_dim() - 1));
-          if (!ce && ds->out_dim() != m.layers.back())
-            add("model.layers", fmt::format("inline targets have {} outputs, last width is {}", ds->out_dim(),
-                                            m.layers.back()));
-        }
-      } catch (const std::exception& e) {
-        issues.push_back(issue_from_exception(e.what(), "data"));
-      }
+    if (d.kind == "inline" && m.kind != "quadratic" && m.layers.size() >= 2) {
+      // Dimensions inferred from the inline samples must fit the model.
+      if (result.in_dim != m.layers.front())
+        add("model.layers[0]", fmt::format("inline samples have {} inputs, got {}", result.in_dim, m.layers.front()));
+      if (ce && result.out_dim > m.layers.back())
+        add("data.ranks", fmt::format("labels must be < {} (the model's classes, model.layers' last width); "
+                                      "the data has labels up to {}", m.layers.back(), result.out_dim - 1));
+      if (!ce && result.out_dim != m.layers.back())
+        add("model.layers", fmt::format("inline targets have {} outputs, last width is {}", result.out_dim,
+                                        m.layers.back()));
     }
   }
 }

@@ -33,12 +33,17 @@ std::string fmt_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
-std::regex make_filter(const std::string& f) {
+// The --filter regex over run ids; throws gs::Error when it is not a valid regex or matches none of the runs.
+std::regex make_filter(const std::string& f, const Scenario& s) {
+  std::regex re;
   try {
-    return std::regex(f.empty() ? std::string(".*") : f, std::regex::ECMAScript);
+    re = std::regex(f.empty() ? std::string(".*") : f, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
     throw Error("--filter: not a valid regular expression: \"" + f + "\" (" + e.what() + ")");
   }
+  for (const auto& r : s.runs)
+    if (std::regex_search(r.id, re)) return re;
+  throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", f, s.runs.size()));
 }
 
 }  // namespace
@@ -55,11 +60,7 @@ void install_stop_handlers() {
 }
 
 std::string dry_run_text(const Scenario& s, const std::string& filter) {
-  std::regex re = make_filter(filter);
-  size_t matching = 0;
-  for (const auto& r : s.runs) matching += std::regex_search(r.id, re) ? 1 : 0;
-  if (matching == 0)
-    throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids", filter, s.runs.size()));
+  std::regex re = make_filter(filter, s);
   std::string out = describe_expansion(s) + "\n";
   size_t kept = 0;
   for (const auto& r : s.runs) {
@@ -76,7 +77,7 @@ std::string dry_run_text(const Scenario& s, const std::string& filter) {
 }
 
 int run_sweep(const Scenario& s, const DriverOptions& o) {
-  std::regex re = make_filter(o.filter);
+  std::regex re = make_filter(o.filter, s);
   openblas_set_num_threads(1);  // one BLAS thread per rank thread
   std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
   json header;
@@ -88,10 +89,6 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
   header["axes"] = axes;
   header["repeats"] = s.repeats;
-  size_t matching = 0;
-  for (const auto& r : s.runs) matching += std::regex_search(r.id, re) ? 1 : 0;
-  if (matching == 0)
-    throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", o.filter, s.runs.size()));
   bool replacing = !o.resume && std::ifstream(dir + "/report.json").good();
   ReportWriter writer(dir, s, header, o.resume);
   writer.flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
