@@ -1,0 +1,246 @@
+// Host compressor kernels (kernels/compress.h), Google Benchmark: encode and decode of 1 Mi, 16 Mi and 64 Mi fp32
+// values, rate in GB/s of fp32 input (bytes_per_second) and `x_memcpy` = that rate / the memcpy rate of the same size
+// measured earlier in the same run (memcpy is registered first). Top-k also against std::nth_element on a copy.
+// Run: bench_compress --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "kernels/compress.h"
+#include "kernels/rng.h"
+
+namespace {
+
+constexpr int64_t kMi = int64_t{1} << 20;
+
+// Normal inputs, made once per size (not timed).
+const std::vector<float>& input(int64_t n) {
+  static std::map<int64_t, std::vector<float>> cache;
+  auto& v = cache[n];
+  if (v.empty()) {
+    v.resize(static_cast<size_t>(n));
+    gs::fill_normal(v.data(), static_cast<uint64_t>(n), 2026, gs::Purpose::kInit, 0, 0);
+  }
+  return v;
+}
+
+// memcpy rate of each size (GB/s), the latest run's (set by BM_memcpy, which runs before the others of its size).
+std::map<int64_t, double>& memcpy_GBps() {
+  static std::map<int64_t, double> rates;
+  return rates;
+}
+
+// Times the loop body with a steady clock (same as the harness's real time) to set rate counters: input fp32 bytes
+// per second, and its ratio to the memcpy rate of the same size.
+template <class Body>
+void run(benchmark::State& state, int64_t n, Body&& body) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) body();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(n) * sizeof(float);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  const double GBps = bytes / s / 1e9;
+  state.counters["GBps"] = GBps;
+  const auto it = memcpy_GBps().find(n);
+  if (it != memcpy_GBps().end()) state.counters["x_memcpy"] = GBps / it->second;
+}
+
+void BM_memcpy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<float> y(x.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    std::memcpy(y.data(), x.data(), x.size() * sizeof(float));
+    benchmark::ClobberMemory();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(n) * sizeof(float);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  state.counters["GBps"] = bytes / s / 1e9;
+  memcpy_GBps()[n] = bytes / s / 1e9;
+}
+
+void BM_sign_pack(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> bits(gs::sign_packed_bytes(x.size()));
+  run(state, n, [&] { benchmark::DoNotOptimize(gs::sign_pack(bits.data(), x.data(), x.size())); });
+}
+
+void BM_sign_unpack_add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> bits(gs::sign_packed_bytes(x.size()));
+  const float scale = gs::sign_pack(bits.data(), x.data(), x.size());
+  std::vector<float> out(x.size(), 0.0f);
+  run(state, n, [&] {
+    gs::sign_unpack_add(out.data(), bits.data(), out.size(), scale);
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_sign_vote_4_ranks(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<std::vector<uint8_t>> bits(4, std::vector<uint8_t>(gs::sign_packed_bytes(x.size())));
+  std::vector<const uint8_t*> ptrs;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<float> xr(x.begin(), x.end());
+    std::rotate(xr.begin(), xr.begin() + r * 1000, xr.end());
+    gs::sign_pack(bits[r].data(), xr.data(), xr.size());
+    ptrs.push_back(bits[r].data());
+  }
+  std::vector<float> out(x.size());
+  run(state, n, [&] {
+    gs::sign_vote(out.data(), ptrs.data(), 4, out.size());
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_onebit_encode(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> wire(gs::onebit_encoded_bytes(x.size()));
+  run(state, n, [&] {
+    gs::onebit_encode(wire.data(), x.data(), x.size());
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_onebit_decode_add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> wire(gs::onebit_encoded_bytes(x.size()));
+  gs::onebit_encode(wire.data(), x.data(), x.size());
+  std::vector<float> out(x.size(), 0.0f);
+  run(state, n, [&] {
+    gs::onebit_decode_add(out.data(), wire.data(), out.size());
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_qsgd_encode_s4(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> wire(gs::qsgd_encoded_bytes(x.size(), 4));
+  uint64_t stream = 0;
+  run(state, n, [&] {
+    gs::qsgd_encode(wire.data(), x.data(), x.size(), 4, 1, stream++);
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_qsgd_decode_add_s4(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> wire(gs::qsgd_encoded_bytes(x.size(), 4));
+  gs::qsgd_encode(wire.data(), x.data(), x.size(), 4, 1, 0);
+  std::vector<float> out(x.size(), 0.0f);
+  run(state, n, [&] {
+    gs::qsgd_decode_add(out.data(), wire.data(), out.size(), 4);
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_terngrad_encode(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> wire(gs::terngrad_encoded_bytes(x.size()));
+  uint64_t stream = 0;
+  run(state, n, [&] {
+    gs::terngrad_encode(wire.data(), x.data(), x.size(), 1, stream++);
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_terngrad_decode_add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint8_t> wire(gs::terngrad_encoded_bytes(x.size()));
+  gs::terngrad_encode(wire.data(), x.data(), x.size(), 1, 0);
+  std::vector<float> out(x.size(), 0.0f);
+  run(state, n, [&] {
+    gs::terngrad_decode_add(out.data(), wire.data(), out.size());
+    benchmark::ClobberMemory();
+  });
+}
+
+// Top-k 1%: ours (indices, ascending) against the obvious baseline, std::nth_element on a copy of |x| (threshold
+// only, no indices: the baseline does less work than ours).
+void BM_topk_1pct(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  const size_t k = x.size() / 100;
+  std::vector<uint32_t> idx(k);
+  run(state, n, [&] { benchmark::DoNotOptimize(gs::topk_select(x.data(), x.size(), k, idx.data())); });
+}
+
+void BM_nth_element_copy_1pct(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  const size_t k = x.size() / 100;
+  std::vector<float> copy(x.size());
+  run(state, n, [&] {
+    for (size_t i = 0; i < x.size(); ++i) copy[i] = std::fabs(x[i]);
+    std::nth_element(copy.begin(), copy.begin() + static_cast<std::ptrdiff_t>(k - 1), copy.end(),
+                     std::greater<float>());
+    benchmark::DoNotOptimize(copy[k - 1]);
+  });
+}
+
+void BM_threshold_select(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<uint32_t> idx(x.size());
+  const float tau = 2.576f;  // about 1% of standard normals
+  run(state, n, [&] { benchmark::DoNotOptimize(gs::threshold_select(x.data(), x.size(), tau, idx.data())); });
+}
+
+// DGC's sampled threshold at ratio 1% from 1% samples (the paper samples 0.1% to 1%).
+void BM_sampled_threshold_1pct(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  uint64_t stream = 0;
+  run(state, n, [&] {
+    benchmark::DoNotOptimize(gs::sampled_threshold(x.data(), x.size(), 0.01, 1, stream++, x.size() / 100));
+  });
+}
+
+void BM_randomk_1pct(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const size_t k = static_cast<size_t>(n) / 100;
+  std::vector<uint32_t> idx(k);
+  uint64_t stream = 0;
+  run(state, n, [&] { benchmark::DoNotOptimize(gs::randomk_indices(idx.data(), n, k, 1, stream++)); });
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(kMi)->Arg(16 * kMi)->Arg(64 * kMi)->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+}  // namespace
+
+BENCHMARK(BM_memcpy)->Apply(sizes);
+BENCHMARK(BM_sign_pack)->Apply(sizes);
+BENCHMARK(BM_sign_unpack_add)->Apply(sizes);
+BENCHMARK(BM_sign_vote_4_ranks)->Apply(sizes);
+BENCHMARK(BM_onebit_encode)->Apply(sizes);
+BENCHMARK(BM_onebit_decode_add)->Apply(sizes);
+BENCHMARK(BM_qsgd_encode_s4)->Apply(sizes);
+BENCHMARK(BM_qsgd_decode_add_s4)->Apply(sizes);
+BENCHMARK(BM_terngrad_encode)->Apply(sizes);
+BENCHMARK(BM_terngrad_decode_add)->Apply(sizes);
+BENCHMARK(BM_topk_1pct)->Apply(sizes);
+BENCHMARK(BM_nth_element_copy_1pct)->Apply(sizes);
+BENCHMARK(BM_threshold_select)->Apply(sizes);
+BENCHMARK(BM_sampled_threshold_1pct)->Apply(sizes);
+BENCHMARK(BM_randomk_1pct)->Apply(sizes);
+
+BENCHMARK_MAIN();

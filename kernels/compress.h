@@ -1,0 +1,117 @@
+// Host array ops of the gradient compressors (sim/compress/ calls them): index selection (top-k, threshold, DGC's
+// sampled threshold, random-k), quantizer encode/decode (QSGD, TernGrad, signSGD with majority vote, 1-bit SGD) and
+// the PowerSGD helpers. Element math lives in kernels/compress_math.h; a new op is declared here, defined in
+// compress.cpp, tested in tests/unit/test_compress_kernels.cpp and timed in bench/bench_compress.cpp.
+//
+// Conventions: destination first, op(out, in..., n, ...); n counts fp32 values and must be < 2^30 for the ops with
+// per-element draws (QSGD, TernGrad) and < 2^32 for index outputs (uint32 indices); index arrays come out ascending.
+// Random draws are keyed by (seed, stream) through compress_draw (kernels/compress_math.h); build the stream with
+// compress_stream(step, rank, bucket). Ops do not allocate per call except where noted (a per-thread scratch that
+// grows once). Encoded buffers are little-endian bit streams: value i's code sits at bit offset i * width.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace gs {
+
+// ---- Index selection ------------------------------------------------------------------------------------------------
+
+// Top-k by magnitude: writes to idx[0..k) the indices of the k largest |x[i]|, ascending; returns k clamped to n.
+// Ties at the k-th magnitude go to the lowest indices (deterministic). Ordered by magnitude_key (|x|'s bit pattern):
+// +0 == -0, NaNs rank above +inf. Exact: a radix select on the 31-bit key (one histogram pass over the top 11 bits,
+// the boundary bucket's keys selected exactly), then one ascending output pass. Scratch: per-thread, grows to the
+// size of the boundary bucket.
+size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx);
+
+// Threshold: writes the indices i with |x[i]| >= tau (float comparison), ascending, and returns their count (idx
+// holds up to n entries). NaN values never compare >= tau, so they are never selected; tau NaN selects nothing.
+size_t threshold_select(const float* x, size_t n, float tau, uint32_t* idx);
+
+// DGC's sampled threshold (Lin et al., ICLR 2018, "Deep Gradient Compression", section 3.1 / appendix: "sample 0.1% to
+// 1% of the gradients, top-k on the samples"): the magnitude of the ceil(ratio * m)-th largest |x| among m stratified
+// samples (m = clamp(samples, 1, n); sample j is uniform in [j*n/m, (j+1)*n/m), drawn from Philox). With m == n it is
+// the exact top-(ratio) threshold. ratio in (0, 1]; returns +inf for n == 0 or ratio <= 0 (nothing selected).
+// Feed the result to threshold_select. Scratch: per-thread, m floats.
+float sampled_threshold(const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream, size_t samples);
+
+// Random-k: writes k distinct indices drawn uniformly from [0, n) (every k-subset equally likely), ascending.
+// k > n is clamped to n (returns the count written). Floyd's algorithm (Bentley & Floyd, CACM 1987, "A sample of
+// brilliance"): for j = n-k .. n-1 draw t uniform in [0, j] (draw j-(n-k) uses words 0-1 / 2-3 of Philox block
+// (j-(n-k))/2 as one 64-bit word, uniform_below); insert t, or j if t is taken. Membership in a per-thread bitmap of
+// n bits, read out in index order. Same (seed, stream, n, k) -> same indices on every rank (shared_indices).
+size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream);
+
+// ---- QSGD (Alistarh et al. 2017) ------------------------------------------------------------------------------------
+
+// Bytes of one QSGD encoding of n values with s levels: 4 (fp32 norm) + ceil(n * (qsgd_level_bits(s) + 1) / 8).
+size_t qsgd_encoded_bytes(size_t n, int s);
+
+// Encodes p[0..n) with s >= 1 levels into out[0..qsgd_encoded_bytes(n, s)): the fp32 norm ||p||_2 (accumulated in
+// double), then per value the code level << 1 | sign (compress_math.h qsgd_level / qsgd_code) of width
+// qsgd_level_bits(s) + 1, level = floor(s |p_i| / norm + u_i) with u_i from draw (kQsgd, block i/4, word i%4).
+// A zero (or non-finite) norm encodes all levels 0. Unbiased: E[decoded] = p; Var_i = (norm/s)^2 r_i (1 - r_i),
+// r_i = frac(s |p_i| / norm).
+void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream);
+
+// out[i] += decoded value i of a QSGD encoding (sign * level * norm / s).
+void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s);
+
+// ---- TernGrad (Wen et al. 2017) -------------------------------------------------------------------------------------
+
+// Bytes of one TernGrad encoding: 4 (fp32 scale = max |p|) + ceil(n / 4) (2-bit codes, 4 per byte).
+size_t terngrad_encoded_bytes(size_t n);
+
+// Encodes p[0..n): scale = max |p_i|; code i (terngrad_code: 0 zero, 1 +scale, 2 -scale) keeps p_i's sign with
+// probability |p_i| / scale, u_i from draw (kTernGrad, block i/4, word i%4). Unbiased: E[decoded] = p,
+// Var_i = |p_i| (scale - |p_i|). scale 0 encodes all zeros.
+void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream);
+
+// out[i] += decoded value i of a TernGrad encoding.
+void terngrad_decode_add(float* out, const uint8_t* in, size_t n);
+
+// ---- signSGD (Bernstein et al., ICML 2018) --------------------------------------------------------------------------
+
+// Bytes of n packed sign bits: ceil(n / 8).
+size_t sign_packed_bytes(size_t n);
+
+// Packs bit i = negative_bit(p_i) (1 for p_i < 0; +0, -0 and NaN give 0) into bits[0..ceil(n/8)), bit i % 8 of byte
+// i / 8 (unused high bits of the last byte are 0), and returns the scale mean |p_i| (accumulated in double; 0 when
+// n == 0), the scaled-sign compressor (||p||_1 / d) sign(p) of EF-signSGD (Karimireddy et al., ICML 2019).
+float sign_pack(uint8_t* bits, const float* p, size_t n);
+
+// out[i] += bit i ? -scale : +scale (a 0 bit, including a sent 0, decodes as +scale).
+void sign_unpack_add(float* out, const uint8_t* bits, size_t n, float scale);
+
+// Majority vote of `ranks` packed sign vectors (signSGD with majority vote, Bernstein et al. 2018, Algorithm 2):
+// out[i] = +1 when more ranks sent + than -, -1 when more sent -, and 0 on a tie (so sign(0) = 0 can appear only with
+// an even number of ranks). Overwrites out (it does not add); the caller applies the learning rate / scale.
+void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n);
+
+// ---- 1-bit SGD (Seide et al., Interspeech 2014, "1-Bit Stochastic Gradient Descent ...") -------------------------
+
+// Bytes of one 1-bit encoding: 8 (fp32 mean of the values >= 0, fp32 mean of the values < 0) + ceil(n / 8).
+size_t onebit_encoded_bytes(size_t n);
+
+// Encodes p[0..n) as the two fp32 means (of the values with bit 0: p >= 0 and NaN; of the values with bit 1: p < 0,
+// accumulated in double; an empty group's mean is 0), then the bits as sign_pack writes them. Seide et al. quantize
+// at threshold 0 and reconstruct each group by its mean (per column there; here one pair per tensor or bucket).
+void onebit_encode(uint8_t* out, const float* p, size_t n);
+
+// out[i] += bit i ? mean_negative : mean_positive.
+void onebit_decode_add(float* out, const uint8_t* in, size_t n);
+
+// ---- PowerSGD helpers (Vogels et al., NeurIPS 2019, Algorithm 1) -----------------------------------------------------
+
+// Orthonormalizes the columns of m (rows x cols, row-major) in place by modified Gram-Schmidt, column by column in
+// order, as PyTorch's powerSGD_hook._orthogonalize_gram_schmidt: col /= (||col|| + eps), then the later columns lose
+// their projection on it. eps = 1e-8 (PyTorch's PowerSGDState orthogonalization_epsilon option; its default 0 turns a
+// zero column into NaN, the guard keeps it zero). Norms and dot products accumulate in double.
+void orthogonalize_columns(float* m, size_t rows, size_t cols);
+
+// p (rows x rank) = m (rows x cols) * q (cols x rank), all row-major (cblas_sgemm).
+void powersgd_p(float* p, const float* m, const float* q, size_t rows, size_t cols, size_t rank);
+
+// q (cols x rank) = m^T * p, m rows x cols, p rows x rank, row-major (cblas_sgemm).
+void powersgd_q(float* q, const float* m, const float* p, size_t rows, size_t cols, size_t rank);
+
+}  // namespace gs

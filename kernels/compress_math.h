@@ -1,0 +1,123 @@
+// Element math of the gradient compressors, shared by the host array ops (kernels/compress.cpp) and later CUDA twins:
+// magnitude keys for top-k, the Philox keying of every compressor draw, QSGD / TernGrad stochastic rounding and the
+// bit codes. Header-only GS_HD inline functions (plain C++ without nvcc); a new compressor adds its element math here.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/rng.h"  // GS_HD, philox_draw, Purpose::kCompress
+
+namespace gs {
+
+// ---- Magnitude keys -----------------------------------------------------------------------------------------------
+
+// The IEEE-754 bit pattern of |x| (sign bit cleared) as an unsigned key. For non-NaN floats key order equals |x|
+// order (+0 and -0 share key 0); a NaN's key is above +inf's (0x7f800000), so NaNs rank as the largest magnitudes.
+GS_HD inline uint32_t magnitude_key(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return bits & 0x7fffffffu;
+}
+
+// ---- Draws --------------------------------------------------------------------------------------------------------
+
+// Which compressor op a draw belongs to; the top 4 bits of Philox's index word, so two ops never share numbers even
+// with the same (seed, stream). Append only (values are stable).
+enum class CompressDraw : uint32_t {
+  kRandomK = 1,    // random-k index selection (Floyd's algorithm)
+  kSample = 2,     // DGC's sampled threshold (one draw per stratum)
+  kQsgd = 3,       // QSGD stochastic rounding
+  kTernGrad = 4,   // TernGrad stochastic rounding
+};
+
+constexpr uint32_t kCompressBlockBits = 28;  // blocks per (op, seed, stream): 2^28 draws of 4 words (n <= 2^30)
+
+// The 64-bit stream of one compressor call: the training step in the low 32 bits, then rank (16 bits) and bucket
+// (16 bits). rank and bucket must be < 65536 (not checked here; the pipeline validates ranks).
+GS_HD inline uint64_t compress_stream(uint32_t step, uint32_t rank, uint32_t bucket) {
+  return static_cast<uint64_t>(step) | (static_cast<uint64_t>(rank & 0xffffu) << 48) |
+         (static_cast<uint64_t>(bucket & 0xffffu) << 32);
+}
+
+// Four words for block `block` (< 2^28) of op `op`: Philox4x32-10 with key = seed and counter
+// (Purpose::kCompress, stream low 32 bits, stream high 32 bits, op << 28 | block). Element i of a per-element op
+// uses word i % 4 of block i / 4, so any thread (host or GPU) can draw element i's number on its own.
+GS_HD inline Draw4 compress_draw(uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block) {
+  return philox_draw(seed, Purpose::kCompress, static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32),
+                     (static_cast<uint32_t>(op) << kCompressBlockBits) | block);
+}
+
+// One Philox4x32 round on a counter (c0..c3) with key (k0, k1) (Random123's philox4x32round): the building block of
+// the host's vectorized batches of draws, which must equal philox_draw word for word (tested).
+GS_HD inline void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
+  const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+  const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+  const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+  const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+  c0 = hi1 ^ c1 ^ k0;
+  c1 = lo1;
+  c2 = hi0 ^ c3 ^ k1;
+  c3 = lo0;
+}
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;  // Weyl key increments between rounds (Random123)
+constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
+
+// Uniform integer in [0, range) from a 64-bit word by multiply-shift (Lemire 2019): floor(w * range / 2^64). Each
+// value has probability within range / 2^64 of 1/range (below 2^-32 relative for range < 2^32).
+GS_HD inline uint64_t uniform_below(uint64_t word, uint64_t range) {
+  // High 64 bits of the 128-bit product from 32-bit halves (no __int128: -Wpedantic, and the same on GPUs).
+  const uint64_t a_lo = word & 0xffffffffu, a_hi = word >> 32, b_lo = range & 0xffffffffu, b_hi = range >> 32;
+  const uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
+  const uint64_t mid = (p0 >> 32) + (p1 & 0xffffffffu) + (p2 & 0xffffffffu);
+  return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+}
+
+// ---- QSGD (Alistarh et al., NeurIPS 2017, "QSGD: Communication-Efficient SGD via Gradient Quantization") -----------
+
+// Bits of one QSGD level in [0, s]: ceil(log2(s + 1)); s >= 1.
+GS_HD inline int qsgd_level_bits(int s) {
+  int b = 0;
+  while ((1u << b) < static_cast<uint32_t>(s) + 1u) ++b;
+  return b;
+}
+
+// Level of one value: l = floor(a * scale + u), a = |p_i|, scale = s / ||p||_2, u uniform in (0, 1); clamped to
+// [0, s] (float rounding can put a * scale a hair above s). With r = a * scale this is floor(r) + 1 with probability
+// frac(r) (to the 2^-23 resolution of u) and floor(r) otherwise, so E[l] = r: unbiased stochastic rounding (paper eq. 1).
+GS_HD inline uint32_t qsgd_level(float a, float scale, float u, uint32_t s) {
+  const float r = a * scale + u;
+  const uint32_t l = static_cast<uint32_t>(r);  // r >= 0: truncation is floor
+  return l < s ? l : s;
+}
+
+// The wire code of one QSGD value: level << 1 | sign (sign = 1 for p < 0); (level bits + 1) bits wide.
+GS_HD inline uint32_t qsgd_code(float p, uint32_t level) { return (level << 1) | (p < 0.0f ? 1u : 0u); }
+
+// Decoded value of one code: +-level * unit with unit = ||p||_2 / s.
+GS_HD inline float qsgd_decode(uint32_t code, float unit) {
+  const float v = static_cast<float>(code >> 1) * unit;
+  return (code & 1u) ? -v : v;
+}
+
+// ---- TernGrad (Wen et al., NeurIPS 2017, "TernGrad: Ternary Gradients to Reduce Communication") --------------------
+
+// 2-bit code of one value: 0 = zero, 1 = +scale, 2 = -scale (3 unused). The value is kept with probability
+// |p| / scale, scale = max |p| (kept when |p| >= scale, else when u < |p| * inv_scale, u uniform in (0, 1)), so
+// E[decoded] = p to the 2^-23 resolution of u (paper eq. 2: ternarize with a Bernoulli of |g| / s_t).
+GS_HD inline uint32_t terngrad_code(float p, float scale, float inv_scale, float u) {
+  const float a = p < 0.0f ? -p : p;
+  const bool keep = a >= scale || u < a * inv_scale;
+  return keep && a > 0.0f ? (p < 0.0f ? 2u : 1u) : 0u;
+}
+
+GS_HD inline float terngrad_decode(uint32_t code, float scale) {
+  return code == 1u ? scale : (code == 2u ? -scale : 0.0f);
+}
+
+// ---- Sign and 1-bit -----------------------------------------------------------------------------------------------
+
+// Sign bit on the wire (signSGD and 1-bit SGD): 1 when p < 0, else 0. So +0, -0 and NaN all send 0, which decodes
+// as the positive value (signSGD: +scale; 1-bit SGD: the positive mean).
+GS_HD inline uint32_t negative_bit(float p) { return p < 0.0f ? 1u : 0u; }
+
+}  // namespace gs

@@ -1,0 +1,639 @@
+// Tests of the compressor array ops (kernels/compress.h): selections against brute-force references, random-k
+// uniformity (chi-square), unbiasedness and variance of random-k, QSGD and TernGrad against the papers' formulas with
+// bounds derived from those variances, bit-pack round trips, sign votes, 1-bit means, cases BC11, BC13 and BC14.
+// A new op gets a reference-based test here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/compress.h"
+#include "kernels/compress_math.h"
+
+namespace gs {
+namespace {
+
+using json = nlohmann::json;
+
+json load_case(const std::string& id) {
+  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
+  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
+  if (!in) return nullptr;
+  json all = json::parse(in);
+  for (const auto& c : all)
+    if (c["id"] == id) return c;
+  return nullptr;
+}
+
+// Deterministic test inputs (not the code under test's generator path): normals from fill_normal.
+std::vector<float> normals(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  fill_normal(v.data(), n, seed, Purpose::kInit, 0, 0);
+  return v;
+}
+
+// Inputs with many exact ties: values in {-3..3} * 0.5 (including -0.0 and +0.0).
+std::vector<float> tied(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  fill_uniform(v.data(), n, 0.0f, 1.0f, seed, Purpose::kInit, 1, 0);
+  for (float& x : v) {
+    const int level = static_cast<int>(x * 7.0f) - 3;  // -3..3
+    x = level == 0 ? (x < 0.5f ? -0.0f : 0.0f) : 0.5f * static_cast<float>(level);
+  }
+  return v;
+}
+
+// Chi-square quantile at upper tail 1e-6 (Wilson-Hilferty: q = df (1 - 2/(9 df) + z sqrt(2/(9 df)))^3, z = 4.753).
+double chi2_bound(int df) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + 4.753 * std::sqrt(a), 3);
+}
+
+constexpr double kZ = 5.0;  // |z| bound of a mean test (two-sided tail 5.7e-7 per coordinate)
+
+// ---- Top-k ----------------------------------------------------------------------------------------------------------
+
+// Brute force: indices ordered by |x| descending then index ascending (std::stable_sort), first k, ascending.
+std::vector<uint32_t> topk_reference(const std::vector<float>& x, size_t k) {
+  std::vector<uint32_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  order.resize(std::min(k, x.size()));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+TEST(CompressTopk, MatchesBruteForceWithTiesLowestIndexFirst) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{100003}}) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const std::vector<float> x = kind == 0 ? normals(n, 11 + n) : tied(n, 12 + n);
+      for (size_t k : {size_t{0}, size_t{1}, n / 100, n / 3, n / 2, n - (n > 0), n, n + 5}) {
+        std::vector<uint32_t> idx(std::min(k, n) + 1, 0xdeadbeef);
+        const size_t got = topk_select(x.data(), n, k, idx.data());
+        const std::vector<uint32_t> want = topk_reference(x, k);
+        ASSERT_EQ(got, want.size()) << "n " << n << " k " << k;
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), idx.begin())) << "n " << n << " k " << k << " kind " << kind;
+        EXPECT_EQ(idx[got], 0xdeadbeefu) << "wrote past k";
+      }
+    }
+  }
+}
+
+TEST(CompressTopk, LargeInputAndExtremeValues) {
+  std::vector<float> x = normals(1 << 20, 5);
+  x[17] = std::numeric_limits<float>::infinity();
+  x[99] = -std::numeric_limits<float>::infinity();
+  x[500] = std::numeric_limits<float>::quiet_NaN();
+  const size_t k = 10486;
+  std::vector<uint32_t> idx(k);
+  ASSERT_EQ(topk_select(x.data(), x.size(), k, idx.data()), k);
+  // NaN ranks above inf (documented); replace it by a huge value for the brute-force reference.
+  std::vector<float> ref = x;
+  ref[500] = std::numeric_limits<float>::max();
+  EXPECT_EQ(idx, topk_reference(ref, k));
+  // Top-3 of this input are exactly the NaN and the two infinities, ascending.
+  std::vector<uint32_t> top3(3);
+  topk_select(x.data(), x.size(), 3, top3.data());
+  EXPECT_EQ(top3, (std::vector<uint32_t>{17, 99, 500}));
+}
+
+TEST(CompressTopk, CaseBC10RanksByMagnitude) {
+  json c = load_case("BC10");
+  ASSERT_FALSE(c.is_null());
+  std::vector<float> g;
+  for (double v : c["input"]["g_each_step"]) g.push_back(static_cast<float>(v));
+  std::vector<uint32_t> idx(2);
+  ASSERT_EQ(topk_select(g.data(), g.size(), c["input"]["k"].get<size_t>(), idx.data()), 2u);
+  EXPECT_EQ(idx, c["expected"]["step1"]["indices"].get<std::vector<uint32_t>>());
+}
+
+// ---- Threshold and sampled threshold --------------------------------------------------------------------------------
+
+TEST(CompressThreshold, SelectsMagnitudesAtOrAboveTau) {
+  const std::vector<float> x = tied(5000, 3);
+  for (float tau : {0.0f, 0.5f, 1.0f, 1.5f, 2.0f}) {
+    std::vector<uint32_t> idx(x.size());
+    const size_t got = threshold_select(x.data(), x.size(), tau, idx.data());
+    std::vector<uint32_t> want;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::fabs(x[i]) >= tau) want.push_back(static_cast<uint32_t>(i));
+    ASSERT_EQ(got, want.size());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), idx.begin()));
+  }
+  // tau = 1.5 on {-1.5..1.5} in steps of 0.5: exactly the +-1.5 values.
+  const float small[] = {1.5f, -1.5f, 1.0f, -0.0f, 1.4999999f};
+  uint32_t idx[5];
+  ASSERT_EQ(threshold_select(small, 5, 1.5f, idx), 2u);
+  EXPECT_EQ(idx[0], 0u);
+  EXPECT_EQ(idx[1], 1u);
+}
+
+TEST(CompressSampledThreshold, AllSamplesGiveTheExactQuantile) {
+  const std::vector<float> x = normals(10007, 21);
+  std::vector<float> mags(x.size());
+  for (size_t i = 0; i < x.size(); ++i) mags[i] = std::fabs(x[i]);
+  std::sort(mags.begin(), mags.end(), std::greater<float>());
+  for (double ratio : {0.001, 0.01, 0.1, 0.5, 1.0}) {
+    const size_t k = static_cast<size_t>(std::ceil(ratio * x.size()));
+    EXPECT_EQ(sampled_threshold(x.data(), x.size(), ratio, 1, 2, x.size()), mags[k - 1]) << ratio;
+  }
+  EXPECT_EQ(sampled_threshold(x.data(), 0, 0.1, 1, 2, 10), std::numeric_limits<float>::infinity());
+}
+
+TEST(CompressSampledThreshold, EstimateWithinTheSampleQuantileError) {
+  // |x| uniform on [0, 1) (a permuted grid), so the true top-1% threshold is 0.99. The sample quantile of m samples
+  // has standard deviation sqrt(q (1 - q) / m) / density = sqrt(0.01 * 0.99 / m) (density 1); stratification only
+  // lowers it.
+  const size_t n = 1 << 20, m = 10000;
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t j = (i * 2654435761u) % n;  // a permutation of the grid (odd multiplier, n a power of 2)
+    x[i] = (static_cast<float>(j) + 0.5f) / static_cast<float>(n) * (i % 2 ? -1.0f : 1.0f);
+  }
+  const double sd = std::sqrt(0.01 * 0.99 / static_cast<double>(m));
+  for (uint64_t stream = 0; stream < 5; ++stream) {
+    const float t = sampled_threshold(x.data(), n, 0.01, 7, stream, m);
+    EXPECT_NEAR(t, 0.99, kZ * sd) << stream;
+    EXPECT_EQ(t, sampled_threshold(x.data(), n, 0.01, 7, stream, m)) << "deterministic";
+  }
+}
+
+// ---- Random-k -------------------------------------------------------------------------------------------------------
+
+TEST(CompressRandomk, DistinctAscendingAndClamped) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{100003}}) {
+    for (size_t k : {size_t{0}, size_t{1}, n / 10, n / 2, n, n + 3}) {
+      std::vector<uint32_t> idx(std::min(k, n) + 1, 0xdeadbeef);
+      const size_t got = randomk_indices(idx.data(), n, k, 9, n * 31 + k);
+      ASSERT_EQ(got, std::min(k, n));
+      for (size_t i = 0; i < got; ++i) ASSERT_LT(idx[i], n);
+      for (size_t i = 1; i < got; ++i) ASSERT_LT(idx[i - 1], idx[i]) << "strictly ascending = distinct";
+      EXPECT_EQ(idx[got], 0xdeadbeefu);
+    }
+  }
+  // Same key -> same indices (shared_indices); another stream -> another set.
+  std::vector<uint32_t> a(50), b(50), c(50);
+  randomk_indices(a.data(), 1000, 50, 4, 8);
+  randomk_indices(b.data(), 1000, 50, 4, 8);
+  randomk_indices(c.data(), 1000, 50, 4, 9);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(CompressRandomk, IndexFrequenciesAreUniform) {
+  // Each index is chosen with probability k/n; chi-square of the counts over T draws against T k / n, df = n - 1.
+  const size_t n = 50, k = 7, trials = 20000;
+  std::vector<double> count(n, 0.0);
+  std::vector<uint32_t> idx(k);
+  for (size_t t = 0; t < trials; ++t) {
+    randomk_indices(idx.data(), n, k, 1234, t);
+    for (uint32_t i : idx) count[i] += 1.0;
+  }
+  const double expected = static_cast<double>(trials * k) / n;
+  double chi2 = 0.0;
+  for (double c : count) chi2 += (c - expected) * (c - expected) / expected;
+  // The counts of one draw are dependent (exactly k chosen), which scales the statistic by (n - k) / (n - 1) < 1, so
+  // the df = n - 1 bound is conservative.
+  EXPECT_LT(chi2, chi2_bound(static_cast<int>(n - 1)));
+  EXPECT_GT(chi2, 5.0) << "suspiciously perfect";
+}
+
+TEST(CompressRandomk, CaseBC14AllSubsetsEquallyLikelyAndScaledMeanUnbiased) {
+  json c = load_case("BC14");
+  ASSERT_FALSE(c.is_null());
+  const std::vector<double> x = c["input"]["x"].get<std::vector<double>>();
+  const size_t d = c["input"]["d"], k = c["input"]["k"];
+  const size_t trials = 60000;
+  std::vector<double> subset_count(16, 0.0), sum(d, 0.0);
+  double sq_err = 0.0;
+  std::vector<uint32_t> idx(k);
+  for (size_t t = 0; t < trials; ++t) {
+    randomk_indices(idx.data(), d, k, 77, t);
+    unsigned mask = 0;
+    std::vector<double> scaled(d, 0.0);
+    for (uint32_t i : idx) {
+      mask |= 1u << i;
+      scaled[i] = x[i] * static_cast<double>(d) / static_cast<double>(k);
+    }
+    subset_count[mask] += 1.0;
+    for (size_t i = 0; i < d; ++i) {
+      sum[i] += scaled[i];
+      sq_err += (scaled[i] - x[i]) * (scaled[i] - x[i]);
+    }
+  }
+  // "all 6 equally likely": chi-square over the 6 subsets, df = 5.
+  double chi2 = 0.0;
+  int subsets = 0;
+  for (unsigned mask = 0; mask < 16; ++mask) {
+    if (__builtin_popcount(mask) != static_cast<int>(k)) {
+      EXPECT_EQ(subset_count[mask], 0.0);
+      continue;
+    }
+    ++subsets;
+    const double e = trials / 6.0;
+    chi2 += (subset_count[mask] - e) * (subset_count[mask] - e) / e;
+  }
+  EXPECT_EQ(subsets, 6);
+  EXPECT_LT(chi2, chi2_bound(5));
+  // E_scaled = x: coordinate i has variance x_i^2 (d/k - 1) (case derivation), so the mean of T draws is within
+  // kZ * sqrt(var / T).
+  const std::vector<double> e_scaled = c["expected"]["E_scaled"].get<std::vector<double>>();
+  for (size_t i = 0; i < d; ++i) {
+    const double var = x[i] * x[i] * (static_cast<double>(d) / k - 1.0);
+    EXPECT_NEAR(sum[i] / trials, e_scaled[i], kZ * std::sqrt(var / trials)) << i;
+  }
+  // Total variance 30: the squared error ||scaled - x||^2 takes one value per subset pair (x_a^2 + x_b^2 ...); its
+  // standard deviation over the 6 subsets bounds the error of the mean.
+  const double var_total = c["expected"]["variance_scaled"].get<double>();
+  // ||s - x||^2 for subset {a, b} = sum over kept (x_i)^2 (2-1)^2 + sum over dropped x_i^2 = ||x||^2 = 30 always.
+  EXPECT_NEAR(sq_err / trials, var_total, 1e-9);
+}
+
+// ---- QSGD -----------------------------------------------------------------------------------------------------------
+
+// Decodes one encoding into a fresh vector.
+std::vector<float> qsgd_round(const std::vector<float>& p, int s, uint64_t seed, uint64_t stream) {
+  std::vector<uint8_t> wire(qsgd_encoded_bytes(p.size(), s));
+  qsgd_encode(wire.data(), p.data(), p.size(), s, seed, stream);
+  std::vector<float> out(p.size(), 0.0f);
+  qsgd_decode_add(out.data(), wire.data(), p.size(), s);
+  return out;
+}
+
+TEST(CompressQsgd, LevelBitsAndWireBytes) {
+  for (int s : {1, 2, 3, 4, 7, 8, 15, 16, 127, 255, 256}) {
+    const int bits = static_cast<int>(std::ceil(std::log2(static_cast<double>(s) + 1.0)));
+    EXPECT_EQ(qsgd_level_bits(s), bits) << s;
+    EXPECT_EQ(qsgd_encoded_bytes(1001, s), 4 + (1001 * static_cast<size_t>(bits + 1) + 7) / 8) << s;
+  }
+  EXPECT_EQ(qsgd_encoded_bytes(2, 4), 5u);  // norm + 2 values x (3 level bits + sign) = 1 byte
+}
+
+TEST(CompressQsgd, CaseBC13LevelChoice) {
+  json c = load_case("BC13");
+  ASSERT_FALSE(c.is_null());
+  const std::vector<double> v = c["input"]["v"].get<std::vector<double>>();
+  const int s = c["input"]["s"];
+  const float norm = static_cast<float>(std::hypot(v[0], v[1]));
+  const float scale = static_cast<float>(s / static_cast<double>(norm));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t l = c["expected"]["l"][i];
+    const double p_up = c["expected"]["p_up"][i];
+    // Exact level choice over every one of the 2^23 values of u: the fraction that rounds up is p_up, to the
+    // resolution of u (2^-23) plus the float rounding of r = |v| s / norm (one ulp of 2.4 or 3.2, below 2^-21).
+    size_t up = 0;
+    for (uint32_t w = 0; w < (1u << 23); ++w) {
+      const uint32_t got = qsgd_level(static_cast<float>(v[i]), scale, uniform_open01(w << 9), s);
+      ASSERT_TRUE(got == l || got == l + 1) << got;
+      up += got == l + 1;
+    }
+    EXPECT_NEAR(static_cast<double>(up) / (1u << 23), p_up, std::ldexp(1.0, -21)) << i;
+    // The two outcomes decode to the case's values exactly (norm/s = 1.25 is exact).
+    const double out_hi = c["expected"]["outcomes"][i][0][1], out_lo = c["expected"]["outcomes"][i][1][1];
+    EXPECT_EQ(qsgd_decode(qsgd_code(1.0f, l + 1), norm / s), static_cast<float>(out_hi));
+    EXPECT_EQ(qsgd_decode(qsgd_code(1.0f, l), norm / s), static_cast<float>(out_lo));
+  }
+}
+
+TEST(CompressQsgd, CaseBC13MonteCarloMeanAndVariance) {
+  json c = load_case("BC13");
+  ASSERT_FALSE(c.is_null());
+  const std::vector<float> p = {static_cast<float>(c["input"]["v"][0].get<double>()),
+                                static_cast<float>(c["input"]["v"][1].get<double>())};
+  const int s = c["input"]["s"];
+  const size_t trials = 100000;
+  std::vector<double> sum(2, 0.0);
+  double sq = 0.0;
+  for (size_t t = 0; t < trials; ++t) {
+    const std::vector<float> q = qsgd_round(p, s, 5, t);
+    for (size_t i = 0; i < 2; ++i) {
+      const double o0 = c["expected"]["outcomes"][i][0][1], o1 = c["expected"]["outcomes"][i][1][1];
+      ASSERT_TRUE(q[i] == static_cast<float>(o0) || q[i] == static_cast<float>(o1)) << q[i];
+      sum[i] += q[i];
+      sq += (q[i] - p[i]) * (q[i] - p[i]);
+    }
+  }
+  // Per-coordinate variance unit^2 p_up (1 - p_up) (case: total 0.625); mean within kZ standard errors.
+  const double unit = 5.0 / s;
+  double var_total = 0.0, fourth = 0.0;
+  for (size_t i = 0; i < 2; ++i) {
+    const double f = c["expected"]["p_up"][i];
+    const double var = unit * unit * f * (1 - f);
+    var_total += var;
+    // Two-point distribution: E[(X - mu)^4] = unit^4 f (1 - f) ((1 - f)^3 + f^3).
+    fourth += std::pow(unit, 4) * f * (1 - f) * (std::pow(1 - f, 3) + std::pow(f, 3)) - var * var;
+    EXPECT_NEAR(sum[i] / trials, c["expected"]["E"][i].get<double>(), kZ * std::sqrt(var / trials)) << i;
+  }
+  EXPECT_NEAR(var_total, c["expected"]["variance"].get<double>(), 1e-12);
+  EXPECT_NEAR(sq / trials, var_total, kZ * std::sqrt(fourth / trials));
+}
+
+TEST(CompressQsgd, RandomVectorUnbiasedWithThePapersVariance) {
+  const size_t n = 257, trials = 20000;
+  const int s = 8;
+  const std::vector<float> p = normals(n, 42);
+  double norm2 = 0.0;
+  for (float v : p) norm2 += static_cast<double>(v) * v;
+  const float norm = static_cast<float>(std::sqrt(norm2));
+  const double unit = static_cast<double>(norm) / s;
+  std::vector<double> sum(n, 0.0);
+  double sq = 0.0;
+  for (size_t t = 0; t < trials; ++t) {
+    const std::vector<float> q = qsgd_round(p, s, 6, t);
+    for (size_t i = 0; i < n; ++i) {
+      sum[i] += q[i];
+      sq += (static_cast<double>(q[i]) - p[i]) * (static_cast<double>(q[i]) - p[i]);
+    }
+  }
+  double var_total = 0.0, fourth = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double r = std::fabs(p[i]) / unit;
+    const double f = r - std::floor(r);
+    const double var = unit * unit * f * (1 - f);  // Alistarh et al. Lemma 3.1's per-coordinate variance
+    var_total += var;
+    fourth += std::pow(unit, 4) * f * (1 - f) * (std::pow(1 - f, 3) + std::pow(f, 3)) - var * var;
+    // Mean within kZ standard errors (plus the float rounding of the decode, 1e-6 relative).
+    EXPECT_NEAR(sum[i] / trials, p[i], kZ * std::sqrt(var / trials) + 1e-6 * std::fabs(p[i])) << i;
+  }
+  EXPECT_NEAR(sq / trials, var_total, kZ * std::sqrt(fourth / trials) + 1e-6 * var_total);
+  // The paper's bound: E||Q(v) - v||^2 <= min(n / s^2, sqrt(n) / s) ||v||^2.
+  EXPECT_LE(var_total, std::min(n / double(s * s), std::sqrt(double(n)) / s) * norm2);
+}
+
+TEST(CompressQsgd, WireMatchesAReferenceEncoding) {
+  // Reference: the norm, then per value the code (level << 1 | sign) with u from compress_draw, packed bit by bit.
+  for (int s : {1, 3, 4, 255}) {
+    for (size_t n : {size_t{1}, size_t{13}, size_t{64}, size_t{1000}}) {
+      const std::vector<float> p = normals(n, 100 + n);
+      double norm2 = 0.0;
+      for (float v : p) norm2 += static_cast<double>(v) * v;
+      const float norm = static_cast<float>(std::sqrt(norm2));
+      const float scale = static_cast<float>(s / static_cast<double>(norm));
+      const int width = static_cast<int>(std::ceil(std::log2(s + 1.0))) + 1;
+      std::vector<uint8_t> want(4 + (n * width + 7) / 8, 0);
+      std::memcpy(want.data(), &norm, 4);
+      for (size_t i = 0; i < n; ++i) {
+        const Draw4 d = compress_draw(3, 4, CompressDraw::kQsgd, static_cast<uint32_t>(i / 4));
+        const float u = (static_cast<float>(d.v[i % 4] >> 9) + 0.5f) * std::ldexp(1.0f, -23);
+        uint32_t level = static_cast<uint32_t>(std::floor(std::fabs(p[i]) * scale + u));
+        level = std::min<uint32_t>(level, s);
+        const uint32_t code = level << 1 | (p[i] < 0 ? 1u : 0u);
+        for (int b = 0; b < width; ++b)
+          if (code >> b & 1u) want[4 + (i * width + b) / 8] |= static_cast<uint8_t>(1u << ((i * width + b) % 8));
+      }
+      std::vector<uint8_t> got(want.size(), 0xff);
+      qsgd_encode(got.data(), p.data(), n, s, 3, 4);
+      EXPECT_EQ(got, want) << "s " << s << " n " << n;
+      // Decode: sign * level * norm / s.
+      std::vector<float> out(n, 1.0f);
+      qsgd_decode_add(out.data(), got.data(), n, s);
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t code = 0;
+        for (int b = 0; b < width; ++b) code |= ((want[4 + (i * width + b) / 8] >> ((i * width + b) % 8)) & 1u) << b;
+        const float v = static_cast<float>(code >> 1) * (norm / static_cast<float>(s));
+        ASSERT_EQ(out[i], 1.0f + ((code & 1u) ? -v : v)) << i;
+      }
+    }
+  }
+}
+
+TEST(CompressQsgd, ZeroVectorAndOverflowedNorm) {
+  const std::vector<float> zero(10, 0.0f);
+  for (float v : qsgd_round(zero, 4, 1, 1)) EXPECT_EQ(v, 0.0f);
+  std::vector<float> big(4, 3e38f);  // ||p|| overflows float: inf norm decodes to NaN (0 * inf), not to silent zeros
+  for (float v : qsgd_round(big, 4, 1, 1)) EXPECT_TRUE(std::isnan(v));
+}
+
+// ---- TernGrad -------------------------------------------------------------------------------------------------------
+
+TEST(CompressTernGrad, UnbiasedWithBernoulliVariance) {
+  const size_t n = 129, trials = 20000;
+  std::vector<float> p = normals(n, 8);
+  p[5] = 0.0f;
+  float scale = 0.0f;
+  for (float v : p) scale = std::max(scale, std::fabs(v));
+  ASSERT_EQ(terngrad_encoded_bytes(n), 4 + 33u);
+  std::vector<uint8_t> wire(terngrad_encoded_bytes(n));
+  std::vector<double> sum(n, 0.0);
+  double sq = 0.0;
+  for (size_t t = 0; t < trials; ++t) {
+    terngrad_encode(wire.data(), p.data(), n, 2, t);
+    std::vector<float> q(n, 0.0f);
+    terngrad_decode_add(q.data(), wire.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(q[i] == 0.0f || q[i] == (p[i] < 0 ? -scale : scale)) << q[i];
+      sum[i] += q[i];
+      sq += (static_cast<double>(q[i]) - p[i]) * (static_cast<double>(q[i]) - p[i]);
+    }
+  }
+  double var_total = 0.0, fourth = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = std::fabs(p[i]), f = a / scale;
+    const double var = a * (scale - a);  // Bernoulli(|p|/s) times s: s^2 f (1 - f)
+    var_total += var;
+    fourth += std::pow(scale, 4) * f * (1 - f) * (std::pow(1 - f, 3) + std::pow(f, 3)) - var * var;
+    EXPECT_NEAR(sum[i] / trials, p[i], kZ * std::sqrt(var / trials) + 1e-6 * scale) << i;
+  }
+  EXPECT_NEAR(sq / trials, var_total, kZ * std::sqrt(fourth / trials));
+  EXPECT_EQ(sum[5], 0.0) << "a zero is never sent";
+}
+
+// ---- signSGD, majority vote, 1-bit ----------------------------------------------------------------------------------
+
+TEST(CompressSign, PackRoundTripAndScale) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{1023}, size_t{1024}, size_t{1025},
+                   size_t{5001}}) {
+    std::vector<float> p = normals(n, 30 + n);
+    if (n > 3) {
+      p[0] = 0.0f;
+      p[1] = -0.0f;
+      p[2] = std::numeric_limits<float>::quiet_NaN();
+    }
+    std::vector<uint8_t> bits(sign_packed_bytes(n) + 1, 0xee);
+    ASSERT_EQ(sign_packed_bytes(n), (n + 7) / 8);
+    const float scale = sign_pack(bits.data(), p.data(), n);
+    double abs_sum = 0.0;
+    for (float v : p) abs_sum += std::fabs(v);
+    if (n > 3) {
+      // NaN makes the mean NaN; check the rest on the other values.
+      EXPECT_TRUE(std::isnan(scale));
+    } else {
+      EXPECT_NEAR(scale, n ? abs_sum / n : 0.0, 1e-6 * (n ? abs_sum / n : 1.0));
+    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ((bits[i / 8] >> (i % 8)) & 1, p[i] < 0 ? 1 : 0) << i;
+    if (n % 8) {
+      EXPECT_EQ(bits[n / 8] >> (n % 8), 0) << "unused bits are 0";
+    }
+    EXPECT_EQ(bits[sign_packed_bytes(n)], 0xee) << "wrote past the end";
+    std::vector<float> out(n, 0.25f);
+    sign_unpack_add(out.data(), bits.data(), n, 2.0f);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], p[i] < 0 ? -1.75f : 2.25f) << i;
+  }
+  const std::vector<float> p = normals(3001, 9);
+  std::vector<uint8_t> bits(sign_packed_bytes(p.size()));
+  double abs_sum = 0.0;
+  for (float v : p) abs_sum += std::fabs(v);
+  EXPECT_NEAR(sign_pack(bits.data(), p.data(), p.size()), abs_sum / p.size(), 1e-6);
+}
+
+TEST(CompressSign, CaseBC11ErrorFeedbackSignSgd) {
+  // p = g + e; sent = mean|p| sign(p); e = p - sent, with the kernels doing the compression.
+  json c = load_case("BC11");
+  ASSERT_FALSE(c.is_null());
+  const std::vector<float> g = c["input"]["g_each_step"].get<std::vector<float>>();
+  const size_t d = g.size();
+  std::vector<float> e(d, 0.0f);
+  for (size_t step = 0; step < c["input"]["steps"].get<size_t>(); ++step) {
+    std::vector<float> p(d);
+    for (size_t i = 0; i < d; ++i) p[i] = g[i] + e[i];
+    std::vector<uint8_t> bits(sign_packed_bytes(d));
+    const float scale = sign_pack(bits.data(), p.data(), d);
+    std::vector<float> sent(d, 0.0f);
+    sign_unpack_add(sent.data(), bits.data(), d, scale);
+    for (size_t i = 0; i < d; ++i) {
+      EXPECT_EQ(sent[i], c["expected"]["sent"][step][i].get<float>()) << step << " " << i;
+      e[i] = p[i] - sent[i];
+    }
+  }
+}
+
+TEST(CompressSign, MajorityVoteAndTies) {
+  // Rank r's sign of value i is negative when bit (i + r) % 3 == 0 of a fixed pattern; the reference counts votes.
+  const size_t n = 2100;
+  for (int ranks : {1, 2, 3, 4, 5, 8}) {
+    std::vector<std::vector<float>> p(ranks, std::vector<float>(n));
+    std::vector<std::vector<uint8_t>> bits(ranks, std::vector<uint8_t>(sign_packed_bytes(n)));
+    std::vector<const uint8_t*> ptrs;
+    for (int r = 0; r < ranks; ++r) {
+      p[r] = normals(n, 500 + r);
+      sign_pack(bits[r].data(), p[r].data(), n);
+      ptrs.push_back(bits[r].data());
+    }
+    std::vector<float> out(n, 7.0f);
+    sign_vote(out.data(), ptrs.data(), ranks, n);
+    size_t ties = 0;
+    for (size_t i = 0; i < n; ++i) {
+      int votes = 0;
+      for (int r = 0; r < ranks; ++r) votes += p[r][i] < 0 ? -1 : 1;
+      ASSERT_EQ(out[i], votes > 0 ? 1.0f : (votes < 0 ? -1.0f : 0.0f)) << ranks << " " << i;
+      ties += votes == 0;
+    }
+    if (ranks % 2 == 0) {
+      EXPECT_GT(ties, 0u) << "even ranks must produce sign(0) = 0 somewhere";
+    } else {
+      EXPECT_EQ(ties, 0u);
+    }
+  }
+  // Two ranks that disagree everywhere: all ties.
+  const float a[] = {1, -1, 2}, b[] = {-1, 1, -2};
+  uint8_t ba[1], bb[1];
+  sign_pack(ba, a, 3);
+  sign_pack(bb, b, 3);
+  const uint8_t* both[] = {ba, bb};
+  float out[3];
+  sign_vote(out, both, 2, 3);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 0.0f);
+}
+
+TEST(CompressOnebit, GroupMeansAndRoundTrip) {
+  const float p[] = {1.0f, 3.0f, -2.0f, 0.0f, -4.0f};
+  std::vector<uint8_t> wire(onebit_encoded_bytes(5));
+  ASSERT_EQ(wire.size(), 9u);
+  onebit_encode(wire.data(), p, 5);
+  std::vector<float> out(5, 0.0f);
+  onebit_decode_add(out.data(), wire.data(), 5);
+  const float pos = 4.0f / 3.0f, neg = -3.0f;  // means of {1, 3, 0} and {-2, -4}
+  const std::vector<float> want = {pos, pos, neg, pos, neg};
+  EXPECT_EQ(out, want);
+  // Large input against double references of the two group means (the sum of the decoded vector equals the sum of
+  // the input up to rounding: means preserve each group's sum).
+  for (size_t n : {size_t{1}, size_t{1024}, size_t{100001}}) {
+    const std::vector<float> x = normals(n, 77 + n);
+    std::vector<uint8_t> w(onebit_encoded_bytes(n));
+    onebit_encode(w.data(), x.data(), n);
+    double sp = 0, sn = 0;
+    size_t cp = 0, cn = 0;
+    for (float v : x) {
+      if (v < 0) {
+        sn += v;
+        ++cn;
+      } else {
+        sp += v;
+        ++cp;
+      }
+    }
+    std::vector<float> y(n, 0.0f);
+    onebit_decode_add(y.data(), w.data(), n);
+    const double mp = cp ? sp / cp : 0.0, mn = cn ? sn / cn : 0.0;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_NEAR(y[i], x[i] < 0 ? mn : mp, 1e-6 * std::fabs(x[i] < 0 ? mn : mp)) << i;
+  }
+  // All-positive input: the negative mean is 0 (empty group).
+  const float pos_only[] = {2.0f, 4.0f};
+  onebit_encode(wire.data(), pos_only, 2);
+  float means[2];
+  std::memcpy(means, wire.data(), 8);
+  EXPECT_EQ(means[0], 3.0f);
+  EXPECT_EQ(means[1], 0.0f);
+}
+
+// ---- PowerSGD helpers -----------------------------------------------------------------------------------------------
+
+TEST(CompressPowerSgd, GramSchmidtOrthonormalAndSpanPreserving) {
+  const size_t rows = 37, cols = 4;
+  const std::vector<float> m0 = normals(rows * cols, 61);
+  std::vector<float> q = m0;
+  orthogonalize_columns(q.data(), rows, cols);
+  for (size_t a = 0; a < cols; ++a)
+    for (size_t b = 0; b < cols; ++b) {
+      double dot = 0;
+      for (size_t r = 0; r < rows; ++r) dot += double(q[r * cols + a]) * q[r * cols + b];
+      EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << " " << b;
+    }
+  // Span: R = Q^T M0 is upper triangular and Q R = M0 (Gram-Schmidt's QR factorization).
+  for (size_t a = 0; a < cols; ++a)
+    for (size_t b = 0; b < a; ++b) {
+      double dot = 0;
+      for (size_t r = 0; r < rows; ++r) dot += double(q[r * cols + a]) * m0[r * cols + b];
+      EXPECT_NEAR(dot, 0.0, 1e-5) << a << " " << b;
+    }
+  // A zero column stays zero (eps guard), the others stay orthonormal.
+  std::vector<float> z = m0;
+  for (size_t r = 0; r < rows; ++r) z[r * cols + 1] = 0.0f;
+  orthogonalize_columns(z.data(), rows, cols);
+  for (size_t r = 0; r < rows; ++r) EXPECT_EQ(z[r * cols + 1], 0.0f);
+  for (float v : z) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(CompressPowerSgd, FactorProductsMatchNaiveLoops) {
+  const size_t rows = 9, cols = 6, rank = 2;
+  const std::vector<float> m = normals(rows * cols, 1), q = normals(cols * rank, 2), pin = normals(rows * rank, 3);
+  std::vector<float> p(rows * rank), qt(cols * rank);
+  powersgd_p(p.data(), m.data(), q.data(), rows, cols, rank);
+  powersgd_q(qt.data(), m.data(), pin.data(), rows, cols, rank);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < rank; ++j) {
+      double s = 0;
+      for (size_t c = 0; c < cols; ++c) s += double(m[r * cols + c]) * q[c * rank + j];
+      EXPECT_NEAR(p[r * rank + j], s, 1e-5);
+    }
+  for (size_t c = 0; c < cols; ++c)
+    for (size_t j = 0; j < rank; ++j) {
+      double s = 0;
+      for (size_t r = 0; r < rows; ++r) s += double(m[r * cols + c]) * pin[r * rank + j];
+      EXPECT_NEAR(qt[c * rank + j], s, 1e-5);
+    }
+}
+
+}  // namespace
+}  // namespace gs
