@@ -15,12 +15,14 @@
 #include "kernels/compress_math.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__CUDACC__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #define GS_CLONES __attribute__((target_clones("avx2", "default")))
 #define GS_HAVE_SSE2 1
+#define GS_HAVE_AVX2_DISPATCH 1
 #else
 #define GS_CLONES
 #define GS_HAVE_SSE2 0
+#define GS_HAVE_AVX2_DISPATCH 0
 #endif
 
 namespace gs {
@@ -48,12 +50,10 @@ uint32_t load_u32(const uint8_t* src) {
   return v;
 }
 
-// Philox4x32-10 for 16 consecutive blocks (block0 .. block0+15) of one (seed, stream, op): word j of block b lands in
-// u[4 * b + j], exactly philox_draw's words (tested), computed lane-parallel so the rounds vectorize.
 constexpr int kBatchBlocks = 16;
 constexpr int kBatchValues = 4 * kBatchBlocks;  // 64 words per batch
 
-inline void philox_batch(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0) {
+inline void philox_batch_scalar(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0) {
   uint32_t c0[kBatchBlocks], c1[kBatchBlocks], c2[kBatchBlocks], c3[kBatchBlocks];
   const uint32_t index0 = (static_cast<uint32_t>(op) << kCompressBlockBits) | block0;
   for (int b = 0; b < kBatchBlocks; ++b) {
@@ -74,6 +74,67 @@ inline void philox_batch(uint32_t* u, uint64_t seed, uint64_t stream, CompressDr
     u[4 * b + 2] = c2[b];
     u[4 * b + 3] = c3[b];
   }
+}
+
+#if GS_HAVE_AVX2_DISPATCH
+// The same 16 blocks with AVX2, 8 blocks per register (GCC 12 does not vectorize the 32x32->64 products of the
+// scalar loop). mulhilo of 8 lanes: _mm256_mul_epu32 on the even lanes and on the odd lanes shifted down, blended.
+__attribute__((target("avx2"))) inline void mulhilo8(__m256i a, __m256i m, __m256i* hi, __m256i* lo) {
+  const __m256i even = _mm256_mul_epu32(a, m);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+__attribute__((target("avx2"))) void philox_batch_avx2(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op,
+                                                        uint32_t block0) {
+  const uint32_t index0 = (static_cast<uint32_t>(op) << kCompressBlockBits) | block0;
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  for (int half = 0; half < 2; ++half) {
+    __m256i c0 = _mm256_set1_epi32(static_cast<int>(Purpose::kCompress));
+    __m256i c1 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+    __m256i c2 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+    __m256i c3 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(index0 + 8u * static_cast<uint32_t>(half))),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      __m256i hi0, lo0, hi1, lo1;
+      mulhilo8(c0, m0, &hi0, &lo0);
+      mulhilo8(c2, m1, &hi1, &lo1);
+      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
+      c1 = lo1;
+      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
+      c3 = lo0;
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
+    }
+    // 4 x 8 transpose: block b's words 0..3 contiguous.
+    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpacklo_epi32(c2, c3);
+    const __m256i t2 = _mm256_unpackhi_epi32(c0, c1), t3 = _mm256_unpackhi_epi32(c2, c3);
+    const __m256i r0 = _mm256_unpacklo_epi64(t0, t1), r1 = _mm256_unpackhi_epi64(t0, t1);
+    const __m256i r2 = _mm256_unpacklo_epi64(t2, t3), r3 = _mm256_unpackhi_epi64(t2, t3);
+    __m256i* out = reinterpret_cast<__m256i*>(u + 32 * half);
+    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(r0, r1, 0x20));
+    _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
+    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
+    _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
+  }
+}
+
+// Decided once at load time (__builtin_cpu_init first: this runs in a static initializer).
+const bool kHaveAvx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
+#endif
+
+// Philox4x32-10 for 16 consecutive blocks: compress_draw_blocks (compress.h) without the public entry's checks.
+inline void philox_batch(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0) {
+#if GS_HAVE_AVX2_DISPATCH
+  if (kHaveAvx2) return philox_batch_avx2(u, seed, stream, op, block0);
+#endif
+  philox_batch_scalar(u, seed, stream, op, block0);
 }
 
 // Little-endian bit stream writer/reader of fixed-width codes (width <= 32).
@@ -148,6 +209,16 @@ double sum_squares(const float* p, size_t n) {
 }
 
 }  // namespace
+
+// ---- Draws --------------------------------------------------------------------------------------------------------------
+
+void compress_draw_blocks(uint32_t* words, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0,
+                          bool allow_simd) {
+#if GS_HAVE_AVX2_DISPATCH
+  if (allow_simd && kHaveAvx2) return philox_batch_avx2(words, seed, stream, op, block0);
+#endif
+  philox_batch_scalar(words, seed, stream, op, block0);
+}
 
 // ---- Index selection ------------------------------------------------------------------------------------------------
 
@@ -306,15 +377,16 @@ size_t qsgd_encoded_bytes(size_t n, int s) {
 
 GS_CLONES void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) {
   const float norm = static_cast<float>(std::sqrt(sum_squares(p, n)));
-  store_u32(out, 0);
   std::memcpy(out, &norm, sizeof norm);
   const uint32_t levels = static_cast<uint32_t>(s);
   const int width = qsgd_level_bits(s) + 1;
   const bool usable = norm > 0.0f && std::isfinite(norm);
   const float scale = usable ? static_cast<float>(static_cast<double>(s) / norm) : 0.0f;
-  BitWriter writer(out + 4);
+  uint8_t* dst = out + 4;
+  const uint8_t* end = out + qsgd_encoded_bytes(n, s);
   uint32_t u[kBatchValues];
   uint32_t codes[kBatchValues];
+  // Chunks of 64 values; each starts byte-aligned (64 * width bits = 8 * width bytes).
   for (size_t i0 = 0; i0 < n; i0 += kBatchValues) {
     philox_batch(u, seed, stream, CompressDraw::kQsgd, static_cast<uint32_t>(i0 / 4));
     const size_t count = std::min<size_t>(kBatchValues, n - i0);
@@ -326,9 +398,22 @@ GS_CLONES void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64
       for (size_t j = 0; j < count; ++j)
         codes[j] = qsgd_code(pc[j], qsgd_level(std::fabs(pc[j]), scale, uniform_open01(u[j]), levels));
     }
-    for (size_t j = 0; j < count; ++j) writer.put(codes[j], width);
+    if (width <= 8 && count == kBatchValues) {
+      // 8 codes fill exactly `width` bytes: build them in one word, store 8 bytes (the next group overwrites the
+      // excess) or exactly `width` at the end of the buffer.
+      for (int g = 0; g < 8; ++g) {
+        uint64_t word = 0;
+        for (int j = 0; j < 8; ++j) word |= static_cast<uint64_t>(codes[8 * g + j]) << (j * width);
+        std::memcpy(dst, &word, end - dst >= 8 ? 8 : static_cast<size_t>(width));
+        dst += width;
+      }
+    } else {
+      BitWriter writer(dst);
+      for (size_t j = 0; j < count; ++j) writer.put(codes[j], width);
+      writer.flush();
+      dst += (count * static_cast<size_t>(width) + 7) / 8;
+    }
   }
-  writer.flush();
 }
 
 GS_CLONES void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s) {
@@ -336,8 +421,27 @@ GS_CLONES void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s) {
   std::memcpy(&norm, in, sizeof norm);
   const float unit = norm / static_cast<float>(s);
   const int width = qsgd_level_bits(s) + 1;
-  BitReader reader(in + 4, qsgd_encoded_bytes(n, s) - 4);
-  for (size_t i = 0; i < n; ++i) out[i] += qsgd_decode(reader.get(width), unit);
+  const uint64_t mask = (uint64_t{1} << width) - 1;
+  const uint8_t* src = in + 4;
+  const uint8_t* end = in + qsgd_encoded_bytes(n, s);
+  uint32_t codes[kBatchValues];
+  for (size_t i0 = 0; i0 < n; i0 += kBatchValues) {
+    const size_t count = std::min<size_t>(kBatchValues, n - i0);
+    const size_t bytes = (count * static_cast<size_t>(width) + 7) / 8;
+    if (width <= 8 && count == kBatchValues) {
+      for (int g = 0; g < 8; ++g) {
+        uint64_t word = 0;
+        std::memcpy(&word, src + g * width, end - (src + g * width) >= 8 ? 8 : static_cast<size_t>(width));
+        for (int j = 0; j < 8; ++j) codes[8 * g + j] = static_cast<uint32_t>((word >> (j * width)) & mask);
+      }
+    } else {
+      BitReader reader(src, bytes);
+      for (size_t j = 0; j < count; ++j) codes[j] = reader.get(width);
+    }
+    float* oc = out + i0;
+    for (size_t j = 0; j < count; ++j) oc[j] += qsgd_decode(codes[j], unit);
+    src += bytes;
+  }
 }
 
 // ---- TernGrad -------------------------------------------------------------------------------------------------------
@@ -349,16 +453,24 @@ GS_CLONES void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t 
   for (size_t i = 0; i < n; ++i) max_key = std::max(max_key, magnitude_key(p[i]));
   const float scale = float_from_key(max_key);  // max |p|, NaN if any p is NaN
   std::memcpy(out, &scale, sizeof scale);
-  const float inv_scale = scale > 0.0f ? 1.0f / scale : 0.0f;
   uint8_t* dst = out + 4;
+  if (!(scale > 0.0f)) {  // all zeros (or NaN): every code 0; decodes to 0 * scale
+    std::memset(dst, 0, (n + 3) / 4);
+    return;
+  }
+  const float inv_scale = 1.0f / scale;
   uint32_t u[kBatchValues];
   uint32_t codes[kBatchValues];
   for (size_t i0 = 0; i0 < n; i0 += kBatchValues) {
     philox_batch(u, seed, stream, CompressDraw::kTernGrad, static_cast<uint32_t>(i0 / 4));
     const size_t count = std::min<size_t>(kBatchValues, n - i0);
     const float* pc = p + i0;
-    for (size_t j = 0; j < count; ++j) codes[j] = terngrad_code(pc[j], scale, inv_scale, uniform_open01(u[j]));
-    for (size_t j = count; j < static_cast<size_t>(kBatchValues); ++j) codes[j] = 0;
+    if (count == kBatchValues) {
+      for (int j = 0; j < kBatchValues; ++j) codes[j] = terngrad_code(pc[j], scale, inv_scale, uniform_open01(u[j]));
+    } else {
+      for (size_t j = 0; j < count; ++j) codes[j] = terngrad_code(pc[j], scale, inv_scale, uniform_open01(u[j]));
+      for (size_t j = count; j < static_cast<size_t>(kBatchValues); ++j) codes[j] = 0;
+    }
     const size_t bytes = (count + 3) / 4;
     for (size_t b = 0; b < bytes; ++b)
       dst[b] = static_cast<uint8_t>(codes[4 * b] | codes[4 * b + 1] << 2 | codes[4 * b + 2] << 4 |
@@ -371,8 +483,16 @@ GS_CLONES void terngrad_decode_add(float* out, const uint8_t* in, size_t n) {
   float scale;
   std::memcpy(&scale, in, sizeof scale);
   const uint8_t* codes = in + 4;
-  const float table[4] = {0.0f, scale, -scale, 0.0f};
-  for (size_t i = 0; i < n; ++i) out[i] += table[(codes[i / 4] >> (2 * (i % 4))) & 3u];
+  // One byte = 4 codes -> 4 floats from a 256-entry table (one 4-wide add per byte).
+  float table[256][4];
+  for (uint32_t b = 0; b < 256; ++b)
+    for (int j = 0; j < 4; ++j) table[b][j] = terngrad_decode((b >> (2 * j)) & 3u, scale);
+  const size_t full = n / 4;
+  for (size_t b = 0; b < full; ++b) {
+    const float* t = table[codes[b]];
+    for (int j = 0; j < 4; ++j) out[4 * b + j] += t[j];
+  }
+  for (size_t i = 4 * full; i < n; ++i) out[i] += terngrad_decode((codes[i / 4] >> (2 * (i % 4))) & 3u, scale);
 }
 
 // ---- signSGD and 1-bit SGD -------------------------------------------------------------------------------------------
@@ -388,49 +508,46 @@ struct SignSums {
   size_t negative_count = 0;
 };
 
-inline uint32_t pack8(const float* p) {
-#if GS_HAVE_SSE2
-  const __m128 zero = _mm_setzero_ps();
-  const int lo = _mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(p), zero));
-  const int hi = _mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(p + 4), zero));
-  return static_cast<uint32_t>(lo | (hi << 4));
-#else
-  uint32_t byte = 0;
-  for (int j = 0; j < 8; ++j) byte |= negative_bit(p[j]) << j;
-  return byte;
-#endif
-}
-
 template <bool kNegatives>
 SignSums pack_signs(uint8_t* bits, const float* p, size_t n) {
   SignSums sums;
-  constexpr size_t kChunk = 1024;
   size_t i = 0;
+#if GS_HAVE_SSE2
+  // Chunks of 1024 values: bits by movemask of (v < 0), sums in float lanes (per-chunk counts <= 256 per lane, exact),
+  // flushed to double per chunk.
+  constexpr size_t kChunk = 1024;
+  const __m128 zero = _mm_setzero_ps();
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  const __m128 one = _mm_set1_ps(1.0f);
   for (; i + kChunk <= n; i += kChunk) {
+    __m128 abs0 = zero, abs1 = zero, neg0 = zero, neg1 = zero, cnt0 = zero, cnt1 = zero;
     const float* pc = p + i;
-    for (size_t b = 0; b < kChunk / 8; ++b) bits[i / 8 + b] = static_cast<uint8_t>(pack8(pc + 8 * b));
-    float abs_lanes[16] = {}, neg_lanes[16] = {};
-    uint32_t neg_count[16] = {};
-    for (size_t j = 0; j < kChunk; j += 16) {
-      for (int l = 0; l < 16; ++l) {
-        const float v = pc[j + l];
-        abs_lanes[l] += std::fabs(v);
-        if constexpr (kNegatives) {
-          neg_lanes[l] += v < 0.0f ? v : 0.0f;
-          neg_count[l] += v < 0.0f ? 1u : 0u;
-        }
+    uint8_t* bc = bits + i / 8;
+    for (size_t j = 0; j < kChunk; j += 8) {
+      const __m128 v0 = _mm_loadu_ps(pc + j), v1 = _mm_loadu_ps(pc + j + 4);
+      const __m128 m0 = _mm_cmplt_ps(v0, zero), m1 = _mm_cmplt_ps(v1, zero);
+      bc[j / 8] = static_cast<uint8_t>(_mm_movemask_ps(m0) | (_mm_movemask_ps(m1) << 4));
+      abs0 = _mm_add_ps(abs0, _mm_and_ps(v0, abs_mask));
+      abs1 = _mm_add_ps(abs1, _mm_and_ps(v1, abs_mask));
+      if constexpr (kNegatives) {
+        neg0 = _mm_add_ps(neg0, _mm_and_ps(m0, v0));
+        neg1 = _mm_add_ps(neg1, _mm_and_ps(m1, v1));
+        cnt0 = _mm_add_ps(cnt0, _mm_and_ps(m0, one));
+        cnt1 = _mm_add_ps(cnt1, _mm_and_ps(m1, one));
       }
     }
-    double a = 0.0, s = 0.0;
-    for (int l = 0; l < 16; ++l) {
-      a += abs_lanes[l];
-      s += neg_lanes[l];
-      sums.negative_count += neg_count[l];
+    float a[4], ng[4], c[4];
+    _mm_storeu_ps(a, _mm_add_ps(abs0, abs1));
+    _mm_storeu_ps(ng, _mm_add_ps(neg0, neg1));
+    _mm_storeu_ps(c, _mm_add_ps(cnt0, cnt1));
+    sums.abs_sum += (static_cast<double>(a[0]) + a[1]) + (static_cast<double>(a[2]) + a[3]);
+    if constexpr (kNegatives) {
+      sums.negative_sum += (static_cast<double>(ng[0]) + ng[1]) + (static_cast<double>(ng[2]) + ng[3]);
+      sums.negative_count += static_cast<size_t>(c[0] + c[1] + c[2] + c[3]);
     }
-    sums.abs_sum += a;
-    sums.negative_sum += s;
   }
-  // Tail (fewer than 1024 values): one value at a time.
+#endif
+  // Tail (and the portable path): one value at a time.
   for (size_t b = i / 8; b < (n + 7) / 8; ++b) bits[b] = 0;
   for (; i < n; ++i) {
     const float v = p[i];
@@ -477,23 +594,40 @@ GS_CLONES void sign_unpack_add(float* out, const uint8_t* bits, size_t n, float 
 }
 
 GS_CLONES void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n) {
-  constexpr size_t kChunk = 1024;  // values per chunk; counts of negative votes in uint16 (ranks < 65536)
-  uint16_t negatives[kChunk];
+  // Negative votes per value, counted 8 values at a time: each sign byte expands (table) to 8 one-byte counters in a
+  // uint64, added across ranks (no carry between bytes while ranks < 256). Little-endian: byte j of word w is the
+  // count of value 8 w + j, so the words read back as a uint8 array.
+  static const std::vector<uint64_t> expand = [] {
+    std::vector<uint64_t> t(256, 0);
+    for (uint32_t b = 0; b < 256; ++b)
+      for (int j = 0; j < 8; ++j)
+        if (b >> j & 1u) t[b] |= uint64_t{1} << (8 * j);
+    return t;
+  }();
+  constexpr size_t kChunk = 1024;  // values per chunk
+  uint64_t words[kChunk / 8];
+  uint8_t counts[kChunk];
+  uint16_t wide[kChunk];
   for (size_t i0 = 0; i0 < n; i0 += kChunk) {
     const size_t count = std::min(kChunk, n - i0);
-    std::fill(negatives, negatives + kChunk, uint16_t{0});
-    for (int r = 0; r < ranks; ++r) {
-      const uint8_t* b = bits[r] + i0 / 8;
-      if (count == kChunk) {
-        for (size_t j = 0; j < kChunk; ++j)
-          negatives[j] = static_cast<uint16_t>(negatives[j] + ((b[j / 8] >> (j % 8)) & 1u));
-      } else {
-        for (size_t j = 0; j < count; ++j)
-          negatives[j] = static_cast<uint16_t>(negatives[j] + ((b[j / 8] >> (j % 8)) & 1u));
+    const size_t bytes = (count + 7) / 8;
+    if (ranks < 256) {
+      std::fill(words, words + bytes, uint64_t{0});
+      for (int r = 0; r < ranks; ++r) {
+        const uint8_t* b = bits[r] + i0 / 8;
+        for (size_t w = 0; w < bytes; ++w) words[w] += expand[b[w]];
+      }
+      std::memcpy(counts, words, bytes * 8);
+      for (size_t j = 0; j < count; ++j) wide[j] = counts[j];
+    } else {
+      std::fill(wide, wide + kChunk, uint16_t{0});
+      for (int r = 0; r < ranks; ++r) {
+        const uint8_t* b = bits[r] + i0 / 8;
+        for (size_t j = 0; j < count; ++j) wide[j] = static_cast<uint16_t>(wide[j] + ((b[j / 8] >> (j % 8)) & 1u));
       }
     }
     for (size_t j = 0; j < count; ++j) {
-      const int twice = 2 * static_cast<int>(negatives[j]);
+      const int twice = 2 * static_cast<int>(wide[j]);
       out[i0 + j] = twice > ranks ? -1.0f : (twice < ranks ? 1.0f : 0.0f);
     }
   }

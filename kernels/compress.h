@@ -12,7 +12,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/compress_math.h"
+
 namespace gs {
+
+// ---- Draws ----------------------------------------------------------------------------------------------------------
+
+// The 64 words of Philox blocks block0 .. block0+15 of (seed, stream, op): words[4 b + j] = compress_draw(seed,
+// stream, op, block0 + b).v[j]; the encoders draw through it. allow_simd = false forces the portable loop (tests
+// compare both paths); otherwise AVX2 when the CPU has it.
+constexpr int kDrawBatchWords = 64;
+void compress_draw_blocks(uint32_t* words, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0,
+                          bool allow_simd = true);
 
 // ---- Index selection ------------------------------------------------------------------------------------------------
 
@@ -63,7 +74,8 @@ size_t terngrad_encoded_bytes(size_t n);
 
 // Encodes p[0..n): scale = max |p_i|; code i (terngrad_code: 0 zero, 1 +scale, 2 -scale) keeps p_i's sign with
 // probability |p_i| / scale, u_i from draw (kTernGrad, block i/4, word i%4). Unbiased: E[decoded] = p,
-// Var_i = |p_i| (scale - |p_i|). scale 0 encodes all zeros.
+// Var_i = |p_i| (scale - |p_i|). scale 0 encodes all zeros; a NaN or inf in p makes scale non-finite and every
+// decoded value NaN (the overflow shows instead of vanishing).
 void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream);
 
 // out[i] += decoded value i of a TernGrad encoding.

@@ -2,6 +2,8 @@
 // magnitude keys for top-k, the Philox keying of every compressor draw, QSGD / TernGrad stochastic rounding and the
 // bit codes. Header-only GS_HD inline functions (plain C++ without nvcc); a new compressor adds its element math here.
 #pragma once
+#include <math.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -102,16 +104,19 @@ GS_HD inline float qsgd_decode(uint32_t code, float unit) {
 // ---- TernGrad (Wen et al., NeurIPS 2017, "TernGrad: Ternary Gradients to Reduce Communication") --------------------
 
 // 2-bit code of one value: 0 = zero, 1 = +scale, 2 = -scale (3 unused). The value is kept with probability
-// |p| / scale, scale = max |p| (kept when |p| >= scale, else when u < |p| * inv_scale, u uniform in (0, 1)), so
-// E[decoded] = p to the 2^-23 resolution of u (paper eq. 2: ternarize with a Bernoulli of |g| / s_t).
+// |p| / scale, scale = max |p| > 0 (always when |p| >= scale, else when u < |p| * inv_scale, u uniform in (0, 1)), so
+// E[decoded] = p to the 2^-23 resolution of u (paper eq. 2: ternarize with a Bernoulli of |g| / s_t). A zero is
+// never kept. The caller handles scale == 0 (all codes 0). Written as one chain of selects so the host loop
+// vectorizes (the keep decision is random: a branch would mispredict).
 GS_HD inline uint32_t terngrad_code(float p, float scale, float inv_scale, float u) {
-  const float a = p < 0.0f ? -p : p;
-  const bool keep = a >= scale || u < a * inv_scale;
-  return keep && a > 0.0f ? (p < 0.0f ? 2u : 1u) : 0u;
+  const float a = fabsf(p);
+  const float t = a >= scale ? 2.0f : a * inv_scale;
+  return u < t ? (p < 0.0f ? 2u : 1u) : 0u;
 }
 
+// Decoded value of one code; 0 * scale for code 0, so a non-finite scale (NaN or inf in the input) decodes to NaN.
 GS_HD inline float terngrad_decode(uint32_t code, float scale) {
-  return code == 1u ? scale : (code == 2u ? -scale : 0.0f);
+  return code == 1u ? scale : (code == 2u ? -scale : 0.0f * scale);
 }
 
 // ---- Sign and 1-bit -----------------------------------------------------------------------------------------------

@@ -58,6 +58,28 @@ double chi2_bound(int df) {
 
 constexpr double kZ = 5.0;  // |z| bound of a mean test (two-sided tail 5.7e-7 per coordinate)
 
+// ---- Draws ----------------------------------------------------------------------------------------------------------
+
+TEST(CompressDraws, BatchesEqualPhiloxDrawWordForWord) {
+  // Both the portable and the SIMD path against Random123's Philox through compress_draw (and one Random123
+  // counter spelled out, so the keying itself is pinned).
+  for (bool simd : {false, true}) {
+    for (uint32_t block0 : {0u, 16u, 12345u, (1u << 28) - 16u}) {
+      uint32_t words[kDrawBatchWords];
+      compress_draw_blocks(words, 0x123456789abcdefull, compress_stream(7, 3, 2), CompressDraw::kTernGrad, block0,
+                           simd);
+      for (int b = 0; b < 16; ++b) {
+        const Draw4 d = compress_draw(0x123456789abcdefull, compress_stream(7, 3, 2), CompressDraw::kTernGrad,
+                                      block0 + static_cast<uint32_t>(b));
+        for (int j = 0; j < 4; ++j) ASSERT_EQ(words[4 * b + j], d.v[j]) << simd << " " << block0 << " " << b;
+      }
+    }
+  }
+  const Draw4 d = compress_draw(5, compress_stream(9, 1, 4), CompressDraw::kQsgd, 11);
+  const Draw4 e = philox_draw(5, Purpose::kCompress, 9, (1u << 16) | 4u, (3u << 28) | 11u);
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(d.v[j], e.v[j]);
+}
+
 // ---- Top-k ----------------------------------------------------------------------------------------------------------
 
 // Brute force: indices ordered by |x| descending then index ascending (std::stable_sort), first k, ascending.
@@ -446,6 +468,24 @@ TEST(CompressTernGrad, UnbiasedWithBernoulliVariance) {
   EXPECT_EQ(sum[5], 0.0) << "a zero is never sent";
 }
 
+TEST(CompressTernGrad, ZerosAndNonFiniteScale) {
+  // All zeros: scale 0, every value decodes to exactly 0 (odd n exercises the partial last byte).
+  const std::vector<float> zero(7, 0.0f);
+  std::vector<uint8_t> wire(terngrad_encoded_bytes(7), 0xff);
+  terngrad_encode(wire.data(), zero.data(), 7, 1, 1);
+  std::vector<float> out(7, 0.5f);
+  terngrad_decode_add(out.data(), wire.data(), 7);
+  for (float v : out) EXPECT_EQ(v, 0.5f);
+  // An inf in the input: scale inf, and every decoded value NaN (0 * inf), so the overflow is visible downstream.
+  std::vector<float> p = {1.0f, std::numeric_limits<float>::infinity(), -2.0f, 0.0f, 3.0f};
+  std::vector<uint8_t> w2(terngrad_encoded_bytes(p.size()));
+  terngrad_encode(w2.data(), p.data(), p.size(), 1, 1);
+  std::vector<float> o2(p.size(), 0.0f);
+  terngrad_decode_add(o2.data(), w2.data(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(std::isnan(o2[i]) || std::isinf(o2[i])) << i;
+  EXPECT_TRUE(std::isnan(o2[3])) << "a zero decodes to 0 * inf";
+}
+
 // ---- signSGD, majority vote, 1-bit ----------------------------------------------------------------------------------
 
 TEST(CompressSign, PackRoundTripAndScale) {
@@ -530,6 +570,26 @@ TEST(CompressSign, MajorityVoteAndTies) {
       EXPECT_GT(ties, 0u) << "even ranks must produce sign(0) = 0 somewhere";
     } else {
       EXPECT_EQ(ties, 0u);
+    }
+  }
+  // 300 ranks (the wide-counter path): value i negative on ranks r < (i % 301), so the vote is -1 when more than
+  // 150 ranks are negative, 0 at exactly 150, +1 below.
+  {
+    const size_t m = 1500;
+    const int many = 300;
+    std::vector<std::vector<uint8_t>> b(many, std::vector<uint8_t>(sign_packed_bytes(m)));
+    std::vector<const uint8_t*> ptrs;
+    for (int r = 0; r < many; ++r) {
+      std::vector<float> v(m);
+      for (size_t i = 0; i < m; ++i) v[i] = static_cast<size_t>(r) < i % 301 ? -1.0f : 1.0f;
+      sign_pack(b[r].data(), v.data(), m);
+      ptrs.push_back(b[r].data());
+    }
+    std::vector<float> out(m);
+    sign_vote(out.data(), ptrs.data(), many, m);
+    for (size_t i = 0; i < m; ++i) {
+      const size_t neg = i % 301;
+      ASSERT_EQ(out[i], neg > 150 ? -1.0f : (neg == 150 ? 0.0f : 1.0f)) << i;
     }
   }
   // Two ranks that disagree everywhere: all ties.
