@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sim/config/scenario.h"
+#include "sim/cost/hardware_profile.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/runtime/driver.h"
@@ -45,7 +46,14 @@ void print_list() {
   for (const auto& e : gs::strategy_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
   std::printf("compressors (compression.kind):\n  %-14s %s\n", "none", "gradients cross the wire as they are");
   std::printf("precision modes (precision.mode):\n  %-14s %s\n", "fp32", "IEEE single precision everywhere");
-  std::printf("hardware profiles (cluster.hardware): arrive with the cost-model issue\n");
+  std::printf("hardware profiles (cluster.hardware, --hardware; from %s):\n", gs::hardware_dir().c_str());
+  for (const auto& name : gs::hardware_profile_names()) {
+    try {
+      std::printf("  %-14s %s\n", name.c_str(), gs::load_hardware_profile(name)->description.c_str());
+    } catch (const std::exception& e) {
+      std::printf("  %-14s (unreadable: %s)\n", name.c_str(), e.what());
+    }
+  }
 }
 
 void print_fields() {
@@ -69,7 +77,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<std::string> args(argv, argv + argc);
 
-  std::string scenario_file, out_dir, filter;
+  std::string scenario_file, out_dir, filter, hardware, validate_hardware;
   std::vector<std::string> sets;
   bool dry_run = false, resume = false, quiet = false;
   CLI::App* run = app.add_subcommand("run", "run a scenario's sweep and write its report");
@@ -78,6 +86,9 @@ int main(int argc, char** argv) {
   run->add_option("--set", sets, "override a field: dotted.path=value (JSON value, or a plain string); repeatable")
       ->allow_extra_args(false)
       ->type_name("PATH=VALUE");
+  run->add_option("--hardware", hardware,
+                  "hardware profile of the modeled clock: a name from `gradsweep list` or a profile file "
+                  "(same as --set cluster.hardware=NAME)");
   run->add_option("--filter", filter, "run only the runs whose id matches this regular expression");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
   run->add_flag("--resume", resume, "keep the runs already in the report and run only the missing ids");
@@ -90,8 +101,9 @@ int main(int argc, char** argv) {
   validate->add_option("--set", validate_sets, "override a field: dotted.path=value; repeatable")
       ->allow_extra_args(false)
       ->type_name("PATH=VALUE");
+  validate->add_option("--hardware", validate_hardware, "hardware profile (same as --set cluster.hardware=NAME)");
 
-  CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes");
+  CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes, hardware profiles");
   CLI::App* fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");
 
   if (argc > 1 && argv[1][0] != '-') {
@@ -123,6 +135,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (validate->parsed()) {
+      if (!validate_hardware.empty()) validate_sets.push_back("cluster.hardware=" + validate_hardware);
       gs::Scenario s = gs::load_scenario(validate_file, validate_sets);
       std::printf("%s: valid; %s\n", validate_file.c_str(), gs::describe_expansion(s).c_str());
       return 0;
@@ -130,6 +143,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) {
       gs::install_stop_handlers();
       if (scenario_file.empty()) scenario_file = default_scenario();
+      if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
       if (dry_run) {
         std::fputs(gs::dry_run_text(s, filter).c_str(), stdout);

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/cost/hardware_profile.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 
@@ -77,9 +78,18 @@ void visit_fields(V& v, RunConfig& c) {
   v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
   v(cl.backend, F("cluster.backend", "where ranks run; auto takes cuda when a GPU is usable (host only for now)")
                     .one_of({"auto", "host", "cuda"}));
-  v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock (cost-model issue)"));
+  v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list` or the "
+                                       "path of a profile file"));
   v(cl.share_identical, F("cluster.share_identical",
                           "in-process ranks share provably identical state (results are the same either way)"));
+  v(cl.stragglers.factors, F("cluster.stragglers.factors",
+                             "modeled clock: persistent compute slowdown per rank [f_0, ..., f_N-1] (null: all 1)"));
+  v(cl.stragglers.noise, F("cluster.stragglers.noise.kind",
+                           "modeled clock: per-step compute noise, normal max(0, 1+sigma*Z) or lognormal "
+                           "exp(sigma*Z - sigma^2/2)").one_of({"none", "normal", "lognormal"}));
+  v(cl.stragglers.sigma, F("cluster.stragglers.noise.sigma", "modeled clock: noise sigma").at_least(0).at_most(10));
+  v(cl.stragglers.inject, F("cluster.stragglers.inject",
+                            "also inject the delays for real on the measured clock (cuda backend only)"));
 
   auto& tr = c.training;
   v(tr.steps, F("training.steps", "optimizer steps (when epochs is 0)").at_least(1).at_most(1e9));
@@ -510,6 +520,23 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     add("training.epochs", "inline and none data have no epochs: use training.steps");
   if (c.cluster.backend == "cuda")
     add("cluster.backend", "the cuda backend arrives with the CUDA-backend issue: use \"auto\" or \"host\"");
+  try {
+    load_hardware_profile(c.cluster.hardware);
+  } catch (const std::exception& e) {
+    add("cluster.hardware", e.what());
+  }
+  {
+    const json& f = c.cluster.stragglers.factors;
+    bool ok = f.is_null() || (f.is_array() && static_cast<int64_t>(f.size()) == c.cluster.ranks);
+    if (ok && f.is_array())
+      for (const auto& x : f) ok = ok && x.is_number() && x.get<double>() > 0 && x.get<double>() < 1e6;
+    if (!ok)
+      add("cluster.stragglers.factors", fmt::format("expected null or a list of {} numbers > 0 (one per rank), got {}",
+                                                    c.cluster.ranks, f.dump()));
+    if (c.cluster.stragglers.inject)
+      add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (later issue); the host "
+                                       "backend models stragglers on the modeled clock only: use false");
+  }
   if (d.kind == "fashion_mnist") {
     std::string dir = d.path.empty() ? "/usr/share/datasets/fashion-mnist" : d.path;
     for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",

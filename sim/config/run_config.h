@@ -72,11 +72,21 @@ struct DataConfig {
   json eval;   // inline: {"x": ..., "y": ...} evaluation set (null = every training sample)
 };
 
+// Stragglers of the modeled clock (cost-model issue): a rank's compute is multiplied by factors[rank] and by per-step
+// noise; synchronous steps wait for the slowest rank.
+struct StragglerConfig {
+  json factors;                // [f_0, ..., f_{N-1}] persistent slowdown per rank (> 0); null = all 1
+  std::string noise = "none";  // none | normal: max(0, 1 + sigma Z) | lognormal: exp(sigma Z - sigma^2/2)
+  double sigma = 0.0;
+  bool inject = false;         // apply the same delays for real on a measured GPU clock (cuda backend only)
+};
+
 struct ClusterConfig {
   int64_t ranks = 1;
   std::string backend = "auto";        // auto | host | cuda
   std::string hardware = "h100-sxm-8"; // hardware profile of the modeled clock (cost-model issue)
   bool share_identical = true;         // in-process ranks may share provably identical state (results unchanged)
+  StragglerConfig stragglers;
 };
 
 struct TrainingConfig {

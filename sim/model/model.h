@@ -41,6 +41,14 @@ struct Workspace {
   virtual ~Workspace() = default;
 };
 
+// One layer as the model declares it to the cost model (sim/cost/cost_model.h).
+struct LayerCost {
+  size_t param_begin = 0;   // its gradient's elements [param_begin, param_end) in the flat buffer
+  size_t param_end = 0;
+  double forward_flops_per_sample = 0.0;     // a multiply-add counts 2
+  double activation_bytes_per_sample = 0.0;  // activations read + written by its forward, per sample
+};
+
 struct EvalSums {
   double loss_sum = 0.0;   // sum of per-sample losses
   int64_t correct = 0;     // classification: samples whose argmax equals the label
@@ -66,6 +74,9 @@ class Model {
   virtual EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const = 0;
   // Forward FLOPs per sample (for throughput and the cost model).
   virtual double forward_flops_per_sample() const = 0;
+  // The layers the cost model prices (forward FLOPs and activation bytes per sample). Default: one per tensor of the
+  // table, forward_flops_per_sample() split by parameter count, no activation bytes.
+  virtual std::vector<LayerCost> layer_costs() const;
 };
 
 struct ModelEntry {

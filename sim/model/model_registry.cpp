@@ -36,4 +36,18 @@ size_t Model::num_params() const {
   return n;
 }
 
+std::vector<LayerCost> Model::layer_costs() const {
+  const double total = static_cast<double>(num_params());
+  const double flops = forward_flops_per_sample();
+  std::vector<LayerCost> out;
+  for (const TensorInfo& t : tensors()) {
+    LayerCost l;
+    l.param_begin = t.offset;
+    l.param_end = t.offset + t.count;
+    l.forward_flops_per_sample = total > 0 ? flops * static_cast<double>(t.count) / total : 0.0;
+    out.push_back(l);
+  }
+  return out;
+}
+
 }  // namespace gs

@@ -42,12 +42,12 @@ json summary_json(const std::vector<double>& seconds) {
           {"stdev_ms", s.stdev * 1e3}, {"max_ms", s.max * 1e3},   {"total_ms", s.total * 1e3}};
 }
 
-// {"all": summary over every rank's steps, "per_rank": [summary per rank]} of one quantity.
-template <class Get>
-json phase_json(const RunResult& r, Get get) {
+// {"all": summary over every rank's steps, "per_rank": [summary per rank]} of one quantity of steps[rank][step].
+template <class Steps, class Get>
+json phase_json(const Steps& steps, Get get) {
   std::vector<double> all;
   json per_rank = json::array();
-  for (const auto& rank_steps : r.steps) {
+  for (const auto& rank_steps : steps) {
     std::vector<double> v;
     v.reserve(rank_steps.size());
     for (const auto& st : rank_steps) v.push_back(get(st));
@@ -158,8 +158,8 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   if (has_steps) {
     json phases = json::object();
     for (size_t p = 0; p < kPhaseCount; ++p)
-      phases[kPhaseNames[p]] = phase_json(r, [p](const StepTimes& st) { return st.phase_s[p]; });
-    j["timing"]["measured"] = {{"phases", phases}, {"step", phase_json(r, [](const StepTimes& st) {
+      phases[kPhaseNames[p]] = phase_json(r.steps, [p](const StepTimes& st) { return st.phase_s[p]; });
+    j["timing"]["measured"] = {{"phases", phases}, {"step", phase_json(r.steps, [](const StepTimes& st) {
                                                      return st.step_s;
                                                    })}};
     double trained_s = r.series.empty() ? 0.0 : r.series.back().measured_s;
@@ -187,6 +187,36 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
       j["communication"]["busbw_GBps"] = algbw * 2.0 * (n - 1) / n;
     }
   }
+  const bool has_modeled = !r.modeled_steps.empty() && !r.modeled_steps[0].empty();
+  if (has_modeled) {
+    // The modeled clock, same shape as measured, plus the communication split and the chosen algorithm per chain
+    // (bucket) of rank 0's first step.
+    json phases = json::object();
+    for (size_t p = 0; p < kPhaseCount; ++p)
+      phases[kPhaseNames[p]] = phase_json(r.modeled_steps, [p](const StepTimes& st) { return st.phase_s[p]; });
+    auto same = [](double x) { return x; };
+    json buckets = json::array();
+    for (const CommChain& c : r.modeled_chains) {
+      buckets.push_back({{"grad_begin", c.range.begin},
+                         {"grad_end", c.range.end},
+                         {"bytes", c.bytes},
+                         {"algorithm", c.has_collective ? json(kNcclAlgoNames[static_cast<size_t>(c.chosen.algo)])
+                                                        : json(nullptr)},
+                         {"protocol", c.has_collective ? json(kNcclProtoNames[static_cast<size_t>(c.chosen.proto)])
+                                                       : json(nullptr)},
+                         {"comm_ms", c.comm_s * 1e3},
+                         {"compute_ms", (c.pre_s + c.post_s) * 1e3}});
+    }
+    j["timing"]["modeled"] = {
+        {"hardware", r.hardware},
+        {"phases", phases},
+        {"step", phase_json(r.modeled_steps, [](const StepTimes& st) { return st.step_s; })},
+        {"communication", {{"exposed", phase_json(r.modeled_exposed_s, same)},
+                           {"overlapped", phase_json(r.modeled_overlapped_s, same)},
+                           {"buckets", buckets}}}};
+    double modeled_s = r.series.empty() ? 0.0 : r.series.back().modeled_s;
+    j["throughput"]["modeled_samples_per_s"] = modeled_s > 0 ? num(r.samples_trained / modeled_s) : json(nullptr);
+  }
   json series = json::array();
   std::optional<double> last_eval_loss, last_eval_acc;
   // Every step up to kMaxSeriesPoints steps; beyond that every k-th step, plus every evaluation and the last step,
@@ -200,7 +230,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
     if (!keep) continue;
     series.push_back({{"step", pt.step},
                       {"measured_s", pt.measured_s},
-                      {"modeled_s", nullptr},
+                      {"modeled_s", has_modeled ? json(pt.modeled_s) : json(nullptr)},
                       {"train_loss", num(pt.train_loss)},
                       {"eval_loss", num(pt.eval_loss)},
                       {"eval_accuracy", num(pt.eval_accuracy)}});
@@ -224,6 +254,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
         t["reached"] = true;
         t["step"] = pt.step;
         t["measured_s"] = pt.measured_s;
+        if (has_modeled) t["modeled_s"] = pt.modeled_s;
         break;
       }
     }

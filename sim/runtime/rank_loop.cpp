@@ -5,6 +5,7 @@
 #include "sim/runtime/rank_loop.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "kernels/nvtx.h"
 #include "sim/comm/communicator.h"
 #include "sim/core/error.h"
+#include "sim/cost/cost_model.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/optim/optimizer.h"
@@ -75,7 +77,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::vector<Device> devices = make_devices(config);
     res.backend = backend_name(devices.front().backend);
     std::unique_ptr<Communicator> comm = make_communicator(devices);
-    StrategySetup setup{config, *model, *comm, ranks};
+    CostModel cost_model(config, *model);
+    res.hardware = cost_model.hardware().name;
+    StrategySetup setup{config, *model, *comm, ranks, &cost_model};
     std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
     const size_t n = model->num_params();
     const int64_t total = planned_steps(config, data->steps_per_epoch());
@@ -96,6 +100,31 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     }
     if (trace) res.trace_initial = init;
 
+    // Modeled clock: each rank records its step into slot [step % 2][rank]; rank 0 models step t - 1 right after the
+    // control all-reduce of step t (every rank has finished step t - 1 then, and none can start step t + 1), and the
+    // last step after the run.
+    std::array<std::vector<StepCost>, 2> cost_slots;
+    for (auto& slot : cost_slots) slot.assign(static_cast<size_t>(ranks), cost_model.make_step_cost());
+    res.modeled_steps.assign(static_cast<size_t>(ranks), {});
+    res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
+    res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
+    double modeled_total_s = 0.0;
+    int64_t modeled_done = 0;  // steps modeled so far
+    auto model_step = [&](int64_t step) {
+      std::vector<const StepCost*> recs;
+      for (const StepCost& c : cost_slots[static_cast<size_t>(step & 1)]) recs.push_back(&c);
+      std::vector<ModeledStep> m = cost_model.model_step(recs, step);
+      for (size_t r = 0; r < m.size(); ++r) {
+        res.modeled_steps[r].push_back(m[r].times);
+        res.modeled_exposed_s[r].push_back(m[r].exposed_s);
+        res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
+      }
+      if (step == 0) res.modeled_chains = cost_slots[0][0].chains;
+      modeled_total_s += m[0].times.step_s;
+      res.series[static_cast<size_t>(step)].modeled_s = modeled_total_s;
+      modeled_done = step + 1;
+    };
+
     World world(ranks);
     std::atomic<bool> stop_all{false};
     double trained_s = 0.0;  // rank 0's cumulative step time
@@ -112,6 +141,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       for (int64_t step = 0; step < total; ++step) {
         GS_NVTX_RANGE("step");
         clock.begin_step();
+        StepCost& cost = cost_slots[static_cast<size_t>(step & 1)][static_cast<size_t>(rank)];
+        cost.clear();
         std::fill(grad.begin(), grad.end(), 0.0f);
         // Control values all-reduced once per step: local samples, local loss sum, and rank 0's reading of the stop
         // request, so every rank makes the same stop decision at the same step.
@@ -139,6 +170,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             model->backward(params, batch, *ws, grad.data(), precision);
           }
           ctl[0] += static_cast<double>(batch.count);
+          cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
         }
         const double local_samples = ctl[0];
         {
@@ -146,6 +178,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           comm->all_reduce_sum(rank, ctl, 3);
           comm->take_stats(rank);
         }
+        if (rank == 0 && step > 0) model_step(step - 1);
         const double global_samples = ctl[0];
         // Every rank sees the same S, so every rank stops here together.
         if (global_samples <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
@@ -160,6 +193,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           in.global_samples = global_samples;
           in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, step, total);
           in.clock = &clock;
+          in.cost = &cost;
           strategy->step(in);
         }
         clock.end_step();
@@ -215,6 +249,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       res.steps[static_cast<size_t>(rank)] = clock.steps();
     };
     world.run(rank_main, [&] { comm->abort(); });
+    if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/config/run_config.h"
+#include "sim/cost/step_cost.h"
 #include "sim/runtime/clock.h"
 
 namespace gs {
@@ -17,6 +18,7 @@ namespace gs {
 struct SeriesPoint {
   int64_t step = 0;
   double measured_s = 0.0;               // training time so far (rank 0's steps; evaluation excluded)
+  double modeled_s = 0.0;                // the same on the modeled clock (cost model, cluster.hardware)
   double train_loss = 0.0;               // mean per-sample loss over the step's samples (all ranks, micro-batches)
   std::optional<double> eval_loss;       // at evaluation steps
   std::optional<double> eval_accuracy;   // at evaluation steps, classification only
@@ -32,6 +34,12 @@ struct RunResult {
   std::string backend;                        // the device backend the run used ("host")
   double samples_trained = 0.0;               // over all ranks and steps
   std::vector<std::vector<StepTimes>> steps;  // [rank][step]
+  // Modeled clock (sim/cost/cost_model.h): [rank][step] phase times, and per rank and step the communication hidden
+  // behind backward vs exposed; the chains (buckets) of rank 0's first step with their chosen algorithm.
+  std::vector<std::vector<StepTimes>> modeled_steps;
+  std::vector<std::vector<double>> modeled_exposed_s, modeled_overlapped_s;
+  std::vector<CommChain> modeled_chains;
+  std::string hardware;  // the profile's name
   std::vector<SeriesPoint> series;
   bool classification = false;
   bool replicas_identical = true;             // the strategy's claim

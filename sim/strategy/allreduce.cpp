@@ -21,6 +21,8 @@ class AllReduce final : public SyncStrategy {
         ranks_(s.ranks),
         n_(s.model.num_params()),
         shared_(s.config.cluster.share_identical),
+        cost_model_(s.cost_model),
+        optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     if (shared_) {
@@ -41,6 +43,7 @@ class AllReduce final : public SyncStrategy {
   bool replicas_identical() const override { return true; }
 
   void step(const StepInput& in) override {
+    price(in);
     if (shared_) {
       step_shared(in);
     } else {
@@ -49,6 +52,15 @@ class AllReduce final : public SyncStrategy {
   }
 
  private:
+  // The modeled step: one all-reduce per bucket (fp32 gradients), overlapped with backward, then the optimizer.
+  void price(const StepInput& in) const {
+    if (in.cost == nullptr) return;
+    for (const Bucket& b : buckets_)
+      in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
+                              GradRange{b.begin, b.end});
+    if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
+  }
+
   // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).
   uint64_t allreduce_bytes() const {
     return ranks_ <= 1 ? 0 : static_cast<uint64_t>(2.0 * (ranks_ - 1) / ranks_ * static_cast<double>(n_) * 4.0);
@@ -112,6 +124,8 @@ class AllReduce final : public SyncStrategy {
   int ranks_;
   size_t n_;
   bool shared_;
+  const CostModel* cost_model_;
+  OptimizerConfig optimizer_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<float>> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;

@@ -8,7 +8,8 @@ namespace {
 
 class Independent final : public SyncStrategy {
  public:
-  explicit Independent(const StrategySetup& s) : n_(s.model.num_params()) {
+  explicit Independent(const StrategySetup& s)
+      : n_(s.model.num_params()), cost_model_(s.cost_model), optimizer_(s.config.training.optimizer) {
     for (int r = 0; r < s.ranks; ++r) {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
@@ -16,6 +17,8 @@ class Independent final : public SyncStrategy {
   }
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
   void step(const StepInput& in) override {
+    if (in.cost != nullptr && cost_model_ != nullptr)
+      cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     PhaseTimer t(*in.clock, Phase::kOptimizer);
     if (in.local_samples <= 0) return;  // nothing to learn from
     float inv = static_cast<float>(in.local_samples);
@@ -27,6 +30,8 @@ class Independent final : public SyncStrategy {
 
  private:
   size_t n_;
+  const CostModel* cost_model_;
+  OptimizerConfig optimizer_;
   std::vector<std::vector<float>> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
 };

@@ -12,6 +12,8 @@
 
 #include "sim/comm/communicator.h"
 #include "sim/config/run_config.h"
+#include "sim/cost/step_cost.h"
+#include "sim/cost/cost_model.h"
 #include "sim/model/model.h"
 #include "sim/runtime/clock.h"
 
@@ -34,6 +36,7 @@ struct StrategySetup {
   const Model& model;
   Communicator& comm;
   int ranks;
+  const CostModel* cost_model = nullptr;  // prices optimizer steps and the like (add_optimizer)
 };
 
 // One rank's call at the end of its optimizer step.
@@ -45,6 +48,7 @@ struct StepInput {
   double global_samples = 0.0;    // S: samples of this step over all ranks and micro-batches
   double lr = 0.0;                // learning rate of this step (schedule applied)
   PhaseClock* clock = nullptr;    // the rank's clock: attribute communicate / optimizer time and bytes
+  StepCost* cost = nullptr;       // the rank's modeled step: add what the strategy does (see sim/cost/step_cost.h)
 };
 
 class SyncStrategy {

@@ -200,6 +200,16 @@ def test_list_and_fields_name_every_registered_piece():
         assert name in p.stdout
     f = run("fields")
     assert "`training.accumulation_steps`" in f.stdout and "`sync.bucket_mb`" in f.stdout
+    for profile in ["h100-sxm-8", "h200-sxm-8", "a100-sxm-8", "h100-pcie-8", "h200-1"]:
+        assert profile in p.stdout, profile
+
+
+def test_unknown_hardware_is_refused_before_running_and_names_the_choices(tmp_path):
+    p = run("validate", REPO / "scenarios" / "quickstart.json", "--hardware", "h900-sxm-8")
+    assert p.returncode == 2
+    assert "cluster.hardware" in p.stderr and "h900-sxm-8" in p.stderr and "a100-sxm-8" in p.stderr, p.stderr
+    p = run("run", REPO / "scenarios" / "quickstart.json", "--hardware", "h900-sxm-8", "--out", tmp_path / "r")
+    assert p.returncode == 2 and not (tmp_path / "r" / "report.json").exists()
 
 
 def test_every_shipped_scenario_validates():

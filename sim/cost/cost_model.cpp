@@ -1,0 +1,197 @@
+// The modeled clock (cost_model.h): per-micro-batch pricing of declared layers, DDP bucket overlap, stragglers, and
+// the synchronous wait for the slowest rank.
+#include "sim/cost/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/rng.h"
+#include "sim/core/error.h"
+#include "sim/model/model.h"
+
+namespace gs {
+
+OverlapResult schedule_chains(double compute_end_s, const std::vector<double>& ready_s,
+                              const std::vector<double>& duration_s) {
+  OverlapResult r;
+  double end = 0.0, total = 0.0;
+  for (size_t i = 0; i < ready_s.size(); ++i) {
+    end = std::max(ready_s[i], end) + duration_s[i];
+    total += duration_s[i];
+  }
+  r.comm_end_s = end;
+  r.exposed_s = std::max(0.0, end - compute_end_s);
+  r.overlapped_s = total - r.exposed_s;
+  return r;
+}
+
+double straggler_factor(const StragglerConfig& s, uint64_t seed, int64_t step, int rank) {
+  double f = 1.0;
+  if (s.factors.is_array() && static_cast<size_t>(rank) < s.factors.size()) f = s.factors[rank].get<double>();
+  if (s.noise == "none" || s.sigma <= 0) return f;
+  Draw4 d = philox_draw(seed, Purpose::kStraggler, static_cast<uint32_t>(step), static_cast<uint32_t>(rank), 0);
+  // Box-Muller in double (normal_pair rounds to float; the noise needs no more than that, but keep double here).
+  const double u1 = (static_cast<double>(d.v[0]) + 0.5) * 2.3283064365386963e-10;
+  const double u2 = (static_cast<double>(d.v[1]) + 0.5) * 2.3283064365386963e-10;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  if (s.noise == "normal") return f * std::max(0.0, 1.0 + s.sigma * z);
+  return f * std::exp(s.sigma * z - 0.5 * s.sigma * s.sigma);
+}
+
+Precision compute_precision(const std::string& mode) {
+  if (mode == "tf32") return Precision::kTf32;
+  if (mode.rfind("bf16", 0) == 0) return Precision::kBf16;
+  if (mode.rfind("fp16", 0) == 0) return Precision::kFp16;
+  if (mode.rfind("fp8", 0) == 0) return Precision::kFp8;
+  return Precision::kFp32;
+}
+
+CostModel::CostModel(const RunConfig& config, const Model& model)
+    : CostModel(load_hardware_profile(config.cluster.hardware), static_cast<int>(config.cluster.ranks),
+                model.layer_costs(), config.cluster.stragglers, static_cast<uint64_t>(config.training.seed),
+                compute_precision(config.precision.mode)) {}
+
+CostModel::CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
+                     StragglerConfig stragglers, uint64_t seed, Precision precision)
+    : hw_(std::move(hw)),
+      coll_(*hw_, ranks),
+      layers_(std::move(layers)),
+      stragglers_(std::move(stragglers)),
+      seed_(seed),
+      precision_(precision) {
+  double total = 0.0;
+  for (const auto& l : layers_) total += l.forward_flops_per_sample;
+  bool by_params = total <= 0;
+  if (by_params) {
+    total = 0.0;
+    for (const auto& l : layers_) total += static_cast<double>(l.param_end - l.param_begin);
+  }
+  for (const auto& l : layers_) {
+    double w = by_params ? static_cast<double>(l.param_end - l.param_begin) : l.forward_flops_per_sample;
+    layer_weight_.push_back(total > 0 ? w / total : 0.0);
+  }
+}
+
+void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) const {
+  const double b = static_cast<double>(samples);
+  double fwd = 0.0, bwd = 0.0;
+  for (const auto& l : layers_) {
+    const double params = static_cast<double>(l.param_end - l.param_begin);
+    fwd += op_time_s(*hw_, b * l.forward_flops_per_sample, 4.0 * params + b * l.activation_bytes_per_sample,
+                     precision_);
+    bwd += op_time_s(*hw_, 2.0 * b * l.forward_flops_per_sample,
+                     12.0 * params + 2.0 * b * l.activation_bytes_per_sample, precision_, 2.0);
+  }
+  cost.add_time(Phase::kForward, fwd);
+  cost.add_time(Phase::kBackward, bwd);
+  if (last) cost.last_backward_s = bwd;
+}
+
+void CostModel::add_optimizer(StepCost& cost, const OptimizerConfig& opt, double params) const {
+  // Division by S: read and write the gradient. Then the update.
+  double bytes = 8.0, flops = 1.0;
+  if (opt.kind == "sgd") {
+    bytes += opt.momentum > 0 ? 20.0 : 12.0;
+    flops += opt.momentum > 0 ? 4.0 : 2.0;
+  } else {
+    bytes += 28.0;
+    flops += 12.0;
+  }
+  cost.add_op(Phase::kOptimizer, flops * params, bytes * params, Precision::kFp32, 2.0);
+}
+
+double CostModel::backward_done_fraction(size_t begin) const {
+  double f = 0.0;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].param_begin >= begin) f += layer_weight_[i];
+  return std::min(1.0, f);
+}
+
+std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*>& ranks, int64_t step) const {
+  const size_t n = ranks.size();
+  std::vector<ModeledStep> out(n);
+  bool synchronous = false;
+  size_t nchains = 0;
+  for (const StepCost* c : ranks) {
+    synchronous = synchronous || c->synchronous;
+    nchains = std::max(nchains, c->chains.size());
+  }
+  // Per rank: compute stream, chain readiness and durations.
+  std::vector<double> compute_end(n), opt(n), factor(n);
+  std::vector<std::vector<double>> ready(n), dur(n);
+  for (size_t r = 0; r < n; ++r) {
+    const StepCost& c = *ranks[r];
+    const double f = straggler_factor(stragglers_, seed_, step, static_cast<int>(r));
+    factor[r] = f;
+    const auto& s = c.compute_s;
+    const double backward_end = (s[static_cast<size_t>(Phase::kData)] + s[static_cast<size_t>(Phase::kForward)] +
+                                 s[static_cast<size_t>(Phase::kBackward)]) * f;
+    const double untied_compress = s[static_cast<size_t>(Phase::kCompress)] * f;
+    compute_end[r] = backward_end + untied_compress;
+    opt[r] = (s[static_cast<size_t>(Phase::kOptimizer)] + s[static_cast<size_t>(Phase::kCommunicate)] +
+              s[static_cast<size_t>(Phase::kWait)]) * f;
+    const double last_bwd_start = backward_end - c.last_backward_s * f;
+    for (const CommChain& ch : c.chains) {
+      double rdy = ch.range.empty() ? compute_end[r]
+                                    : last_bwd_start + c.last_backward_s * f * backward_done_fraction(ch.range.begin);
+      ready[r].push_back(rdy);
+      dur[r].push_back((ch.pre_s + ch.post_s) * f + ch.comm_s);
+    }
+  }
+  // Synchronous: a chain starts when every rank has it ready.
+  std::vector<double> ready_all(nchains, 0.0), dur_all(nchains, 0.0);
+  if (synchronous) {
+    for (size_t r = 0; r < n; ++r)
+      for (size_t i = 0; i < ready[r].size(); ++i) {
+        ready_all[i] = std::max(ready_all[i], ready[r][i]);
+        dur_all[i] = std::max(dur_all[i], dur[r][i]);
+      }
+  }
+  double comm_end_all = 0.0;
+  if (synchronous) {
+    double e = 0.0;
+    for (size_t i = 0; i < nchains; ++i) e = std::max(ready_all[i], e) + dur_all[i];
+    comm_end_all = e;
+  }
+  std::vector<double> end(n);
+  for (size_t r = 0; r < n; ++r) {
+    const StepCost& c = *ranks[r];
+    OverlapResult alone = schedule_chains(compute_end[r], ready[r], dur[r]);
+    const double comm_end = synchronous ? comm_end_all : alone.comm_end_s;
+    end[r] = std::max(compute_end[r], comm_end) + opt[r];
+    ModeledStep& m = out[r];
+    m.exposed_s = alone.exposed_s;
+    m.overlapped_s = alone.overlapped_s;
+    auto& ph = m.times.phase_s;
+    const double f = factor[r];
+    for (Phase p : {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer})
+      ph[static_cast<size_t>(p)] = c.compute_s[static_cast<size_t>(p)] * f;
+    ph[static_cast<size_t>(Phase::kOptimizer)] += (c.compute_s[static_cast<size_t>(Phase::kCommunicate)] +
+                                                   c.compute_s[static_cast<size_t>(Phase::kWait)]) * f;
+    // Exposed chain time splits between compress and communicate by the chains' composition.
+    double chain_compute = 0.0, chain_total = 0.0;
+    for (const CommChain& ch : c.chains) {
+      chain_compute += (ch.pre_s + ch.post_s) * f;
+      chain_total += (ch.pre_s + ch.post_s) * f + ch.comm_s;
+    }
+    const double exposed_compress = chain_total > 0 ? alone.exposed_s * chain_compute / chain_total : 0.0;
+    ph[static_cast<size_t>(Phase::kCompress)] = c.compute_s[static_cast<size_t>(Phase::kCompress)] * f +
+                                                exposed_compress;
+    ph[static_cast<size_t>(Phase::kCommunicate)] = alone.exposed_s - exposed_compress;
+    double bytes = 0.0;
+    for (const CommChain& ch : c.chains) bytes += ch.bytes;
+    m.times.bytes_sent = static_cast<uint64_t>(bytes);
+  }
+  const double step_all = n == 0 ? 0.0 : *std::max_element(end.begin(), end.end());
+  for (size_t r = 0; r < n; ++r) {
+    ModeledStep& m = out[r];
+    m.times.step_s = synchronous ? step_all : end[r];
+    double busy = 0.0;
+    for (size_t p = 0; p < kPhaseCount; ++p)
+      if (p != static_cast<size_t>(Phase::kWait)) busy += m.times.phase_s[p];
+    m.times.phase_s[static_cast<size_t>(Phase::kWait)] = std::max(0.0, m.times.step_s - busy);
+  }
+  return out;
+}
+
+}  // namespace gs

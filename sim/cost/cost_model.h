@@ -1,0 +1,81 @@
+// The modeled clock of a run: prices the model's declared ops per micro-batch, lays each rank's step out on a compute
+// stream and a communication stream (DDP bucket overlap), applies stragglers and, for synchronous steps, waits for
+// the slowest rank. Pure scheduling functions (schedule_chains, straggler_factor) are exposed for tests; a new
+// modeled effect is one more term in model_step.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.h"
+#include "sim/cost/step_cost.h"
+#include "sim/model/model.h"
+
+namespace gs {
+
+// DDP overlap of one rank's communication chains: chain i starts at max(ready_s[i], end of chain i-1) and runs
+// duration_s[i]. exposed_s = max(0, end of the last chain - compute_end_s), the communication not hidden behind
+// compute that ends at compute_end_s; overlapped_s = sum(duration_s) - exposed_s. Times in seconds from step start.
+struct OverlapResult {
+  double comm_end_s = 0.0;
+  double exposed_s = 0.0;
+  double overlapped_s = 0.0;
+};
+OverlapResult schedule_chains(double compute_end_s, const std::vector<double>& ready_s,
+                              const std::vector<double>& duration_s);
+
+// Straggler multiplier of rank's compute at step: factors[rank] (1 when absent) x noise, where noise is
+// max(0, 1 + sigma Z) (normal) or exp(sigma Z - sigma^2/2) (lognormal, mean 1), Z standard normal from Philox
+// (kernels/rng.h, Purpose::kStraggler, counter (step, rank)). noise "none" or sigma 0: the factor alone.
+double straggler_factor(const StragglerConfig& s, uint64_t seed, int64_t step, int rank);
+
+// One rank's modeled step (phase times in the measured clock's keys) and its communication split.
+struct ModeledStep {
+  StepTimes times;
+  double exposed_s = 0.0;     // communication (and chain compute) not hidden behind compute
+  double overlapped_s = 0.0;  // communication hidden behind backward
+};
+
+// The precision model compute runs at for a precision.mode (fp32 -> fp32, tf32 -> tf32, bf16_mixed -> bf16,
+// fp16_* -> fp16, fp8_mixed -> fp8).
+Precision compute_precision(const std::string& precision_mode);
+
+class CostModel {
+ public:
+  // Loads config.cluster.hardware (throws gs::Error as load_hardware_profile) and the model's layer costs.
+  CostModel(const RunConfig& config, const Model& model);
+  // Same from parts (tests).
+  CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
+            StragglerConfig stragglers, uint64_t seed, Precision precision = Precision::kFp32);
+
+  const HardwareProfile& hardware() const { return *hw_; }
+  const CollectiveModel& collectives() const { return coll_; }
+  StepCost make_step_cost() const { return StepCost(hw_.get(), &coll_); }
+
+  // Prices forward and backward of one micro-batch of `samples` per layer: forward flops = samples x declared, bytes
+  // = 4 x params (weights read) + samples x activation bytes; backward 2x forward FLOPs (input and weight gradients)
+  // and 12 x params (weights read, gradient read and written) + 2 x activation bytes; one launch per layer each way.
+  void add_micro_batch(StepCost& cost, int64_t samples, bool last) const;
+  // Optimizer step over `params` fp32 parameters, including the division by S: SGD reads p, g (and momentum) and
+  // writes p (and momentum); Adam/AdamW read p, g, m, v and write p, m, v.
+  void add_optimizer(StepCost& cost, const OptimizerConfig& opt, double params) const;
+
+  // The modeled step of every rank from the ranks' records of that step (ranks[r] is rank r's).
+  std::vector<ModeledStep> model_step(const std::vector<const StepCost*>& ranks, int64_t step) const;
+
+  // Fraction of a micro-batch's backward done once every gradient element >= begin is produced (backward runs in
+  // reverse layer order), by declared backward FLOPs (by parameter count when no FLOPs are declared).
+  double backward_done_fraction(size_t begin) const;
+
+ private:
+  std::shared_ptr<const HardwareProfile> hw_;
+  CollectiveModel coll_;
+  std::vector<LayerCost> layers_;
+  std::vector<double> layer_weight_;  // backward share of each layer (sums to 1)
+  StragglerConfig stragglers_;
+  uint64_t seed_;
+  Precision precision_;
+};
+
+}  // namespace gs

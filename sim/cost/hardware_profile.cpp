@@ -1,0 +1,192 @@
+// Reading hardware profiles (scenarios/hardware/*.json): every number is {"value": x, "source": "text"}; errors name
+// the file, the JSON path and what was expected.
+#include "sim/cost/hardware_profile.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sim/core/error.h"
+
+namespace gs {
+namespace {
+
+using json = nlohmann::json;
+
+class Reader {
+ public:
+  Reader(const json& root, std::string file) : root_(root), file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& expected, const json* got) const {
+    std::string g = got == nullptr ? "nothing" : got->dump();
+    if (g.size() > 80) g = g.substr(0, 77) + "...";
+    throw Error(fmt::format("{}: {}: expected {}, got {}", file_, path, expected, g));
+  }
+  const json* find(const std::string& path) const {
+    const json* cur = &root_;
+    std::stringstream ss(path);
+    std::string key;
+    while (std::getline(ss, key, '.')) {
+      if (!cur->is_object() || !cur->contains(key)) return nullptr;
+      cur = &(*cur)[key];
+    }
+    return cur;
+  }
+  std::string str(const std::string& path) const {
+    const json* j = find(path);
+    if (j == nullptr || !j->is_string()) fail(path, "a string", j);
+    return j->get<std::string>();
+  }
+  // {"value": ..., "source": "..."}: returns the value after checking the source.
+  const json& sourced(const std::string& path, const char* what) const {
+    const json* j = find(path);
+    if (j == nullptr || !j->is_object() || !j->contains("value"))
+      fail(path, fmt::format("{{\"value\": {}, \"source\": \"where the number comes from\"}}", what), j);
+    const json* s = find(path + ".source");
+    if (s == nullptr || !s->is_string() || s->get<std::string>().empty())
+      fail(path + ".source", "a non-empty string naming where the value comes from", s);
+    return (*j)["value"];
+  }
+  double number(const std::string& path, double min, double max) const {
+    const json& v = sourced(path, "a number");
+    if (!v.is_number() || v.get<double>() < min || v.get<double>() > max)
+      fail(path + ".value", fmt::format("a number in [{}, {}]", min, max), &v);
+    return v.get<double>();
+  }
+  int integer(const std::string& path, int min, int max) const {
+    const json& v = sourced(path, "an integer");
+    if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > max)
+      fail(path + ".value", fmt::format("an integer in [{}, {}]", min, max), &v);
+    return v.get<int>();
+  }
+  bool boolean(const std::string& path) const {
+    const json& v = sourced(path, "true or false");
+    if (!v.is_boolean()) fail(path + ".value", "true or false", &v);
+    return v.get<bool>();
+  }
+  std::array<double, kNcclProtoCount> triple(const std::string& path) const {
+    const json& v = sourced(path, "[LL, LL128, Simple]");
+    if (!v.is_array() || v.size() != kNcclProtoCount)
+      fail(path + ".value", "three numbers [LL, LL128, Simple] in microseconds", &v);
+    std::array<double, kNcclProtoCount> out{};
+    for (size_t i = 0; i < kNcclProtoCount; ++i) {
+      if (!v[i].is_number() || v[i].get<double>() < 0)
+        fail(fmt::format("{}.value[{}]", path, i), "a number >= 0 (microseconds)", &v[i]);
+      out[i] = v[i].get<double>();
+    }
+    return out;
+  }
+
+ private:
+  const json& root_;
+  std::string file_;
+};
+
+bool is_path(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
+}
+
+}  // namespace
+
+std::string hardware_dir() {
+  if (const char* env = std::getenv("GRADSWEEP_HARDWARE_DIR"); env != nullptr && *env != '\0') return env;
+  if (std::filesystem::is_directory("scenarios/hardware")) return "scenarios/hardware";
+  return std::string(GRADSWEEP_SOURCE_DIR) + "/scenarios/hardware";
+}
+
+std::vector<std::string> hardware_profile_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(hardware_dir(), ec)) {
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Precision precision_from_name(const std::string& name) {
+  for (size_t i = 0; i < kPrecisionCount; ++i)
+    if (name == kPrecisionNames[i]) return static_cast<Precision>(i);
+  throw Error(fmt::format("unknown precision \"{}\"; expected fp32, tf32, bf16, fp16 or fp8", name));
+}
+
+HardwareProfile parse_hardware_profile(const std::string& text, const std::string& file) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", file, e.what()));
+  }
+  if (!root.is_object()) throw Error(fmt::format("{}: expected a JSON object (a hardware profile)", file));
+  Reader r(root, file);
+  HardwareProfile p;
+  p.file = file;
+  p.name = r.str("name");
+  p.description = r.str("description");
+  p.gpu = r.str("gpu");
+  p.arch = r.str("arch");
+  if (p.arch != "hopper" && p.arch != "ampere") r.fail("arch", "\"hopper\" or \"ampere\"", r.find("arch"));
+  p.gpus_per_node = r.integer("gpus_per_node", 1, 1024);
+  for (size_t i = 0; i < kPrecisionCount; ++i)
+    p.peak_tflops[i] = r.number(std::string("compute.peak_tflops.") + kPrecisionNames[i], 1e-6, 1e9);
+  p.achievable_fraction = r.number("compute.achievable_fraction", 1e-6, 1.0);
+  p.hbm_TBps = r.number("compute.hbm_TBps", 1e-6, 1e6);
+  p.hbm_achievable_fraction = r.number("compute.hbm_achievable_fraction", 1e-6, 1.0);
+  p.launch_overhead_us = r.number("compute.launch_overhead_us", 0.0, 1e6);
+  p.fabric = r.str("fabric.kind");
+  if (p.fabric != "nvlink" && p.fabric != "pcie") r.fail("fabric.kind", "\"nvlink\" or \"pcie\"", r.find("fabric.kind"));
+  p.link_GBps_per_direction = r.number("fabric.link_GBps_per_direction", 1e-6, 1e6);
+  p.nccl_links = r.integer("fabric.nccl_links", 1, 1024);
+  p.nccl_link_bw_GBps = r.number("fabric.nccl_link_bw_GBps", 1e-6, 1e6);
+  p.channels = r.integer("fabric.channels", 1, 64);
+  p.nvls = r.boolean("fabric.nvls");
+  if (p.nvls && p.fabric != "nvlink") r.fail("fabric.nvls", "false: NVLink SHARP needs an NVLink fabric", r.find("fabric.nvls"));
+  const char* algos[] = {"tree", "ring", "nvls"};
+  for (size_t a = 0; a < kNcclAlgoCount; ++a) {
+    p.base_lat_us[a] = r.triple(std::string("nccl.base_lat_us.") + algos[a]);
+    p.hw_lat_us[a] = r.triple(std::string("nccl.hw_lat_us.") + algos[a]);
+  }
+  p.ll_max_bw_GBps = r.number("nccl.ll_max_bw_GBps", 1e-6, 1e6);
+  p.per_channel_max_ring_ll128_GBps = r.number("nccl.per_channel_max_ring_ll128_GBps", 1e-6, 1e6);
+  p.per_channel_max_tree_GBps = r.number("nccl.per_channel_max_tree_GBps", 1e-6, 1e6);
+  p.per_channel_max_tree_ll128_GBps = r.number("nccl.per_channel_max_tree_ll128_GBps", 1e-6, 1e6);
+  p.ll128 = r.boolean("nccl.ll128");
+  p.p2p_latency_us = r.number("nccl.p2p_latency_us", 0.0, 1e6);
+  return p;
+}
+
+std::shared_ptr<const HardwareProfile> load_hardware_profile(const std::string& name_or_path) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const HardwareProfile>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(name_or_path);
+  if (it != cache.end()) return it->second;
+  std::string file;
+  if (is_path(name_or_path)) {
+    file = name_or_path;
+  } else {
+    std::vector<std::string> names = hardware_profile_names();
+    if (std::find(names.begin(), names.end(), name_or_path) == names.end()) {
+      std::string choices;
+      for (size_t i = 0; i < names.size(); ++i) choices += (i ? ", " : "") + names[i];
+      throw Error(fmt::format("unknown hardware profile \"{}\"; choices: {} (from {}), or the path of a profile file",
+                              name_or_path, choices.empty() ? "none found" : choices, hardware_dir()));
+    }
+    file = hardware_dir() + "/" + name_or_path + ".json";
+  }
+  std::ifstream in(file);
+  if (!in) throw Error(fmt::format("cannot read hardware profile {}", file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto p = std::make_shared<const HardwareProfile>(parse_hardware_profile(ss.str(), file));
+  cache[name_or_path] = p;
+  return p;
+}
+
+}  // namespace gs

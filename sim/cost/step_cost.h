@@ -1,0 +1,114 @@
+// StepCost: what one rank does in one optimizer step, priced on the run's hardware profile as it is recorded. The
+// rank loop prices the model's forward and backward itself; strategies, compressors and precision add the rest.
+// Usage, from anything that gets a StepInput (`in.cost` is never null):
+//   in.cost->add_pass(Phase::kCompress, bytes);                         // memory-bound pass: encode, decode, cast,
+//                                                                       // one top-k pass (bytes read + written)
+//   in.cost->add_op(Phase::kCompress, flops, bytes, Precision::kBf16);  // a kernel with FLOPs at a format's rate
+//   in.cost->add_collective(CollectiveKind::kAllGather, bytes, GradRange{b.begin, b.end});
+//       // one bucket: starts when backward has produced gradient elements [begin, end) and the previous collective
+//       // is done (DDP overlap); bytes = NCCL's nBytes (collective_model.h), i.e. the wire format's bytes
+//   in.cost->add_pass(Phase::kCompress, bytes, GradRange{b.begin, b.end});  // work on that bucket's chain: before
+//                                                                       // its collective if added first, else after
+//   in.cost->add_collective(CollectiveKind::kAllReduce, bytes);         // no range: after backward, not overlapped
+//   in.cost->add_p2p(bytes);                                            // push or pull to one peer (parameter server)
+//   in.cost->add_time(Phase::kOptimizer, seconds);                      // anything priced elsewhere
+// Extend: a new kind of work is one more add_* here that prices into the same records.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "sim/cost/collective_model.h"
+#include "sim/cost/compute_model.h"
+#include "sim/runtime/clock.h"
+
+namespace gs {
+
+// Gradient elements [begin, end) of the flat buffer (a bucket). Empty (begin == end) = not tied to backward.
+struct GradRange {
+  size_t begin = 0;
+  size_t end = 0;
+  bool empty() const { return end <= begin; }
+};
+
+// One bucket's (or one untied) chain on the communication stream: pre work, the collectives, post work.
+struct CommChain {
+  GradRange range;
+  double pre_s = 0.0;    // compute on the chain before its first collective (e.g. encode), seconds
+  double comm_s = 0.0;   // collectives and p2p, seconds
+  double post_s = 0.0;   // compute after (e.g. decode-sum), seconds
+  double bytes = 0.0;    // NCCL nBytes of its collectives
+  CollectiveCost chosen;  // the last collective's choice (algorithm, protocol) for the report
+  bool has_collective = false;
+};
+
+class StepCost {
+ public:
+  StepCost() = default;
+  explicit StepCost(const HardwareProfile* hw, const CollectiveModel* coll) : hw_(hw), coll_(coll) {}
+
+  void clear() {
+    compute_s.fill(0.0);
+    chain_compute_s.fill(0.0);
+    last_backward_s = 0.0;
+    chains.clear();
+    synchronous = false;
+  }
+  // A kernel: roofline time on the profile (compute_model.h), added to `phase`.
+  void add_op(Phase phase, double flops, double bytes, Precision precision, double launches = 1.0,
+              GradRange range = {}) {
+    add_time(phase, op_time_s(*hw_, flops, bytes, precision, launches), range);
+  }
+  // A memory-bound pass of `bytes` (read + written).
+  void add_pass(Phase phase, double bytes, GradRange range = {}, double launches = 1.0) {
+    add_time(phase, pass_time_s(*hw_, bytes, launches), range);
+  }
+  // Seconds of GPU work in `phase`; with a range, on that bucket's communication chain.
+  void add_time(Phase phase, double seconds, GradRange range = {}) {
+    if (range.empty()) {
+      compute_s[static_cast<size_t>(phase)] += seconds;
+      return;
+    }
+    CommChain& c = chain(range);
+    (c.has_collective ? c.post_s : c.pre_s) += seconds;
+    chain_compute_s[static_cast<size_t>(phase)] += seconds;
+  }
+  // A collective over all ranks; priced with NCCL's lowest-time choice. Makes the step synchronous.
+  void add_collective(CollectiveKind kind, double bytes, GradRange range = {}) {
+    CollectiveCost c = coll_->best(kind, bytes);
+    CommChain& ch = chain(range);
+    ch.comm_s += c.time_s;
+    ch.bytes += bytes;
+    ch.chosen = c;
+    ch.has_collective = true;
+    synchronous = true;
+  }
+  // A point-to-point transfer of `bytes` to one peer (not synchronous).
+  void add_p2p(double bytes, GradRange range = {}) {
+    CommChain& ch = chain(range);
+    ch.comm_s += coll_->p2p_s(bytes);
+    ch.bytes += bytes;
+  }
+  const HardwareProfile& hardware() const { return *hw_; }
+
+  // Read by the modeled clock (cost_model.h).
+  std::array<double, kPhaseCount> compute_s{};        // untied GPU work per phase (forward, backward, optimizer, ...)
+  std::array<double, kPhaseCount> chain_compute_s{};  // of which on communication chains (reported per phase)
+  double last_backward_s = 0.0;  // the last micro-batch's backward (buckets become ready during it)
+  std::vector<CommChain> chains;  // in order of first use
+  bool synchronous = false;       // a collective was recorded: every rank waits for the slowest
+
+ private:
+  CommChain& chain(GradRange range) {
+    for (auto& c : chains)
+      if (c.range.begin == range.begin && c.range.end == range.end) return c;
+    chains.push_back(CommChain{});
+    chains.back().range = range;
+    return chains.back();
+  }
+  const HardwareProfile* hw_ = nullptr;
+  const CollectiveModel* coll_ = nullptr;
+};
+
+}  // namespace gs

@@ -1,0 +1,286 @@
+// Tests of the modeled clock (sim/cost): hardware profiles load with their sources and fail with clear errors; the
+// NCCL-style all-reduce model against published nccl-tests figures (written below with their sources, never taken
+// from the model); compute roofline; DDP overlap arithmetic on hand-made schedules; straggler expectations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "sim/core/error.h"
+#include "sim/cost/collective_model.h"
+#include "sim/cost/compute_model.h"
+#include "sim/cost/cost_model.h"
+#include "sim/cost/hardware_profile.h"
+
+namespace gs {
+namespace {
+
+constexpr double kMiB = 1048576.0;
+constexpr double kGiB = 1073741824.0;
+
+// Published 8-GPU all-reduce bus bandwidths (nccl-tests all_reduce_perf, large messages), GB/s, as gathered in
+// issue 3 of this project:
+// - 8x H100 SXM, NCCL_ALGO=Ring: about 360-370 (NVIDIA DGX H100 nccl-tests runs; midpoint 365).
+// - 8x H100/H200 SXM with NVLink SHARP (NVLS, NCCL >= 2.17 default): about 480.
+// - 8x A100 SXM 80GB (NVLink 3, ring): about 235.
+constexpr double kPublishedH100RingBusbw = 365.0;
+constexpr double kPublishedNvlsBusbw = 480.0;
+constexpr double kPublishedA100Busbw = 235.0;
+// Small messages: an 8-byte all-reduce on 8 NVLink GPUs takes about 10-35 us in published nccl-tests tables.
+constexpr double kSmallLoUs = 10.0, kSmallHiUs = 35.0;
+
+TEST(HardwareProfile, BuiltInProfilesLoadWithEveryField) {
+  std::vector<std::string> names = hardware_profile_names();
+  for (const char* want : {"a100-sxm-8", "h100-pcie-8", "h100-sxm-8", "h200-1", "h200-sxm-8"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  auto h100 = load_hardware_profile("h100-sxm-8");
+  EXPECT_EQ(h100->name, "h100-sxm-8");
+  EXPECT_DOUBLE_EQ(h100->peak_tflops[static_cast<size_t>(Precision::kBf16)], 989.4);  // datasheet, dense
+  EXPECT_DOUBLE_EQ(h100->peak_tflops[static_cast<size_t>(Precision::kFp8)], 1978.9);
+  EXPECT_DOUBLE_EQ(h100->hbm_TBps, 3.35);
+  EXPECT_DOUBLE_EQ(load_hardware_profile("h200-sxm-8")->hbm_TBps, 4.8);
+  EXPECT_DOUBLE_EQ(load_hardware_profile("a100-sxm-8")->hbm_TBps, 2.039);
+  EXPECT_DOUBLE_EQ(h100->link_GBps_per_direction, 450.0);
+  EXPECT_DOUBLE_EQ(load_hardware_profile("a100-sxm-8")->link_GBps_per_direction, 300.0);
+  // NCCL's ring constants (tuning.cc): base 6.6/14.0/8.4 us, per NVLink hop 0.6/1.9/3.4 us.
+  EXPECT_DOUBLE_EQ(h100->base_lat_us[1][0], 6.6);
+  EXPECT_DOUBLE_EQ(h100->base_lat_us[1][1], 14.0);
+  EXPECT_DOUBLE_EQ(h100->base_lat_us[1][2], 8.4);
+  EXPECT_DOUBLE_EQ(h100->hw_lat_us[1][0], 0.6);
+  EXPECT_DOUBLE_EQ(h100->hw_lat_us[1][1], 1.9);
+  EXPECT_DOUBLE_EQ(h100->hw_lat_us[1][2], 3.4);
+  EXPECT_TRUE(h100->nvls);
+  EXPECT_FALSE(load_hardware_profile("h100-pcie-8")->nvls);
+  EXPECT_EQ(load_hardware_profile("h100-pcie-8")->fabric, "pcie");
+}
+
+TEST(HardwareProfile, UnknownNameListsTheChoices) {
+  try {
+    load_hardware_profile("h900-sxm-8");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("unknown hardware profile \"h900-sxm-8\""), std::string::npos) << m;
+    EXPECT_NE(m.find("h100-sxm-8"), std::string::npos) << m;
+    EXPECT_NE(m.find("a100-sxm-8"), std::string::npos) << m;
+  }
+}
+
+TEST(HardwareProfile, ErrorsNameFilePathAndExpectation) {
+  auto expect_error = [](const std::string& text, const std::string& want) {
+    try {
+      parse_hardware_profile(text, "my.json");
+      FAIL() << "expected an error for " << want;
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("my.json"), std::string::npos) << m;
+      EXPECT_NE(m.find(want), std::string::npos) << m;
+    }
+  };
+  expect_error("{", "not valid JSON");
+  expect_error(R"({"name": 3})", "name: expected a string");
+  // A number without its source is refused.
+  std::string base = R"({"name": "x", "description": "d", "gpu": "g", "arch": "hopper", "gpus_per_node": )";
+  expect_error(base + R"(8})", "gpus_per_node: expected {\"value\": an integer");
+  expect_error(base + R"({"value": 8, "source": ""}})", "gpus_per_node.source: expected a non-empty string");
+  expect_error(base + R"({"value": 8, "source": "s"}})", "compute.peak_tflops.fp32: expected");
+}
+
+TEST(CollectiveModel, BusbwFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(CollectiveModel::busbw_factor(CollectiveKind::kAllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(CollectiveModel::busbw_factor(CollectiveKind::kAllGather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(CollectiveModel::busbw_factor(CollectiveKind::kReduceScatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(CollectiveModel::busbw_factor(CollectiveKind::kBroadcast, 8), 1.0);
+}
+
+// Large messages, 256 MiB to 8 GiB: the modeled busbw is within 10% of the published figure.
+void expect_large_busbw(const CollectiveModel& m, bool ring_only, double published) {
+  for (double bytes : {256 * kMiB, 1 * kGiB, 8 * kGiB}) {
+    CollectiveCost c = ring_only ? m.cost(CollectiveKind::kAllReduce, bytes, NcclAlgo::kRing, NcclProto::kSimple)
+                                 : m.best(CollectiveKind::kAllReduce, bytes);
+    EXPECT_NEAR(c.busbw_GBps, published, 0.10 * published) << bytes << " bytes";
+    EXPECT_NEAR(c.algbw_GBps * 1.75, c.busbw_GBps, 1e-9 * c.busbw_GBps);
+  }
+}
+
+TEST(CollectiveModel, H100RingMatchesPublishedBusbw) {
+  CollectiveModel m(*load_hardware_profile("h100-sxm-8"), 8);
+  expect_large_busbw(m, true, kPublishedH100RingBusbw);
+}
+
+TEST(CollectiveModel, NvlsMatchesPublishedBusbwAndIsChosenForLargeMessages) {
+  for (const char* hw : {"h100-sxm-8", "h200-sxm-8"}) {
+    CollectiveModel m(*load_hardware_profile(hw), 8);
+    expect_large_busbw(m, false, kPublishedNvlsBusbw);
+    EXPECT_EQ(m.best(CollectiveKind::kAllReduce, kGiB).algo, NcclAlgo::kNvls) << hw;
+  }
+}
+
+TEST(CollectiveModel, A100MatchesPublishedBusbwWithRing) {
+  CollectiveModel m(*load_hardware_profile("a100-sxm-8"), 8);
+  expect_large_busbw(m, false, kPublishedA100Busbw);
+  CollectiveCost c = m.best(CollectiveKind::kAllReduce, kGiB);
+  EXPECT_EQ(c.algo, NcclAlgo::kRing);
+  EXPECT_EQ(c.proto, NcclProto::kSimple);
+}
+
+TEST(CollectiveModel, SmallMessageLatencyInPublishedRange) {
+  for (const char* hw : {"h100-sxm-8", "h200-sxm-8", "a100-sxm-8"}) {
+    CollectiveModel m(*load_hardware_profile(hw), 8);
+    CollectiveCost c = m.best(CollectiveKind::kAllReduce, 8.0);
+    EXPECT_GE(c.time_s * 1e6, kSmallLoUs) << hw;
+    EXPECT_LE(c.time_s * 1e6, kSmallHiUs) << hw;
+    // The LL floor from NCCL's own constants: 6.6 + 2 x 7 x 0.6 = 15.0 us (ring, LL, 14 hops).
+    EXPECT_NEAR(c.time_s * 1e6, 15.0, 0.01) << hw;
+    EXPECT_EQ(c.proto, NcclProto::kLL) << hw;
+  }
+}
+
+TEST(CollectiveModel, OneRankIsFreeAndAlgorithmsNcclWouldNotUseAreAbsent) {
+  CollectiveModel one(*load_hardware_profile("h100-sxm-8"), 1);
+  EXPECT_EQ(one.best(CollectiveKind::kAllReduce, kGiB).time_s, 0.0);
+  CollectiveModel pcie(*load_hardware_profile("h100-pcie-8"), 8);
+  EXPECT_LT(pcie.cost(CollectiveKind::kAllReduce, kGiB, NcclAlgo::kNvls, NcclProto::kSimple).time_s, 0.0);
+  EXPECT_LT(pcie.cost(CollectiveKind::kAllReduce, kGiB, NcclAlgo::kRing, NcclProto::kLL128).time_s, 0.0);
+  EXPECT_LT(pcie.cost(CollectiveKind::kAllGather, kGiB, NcclAlgo::kTree, NcclProto::kSimple).time_s, 0.0);
+  // PCIe ring Simple: busbw -> NCCL's Gen5 x16 figure (48 GB/s) for large messages; latency 8.4 + 14 x 5.7 us.
+  CollectiveCost c = pcie.cost(CollectiveKind::kAllReduce, 8 * kGiB, NcclAlgo::kRing, NcclProto::kSimple);
+  double expect_s = (8.4 + 14 * 5.7) * 1e-6 + 8 * kGiB / (48e9 * 8.0 / 14.0);
+  EXPECT_NEAR(c.time_s, expect_s, 1e-9 * expect_s);
+}
+
+TEST(CollectiveModel, AllGatherRingTimeFromFirstPrinciples) {
+  // Ring all-gather of S total bytes on n ranks moves (n-1)/n S per rank over NCCL's link bandwidth B:
+  // time = base + (n-1) hops + S (n-1) / (n B).
+  const HardwareProfile& hw = *load_hardware_profile("a100-sxm-8");
+  CollectiveModel m(hw, 4);
+  double S = 512 * kMiB, B = 12 * 20.0e9;
+  CollectiveCost c = m.cost(CollectiveKind::kAllGather, S, NcclAlgo::kRing, NcclProto::kSimple);
+  double expect_s = (8.4 + 3 * 3.4) * 1e-6 + S * 3.0 / (4.0 * B);
+  EXPECT_NEAR(c.time_s, expect_s, 1e-9 * expect_s);
+  EXPECT_NEAR(m.p2p_s(S), 11.8e-6 + S / B, 1e-12);
+}
+
+TEST(ComputeModel, RooflineAndLaunch) {
+  const HardwareProfile& hw = *load_hardware_profile("h100-sxm-8");
+  // Compute-bound: 1 TFLOP of bf16 at 989.4 x 0.7 TFLOP/s, plus one 4 us launch.
+  EXPECT_NEAR(op_time_s(hw, 1e12, 1e6, Precision::kBf16), 1.0 / (989.4 * 0.7) + 4e-6, 1e-12);
+  // Memory-bound: 3.35 GB at 3.35 TB/s x 0.9.
+  EXPECT_NEAR(pass_time_s(hw, 3.35e9), 1.0 / 0.9 / 1000.0 + 4e-6, 1e-12);
+  // fp32 runs at 67 TFLOP/s: 14.8x slower than bf16 for the same FLOPs.
+  EXPECT_NEAR(op_time_s(hw, 1e12, 0, Precision::kFp32, 0), 1.0 / (67.0 * 0.7), 1e-12);
+}
+
+TEST(Overlap, AllHidden) {
+  // Backward ends at 10; buckets ready at 2, 5, 8 take 1 each: they end at 9, nothing is exposed.
+  OverlapResult r = schedule_chains(10.0, {2.0, 5.0, 8.0}, {1.0, 1.0, 1.0});
+  EXPECT_EQ(r.comm_end_s, 9.0);
+  EXPECT_EQ(r.exposed_s, 0.0);
+  EXPECT_EQ(r.overlapped_s, 3.0);
+}
+
+TEST(Overlap, AllExposed) {
+  // Every bucket ready only at the end of backward (overlap off): 3 + 4 exposed.
+  OverlapResult r = schedule_chains(10.0, {10.0, 10.0}, {3.0, 4.0});
+  EXPECT_EQ(r.comm_end_s, 17.0);
+  EXPECT_EQ(r.exposed_s, 7.0);
+  EXPECT_EQ(r.overlapped_s, 0.0);
+}
+
+TEST(Overlap, PartlyHiddenWithQueueing) {
+  // Ready at 1, 2, 9; durations 4, 4, 2: starts 1, 5, 9 (waits for the second), ends 5, 9, 11. Backward ends at 10:
+  // exposed 1, overlapped 9.
+  OverlapResult r = schedule_chains(10.0, {1.0, 2.0, 9.0}, {4.0, 4.0, 2.0});
+  EXPECT_EQ(r.comm_end_s, 11.0);
+  EXPECT_EQ(r.exposed_s, 1.0);
+  EXPECT_EQ(r.overlapped_s, 9.0);
+  // The second bucket queued behind the first: had it been free, bucket 3 would still end at 11.
+  OverlapResult q = schedule_chains(10.0, {1.0, 2.0, 3.0}, {4.0, 4.0, 4.0});
+  EXPECT_EQ(q.comm_end_s, 13.0);  // 1+4 = 5, 5+4 = 9, 9+4 = 13
+  EXPECT_EQ(q.exposed_s, 3.0);
+}
+
+// A record with only compute: forward t0/3, backward 2 t0/3; synchronous (one empty collective at 1 rank costs 0).
+StepCost compute_only(const CostModel& m, double t0) {
+  StepCost c = m.make_step_cost();
+  c.add_time(Phase::kForward, t0 / 3.0);
+  c.add_time(Phase::kBackward, 2.0 * t0 / 3.0);
+  c.synchronous = true;
+  return c;
+}
+
+TEST(Stragglers, PersistentFactorSetsTheSynchronousStep) {
+  StragglerConfig s;
+  s.factors = json::array({1.0, 1.3, 1.0, 1.0});
+  CostModel m(load_hardware_profile("h100-sxm-8"), 4, {}, s, 7);
+  std::vector<StepCost> recs(4, compute_only(m, 0.010));
+  std::vector<const StepCost*> p;
+  for (auto& r : recs) p.push_back(&r);
+  std::vector<ModeledStep> out = m.model_step(p, 0);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(out[r].times.step_s, 0.013, 1e-15);  // every rank waits for rank 1
+    double wait = out[r].times.phase_s[static_cast<size_t>(Phase::kWait)];
+    EXPECT_NEAR(wait, r == 1 ? 0.0 : 0.003, 1e-15);
+  }
+}
+
+// E[max of n standard normals] (tabulated order statistics, e.g. Harter 1961): 0.5642, 1.0294, 1.4236.
+TEST(Stragglers, NormalNoiseMeanStepIsExpectedMaximum) {
+  const double t0 = 0.010, sigma = 0.1;
+  const std::vector<std::pair<int, double>> cases = {{2, 0.5642}, {4, 1.0294}, {8, 1.4236}};
+  for (auto [n, emax] : cases) {
+    StragglerConfig s;
+    s.noise = "normal";
+    s.sigma = sigma;
+    CostModel m(load_hardware_profile("h100-sxm-8"), n, {}, s, 12345);
+    std::vector<StepCost> recs(static_cast<size_t>(n), compute_only(m, t0));
+    std::vector<const StepCost*> p;
+    for (auto& r : recs) p.push_back(&r);
+    const int steps = 20000;
+    double sum = 0.0;
+    for (int t = 0; t < steps; ++t) sum += m.model_step(p, t)[0].times.step_s;
+    const double mean = sum / steps;
+    // The max of n standard normals has variance below 1, so the mean's standard error is below t0 sigma /
+    // sqrt(steps); allow 5 of them.
+    const double tol = 5.0 * t0 * sigma / std::sqrt(static_cast<double>(steps));
+    EXPECT_NEAR(mean, t0 * (1.0 + sigma * emax), tol) << n << " ranks";
+  }
+}
+
+TEST(Stragglers, LognormalNoiseHasMeanOne) {
+  StragglerConfig s;
+  s.noise = "lognormal";
+  s.sigma = 0.5;
+  double sum = 0.0;
+  const int steps = 40000;
+  for (int t = 0; t < steps; ++t) sum += straggler_factor(s, 3, t, 0);
+  // Var of exp(sigma Z - sigma^2/2) = exp(sigma^2) - 1 = 0.284; 5 standard errors.
+  EXPECT_NEAR(sum / steps, 1.0, 5.0 * std::sqrt(std::exp(0.25) - 1.0) / std::sqrt(double(steps)));
+}
+
+TEST(CostModel, BucketsOverlapBackwardOnTheModeledStep) {
+  // Two equal layers; bucket A holds the last layer (ready halfway through backward), bucket B the first (ready at
+  // the end). One rank: collectives are free, so only the 2-rank case exposes anything.
+  std::vector<LayerCost> layers = {{0, 1000, 1e6, 0}, {1000, 2000, 1e6, 0}};
+  CostModel m(load_hardware_profile("h100-sxm-8"), 2, layers, StragglerConfig{}, 1);
+  EXPECT_DOUBLE_EQ(m.backward_done_fraction(1000), 0.5);
+  EXPECT_DOUBLE_EQ(m.backward_done_fraction(0), 1.0);
+  StepCost c = m.make_step_cost();
+  c.add_time(Phase::kForward, 1.0);
+  c.add_time(Phase::kBackward, 2.0);
+  c.last_backward_s = 2.0;
+  c.add_collective(CollectiveKind::kAllReduce, 1e6, GradRange{1000, 2000});
+  c.add_collective(CollectiveKind::kAllReduce, 1e6, GradRange{0, 1000});
+  const double d = m.collectives().best(CollectiveKind::kAllReduce, 1e6).time_s;
+  std::vector<const StepCost*> p = {&c, &c};
+  ModeledStep s = m.model_step(p, 0)[0];
+  // Bucket A runs inside backward (from 2.0), bucket B after it (from 3.0): exposed d, overlapped d.
+  EXPECT_NEAR(s.exposed_s, d, 1e-15);
+  EXPECT_NEAR(s.overlapped_s, d, 1e-15);
+  EXPECT_NEAR(s.times.step_s, 3.0 + d, 1e-12);
+  EXPECT_NEAR(s.times.phase_s[static_cast<size_t>(Phase::kCommunicate)], d, 1e-15);
+}
+
+}  // namespace
+}  // namespace gs
