@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/compress.h"
+#include "kernels/convert.h"
 #include "kernels/rng.h"
 
 namespace {
@@ -172,6 +173,23 @@ void BM_terngrad_decode_add(benchmark::State& state) {
   });
 }
 
+// Cast compressors' encode (kernels/convert.h, helper "precision"'s kernels; bench_convert times them in detail):
+// fp32 -> fp16 / bf16 / fp8, here for the ratio against memcpy in the same run as the other compressors.
+template <class T, void (*kConvert)(T*, const float*, size_t)>
+void BM_cast_encode(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input(n);
+  std::vector<T> out(x.size());
+  run(state, n, [&] {
+    kConvert(out.data(), x.data(), x.size());
+    benchmark::ClobberMemory();
+  });
+}
+void to_fp16(uint16_t* o, const float* i, size_t n) { gs::convert_fp32_to_fp16(o, i, n); }
+void to_bf16(uint16_t* o, const float* i, size_t n) { gs::convert_fp32_to_bf16(o, i, n); }
+void to_e4m3(uint8_t* o, const float* i, size_t n) { gs::convert_fp32_to_fp8_e4m3(o, i, n); }
+void to_e5m2(uint8_t* o, const float* i, size_t n) { gs::convert_fp32_to_fp8_e5m2(o, i, n); }
+
 // Top-k 1%: ours (indices, ascending) against the obvious baseline, std::nth_element on a copy of |x| (threshold
 // only, no indices: the baseline does less work than ours).
 void BM_topk_1pct(benchmark::State& state) {
@@ -237,6 +255,10 @@ BENCHMARK(BM_qsgd_encode_s4)->Apply(sizes);
 BENCHMARK(BM_qsgd_decode_add_s4)->Apply(sizes);
 BENCHMARK(BM_terngrad_encode)->Apply(sizes);
 BENCHMARK(BM_terngrad_decode_add)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_cast_encode, uint16_t, to_fp16)->Name("BM_cast_encode_fp16")->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_cast_encode, uint16_t, to_bf16)->Name("BM_cast_encode_bf16")->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_cast_encode, uint8_t, to_e4m3)->Name("BM_cast_encode_fp8_e4m3")->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_cast_encode, uint8_t, to_e5m2)->Name("BM_cast_encode_fp8_e5m2")->Apply(sizes);
 BENCHMARK(BM_topk_1pct)->Apply(sizes);
 BENCHMARK(BM_nth_element_copy_1pct)->Apply(sizes);
 BENCHMARK(BM_threshold_select)->Apply(sizes);

@@ -222,7 +222,7 @@ void compress_draw_blocks(uint32_t* words, uint64_t seed, uint64_t stream, Compr
 
 // ---- Index selection ------------------------------------------------------------------------------------------------
 
-size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx) {
+GS_CLONES size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx) {
   k = std::min(k, n);
   if (k == 0) return 0;
   if (k == n) {
@@ -254,14 +254,24 @@ size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx) {
     if (above + in_bucket >= k) break;
     above += in_bucket;
   }
-  // Pass 2: the boundary bucket's keys (branch-free append), then the exact k-th key among them.
+  // Pass 2: the boundary bucket's keys, then the exact k-th key among them. Blocks of 16 values with no key in the
+  // bucket (most of them) are skipped after one vectorized test.
   static thread_local std::vector<uint32_t> keys_store;
   uint32_t* keys = scratch(keys_store, in_bucket + 1);
+  constexpr size_t kBlock = 16;
   size_t m = 0;
-  for (i = 0; i < n; ++i) {
-    const uint32_t key = magnitude_key(x[i]);
-    keys[m] = key;
-    m += (key >> kShift) == b;
+  for (i = 0; i < n; i += kBlock) {
+    const size_t count = std::min(kBlock, n - i);
+    if (count == kBlock) {
+      uint32_t hit = 0;
+      for (size_t j = 0; j < kBlock; ++j) hit |= static_cast<uint32_t>((magnitude_key(x[i + j]) >> kShift) == b);
+      if (!hit) continue;
+    }
+    for (size_t j = 0; j < count; ++j) {
+      const uint32_t key = magnitude_key(x[i + j]);
+      keys[m] = key;
+      m += (key >> kShift) == b;
+    }
   }
   const size_t need = k - above;  // 1 <= need <= in_bucket
   std::nth_element(keys, keys + (need - 1), keys + m, std::greater<uint32_t>());
@@ -269,25 +279,21 @@ size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx) {
   size_t greater_in_bucket = 0;
   for (size_t j = 0; j < m; ++j) greater_in_bucket += keys[j] > kth;
   size_t ties = k - above - greater_in_bucket;  // keys equal to kth to take, lowest indices first
-  // Pass 3: ascending output; branch-free while at least a block of room is left, then one by one.
+  // Pass 3: ascending output, the same block skip for blocks without a key >= kth; within a block one by one.
   size_t out = 0;
-  constexpr size_t kBlock = 64;
-  for (i = 0; i < n && out < k;) {
-    if (k - out >= kBlock && i + kBlock <= n) {
-      for (size_t j = 0; j < kBlock; ++j, ++i) {
-        const uint32_t key = magnitude_key(x[i]);
-        const bool tie = key == kth && ties > 0;
-        idx[out] = static_cast<uint32_t>(i);
-        out += (key > kth) | tie;
-        ties -= tie;
-      }
-    } else {
-      const uint32_t key = magnitude_key(x[i]);
+  for (i = 0; i < n && out < k; i += kBlock) {
+    const size_t count = std::min(kBlock, n - i);
+    if (count == kBlock) {
+      uint32_t hit = 0;
+      for (size_t j = 0; j < kBlock; ++j) hit |= static_cast<uint32_t>(magnitude_key(x[i + j]) >= kth);
+      if (!hit) continue;
+    }
+    for (size_t j = 0; j < count && out < k; ++j) {
+      const uint32_t key = magnitude_key(x[i + j]);
       if (key > kth || (key == kth && ties > 0)) {
         ties -= key == kth;
-        idx[out++] = static_cast<uint32_t>(i);
+        idx[out++] = static_cast<uint32_t>(i + j);
       }
-      ++i;
     }
   }
   return out;
@@ -338,6 +344,7 @@ float sampled_threshold(const float* x, size_t n, double ratio, uint64_t seed, u
 
 size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) {
   k = std::min(k, n);
+  if (k == 0) return 0;
   if (k == n) {
     for (size_t i = 0; i < n; ++i) idx[i] = static_cast<uint32_t>(i);
     return n;

@@ -34,8 +34,8 @@ void compress_draw_blocks(uint32_t* words, uint64_t seed, uint64_t stream, Compr
 // size of the boundary bucket.
 size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx);
 
-// Threshold: writes the indices i with |x[i]| >= tau (float comparison), ascending, and returns their count (idx
-// holds up to n entries). NaN values never compare >= tau, so they are never selected; tau NaN selects nothing.
+// Threshold: writes the indices i with |x[i]| >= tau (float comparison), ascending, and returns their count. idx
+// must have room for n entries (the loop writes one slot ahead of the count, branch-free). NaN values never compare >= tau, so they are never selected; tau NaN selects nothing.
 size_t threshold_select(const float* x, size_t n, float tau, uint32_t* idx);
 
 // DGC's sampled threshold (Lin et al., ICLR 2018, "Deep Gradient Compression", section 3.1 / appendix: "sample 0.1% to
@@ -46,7 +46,7 @@ size_t threshold_select(const float* x, size_t n, float tau, uint32_t* idx);
 float sampled_threshold(const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream, size_t samples);
 
 // Random-k: writes k distinct indices drawn uniformly from [0, n) (every k-subset equally likely), ascending.
-// k > n is clamped to n (returns the count written). Floyd's algorithm (Bentley & Floyd, CACM 1987, "A sample of
+// k > n is clamped to n (returns the count written); k < 2^29 (Philox blocks). Floyd's algorithm (Bentley & Floyd, CACM 1987, "A sample of
 // brilliance"): for j = n-k .. n-1 draw t uniform in [0, j] (draw j-(n-k) uses words 0-1 / 2-3 of Philox block
 // (j-(n-k))/2 as one 64-bit word, uniform_below); insert t, or j if t is taken. Membership in a per-thread bitmap of
 // n bits, read out in index order. Same (seed, stream, n, k) -> same indices on every rank (shared_indices).
