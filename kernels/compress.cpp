@@ -16,7 +16,7 @@
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__CUDACC__)
 #include <immintrin.h>
-#define GS_CLONES __attribute__((target_clones("avx2", "default")))
+#define GS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define GS_HAVE_SSE2 1
 #define GS_HAVE_AVX2_DISPATCH 1
 #else
@@ -50,8 +50,9 @@ uint32_t load_u32(const uint8_t* src) {
   return v;
 }
 
-constexpr int kBatchBlocks = 16;
-constexpr int kBatchValues = 4 * kBatchBlocks;  // 64 words per batch
+constexpr int kBatchBlocks = 64;                // one batch: 64 blocks = 256 words (several independent chains)
+constexpr int kBatchValues = 4 * kBatchBlocks;
+static_assert(kBatchValues == kDrawBatchWords, "compress.h's batch size");
 
 inline void philox_batch_scalar(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0) {
   uint32_t c0[kBatchBlocks], c1[kBatchBlocks], c2[kBatchBlocks], c3[kBatchBlocks];
@@ -86,55 +87,131 @@ __attribute__((target("avx2"))) inline void mulhilo8(__m256i a, __m256i m, __m25
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
+__attribute__((target("avx2"))) inline void transpose_store8(uint32_t* u, __m256i c0, __m256i c1, __m256i c2,
+                                                               __m256i c3) {
+  // 4 x 8 transpose: block b's words 0..3 contiguous (u holds 8 blocks = 32 words).
+  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpacklo_epi32(c2, c3);
+  const __m256i t2 = _mm256_unpackhi_epi32(c0, c1), t3 = _mm256_unpackhi_epi32(c2, c3);
+  const __m256i r0 = _mm256_unpacklo_epi64(t0, t1), r1 = _mm256_unpackhi_epi64(t0, t1);
+  const __m256i r2 = _mm256_unpacklo_epi64(t2, t3), r3 = _mm256_unpackhi_epi64(t2, t3);
+  __m256i* out = reinterpret_cast<__m256i*>(u);
+  _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(r0, r1, 0x20));
+  _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
+  _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
+  _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
+}
+
+// 64 blocks as 8 groups of 8 lanes, the groups interleaved in each round so the multiplies' latency overlaps.
 __attribute__((target("avx2"))) void philox_batch_avx2(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op,
                                                         uint32_t block0) {
+  constexpr int kGroups = kBatchBlocks / 8;
   const uint32_t index0 = (static_cast<uint32_t>(op) << kCompressBlockBits) | block0;
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  for (int half = 0; half < 2; ++half) {
-    __m256i c0 = _mm256_set1_epi32(static_cast<int>(Purpose::kCompress));
-    __m256i c1 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
-    __m256i c2 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
-    __m256i c3 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(index0 + 8u * static_cast<uint32_t>(half))),
-                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int round = 0; round < 10; ++round) {
-      __m256i hi0, lo0, hi1, lo1;
-      mulhilo8(c0, m0, &hi0, &lo0);
-      mulhilo8(c2, m1, &hi1, &lo1);
-      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
-      c1 = lo1;
-      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
-      c3 = lo0;
-      k0 += kPhiloxW0;
-      k1 += kPhiloxW1;
-    }
-    // 4 x 8 transpose: block b's words 0..3 contiguous.
-    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpacklo_epi32(c2, c3);
-    const __m256i t2 = _mm256_unpackhi_epi32(c0, c1), t3 = _mm256_unpackhi_epi32(c2, c3);
-    const __m256i r0 = _mm256_unpacklo_epi64(t0, t1), r1 = _mm256_unpackhi_epi64(t0, t1);
-    const __m256i r2 = _mm256_unpacklo_epi64(t2, t3), r3 = _mm256_unpackhi_epi64(t2, t3);
-    __m256i* out = reinterpret_cast<__m256i*>(u + 32 * half);
-    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(r0, r1, 0x20));
-    _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
-    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
-    _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
+  __m256i c0[kGroups], c1[kGroups], c2[kGroups], c3[kGroups];
+  for (int g = 0; g < kGroups; ++g) {
+    c0[g] = _mm256_set1_epi32(static_cast<int>(Purpose::kCompress));
+    c1[g] = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+    c2[g] = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+    c3[g] = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(index0 + 8u * static_cast<uint32_t>(g))),
+                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0)), key1 = _mm256_set1_epi32(static_cast<int>(k1));
+    for (int g = 0; g < kGroups; ++g) {
+      __m256i hi0, lo0, hi1, lo1;
+      mulhilo8(c0[g], m0, &hi0, &lo0);
+      mulhilo8(c2[g], m1, &hi1, &lo1);
+      c0[g] = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[g]), key0);
+      c1[g] = lo1;
+      c2[g] = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[g]), key1);
+      c3[g] = lo0;
+    }
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+  for (int g = 0; g < kGroups; ++g) transpose_store8(u + 32 * g, c0[g], c1[g], c2[g], c3[g]);
 }
 
+// 16 blocks in one AVX-512 register per counter word; the 16 x 4 transpose by two rounds of two-source permutes.
+// GCC 12's avx512fintrin.h trips -Wuninitialized on its own _mm512_undefined (GCC bug 105593): silenced here only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f"))) void philox_batch_avx512(uint32_t* u, uint64_t seed, uint64_t stream,
+                                                            CompressDraw op, uint32_t block0) {
+  constexpr int kGroups = kBatchBlocks / 16;
+  const uint32_t index0 = (static_cast<uint32_t>(op) << kCompressBlockBits) | block0;
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  __m512i c0[kGroups], c1[kGroups], c2[kGroups], c3[kGroups];
+  for (int g = 0; g < kGroups; ++g) {
+    c0[g] = _mm512_set1_epi32(static_cast<int>(Purpose::kCompress));
+    c1[g] = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+    c2[g] = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+    c3[g] = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(index0 + 16u * static_cast<uint32_t>(g))),
+                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi32(static_cast<int>(k0)), key1 = _mm512_set1_epi32(static_cast<int>(k1));
+    for (int g = 0; g < kGroups; ++g) {
+      const __m512i even0 = _mm512_mul_epu32(c0[g], m0), odd0 = _mm512_mul_epu32(_mm512_srli_epi64(c0[g], 32), m0);
+      const __m512i even1 = _mm512_mul_epu32(c2[g], m1), odd1 = _mm512_mul_epu32(_mm512_srli_epi64(c2[g], 32), m1);
+      const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, even0, _mm512_slli_epi64(odd0, 32));
+      const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even0, 32), odd0);
+      const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, even1, _mm512_slli_epi64(odd1, 32));
+      const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even1, 32), odd1);
+      c0[g] = _mm512_xor_si512(_mm512_xor_si512(hi1, c1[g]), key0);
+      c1[g] = lo1;
+      c2[g] = _mm512_xor_si512(_mm512_xor_si512(hi0, c3[g]), key1);
+      c3[g] = lo0;
+    }
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+  // Per group: pairs (c0_b, c1_b) and (c2_b, c3_b) for blocks 0-7 and 8-15, then the 64-bit pairs merged by block.
+  const __m512i pair_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i pair_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i quad_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i quad_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  for (int g = 0; g < kGroups; ++g) {
+    uint32_t* ug = u + 64 * g;
+    const __m512i a_lo = _mm512_permutex2var_epi32(c0[g], pair_lo, c1[g]);
+    const __m512i a_hi = _mm512_permutex2var_epi32(c0[g], pair_hi, c1[g]);
+    const __m512i b_lo = _mm512_permutex2var_epi32(c2[g], pair_lo, c3[g]);
+    const __m512i b_hi = _mm512_permutex2var_epi32(c2[g], pair_hi, c3[g]);
+    _mm512_storeu_si512(ug + 0, _mm512_permutex2var_epi64(a_lo, quad_lo, b_lo));
+    _mm512_storeu_si512(ug + 16, _mm512_permutex2var_epi64(a_lo, quad_hi, b_lo));
+    _mm512_storeu_si512(ug + 32, _mm512_permutex2var_epi64(a_hi, quad_lo, b_hi));
+    _mm512_storeu_si512(ug + 48, _mm512_permutex2var_epi64(a_hi, quad_hi, b_hi));
+  }
+}
+#pragma GCC diagnostic pop
+
 // Decided once at load time (__builtin_cpu_init first: this runs in a static initializer).
-const bool kHaveAvx2 = [] {
+const DrawIsa kBestDrawIsa = [] {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
+  if (__builtin_cpu_supports("avx512f")) return DrawIsa::kAvx512;
+  if (__builtin_cpu_supports("avx2")) return DrawIsa::kAvx2;
+  return DrawIsa::kPortable;
 }();
+#else
+const DrawIsa kBestDrawIsa = DrawIsa::kPortable;
 #endif
 
-// Philox4x32-10 for 16 consecutive blocks: compress_draw_blocks (compress.h) without the public entry's checks.
-inline void philox_batch(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0) {
+// Philox4x32-10 for 16 consecutive blocks (compress_draw_blocks without the public entry's ISA choice).
+inline void philox_batch_isa(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0,
+                             DrawIsa isa) {
 #if GS_HAVE_AVX2_DISPATCH
-  if (kHaveAvx2) return philox_batch_avx2(u, seed, stream, op, block0);
+  if (isa == DrawIsa::kAvx512) return philox_batch_avx512(u, seed, stream, op, block0);
+  if (isa == DrawIsa::kAvx2) return philox_batch_avx2(u, seed, stream, op, block0);
 #endif
   philox_batch_scalar(u, seed, stream, op, block0);
+}
+
+inline void philox_batch(uint32_t* u, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0) {
+  philox_batch_isa(u, seed, stream, op, block0, kBestDrawIsa);
 }
 
 // Little-endian bit stream writer/reader of fixed-width codes (width <= 32).
@@ -212,12 +289,13 @@ double sum_squares(const float* p, size_t n) {
 
 // ---- Draws --------------------------------------------------------------------------------------------------------------
 
+DrawIsa compress_draw_best_isa() { return kBestDrawIsa; }
+
 void compress_draw_blocks(uint32_t* words, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0,
-                          bool allow_simd) {
-#if GS_HAVE_AVX2_DISPATCH
-  if (allow_simd && kHaveAvx2) return philox_batch_avx2(words, seed, stream, op, block0);
-#endif
-  philox_batch_scalar(words, seed, stream, op, block0);
+                          DrawIsa isa) {
+  // kBest, or a request above what the CPU has, runs the best available.
+  if (isa == DrawIsa::kBest || static_cast<int>(isa) > static_cast<int>(kBestDrawIsa)) isa = kBestDrawIsa;
+  philox_batch_isa(words, seed, stream, op, block0, isa);
 }
 
 // ---- Index selection ------------------------------------------------------------------------------------------------
@@ -300,10 +378,21 @@ GS_CLONES size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx) 
 }
 
 GS_CLONES size_t threshold_select(const float* x, size_t n, float tau, uint32_t* idx) {
+  // Blocks of 16 values with none selected (typical for a threshold near the top 1%) are skipped after one
+  // vectorized test; the others are appended branch-free (idx has room: out <= i < n).
+  constexpr size_t kBlock = 16;
   size_t out = 0;
-  for (size_t i = 0; i < n; ++i) {
-    idx[out] = static_cast<uint32_t>(i);  // idx has room: out <= i < n
-    out += std::fabs(x[i]) >= tau;
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t count = std::min(kBlock, n - i);
+    if (count == kBlock) {
+      uint32_t hit = 0;
+      for (size_t j = 0; j < kBlock; ++j) hit |= static_cast<uint32_t>(std::fabs(x[i + j]) >= tau);
+      if (!hit) continue;
+    }
+    for (size_t j = 0; j < count; ++j) {
+      idx[out] = static_cast<uint32_t>(i + j);
+      out += std::fabs(x[i + j]) >= tau;
+    }
   }
   return out;
 }
@@ -393,7 +482,7 @@ GS_CLONES void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64
   const uint8_t* end = out + qsgd_encoded_bytes(n, s);
   uint32_t u[kBatchValues];
   uint32_t codes[kBatchValues];
-  // Chunks of 64 values; each starts byte-aligned (64 * width bits = 8 * width bytes).
+  // Chunks of kBatchValues (256) values; each starts byte-aligned (a multiple of 8 codes).
   for (size_t i0 = 0; i0 < n; i0 += kBatchValues) {
     philox_batch(u, seed, stream, CompressDraw::kQsgd, static_cast<uint32_t>(i0 / 4));
     const size_t count = std::min<size_t>(kBatchValues, n - i0);
@@ -408,7 +497,7 @@ GS_CLONES void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64
     if (width <= 8 && count == kBatchValues) {
       // 8 codes fill exactly `width` bytes: build them in one word, store 8 bytes (the next group overwrites the
       // excess) or exactly `width` at the end of the buffer.
-      for (int g = 0; g < 8; ++g) {
+      for (int g = 0; g < kBatchValues / 8; ++g) {
         uint64_t word = 0;
         for (int j = 0; j < 8; ++j) word |= static_cast<uint64_t>(codes[8 * g + j]) << (j * width);
         std::memcpy(dst, &word, end - dst >= 8 ? 8 : static_cast<size_t>(width));
@@ -436,7 +525,7 @@ GS_CLONES void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s) {
     const size_t count = std::min<size_t>(kBatchValues, n - i0);
     const size_t bytes = (count * static_cast<size_t>(width) + 7) / 8;
     if (width <= 8 && count == kBatchValues) {
-      for (int g = 0; g < 8; ++g) {
+      for (int g = 0; g < kBatchValues / 8; ++g) {
         uint64_t word = 0;
         std::memcpy(&word, src + g * width, end - (src + g * width) >= 8 ? 8 : static_cast<size_t>(width));
         for (int j = 0; j < 8; ++j) codes[8 * g + j] = static_cast<uint32_t>((word >> (j * width)) & mask);
@@ -515,10 +604,62 @@ struct SignSums {
   size_t negative_count = 0;
 };
 
+#if GS_HAVE_AVX2_DISPATCH
+// The AVX2 body of pack_signs for whole chunks of 1024 values: 8 bits per compare + movemask, sums in two float
+// accumulators per quantity (per-lane counts <= 64 per chunk, exact). Returns the values done.
+template <bool kNegatives>
+__attribute__((target("avx2"))) size_t pack_signs_avx2(uint8_t* bits, const float* p, size_t n, SignSums* sums) {
+  constexpr size_t kChunk = 1024;
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  size_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    __m256 abs0 = zero, abs1 = zero, neg0 = zero, neg1 = zero, cnt0 = zero, cnt1 = zero;
+    const float* pc = p + i;
+    uint8_t* bc = bits + i / 8;
+    for (size_t j = 0; j < kChunk; j += 16) {
+      const __m256 v0 = _mm256_loadu_ps(pc + j), v1 = _mm256_loadu_ps(pc + j + 8);
+      const __m256 m0 = _mm256_cmp_ps(v0, zero, _CMP_LT_OQ), m1 = _mm256_cmp_ps(v1, zero, _CMP_LT_OQ);
+      const int mask = _mm256_movemask_ps(m0) | (_mm256_movemask_ps(m1) << 8);
+      const uint16_t two = static_cast<uint16_t>(mask);
+      std::memcpy(bc + j / 8, &two, 2);
+      abs0 = _mm256_add_ps(abs0, _mm256_and_ps(v0, abs_mask));
+      abs1 = _mm256_add_ps(abs1, _mm256_and_ps(v1, abs_mask));
+      if constexpr (kNegatives) {
+        neg0 = _mm256_add_ps(neg0, _mm256_and_ps(m0, v0));
+        neg1 = _mm256_add_ps(neg1, _mm256_and_ps(m1, v1));
+        cnt0 = _mm256_add_ps(cnt0, _mm256_and_ps(m0, one));
+        cnt1 = _mm256_add_ps(cnt1, _mm256_and_ps(m1, one));
+      }
+    }
+    float a[8], ng[8], c[8];
+    _mm256_storeu_ps(a, _mm256_add_ps(abs0, abs1));
+    _mm256_storeu_ps(ng, _mm256_add_ps(neg0, neg1));
+    _mm256_storeu_ps(c, _mm256_add_ps(cnt0, cnt1));
+    double sa = 0.0, sn = 0.0, sc = 0.0;
+    for (int l = 0; l < 8; ++l) {
+      sa += a[l];
+      sn += ng[l];
+      sc += c[l];
+    }
+    sums->abs_sum += sa;
+    if constexpr (kNegatives) {
+      sums->negative_sum += sn;
+      sums->negative_count += static_cast<size_t>(sc);
+    }
+  }
+  return i;
+}
+#endif
+
 template <bool kNegatives>
 SignSums pack_signs(uint8_t* bits, const float* p, size_t n) {
   SignSums sums;
   size_t i = 0;
+#if GS_HAVE_AVX2_DISPATCH
+  if (kBestDrawIsa != DrawIsa::kPortable) i = pack_signs_avx2<kNegatives>(bits, p, n, &sums);
+#endif
 #if GS_HAVE_SSE2
   // Chunks of 1024 values: bits by movemask of (v < 0), sums in float lanes (per-chunk counts <= 256 per lane, exact),
   // flushed to double per chunk.

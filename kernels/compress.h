@@ -18,12 +18,15 @@ namespace gs {
 
 // ---- Draws ----------------------------------------------------------------------------------------------------------
 
-// The 64 words of Philox blocks block0 .. block0+15 of (seed, stream, op): words[4 b + j] = compress_draw(seed,
-// stream, op, block0 + b).v[j]; the encoders draw through it. allow_simd = false forces the portable loop (tests
-// compare both paths); otherwise AVX2 when the CPU has it.
-constexpr int kDrawBatchWords = 64;
+// The 256 words of Philox blocks block0 .. block0+63 of (seed, stream, op): words[4 b + j] = compress_draw(seed,
+// stream, op, block0 + b).v[j]; the encoders draw through it with kBest (AVX-512 or AVX2 when the CPU has it,
+// checked once). Tests pin each ISA to compare it with compress_draw; one the CPU lacks runs the best it has.
+enum class DrawIsa : uint8_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kBest = 3 };
+constexpr int kDrawBatchWords = 256;
 void compress_draw_blocks(uint32_t* words, uint64_t seed, uint64_t stream, CompressDraw op, uint32_t block0,
-                          bool allow_simd = true);
+                          DrawIsa isa = DrawIsa::kBest);
+// The ISA kBest resolves to on this CPU.
+DrawIsa compress_draw_best_isa();
 
 // ---- Index selection ------------------------------------------------------------------------------------------------
 

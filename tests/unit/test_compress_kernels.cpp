@@ -63,15 +63,15 @@ constexpr double kZ = 5.0;  // |z| bound of a mean test (two-sided tail 5.7e-7 p
 TEST(CompressDraws, BatchesEqualPhiloxDrawWordForWord) {
   // Both the portable and the SIMD path against Random123's Philox through compress_draw (and one Random123
   // counter spelled out, so the keying itself is pinned).
-  for (bool simd : {false, true}) {
-    for (uint32_t block0 : {0u, 16u, 12345u, (1u << 28) - 16u}) {
+  for (DrawIsa simd : {DrawIsa::kPortable, DrawIsa::kAvx2, DrawIsa::kAvx512, DrawIsa::kBest}) {
+    for (uint32_t block0 : {0u, 64u, 12345u, (1u << 28) - 64u}) {
       uint32_t words[kDrawBatchWords];
       compress_draw_blocks(words, 0x123456789abcdefull, compress_stream(7, 3, 2), CompressDraw::kTernGrad, block0,
                            simd);
-      for (int b = 0; b < 16; ++b) {
+      for (int b = 0; b < kDrawBatchWords / 4; ++b) {
         const Draw4 d = compress_draw(0x123456789abcdefull, compress_stream(7, 3, 2), CompressDraw::kTernGrad,
                                       block0 + static_cast<uint32_t>(b));
-        for (int j = 0; j < 4; ++j) ASSERT_EQ(words[4 * b + j], d.v[j]) << simd << " " << block0 << " " << b;
+        for (int j = 0; j < 4; ++j) ASSERT_EQ(words[4 * b + j], d.v[j]) << static_cast<int>(simd) << " " << block0 << " " << b;
       }
     }
   }
@@ -437,12 +437,12 @@ TEST(CompressQsgd, ZeroVectorAndOverflowedNorm) {
 // ---- TernGrad -------------------------------------------------------------------------------------------------------
 
 TEST(CompressTernGrad, UnbiasedWithBernoulliVariance) {
-  const size_t n = 129, trials = 20000;
+  const size_t n = 301, trials = 20000;  // one full 256-value chunk and a partial one
   std::vector<float> p = normals(n, 8);
   p[5] = 0.0f;
   float scale = 0.0f;
   for (float v : p) scale = std::max(scale, std::fabs(v));
-  ASSERT_EQ(terngrad_encoded_bytes(n), 4 + 33u);
+  ASSERT_EQ(terngrad_encoded_bytes(n), 4 + 76u);  // ceil(301 / 4)
   std::vector<uint8_t> wire(terngrad_encoded_bytes(n));
   std::vector<double> sum(n, 0.0);
   double sq = 0.0;
