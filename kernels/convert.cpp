@@ -426,21 +426,61 @@ void round_fp32_through(FloatFormat format, float* out, const float* in, size_t 
   if (out != in && n > 0) std::memmove(out, in, n * sizeof(float));
 }
 
-RoundingCounts count_rounding(FloatFormat format, const float* in, size_t n) {
+namespace {
+
+enum class Store { kNone, kCopy, kAdd, kAddRound };
+
+// Rounds in chunks (vector path) into a stack buffer, counts with integer compares on the bit patterns (a loop the
+// compiler vectorizes), and stores: nothing, a copy, or out[i] += rounded (then out rounded again for kAddRound).
+RoundingCounts round_and_count(FloatFormat format, float* out, const float* in, size_t n, Store store) {
   RoundingCounts counts;
   constexpr size_t kChunk = 1024;
   float rounded[kChunk];
+  uint32_t in_bits[kChunk];
+  uint32_t r_bits[kChunk];
   for (size_t start = 0; start < n; start += kChunk) {
     const size_t len = std::min(kChunk, n - start);
     round_fp32_through(format, rounded, in + start, len);
+    std::memcpy(in_bits, in + start, len * sizeof(float));
+    std::memcpy(r_bits, rounded, len * sizeof(float));
+    uint32_t underflow = 0, nonfinite = 0;
     for (size_t i = 0; i < len; ++i) {
-      const float x = in[start + i];
-      const float r = rounded[i];
-      counts.underflow += (x != 0.0f && r == 0.0f && x - x == 0.0f) ? 1 : 0;
-      counts.nonfinite += (r - r != 0.0f) ? 1 : 0;  // inf - inf and NaN - NaN are NaN
+      const uint32_t x = in_bits[i] & 0x7fffffffu;
+      const uint32_t r = r_bits[i] & 0x7fffffffu;
+      underflow += static_cast<uint32_t>(x != 0u) & static_cast<uint32_t>(x < 0x7f800000u) &
+                   static_cast<uint32_t>(r == 0u);
+      nonfinite += static_cast<uint32_t>(r >= 0x7f800000u);
+    }
+    counts.underflow += underflow;
+    counts.nonfinite += nonfinite;
+    float* o = out + start;
+    switch (store) {
+      case Store::kNone: break;
+      case Store::kCopy: std::memcpy(o, rounded, len * sizeof(float)); break;
+      case Store::kAdd:
+        for (size_t i = 0; i < len; ++i) o[i] += rounded[i];
+        break;
+      case Store::kAddRound:
+        for (size_t i = 0; i < len; ++i) o[i] += rounded[i];
+        round_fp32_through(format, o, o, len);
+        break;
     }
   }
   return counts;
+}
+
+}  // namespace
+
+RoundingCounts count_rounding(FloatFormat format, const float* in, size_t n) {
+  return round_and_count(format, nullptr, in, n, Store::kNone);
+}
+
+RoundingCounts round_fp32_through_counted(FloatFormat format, float* out, const float* in, size_t n) {
+  return round_and_count(format, out, in, n, Store::kCopy);
+}
+
+RoundingCounts accumulate_rounded(FloatFormat format, float* acc, const float* in, size_t n, bool acc_in_format) {
+  return round_and_count(format, acc, in, n, acc_in_format ? Store::kAddRound : Store::kAdd);
 }
 
 }  // namespace gs

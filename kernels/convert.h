@@ -51,4 +51,12 @@ struct RoundingCounts {
 };
 RoundingCounts count_rounding(FloatFormat format, const float* in, size_t n);
 
+// round_fp32_through(format, out, in, n) that also returns count_rounding(format, in, n), in one pass over memory
+// (chunks rounded into a stack buffer, counted, then stored). out may alias in.
+RoundingCounts round_fp32_through_counted(FloatFormat format, float* out, const float* in, size_t n);
+
+// acc[i] += fp32(format(in[i])) for i < n (acc_in_format: acc[i] = format(acc[i] + fp32(format(in[i])))), returning
+// count_rounding(format, in, n): a format gradient added into an fp32 (or format) accumulator. acc and in distinct.
+RoundingCounts accumulate_rounded(FloatFormat format, float* acc, const float* in, size_t n, bool acc_in_format);
+
 }  // namespace gs

@@ -45,7 +45,8 @@ void print_list() {
   std::printf("sync strategies (sync.kind):\n");
   for (const auto& e : gs::strategy_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
   std::printf("compressors (compression.kind):\n  %-14s %s\n", "none", "gradients cross the wire as they are");
-  std::printf("precision modes (precision.mode):\n  %-14s %s\n", "fp32", "IEEE single precision everywhere");
+  std::printf("precision modes (precision.mode):\n");
+  for (const auto& m : gs::precision_modes()) std::printf("  %-14s %s\n", m.name, m.doc);
   std::printf("hardware profiles (cluster.hardware, --hardware; from %s):\n", gs::hardware_dir().c_str());
   for (const auto& name : gs::hardware_profile_names()) {
     try {

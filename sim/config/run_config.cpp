@@ -113,6 +113,8 @@ void visit_fields(V& v, RunConfig& c) {
   v(s.min_lr, F("training.schedule.min_lr", "warmup_cosine: final learning rate").at_least(0));
   v(tr.eval_every, F("training.eval_every", "evaluate every E optimizer steps and after the last (0: last only)")
                        .at_least(0));
+  v(tr.clip_grad_norm, F("training.clip_grad_norm", "clip the averaged gradient to this global L2 norm after "
+                                                     "unscaling (torch clip_grad_norm_; 0: off)").at_least(0));
   v(tr.target.metric, F("training.target.metric", "time to target: metric (empty: none)")
                           .one_of({"", "eval_accuracy", "eval_loss", "train_loss"}));
   v(tr.target.value, F("training.target.value", "time to target: accuracy >= value, or loss <= value"));
@@ -125,7 +127,24 @@ void visit_fields(V& v, RunConfig& c) {
   v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "delayed update; only 0 (synchronous) in this version").at_least(0).at_most(0));
   v(c.compression.kind, F("compression.kind", "gradient compressor; only none in this version").one_of({"none"}));
-  v(c.precision.mode, F("precision.mode", "precision mode; only fp32 in this version").one_of({"fp32"}));
+  auto& pr = c.precision;
+  v(pr.mode, F("precision.mode", "fp32; tf32 (GPU only); bf16_mixed, fp16_mixed (fp32 master weights, operands rounded "
+                                 "to the format, fp32 accumulation); fp16_pure (weights, gradients, optimizer state in "
+                                 "fp16); fp8_mixed (E4M3 forward, E5M2 gradients, per-tensor amax scaling)")
+                 .one_of({"fp32", "tf32", "bf16_mixed", "fp16_mixed", "fp16_pure", "fp8_mixed"}));
+  v(pr.loss_scale, F("precision.loss_scale", "auto: dynamic for fp16_mixed, none otherwise; dynamic: "
+                                             "torch.amp.GradScaler's rule; static: initial_scale throughout")
+                       .one_of({"auto", "none", "static", "dynamic"}));
+  v(pr.initial_scale, F("precision.initial_scale", "initial (dynamic) or fixed (static) loss scale").above(0)
+                          .at_most(3.4e38));
+  v(pr.growth_factor, F("precision.growth_factor", "dynamic: scale multiplier after growth_interval clean steps")
+                          .above(1));
+  v(pr.backoff_factor, F("precision.backoff_factor", "dynamic: scale multiplier on an inf/NaN gradient").above(0)
+                           .below(1));
+  v(pr.growth_interval, F("precision.growth_interval", "dynamic: clean optimizer steps between growths").at_least(1)
+                            .at_most(1e9));
+  v(pr.amax_history_len, F("precision.amax_history_len", "fp8_mixed: steps of amax history per tensor (scale = "
+                                                         "format max / max of the history)").at_least(1).at_most(1 << 20));
   v(c.report.trace, F("report.trace", "record every rank's parameters after every step (<= 10000 parameters)"));
 }
 
@@ -488,6 +507,12 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                           c.data.teacher.noise));
   const auto& m = c.model;
   const auto& d = c.data;
+  if (m.kind == "quadratic" && c.precision.mode != "fp32" && c.precision.mode != "tf32")
+    add("precision.mode", "the quadratic model computes in fp32 only: expected \"fp32\" (reduced precision is "
+                          "emulated by the mlp and linear models), got \"" + c.precision.mode + "\"");
+  if (m.kind == "quadratic" && (c.precision.loss_scale == "static" || c.precision.loss_scale == "dynamic"))
+    add("precision.loss_scale", "the quadratic model has no loss scaling: expected \"auto\" or \"none\", got \"" +
+                                    c.precision.loss_scale + "\"");
   if (m.kind == "quadratic" && d.kind != "none")
     add("data.kind", "the quadratic model takes no data: expected \"none\", got \"" + d.kind + "\"");
   if (m.kind != "quadratic" && d.kind == "none")

@@ -96,6 +96,7 @@ struct TrainingConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   int64_t eval_every = 50;             // evaluate every E optimizer steps (and after the last); 0 = only at the end
+  double clip_grad_norm = 0.0;         // > 0: clip the averaged (unscaled) gradient to this global L2 norm
   TargetConfig target;
   int64_t seed = 1;
 };
@@ -112,7 +113,13 @@ struct CompressionConfig {
 };
 
 struct PrecisionConfig {
-  std::string mode = "fp32";
+  std::string mode = "fp32";         // fp32 | tf32 (GPU only) | bf16_mixed | fp16_mixed | fp16_pure | fp8_mixed
+  std::string loss_scale = "auto";   // auto (dynamic for fp16_mixed, else none) | none | static | dynamic
+  double initial_scale = 65536.0;    // dynamic: the starting scale; static: the scale
+  double growth_factor = 2.0;        // dynamic: scale *= growth after growth_interval clean steps
+  double backoff_factor = 0.5;       // dynamic: scale *= backoff on an inf/NaN gradient (the step is skipped)
+  int64_t growth_interval = 2000;    // dynamic: clean steps between growths
+  int64_t amax_history_len = 1024;   // fp8_mixed: steps of amax history behind each tensor's scale
 };
 
 struct ReportConfig {

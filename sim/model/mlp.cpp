@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "kernels/dense.h"
+#include "kernels/dense_mixed.h"
 #include "kernels/rng.h"
 #include "sim/core/error.h"
 #include "sim/model/model.h"
@@ -20,7 +21,23 @@ namespace {
 
 struct MlpWorkspace : Workspace {
   DenseScratch<float> scratch;
+  MixedScratch mixed;     // emulated precision modes only; made on their first forward
+  bool mixed_ready = false;
+  bool last_forward_mixed = false;  // which stack the last forward ran (backward follows it)
 };
+
+// The arithmetic of an emulated mode: its format, fp8 GEMMs, where gradients live.
+MixedSpec mixed_spec(const PrecisionPolicy& p) {
+  MixedSpec m;
+  m.format = p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp8Mixed ? FloatFormat::kBf16
+             : p.emulated()                                                            ? FloatFormat::kFp16
+                                                                                       : FloatFormat::kFp32;
+  m.fp8_gemm = p.mode == PrecisionMode::kFp8Mixed;
+  m.grad_in_format = p.mode == PrecisionMode::kFp16Pure;
+  m.loss_scale = p.loss_scale;
+  m.amax_history_len = p.amax_history_len;
+  return m;
+}
 
 MlpWorkspace& as_mlp_workspace(Workspace& ws) {
   auto* w = dynamic_cast<MlpWorkspace*>(&ws);
@@ -101,16 +118,40 @@ class MlpModel final : public Model {
     return ws;
   }
 
+  // fp32 (and tf32, which never runs on the host) take the fp32 stack untouched; emulated modes, and fp32 under a
+  // loss scale (the scale must reach the gradient seed), take the mixed stack (format fp32: no rounding).
   double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const override {
-    auto& s = as_mlp_workspace(ws).scratch;
+    MlpWorkspace& w = as_mlp_workspace(ws);
+    auto& s = w.scratch;
     check_batch(batch, 0, batch.count, s.max_rows);
-    return dense_stack_forward(s, stack_, params, batch.x.data(), batch.count, targets(batch, 0), labels(batch, 0));
+    w.last_forward_mixed = p.emulated() || p.loss_scale != 1.0f;
+    if (!w.last_forward_mixed) {
+      return dense_stack_forward(s, stack_, params, batch.x.data(), batch.count, targets(batch, 0), labels(batch, 0));
+    }
+    const MixedSpec spec = mixed_spec(p);
+    if (!w.mixed_ready) {
+      w.mixed = make_mixed_scratch(stack_, s.max_rows, spec);
+      w.mixed_ready = true;
+    }
+    return dense_stack_forward_mixed(s, w.mixed, stack_, params, batch.x.data(), batch.count, targets(batch, 0),
+                                     labels(batch, 0), spec);
   }
 
+  // Follows the path of the forward before it (same batch, same policy).
   void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
                 const PrecisionPolicy& p) const override {
-    auto& s = as_mlp_workspace(ws).scratch;
-    dense_stack_backward(grad, s, stack_, params, batch.x.data(), batch.count, targets(batch, 0), labels(batch, 0));
+    MlpWorkspace& w = as_mlp_workspace(ws);
+    auto& s = w.scratch;
+    if (!w.last_forward_mixed) {
+      dense_stack_backward(grad, s, stack_, params, batch.x.data(), batch.count, targets(batch, 0), labels(batch, 0));
+      return;
+    }
+    const MixedCounters before = w.mixed.counters;
+    dense_stack_backward_mixed(grad, s, w.mixed, stack_, params, batch.count, targets(batch, 0), labels(batch, 0),
+                               mixed_spec(p));
+    w.precision.grad_values += w.mixed.counters.grad_values - before.grad_values;
+    w.precision.grad_underflow += w.mixed.counters.grad_underflow - before.grad_underflow;
+    w.precision.grad_nonfinite += w.mixed.counters.grad_nonfinite - before.grad_nonfinite;
   }
 
   // Evaluates in chunks of the workspace's capacity, so an evaluation set may exceed max_batch.

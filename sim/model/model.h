@@ -31,14 +31,56 @@ struct Batch {
   std::vector<int32_t> labels;   // count (classification / cross_entropy)
 };
 
-// Precision policy handed to forward and backward; only fp32 exists until the precision issue.
+// Precision modes (precision.mode; DESIGN.md section 3). Append only.
+enum class PrecisionMode { kFp32, kTf32, kBf16Mixed, kFp16Mixed, kFp16Pure, kFp8Mixed };
+
+// precision.mode's string <-> enum. Throws gs::Error naming precision.mode for an unknown name.
+PrecisionMode parse_precision_mode(const std::string& name);
+const char* precision_mode_name(PrecisionMode mode);
+
+struct PrecisionModeInfo {
+  PrecisionMode mode;
+  const char* name;
+  const char* doc;
+};
+// Every mode with its one-line description, in listing order.
+const std::vector<PrecisionModeInfo>& precision_modes();
+
+// Precision policy handed to forward and backward (sim/model/precision.cpp). fp32 (and tf32, which the host never
+// runs) take the fp32 path untouched; the other modes emulate their formats (kernels/dense_mixed.h).
 struct PrecisionPolicy {
-  std::string mode = "fp32";
+  PrecisionMode mode = PrecisionMode::kFp32;
+  float loss_scale = 1.0f;           // the loss scale of this step: backward computes the gradient of scale x loss
+  int64_t amax_history_len = 1024;   // fp8_mixed: amax history per tensor
+  bool emulated() const {
+    return mode == PrecisionMode::kBf16Mixed || mode == PrecisionMode::kFp16Mixed || mode == PrecisionMode::kFp16Pure ||
+           mode == PrecisionMode::kFp8Mixed;
+  }
+};
+
+// The policy of a run's precision section (loss_scale starts at 1; the strategy's scaler sets it per step).
+PrecisionPolicy precision_policy(const PrecisionConfig& precision);
+
+// Bytes per parameter a rank holds and sends in a precision mode (report): the weights the model computes with,
+// their gradients, the optimizer state (state_buffers per parameter: 0 plain SGD, 1 momentum, 2 Adam), the fp32
+// master copy (mixed modes), and the gradient on the wire (its storage format, unless a compressor sets another).
+struct BytesPerParam {
+  double weights = 4, gradients = 4, optimizer_state = 0, master = 0, wire = 4;
+  double held() const { return weights + gradients + optimizer_state + master; }
+};
+BytesPerParam bytes_per_param(PrecisionMode mode, int state_buffers);
+
+// What the emulated arithmetic counted in a rank's backward passes (see MixedCounters in kernels/dense_mixed.h).
+struct PrecisionCounters {
+  uint64_t grad_values = 0;     // gradient values rounded to the mode's gradient format
+  uint64_t grad_underflow = 0;  // of those, nonzero values that became zero
+  uint64_t grad_nonfinite = 0;  // of those, values that were or became inf/NaN
 };
 
 // Per-rank scratch of a model (activations of the last forward, etc.).
 struct Workspace {
   virtual ~Workspace() = default;
+  PrecisionCounters precision;  // cumulative since the workspace was made; the model adds, the rank loop reads
 };
 
 // One layer as the model declares it to the cost model (sim/cost/cost_model.h).

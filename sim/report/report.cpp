@@ -145,7 +145,37 @@ json run_stub_json(const RunSpec& spec, const std::string& disposition, const st
                       {"final", {{"train_loss", nullptr}, {"eval_loss", nullptr}, {"eval_accuracy", nullptr}}}};
   j["time_to_target"] = nullptr;
   j["trace"] = nullptr;
+  j["precision"] = nullptr;
   return j;
+}
+
+// The run's precision object (reports/README.md, "precision").
+static json precision_json(const PrecisionResult& p) {
+  constexpr size_t kMaxListed = 1000;  // skipped steps listed; the count is always complete
+  json trajectory = json::array();
+  for (const auto& [step, scale] : p.loss_scale_trajectory) trajectory.push_back({step, num(scale)});
+  json skipped = json::array();
+  for (size_t i = 0; i < p.skipped_steps.size() && i < kMaxListed; ++i) skipped.push_back(p.skipped_steps[i]);
+  json first = json::array();
+  for (const auto& f : p.first_nonfinite_step) first.push_back(f ? json(*f) : json(nullptr));
+  const double values = static_cast<double>(p.grad_values);
+  return {{"mode", p.mode},
+          {"loss_scale", p.loss_scale},
+          {"loss_scale_trajectory", trajectory},
+          {"final_loss_scale", num(p.final_loss_scale)},
+          {"skipped_steps", p.skipped_steps.size()},
+          {"skipped_step_list", skipped},
+          {"grad_values_rounded", p.grad_values},
+          {"grad_underflow_fraction", p.grad_values > 0 ? json(static_cast<double>(p.grad_underflow) / values)
+                                                        : json(nullptr)},
+          {"grad_nonfinite_values", p.grad_nonfinite},
+          {"first_nonfinite_step", first},
+          {"bytes_per_param", {{"weights_bytes", p.bytes.weights},
+                               {"gradients_bytes", p.bytes.gradients},
+                               {"optimizer_state_bytes", p.bytes.optimizer_state},
+                               {"master_bytes", p.bytes.master},
+                               {"held_bytes", p.bytes.held()},
+                               {"wire_bytes", p.bytes.wire}}}};
 }
 
 json run_to_json(const RunSpec& spec, const RunResult& r) {
@@ -260,6 +290,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
     }
     j["time_to_target"] = t;
   }
+  if (r.precision) j["precision"] = precision_json(*r.precision);
   if (spec.config.report.trace) {
     json params = json::array();
     for (const auto& step : r.trace) params.push_back(step);

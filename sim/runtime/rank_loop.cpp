@@ -12,12 +12,14 @@
 
 #include <fmt/format.h>
 
+#include "kernels/convert.h"
 #include "kernels/nvtx.h"
 #include "sim/comm/communicator.h"
 #include "sim/core/error.h"
 #include "sim/cost/cost_model.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
+#include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/world.h"
@@ -54,6 +56,33 @@ std::pair<double, std::optional<double>> evaluate(const Model& model, const Data
   return {loss, acc};
 }
 
+// The report's precision object: rank 0's scaler (under all-reduce every rank's is the same), counts over all ranks.
+PrecisionResult precision_result(const RunConfig& config, const SyncStrategy& strategy,
+                                 const std::vector<PrecisionCounters>& counters,
+                                 const std::vector<std::optional<int64_t>>& first_nonfinite) {
+  PrecisionResult p;
+  p.mode = config.precision.mode;
+  const LossScalerSettings settings = loss_scaler_settings(config.precision);
+  p.loss_scale = settings.kind == LossScaleKind::kDynamic  ? "dynamic"
+                 : settings.kind == LossScaleKind::kStatic ? "static"
+                                                           : "none";
+  if (const PrecisionStep* ps = strategy.precision_step(0)) {
+    p.loss_scale_trajectory = ps->scaler().trajectory();
+    p.final_loss_scale = ps->scaler().scale();
+    p.skipped_steps = ps->scaler().skipped_step_list();
+  }
+  for (const PrecisionCounters& c : counters) {
+    p.grad_values += c.grad_values;
+    p.grad_underflow += c.grad_underflow;
+    p.grad_nonfinite += c.grad_nonfinite;
+  }
+  p.first_nonfinite_step = first_nonfinite;
+  const std::string& opt = config.training.optimizer.kind;
+  const int state_buffers = opt == "sgd" ? (config.training.optimizer.momentum != 0.0 ? 1 : 0) : 2;
+  p.bytes = bytes_per_param(parse_precision_mode(config.precision.mode), state_buffers);
+  return p;
+}
+
 }  // namespace
 
 int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch) {
@@ -76,6 +105,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::unique_ptr<Dataset> data = make_dataset(config);
     std::vector<Device> devices = make_devices(config);
     res.backend = backend_name(devices.front().backend);
+    if (config.precision.mode == "tf32" && devices.front().backend == Backend::kHost) {
+      // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
+      // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
+      res.disposition = "skipped";
+      res.message = "precision.mode tf32 runs on GPUs only (tensor-core arithmetic); this run's backend is host";
+      res.wall_s = now_s() - wall0;
+      return res;
+    }
     std::unique_ptr<Communicator> comm = make_communicator(devices);
     CostModel cost_model(config, *model);
     res.hardware = cost_model.hardware().name;
@@ -94,6 +131,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     // Initial parameters: identical on every rank (written once per distinct buffer).
     std::vector<float> init(n);
     model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
+    // fp16_pure holds the weights in fp16 from the start (model.half()).
+    if (config.precision.mode == "fp16_pure") round_fp32_through_fp16(init.data(), init.data(), n);
     for (int r = 0; r < ranks; ++r) {
       float* p = strategy->params(r);
       if (r == 0 || p != strategy->params(0)) std::memcpy(p, init.data(), n * sizeof(float));
@@ -125,6 +164,13 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       modeled_done = step + 1;
     };
 
+    // Precision bookkeeping per rank (each rank writes only its own entry).
+    const PrecisionPolicy base_policy = precision_policy(config.precision);
+    const bool check_nonfinite =
+        base_policy.emulated() || loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
+    std::vector<PrecisionCounters> rank_counters(static_cast<size_t>(ranks));
+    std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
+
     World world(ranks);
     std::atomic<bool> stop_all{false};
     double trained_s = 0.0;  // rank 0's cumulative step time
@@ -137,7 +183,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       std::unique_ptr<Workspace> eval_ws;
       Batch batch, eval_chunk;
       std::vector<float> grad(n);
-      PrecisionPolicy precision{config.precision.mode};
+      PrecisionPolicy precision = base_policy;
+      PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
       for (int64_t step = 0; step < total; ++step) {
         GS_NVTX_RANGE("step");
         clock.begin_step();
@@ -149,6 +196,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         double ctl[3] = {0.0, 0.0, 0.0};
         if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[2] = 1.0;
         const float* params = strategy->params(rank);
+        precision.loss_scale = strategy->loss_scale(rank);
         for (int64_t k = 0; k < K; ++k) {
           {
             PhaseTimer t(clock, Phase::kData);
@@ -169,8 +217,15 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             PhaseTimer t(clock, Phase::kBackward);
             model->backward(params, batch, *ws, grad.data(), precision);
           }
+          counters.grad_values += ws->precision.grad_values;
+          counters.grad_underflow += ws->precision.grad_underflow;
+          counters.grad_nonfinite += ws->precision.grad_nonfinite;
+          ws->precision = {};
           ctl[0] += static_cast<double>(batch.count);
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
+        }
+        if (check_nonfinite && !first_nonfinite[static_cast<size_t>(rank)]) {
+          if (scan_gradient(grad.data(), 0, n, false).nonfinite) first_nonfinite[static_cast<size_t>(rank)] = step + 1;
         }
         const double local_samples = ctl[0];
         {
@@ -250,6 +305,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     };
     world.run(rank_main, [&] { comm->abort(); });
     if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
+
+    res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

@@ -6,10 +6,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/config/run_config.h"
 #include "sim/cost/step_cost.h"
+#include "sim/model/model.h"
 #include "sim/runtime/clock.h"
 
 namespace gs {
@@ -22,6 +24,20 @@ struct SeriesPoint {
   double train_loss = 0.0;               // mean per-sample loss over the step's samples (all ranks, micro-batches)
   std::optional<double> eval_loss;       // at evaluation steps
   std::optional<double> eval_accuracy;   // at evaluation steps, classification only
+};
+
+// What the precision section did in a run (report key "precision"; reports/README.md).
+struct PrecisionResult {
+  std::string mode;                                             // precision.mode
+  std::string loss_scale;                                       // resolved: none | static | dynamic
+  std::vector<std::pair<int64_t, double>> loss_scale_trajectory;  // (step, scale after it) at changes; (0, initial)
+  double final_loss_scale = 1.0;
+  std::vector<int64_t> skipped_steps;                           // 1-based optimizer steps skipped by the scaler
+  uint64_t grad_values = 0;                                     // gradient values rounded to the gradient format
+  uint64_t grad_underflow = 0;                                  // nonzero values that became zero
+  uint64_t grad_nonfinite = 0;                                  // values that were or became inf/NaN
+  std::vector<std::optional<int64_t>> first_nonfinite_step;     // per rank: first step whose local gradient held inf/NaN
+  BytesPerParam bytes;
 };
 
 struct RunResult {
@@ -45,6 +61,7 @@ struct RunResult {
   bool replicas_identical = true;             // the strategy's claim
   std::vector<float> trace_initial;           // report.trace: parameters before step 1
   std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
+  std::optional<PrecisionResult> precision;   // filled for every run that started training
 };
 
 struct RunHooks {

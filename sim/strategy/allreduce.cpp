@@ -20,7 +20,7 @@ class AllReduce final : public SyncStrategy {
       : comm_(s.comm),
         ranks_(s.ranks),
         n_(s.model.num_params()),
-        shared_(s.config.cluster.share_identical),
+        shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient()),
         cost_model_(s.cost_model),
         optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
@@ -36,11 +36,18 @@ class AllReduce final : public SyncStrategy {
         optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
       }
     }
+    // One loss scale for all ranks: each rank keeps a copy that sees the same reduced gradient, so all copies take
+    // the same decisions (one shared copy in shared mode, where no scaler or clipping runs).
+    for (size_t r = 0; r < optimizers_.size(); ++r) precision_.emplace_back(s.config);
   }
 
   float* params(int rank) override { return params_[shared_ ? 0 : static_cast<size_t>(rank)].data(); }
   const float* eval_params() override { return params_[0].data(); }
   bool replicas_identical() const override { return true; }
+  float loss_scale(int rank) const override { return precision_[shared_ ? 0 : static_cast<size_t>(rank)].loss_scale(); }
+  const PrecisionStep* precision_step(int rank) const override {
+    return &precision_[shared_ ? 0 : static_cast<size_t>(rank)];
+  }
 
   void step(const StepInput& in) override {
     price(in);
@@ -78,7 +85,17 @@ class AllReduce final : public SyncStrategy {
     PhaseTimer t(clock, Phase::kOptimizer);
     const float s = static_cast<float>(in.global_samples);
     for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-    optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
+    apply_update(in.rank, in.grad, in.lr, in.step);
+  }
+
+  // The optimizer-update part of a replicated step on the averaged gradient g: loss-scale unscale / check / skip and
+  // clipping (PrecisionStep), then the rank's optimizer, then fp16 storage rounding (fp16_pure).
+  void apply_update(int rank, float* g, double lr, int64_t step) {
+    PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
+    if (!ps.before_update(g, n_, step + 1).applied) return;  // skipped: inf/NaN under a loss scaler
+    Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
+    opt.step(params(rank), g, 0, n_, lr, ps.update_count());
+    ps.after_update(params(rank), opt, 0, n_);
   }
 
   void step_shared(const StepInput& in) {
@@ -107,6 +124,7 @@ class AllReduce final : public SyncStrategy {
       for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
       double tb = now_s();
       optimizers_[0]->step(params_[0].data(), out, a, e, in.lr, in.step + 1);
+      precision_[0].after_update(params_[0].data(), *optimizers_[0], a, e);  // fp16_pure storage (no scaler here)
       double tc = now_s();
       comm_s += tb - ta;
       opt_s += tc - tb;
@@ -129,6 +147,7 @@ class AllReduce final : public SyncStrategy {
   std::vector<Bucket> buckets_;
   std::vector<std::vector<float>> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::vector<PrecisionStep> precision_;  // one per optimizer: loss scaler, clipping, fp16 storage
   std::vector<float*> grads_;   // shared mode: each rank's gradient of the current step
   std::vector<float> reduced_;  // shared mode: the averaged gradient
 };

@@ -13,6 +13,7 @@ class Independent final : public SyncStrategy {
     for (int r = 0; r < s.ranks; ++r) {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+      precision_.emplace_back(s.config);  // each rank its own loss scaler (as local SGD)
     }
   }
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
@@ -23,10 +24,16 @@ class Independent final : public SyncStrategy {
     if (in.local_samples <= 0) return;  // nothing to learn from
     float inv = static_cast<float>(in.local_samples);
     for (size_t i = 0; i < n_; ++i) in.grad[i] /= inv;
-    optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
+    PrecisionStep& ps = precision_[static_cast<size_t>(in.rank)];
+    if (!ps.before_update(in.grad, n_, in.step + 1).applied) return;  // this rank's scaler skips the step
+    Optimizer& opt = *optimizers_[static_cast<size_t>(in.rank)];
+    opt.step(params(in.rank), in.grad, 0, n_, in.lr, ps.update_count());
+    ps.after_update(params(in.rank), opt, 0, n_);
   }
   const float* eval_params() override { return params_[0].data(); }
   bool replicas_identical() const override { return false; }
+  float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
+  const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
 
  private:
   size_t n_;
@@ -34,6 +41,7 @@ class Independent final : public SyncStrategy {
   OptimizerConfig optimizer_;
   std::vector<std::vector<float>> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::vector<PrecisionStep> precision_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "sim/cost/step_cost.h"
 #include "sim/cost/cost_model.h"
 #include "sim/model/model.h"
+#include "sim/optim/precision_step.h"
 #include "sim/runtime/clock.h"
 
 namespace gs {
@@ -63,6 +64,12 @@ class SyncStrategy {
   virtual const float* eval_params() = 0;
   // True when every rank's parameters are equal after every step (the report checks it under trace).
   virtual bool replicas_identical() const = 0;
+  // The loss scale rank `rank` multiplies its loss by in this step's backward (read by the rank's own thread before
+  // its micro-batches; 1 without a scaler).
+  virtual float loss_scale(int rank) const { return 1.0f; }
+  // The precision step (loss scaler, clipping) whose outcome rank `rank` follows, for the report; null when the
+  // strategy has none. Read after the run.
+  virtual const PrecisionStep* precision_step(int rank) const { return nullptr; }
 };
 
 struct StrategyEntry {

@@ -538,6 +538,16 @@ TEST(Convert, CountRoundingCountsUnderflowAndNonFinite) {
   const RoundingCounts e4m3 = count_rounding(FloatFormat::kFp8E4M3, in.data(), in.size());
   EXPECT_EQ(e4m3.underflow, 3u);  // 3e-8 < 2^-10 as well
   EXPECT_EQ(e4m3.nonfinite, 1u);  // 1e5 saturates to 448
+
+  // acc += fp16(in): 1e-8 adds 0, 3e-8 adds 2^-24; in the format, 1 + 2^-24 rounds back to 1 (half ulp is 2^-11).
+  std::vector<float> acc = {0.5f, 0.0f, 1.0f};
+  const std::vector<float> g = {1e-8f, 3e-8f, 3e-8f};
+  const RoundingCounts r = accumulate_rounded(FloatFormat::kFp16, acc.data(), g.data(), 3, false);
+  EXPECT_EQ(r.underflow, 1u);
+  EXPECT_EQ(acc, (std::vector<float>{0.5f, 5.960464477539063e-08f, 1.0f + 5.960464477539063e-08f}));
+  std::vector<float> acc16 = {0.5f, 0.0f, 1.0f};
+  accumulate_rounded(FloatFormat::kFp16, acc16.data(), g.data(), 3, true);
+  EXPECT_EQ(acc16, (std::vector<float>{0.5f, 5.960464477539063e-08f, 1.0f}));
 }
 
 }  // namespace

@@ -1,0 +1,68 @@
+// Mixed-precision forward/backward of the dense stack (kernels/dense.h), emulated on the host in fp32 buffers: every
+// GEMM operand and elementwise result is rounded to the mode's format (RNE, kernels/float_formats.h), GEMMs accumulate
+// in fp32 as tensor cores do, fp8 GEMM operands are per-tensor scaled from a delayed amax history. The fp32 stack
+// (dense_stack_forward/backward) is untouched. A new format choice goes into MixedSpec and the rounding points here.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/dense.h"
+#include "kernels/float_formats.h"
+
+namespace gs {
+
+// What the arithmetic of a precision mode needs (the model maps precision.mode to it).
+struct MixedSpec {
+  FloatFormat format = FloatFormat::kBf16;  // activations, weight copies, activation gradients (fp8: the non-GEMM tensors)
+  bool fp8_gemm = false;             // GEMM operands per-tensor scaled: E4M3 forward (inputs, weights), E5M2 gradients
+  bool grad_in_format = false;       // parameter gradients held and accumulated in `format` (fp16_pure), else fp32
+  float loss_scale = 1.0f;           // multiplies the loss gradient before it is rounded (backward's seed)
+  int64_t amax_history_len = 1024;   // fp8: steps (micro-batches) of amax history per operand
+};
+
+// Delayed per-tensor scaling of one fp8 GEMM operand (Transformer Engine's DelayedScaling recipe with
+// amax_compute_algo "max" and margin 0): the scale used now is fmax / max(amax history); the amax seen now joins the
+// history afterwards. Starts at scale 1 with an empty history; a zero or non-finite amax leaves the scale unchanged.
+struct Fp8Scaling {
+  std::vector<float> history;  // ring of the last amax_history_len amaxes
+  size_t next = 0;
+  float scale = 1.0f;
+};
+
+// Counts of the gradient values rounded to the mode's gradient format (fp16/bf16: activation, weight and bias
+// gradients; fp8: the E5M2-quantized output gradients of each layer): values seen, nonzero values that became zero
+// (underflow), values that were or became inf/NaN.
+struct MixedCounters {
+  uint64_t grad_values = 0;
+  uint64_t grad_underflow = 0;
+  uint64_t grad_nonfinite = 0;
+};
+
+// Per-rank state of the mixed stack for batches of up to max_rows samples (made once; never resized by the ops).
+struct MixedScratch {
+  std::vector<std::vector<float>> a_q;  // a_q[l]: layer l's input as its GEMMs see it (rows x widths[l])
+  std::vector<std::vector<float>> w_q;  // w_q[l]: layer l's weight as its GEMMs see it (out x in)
+  std::vector<float> b_q;               // one bias in the format (widest layer)
+  std::vector<float> dw;                // the widest weight gradient (out x in), fp32 GEMM result
+  std::vector<float> dz_q;              // fp8: the quantized output gradient (rows x widest)
+  std::vector<Fp8Scaling> fp8;          // fp8: 3 per layer (input, weight, output gradient)
+  MixedCounters counters;
+};
+
+MixedScratch make_mixed_scratch(const DenseStack& stack, int64_t max_rows, const MixedSpec& spec);
+
+// Forward of rows samples in the mixed mode; same contract as dense_stack_forward (returns the unscaled loss SUM,
+// computed in double from the format's logits, as autocast runs the loss in fp32). Keeps what backward needs.
+double dense_stack_forward_mixed(DenseScratch<float>& s, MixedScratch& m, const DenseStack& stack, const float* params,
+                                 const float* x, int64_t rows, const float* y, const int32_t* labels,
+                                 const MixedSpec& spec);
+
+// After dense_stack_forward_mixed on the same batch: grad += gradient of (loss_scale x loss sum), each micro-batch's
+// parameter gradient rounded to the format (fp16/bf16 modes) before it is added in fp32, or added and rounded in the
+// format (grad_in_format). Counts into m.counters.
+void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratch& m, const DenseStack& stack,
+                                const float* params, int64_t rows, const float* y, const int32_t* labels,
+                                const MixedSpec& spec);
+
+}  // namespace gs

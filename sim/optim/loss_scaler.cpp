@@ -1,0 +1,111 @@
+// LossScaler (torch.amp.GradScaler's update rule, aten/src/ATen/native/cuda/AmpKernels.cu _amp_update_scale_) and the
+// unscale / non-finite check / clip-by-global-norm steps of loss_scaler.h. A new scaling rule is one more
+// LossScaleKind here and its choice in the precision.loss_scale field.
+#include "sim/optim/loss_scaler.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "sim/config/run_config.h"
+#include "sim/core/error.h"
+
+namespace gs {
+
+LossScalerSettings loss_scaler_settings(const PrecisionConfig& p) {
+  LossScalerSettings s;
+  if (p.loss_scale == "dynamic" || (p.loss_scale == "auto" && p.mode == "fp16_mixed")) {
+    s.kind = LossScaleKind::kDynamic;
+  } else if (p.loss_scale == "static") {
+    s.kind = LossScaleKind::kStatic;
+  } else {
+    GS_EXPECT(p.loss_scale == "none" || p.loss_scale == "auto",
+              "precision.loss_scale: expected auto, none, static or dynamic, got '" + p.loss_scale + "'");
+    s.kind = LossScaleKind::kNone;
+  }
+  s.initial_scale = p.initial_scale;
+  s.growth_factor = p.growth_factor;
+  s.backoff_factor = p.backoff_factor;
+  s.growth_interval = p.growth_interval;
+  return s;
+}
+
+LossScaler::LossScaler(const LossScalerSettings& settings)
+    : settings_(settings), scale_(settings.kind == LossScaleKind::kNone ? 1.0f : static_cast<float>(settings.initial_scale)) {
+  GS_EXPECT(!active() || (std::isfinite(scale_) && scale_ > 0.0f), "loss scale must be finite and > 0");
+  GS_EXPECT(settings_.growth_interval >= 1, "loss scaler growth interval must be >= 1");
+  trajectory_.emplace_back(0, static_cast<double>(scale_));
+}
+
+bool LossScaler::update(bool found_nonfinite, int64_t step) {
+  if (!active()) return true;
+  const float before = scale_;
+  if (found_nonfinite) skipped_.push_back(step);
+  if (settings_.kind == LossScaleKind::kDynamic) {
+    if (found_nonfinite) {
+      scale_ = scale_ * static_cast<float>(settings_.backoff_factor);
+      growth_tracker_ = 0;
+    } else {
+      const int64_t successful = growth_tracker_ + 1;
+      if (successful == settings_.growth_interval) {
+        const float grown = scale_ * static_cast<float>(settings_.growth_factor);
+        if (std::isfinite(grown)) scale_ = grown;
+        growth_tracker_ = 0;
+      } else {
+        growth_tracker_ = successful;
+      }
+    }
+  }
+  if (scale_ != before) trajectory_.emplace_back(step, static_cast<double>(scale_));
+  return !found_nonfinite;
+}
+
+GradientScan scan_gradient(const float* g, size_t begin, size_t end, bool want_norm) {
+  GradientScan s;
+  uint32_t bad = 0;
+  for (size_t i = begin; i < end; ++i) {
+    uint32_t u;
+    std::memcpy(&u, g + i, sizeof u);
+    bad |= static_cast<uint32_t>((u & 0x7fffffffu) >= 0x7f800000u);  // inf or NaN (a loop the compiler vectorizes)
+  }
+  s.nonfinite = bad != 0;
+  if (want_norm) {
+    double sum = 0.0;
+    for (size_t i = begin; i < end; ++i) {
+      const double x = g[i];
+      sum += x * x;
+    }
+    s.sum_squares = sum;
+  }
+  return s;
+}
+
+void scale_gradient(float* g, size_t begin, size_t end, float factor) {
+  for (size_t i = begin; i < end; ++i) g[i] = g[i] * factor;
+}
+
+float clip_coefficient(float total_norm, double max_norm) {
+  // torch: clip_coef = max_norm / (total_norm + 1e-6); clip_coef_clamped = clamp(clip_coef, max=1.0) (float tensors).
+  const float coef = static_cast<float>(max_norm) / (total_norm + 1e-6f);
+  return coef < 1.0f ? coef : (coef == coef ? 1.0f : coef);  // NaN stays NaN, as torch.clamp
+}
+
+GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step) {
+  GradientStepResult r;
+  const bool clip = max_norm > 0.0;
+  if (!scaler.active() && !clip) return r;  // fp32 without clipping: the gradient is untouched
+  if (scaler.active()) {
+    // torch: inv_scale = scale.double().reciprocal().float(); grads *= inv_scale.
+    const auto inv_scale = static_cast<float>(1.0 / static_cast<double>(scaler.scale()));
+    scale_gradient(g, 0, n, inv_scale);
+  }
+  const GradientScan scan = scan_gradient(g, 0, n, clip);
+  r.nonfinite = scan.nonfinite;
+  r.applied = scaler.update(scan.nonfinite, step);
+  if (clip) {
+    r.grad_norm = static_cast<float>(std::sqrt(scan.sum_squares));
+    if (r.applied) scale_gradient(g, 0, n, clip_coefficient(r.grad_norm, max_norm));
+  }
+  return r;
+}
+
+}  // namespace gs

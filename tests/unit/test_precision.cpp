@@ -1,0 +1,312 @@
+// Precision modes and loss scaling: cases BC07 (clip after unscaling) and BC08 (GradScaler schedule) of
+// ../shared/cases/strategy_cases.json, a run with a forced overflow at a known step, accumulation with a non-finite
+// micro-batch, and the rounding points of the emulated modes on tiny linear models whose results follow from the
+// formats' definitions (fp16 underflow without a scale, bf16 input rounding, fp16_pure updates that vanish, fp8 scaling).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/dense_mixed.h"
+#include "sim/optim/loss_scaler.h"
+#include "sim/optim/optimizer.h"
+#include "tests/unit/scenario_helpers.h"
+
+namespace gs {
+namespace {
+
+json load_case(const std::string& id) {
+  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
+  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
+  if (!in) return nullptr;
+  const json all = json::parse(in);
+  for (const auto& c : all)
+    if (c["id"] == id) return c;
+  return nullptr;
+}
+
+// ---- BC08: the dynamic scaler's schedule -----------------------------------------------------------------------
+
+TEST(CasesBC08, DynamicLossScalerFollowsGradScalersSchedule) {
+  const json c = load_case("BC08");
+  ASSERT_FALSE(c.is_null()) << "case BC08 not found";
+  LossScalerSettings s;
+  s.kind = LossScaleKind::kDynamic;
+  s.initial_scale = c["input"]["init_scale"].get<double>();
+  s.growth_factor = c["input"]["growth_factor"].get<double>();
+  s.backoff_factor = c["input"]["backoff_factor"].get<double>();
+  s.growth_interval = c["input"]["growth_interval"].get<int64_t>();
+  LossScaler scaler(s);
+  const std::vector<bool> flags = c["input"]["overflow_flags"].get<std::vector<bool>>();
+  const std::vector<double> expected = c["expected"]["scale_after_each_update"].get<std::vector<double>>();
+  const std::vector<double> wrong = c["wrong_value"]["tracker_not_reset_on_overflow"].get<std::vector<double>>();
+  ASSERT_EQ(flags.size(), expected.size());
+  int applied = 0;
+  bool differs_from_wrong = false;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const bool apply = scaler.update(flags[i], static_cast<int64_t>(i) + 1);
+    applied += apply ? 1 : 0;
+    EXPECT_EQ(apply, !flags[i]) << "step " << i + 1;
+    EXPECT_EQ(static_cast<double>(scaler.scale()), expected[i]) << "after step " << i + 1;
+    differs_from_wrong |= static_cast<double>(scaler.scale()) != wrong[i];
+  }
+  EXPECT_TRUE(differs_from_wrong);
+  EXPECT_EQ(applied, c["expected"]["optimizer_steps_applied"].get<int>());
+  EXPECT_EQ(scaler.skipped_step_list(), c["expected"]["skipped_steps_1based"].get<std::vector<int64_t>>());
+  // The trajectory lists the changes: initial, then each step where the scale moved.
+  std::vector<std::pair<int64_t, double>> changes = {{0, s.initial_scale}};
+  double prev = s.initial_scale;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i] != prev) changes.emplace_back(static_cast<int64_t>(i) + 1, expected[i]);
+    prev = expected[i];
+  }
+  EXPECT_EQ(scaler.trajectory(), changes);
+}
+
+TEST(LossScaler, StaticSkipsWithoutChangingNoneNeverSkipsGrowthStaysFinite) {
+  LossScalerSettings st;
+  st.kind = LossScaleKind::kStatic;
+  st.initial_scale = 1024.0;
+  LossScaler fixed(st);
+  EXPECT_FALSE(fixed.update(true, 1));
+  EXPECT_TRUE(fixed.update(false, 2));
+  EXPECT_EQ(fixed.scale(), 1024.0f);
+  EXPECT_EQ(fixed.skipped_steps(), 1);
+
+  LossScaler none(LossScalerSettings{});
+  EXPECT_TRUE(none.update(true, 1));
+  EXPECT_EQ(none.scale(), 1.0f);
+  EXPECT_EQ(none.skipped_steps(), 0);
+
+  LossScalerSettings big;
+  big.kind = LossScaleKind::kDynamic;
+  big.initial_scale = 2.0e38;  // x2 would overflow fp32: GradScaler keeps the old scale
+  big.growth_interval = 1;
+  LossScaler grow(big);
+  EXPECT_TRUE(grow.update(false, 1));
+  EXPECT_EQ(grow.scale(), 2.0e38f);
+  EXPECT_EQ(grow.growth_tracker(), 0);
+}
+
+// ---- BC07: clipping after unscaling ----------------------------------------------------------------------------
+
+TEST(CasesBC07, ClippingRunsOnTheUnscaledGradient) {
+  const json c = load_case("BC07");
+  ASSERT_FALSE(c.is_null()) << "case BC07 not found";
+  const double scale = c["input"]["loss_scale"].get<double>();
+  const double max_norm = c["input"]["max_norm"].get<double>();
+  LossScalerSettings s;
+  s.kind = LossScaleKind::kStatic;
+  s.initial_scale = scale;
+  for (const char* name : {"a", "b"}) {
+    SCOPED_TRACE(name);
+    const json& exp = c["expected"][std::string("case_") + name];
+    const auto truth = c["input"][std::string("case_") + name + "_true_grad"].get<std::vector<double>>();
+    LossScaler scaler(s);
+    std::vector<float> g;
+    for (double v : truth) g.push_back(static_cast<float>(v * scale));  // the scaled gradient backward produced
+    const GradientStepResult r = unscale_check_clip(g.data(), g.size(), scaler, max_norm, 1);
+    EXPECT_TRUE(r.applied);
+    EXPECT_NEAR(r.grad_norm, exp["reported_norm"].get<double>(), 1e-6 * exp["reported_norm"].get<double>());
+    const auto clipped = exp["clipped_grad"].get<std::vector<double>>();
+    for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], clipped[i], 1e-6 * std::fabs(clipped[i]));
+    // The buggy order's value (clip before unscale) is far away.
+    const auto wrong = c["wrong_value"][std::string("case_") + name]["grad"].get<std::vector<double>>();
+    EXPECT_GT(std::fabs(g[0] - wrong[0]), 0.1);
+  }
+}
+
+// A one-step run of the linear model y_hat = w x (x = 1, no bias, two outputs), mse; per-sample gradient w - y.
+std::string linear_run(const json& w0, const json& precision, double clip, double lr, int ranks,
+                       int K, int steps, const json& per_rank) {
+  json s = {{"name", "prec"},
+            {"model", {{"kind", "linear"}, {"layers", {1, static_cast<int>(w0.size())}}, {"bias", false},
+                       {"loss", "mse"}, {"initial_weights", w0}}},
+            {"data", {{"kind", "inline"}, {"ranks", per_rank}}},
+            {"cluster", {{"ranks", ranks}, {"share_identical", false}}},
+            {"training", {{"steps", steps}, {"accumulation_steps", K}, {"eval_every", 0}, {"clip_grad_norm", clip},
+                          {"optimizer", {{"kind", "sgd"}, {"lr", lr}}}}},
+            {"precision", precision},
+            {"report", {{"trace", true}}}};
+  return s.dump();
+}
+
+// One micro-batch of one sample with x = 1 (or the given x) and targets y.
+json sample(std::vector<double> y, double x = 1.0) {
+  json row = json::array();
+  for (double v : y) row.push_back(v);
+  return {{"x", {{x}}}, {"y", {row}}};
+}
+
+TEST(CasesBC07, ScenarioWithStaticScaleAndClippingAppliesTheCasesUpdate) {
+  const json c = load_case("BC07");
+  ASSERT_FALSE(c.is_null());
+  const double lr = c["input"]["lr"].get<double>();
+  const auto truth = c["input"]["case_a_true_grad"].get<std::vector<double>>();
+  // Gradient w - y at w = 0 equals the case's true gradient when y = -g.
+  json ranks = json::array({json::array({sample({-truth[0], -truth[1]})})});
+  const json precision = {{"mode", "fp32"}, {"loss_scale", "static"},
+                          {"initial_scale", c["input"]["loss_scale"].get<double>()}};
+  auto runs = test::run_scenario_text(linear_run({{0.0}, {0.0}}, precision,
+                                                 c["input"]["max_norm"].get<double>(), lr, 1, 1, 1, ranks));
+  ASSERT_EQ(runs.size(), 1u);
+  const std::vector<float> w1 = test::params_after(runs[0], 0, 0);
+  const auto update = c["expected"]["case_a"]["update"].get<std::vector<double>>();
+  ASSERT_EQ(w1.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(w1[i], update[i], 1e-6 * std::fabs(update[i]));
+  EXPECT_EQ(runs[0]["precision"]["skipped_steps"].get<int>(), 0);
+}
+
+// ---- Skips: a forced overflow at a known step ---------------------------------------------------------------------
+
+TEST(LossScaling, ForcedOverflowSkipsExactlyThatStepOnEveryRankAndBacksOffOnce) {
+  // 2 ranks, fp16_mixed, dynamic scale 1024. At step 3 rank 0's target is 100: its scaled loss gradient
+  // (w - 100) * 1024 ~ -1e5 exceeds fp16's 65504 and becomes -inf; every other gradient stays finite.
+  json r0 = json::array(), r1 = json::array();
+  for (int step = 1; step <= 5; ++step) {
+    r0.push_back(sample({step == 3 ? 100.0 : 1.0}));
+    r1.push_back(sample({1.0}));
+  }
+  const json precision = {{"mode", "fp16_mixed"}, {"loss_scale", "dynamic"}, {"initial_scale", 1024.0},
+                          {"growth_interval", 1000}};
+  auto runs = test::run_scenario_text(linear_run({{0.0}}, precision, 0.0, 0.1, 2, 1, 5, {r0, r1}));
+  ASSERT_EQ(runs.size(), 1u);
+  const json& p = runs[0]["precision"];
+  EXPECT_EQ(p["loss_scale"], "dynamic");
+  EXPECT_EQ(p["skipped_steps"].get<int>(), 1);
+  EXPECT_EQ(p["skipped_step_list"], json::array({3}));
+  EXPECT_EQ(p["loss_scale_trajectory"], json::parse("[[0, 1024.0], [3, 512.0]]"));
+  EXPECT_EQ(p["first_nonfinite_step"], json::parse("[3, null]"));
+  EXPECT_GT(p["grad_nonfinite_values"].get<int>(), 0);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    // Steps 1, 2, 4, 5 move w toward 1; step 3 leaves it where step 2 put it.
+    const float w2 = test::params_after(runs[0], 1, rank)[0];
+    const float w3 = test::params_after(runs[0], 2, rank)[0];
+    const float w4 = test::params_after(runs[0], 3, rank)[0];
+    EXPECT_GT(w2, test::params_after(runs[0], 0, rank)[0]);
+    EXPECT_EQ(w3, w2) << "rank " << rank;
+    EXPECT_GT(w4, w3);
+    EXPECT_EQ(w4, test::params_after(runs[0], 3, 0)[0]);  // replicas stay identical
+  }
+}
+
+TEST(LossScaling, NonFiniteMicroBatchSkipsTheWholeAccumulatedStep) {
+  // K = 2 micro-batches per step; step 2's second micro-batch overflows: one skip, one backoff.
+  json r0 = json::array({sample({1.0}), sample({1.0}), sample({1.0}), sample({100.0}), sample({1.0}), sample({1.0})});
+  const json precision = {{"mode", "fp16_mixed"}, {"loss_scale", "dynamic"}, {"initial_scale", 1024.0}};
+  auto runs = test::run_scenario_text(linear_run({{0.0}}, precision, 0.0, 0.1, 1, 2, 3, json::array({r0})));
+  const json& p = runs[0]["precision"];
+  EXPECT_EQ(p["skipped_step_list"], json::array({2}));
+  EXPECT_EQ(p["loss_scale_trajectory"], json::parse("[[0, 1024.0], [2, 512.0]]"));
+  EXPECT_EQ(test::params_after(runs[0], 1, 0)[0], test::params_after(runs[0], 0, 0)[0]);
+}
+
+// ---- Rounding points of the emulated modes --------------------------------------------------------------------------
+
+// fp16 without a loss scale: a gradient of 2^-26 (below half of fp16's smallest subnormal 2^-24) rounds to zero and
+// the weight does not move; with a static scale 2^16 it is 2^-10 in fp16, survives, and the update is lr * 2^-26.
+TEST(PrecisionModes, Fp16UnderflowWithoutScaleAndItsRescueByAScale) {
+  const double g = std::ldexp(1.0, -26);
+  json ranks = json::array({json::array({sample({-g})})});
+  const double lr = 0.5;
+  auto unscaled = test::run_scenario_text(
+      linear_run({{0.0}}, {{"mode", "fp16_mixed"}, {"loss_scale", "none"}}, 0.0, lr, 1, 1, 1, ranks));
+  EXPECT_EQ(test::params_after(unscaled[0], 0, 0)[0], 0.0f);
+  const json& p = unscaled[0]["precision"];
+  EXPECT_GT(p["grad_underflow_fraction"].get<double>(), 0.0);
+  auto scaled = test::run_scenario_text(linear_run(
+      {{0.0}}, {{"mode", "fp16_mixed"}, {"loss_scale", "static"}, {"initial_scale", 65536.0}}, 0.0, lr, 1,
+      1, 1, ranks));
+  EXPECT_EQ(test::params_after(scaled[0], 0, 0)[0], static_cast<float>(-lr * g));
+  EXPECT_EQ(scaled[0]["precision"]["grad_underflow_fraction"].get<double>(), 0.0);
+}
+
+// bf16_mixed rounds the input: x = 1 + 2^-8 is halfway between bf16's 1 and 1 + 2^-7 and rounds to 1 (even), so the
+// loss 0.5 (w x)^2 at w = 1 is exactly 0.5 (fp32 gives 0.5 (1 + 2^-8)^2).
+TEST(PrecisionModes, Bf16MixedRoundsGemmOperands) {
+  const double x = 1.0 + std::ldexp(1.0, -8);
+  json ranks = json::array({json::array({sample({0.0}, x)})});
+  auto bf16 = test::run_scenario_text(linear_run({{1.0}}, {{"mode", "bf16_mixed"}}, 0.0, 0.1, 1, 1, 1, ranks));
+  EXPECT_EQ(bf16[0]["convergence"]["series"][0]["train_loss"].get<double>(), 0.5);
+  auto fp32 = test::run_scenario_text(linear_run({{1.0}}, {{"mode", "fp32"}}, 0.0, 0.1, 1, 1, 1, ranks));
+  const float xf = static_cast<float>(x);
+  EXPECT_EQ(fp32[0]["convergence"]["series"][0]["train_loss"].get<double>(), 0.5 * double(xf * xf));
+}
+
+// fp16_pure holds the weight in fp16: an update of 2^-13 to w = 1 (below half an ulp of 1, 2^-11) vanishes, while
+// fp16_mixed keeps the fp32 master weight and moves it to 1 - 2^-13.
+TEST(PrecisionModes, Fp16PureLosesUpdatesBelowHalfAnUlp) {
+  // Gradient w - y = 2^-3 at w = 1 with y = 1 - 2^-3; lr 2^-10: update 2^-13.
+  const double lr = std::ldexp(1.0, -10);
+  json ranks = json::array({json::array({sample({1.0 - 0.125})})});
+  auto pure = test::run_scenario_text(
+      linear_run({{1.0}}, {{"mode", "fp16_pure"}, {"loss_scale", "none"}}, 0.0, lr, 1, 1, 1, ranks));
+  EXPECT_EQ(test::params_after(pure[0], 0, 0)[0], 1.0f);
+  auto mixed = test::run_scenario_text(
+      linear_run({{1.0}}, {{"mode", "fp16_mixed"}, {"loss_scale", "none"}}, 0.0, lr, 1, 1, 1, ranks));
+  EXPECT_EQ(test::params_after(mixed[0], 0, 0)[0], static_cast<float>(1.0 - std::ldexp(1.0, -13)));
+  const json& bytes = pure[0]["precision"]["bytes_per_param"];
+  EXPECT_EQ(bytes["held_bytes"].get<double>(), 4.0);  // fp16 weight + fp16 gradient, plain SGD (no state)
+  EXPECT_EQ(bytes["wire_bytes"].get<double>(), 2.0);
+}
+
+// fp8_mixed's delayed scaling: the first use of an operand quantizes with scale 1; afterwards the scale is
+// 448 / amax(history) for E4M3 operands (Transformer Engine's DelayedScaling, margin 0).
+TEST(PrecisionModes, Fp8DelayedScalingFromAmaxHistory) {
+  DenseStack stack;
+  stack.widths = {2, 2};
+  stack.bias = false;
+  stack.loss = LossKind::kMse;
+  MixedSpec spec;
+  spec.fp8_gemm = true;
+  spec.format = FloatFormat::kBf16;
+  spec.amax_history_len = 2;
+  DenseScratch<float> s = make_dense_scratch<float>(stack, 1);
+  MixedScratch m = make_mixed_scratch(stack, 1, spec);
+  const std::vector<float> w = {0.5f, -3.0f, 0.25f, 1.0f};  // amax 3
+  const std::vector<float> x = {0.1f, 0.2f};                // amax 0.2
+  const std::vector<float> y = {0.0f, 0.0f};
+  dense_stack_forward_mixed(s, m, stack, w.data(), x.data(), 1, y.data(), nullptr, spec);
+  // Weight operand: scale 1 at first use; E4M3 holds 0.5, -3, 0.25, 1 exactly.
+  EXPECT_EQ(m.w_q[0], w);
+  EXPECT_EQ(m.fp8[1].scale, 448.0f / 3.0f);
+  EXPECT_EQ(m.fp8[0].scale, 448.0f / 0.2f);
+  // Input at scale 1: 0.1 in E4M3 (3 mantissa bits, 2^-4 binade step 2^-7) is 13 x 2^-7 = 0.1015625.
+  EXPECT_EQ(m.a_q[0][0], 0.1015625f);
+  dense_stack_forward_mixed(s, m, stack, w.data(), x.data(), 1, y.data(), nullptr, spec);
+  // Second use at scale 448/0.2 = 2240: 0.1 * 2240 = 224 is exact in E4M3, so the input comes back as 224/2240.
+  EXPECT_EQ(m.a_q[0][0], 224.0f * (1.0f / (448.0f / 0.2f)));
+}
+
+TEST(PrecisionModes, Tf32OnTheHostIsSkippedWithItsReason) {
+  Scenario sc = parse_scenario(linear_run({{0.0}}, {{"mode", "tf32"}}, 0.0, 0.1, 1, 1, 1,
+                                          json::array({json::array({sample({1.0})})})),
+                               "<test>", {});
+  RunResult r = run_training(sc.runs[0].config);
+  EXPECT_EQ(r.disposition, "skipped");
+  EXPECT_NE(r.message.find("GPU"), std::string::npos);
+  EXPECT_EQ(r.steps_completed, 0);
+}
+
+// Shared and replicated all-reduce give the same bits in an emulated mode (the fp16 storage rounding runs per slice).
+TEST(PrecisionModes, SharedAndReplicatedStateAgreeUnderFp16Pure) {
+  const std::string base = R"({"name": "p", "model": {"kind": "mlp", "layers": [8, 16, 4]},
+    "data": {"kind": "teacher", "batch_per_rank": 8, "teacher": {"in_dim": 8, "out_dim": 4, "train_samples": 256,
+    "eval_samples": 64}}, "cluster": {"ranks": 3},
+    "training": {"steps": 6, "eval_every": 0, "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
+    "precision": {"mode": "fp16_pure", "loss_scale": "none"}, "report": {"trace": true}})";
+  auto shared = test::run_scenario_text(base, {"cluster.share_identical=true"});
+  auto replicated = test::run_scenario_text(base, {"cluster.share_identical=false"});
+  for (size_t step = 0; step < 6; ++step) {
+    const std::vector<float> a = test::params_after(shared[0], step, 0);
+    EXPECT_EQ(a, test::params_after(replicated[0], step, 2)) << "step " << step + 1;
+    for (float v : a) EXPECT_EQ(v, round_through_fp16(v));  // every weight is an fp16 value
+  }
+}
+
+}  // namespace
+}  // namespace gs
