@@ -14,7 +14,8 @@
 
 #include "kernels/compress_math.h"
 
-#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__CUDACC__)
+// GS_COMPRESS_PORTABLE (compile definition) builds only the portable loops, as on a CPU family without these paths.
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(GS_COMPRESS_PORTABLE)
 #include <immintrin.h>
 #define GS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define GS_HAVE_SSE2 1
@@ -206,6 +207,8 @@ inline void philox_batch_isa(uint32_t* u, uint64_t seed, uint64_t stream, Compre
 #if GS_HAVE_AVX2_DISPATCH
   if (isa == DrawIsa::kAvx512) return philox_batch_avx512(u, seed, stream, op, block0);
   if (isa == DrawIsa::kAvx2) return philox_batch_avx2(u, seed, stream, op, block0);
+#else
+  (void)isa;
 #endif
   philox_batch_scalar(u, seed, stream, op, block0);
 }
