@@ -1,6 +1,6 @@
-// Host compressor kernels (kernels/compress.h), Google Benchmark: encode and decode of 1 Mi, 16 Mi and 64 Mi fp32
-// values, rate in GB/s of fp32 input (GBps) and `x_memcpy` = that rate / the memcpy rate of the same size measured
-// earlier in the same run (memcpy is registered first); `x_memcpy_cpu` is the same ratio from thread CPU time. Top-k also against std::nth_element on a copy.
+// Host compressor kernels (kernels/compress.h), Google Benchmark: each op on 1, 16 and 64 Mi fp32 values, GB/s of
+// input and its ratio to memcpy of the same size in the same run (x_memcpy, x_memcpy_cpu); top-k also against
+// std::nth_element on a copy. A new op adds one BM_ function and one BENCHMARK line at the end.
 // Run: bench_compress --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 

@@ -1,6 +1,6 @@
-// Host implementation of the compressor array ops (kernels/compress.h) over the element math of
-// kernels/compress_math.h. Hot loops work on fixed-size chunks (Philox in batches of 16 blocks, sums in lanes) so the
-// compiler vectorizes them; a few entry points get an AVX2 clone picked at load time (GS_CLONES).
+// Host implementation of the compressor array ops (kernels/compress.h) over kernels/compress_math.h: chunked loops
+// the compiler vectorizes, Philox in 64-block batches (AVX-512 / AVX2 / portable, chosen at load), AVX-512/AVX2
+// clones of the entry points (GS_CLONES). A new op goes below its family's section, its element math in the header.
 #include "kernels/compress.h"
 
 #include <cblas.h>
@@ -15,7 +15,8 @@
 #include "kernels/compress_math.h"
 
 // GS_COMPRESS_PORTABLE (compile definition) builds only the portable loops, as on a CPU family without these paths.
-#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(GS_COMPRESS_PORTABLE)
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__CUDACC__) && \
+    !defined(GS_COMPRESS_PORTABLE)
 #include <immintrin.h>
 #define GS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define GS_HAVE_SSE2 1
@@ -290,7 +291,7 @@ double sum_squares(const float* p, size_t n) {
 
 }  // namespace
 
-// ---- Draws --------------------------------------------------------------------------------------------------------------
+// ---- Draws ----------------------------------------------------------------------------------------------------------
 
 DrawIsa compress_draw_best_isa() { return kBestDrawIsa; }
 
@@ -594,7 +595,7 @@ GS_CLONES void terngrad_decode_add(float* out, const uint8_t* in, size_t n) {
   for (size_t i = 4 * full; i < n; ++i) out[i] += terngrad_decode((codes[i / 4] >> (2 * (i % 4))) & 3u, scale);
 }
 
-// ---- signSGD and 1-bit SGD -------------------------------------------------------------------------------------------
+// ---- signSGD and 1-bit SGD ------------------------------------------------------------------------------------------
 
 namespace {
 
@@ -804,7 +805,7 @@ GS_CLONES void onebit_decode_add(float* out, const uint8_t* in, size_t n) {
   unpack_add(out, in + 8, n, mean_positive, mean_negative);
 }
 
-// ---- PowerSGD helpers -------------------------------------------------------------------------------------------------
+// ---- PowerSGD helpers -----------------------------------------------------------------------------------------------
 
 void orthogonalize_columns(float* m, size_t rows, size_t cols) {
   constexpr double kEps = 1e-8;

@@ -1,7 +1,6 @@
-// Host array ops of the gradient compressors (sim/compress/ calls them): index selection (top-k, threshold, DGC's
-// sampled threshold, random-k), quantizer encode/decode (QSGD, TernGrad, signSGD with majority vote, 1-bit SGD) and
-// the PowerSGD helpers. Element math lives in kernels/compress_math.h; a new op is declared here, defined in
-// compress.cpp, tested in tests/unit/test_compress_kernels.cpp and timed in bench/bench_compress.cpp.
+// Host array ops of the gradient compressors (sim/compress/ calls them): top-k, threshold, DGC sampled threshold,
+// random-k, QSGD, TernGrad, signSGD + vote, 1-bit SGD, PowerSGD helpers. A new op is declared here, defined in
+// compress.cpp (element math in compress_math.h), tested in tests/unit/test_compress_kernels.cpp, timed in bench/.
 //
 // Conventions: destination first, op(out, in..., n, ...); n counts fp32 values and must be < 2^30 for the ops with
 // per-element draws (QSGD, TernGrad) and < 2^32 for index outputs (uint32 indices); index arrays come out ascending.
@@ -32,27 +31,29 @@ DrawIsa compress_draw_best_isa();
 
 // Top-k by magnitude: writes to idx[0..k) the indices of the k largest |x[i]|, ascending; returns k clamped to n.
 // Ties at the k-th magnitude go to the lowest indices (deterministic). Ordered by magnitude_key (|x|'s bit pattern):
-// +0 == -0, NaNs rank above +inf. Exact: a radix select on the 31-bit key (one histogram pass over the top 11 bits,
-// the boundary bucket's keys selected exactly), then one ascending output pass. Scratch: per-thread, grows to the
-// size of the boundary bucket.
+// +0 == -0, NaNs rank above +inf. Exact: a radix select on the 31-bit key in three passes over x (histogram of the
+// top 11 bits; the boundary bucket's keys collected and the k-th selected exactly; ascending output). Scratch:
+// per-thread, grows to the size of the boundary bucket. k < 2^32 and n < 2^32.
 size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx);
 
 // Threshold: writes the indices i with |x[i]| >= tau (float comparison), ascending, and returns their count. idx
-// must have room for n entries (the loop writes one slot ahead of the count, branch-free). NaN values never compare >= tau, so they are never selected; tau NaN selects nothing.
+// must have room for n entries (the loop writes one slot ahead of the count, branch-free). NaN values never compare
+// >= tau, so they are never selected; tau NaN selects nothing.
 size_t threshold_select(const float* x, size_t n, float tau, uint32_t* idx);
 
 // DGC's sampled threshold (Lin et al., ICLR 2018, "Deep Gradient Compression", section 3.1 / appendix: "sample 0.1% to
 // 1% of the gradients, top-k on the samples"): the magnitude of the ceil(ratio * m)-th largest |x| among m stratified
 // samples (m = clamp(samples, 1, n); sample j is uniform in [j*n/m, (j+1)*n/m), drawn from Philox). With m == n it is
 // the exact top-(ratio) threshold. ratio in (0, 1]; returns +inf for n == 0 or ratio <= 0 (nothing selected).
-// Feed the result to threshold_select. Scratch: per-thread, m floats.
+// Feed the result to threshold_select. Scratch: per-thread, m keys (4 bytes each).
 float sampled_threshold(const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream, size_t samples);
 
 // Random-k: writes k distinct indices drawn uniformly from [0, n) (every k-subset equally likely), ascending.
-// k > n is clamped to n (returns the count written); k < 2^29 (Philox blocks). Floyd's algorithm (Bentley & Floyd, CACM 1987, "A sample of
-// brilliance"): for j = n-k .. n-1 draw t uniform in [0, j] (draw j-(n-k) uses words 0-1 / 2-3 of Philox block
-// (j-(n-k))/2 as one 64-bit word, uniform_below); insert t, or j if t is taken. Membership in a per-thread bitmap of
-// n bits, read out in index order. Same (seed, stream, n, k) -> same indices on every rank (shared_indices).
+// k > n is clamped to n (returns the count written); k < 2^29 (Philox blocks). Floyd's algorithm (Bentley & Floyd,
+// CACM 1987, "A sample of brilliance"): for j = n-k .. n-1 draw t uniform in [0, j] (draw j-(n-k) uses words 0-1 /
+// 2-3 of Philox block (j-(n-k))/2 as one 64-bit word, uniform_below); insert t, or j if t is taken. Membership in
+// a per-thread bitmap of n bits, read out in index order. Same (seed, stream, n, k) -> same indices on every rank
+// (shared_indices).
 size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream);
 
 // ---- QSGD (Alistarh et al. 2017) ------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ void onebit_encode(uint8_t* out, const float* p, size_t n);
 // out[i] += bit i ? mean_negative : mean_positive.
 void onebit_decode_add(float* out, const uint8_t* in, size_t n);
 
-// ---- PowerSGD helpers (Vogels et al., NeurIPS 2019, Algorithm 1) -----------------------------------------------------
+// ---- PowerSGD helpers (Vogels et al., NeurIPS 2019, Algorithm 1) ----------------------------------------------------
 
 // Orthonormalizes the columns of m (rows x cols, row-major) in place by modified Gram-Schmidt, column by column in
 // order, as PyTorch's powerSGD_hook._orthogonalize_gram_schmidt: col /= (||col|| + eps), then the later columns lose

@@ -85,7 +85,8 @@ GS_HD inline int qsgd_level_bits(int s) {
 
 // Level of one value: l = floor(a * scale + u), a = |p_i|, scale = s / ||p||_2, u uniform in (0, 1); clamped to
 // [0, s] (float rounding can put a * scale a hair above s). With r = a * scale this is floor(r) + 1 with probability
-// frac(r) (to the 2^-23 resolution of u) and floor(r) otherwise, so E[l] = r: unbiased stochastic rounding (paper eq. 1).
+// frac(r) (to the 2^-23 resolution of u) and floor(r) otherwise, so E[l] = r: unbiased stochastic rounding (paper
+// eq. 1).
 GS_HD inline uint32_t qsgd_level(float a, float scale, float u, uint32_t s) {
   const float r = a * scale + u;
   const uint32_t l = static_cast<uint32_t>(r);  // r >= 0: truncation is floor

@@ -1,7 +1,6 @@
-// Tests of the compressor array ops (kernels/compress.h): selections against brute-force references, random-k
-// uniformity (chi-square), unbiasedness and variance of random-k, QSGD and TernGrad against the papers' formulas with
-// bounds derived from those variances, bit-pack round trips, sign votes, 1-bit means, cases BC11, BC13 and BC14.
-// A new op gets a reference-based test here.
+// Tests of the compressor array ops (kernels/compress.h) against brute-force references, chi-square uniformity, the
+// papers' mean/variance formulas with bounds derived from them, bit-pack round trips, and cases BC10/11/13/14.
+// A new op gets a reference-based test here (also run against the portable build: gradsweep_compress_portable_tests).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,7 +70,8 @@ TEST(CompressDraws, BatchesEqualPhiloxDrawWordForWord) {
       for (int b = 0; b < kDrawBatchWords / 4; ++b) {
         const Draw4 d = compress_draw(0x123456789abcdefull, compress_stream(7, 3, 2), CompressDraw::kTernGrad,
                                       block0 + static_cast<uint32_t>(b));
-        for (int j = 0; j < 4; ++j) ASSERT_EQ(words[4 * b + j], d.v[j]) << static_cast<int>(simd) << " " << block0 << " " << b;
+        for (int j = 0; j < 4; ++j)
+          ASSERT_EQ(words[4 * b + j], d.v[j]) << static_cast<int>(simd) << " " << block0 << " " << b;
       }
     }
   }
