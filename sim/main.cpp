@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "sim/compress/compressor.h"
 #include "sim/config/scenario.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/dataset.h"
@@ -44,7 +45,8 @@ void print_list() {
   for (const auto& e : gs::dataset_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
   std::printf("sync strategies (sync.kind):\n");
   for (const auto& e : gs::strategy_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
-  std::printf("compressors (compression.kind):\n  %-14s %s\n", "none", "gradients cross the wire as they are");
+  std::printf("compressors (compression.kind):\n");
+  for (const auto& e : gs::compressor_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
   std::printf("precision modes (precision.mode):\n");
   for (const auto& m : gs::precision_modes()) std::printf("  %-14s %s\n", m.name, m.doc);
   std::printf("hardware profiles (cluster.hardware, --hardware; from %s):\n", gs::hardware_dir().c_str());

@@ -126,7 +126,34 @@ void visit_fields(V& v, RunConfig& c) {
   v(sy.bucket_mb, F("sync.bucket_mb", "allreduce: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
   v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "delayed update; only 0 (synchronous) in this version").at_least(0).at_most(0));
-  v(c.compression.kind, F("compression.kind", "gradient compressor; only none in this version").one_of({"none"}));
+  auto& cp = c.compression;
+  v(cp.kind, F("compression.kind", "gradient compressor (see `gradsweep list`)")
+                 .one_of({"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd",
+                          "terngrad", "signsgd", "onebit", "powersgd"}));
+  v(cp.error_feedback, F("compression.error_feedback",
+                         "lossy kinds but dgc: each rank keeps e; sends C(g + e); e = g + e - decode(sent)"));
+  v(cp.divide, F("compression.divide", "casts: divide by S before the sum, after it, or split (2^floor(log2(N)/2) "
+                                       "before, the rest after)").one_of({"pre", "post", "split"}));
+  v(cp.ratio, F("compression.ratio", "topk, randomk, dgc: fraction of values kept (when k is 0)").above(0)
+                  .at_most(1));
+  v(cp.k, F("compression.k", "topk, randomk: values kept per bucket (0: use ratio)").at_least(0));
+  v(cp.scope, F("compression.scope", "topk: select per bucket or over the whole model").one_of({"bucket", "model"}));
+  v(cp.shared_indices, F("compression.shared_indices", "randomk: the same index set on every rank (not sent)"));
+  v(cp.unbiased, F("compression.unbiased", "randomk: scale kept values by d/k (unbiased)"));
+  v(cp.tau, F("compression.tau", "threshold: send values with abs(p) >= tau").at_least(0));
+  v(cp.levels, F("compression.levels", "qsgd: quantization levels s").at_least(1).at_most(1 << 20));
+  v(cp.vote, F("compression.vote", "signsgd: receivers take the majority vote of signs (sign(0) = 0)"));
+  v(cp.rank, F("compression.rank", "powersgd: rank r per matrix").at_least(1).at_most(1 << 16));
+  v(cp.start_step, F("compression.start_step", "powersgd: dense fp32 all-reduce before this step (0-based)")
+                       .at_least(0));
+  v(cp.momentum, F("compression.momentum", "dgc: momentum of the local momentum correction").at_least(0).below(1));
+  v(cp.clip_norm, F("compression.clip_norm", "dgc: local gradient clipping to this L2 norm (0: off)").at_least(0));
+  v(cp.warmup_steps, F("compression.warmup_steps", "dgc: exponential warm-up of the ratio over these steps (0: none)")
+                         .at_least(0));
+  v(cp.sample_ratio, F("compression.sample_ratio", "dgc: fraction of values sampled for the threshold").above(0)
+                         .at_most(1));
+  v(cp.measure_error, F("compression.measure_error",
+                        "report the relative error of the decoded average (costs one fp32 all-reduce, not counted)"));
   auto& pr = c.precision;
   v(pr.mode, F("precision.mode", "fp32; tf32 (GPU only); bf16_mixed, fp16_mixed (fp32 master weights, operands rounded "
                                  "to the format, fp32 accumulation); fp16_pure (weights, gradients, optimizer state in "
@@ -371,6 +398,24 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.a", "model.kind", "mlp", {"quadratic"}},
       {"model.b", "model.kind", "mlp", {"quadratic"}},
       {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
+      {"compression.error_feedback", "compression.kind", "none",
+       {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "qsgd", "terngrad", "signsgd",
+        "onebit", "powersgd"}},
+      {"compression.divide", "compression.kind", "none", {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}},
+      {"compression.ratio", "compression.kind", "none", {"topk", "randomk", "dgc"}},
+      {"compression.k", "compression.kind", "none", {"topk", "randomk"}},
+      {"compression.scope", "compression.kind", "none", {"topk"}},
+      {"compression.shared_indices", "compression.kind", "none", {"randomk"}},
+      {"compression.unbiased", "compression.kind", "none", {"randomk"}},
+      {"compression.tau", "compression.kind", "none", {"threshold"}},
+      {"compression.levels", "compression.kind", "none", {"qsgd"}},
+      {"compression.vote", "compression.kind", "none", {"signsgd"}},
+      {"compression.rank", "compression.kind", "none", {"powersgd"}},
+      {"compression.start_step", "compression.kind", "none", {"powersgd"}},
+      {"compression.momentum", "compression.kind", "none", {"dgc"}},
+      {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
+      {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},
+      {"compression.sample_ratio", "compression.kind", "none", {"dgc"}},
   };
   static const RunConfig kDefaultConfig;
   static const json defaults = config_to_json(kDefaultConfig);
@@ -384,9 +429,13 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
     if (k != nullptr && !k->is_string()) continue;  // the kind's own error is reported
     bool ok = false;
     for (const char* allowed : r.kinds) ok = ok || kind == allowed;
-    if (!ok)
-      issues.push_back({r.path, fmt::format("only applies when {} is \"{}\" (it is \"{}\")", r.kind_path,
-                                            r.kinds.front(), kind)});
+    if (!ok) {
+      std::string allowed = "\"" + std::string(r.kinds.front()) + "\"";
+      for (size_t i = 1; i < r.kinds.size(); ++i)
+        allowed += (i + 1 == r.kinds.size() ? " or \"" : ", \"") + std::string(r.kinds[i]) + "\"";
+      issues.push_back({r.path, fmt::format("only applies when {} is {} (it is \"{}\")", r.kind_path, allowed,
+                                            kind)});
+    }
   }
 }
 
@@ -543,6 +592,9 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     add("training.target.metric", "eval_accuracy needs a classification model (model.loss \"cross_entropy\")");
   if (c.training.epochs > 0 && (d.kind == "inline" || d.kind == "none"))
     add("training.epochs", "inline and none data have no epochs: use training.steps");
+  if (c.compression.kind != "none" && c.sync.kind != "allreduce")
+    add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" (it is \"{}\")",
+                                        c.sync.kind));
   if (c.cluster.backend == "cuda")
     add("cluster.backend", "the cuda backend arrives with the CUDA-backend issue: use \"auto\" or \"host\"");
   try {

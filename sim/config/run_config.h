@@ -108,8 +108,27 @@ struct SyncConfig {
   int64_t staleness = 0;           // delayed update (staleness issue); only 0 for now
 };
 
+// Gradient compression (DESIGN.md section 3; sim/compress/). Fields other than kind apply to some kinds only
+// (check_kind_specific in run_config.cpp refuses the others).
 struct CompressionConfig {
-  std::string kind = "none";
+  std::string kind = "none";        // registry: sim/compress/registry.cpp
+  bool error_feedback = false;      // lossy kinds except dgc: p = g + e; sent = C(p); e = p - decode(sent), per rank
+  std::string divide = "pre";       // casts: where the division by S happens: pre | post | split
+  double ratio = 0.01;              // topk, randomk, dgc: fraction of values kept (when k is 0)
+  int64_t k = 0;                    // topk, randomk: values kept per bucket (0: use ratio)
+  std::string scope = "bucket";     // topk: select per bucket or over the whole model
+  bool shared_indices = false;      // randomk: every rank draws the same index set (indices not sent)
+  bool unbiased = false;            // randomk: scale kept values by d/k
+  double tau = 1e-3;                // threshold: send |p| >= tau
+  int64_t levels = 16;              // qsgd: s quantization levels
+  bool vote = false;                // signsgd: receivers take the majority vote of signs
+  int64_t rank = 4;                 // powersgd: rank r of each matrix's approximation
+  int64_t start_step = 0;           // powersgd: steps before this (0-based) send dense fp32
+  double momentum = 0.9;            // dgc: momentum of the local momentum correction
+  double clip_norm = 0.0;           // dgc: local gradient clipping to this L2 norm per rank (0: off)
+  int64_t warmup_steps = 0;         // dgc: steps of the exponential ratio warm-up (0: none)
+  double sample_ratio = 0.01;       // dgc: fraction of values sampled for the threshold estimate
+  bool measure_error = true;        // report the decoded average's relative error (one extra fp32 all-reduce)
 };
 
 struct PrecisionConfig {

@@ -146,6 +146,7 @@ json run_stub_json(const RunSpec& spec, const std::string& disposition, const st
   j["time_to_target"] = nullptr;
   j["trace"] = nullptr;
   j["precision"] = nullptr;
+  j["compression"] = nullptr;
   return j;
 }
 
@@ -184,6 +185,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   j["wall_s"] = r.wall_s;
   j["num_params"] = r.num_params;
   j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
+  j["compression"] = r.compression;
   bool has_steps = !r.steps.empty() && !r.steps[0].empty();
   if (has_steps) {
     json phases = json::object();

@@ -307,6 +307,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
 
     res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
+    res.compression = strategy->compression_report();
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

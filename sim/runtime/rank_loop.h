@@ -59,6 +59,7 @@ struct RunResult {
   std::vector<SeriesPoint> series;
   bool classification = false;
   bool replicas_identical = true;             // the strategy's claim
+  json compression;                           // the strategy's compression_report() (null: uncompressed)
   std::vector<float> trace_initial;           // report.trace: parameters before step 1
   std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
   std::optional<PrecisionResult> precision;   // filled for every run that started training

@@ -4,7 +4,11 @@
 // With cluster.share_identical (host backend) the ranks hold one shared parameter buffer and optimizer: each rank
 // reduces its 1/N slice of the gradients straight into a shared buffer (same order, same bits) and updates that slice,
 // so the N identical copies and N identical optimizer passes are done once. Results are bit-for-bit the same.
+// With compression (compression.kind other than "none") the communication is CompressedReduction's
+// (sim/compress/reduce.cpp) and the shared fast path is off: lossy compressors keep per-rank residuals and state.
 #include <algorithm>
+
+#include "sim/compress/reduce.h"
 
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/strategy.h"
@@ -20,11 +24,17 @@ class AllReduce final : public SyncStrategy {
       : comm_(s.comm),
         ranks_(s.ranks),
         n_(s.model.num_params()),
-        shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient()),
+        shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient() &&
+                s.config.compression.kind == "none"),
         cost_model_(s.cost_model),
         optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    if (s.config.compression.kind != "none") {
+      std::vector<std::pair<size_t, size_t>> ranges;
+      for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
+      compressed_ = std::make_unique<CompressedReduction>(s.config, s.model, s.comm, s.ranks, ranges);
+    }
     if (shared_) {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
@@ -47,6 +57,9 @@ class AllReduce final : public SyncStrategy {
   float loss_scale(int rank) const override { return precision_[shared_ ? 0 : static_cast<size_t>(rank)].loss_scale(); }
   const PrecisionStep* precision_step(int rank) const override {
     return &precision_[shared_ ? 0 : static_cast<size_t>(rank)];
+  }
+  nlohmann::json compression_report() const override {
+    return compressed_ ? compressed_->report() : nlohmann::json(nullptr);
   }
 
   void step(const StepInput& in) override {
@@ -75,6 +88,13 @@ class AllReduce final : public SyncStrategy {
 
   void step_replicated(const StepInput& in) {
     PhaseClock& clock = *in.clock;
+    if (compressed_) {
+      // Compressed communication: in.grad becomes the average over the step's samples.
+      compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
+      return;
+    }
     {
       PhaseTimer t(clock, Phase::kCommunicate);
       for (const Bucket& b : buckets_) comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
@@ -150,6 +170,7 @@ class AllReduce final : public SyncStrategy {
   std::vector<PrecisionStep> precision_;  // one per optimizer: loss scaler, clipping, fp16 storage
   std::vector<float*> grads_;   // shared mode: each rank's gradient of the current step
   std::vector<float> reduced_;  // shared mode: the averaged gradient
+  std::unique_ptr<CompressedReduction> compressed_;  // compression.kind != "none"
 };
 
 }  // namespace

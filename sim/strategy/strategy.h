@@ -70,6 +70,8 @@ class SyncStrategy {
   // The precision step (loss scaler, clipping) whose outcome rank `rank` follows, for the report; null when the
   // strategy has none. Read after the run.
   virtual const PrecisionStep* precision_step(int rank) const { return nullptr; }
+  // The report's "compression" object (null when the strategy sends gradients uncompressed). Called after the run.
+  virtual nlohmann::json compression_report() const { return nullptr; }
 };
 
 struct StrategyEntry {

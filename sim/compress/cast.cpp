@@ -1,0 +1,87 @@
+// Cast compressors fp16, bf16, fp8_e4m3, fp8_e5m2: the cast sets the all-reduce's wire format and the sum runs in that
+// format in rank order, rounding (RNE) after every add, as a ring/tree all-reduce in that dtype does on GPUs. The
+// division by S happens before the sum, after it, or split (divide). Conversions: kernels/float_formats.h.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/float_formats.h"
+#include "sim/compress/compressor.h"
+#include "sim/core/error.h"
+#include "sim/runtime/clock.h"
+
+namespace gs {
+namespace {
+
+FloatFormat format_of(const std::string& kind) {
+  if (kind == "fp16") return FloatFormat::kFp16;
+  if (kind == "bf16") return FloatFormat::kBf16;
+  if (kind == "fp8_e4m3") return FloatFormat::kFp8E4M3;
+  if (kind == "fp8_e5m2") return FloatFormat::kFp8E5M2;
+  throw Error("compression.kind: \"" + kind + "\" is not a cast");
+}
+
+class Cast final : public Compressor {
+ public:
+  Cast(FloatFormat f, std::string divide) : format_(f), divide_(std::move(divide)) {}
+  WireCollective collective() const override { return WireCollective::kAllReduce; }
+  bool divides_itself() const override { return true; }
+
+  // Pre- and post-divisors of S for N ranks: pre (S, 1), post (1, S), split (2^floor(log2(N)/2), S / that).
+  static std::pair<double, double> divisors(const std::string& divide, int ranks, double S) {
+    if (divide == "pre") return {S, 1.0};
+    if (divide == "post") return {1.0, S};
+    const double pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(static_cast<double>(ranks)) / 2.0)));
+    return {pre, S / pre};
+  }
+
+  // Wire value of rank r: cast, then divide in the format (as PyTorch's fp16_compress_hook: tensor.to(fp16).div_(N)).
+  // Quotients are computed in double and rounded once more: double rounding through a format with at least 2p+2
+  // significand bits is innocuous (Figueroa, "When is double rounding innocuous?", SIGNUM 1995), so every step is
+  // the correctly rounded format operation.
+  void reduce_bucket(const BucketJob& job) override {
+    thread_local std::vector<float> wire, recv;
+    CompressTally& t = *job.tally;
+    const auto [pre, post] = divisors(divide_, job.ranks, job.divisor);
+    const size_t n = job.n;
+    double t0 = now_s();
+    wire.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float h = round_through(format_, job.p[i]);
+      const float w = pre == 1.0 ? h : round_through(format_, static_cast<float>(static_cast<double>(h) / pre));
+      wire[i] = w;
+      job.own_decoded[i] = static_cast<float>(static_cast<double>(w) * pre);
+    }
+    double t1 = now_s();
+    t.compress_s += t1 - t0;
+    recv.resize(n * static_cast<size_t>(job.ranks));
+    job.comm->all_gather(job.rank, recv.data(), wire.data(), n);
+    double t2 = now_s();
+    t.communicate_s += t2 - t1;
+    // The all-reduce in the wire format: element i summed over ranks 0..N-1, rounded after every add.
+    std::copy(recv.begin(), recv.begin() + static_cast<std::ptrdiff_t>(n), job.sum);
+    for (int r = 1; r < job.ranks; ++r) {
+      const float* in = recv.data() + static_cast<size_t>(r) * n;
+      for (size_t i = 0; i < n; ++i) job.sum[i] = add_in_format(format_, job.sum[i], in[i]);
+    }
+    if (post != 1.0)
+      for (size_t i = 0; i < n; ++i)
+        job.sum[i] = round_through(format_, static_cast<float>(static_cast<double>(job.sum[i]) / post));
+    t.decompress_s += now_s() - t2;
+    const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
+    t.payload_bytes += bytes;
+    t.wire_bytes += static_cast<uint64_t>(2.0 * (job.ranks - 1) / job.ranks * static_cast<double>(bytes));
+  }
+
+ private:
+  FloatFormat format_;
+  std::string divide_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_cast(const RunConfig& rc, const Model&, int) {
+  const CompressionConfig& c = rc.compression;
+  return std::make_unique<Cast>(format_of(c.kind), c.divide);
+}
+
+}  // namespace gs

@@ -1,0 +1,135 @@
+// Gradient compressors (DESIGN.md section 3, issue 4): the interface every compressor implements, the per-bucket job
+// the compressed reduction hands it, and the registry. A new compressor is one file under sim/compress/ plus one line
+// in kCompressors (sim/compress/registry.cpp) and its name in the compression.kind choices (sim/config/run_config.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/compress_math.h"
+#include "sim/comm/communicator.h"
+#include "sim/config/run_config.h"
+#include "sim/model/model.h"
+
+namespace gs {
+
+// Random draws: every stochastic compressor keys its draws by (training.seed, stream) with stream =
+// compress_stream(step, rank, bucket) (kernels/compress_math.h: the ONE place the stream is built; BucketJob::stream()
+// is its only caller here). Draws shared by every rank (random-k with shared_indices) use rank kSharedRank.
+constexpr uint32_t kSharedRank = 0xffff;
+
+// Which collective carries the encoded gradient (the report's compression.collective).
+enum class WireCollective { kAllReduce, kAllGather };
+const char* collective_name(WireCollective c);
+
+// Seconds and bytes one rank spends on one step's compression (filled by the jobs, read by the reducer).
+struct CompressTally {
+  double compress_s = 0.0;    // encode (and error-feedback bookkeeping)
+  double decompress_s = 0.0;  // decode and sum of the received payloads
+  double communicate_s = 0.0; // inside collectives (waiting included; the reducer splits out the wait)
+  uint64_t payload_bytes = 0; // this rank's encoded gradient: index + value bytes, bit-packed sizes, norms, scales
+  uint64_t wire_bytes = 0;    // bytes this rank puts on the wire (ring conventions of CommStats)
+};
+
+// One bucket of one rank's step. The compressor reads p (the rank's gradient sum plus the error-feedback residual),
+// writes own_decoded = decode(C(p)) (what the other ranks will reconstruct from this rank's message, used for error
+// feedback) and sum = the sum over ranks, in rank order, of the decoded messages (divided by `divisor` already when
+// the compressor says divides_itself()).
+struct BucketJob {
+  Communicator* comm = nullptr;
+  int rank = 0;
+  int ranks = 1;
+  int64_t step = 0;              // 0-based optimizer step
+  uint32_t bucket = 0;           // bucket index within the step (compress_stream)
+  uint64_t seed = 0;             // training.seed
+  size_t offset = 0;             // first element of the bucket in the flat gradient
+  size_t n = 0;                  // elements
+  const float* p = nullptr;      // [n] input
+  float* own_decoded = nullptr;  // [n] output: decode(C(p))
+  float* sum = nullptr;          // [n] output: sum over ranks of the decoded messages (or the average, see above)
+  double divisor = 1.0;          // S: the step's global sample count (the average is sum / S)
+  const std::vector<TensorInfo>* tensors = nullptr;  // the model's tensor table (PowerSGD's matrices)
+  CompressTally* tally = nullptr;
+  uint64_t stream() const { return stream_for(static_cast<uint32_t>(rank)); }
+  uint64_t stream_for(uint32_t r) const { return compress_stream(static_cast<uint32_t>(step), r, bucket); }
+};
+
+// One rank's compressor. Instances are per rank (state such as PowerSGD's Q or DGC's velocity lives inside).
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+  virtual WireCollective collective() const = 0;
+  // Whole-model compression (top-k with scope "model"): the reducer hands one job covering every element.
+  virtual bool whole_model() const { return false; }
+  // True when the compressor keeps its own residual (DGC's velocity) instead of the reducer's plain error feedback.
+  virtual bool own_feedback() const { return false; }
+  // True when job.sum is already the average (casts divide in the wire format as `divide` says).
+  virtual bool divides_itself() const { return false; }
+  // The compressor's own residual (own_feedback compressors: DGC's velocity v, flat, n floats), else nullptr.
+  virtual const std::vector<float>* own_residual() const { return nullptr; }
+  // Does this rank's part of the bucket: encode, exchange, decode. Collective: every rank calls it for the same
+  // bucket. The default (gather compressors) is encode -> all-gather of the payloads -> decode_add in rank order.
+  virtual void reduce_bucket(const BucketJob& job);
+
+  // Gather compressors: encode p[0..n) into payload (replacing its contents); bit-packed bytes.
+  virtual void encode(const BucketJob& job, std::vector<uint8_t>& payload) {}
+  // Gather compressors: out[0..n) += decode(payload of rank `src`).
+  virtual void decode_add(const BucketJob& job, int src, const uint8_t* payload, size_t bytes, float* out) {}
+  // Gather compressors whose receivers combine messages in another way than a sum (signSGD majority vote):
+  // overwrite job.sum from all payloads (payloads[r], sizes[r]). Return false to use the decode_add sum.
+  virtual bool combine(const BucketJob& job, const std::vector<const uint8_t*>& payloads,
+                       const std::vector<size_t>& sizes) {
+    return false;
+  }
+};
+
+struct CompressorEntry {
+  const char* name;
+  const char* doc;
+  std::unique_ptr<Compressor> (*make)(const RunConfig& config, const Model& model, int ranks);
+};
+
+// Every compressor, in registry order ("none" first: the foundation's uncompressed path, no Compressor object).
+const std::vector<CompressorEntry>& compressor_registry();
+// A new instance for one rank; nullptr for "none". Throws gs::Error on an unknown kind.
+std::unique_ptr<Compressor> make_compressor(const RunConfig& config, const Model& model, int ranks);
+
+// Factories (one per file).
+std::unique_ptr<Compressor> make_cast(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_topk(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_randomk(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_threshold(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_qsgd(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_terngrad(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_signsgd(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_onebit(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_powersgd(const RunConfig& c, const Model& m, int ranks);
+std::unique_ptr<Compressor> make_dgc(const RunConfig& c, const Model& m, int ranks);
+
+// Number of values kept out of n for ratio/k settings: k if k > 0, else max(1, round(ratio * n)), at most n.
+size_t kept_count(size_t n, double ratio, int64_t k);
+
+// Sparse wire format shared by topk, randomk, threshold and dgc: count uint32 indices (ascending) then count fp32
+// values (value j = scale * p[idx[j]]), 8 bytes per kept value; with indices_implied only the values (4 bytes each).
+void encode_sparse(const float* p, const uint32_t* idx, size_t count, float scale, bool indices_implied,
+                   std::vector<uint8_t>& payload);
+// out[idx[j]] += value j of a sparse payload of `bytes` bytes; idx is read from the payload unless given.
+void decode_sparse_add(const uint8_t* payload, size_t bytes, const uint32_t* implied_idx, float* out);
+
+// Byte helpers of the wire formats (little-endian host layout).
+template <class T>
+inline void put(std::vector<uint8_t>& out, const T& v) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), b, b + sizeof(T));
+}
+template <class T>
+inline T get_at(const uint8_t* in, size_t byte_offset) {
+  T v;
+  std::memcpy(&v, in + byte_offset, sizeof(T));
+  return v;
+}
+
+}  // namespace gs

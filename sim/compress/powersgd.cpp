@@ -1,0 +1,163 @@
+// `powersgd`: PowerSGD (Vogels et al., NeurIPS 2019, Algorithm 1; PyTorch's powerSGD_hook). Per bucket, every matrix
+// M of the tensor table (rows = shape[0], cols = the rest) with (rows + cols) r < rows cols is sent as rank-r
+// factors: P = M Q (Q warm-started: the previous step's all-reduced Q, initially Philox normals identical on every
+// rank), all-reduce P, Gram-Schmidt on P, Q = M^T P, all-reduce Q, decoded sum = P Q^T. The other tensors (biases,
+// rank-1 tensors, matrices too small to gain) are concatenated and all-reduced in fp32, as PyTorch's hook does. Before
+// start_step every bucket is all-reduced dense. With error feedback, this rank's decoded message is P Q_r^T (Q_r =
+// M_r^T P before the all-reduce), which sums over ranks to the decoded sum.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "kernels/compress.h"
+#include "kernels/rng.h"
+#include "sim/compress/compressor.h"
+#include "sim/runtime/clock.h"
+
+namespace gs {
+namespace {
+
+// Philox counter of the initial Q of tensor t: (kCompress, kInitStepWord, t, index). No compressor draw uses this
+// step word (it would be optimizer step 2^32 - 1).
+constexpr uint32_t kInitStepWord = 0xffffffffu;
+
+struct Matrix {
+  size_t offset = 0;  // in the flat gradient
+  size_t rows = 0, cols = 0;
+  std::vector<float> q;  // cols x r, warm start
+};
+
+class PowerSgd final : public Compressor {
+ public:
+  PowerSgd(const CompressionConfig& c, const Model& model, uint64_t seed)
+      : rank_(static_cast<size_t>(c.rank)), start_(c.start_step) {
+    const auto& tensors = model.tensors();
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const TensorInfo& ti = tensors[t];
+      if (ti.shape.size() < 2 || ti.count == 0) continue;
+      const size_t rows = static_cast<size_t>(ti.shape[0]);
+      const size_t cols = ti.count / rows;
+      if ((rows + cols) * rank_ >= rows * cols) continue;  // no gain: sent uncompressed
+      Matrix m;
+      m.offset = ti.offset;
+      m.rows = rows;
+      m.cols = cols;
+      m.q.resize(cols * rank_);
+      fill_normal(m.q.data(), m.q.size(), seed, Purpose::kCompress, kInitStepWord,
+                  static_cast<uint32_t>(t));
+      matrices_.push_back(std::move(m));
+    }
+  }
+  WireCollective collective() const override { return WireCollective::kAllReduce; }
+
+  void reduce_bucket(const BucketJob& job) override {
+    CompressTally& t = *job.tally;
+    const size_t lo = job.offset, hi = job.offset + job.n;
+    const double f = job.ranks > 1 ? 2.0 * (job.ranks - 1) / job.ranks : 0.0;  // ring all-reduce bytes per byte
+    thread_local std::vector<float> dense, pbuf, qbuf;
+    double t0 = now_s();
+    // The tensors of this bucket: compressed matrices, and everything else (copied to `dense`).
+    std::vector<Matrix*> mats;
+    std::vector<std::pair<size_t, size_t>> rest;  // [begin, end) in the flat gradient
+    if (job.step >= start_) {
+      size_t cur = lo;
+      for (Matrix& m : matrices_) {
+        if (m.offset < lo || m.offset >= hi) continue;
+        mats.push_back(&m);
+      }
+      std::sort(mats.begin(), mats.end(), [](const Matrix* a, const Matrix* b) { return a->offset < b->offset; });
+      for (Matrix* m : mats) {
+        if (m->offset > cur) rest.emplace_back(cur, m->offset);
+        cur = m->offset + m->rows * m->cols;
+      }
+      if (cur < hi) rest.emplace_back(cur, hi);
+    } else {
+      rest.emplace_back(lo, hi);
+    }
+    const float* p = job.p - lo;  // indexable by flat offset
+    float* own = job.own_decoded - lo;
+    float* sum = job.sum - lo;
+    size_t dense_n = 0;
+    for (auto [b, e] : rest) dense_n += e - b;
+    dense.resize(dense_n);
+    size_t d = 0;
+    for (auto [b, e] : rest) {
+      std::copy(p + b, p + e, dense.begin() + static_cast<std::ptrdiff_t>(d));
+      std::copy(p + b, p + e, own + b);
+      d += e - b;
+    }
+    size_t p_elems = 0, q_elems = 0;
+    for (Matrix* m : mats) {
+      p_elems += m->rows * rank_;
+      q_elems += m->cols * rank_;
+    }
+    pbuf.resize(p_elems);
+    qbuf.resize(q_elems);
+    size_t po = 0;
+    for (Matrix* m : mats) {
+      powersgd_p(pbuf.data() + po, p + m->offset, m->q.data(), m->rows, m->cols, rank_);
+      po += m->rows * rank_;
+    }
+    double t1 = now_s();
+    t.compress_s += t1 - t0;
+    if (dense_n > 0) job.comm->all_reduce_sum(job.rank, dense.data(), dense_n);
+    if (p_elems > 0) job.comm->all_reduce_sum(job.rank, pbuf.data(), p_elems);
+    double t2 = now_s();
+    t.communicate_s += t2 - t1;
+    po = 0;
+    size_t qo = 0;
+    for (Matrix* m : mats) {
+      float* pm = pbuf.data() + po;
+      float* qm = qbuf.data() + qo;
+      orthogonalize_columns(pm, m->rows, rank_);
+      powersgd_q(qm, p + m->offset, pm, m->rows, m->cols, rank_);
+      // This rank's decoded message (error feedback): P Q_r^T.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m->rows), static_cast<int>(m->cols),
+                  static_cast<int>(rank_), 1.0f, pm, static_cast<int>(rank_), qm, static_cast<int>(rank_), 0.0f,
+                  own + m->offset, static_cast<int>(m->cols));
+      po += m->rows * rank_;
+      qo += m->cols * rank_;
+    }
+    double t3 = now_s();
+    t.compress_s += t3 - t2;
+    if (q_elems > 0) job.comm->all_reduce_sum(job.rank, qbuf.data(), q_elems);
+    double t4 = now_s();
+    t.communicate_s += t4 - t3;
+    po = 0;
+    qo = 0;
+    for (Matrix* m : mats) {
+      const float* pm = pbuf.data() + po;
+      float* qm = qbuf.data() + qo;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m->rows), static_cast<int>(m->cols),
+                  static_cast<int>(rank_), 1.0f, pm, static_cast<int>(rank_), qm, static_cast<int>(rank_), 0.0f,
+                  sum + m->offset, static_cast<int>(m->cols));
+      std::copy(qm, qm + m->cols * rank_, m->q.begin());  // warm start
+      po += m->rows * rank_;
+      qo += m->cols * rank_;
+    }
+    d = 0;
+    for (auto [b, e] : rest) {
+      std::copy(dense.begin() + static_cast<std::ptrdiff_t>(d), dense.begin() + static_cast<std::ptrdiff_t>(d + e - b),
+                sum + b);
+      d += e - b;
+    }
+    t.decompress_s += now_s() - t4;
+    const uint64_t bytes = 4 * static_cast<uint64_t>(dense_n + p_elems + q_elems);
+    t.payload_bytes += bytes;
+    t.wire_bytes += static_cast<uint64_t>(f * static_cast<double>(bytes));
+  }
+
+ private:
+  size_t rank_;
+  int64_t start_;
+  std::vector<Matrix> matrices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_powersgd(const RunConfig& rc, const Model& m, int) {
+  const CompressionConfig& c = rc.compression;
+  return std::make_unique<PowerSgd>(c, m, static_cast<uint64_t>(rc.training.seed));
+}
+
+}  // namespace gs

@@ -1,0 +1,102 @@
+// The bit-packed quantizers: `qsgd` (s levels, per-bucket norm), `terngrad` (2-bit codes, scale max |p|), `signsgd`
+// (fp32 scale mean |p| + 1 bit per value; vote: majority of signs) and `onebit` (two fp32 means + 1 bit per value).
+// Encodings and their random draws are kernels/compress.h's; all four all-gather their payloads. One class each.
+#include <algorithm>
+
+#include "kernels/compress.h"
+#include "sim/compress/compressor.h"
+
+namespace gs {
+namespace {
+
+class Qsgd final : public Compressor {
+ public:
+  explicit Qsgd(const CompressionConfig& c) : s_(static_cast<int>(c.levels)) {}
+  WireCollective collective() const override { return WireCollective::kAllGather; }
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    payload.resize(qsgd_encoded_bytes(job.n, s_));
+    qsgd_encode(payload.data(), job.p, job.n, s_, job.seed, job.stream());
+  }
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    qsgd_decode_add(out, payload, job.n, s_);
+  }
+
+ private:
+  int s_;
+};
+
+class TernGrad final : public Compressor {
+ public:
+  WireCollective collective() const override { return WireCollective::kAllGather; }
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    payload.resize(terngrad_encoded_bytes(job.n));
+    terngrad_encode(payload.data(), job.p, job.n, job.seed, job.stream());
+  }
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    terngrad_decode_add(out, payload, job.n);
+  }
+};
+
+// Payload: fp32 scale (mean |p|), then ceil(n/8) sign bytes. With vote, the receivers' sum is
+// vote_i * (sum over ranks of the scales): the majority sign with the magnitude the scaled-sign sum would have had
+// if every rank agreed (sign(0) = 0 on a tie).
+class SignSgd final : public Compressor {
+ public:
+  explicit SignSgd(const CompressionConfig& c) : vote_(c.vote) {}
+  WireCollective collective() const override { return WireCollective::kAllGather; }
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    payload.resize(sizeof(float) + sign_packed_bytes(job.n));
+    const float scale = sign_pack(payload.data() + sizeof(float), job.p, job.n);
+    std::memcpy(payload.data(), &scale, sizeof scale);
+  }
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    sign_unpack_add(out, payload + sizeof(float), job.n, get_at<float>(payload, 0));
+  }
+  bool combine(const BucketJob& job, const std::vector<const uint8_t*>& payloads,
+               const std::vector<size_t>&) override {
+    if (!vote_) return false;
+    std::vector<const uint8_t*> bits(payloads.size());
+    float scale_sum = 0.0f;
+    for (size_t r = 0; r < payloads.size(); ++r) {
+      bits[r] = payloads[r] + sizeof(float);
+      scale_sum += get_at<float>(payloads[r], 0);
+    }
+    sign_vote(job.sum, bits.data(), static_cast<int>(bits.size()), job.n);
+    for (size_t i = 0; i < job.n; ++i) job.sum[i] *= scale_sum;
+    return true;
+  }
+
+ private:
+  bool vote_;
+};
+
+class OneBit final : public Compressor {
+ public:
+  WireCollective collective() const override { return WireCollective::kAllGather; }
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    payload.resize(onebit_encoded_bytes(job.n));
+    onebit_encode(payload.data(), job.p, job.n);
+  }
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    onebit_decode_add(out, payload, job.n);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_qsgd(const RunConfig& rc, const Model&, int) {
+  const CompressionConfig& c = rc.compression;
+  return std::make_unique<Qsgd>(c);
+}
+std::unique_ptr<Compressor> make_terngrad(const RunConfig&, const Model&, int) {
+  return std::make_unique<TernGrad>();
+}
+std::unique_ptr<Compressor> make_signsgd(const RunConfig& rc, const Model&, int) {
+  const CompressionConfig& c = rc.compression;
+  return std::make_unique<SignSgd>(c);
+}
+std::unique_ptr<Compressor> make_onebit(const RunConfig&, const Model&, int) {
+  return std::make_unique<OneBit>();
+}
+
+}  // namespace gs

@@ -1,0 +1,269 @@
+// CompressedReduction (see reduce.h) and the default gather path of Compressor::reduce_bucket: encode, all-gather the
+// payloads (sizes first: payloads may differ per rank), decode and sum in rank order.
+#include "sim/compress/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/core/error.h"
+#include "sim/report/summary.h"
+
+namespace gs {
+
+const char* collective_name(WireCollective c) { return c == WireCollective::kAllReduce ? "all_reduce" : "all_gather"; }
+
+void encode_sparse(const float* p, const uint32_t* idx, size_t count, float scale, bool indices_implied,
+                   std::vector<uint8_t>& payload) {
+  const size_t idx_bytes = indices_implied ? 0 : count * sizeof(uint32_t);
+  payload.resize(idx_bytes + count * sizeof(float));
+  if (!indices_implied) std::memcpy(payload.data(), idx, idx_bytes);
+  float* vals = reinterpret_cast<float*>(payload.data() + idx_bytes);  // 4-byte aligned: idx_bytes % 4 == 0
+  if (scale == 1.0f) {
+    for (size_t j = 0; j < count; ++j) vals[j] = p[idx[j]];
+  } else {
+    for (size_t j = 0; j < count; ++j) vals[j] = scale * p[idx[j]];
+  }
+}
+
+void decode_sparse_add(const uint8_t* payload, size_t bytes, const uint32_t* implied_idx, float* out) {
+  const size_t count = implied_idx != nullptr ? bytes / sizeof(float) : bytes / (sizeof(uint32_t) + sizeof(float));
+  const uint8_t* vals = payload + (implied_idx != nullptr ? 0 : count * sizeof(uint32_t));
+  for (size_t j = 0; j < count; ++j) {
+    const uint32_t i = implied_idx != nullptr ? implied_idx[j] : get_at<uint32_t>(payload, j * sizeof(uint32_t));
+    out[i] += get_at<float>(vals, j * sizeof(float));
+  }
+}
+
+void Compressor::reduce_bucket(const BucketJob& job) {
+  thread_local std::vector<uint8_t> payload;
+  thread_local std::vector<float> send, recv;
+  thread_local std::vector<double> sizes;
+  CompressTally& t = *job.tally;
+  const int N = job.ranks;
+  double t0 = now_s();
+  encode(job, payload);
+  std::fill(job.own_decoded, job.own_decoded + job.n, 0.0f);
+  decode_add(job, job.rank, payload.data(), payload.size(), job.own_decoded);
+  double t1 = now_s();
+  t.compress_s += t1 - t0;
+  // Payload sizes (exact in double), then the payloads padded to the largest, as 4-byte words.
+  sizes.assign(static_cast<size_t>(N), 0.0);
+  sizes[static_cast<size_t>(job.rank)] = static_cast<double>(payload.size());
+  job.comm->all_reduce_sum(job.rank, sizes.data(), sizes.size());
+  size_t max_bytes = 0;
+  uint64_t total_bytes = 0;
+  for (double b : sizes) {
+    max_bytes = std::max(max_bytes, static_cast<size_t>(b));
+    total_bytes += static_cast<uint64_t>(b);
+  }
+  const size_t words = (max_bytes + 3) / 4;
+  send.assign(words, 0.0f);
+  if (!payload.empty()) std::memcpy(send.data(), payload.data(), payload.size());
+  recv.resize(words * static_cast<size_t>(N));
+  job.comm->all_gather(job.rank, recv.data(), send.data(), words);
+  double t2 = now_s();
+  t.communicate_s += t2 - t1;
+  std::vector<const uint8_t*> ptrs(static_cast<size_t>(N));
+  std::vector<size_t> szs(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r) {
+    ptrs[static_cast<size_t>(r)] = reinterpret_cast<const uint8_t*>(recv.data() + static_cast<size_t>(r) * words);
+    szs[static_cast<size_t>(r)] = static_cast<size_t>(sizes[static_cast<size_t>(r)]);
+  }
+  if (!combine(job, ptrs, szs)) {
+    std::fill(job.sum, job.sum + job.n, 0.0f);
+    for (int r = 0; r < N; ++r)
+      decode_add(job, r, ptrs[static_cast<size_t>(r)], szs[static_cast<size_t>(r)], job.sum);
+  }
+  t.decompress_s += now_s() - t2;
+  t.payload_bytes += payload.size();
+  // Ring all-gather of unequal blocks: every block but one's own crosses each link once: (N-1)/N of the total.
+  t.wire_bytes += N > 1 ? (static_cast<uint64_t>(N - 1) * total_bytes) / static_cast<uint64_t>(N) : 0;
+}
+
+// What one rank records per step.
+struct StepRecord {
+  uint64_t payload_bytes = 0;
+  uint64_t wire_bytes = 0;
+  double compress_s = 0.0;
+  double decompress_s = 0.0;
+  double relative_error = std::nan("");
+  double residual_norm = 0.0;
+};
+
+struct CompressedReduction::RankState {
+  std::unique_ptr<Compressor> comp;
+  std::vector<float> residual;  // error feedback e (n), empty without it
+  std::vector<float> own;       // decode(C(p)) of this rank (n)
+  std::vector<float> sum;       // sum over ranks of the decoded messages (n)
+  std::vector<float> exact;     // exact sum of the raw gradients (n), when measuring
+  std::vector<StepRecord> steps;
+};
+
+CompressedReduction::CompressedReduction(const RunConfig& config, const Model& model, Communicator& comm, int ranks,
+                                         const std::vector<std::pair<size_t, size_t>>& buckets)
+    : config_(config), model_(model), comm_(comm), ranks_(ranks), n_(model.num_params()), buckets_(buckets) {
+  GS_EXPECT(ranks_ < static_cast<int>(kSharedRank), "compression supports fewer than 65535 ranks");
+  GS_EXPECT(buckets_.size() < 0xffff, "compression supports fewer than 65535 buckets");
+  for (int r = 0; r < ranks_; ++r) {
+    auto s = std::make_unique<RankState>();
+    s->comp = make_compressor(config, model, ranks);
+    GS_EXPECT(s->comp != nullptr, "compression.kind \"none\" takes the uncompressed path");
+    if (config.compression.error_feedback && !s->comp->own_feedback()) s->residual.assign(n_, 0.0f);
+    s->own.resize(n_);
+    s->sum.resize(n_);
+    if (config.compression.measure_error) s->exact.resize(n_);
+    state_.push_back(std::move(s));
+  }
+}
+
+CompressedReduction::~CompressedReduction() = default;
+
+const std::vector<float>& CompressedReduction::residual(int rank) const {
+  const RankState& s = *state_[static_cast<size_t>(rank)];
+  const std::vector<float>* own = s.comp->own_residual();
+  return own != nullptr ? *own : s.residual;
+}
+
+void CompressedReduction::reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock) {
+  RankState& s = *state_[static_cast<size_t>(rank)];
+  Compressor& comp = *s.comp;
+  StepRecord rec;
+  // The exact sum, for the error statistics only: neither its time nor its bytes count as this run's traffic.
+  if (!s.exact.empty()) {
+    std::copy(grad, grad + n_, s.exact.begin());
+    comm_.all_reduce_sum(rank, s.exact.data(), n_);
+    comm_.take_stats(rank);
+  }
+  CompressTally tally;
+  double t0 = now_s();
+  const bool ef = !s.residual.empty();
+  if (ef)
+    for (size_t i = 0; i < n_; ++i) grad[i] += s.residual[i];  // p = g + e
+  tally.compress_s += now_s() - t0;
+  BucketJob job;
+  job.comm = &comm_;
+  job.rank = rank;
+  job.ranks = ranks_;
+  job.step = step;
+  job.seed = static_cast<uint64_t>(config_.training.seed);
+  job.divisor = global_samples;
+  job.tensors = &model_.tensors();
+  job.tally = &tally;
+  auto run = [&](uint32_t b, size_t begin, size_t end) {
+    job.bucket = b;
+    job.offset = begin;
+    job.n = end - begin;
+    job.p = grad + begin;
+    job.own_decoded = s.own.data() + begin;
+    job.sum = s.sum.data() + begin;
+    comp.reduce_bucket(job);
+  };
+  if (comp.whole_model()) {
+    run(0, 0, n_);
+  } else {
+    for (size_t b = 0; b < buckets_.size(); ++b) run(static_cast<uint32_t>(b), buckets_[b].first, buckets_[b].second);
+  }
+  double t1 = now_s();
+  double norm2 = 0.0;
+  if (ef) {
+    for (size_t i = 0; i < n_; ++i) {
+      const float e = grad[i] - s.own[i];  // e = p - decode(sent)
+      s.residual[i] = e;
+      norm2 += static_cast<double>(e) * e;
+    }
+  } else if (const std::vector<float>* v = comp.own_residual()) {
+    for (float x : *v) norm2 += static_cast<double>(x) * x;
+  }
+  double t2 = now_s();
+  tally.compress_s += t2 - t1;
+  const float S = static_cast<float>(global_samples);
+  if (comp.divides_itself()) {
+    std::copy(s.sum.begin(), s.sum.end(), grad);
+  } else {
+    for (size_t i = 0; i < n_; ++i) grad[i] = s.sum[i] / S;
+  }
+  tally.decompress_s += now_s() - t2;
+  if (!s.exact.empty()) {
+    double d2 = 0.0, x2 = 0.0;
+    for (size_t i = 0; i < n_; ++i) {
+      const double x = static_cast<double>(s.exact[i] / S);
+      const double d = static_cast<double>(grad[i]) - x;
+      d2 += d * d;
+      x2 += x * x;
+    }
+    rec.relative_error = x2 > 0 ? std::sqrt(d2 / x2) : (d2 > 0 ? INFINITY : 0.0);
+  }
+  CommStats st = comm_.take_stats(rank);
+  clock.add(Phase::kCompress, tally.compress_s + tally.decompress_s);
+  clock.add(Phase::kCommunicate, tally.communicate_s);
+  clock.move(Phase::kCommunicate, Phase::kWait, std::min(st.wait_s, tally.communicate_s));
+  clock.add_bytes(tally.wire_bytes);
+  rec.payload_bytes = tally.payload_bytes;
+  rec.wire_bytes = tally.wire_bytes;
+  rec.compress_s = tally.compress_s;
+  rec.decompress_s = tally.decompress_s;
+  rec.residual_norm = std::sqrt(norm2);
+  s.steps.push_back(rec);
+}
+
+namespace {
+
+json dist_json(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  if (v.empty()) return nullptr;
+  Summary s = summarize(v);
+  auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+  return {{"count", s.count}, {"min", num(s.min)}, {"p50", num(s.p50)}, {"p95", num(s.p95)},
+          {"max", num(s.max)}, {"mean", num(s.mean)}, {"last", num(v.back())}};
+}
+
+json ms_json(const std::vector<double>& seconds) {
+  Summary s = summarize(seconds);
+  return {{"count", s.count}, {"p50_ms", s.p50 * 1e3}, {"mean_ms", s.mean * 1e3}, {"total_ms", s.total * 1e3}};
+}
+
+}  // namespace
+
+json CompressedReduction::report() const {
+  const CompressionConfig& c = config_.compression;
+  const Compressor& comp = *state_.front()->comp;
+  std::vector<double> payload, wire, enc, dec, err, res;
+  for (const auto& s : state_) {
+    for (const auto& r : s->steps) {
+      payload.push_back(static_cast<double>(r.payload_bytes));
+      wire.push_back(static_cast<double>(r.wire_bytes));
+      enc.push_back(r.compress_s);
+      dec.push_back(r.decompress_s);
+    }
+  }
+  // Per step: the error is the same on every rank (same bits); the residual norm is averaged over ranks.
+  const size_t steps = state_.front()->steps.size();
+  for (size_t t = 0; t < steps; ++t) {
+    err.push_back(state_.front()->steps[t].relative_error);
+    double m = 0.0;
+    for (const auto& s : state_) m += t < s->steps.size() ? s->steps[t].residual_norm : 0.0;
+    res.push_back(m / static_cast<double>(ranks_));
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double a = 0.0;
+    for (double x : v) a += x;
+    return v.empty() ? 0.0 : a / static_cast<double>(v.size());
+  };
+  const double dense = static_cast<double>(n_) * 4.0;
+  const double pay = mean(payload);
+  json j;
+  j["kind"] = c.kind;
+  j["collective"] = collective_name(comp.collective());
+  j["error_feedback"] = comp.own_feedback() ? "own" : (c.error_feedback ? "plain" : "none");
+  j["dense_bytes_per_rank_per_step"] = dense;
+  j["payload_bytes_per_rank_per_step"] = pay;
+  j["wire_bytes_per_rank_per_step"] = mean(wire);
+  j["compression_ratio"] = pay > 0 ? json(dense / pay) : json(nullptr);
+  j["compress_time"] = ms_json(enc);
+  j["decompress_time"] = ms_json(dec);
+  j["relative_error"] = dist_json(err);
+  j["residual_norm"] = dist_json(res);
+  return j;
+}
+
+}  // namespace gs

@@ -1,0 +1,34 @@
+// `threshold`: every value with |p| >= tau (kernels/compress.h threshold_select), sent as index + value pairs; the
+// payload size varies per rank and step.
+#include "kernels/compress.h"
+#include "sim/compress/compressor.h"
+
+namespace gs {
+namespace {
+
+class Threshold final : public Compressor {
+ public:
+  explicit Threshold(const CompressionConfig& c) : tau_(static_cast<float>(c.tau)) {}
+  WireCollective collective() const override { return WireCollective::kAllGather; }
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    thread_local std::vector<uint32_t> idx;
+    idx.resize(job.n);
+    const size_t got = threshold_select(job.p, job.n, tau_, idx.data());
+    encode_sparse(job.p, idx.data(), got, 1.0f, false, payload);
+  }
+  void decode_add(const BucketJob&, int, const uint8_t* payload, size_t bytes, float* out) override {
+    decode_sparse_add(payload, bytes, nullptr, out);
+  }
+
+ private:
+  float tau_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_threshold(const RunConfig& rc, const Model&, int) {
+  const CompressionConfig& c = rc.compression;
+  return std::make_unique<Threshold>(c);
+}
+
+}  // namespace gs

@@ -1,0 +1,479 @@
+// The compression pipeline (sim/compress/): cases BC05, BC10, BC11, BC13, BC14 of ../shared/cases/strategy_cases.json
+// through CompressedReduction on real rank threads; the error-feedback invariant for every lossy compressor; DGC's
+// own invariant against an independent re-computation; PowerSGD on a low-rank gradient; bytes on the wire; config
+// refusals; the 4-rank convergence sweep. Expected values come from the cases, from math, or from a reference
+// computed here in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "kernels/rng.h"
+#include "sim/compress/reduce.h"
+#include "sim/strategy/strategy.h"
+#include "tests/unit/scenario_helpers.h"
+
+namespace gs {
+namespace {
+
+json load_case(const std::string& id) {
+  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
+  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
+  if (!in) return nullptr;
+  json all = json::parse(in);
+  for (const auto& c : all)
+    if (c["id"] == id) return c;
+  return nullptr;
+}
+
+float case_value(const json& v) {
+  if (v.is_string()) return v.get<std::string>() == "inf" ? std::numeric_limits<float>::infinity() : NAN;
+  return static_cast<float>(v.get<double>());
+}
+
+// A CompressedReduction over `ranks` rank threads for a linear model [in, out] (bias optional); one bucket.
+struct Harness {
+  RunConfig cfg;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<CompressedReduction> red;
+  size_t n = 0;
+
+  Harness(const json& compression, int ranks, int64_t in, int64_t out, bool bias, int64_t seed = 1) {
+    std::vector<ConfigIssue> issues;
+    json j = {{"model", {{"kind", "linear"}, {"layers", {in, out}}, {"bias", bias}, {"loss", "mse"}}},
+              {"data", {{"kind", "inline"}, {"ranks", json::array({json::array({{{"y", {{0.0}}}}})})}}},
+              {"compression", compression}};
+    cfg = config_from_json(j, issues);
+    // data.ranks / model sizes are not checked here: only the compression section matters.
+    cfg.cluster.ranks = ranks;
+    cfg.training.seed = seed;
+    model = make_model(cfg);
+    n = model->num_params();
+    comm = make_host_communicator(ranks);
+    red = std::make_unique<CompressedReduction>(cfg, *model, *comm, ranks,
+                                                std::vector<std::pair<size_t, size_t>>{{0, n}});
+  }
+
+  // One step: grads[r] (n each) are rank r's gradient sums; returns every rank's averaged gradient.
+  std::vector<std::vector<float>> step(std::vector<std::vector<float>> grads, double S, int64_t t) {
+    std::vector<std::thread> th;
+    std::vector<PhaseClock> clocks(grads.size());
+    for (size_t r = 0; r < grads.size(); ++r) {
+      th.emplace_back([&, r] {
+        clocks[r].begin_step();
+        red->reduce(static_cast<int>(r), t, grads[r].data(), S, clocks[r]);
+        clocks[r].end_step();
+      });
+    }
+    for (auto& x : th) x.join();
+    return grads;
+  }
+};
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+// ---- BC05: fp16 all-reduce with divide pre | post | split ----------------------------------------------------------
+
+TEST(CompressCases, BC05Fp16DivideModes) {
+  json c = load_case("BC05");
+  ASSERT_FALSE(c.is_null());
+  const int N = c["input"]["N"].get<int>();
+  std::vector<float> g;
+  for (const auto& v : c["input"]["per_rank_fp16_grad"]) g.push_back(case_value(v));
+  const std::map<std::string, json> expected = {{"split", c["expected"]["split_pre2_post4"]},
+                                                {"post", c["wrong_value"]["post_divide_only"]},
+                                                {"pre", c["wrong_value"]["pre_divide_only"]}};
+  for (const auto& [mode, want] : expected) {
+    Harness h({{"kind", "fp16"}, {"divide", mode}, {"measure_error", false}}, N, 2, 1, false);
+    // One sample per rank: S = N, so the division is the case's division by N.
+    auto out = h.step(std::vector<std::vector<float>>(static_cast<size_t>(N), g), N, 0);
+    for (int r = 0; r < N; ++r)
+      for (size_t i = 0; i < 2; ++i)
+        EXPECT_EQ(bits(out[static_cast<size_t>(r)][i]), bits(case_value(want[i])))
+            << "divide " << mode << " rank " << r << " element " << i << ": " << out[static_cast<size_t>(r)][i];
+  }
+  // The fp32 reference of the case: the split result equals it.
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(case_value(c["expected"]["split_pre2_post4"][i]), case_value(c["expected"]["reference_fp32_accumulate"][i]));
+}
+
+// ---- BC10: top-k ranks by magnitude; error feedback keeps the rest -------------------------------------------------
+
+TEST(CompressCases, BC10TopKErrorFeedback) {
+  json c = load_case("BC10");
+  ASSERT_FALSE(c.is_null());
+  const auto g = c["input"]["g_each_step"].get<std::vector<float>>();
+  Harness h({{"kind", "topk"}, {"k", c["input"]["k"]}, {"error_feedback", true}}, 1, 5, 1, false);
+  ASSERT_EQ(h.n, g.size());
+  for (const char* step : {"step1", "step2"}) {
+    auto out = h.step({g}, 1.0, step[4] - '1')[0];  // S = 1: the output is what was sent
+    const json& e = c["expected"][step];
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] != 0.0f) idx.push_back(i);
+    EXPECT_EQ(json(idx), e["indices"]) << step;
+    const auto& res = h.red->residual(0);
+    double norm2 = 0.0;
+    for (size_t i = 0; i < res.size(); ++i) {
+      EXPECT_EQ(res[i], static_cast<float>(e["residual"][i].get<double>())) << step << " residual " << i;
+      norm2 += static_cast<double>(res[i]) * res[i];
+    }
+    EXPECT_NEAR(norm2, e["residual_norm2"].get<double>(), 1e-6 * e["residual_norm2"].get<double>()) << step;
+    EXPECT_NE(json(idx), c["wrong_value"]["step1"]["indices"]);
+    if (e.contains("sent"))
+      for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], static_cast<float>(e["sent"][i].get<double>()));
+    if (e.contains("p"))  // p = g + e: what top-k ranked; the sent values are p's at the chosen indices
+      for (size_t i : idx) EXPECT_EQ(out[i], static_cast<float>(e["p"][i].get<double>()));
+  }
+}
+
+// ---- BC11: EF-signSGD feeds the error back --------------------------------------------------------------------------
+
+TEST(CompressCases, BC11SignSgdErrorFeedback) {
+  json c = load_case("BC11");
+  ASSERT_FALSE(c.is_null());
+  const auto g = c["input"]["g_each_step"].get<std::vector<float>>();
+  Harness h({{"kind", "signsgd"}, {"error_feedback", true}}, 1, 4, 1, false);
+  std::vector<double> sum_sent(4, 0.0);
+  for (int t = 0; t < c["input"]["steps"].get<int>(); ++t) {
+    auto out = h.step({g}, 1.0, t)[0];
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(out[i], c["expected"]["sent"][t][i].get<float>()) << "step " << t << " i " << i;
+      EXPECT_EQ(h.red->residual(0)[i], c["expected"]["memory"][t][i].get<float>()) << "step " << t << " i " << i;
+      sum_sent[i] += out[i];
+    }
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(sum_sent[i], c["expected"]["sum_sent"][i].get<double>());
+    EXPECT_NE(sum_sent[i], c["wrong_value"]["memory_unused_sum_sent"][i].get<double>());
+    EXPECT_EQ(sum_sent[i] + h.red->residual(0)[i], 3.0 * g[i]);  // the invariant: sum_sent + memory == sum_grads
+  }
+}
+
+// ---- BC13: QSGD levels and unbiasedness through the pipeline --------------------------------------------------------
+
+TEST(CompressCases, BC13QsgdLevelsAndMean) {
+  json c = load_case("BC13");
+  ASSERT_FALSE(c.is_null());
+  const auto v = c["input"]["v"].get<std::vector<float>>();
+  const int s = c["input"]["s"].get<int>();
+  Harness h({{"kind", "qsgd"}, {"levels", s}, {"measure_error", false}}, 1, 2, 1, false);
+  const int T = 20000;
+  std::vector<double> mean(2, 0.0);
+  std::vector<int> ups(2, 0);
+  for (int t = 0; t < T; ++t) {
+    auto out = h.step({v}, 1.0, t)[0];
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& oc = c["expected"]["outcomes"][i];  // [[p_up, up value], [p_down, down value]]
+      const float up = oc[0][1].get<float>(), down = oc[1][1].get<float>();
+      ASSERT_TRUE(out[i] == up || out[i] == down) << "element " << i << " decoded " << out[i];
+      ups[i] += out[i] == up;
+      mean[i] += out[i] / T;
+    }
+  }
+  // Mean within 5 standard errors (variance of element i: (norm/s)^2 p(1-p)); the up frequency likewise.
+  const double unit = 5.0 / s;
+  for (size_t i = 0; i < 2; ++i) {
+    const double p = c["expected"]["p_up"][i].get<double>();
+    const double se = unit * std::sqrt(p * (1 - p) / T);
+    EXPECT_NEAR(mean[i], c["expected"]["E"][i].get<double>(), 5 * se) << i;
+    EXPECT_NEAR(static_cast<double>(ups[i]) / T, p, 5 * std::sqrt(p * (1 - p) / T)) << i;
+  }
+}
+
+// ---- BC14: random-k needs d/k; top-k must not get it -----------------------------------------------------------------
+
+TEST(CompressCases, BC14RandomKUnbiasedScale) {
+  json c = load_case("BC14");
+  ASSERT_FALSE(c.is_null());
+  const auto x = c["input"]["x"].get<std::vector<float>>();
+  const int k = c["input"]["k"].get<int>();
+  Harness h({{"kind", "randomk"}, {"k", k}, {"unbiased", true}, {"measure_error", false}}, 1, 4, 1, false);
+  std::map<std::vector<float>, int> seen;
+  const int T = 6000;
+  for (int t = 0; t < T; ++t) seen[h.step({x}, 1.0, t)[0]] += 1;
+  ASSERT_EQ(seen.size(), 6u) << "every 2-subset of 4 indices appears";
+  // Over the 6 equally likely outcomes (enumerated): E = x and Var = (d/k - 1) ||x||^2, exactly.
+  std::vector<double> E(4, 0.0);
+  for (const auto& [o, cnt] : seen) {
+    int kept = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      if (o[i] != 0) {
+        ++kept;
+        EXPECT_EQ(o[i], 2.0f * x[i]);  // scaled by d/k = 2
+      }
+      E[i] += o[i] / 6.0;
+    }
+    EXPECT_EQ(kept, k);
+    EXPECT_NEAR(static_cast<double>(cnt) / T, 1.0 / 6, 5 * std::sqrt(5.0 / 36 / T));  // uniform over subsets
+  }
+  double var = 0.0;
+  for (const auto& [o, cnt] : seen)
+    for (size_t i = 0; i < 4; ++i) var += (o[i] - x[i]) * (o[i] - x[i]) / 6.0;
+  for (size_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(E[i], c["expected"]["E_scaled"][i].get<double>());
+  EXPECT_DOUBLE_EQ(var, c["expected"]["variance_scaled"].get<double>());
+  // Top-k keeps the two largest unscaled.
+  Harness top({{"kind", "topk"}, {"k", k}}, 1, 4, 1, false);
+  auto out = top.step({x}, 1.0, 0)[0];
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 3, 4}));
+  EXPECT_NE(json(out), c["wrong_value"]["topk_with_d_over_k"]);
+}
+
+// ---- Error feedback: sum of what was sent + residual == sum of the gradients -----------------------------------------
+
+TEST(CompressErrorFeedback, InvariantForEveryLossyCompressor) {
+  const std::vector<json> kinds = {
+      {{"kind", "fp16"}},          {{"kind", "bf16"}},       {{"kind", "fp8_e4m3"}},
+      {{"kind", "fp8_e5m2"}},      {{"kind", "topk"}, {"ratio", 0.1}},
+      {{"kind", "topk"}, {"ratio", 0.1}, {"scope", "model"}},
+      {{"kind", "randomk"}, {"ratio", 0.2}, {"unbiased", true}},
+      {{"kind", "threshold"}, {"tau", 0.8}}, {{"kind", "qsgd"}, {"levels", 4}},
+      {{"kind", "terngrad"}},      {{"kind", "signsgd"}},    {{"kind", "onebit"}},
+      {{"kind", "powersgd"}, {"rank", 1}}};
+  const int T = 6;
+  for (json k : kinds) {
+    k["error_feedback"] = true;
+    Harness h(k, 1, 12, 5, true);
+    std::vector<double> sum_g(h.n, 0.0), sum_sent(h.n, 0.0);
+    double scale = 0.0;
+    for (int t = 0; t < T; ++t) {
+      std::vector<float> g(h.n);
+      fill_normal(g.data(), h.n, 99, Purpose::kInit, static_cast<uint32_t>(t), 0);
+      for (size_t i = 0; i < h.n; ++i) {
+        sum_g[i] += g[i];
+        scale = std::max(scale, std::fabs(static_cast<double>(g[i])));
+      }
+      auto out = h.step({g}, 1.0, t)[0];  // one rank, S = 1: the output is the decoded message
+      for (size_t i = 0; i < h.n; ++i) sum_sent[i] += out[i];
+    }
+    const auto& e = h.red->residual(0);
+    ASSERT_EQ(e.size(), h.n);
+    double resid2 = 0.0;
+    for (size_t i = 0; i < h.n; ++i) {
+      // Exact in real arithmetic; float rounding of p = g + e and e = p - sent per step bounds the gap.
+      EXPECT_NEAR(sum_sent[i] + e[i], sum_g[i], 4 * T * scale * 6e-8 * 8) << k.dump() << " element " << i;
+      resid2 += static_cast<double>(e[i]) * e[i];
+    }
+    EXPECT_GT(resid2, 0.0) << k.dump() << ": a lossy compressor leaves a residual";
+  }
+}
+
+// Without error feedback nothing is kept.
+TEST(CompressErrorFeedback, OffKeepsNoResidual) {
+  Harness h({{"kind", "topk"}, {"k", 1}}, 1, 3, 1, false);
+  h.step({{1.0f, -3.0f, 2.0f}}, 1.0, 0);
+  auto out = h.step({{1.0f, -3.0f, 2.0f}}, 1.0, 1)[0];
+  EXPECT_EQ(out, (std::vector<float>{0, -3, 0}));  // with feedback step 2 would send p = [2, -3, 4] -> 4
+  EXPECT_TRUE(h.red->residual(0).empty());
+}
+
+// ---- DGC: momentum correction, masking; invariant sum(sent) + v == sum over steps of u ------------------------------
+
+TEST(CompressDgc, VelocityInvariantAgainstIndependentRecurrence) {
+  const double m = 0.9;
+  Harness h({{"kind", "dgc"}, {"ratio", 0.25}, {"momentum", m}, {"sample_ratio", 1.0}}, 1, 16, 4, false);
+  const int T = 8;
+  std::vector<double> u(h.n, 0.0), v(h.n, 0.0), sum_u(h.n, 0.0), sum_sent(h.n, 0.0);
+  for (int t = 0; t < T; ++t) {
+    std::vector<float> g(h.n);
+    fill_normal(g.data(), h.n, 7, Purpose::kInit, static_cast<uint32_t>(t), 0);
+    auto out = h.step({g}, 1.0, t)[0];
+    size_t sent = 0;
+    for (size_t i = 0; i < h.n; ++i) {
+      u[i] = m * u[i] + g[i];
+      v[i] += u[i];
+      sum_u[i] += u[i];
+      if (out[i] != 0.0f) {
+        ++sent;
+        EXPECT_NEAR(out[i], v[i], 1e-4 * (1 + std::fabs(v[i]))) << "sent value is the velocity";
+        sum_sent[i] += out[i];
+        u[i] = 0.0;  // momentum factor masking
+        v[i] = 0.0;
+      }
+    }
+    // sample_ratio 1: the threshold is the exact top-25% magnitude (ties aside), so 16 of 64 are sent.
+    EXPECT_EQ(sent, h.n / 4) << "step " << t;
+  }
+  const auto& vel = h.red->residual(0);
+  ASSERT_EQ(vel.size(), h.n);
+  for (size_t i = 0; i < h.n; ++i) {
+    EXPECT_NEAR(vel[i], v[i], 1e-4 * (1 + std::fabs(v[i])));
+    EXPECT_NEAR(sum_sent[i] + vel[i], sum_u[i], 1e-4 * (1 + std::fabs(sum_u[i])));
+  }
+}
+
+// ---- PowerSGD: exact on a gradient of rank <= r ------------------------------------------------------------------
+
+TEST(CompressPowerSgd, ExactOnLowRankGradient) {
+  const int N = 3, rows = 6, cols = 8, r = 2;
+  Harness h({{"kind", "powersgd"}, {"rank", r}}, N, cols, rows, true);
+  ASSERT_EQ(h.n, static_cast<size_t>(rows * cols + rows));
+  std::vector<float> U(rows * r), V(cols * r);
+  fill_normal(U.data(), U.size(), 5, Purpose::kInit, 0, 0);
+  fill_normal(V.data(), V.size(), 5, Purpose::kInit, 1, 0);
+  for (int t = 0; t < 3; ++t) {
+    std::vector<std::vector<float>> g(N, std::vector<float>(h.n));
+    std::vector<double> exact(h.n, 0.0);
+    for (int q = 0; q < N; ++q) {
+      // Rank q's weight gradient U diag(c_q) V^T (rank 2, same spaces on every rank); its bias is anything.
+      float c0 = 1.0f + q + t, c1 = 0.5f - q;
+      for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < cols; ++j)
+          g[q][i * cols + j] = U[i * r] * c0 * V[j * r] + U[i * r + 1] * c1 * V[j * r + 1];
+      for (int i = 0; i < rows; ++i) g[q][rows * cols + i] = 0.1f * (i - q);
+      for (size_t i = 0; i < h.n; ++i) exact[i] += g[q][i];
+    }
+    const double S = 6.0;
+    auto out = h.step(g, S, t);
+    double scale = 0.0;
+    for (double x : exact) scale = std::max(scale, std::fabs(x / S));
+    for (size_t i = 0; i < h.n; ++i) EXPECT_NEAR(out[0][i], exact[i] / S, 2e-5 * scale) << "step " << t << " i " << i;
+    EXPECT_EQ(out[0], out[N - 1]) << "every rank holds the same bits";
+  }
+  // Bytes: P (rows x r) + Q (cols x r) + the bias, fp32, against the dense rows*cols + rows.
+  json rep = h.red->report();
+  EXPECT_EQ(rep["payload_bytes_per_rank_per_step"].get<double>(), 4.0 * (rows * r + cols * r + rows));
+  EXPECT_EQ(rep["collective"], "all_reduce");
+}
+
+// A full-rank gradient is approximated, not reproduced (the test above is not vacuous).
+TEST(CompressPowerSgd, FullRankGradientIsApproximated) {
+  Harness h({{"kind", "powersgd"}, {"rank", 1}}, 1, 8, 6, false);
+  std::vector<float> g(h.n);
+  fill_normal(g.data(), h.n, 3, Purpose::kInit, 0, 0);
+  auto out = h.step({g}, 1.0, 0)[0];
+  double d2 = 0.0;
+  for (size_t i = 0; i < h.n; ++i) d2 += (out[i] - g[i]) * (out[i] - g[i]);
+  EXPECT_GT(d2, 1e-3);
+}
+
+// ---- Bytes on the wire and the report --------------------------------------------------------------------------------
+
+TEST(CompressReport, BytesRatioAndCollectivePerKind) {
+  // 2 ranks, linear 10 -> 4 with bias: n = 44 parameters in one bucket.
+  struct K {
+    json c;
+    double payload_bytes;
+    const char* collective;
+  };
+  const double n = 44;
+  const std::vector<K> kinds = {
+      {{{"kind", "fp16"}}, 2 * n, "all_reduce"},
+      {{{"kind", "fp8_e4m3"}}, n, "all_reduce"},
+      {{{"kind", "topk"}, {"k", 5}}, 5 * 8, "all_gather"},
+      {{{"kind", "randomk"}, {"k", 5}, {"shared_indices", true}}, 5 * 4, "all_gather"},
+      {{{"kind", "qsgd"}, {"levels", 4}}, 4 + std::ceil(n * 4 / 8), "all_gather"},  // 3 level bits + sign
+      {{{"kind", "terngrad"}}, 4 + std::ceil(n / 4), "all_gather"},
+      {{{"kind", "signsgd"}}, 4 + std::ceil(n / 8), "all_gather"},
+      {{{"kind", "onebit"}}, 8 + std::ceil(n / 8), "all_gather"},
+  };
+  for (const auto& k : kinds) {
+    Harness h(k.c, 2, 10, 4, true);
+    std::vector<float> g(h.n, 1.0f);
+    h.step({g, g}, 2.0, 0);
+    json rep = h.red->report();
+    EXPECT_EQ(rep["payload_bytes_per_rank_per_step"].get<double>(), k.payload_bytes) << k.c.dump();
+    EXPECT_DOUBLE_EQ(rep["compression_ratio"].get<double>(), 4 * n / k.payload_bytes) << k.c.dump();
+    EXPECT_EQ(rep["collective"], k.collective) << k.c.dump();
+    // Ring conventions: all-reduce 2(N-1)/N, all-gather (N-1)/N of the total of both ranks' payloads.
+    const double wire = std::string(k.collective) == "all_reduce" ? k.payload_bytes : k.payload_bytes;
+    EXPECT_EQ(rep["wire_bytes_per_rank_per_step"].get<double>(), std::floor(wire)) << k.c.dump();
+  }
+}
+
+TEST(CompressReport, RunReportCarriesCompressionSection) {
+  json s = {{"name", "cr"},
+            {"model", {{"kind", "mlp"}, {"layers", {8, 12, 4}}}},
+            {"data", {{"kind", "teacher"}, {"batch_per_rank", 8},
+                      {"teacher", {{"in_dim", 8}, {"hidden", 12}, {"out_dim", 4}, {"train_samples", 1024},
+                                   {"eval_samples", 256}}}}},
+            {"cluster", {{"ranks", 2}}},
+            {"training", {{"steps", 5}, {"eval_every", 0}}},
+            {"compression", {{"kind", "topk"}, {"k", 3}, {"error_feedback", true}}}};
+  auto runs = test::run_scenario_text(s.dump());
+  ASSERT_EQ(runs.size(), 1u);
+  const json& c = runs[0]["compression"];
+  ASSERT_TRUE(c.is_object()) << runs[0].dump();
+  // Parameters: 8*12 + 12 + 12*4 + 4 = 160, one bucket (first bucket 1 MiB): k = 3 kept.
+  EXPECT_EQ(c["dense_bytes_per_rank_per_step"].get<double>(), 640.0);
+  EXPECT_EQ(c["payload_bytes_per_rank_per_step"].get<double>(), 24.0);
+  EXPECT_EQ(runs[0]["communication"]["bytes_sent_per_rank_per_step"][0].get<double>(), 24.0);  // (2-1)/2 * 48
+  EXPECT_EQ(c["relative_error"]["count"].get<int>(), 5);
+  EXPECT_GT(c["relative_error"]["p50"].get<double>(), 0.0);
+  // Step 1 has no residual yet: top-k of the exact gradients keeps part of the norm, so its error is below 1.
+  EXPECT_LT(c["relative_error"]["min"].get<double>(), 1.0);
+  EXPECT_EQ(c["error_feedback"], "plain");
+  EXPECT_GT(c["residual_norm"]["last"].get<double>(), 0.0);
+}
+
+// ---- Config: kind-specific fields refused where they do not apply ---------------------------------------------------
+
+TEST(CompressConfig, KindSpecificFieldsRefused) {
+  auto issues_of = [](const json& j) {
+    std::vector<ConfigIssue> issues;
+    config_from_json(j, issues);
+    return issues;
+  };
+  auto iss = issues_of({{"compression", {{"kind", "fp16"}, {"ratio", 0.1}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.ratio");
+  EXPECT_NE(iss[0].message.find("\"topk\""), std::string::npos) << iss[0].message;
+  EXPECT_NE(iss[0].message.find("\"fp16\""), std::string::npos) << iss[0].message;
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"divide", "post"}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.divide");
+  iss = issues_of({{"compression", {{"kind", "dgc"}, {"error_feedback", true}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.error_feedback");
+  iss = issues_of({{"compression", {{"kind", "zip"}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.kind");
+  iss = issues_of({{"sync", {{"kind", "independent"}}}, {"compression", {{"kind", "fp16"}}},
+                   {"model", {{"kind", "quadratic"}, {"a", {{1.0}}}, {"b", {{0.0}}}, {"initial_w", {1.0}}}},
+                   {"data", {{"kind", "none"}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.kind");
+}
+
+}  // namespace
+}  // namespace gs
+
+namespace gs {
+namespace {
+
+// ---- Convergence: the compressors that should track uncompressed training do (4 ranks, same step budget) ----------
+
+TEST(CompressConvergence, FourRankSweepWithinTwoPointsOfUncompressed) {
+  json s = {{"name", "conv"},
+            {"model", {{"kind", "mlp"}, {"layers", {16, 32, 4}}}},
+            {"data", {{"kind", "teacher"}, {"batch_per_rank", 16},
+                      {"teacher", {{"in_dim", 16}, {"hidden", 32}, {"out_dim", 4}, {"noise", 0.0},
+                                   {"train_samples", 8192}, {"eval_samples", 2048}}}}},
+            {"cluster", {{"ranks", 4}}},
+            {"training", {{"steps", 400}, {"eval_every", 0},
+                          {"optimizer", {{"kind", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}}}}},
+            {"sweep", {{"zip", {{"compression.kind", {"none", "fp16", "topk", "powersgd"}},
+                                {"compression.ratio", {0.01, 0.01, 0.1, 0.01}},
+                                {"compression.error_feedback", {false, false, true, true}}}}}}};
+  auto runs = test::run_scenario_text(s.dump());
+  ASSERT_EQ(runs.size(), 4u);
+  const double base = runs[0]["convergence"]["final"]["eval_accuracy"].get<double>();
+  EXPECT_GT(base, 0.6) << "the uncompressed run learns the teacher (else the comparison says nothing)";
+  for (size_t i = 1; i < runs.size(); ++i) {
+    const double acc = runs[i]["convergence"]["final"]["eval_accuracy"].get<double>();
+    EXPECT_NEAR(acc, base, 0.02) << runs[i]["id"];
+    EXPECT_GT(runs[i]["compression"]["compression_ratio"].get<double>(), 1.0) << runs[i]["id"];
+  }
+}
+
+}  // namespace
+}  // namespace gs
