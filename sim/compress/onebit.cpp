@@ -1,0 +1,27 @@
+// `onebit`: 1-bit SGD (Seide et al. 2014): sign bits with the bucket's positive and negative means as the two
+// reconstruction values (kernels/compress.h onebit_encode); payloads all-gathered, decoded, summed.
+#include "kernels/compress.h"
+#include "sim/compress/compressor.h"
+
+namespace gs {
+namespace {
+
+class OneBit final : public Compressor {
+ public:
+  WireCollective collective() const override { return WireCollective::kAllGather; }
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    payload.resize(onebit_encoded_bytes(job.n));
+    onebit_encode(payload.data(), job.p, job.n);
+  }
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    onebit_decode_add(out, payload, job.n);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_onebit(const RunConfig&, const Model&, int) {
+  return std::make_unique<OneBit>();
+}
+
+}  // namespace gs
