@@ -69,6 +69,7 @@ class Cast final : public Compressor {
     t.decompress_s += now_s() - t2;
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
     t.payload_bytes += bytes;
+    t.calls.push_back({WireCollective::kAllReduce, static_cast<double>(bytes)});
     t.wire_bytes += static_cast<uint64_t>(2.0 * (job.ranks - 1) / job.ranks * static_cast<double>(bytes));
   }
 

@@ -25,6 +25,13 @@ constexpr uint32_t kSharedRank = 0xffff;
 enum class WireCollective { kAllReduce, kAllGather };
 const char* collective_name(WireCollective c);
 
+// One collective a compressor issued for a bucket, for the modeled clock: NCCL's nBytes (all-reduce: the buffer;
+// all-gather: the whole gathered output).
+struct WireCall {
+  WireCollective kind = WireCollective::kAllReduce;
+  double bytes = 0.0;
+};
+
 // Seconds and bytes one rank spends on one step's compression (filled by the jobs, read by the reducer).
 struct CompressTally {
   double compress_s = 0.0;    // encode (and error-feedback bookkeeping)
@@ -32,6 +39,13 @@ struct CompressTally {
   double communicate_s = 0.0; // inside collectives (waiting included; the reducer splits out the wait)
   uint64_t payload_bytes = 0; // this rank's encoded gradient: index + value bytes, bit-packed sizes, norms, scales
   uint64_t wire_bytes = 0;    // bytes this rank puts on the wire (ring conventions of CommStats)
+  // Modeled clock, per bucket (the reducer prices and clears them after each job): the collectives in issue order,
+  // the encode passes over the bucket's fp32 input (top-k: 2, a histogram and a select pass; default 1), and
+  // FLOPs of encode / decode kernels (PowerSGD's products; 0: memory-bound passes).
+  std::vector<WireCall> calls;
+  double encode_input_passes = 1.0;
+  double encode_flops = 0.0;
+  double decode_flops = 0.0;
 };
 
 // One bucket of one rank's step. The compressor reads p (the rank's gradient sum plus the error-feedback residual),

@@ -102,6 +102,14 @@ class PowerSgd final : public Compressor {
     t.compress_s += t1 - t0;
     if (dense_n > 0) job.comm->all_reduce_sum(job.rank, dense.data(), dense_n);
     if (p_elems > 0) job.comm->all_reduce_sum(job.rank, pbuf.data(), p_elems);
+    if (dense_n > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(dense_n)});
+    if (p_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(p_elems)});
+    // FLOPs: P = M Q, Q = M^T P and this rank's P Q^T (2 rows cols r each); Gram-Schmidt 2 rows r^2; decode P Q^T.
+    for (const Matrix* m : mats) {
+      const double mn = static_cast<double>(m->rows * m->cols), r = static_cast<double>(rank_);
+      t.encode_flops += 6.0 * mn * r + 2.0 * static_cast<double>(m->rows) * r * r;
+      t.decode_flops += 2.0 * mn * r;
+    }
     double t2 = now_s();
     t.communicate_s += t2 - t1;
     po = 0;
@@ -121,6 +129,7 @@ class PowerSgd final : public Compressor {
     double t3 = now_s();
     t.compress_s += t3 - t2;
     if (q_elems > 0) job.comm->all_reduce_sum(job.rank, qbuf.data(), q_elems);
+    if (q_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(q_elems)});
     double t4 = now_s();
     t.communicate_s += t4 - t3;
     po = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "sim/core/error.h"
+#include "sim/cost/step_cost.h"
 #include "sim/report/summary.h"
 
 namespace gs {
@@ -75,6 +76,7 @@ void Compressor::reduce_bucket(const BucketJob& job) {
       decode_add(job, r, ptrs[static_cast<size_t>(r)], szs[static_cast<size_t>(r)], job.sum);
   }
   t.decompress_s += now_s() - t2;
+  t.calls.push_back({WireCollective::kAllGather, 4.0 * static_cast<double>(words) * N});
   t.payload_bytes += payload.size();
   // Ring all-gather of unequal blocks: every block but one's own crosses each link once: (N-1)/N of the total.
   t.wire_bytes += N > 1 ? (static_cast<uint64_t>(N - 1) * total_bytes) / static_cast<uint64_t>(N) : 0;
@@ -124,7 +126,8 @@ const std::vector<float>& CompressedReduction::residual(int rank) const {
   return own != nullptr ? *own : s.residual;
 }
 
-void CompressedReduction::reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock) {
+void CompressedReduction::reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock,
+                                 StepCost* cost) {
   RankState& s = *state_[static_cast<size_t>(rank)];
   Compressor& comp = *s.comp;
   StepRecord rec;
@@ -156,7 +159,12 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
     job.p = grad + begin;
     job.own_decoded = s.own.data() + begin;
     job.sum = s.sum.data() + begin;
+    const uint64_t payload_before = tally.payload_bytes;
+    tally.calls.clear();
+    tally.encode_input_passes = 1.0;
+    tally.encode_flops = tally.decode_flops = 0.0;
     comp.reduce_bucket(job);
+    if (cost != nullptr) price_bucket(*cost, tally, begin, end, tally.payload_bytes - payload_before, ef);
   };
   if (comp.whole_model()) {
     run(0, 0, n_);
@@ -204,6 +212,34 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   rec.decompress_s = tally.decompress_s;
   rec.residual_norm = std::sqrt(norm2);
   s.steps.push_back(rec);
+}
+
+void CompressedReduction::price_bucket(StepCost& cost, const CompressTally& t, size_t begin, size_t end,
+                                       uint64_t payload_bytes, bool ef) const {
+  // On the bucket's chain: encode (error feedback p = g + e: read 2, write 1; the compressor's passes over p; the
+  // payload written), the collectives at their real sizes, then decode-and-sum (every received payload read, the fp32
+  // sum written; error feedback e = p - decode: read 2, write 1).
+  const GradRange range{begin, end};
+  const double dense = 4.0 * static_cast<double>(end - begin);
+  const double payload = static_cast<double>(payload_bytes);
+  const double enc = (ef ? 3.0 * dense : 0.0) + t.encode_input_passes * dense + payload;
+  if (t.encode_flops > 0) {
+    cost.add_op(Phase::kCompress, t.encode_flops, enc, Precision::kFp32, 1.0, range);
+  } else {
+    cost.add_pass(Phase::kCompress, enc, range);
+  }
+  double received = 0.0;
+  for (const WireCall& c : t.calls) {
+    cost.add_collective(c.kind == WireCollective::kAllReduce ? CollectiveKind::kAllReduce : CollectiveKind::kAllGather,
+                        c.bytes, range);
+    received += c.bytes;
+  }
+  const double dec = received + dense + (ef ? 3.0 * dense : 0.0);
+  if (t.decode_flops > 0) {
+    cost.add_op(Phase::kCompress, t.decode_flops, dec, Precision::kFp32, 1.0, range);
+  } else {
+    cost.add_pass(Phase::kCompress, dec, range);
+  }
 }
 
 namespace {

@@ -14,6 +14,7 @@
 namespace gs {
 
 struct Bucket;
+class StepCost;
 
 class CompressedReduction {
  public:
@@ -26,7 +27,10 @@ class CompressedReduction {
   // over the step's samples, (sum over ranks of decode(C(g_r + e_r))) / S, the same bits on every rank. Updates the
   // rank's error-feedback residual. Times go to clock phases compress (encode + decode), communicate and wait; the
   // wire bytes to clock.add_bytes.
-  void reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock);
+  // With cost (the rank's modeled step), every bucket's encode, collectives (real payload bytes) and decode are
+  // priced on that bucket's chain (see price_bucket).
+  void reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock,
+              StepCost* cost = nullptr);
 
   // The report's "compression" object (reports/README.md). Call after the run.
   nlohmann::json report() const;
@@ -36,6 +40,8 @@ class CompressedReduction {
 
  private:
   struct RankState;
+  void price_bucket(StepCost& cost, const CompressTally& t, size_t begin, size_t end, uint64_t payload_bytes,
+                    bool ef) const;
   const RunConfig& config_;
   const Model& model_;
   Communicator& comm_;

@@ -75,9 +75,12 @@ class AllReduce final : public SyncStrategy {
   // The modeled step: one all-reduce per bucket (fp32 gradients), overlapped with backward, then the optimizer.
   void price(const StepInput& in) const {
     if (in.cost == nullptr) return;
-    for (const Bucket& b : buckets_)
-      in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
-                              GradRange{b.begin, b.end});
+    // Compressed: CompressedReduction prices encode, the real payload collectives and decode per bucket.
+    if (!compressed_) {
+      for (const Bucket& b : buckets_)
+        in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
+                                GradRange{b.begin, b.end});
+    }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
   }
 
@@ -90,7 +93,7 @@ class AllReduce final : public SyncStrategy {
     PhaseClock& clock = *in.clock;
     if (compressed_) {
       // Compressed communication: in.grad becomes the average over the step's samples.
-      compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock);
+      compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock, in.cost);
       PhaseTimer t(clock, Phase::kOptimizer);
       optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
       return;

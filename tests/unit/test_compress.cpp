@@ -479,3 +479,38 @@ TEST(CompressConvergence, FourRankSweepWithinTwoPointsOfUncompressed) {
 
 }  // namespace
 }  // namespace gs
+
+namespace gs {
+namespace {
+
+// ---- Modeled clock: encode/decode priced as passes, the collective at the real payload size ----------------------
+
+TEST(CompressModeled, BucketCollectiveCarriesThePayloadBytes) {
+  json s = {{"name", "cm"},
+            {"model", {{"kind", "mlp"}, {"layers", {8, 12, 4}}}},
+            {"data", {{"kind", "teacher"}, {"batch_per_rank", 8},
+                      {"teacher", {{"in_dim", 8}, {"hidden", 12}, {"out_dim", 4}, {"train_samples", 1024},
+                                   {"eval_samples", 256}}}}},
+            {"cluster", {{"ranks", 4}}},
+            {"training", {{"steps", 3}, {"eval_every", 0}}},
+            {"sweep", {{"zip", {{"compression.kind", {"none", "fp16", "topk"}}, {"compression.k", {0, 0, 3}}}}}}};
+  auto runs = test::run_scenario_text(s.dump());
+  ASSERT_EQ(runs.size(), 3u);
+  auto bucket_bytes = [](const json& run) {
+    return run["timing"]["modeled"]["communication"]["buckets"][0]["bytes"].get<double>();
+  };
+  auto compress_ms = [](const json& run) {
+    return run["timing"]["modeled"]["phases"]["compress"]["all"]["p50_ms"].get<double>();
+  };
+  // 160 parameters in one bucket. none: the fp32 all-reduce; fp16: the all-reduce of 2-byte values; topk k = 3:
+  // all-gather of 4 ranks x (3 indices + 3 values), NCCL's nBytes being the whole gathered output.
+  EXPECT_EQ(bucket_bytes(runs[0]), 640.0);
+  EXPECT_EQ(bucket_bytes(runs[1]), 320.0);
+  EXPECT_EQ(bucket_bytes(runs[2]), 4.0 * 24.0);
+  EXPECT_EQ(compress_ms(runs[0]), 0.0);
+  EXPECT_GT(compress_ms(runs[1]), 0.0);
+  EXPECT_GT(compress_ms(runs[2]), 0.0);
+}
+
+}  // namespace
+}  // namespace gs
