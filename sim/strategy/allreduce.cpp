@@ -93,9 +93,11 @@ class AllReduce final : public SyncStrategy {
     PhaseClock& clock = *in.clock;
     if (compressed_) {
       // Compressed communication: in.grad becomes the average over the step's samples.
+      // The precision step (loss-scale unscale/check/skip, clipping) runs on that average as without compression;
+      // error-feedback residuals stay in the loss-scaled units of the step that made them.
       compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock, in.cost);
       PhaseTimer t(clock, Phase::kOptimizer);
-      optimizers_[static_cast<size_t>(in.rank)]->step(params(in.rank), in.grad, 0, n_, in.lr, in.step + 1);
+      apply_update(in.rank, in.grad, in.lr, in.step);
       return;
     }
     {
