@@ -182,6 +182,26 @@ TEST(CompressCases, BC13QsgdLevelsAndMean) {
       mean[i] += out[i] / T;
     }
   }
+  // The variance formula: sum over elements of (norm/s)^2 p(1-p) is the case's 0.625; the empirical variance (one
+  // more pass with the same draws) agrees within 5 standard errors of a sample variance, sqrt((mu4 - var^2) / T).
+  {
+    Harness again({{"kind", "qsgd"}, {"levels", s}, {"measure_error", false}}, 1, 2, 1, false);
+    double var_formula = 0.0, emp = 0.0, se2 = 0.0;
+    for (size_t i = 0; i < 2; ++i) {
+      const double p = c["expected"]["p_up"][i].get<double>(), u = 5.0 / s;
+      const double var = u * u * p * (1 - p);
+      const double mu4 = std::pow(u, 4) * p * (1 - p) * (p * p * p + std::pow(1 - p, 3));
+      var_formula += var;
+      se2 += (mu4 - var * var) / T;
+    }
+    EXPECT_NEAR(var_formula, c["expected"]["variance"].get<double>(), 1e-12);
+    for (int t = 0; t < T; ++t) {
+      auto out = again.step({v}, 1.0, t)[0];
+      for (size_t i = 0; i < 2; ++i) emp += (out[i] - v[i]) * (out[i] - v[i]) / T;
+    }
+    EXPECT_NEAR(emp, var_formula, 5 * std::sqrt(se2)) << "empirical variance";
+    EXPECT_GT(std::fabs(emp - c["wrong_value"]["p_up_swapped"]["variance"].get<double>()), 5 * std::sqrt(se2));
+  }
   // Mean within 5 standard errors (variance of element i: (norm/s)^2 p(1-p)); the up frequency likewise.
   const double unit = 5.0 / s;
   for (size_t i = 0; i < 2; ++i) {
@@ -510,6 +530,73 @@ TEST(CompressModeled, BucketCollectiveCarriesThePayloadBytes) {
   EXPECT_EQ(compress_ms(runs[0]), 0.0);
   EXPECT_GT(compress_ms(runs[1]), 0.0);
   EXPECT_GT(compress_ms(runs[2]), 0.0);
+}
+
+}  // namespace
+}  // namespace gs
+
+namespace gs {
+namespace {
+
+// ---- signSGD majority vote, PowerSGD start_step, DGC warm-up ---------------------------------------------------------
+
+TEST(CompressSignVote, MajorityOfSignsTimesSummedScales) {
+  // 3 ranks, 4 values; rank r's scale is mean |g_r|. Votes: +,+,- -> +; -,-,+ -> -; and so on.
+  const std::vector<std::vector<float>> g = {{1, -2, 3, -4}, {2, -2, -1, -1}, {-3, 2, -1, 1}};
+  Harness h({{"kind", "signsgd"}, {"vote", true}, {"measure_error", false}}, 3, 4, 1, false);
+  auto out = h.step(g, 1.0, 0);
+  const float scales = 2.5f + 1.5f + 1.75f;  // means of |g_r|
+  const std::vector<float> want = {scales, -scales, -scales, -scales};
+  EXPECT_EQ(out[0], want);
+  EXPECT_EQ(out[2], want);
+  // Two ranks disagreeing everywhere: sign(0) = 0.
+  Harness tie({{"kind", "signsgd"}, {"vote", true}, {"measure_error", false}}, 2, 2, 1, false);
+  auto t = tie.step({{1, -1}, {-1, 1}}, 1.0, 0);
+  EXPECT_EQ(t[0], (std::vector<float>{0, 0}));
+}
+
+TEST(CompressPowerSgd, DenseBeforeStartStep) {
+  Harness h({{"kind", "powersgd"}, {"rank", 1}, {"start_step", 2}}, 2, 8, 6, false);
+  for (int t = 0; t < 3; ++t) {
+    std::vector<std::vector<float>> g(2, std::vector<float>(h.n));
+    fill_normal(g[0].data(), h.n, 11, Purpose::kInit, static_cast<uint32_t>(t), 0);
+    fill_normal(g[1].data(), h.n, 11, Purpose::kInit, static_cast<uint32_t>(t), 1);
+    auto out = h.step(g, 2.0, t);
+    double d2 = 0.0;
+    for (size_t i = 0; i < h.n; ++i) {
+      const float avg = (g[0][i] + g[1][i]) / 2.0f;  // the fp32 all-reduce sum, divided by S
+      d2 += (out[0][i] - avg) * (out[0][i] - avg);
+    }
+    if (t < 2) {
+      EXPECT_EQ(d2, 0.0) << "step " << t << " is the dense all-reduce";
+    } else {
+      EXPECT_GT(d2, 1e-3) << "step " << t << " is rank-1 compressed";
+    }
+  }
+}
+
+TEST(CompressDgc, RatioWarmsUpExponentially) {
+  // ratio 1/16, 1 warm-up step: step 0 keeps (1/16)^(1/2) = 1/4 of 64 values, step 1 keeps 1/16.
+  Harness h({{"kind", "dgc"}, {"ratio", 0.0625}, {"warmup_steps", 1}, {"sample_ratio", 1.0}, {"momentum", 0.0}}, 1,
+            16, 4, false);
+  for (int t = 0; t < 3; ++t) {
+    std::vector<float> g(h.n);
+    fill_normal(g.data(), h.n, 5, Purpose::kInit, static_cast<uint32_t>(t), 0);
+    auto out = h.step({g}, 1.0, t)[0];
+    size_t sent = 0;
+    for (float x : out) sent += x != 0.0f;
+    EXPECT_EQ(sent, t == 0 ? 16u : 4u) << "step " << t;
+  }
+}
+
+TEST(CompressDgc, LocalClippingBoundsTheFirstMessage) {
+  // momentum 0, every value sent (ratio 1): the first message is g scaled to norm clip_norm.
+  Harness h({{"kind", "dgc"}, {"ratio", 1.0}, {"clip_norm", 0.5}, {"sample_ratio", 1.0}, {"momentum", 0.0}}, 1, 4,
+            1, false);
+  const std::vector<float> g = {3, 4, 0, 0};  // norm 5
+  auto out = h.step({g}, 1.0, 0)[0];
+  EXPECT_FLOAT_EQ(out[0], 0.3f);
+  EXPECT_FLOAT_EQ(out[1], 0.4f);
 }
 
 }  // namespace
