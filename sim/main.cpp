@@ -13,12 +13,14 @@
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
+#include "sim/report/file_io.h"
 #include "sim/runtime/driver.h"
 #include "sim/strategy/strategy.h"
 
 namespace {
 
 constexpr int kExitBadInput = 2;
+constexpr int kExitReportIo = 3;  // the report could not be written (README: exit status)
 
 std::string default_scenario() {
   const char* rel = "scenarios/quickstart.json";
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
 
   std::string scenario_file, out_dir, filter, hardware, validate_hardware;
   std::vector<std::string> sets;
-  bool dry_run = false, resume = false, quiet = false;
+  bool dry_run = false, resume = false, retry_failed = false, quiet = false;
   CLI::App* run = app.add_subcommand("run", "run a scenario's sweep and write its report");
   run->add_option("scenario", scenario_file, "scenario file (default: scenarios/quickstart.json)");
   run->add_option("--out", out_dir, "report folder (default: reports/<scenario name>)");
@@ -94,7 +96,10 @@ int main(int argc, char** argv) {
                   "(same as --set cluster.hardware=NAME)");
   run->add_option("--filter", filter, "run only the runs whose id matches this regular expression");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
-  run->add_flag("--resume", resume, "keep the runs already in the report and run only the missing ids");
+  CLI::Option* resume_flag =
+      run->add_flag("--resume", resume, "keep the runs already in the report; run the missing and interrupted ids");
+  run->add_flag("--retry-failed", retry_failed, "with --resume: also rerun failed, diverged and timed-out runs")
+      ->needs(resume_flag);
   run->add_flag("--quiet", quiet, "no progress on stderr");
 
   std::string validate_file;
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
     }
     if (run->parsed()) {
       gs::install_stop_handlers();
+      gs::install_test_faults();  // GRADSWEEP_TEST_FAULTS (tests only; nothing when unset)
       if (scenario_file.empty()) scenario_file = default_scenario();
       if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
@@ -156,10 +162,15 @@ int main(int argc, char** argv) {
       o.out_dir = out_dir;
       o.filter = filter;
       o.resume = resume;
+      o.retry_failed = retry_failed;
       o.argv = args;
       o.quiet = quiet;
       return gs::run_sweep(s, o);
     }
+  } catch (const gs::ReportIoError& e) {
+    std::fprintf(stderr, "gradsweep: %s\ngradsweep: the report could not be written; runs journaled so far are kept "
+                 "(--resume continues once the folder is writable)\n", e.what());
+    return kExitReportIo;
   } catch (const gs::ScenarioError& e) {
     std::fprintf(stderr, "%s\n%zu problem%s; nothing was run\n", e.what(), e.issues().size(),
                  e.issues().size() == 1 ? "" : "s");

@@ -2,8 +2,11 @@
 # Installs whatever gradsweep needs that is missing (Debian packages through apt-get, the tools' Python virtual
 # environment from tools/requirements.txt) and does nothing when everything is there. Quiet unless it has work to do.
 # Usage: tools/setup.sh            (CI runs it as root; elsewhere it uses sudo when available)
+#        tools/setup.sh --fuzz     also clang and its runtime libraries (libFuzzer) for tools/fuzz.sh
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fuzz=0
+[[ "${1:-}" == "--fuzz" ]] && fuzz=1
 
 packages=(
   build-essential cmake ninja-build ccache git pkg-config
@@ -12,6 +15,7 @@ packages=(
   dataset-fashion-mnist
   python3 python3-venv python3-pip python3-matplotlib python3-numpy python3-jsonschema python3-pytest
 )
+((fuzz)) && packages+=(clang libclang-rt-dev)
 
 missing=()
 for p in "${packages[@]}"; do

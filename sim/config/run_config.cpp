@@ -120,6 +120,8 @@ void visit_fields(V& v, RunConfig& c) {
   v(tr.target.value, F("training.target.value", "time to target: accuracy >= value, or loss <= value"));
   v(tr.seed, F("training.seed", "seed of initialization and shuffling (repeat r uses seed + r)").at_least(0)
                  .at_most(4294967295.0));
+  v(tr.run_timeout_s, F("training.run_timeout_s", "wall-clock limit of one run in seconds: past it the run stops at "
+                                                  "the next step boundary as `timeout` (0: none)").at_least(0).at_most(1e7));
 
   auto& sy = c.sync;
   v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)").one_of({"allreduce", "independent"}));
@@ -633,11 +635,38 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (structural_ok) {
     try {
       auto model = make_model(c);
+      if (static_cast<double>(model->num_params()) > kMaxParams)
+        add("model.layers", fmt::format("{} parameters is more than the limit of {:.0f} (2^32) for a run with "
+                                        "arithmetic", model->num_params(), kMaxParams));
       if (c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
         add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
                                         model->num_params()));
     } catch (const std::exception& e) {
       issues.push_back(issue_from_exception(e.what(), "model"));
+    }
+    if (!issues.empty()) return;
+    // Absurd data settings for a run with arithmetic, refused before anything is built (the limits are far above
+    // any real use and keep validation itself bounded in time and memory).
+    if (d.kind == "teacher") {
+      const auto& t = d.teacher;
+      const double weights = static_cast<double>(t.hidden) * static_cast<double>(t.in_dim + t.out_dim);
+      const double eval_madds = static_cast<double>(t.eval_samples) * weights;
+      if (weights > kMaxTeacherWeights)
+        add("data.teacher.hidden", fmt::format("the teacher has {:.0f} weights (hidden x (in_dim + out_dim)), more "
+                                               "than the limit of {:.0f}", weights, kMaxTeacherWeights));
+      else if (eval_madds > kMaxTeacherEvalMadds)
+        add("data.teacher.eval_samples", fmt::format("generating the evaluation set takes {:.3g} multiply-adds "
+                                                     "(eval_samples x hidden x (in_dim + out_dim)), more than the "
+                                                     "limit of {:.0e}", eval_madds, kMaxTeacherEvalMadds));
+    }
+    if (c.training.epochs > 0 && (d.kind == "teacher" || d.kind == "fashion_mnist")) {
+      const double train = d.kind == "teacher" ? static_cast<double>(d.teacher.train_samples) : 60000.0;
+      const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
+                            static_cast<double>(d.batch_per_rank);
+      const double steps = std::floor(c.training.epochs * std::floor(train / global));
+      if (steps > kMaxSteps)
+        add("training.epochs", fmt::format("{} epochs are {:.0f} optimizer steps, more than the limit of {:.0f}",
+                                           c.training.epochs, steps, kMaxSteps));
     }
     if (!issues.empty()) return;
     // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
@@ -655,9 +684,25 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = checked.find(cache_key);
+      const auto& t = d.teacher;
+      const double teacher_weights = static_cast<double>(t.hidden) * static_cast<double>(t.in_dim + t.out_dim);
+      const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
+                            static_cast<double>(d.batch_per_rank);
       if (it != checked.end()) {
         result = it->second;
+      } else if (d.kind == "teacher" &&
+                 (teacher_weights > 1e7 || teacher_weights * static_cast<double>(t.eval_samples) > 1e8)) {
+        // Too large to build just to check it (validation stays fast and small): the constructor's checks here.
+        result.in_dim = t.in_dim;
+        result.out_dim = t.out_dim;
+        if (t.task == "classification" && t.out_dim < 2)
+          result.error = "data.teacher.out_dim: classification needs at least 2 classes";
+        else if (global > static_cast<double>(t.train_samples))
+          result.error = fmt::format("data.batch_per_rank: one global batch (ranks x accumulation_steps x "
+                                     "batch_per_rank = {:.0f} samples) exceeds the training set ({} samples)",
+                                     global, t.train_samples);
       } else {
+        if (checked.size() >= 4096) checked.clear();  // bounded (the fuzzer validates millions of settings)
         try {
           auto ds = make_dataset(c);
           result.in_dim = ds->in_dim();
@@ -686,11 +731,26 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
       }
       const int64_t K = c.training.accumulation_steps;
       int64_t period = 1;
-      for (const auto& v : sizes) period = std::min<int64_t>(std::lcm(period, static_cast<int64_t>(v.size())), 100000);
+      for (const auto& v : sizes)
+        if (!v.empty()) period = std::min<int64_t>(std::lcm(period, static_cast<int64_t>(v.size())), 100000);
+      // Samples in K consecutive micro-batches from position s of a rank's cyclic list, from its prefix sums in
+      // O(1) (K can be 65536 and the period 100000).
+      std::vector<std::vector<size_t>> prefix;
+      for (const auto& v : sizes) {
+        std::vector<size_t> p(v.size() + 1, 0);
+        for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
+        prefix.push_back(p);
+      }
       for (int64_t t = 0; t < std::min(period, c.training.steps); ++t) {
         size_t n = 0;
-        for (const auto& v : sizes)
-          for (int64_t k = 0; k < K; ++k) n += v[static_cast<size_t>((t * K + k) % static_cast<int64_t>(v.size()))];
+        for (const auto& p : prefix) {
+          const auto L = static_cast<int64_t>(p.size()) - 1;
+          if (L <= 0) continue;
+          const int64_t s = (t * K) % L, rem = K % L;
+          n += static_cast<size_t>(K / L) * p.back();
+          n += s + rem <= L ? p[static_cast<size_t>(s + rem)] - p[static_cast<size_t>(s)]
+                            : (p.back() - p[static_cast<size_t>(s)]) + p[static_cast<size_t>(s + rem - L)];
+        }
         if (n == 0) {
           add("data.ranks", fmt::format("step {} has no samples on any rank (its micro-batches are all empty)", t + 1));
           break;

@@ -99,6 +99,7 @@ struct TrainingConfig {
   double clip_grad_norm = 0.0;         // > 0: clip the averaged (unscaled) gradient to this global L2 norm
   TargetConfig target;
   int64_t seed = 1;
+  double run_timeout_s = 0.0;          // > 0: stop the run as `timeout` at the first step boundary past this
 };
 
 struct SyncConfig {
@@ -159,6 +160,12 @@ struct RunConfig {
 
 constexpr int64_t kTraceMaxParams = 10000;
 constexpr int64_t kMaxRanks = 1024;
+// Limits on runs with arithmetic, refused at validation with the limit named (absurd settings, not this machine's
+// memory: that is the run-time memory check, sim/runtime/memory.h).
+constexpr double kMaxParams = 4294967296.0;         // parameters per replica (16 GiB of fp32)
+constexpr double kMaxSteps = 1e9;                   // optimizer steps, also when given as epochs
+constexpr double kMaxTeacherWeights = 1073741824.0;  // teacher weights hidden x (in_dim + out_dim) (4 GiB)
+constexpr double kMaxTeacherEvalMadds = 1e12;        // multiply-adds to generate the teacher's evaluation set
 
 // One problem found in a scenario: the JSON path (dotted, "" for the document) and what was expected.
 struct ConfigIssue {

@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -186,6 +189,9 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   j["num_params"] = r.num_params;
   j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
   j["compression"] = r.compression;
+  j["divergence"] = r.disposition == "diverged"
+                        ? json{{"step", r.divergence_step}, {"quantity", r.divergence_quantity}}
+                        : json(nullptr);
   bool has_steps = !r.steps.empty() && !r.steps[0].empty();
   if (has_steps) {
     json phases = json::object();
@@ -301,53 +307,21 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   return j;
 }
 
-namespace {
-
-// Writes all of data to fd (retrying short writes and EINTR); throws gs::Error naming path.
-void write_all(int fd, const std::string& data, const std::string& path) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = ::write(fd, data.data() + off, data.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-    off += static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
-  try {
-    write_all(fd, text, tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(e));
-  }
-}
-
-ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume)
+ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
+                           const std::vector<std::string>& rerun)
     : dir_(std::move(dir)), header_(std::move(header)) {
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) throw Error("cannot create the report folder " + dir_ + ": " + ec.message());
+  if (file_ops().mkdirs(dir_) != 0)
+    throw ReportIoError("cannot create the report folder " + dir_ + ": " + std::strerror(errno));
   // One writer per folder: a second sweep into the same folder would interleave the journal.
   std::string lock_path = dir_ + "/.lock";
-  lock_.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
-  if (lock_.fd < 0) throw Error("cannot create " + lock_path + ": " + std::strerror(errno));
+  lock_.fd = file_ops().open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_.fd < 0)
+    throw ReportIoError("cannot write in the report folder " + dir_ + " (creating .lock: " + std::strerror(errno) + ")");
   if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
     throw Error("another gradsweep is writing " + dir_ + "; wait for it or choose another --out");
   }
+  remove_stale_temporaries(report_path());  // left by a writer killed mid-write
   // The journal's first line says which scenario (file hash and overrides) its runs belong to.
   const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides}};
   auto write_identity = [&] {
@@ -416,11 +390,22 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   }
   for (const auto& run : found) {
     if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) continue;
-    if (run.value("disposition", "") == "interrupted") {  // unfinished: run again
+    const std::string disposition = run.value("disposition", "");
+    if (std::find(rerun.begin(), rerun.end(), disposition) != rerun.end()) {  // unfinished or retried: run again
       runs_.erase(run["id"].get<std::string>());
       continue;
     }
     runs_[run["id"].get<std::string>()] = run;
+  }
+  if (journal_ok) {
+    // A line cut by a kill or a full disk ends without a newline: cut it off, or the next appended line would be
+    // glued to it and lost to the next --resume.
+    std::error_code size_ec;
+    const auto size = std::filesystem::file_size(journal_path(), size_ec);
+    std::ifstream whole(journal_path(), std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(whole)), std::istreambuf_iterator<char>());
+    const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    if (!size_ec && keep < size) std::filesystem::resize_file(journal_path(), keep, size_ec);
   }
   if (!journal_ok) {
     // Keep what report.json held in the fresh journal, so report.json can always be rebuilt from the journal.
@@ -433,18 +418,7 @@ ReportWriter::LockFile::~LockFile() {
   if (fd >= 0) ::close(fd);  // releases the flock
 }
 
-void ReportWriter::append_line(const std::string& line) {
-  int fd = ::open(journal_path().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) throw Error("cannot append to " + journal_path() + ": " + std::strerror(errno));
-  try {
-    write_all(fd, line, journal_path());
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::fdatasync(fd);
-  ::close(fd);
-}
+void ReportWriter::append_line(const std::string& line) { append_file_durable(journal_path(), line); }
 
 void ReportWriter::add(const json& run, Rewrite rewrite) {
   runs_[run["id"].get<std::string>()] = run;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sim/config/scenario.h"
+#include "sim/report/file_io.h"
 #include "sim/runtime/rank_loop.h"
 
 namespace gs {
@@ -28,15 +29,18 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
 class ReportWriter {
  public:
   // dir: the report folder (created). resume: keep the runs already in the journal/report (their ids are done(),
-  // except `interrupted` ones); otherwise start empty. The journal's first line records the scenario's sha256 and
-  // overrides; resuming throws gs::Error when report.json or the journal belongs to another scenario or overrides,
-  // or when it cannot tell.
-  ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume);
+  // except those whose disposition is in `rerun`: `interrupted`, and with --retry-failed also failed, diverged and
+  // timeout); otherwise start empty. The journal's first line records the scenario's sha256 and overrides; resuming
+  // throws gs::Error when report.json or the journal belongs to another scenario or overrides, or when it cannot
+  // tell. Throws ReportIoError when the folder cannot be created or written.
+  ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
+               const std::vector<std::string>& rerun = {"interrupted"});
   ReportWriter(const ReportWriter&) = delete;
   ReportWriter& operator=(const ReportWriter&) = delete;
   // Ids already in the report (resume).
   bool done(const std::string& id) const { return runs_.count(id) > 0; }
-  // Appends a finished run to the journal (flushed) and rewrites report.json unless that would cost more than about
+  // Appends a finished run to the journal (flushed; ReportIoError when it cannot, the journal cut back to its
+  // previous length) and rewrites report.json unless that would cost more than about
   // 5% of the time: the rewrite waits until 20 x the last rewrite's duration has passed, capped at max_interval_s. So
   // small reports are current after every run, and a long sweep's growing report is rewritten at most every few
   // seconds.
@@ -44,7 +48,7 @@ class ReportWriter {
   enum class Rewrite { kAuto, kJournalOnly };
   void add(const json& run, Rewrite rewrite = Rewrite::kAuto);
   static constexpr double kMaxRewriteIntervalS = 3.0;
-  // Rewrites report.json now (atomically).
+  // Rewrites report.json now (atomically; ReportIoError when it cannot, the previous report.json intact).
   void flush();
   std::string report_path() const { return dir_ + "/report.json"; }
   std::string journal_path() const { return dir_ + "/runs.jsonl"; }
@@ -64,8 +68,5 @@ class ReportWriter {
     ~LockFile();
   } lock_;
 };
-
-// Writes text to path atomically: path.tmp.<pid> in the same folder, fsync, rename.
-void write_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace gs

@@ -11,7 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "sim/model/model.h"
 #include "sim/report/report.h"
+#include "sim/runtime/memory.h"
 #include "sim/runtime/rank_loop.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -90,7 +92,9 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   header["axes"] = axes;
   header["repeats"] = s.repeats;
   bool replacing = !o.resume && std::ifstream(dir + "/report.json").good();
-  ReportWriter writer(dir, s, header, o.resume);
+  std::vector<std::string> rerun = {"interrupted"};
+  if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
+  ReportWriter writer(dir, s, header, o.resume, rerun);
   writer.flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
   if (replacing && !o.quiet)
     std::fprintf(stderr, "gradsweep: replacing the runs of the existing %s/report.json (--resume keeps them)\n",
@@ -107,6 +111,17 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     std::fprintf(stderr, "gradsweep: %s; %zu to run%s -> %s\n", describe_expansion(s).c_str(), todo.size(),
                  o.resume ? fmt::format(" ({} already in the report)", writer.size()).c_str() : "",
                  writer.report_path().c_str());
+  // Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step so a test can signal it there.
+  size_t stop_run = 0;
+  int64_t stop_step = 0;
+  if (auto f = test_fault("stop_at")) {
+    unsigned long long run_n = 0;
+    long long step_n = 0;
+    if (std::sscanf(f->c_str(), "%llu:%lld", &run_n, &step_n) != 2)
+      throw Error("GRADSWEEP_TEST_FAULTS: stop_at expects RUN:STEP, got \"" + *f + "\"");
+    stop_run = static_cast<size_t>(run_n);
+    stop_step = static_cast<int64_t>(step_n);
+  }
   int exit_code = 0;
   double sweep0 = now_s();
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -116,8 +131,10 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     RunHooks hooks;
     hooks.stop = &g_stop;
     double run0 = now_s();
-    if (tty) {
+    if (tty || stop_run == i + 1) {
       hooks.on_step = [&](int64_t step, int64_t total, double loss) {
+        if (stop_run == i + 1 && step == stop_step) ::raise(SIGSTOP);
+        if (!tty) return;
         double t = now_s();
         if (t - last_print < 0.2 && step != total) return;
         last_print = t;
@@ -127,9 +144,38 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
                      fmt_duration(eta).c_str());
       };
     }
-    RunResult res = run_training(spec.config, hooks);
-    json run = run_to_json(spec, res);
-    writer.add(run);
+    // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
+    json memory = nullptr;
+    RunResult res;
+    if (run_does_arithmetic(spec.config)) {
+      int64_t num_params = 0;
+      try {
+        num_params = static_cast<int64_t>(make_model(spec.config)->num_params());
+      } catch (const std::exception&) {
+        // run_training reports the model's error as a failed run
+      }
+      const std::optional<int64_t> available = available_memory_bytes();
+      memory = estimate_run_memory(spec.config, num_params).to_json();
+      memory["available_bytes"] = available ? json(*available) : json(nullptr);
+      if (available) res.message = memory_skip_reason(spec.config, num_params, *available);
+    }
+    if (res.message.empty()) {
+      res = run_training(spec.config, hooks);
+    } else {
+      res.disposition = "skipped";
+    }
+    json run = res.disposition == "skipped" ? run_stub_json(spec, res.disposition, res.message) : run_to_json(spec, res);
+    run["memory"] = memory;
+    try {
+      writer.add(run);
+    } catch (const ReportIoError&) {
+      // The journal cannot take the run (disk full): keep report.json as current as the disk allows, then stop.
+      try {
+        writer.flush();
+      } catch (const ReportIoError&) {
+      }
+      throw;
+    }
     if (res.disposition == "failed") exit_code = 1;
     if (!o.quiet) {
       const json& fin = run["convergence"]["final"];

@@ -12,13 +12,16 @@ namespace gs {
 struct DriverOptions {
   std::string out_dir;               // "" = reports/<scenario name>
   std::string filter;                // ECMAScript regex searched in run ids ("" = all)
-  bool resume = false;               // run only ids not yet in the report
+  bool resume = false;               // run only ids not yet in the report (and the interrupted ones)
+  bool retry_failed = false;         // with resume: also rerun failed, diverged and timeout runs
   std::vector<std::string> argv;     // recorded in the report's context
   bool quiet = false;                // no progress output
 };
 
 // Returns the process exit code: 0 when every run that ran passed or diverged, 1 when one failed, 130/143 when
-// interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, unwritable folder).
+// interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, another writer) and
+// ReportIoError when the report cannot be written (unwritable folder, disk full): the sweep stops there, the
+// previous report.json stays intact and the runs journaled so far are kept for --resume.
 int run_sweep(const Scenario& scenario, const DriverOptions& options);
 
 // Installs the SIGINT/SIGTERM handlers that turn the first signal into a stop request (idempotent). main calls it

@@ -29,6 +29,15 @@ namespace gs {
 namespace {
 
 constexpr int64_t kEvalChunk = 1024;
+// The per-step control values all-reduced by every rank (see rank_main).
+enum : size_t { kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kControlCount };
+
+// Number of non-finite values in x[0..n) (divergence checks; one pass, no branches in the loop).
+size_t count_non_finite(const float* x, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += !std::isfinite(x[i]);
+  return bad;
+}
 
 // Evaluates params on the whole evaluation set in chunks; returns (mean loss, accuracy or nullopt).
 std::pair<double, std::optional<double>> evaluate(const Model& model, const Dataset& data, const float* params,
@@ -127,6 +136,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.steps.assign(static_cast<size_t>(ranks), {});
     const bool trace = config.report.trace;
     const int64_t eval_every = config.training.eval_every;
+    const double timeout_s = config.training.run_timeout_s;
 
     // Initial parameters: identical on every rank (written once per distinct buffer).
     std::vector<float> init(n);
@@ -191,12 +201,15 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         StepCost& cost = cost_slots[static_cast<size_t>(step & 1)][static_cast<size_t>(rank)];
         cost.clear();
         std::fill(grad.begin(), grad.end(), 0.0f);
-        // Control values all-reduced once per step: local samples, local loss sum, and rank 0's reading of the stop
-        // request, so every rank makes the same stop decision at the same step.
-        double ctl[3] = {0.0, 0.0, 0.0};
-        if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[2] = 1.0;
+        // Control values all-reduced once per step: local samples, local loss sum, rank 0's reading of the stop
+        // request and of the run's time limit (so every rank makes the same stop decision at the same step), and
+        // the non-finite parameters entering the step and gradient entries of this step (divergence).
+        double ctl[kControlCount] = {};
+        if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[kCtlStop] = 1.0;
+        if (rank == 0 && timeout_s > 0 && now_s() - wall0 > timeout_s) ctl[kCtlTimeout] = 1.0;
         const float* params = strategy->params(rank);
         precision.loss_scale = strategy->loss_scale(rank);
+        ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
         for (int64_t k = 0; k < K; ++k) {
           {
             PhaseTimer t(clock, Phase::kData);
@@ -227,10 +240,13 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         if (check_nonfinite && !first_nonfinite[static_cast<size_t>(rank)]) {
           if (scan_gradient(grad.data(), 0, n, false).nonfinite) first_nonfinite[static_cast<size_t>(rank)] = step + 1;
         }
+        // Under loss scaling a non-finite gradient is the scaler's to handle (it skips the step and lowers the scale),
+        // not a divergence.
+        ctl[kCtlBadGrad] = check_nonfinite ? 0.0 : static_cast<double>(count_non_finite(grad.data(), n));
         const double local_samples = ctl[0];
         {
           PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
-          comm->all_reduce_sum(rank, ctl, 3);
+          comm->all_reduce_sum(rank, ctl, kControlCount);
           comm->take_stats(rank);
         }
         if (rank == 0 && step > 0) model_step(step - 1);
@@ -238,7 +254,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         // Every rank sees the same S, so every rank stops here together.
         if (global_samples <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
         const double train_loss = ctl[1] / global_samples;
-        {
+        // The first non-finite quantity of the step, in the order computed: the parameters entering it (the last
+        // update's result), the loss (forward), the gradient (backward). A diverged step applies no update.
+        const char* non_finite = ctl[kCtlBadParams] > 0  ? "parameters"
+                                 : !std::isfinite(train_loss) ? "train_loss"
+                                 : ctl[kCtlBadGrad] > 0       ? "gradient"
+                                                              : nullptr;
+        const bool diverged = non_finite != nullptr;
+        if (!diverged) {
           GS_NVTX_RANGE("sync");
           StepInput in;
           in.rank = rank;
@@ -262,10 +285,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           res.samples_trained += global_samples;
           res.steps_completed = step + 1;
         }
-        const bool diverged = !std::isfinite(train_loss);
         const bool last = step + 1 == total;
         const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
-        const bool stop_now = ctl[2] > 0;
+        const bool timed_out = ctl[kCtlTimeout] > 0;
+        const bool stop_now = ctl[kCtlStop] > 0 || timed_out;
         if (trace || want_eval || stop_now || diverged) {
           comm->barrier(rank);  // parameters of this step are final everywhere
           if (rank == 0) {
@@ -286,10 +309,29 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             }
             if (diverged) {
               res.disposition = "diverged";
-              res.message = fmt::format("training loss became non-finite at step {}", step + 1);
+              res.divergence_quantity = non_finite;
+              if (ctl[kCtlBadParams] > 0) {
+                // The parameters entering this step came from the previous step's update.
+                res.divergence_step = step;
+                res.message = step == 0 ? "the initial parameters are non-finite"
+                                        : fmt::format("diverged at step {}: the first non-finite quantity is the "
+                                                      "parameters after its update ({:.0f} values over all ranks)",
+                                                      step, ctl[kCtlBadParams]);
+              } else {
+                res.divergence_step = step + 1;
+                res.message = std::isfinite(train_loss)
+                                  ? fmt::format("diverged at step {}: the first non-finite quantity is the gradient "
+                                                "({:.0f} values over all ranks; training loss {:.6g})",
+                                                step + 1, ctl[kCtlBadGrad], train_loss)
+                                  : fmt::format("diverged at step {}: the first non-finite quantity is the training "
+                                                "loss ({}; the parameters entering the step were finite)",
+                                                step + 1, train_loss);
+              }
             } else if (stop_now && !last) {
-              res.disposition = "interrupted";
-              res.message = fmt::format("stopped after step {} of {}", step + 1, total);
+              res.disposition = timed_out ? "timeout" : "interrupted";
+              res.message = timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed",
+                                                    step + 1, total, timeout_s)
+                                      : fmt::format("stopped after step {} of {}", step + 1, total);
             }
             if (diverged || (stop_now && !last)) stop_all.store(true);
             if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
@@ -308,6 +350,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
 
     res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
     res.compression = strategy->compression_report();
+    // The last update can overflow after the last loss was computed.
+    if (res.disposition == "passed" && count_non_finite(strategy->eval_params(), n) > 0) {
+      res.disposition = "diverged";
+      res.divergence_step = res.steps_completed;
+      res.divergence_quantity = "parameters";
+      res.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its "
+                                "update", res.steps_completed);
+    }
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

@@ -41,8 +41,10 @@ struct PrecisionResult {
 };
 
 struct RunResult {
-  std::string disposition = "passed";  // passed | diverged | failed | skipped | interrupted
+  std::string disposition = "passed";  // passed | diverged | failed | skipped | interrupted | timeout
   std::string message;
+  int64_t divergence_step = 0;          // diverged: the step whose result was the first non-finite quantity
+  std::string divergence_quantity;      // diverged: parameters | train_loss | gradient
   int64_t steps_planned = 0;
   int64_t steps_completed = 0;
   double wall_s = 0.0;
@@ -76,8 +78,10 @@ struct RunHooks {
 // Throws gs::Error when the data cannot supply one global batch.
 int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch);
 
-// Runs one configuration. Errors inside the run are returned as disposition "failed" with the message; a
-// non-finite training loss stops the run as "diverged" with the data so far.
+// Runs one configuration. Errors inside the run are returned as disposition "failed" with the message. A non-finite
+// parameter, training loss or gradient stops the run as "diverged" with the data so far (the step and the first
+// non-finite quantity named); training.run_timeout_s > 0 stops it as "timeout" at the first step boundary past the
+// limit; hooks.stop as "interrupted".
 RunResult run_training(const RunConfig& config, const RunHooks& hooks = {});
 
 }  // namespace gs

@@ -1,0 +1,205 @@
+// Memory estimate of a run (memory.h): one term per component, from the allocations the code makes (named beside
+// each term), and the fit check with the largest setting that would fit. A new allocation that grows with a setting
+// gets its term here.
+#include "sim/runtime/memory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sim/runtime/clock.h"
+#include "sim/runtime/rank_loop.h"
+
+namespace gs {
+namespace {
+
+constexpr int64_t kF = 4;                    // bytes per float
+constexpr int64_t kFashionTrain = 60000;     // Debian's dataset-fashion-mnist (docs/data.md)
+constexpr int64_t kFashionTest = 10000;
+constexpr int64_t kFashionPixels = 784;
+constexpr int64_t kEvalChunkRows = 1024;     // rank_loop.cpp kEvalChunk
+constexpr int64_t kOrderCacheEntries = 8;    // dataset_registry.cpp: shuffled orders kept
+constexpr int64_t kStepTimesReserved = 1 << 16;  // PhaseClock::reserve in rank_loop.cpp
+constexpr int64_t kTileBytes = 4096 * 4;     // allreduce.cpp kTileElems floats per rank
+
+int64_t numbers_in(const json& j) {
+  if (j.is_number()) return 1;
+  int64_t n = 0;
+  if (j.is_array() || j.is_object())
+    for (const auto& v : j) n += numbers_in(v);
+  return n;
+}
+
+// Forward/backward buffers of a dense stack for `rows` samples (kernels/dense.cpp make_dense_scratch): pre-activations
+// of every layer, post-activations of the hidden ones, two gradient buffers of the widest layer.
+int64_t dense_scratch_bytes(const std::vector<int64_t>& widths, int64_t rows) {
+  int64_t floats = 0, widest = 1;
+  for (size_t l = 1; l < widths.size(); ++l) {
+    floats += rows * widths[l] * (l + 1 < widths.size() ? 2 : 1);
+    widest = std::max(widest, widths[l]);
+  }
+  return (floats + 2 * rows * widest) * kF;
+}
+
+int64_t train_samples(const RunConfig& c) {
+  if (c.data.kind == "fashion_mnist") return kFashionTrain;
+  if (c.data.kind == "teacher") return c.data.teacher.train_samples;
+  return 0;
+}
+
+int64_t planned_steps_estimate(const RunConfig& c) {
+  if (c.training.epochs <= 0) return c.training.steps;
+  const int64_t global = c.cluster.ranks * c.training.accumulation_steps * c.data.batch_per_rank;
+  const int64_t per_epoch = global > 0 ? train_samples(c) / global : 0;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(c.training.epochs * static_cast<double>(per_epoch))));
+}
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+}  // namespace
+
+int64_t MemoryEstimate::total_bytes() const {
+  return dataset_bytes + parameters_bytes + gradients_bytes + optimizer_bytes + residuals_bytes + activations_bytes +
+         communication_bytes + records_bytes;
+}
+
+json MemoryEstimate::to_json() const {
+  return {{"total_bytes", total_bytes()},           {"dataset_bytes", dataset_bytes},
+          {"parameters_bytes", parameters_bytes},   {"gradients_bytes", gradients_bytes},
+          {"optimizer_bytes", optimizer_bytes},     {"residuals_bytes", residuals_bytes},
+          {"activations_bytes", activations_bytes}, {"communication_bytes", communication_bytes},
+          {"records_bytes", records_bytes}};
+}
+
+MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
+  MemoryEstimate e;
+  const int64_t N = c.cluster.ranks, b = c.data.batch_per_rank, n = num_params;
+  const bool classification = c.model.loss == "cross_entropy";
+  const int64_t in = c.model.layers.empty() ? 0 : c.model.layers.front();
+  const int64_t out = c.model.layers.empty() ? 0 : c.model.layers.back();
+  int64_t eval_rows = 0;
+
+  // Dataset. fashion_mnist.cpp: both splits decoded to floats (and their gz bytes while decoding), labels as int32,
+  // the evaluation subset copied. teacher.cpp: weights (plus their transposes), the evaluation set. inline_data.cpp:
+  // one float per number. dataset_registry.cpp: up to kOrderCacheEntries shuffled orders of int64 indices.
+  if (c.data.kind == "fashion_mnist") {
+    const int64_t eval = c.data.eval_samples > 0 ? std::min(c.data.eval_samples, kFashionTest) : kFashionTest;
+    eval_rows = eval;
+    e.dataset_bytes = (kFashionTrain + kFashionTest) * (kFashionPixels * (kF + 1) + kF) + eval * (kFashionPixels + 1) * kF;
+  } else if (c.data.kind == "teacher") {
+    const auto& t = c.data.teacher;
+    eval_rows = t.eval_samples;
+    e.dataset_bytes = 2 * (t.hidden * t.in_dim + t.out_dim * t.hidden) * kF +
+                      t.eval_samples * (t.in_dim + (t.task == "classification" ? 1 : t.out_dim)) * kF +
+                      t.eval_samples * 8;
+  } else if (c.data.kind == "inline") {
+    e.dataset_bytes = (numbers_in(c.data.ranks) + numbers_in(c.data.eval)) * kF * 2;  // batches and eval set
+    eval_rows = std::max<int64_t>(1, numbers_in(c.data.eval) / std::max<int64_t>(1, in + out));
+  }
+  if (c.data.shuffle && train_samples(c) > 0) {
+    const int64_t epochs = std::min<int64_t>(kOrderCacheEntries,
+                                             std::max<int64_t>(1, static_cast<int64_t>(std::ceil(c.training.epochs))));
+    e.dataset_bytes += epochs * train_samples(c) * 8;
+  }
+
+  // Parameters (strategy/allreduce.cpp: one replica when shared, else one per rank; independent: one per rank) and
+  // the initial copy of rank_loop.cpp.
+  const bool shared = c.sync.kind == "allreduce" && c.cluster.share_identical;
+  const int64_t replicas = shared ? 1 : N;
+  e.parameters_bytes = (replicas + 1) * n * kF;
+  // Gradients: each rank's gradient sum (rank_loop.cpp), and the shared mode's averaged gradient.
+  e.gradients_bytes = (N + (shared ? 1 : 0)) * n * kF;
+  // Optimizer state per replica (optim/optimizer.cpp): momentum buffer, or Adam's two moments.
+  const auto& o = c.training.optimizer;
+  const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
+  e.optimizer_bytes = replicas * state * n * kF;
+  // Error feedback: one residual per rank of the full gradient when a compressor is on.
+  if (c.compression.kind != "none") e.residuals_bytes = N * n * kF;
+
+  // Activations: per rank the micro-batch (inputs, targets or labels, sample indices) and the model's buffers;
+  // rank 0's evaluation chunk and its buffers.
+  if (c.model.kind != "quadratic" && c.model.layers.size() >= 2) {
+    const int64_t per_sample = (in + (classification ? 1 : out)) * kF + 8;
+    e.activations_bytes = N * (b * per_sample + dense_scratch_bytes(c.model.layers, b));
+    const int64_t chunk = std::min(kEvalChunkRows, std::max<int64_t>(eval_rows, 1));
+    e.activations_bytes += chunk * per_sample + dense_scratch_bytes(c.model.layers, chunk);
+  }
+  // Communication: the host communicator reads the ranks' buffers in place; allreduce stages one tile per rank.
+  e.communication_bytes = N * kTileBytes;
+
+  // Records: every rank's measured StepTimes (reserved up to 2^16 steps, then growing by doubling: 1.5x on
+  // average) and modeled StepTimes with exposed/overlapped seconds (cost model), rank 0's series, the summaries'
+  // copies when the report is built (3 doubles per rank-step), and the trace.
+  const int64_t T = planned_steps_estimate(c);
+  const double growth = T > kStepTimesReserved ? 1.5 : 1.0;
+  const auto per_rank_step = static_cast<int64_t>(2 * sizeof(StepTimes) + 2 * sizeof(double));
+  e.records_bytes = static_cast<int64_t>(growth * static_cast<double>(T * N * per_rank_step +
+                                                                      T * static_cast<int64_t>(sizeof(SeriesPoint)))) +
+                    3 * T * N * 8;
+  if (c.report.trace) e.records_bytes += (T + 1) * N * n * kF * 2;  // float snapshots, then their JSON numbers
+  return e;
+}
+
+std::optional<int64_t> available_memory_bytes() {
+  if (const char* env = std::getenv("GRADSWEEP_MEMORY_AVAILABLE_BYTES")) {
+    char* end = nullptr;
+    long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0) return static_cast<int64_t>(v);
+  }
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    long long kb = 0;
+    if (ss >> kb) return static_cast<int64_t>(kb) * 1024;
+  }
+  return std::nullopt;
+}
+
+bool run_does_arithmetic(const RunConfig&) { return true; }
+
+std::string memory_skip_reason(const RunConfig& c, int64_t num_params, int64_t available) {
+  const MemoryEstimate e = estimate_run_memory(c, num_params);
+  if (e.total_bytes() <= available) return "";
+  std::string parts;
+  const std::pair<const char*, int64_t> terms[] = {
+      {"dataset", e.dataset_bytes},         {"parameters", e.parameters_bytes}, {"gradients", e.gradients_bytes},
+      {"optimizer", e.optimizer_bytes},     {"residuals", e.residuals_bytes},   {"activations", e.activations_bytes},
+      {"communication", e.communication_bytes}, {"records", e.records_bytes}};
+  for (const auto& [name, bytes] : terms)
+    if (bytes > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, gib(bytes));
+  // The largest value of one setting that fits, the others unchanged (the estimate grows with each): ranks first,
+  // then the micro-batch, then the steps (records).
+  auto fits = [&](const RunConfig& x) { return estimate_run_memory(x, num_params).total_bytes() <= available; };
+  auto largest = [&](int64_t hi, auto set) -> int64_t {
+    RunConfig x = c;
+    set(x, 1);
+    if (!fits(x)) return 0;
+    int64_t lo = 1;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo + 1) / 2;
+      set(x, mid);
+      if (fits(x)) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  };
+  std::string hint = "no setting of cluster.ranks, data.batch_per_rank or training.steps alone fits";
+  if (int64_t r = largest(c.cluster.ranks, [](RunConfig& x, int64_t v) { x.cluster.ranks = v; }); r > 0) {
+    hint = fmt::format("the largest cluster.ranks that fits is {}", r);
+  } else if (int64_t bb = largest(c.data.batch_per_rank, [](RunConfig& x, int64_t v) { x.data.batch_per_rank = v; });
+             bb > 0) {
+    hint = fmt::format("the largest data.batch_per_rank that fits is {}", bb);
+  } else if (c.training.epochs <= 0) {
+    if (int64_t s = largest(c.training.steps, [](RunConfig& x, int64_t v) { x.training.steps = v; }); s > 0)
+      hint = fmt::format("the largest training.steps that fits is {}", s);
+  }
+  return fmt::format("needs an estimated {} ({}) but {} is available; {}", gib(e.total_bytes()), parts, gib(available),
+                     hint);
+}
+
+}  // namespace gs
