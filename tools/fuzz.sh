@@ -32,20 +32,21 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 failed=0
 regressions=("$root"/tests/fuzz/corpus/*)
 if [[ -e "${regressions[0]}" ]]; then
-  if ! (cd "$build" && ./fuzz_scenario -rss_limit_mb=2048 -timeout=10 "${regressions[@]}") > "$build/regress.log" 2>&1; then
+  if ! (cd "$build" && ./fuzz_scenario -rss_limit_mb=2048 -timeout=30 "${regressions[@]}") > "$build/regress.log" 2>&1; then
     tail -60 "$build/regress.log" >&2
     failed=1
   fi
 fi
-# 2. Bounded fuzzing from the seeds: 2 GB of memory and 10 s per input at most (a larger allocation or a slower
-# input is a finding); -max_len 4096 keeps inputs the size of hand-written scenarios.
+# 2. Bounded fuzzing from the seeds: 2 GB of memory and 30 s per input at most (a larger allocation or a slower
+# input is a finding; 30 s, not less, because a 4 KB sweep may expand into the limit of 100000 runs, each validated,
+# and the machine is shared); -max_len 4096 keeps inputs the size of hand-written scenarios.
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/seeds"
 find "$root/scenarios" "$root/tests/data" -name '*.json' -not -path '*/hardware/*' -size -64k -exec cp {} "$scratch/seeds/" \;
 cp "$root"/tests/fuzz/corpus/* "$scratch/seeds/" 2>/dev/null || true
 mkdir -p "$scratch/work"
-if ! (cd "$build" && ./fuzz_scenario -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
+if ! (cd "$build" && ./fuzz_scenario -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 \
       -max_len=4096 -print_final_stats=1 "$scratch/work" "$scratch/seeds") > "$build/fuzz.log" 2>&1; then
   tail -80 "$build/fuzz.log" >&2
   failed=$((failed + 1))

@@ -83,13 +83,13 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   const int64_t out = c.model.layers.empty() ? 0 : c.model.layers.back();
   int64_t eval_rows = 0;
 
-  // Dataset. fashion_mnist.cpp: both splits decoded to floats (and their gz bytes while decoding), labels as int32,
+  // Dataset. fashion_mnist.cpp: both splits decoded to floats, labels as int32,
   // the evaluation subset copied. teacher.cpp: weights (plus their transposes), the evaluation set. inline_data.cpp:
   // one float per number. dataset_registry.cpp: up to kOrderCacheEntries shuffled orders of int64 indices.
   if (c.data.kind == "fashion_mnist") {
     const int64_t eval = c.data.eval_samples > 0 ? std::min(c.data.eval_samples, kFashionTest) : kFashionTest;
     eval_rows = eval;
-    e.dataset_bytes = (kFashionTrain + kFashionTest) * (kFashionPixels * (kF + 1) + kF) + eval * (kFashionPixels + 1) * kF;
+    e.dataset_bytes = (kFashionTrain + kFashionTest) * (kFashionPixels * kF + kF) + eval * (kFashionPixels + 1) * kF;
   } else if (c.data.kind == "teacher") {
     const auto& t = c.data.teacher;
     eval_rows = t.eval_samples;
