@@ -117,8 +117,13 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   const auto& o = c.training.optimizer;
   const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
   e.optimizer_bytes = replicas * state * n * kF;
-  // Error feedback: one residual per rank of the full gradient when a compressor is on.
-  if (c.compression.kind != "none") e.residuals_bytes = N * n * kF;
+  // Error feedback: one residual per rank of the full gradient (dgc: its momentum and accumulation buffers, two),
+  // and a compressor's encode/decode staging of up to one gradient per rank. Low precision: a working copy of the
+  // parameters per replica beside the fp32 master. (Not yet checked by tools/bench_memory.py.)
+  if (c.compression.error_feedback) e.residuals_bytes = N * n * kF;
+  if (c.compression.kind == "dgc") e.residuals_bytes = 2 * N * n * kF;
+  if (c.compression.kind != "none") e.communication_bytes += N * n * kF;
+  if (c.precision.mode != "fp32") e.parameters_bytes += replicas * n * kF;
 
   // Activations: per rank the micro-batch (inputs, targets or labels, sample indices) and the model's buffers;
   // rank 0's evaluation chunk and its buffers.
@@ -129,7 +134,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
     e.activations_bytes += chunk * per_sample + dense_scratch_bytes(c.model.layers, chunk);
   }
   // Communication: the host communicator reads the ranks' buffers in place; allreduce stages one tile per rank.
-  e.communication_bytes = N * kTileBytes;
+  e.communication_bytes += N * kTileBytes;
 
   // Records: every rank's measured StepTimes (reserved up to 2^16 steps, then growing by doubling: 1.5x on
   // average) and modeled StepTimes with exposed/overlapped seconds (cost model), rank 0's series, the summaries'
