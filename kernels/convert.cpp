@@ -432,7 +432,8 @@ enum class Store { kNone, kCopy, kAdd, kAddRound };
 
 // Rounds in chunks (vector path) into a stack buffer, counts with integer compares on the bit patterns (a loop the
 // compiler vectorizes), and stores: nothing, a copy, or out[i] += rounded (then out rounded again for kAddRound).
-RoundingCounts round_and_count(FloatFormat format, float* out, const float* in, size_t n, Store store) {
+RoundingCounts round_and_count(FloatFormat format, float* out, const float* in, size_t n, Store store,
+                               float multiplier = 1.0f) {
   RoundingCounts counts;
   constexpr size_t kChunk = 1024;
   float rounded[kChunk];
@@ -458,12 +459,22 @@ RoundingCounts round_and_count(FloatFormat format, float* out, const float* in, 
       case Store::kNone: break;
       case Store::kCopy: std::memcpy(o, rounded, len * sizeof(float)); break;
       case Store::kAdd:
-        for (size_t i = 0; i < len; ++i) o[i] += rounded[i];
+        if (multiplier == 1.0f) {
+          for (size_t i = 0; i < len; ++i) o[i] += rounded[i];
+        } else {
+          for (size_t i = 0; i < len; ++i) o[i] += multiplier * rounded[i];
+        }
         break;
-      case Store::kAddRound:
-        for (size_t i = 0; i < len; ++i) o[i] += rounded[i];
+      case Store::kAddRound: {
+        // The accumulator holds multiplier x (a format value): add and round in that domain.
+        const float inv = 1.0f / multiplier;
+        for (size_t i = 0; i < len; ++i) o[i] = o[i] * inv + rounded[i];
         round_fp32_through(format, o, o, len);
+        if (multiplier != 1.0f) {
+          for (size_t i = 0; i < len; ++i) o[i] *= multiplier;
+        }
         break;
+      }
     }
   }
   return counts;
@@ -479,8 +490,9 @@ RoundingCounts round_fp32_through_counted(FloatFormat format, float* out, const 
   return round_and_count(format, out, in, n, Store::kCopy);
 }
 
-RoundingCounts accumulate_rounded(FloatFormat format, float* acc, const float* in, size_t n, bool acc_in_format) {
-  return round_and_count(format, acc, in, n, acc_in_format ? Store::kAddRound : Store::kAdd);
+RoundingCounts accumulate_rounded(FloatFormat format, float* acc, const float* in, size_t n, bool acc_in_format,
+                                  float multiplier) {
+  return round_and_count(format, acc, in, n, acc_in_format ? Store::kAddRound : Store::kAdd, multiplier);
 }
 
 }  // namespace gs

@@ -55,8 +55,11 @@ RoundingCounts count_rounding(FloatFormat format, const float* in, size_t n);
 // (chunks rounded into a stack buffer, counted, then stored). out may alias in.
 RoundingCounts round_fp32_through_counted(FloatFormat format, float* out, const float* in, size_t n);
 
-// acc[i] += fp32(format(in[i])) for i < n (acc_in_format: acc[i] = format(acc[i] + fp32(format(in[i])))), returning
-// count_rounding(format, in, n): a format gradient added into an fp32 (or format) accumulator. acc and in distinct.
-RoundingCounts accumulate_rounded(FloatFormat format, float* acc, const float* in, size_t n, bool acc_in_format);
+// acc[i] += multiplier * fp32(format(in[i])) for i < n, returning count_rounding(format, in, n): a format gradient
+// added into an fp32 accumulator. acc_in_format: the accumulator holds multiplier x (a format value), and
+// acc[i] = multiplier * format(acc[i] / multiplier + fp32(format(in[i]))) (multiplier a power of two keeps the
+// division exact). acc and in distinct.
+RoundingCounts accumulate_rounded(FloatFormat format, float* acc, const float* in, size_t n, bool acc_in_format,
+                                  float multiplier = 1.0f);
 
 }  // namespace gs

@@ -80,9 +80,16 @@ RoundingCounts fp8_quantize(float* out, const float* in, size_t n, FloatFormat f
 void round_in_place(FloatFormat f, float* v, size_t n) { round_fp32_through(f, v, v, n); }
 
 // grad[i] += g[i] (fp32 master gradient), or grad[i] = format(grad[i] + g[i]) when gradients live in the format.
-void accumulate(float* grad, const float* g, size_t n, const MixedSpec& spec) {
-  for (size_t i = 0; i < n; ++i) grad[i] += g[i];
-  if (spec.grad_in_format) round_in_place(spec.format, grad, n);
+void accumulate(float* grad, const float* g, size_t n, const MixedSpec& spec, float multiplier) {
+  if (!spec.grad_in_format) {
+    for (size_t i = 0; i < n; ++i) grad[i] += multiplier * g[i];
+    return;
+  }
+  // grad holds multiplier x (a format value): add and round at the mean-loss magnitudes (as accumulate_rounded).
+  const float inv = 1.0f / multiplier;
+  for (size_t i = 0; i < n; ++i) grad[i] = grad[i] * inv + g[i];
+  round_in_place(spec.format, grad, n);
+  for (size_t i = 0; i < n; ++i) grad[i] *= multiplier;
 }
 
 }  // namespace
@@ -178,8 +185,14 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     mse_backward(dz, logits, y, rows * out_dim);
   }
   const auto n_out = static_cast<size_t>(rows * out_dim);
-  if (spec.loss_scale != 1.0f) {
-    for (size_t i = 0; i < n_out; ++i) dz[i] = dz[i] * spec.loss_scale;
+  // The seed as PyTorch's mean-reduced loss gives it: loss_scale / rows per sample, so the format tensors of the
+  // backward hold the magnitudes a GPU run holds (and underflow where it does). Each micro-batch's parameter
+  // gradient is multiplied back by rows (a power of two for the usual batch sizes: exact) when it is added to grad,
+  // which keeps the gradient of the loss SUM that the strategies divide by S.
+  const float seed = spec.loss_scale / static_cast<float>(rows);
+  const auto back = static_cast<float>(rows);
+  if (seed != 1.0f) {
+    for (size_t i = 0; i < n_out; ++i) dz[i] = dz[i] * seed;
   }
   if (spec.fp8_gemm) {
     round_in_place(f, dz, n_out);
@@ -203,9 +216,9 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     float* dw = m.dw.data();
     gemm(dw, dz_op, a_op, out, in, rows, Transpose::kYes, Transpose::kNo, 1.0f, 0.0f);
     if (spec.fp8_gemm) {
-      accumulate(grad + stack.weight_offset(l), dw, nw, spec);
+      accumulate(grad + stack.weight_offset(l), dw, nw, spec, back);
     } else {
-      count(m.counters, accumulate_rounded(f, grad + stack.weight_offset(l), dw, nw, spec.grad_in_format), nw);
+      count(m.counters, accumulate_rounded(f, grad + stack.weight_offset(l), dw, nw, spec.grad_in_format, back), nw);
     }
     if (stack.bias) {
       float* db = m.b_q.data();
@@ -216,7 +229,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
       } else {
         count(m.counters, round_fp32_through_counted(f, db, db, static_cast<size_t>(out)), static_cast<size_t>(out));
       }
-      accumulate(grad + stack.bias_offset(l), db, static_cast<size_t>(out), spec);
+      accumulate(grad + stack.bias_offset(l), db, static_cast<size_t>(out), spec, back);
     }
     if (l == 0) break;
     const auto na = static_cast<size_t>(rows * in);

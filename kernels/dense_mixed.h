@@ -58,9 +58,10 @@ double dense_stack_forward_mixed(DenseScratch<float>& s, MixedScratch& m, const 
                                  const float* x, int64_t rows, const float* y, const int32_t* labels,
                                  const MixedSpec& spec);
 
-// After dense_stack_forward_mixed on the same batch: grad += gradient of (loss_scale x loss sum), each micro-batch's
-// parameter gradient rounded to the format (fp16/bf16 modes) before it is added in fp32, or added and rounded in the
-// format (grad_in_format). Counts into m.counters.
+// After dense_stack_forward_mixed on the same batch: grad += gradient of (loss_scale x loss sum). The backward runs
+// at the magnitudes of PyTorch's mean-reduced loss (seed loss_scale / rows), each micro-batch's parameter gradient
+// rounded to the format (fp16/bf16 modes), then multiplied by rows and added in fp32, or (grad_in_format) added and
+// rounded in the format at the mean-loss magnitude (grad = rows x format(grad / rows + dW)). Counts into m.counters.
 void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratch& m, const DenseStack& stack,
                                 const float* params, int64_t rows, const float* y, const int32_t* labels,
                                 const MixedSpec& spec);

@@ -11,9 +11,14 @@ PrecisionStep::PrecisionStep(const RunConfig& config)
       store_fp16_(config.precision.mode == "fp16_pure") {}
 
 GradientStepResult PrecisionStep::before_update(float* g, size_t n, int64_t step) {
+  round_gradient(g, 0, n);
   const GradientStepResult r = unscale_check_clip(g, n, scaler_, clip_grad_norm_, step);
   if (r.applied) ++updates_;
   return r;
+}
+
+void PrecisionStep::round_gradient(float* g, size_t begin, size_t end) const {
+  if (store_fp16_ && end > begin) round_fp32_through_fp16(g + begin, g + begin, end - begin);
 }
 
 void PrecisionStep::after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const {
@@ -23,5 +28,33 @@ void PrecisionStep::after_update(float* params, Optimizer& optimizer, size_t beg
     round_fp32_through_fp16(buf->data() + begin, buf->data() + begin, end - begin);
   }
 }
+
+}  // namespace gs
+
+namespace gs {
+
+void PrecisionStep::price(StepCost& cost, double n) const {
+  double bytes = 0.0;
+  if (scaler_.active()) bytes += 8.0 * n;   // unscale in place, with the inf/NaN check fused
+  if (clip_grad_norm_ > 0.0) bytes += 12.0 * n;  // norm (read), then scale (read + write)
+  if (store_fp16_) bytes += 4.0 * n;        // the averaged gradient rounded to fp16 in place (fp16 read + write)
+  if (bytes > 0.0) cost.add_pass(Phase::kOptimizer, bytes);
+}
+
+void price_precision_micro_batch(StepCost& cost, PrecisionMode mode, double params) {
+  double format_bytes = 0.0;
+  switch (mode) {
+    case PrecisionMode::kBf16Mixed:
+    case PrecisionMode::kFp16Mixed: format_bytes = 2.0; break;
+    case PrecisionMode::kFp8Mixed: format_bytes = 1.0; break;
+    case PrecisionMode::kFp32:
+    case PrecisionMode::kTf32:
+    case PrecisionMode::kFp16Pure: return;
+  }
+  cost.add_pass(Phase::kForward, (4.0 + format_bytes) * params);   // weight cast fp32 -> format
+  cost.add_pass(Phase::kBackward, (format_bytes + 8.0) * params);  // format weight gradient added into fp32
+}
+
+double gradient_wire_bytes(const RunConfig& config) { return config.precision.mode == "fp16_pure" ? 2.0 : 4.0; }
 
 }  // namespace gs

@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "sim/config/run_config.h"
+#include "sim/cost/step_cost.h"
+#include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
 
@@ -28,11 +30,20 @@ class PrecisionStep {
   GradientStepResult before_update(float* g, size_t n, int64_t step);
   int64_t update_count() const { return updates_; }
 
+  // fp16_pure: the averaged gradient g[begin, end) becomes an fp16 tensor (the host all-reduce summed fp32 copies of
+  // the ranks' fp16 gradients in rank order; the sum divided by S is rounded to fp16 here). A no-op otherwise.
+  // before_update does this for the whole gradient; a per-slice update calls it on its slice.
+  void round_gradient(float* g, size_t begin, size_t end) const;
+
   // After the optimizer updated [begin, end): under fp16_pure the parameters and every optimizer state buffer are
   // rounded to fp16 (they are stored in fp16); a no-op otherwise.
   void after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const;
 
   const LossScaler& scaler() const { return scaler_; }
+
+  // Modeled clock: the passes before_update adds over n gradient elements (unscale + inf/NaN check: read and write
+  // 4 bytes each; clipping: the norm's read, then the scaling's read and write), in the optimizer phase.
+  void price(StepCost& cost, double n) const;
 
  private:
   LossScaler scaler_;
@@ -40,5 +51,16 @@ class PrecisionStep {
   bool store_fp16_;
   int64_t updates_ = 0;
 };
+
+// Modeled clock: the format conversions one micro-batch of an emulated mode adds over a model of `params` parameters,
+// as memory passes (read + write bytes): mixed modes cast the fp32 weights to the format for the forward
+// (4 + format bytes per parameter) and add the format weight gradient into the fp32 gradient in the backward
+// (format bytes + 8); fp8 casts with an amax reduction in the same pass; fp16_pure casts nothing (its weights and
+// gradients are fp16 already). Activations are cast by the GEMM epilogues and are not priced separately.
+void price_precision_micro_batch(StepCost& cost, PrecisionMode mode, double params);
+
+// Bytes per gradient element on the all-reduce's wire without a compressor: 2 under fp16_pure (its gradients are
+// fp16), else 4.
+double gradient_wire_bytes(const RunConfig& config);
 
 }  // namespace gs

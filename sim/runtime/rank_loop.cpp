@@ -236,6 +236,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           ws->precision = {};
           ctl[0] += static_cast<double>(batch.count);
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
+          price_precision_micro_batch(cost, precision.mode, static_cast<double>(n));  // format casts
         }
         if (check_nonfinite && !first_nonfinite[static_cast<size_t>(rank)]) {
           if (scan_gradient(grad.data(), 0, n, false).nonfinite) first_nonfinite[static_cast<size_t>(rank)] = step + 1;

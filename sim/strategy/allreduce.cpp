@@ -27,6 +27,7 @@ class AllReduce final : public SyncStrategy {
         shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient() &&
                 s.config.compression.kind == "none"),
         cost_model_(s.cost_model),
+        wire_bytes_(gradient_wire_bytes(s.config)),
         optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
@@ -78,10 +79,11 @@ class AllReduce final : public SyncStrategy {
     // Compressed: CompressedReduction prices encode, the real payload collectives and decode per bucket.
     if (!compressed_) {
       for (const Bucket& b : buckets_)
-        in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
+        in.cost->add_collective(CollectiveKind::kAllReduce, wire_bytes_ * static_cast<double>(b.end - b.begin),
                                 GradRange{b.begin, b.end});
     }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
+    precision_[shared_ ? 0 : static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
   }
 
   // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).
@@ -148,6 +150,7 @@ class AllReduce final : public SyncStrategy {
       }
       for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
       double tb = now_s();
+      precision_[0].round_gradient(out, a, e);  // fp16_pure: the averaged gradient in fp16
       optimizers_[0]->step(params_[0].data(), out, a, e, in.lr, in.step + 1);
       precision_[0].after_update(params_[0].data(), *optimizers_[0], a, e);  // fp16_pure storage (no scaler here)
       double tc = now_s();
@@ -168,6 +171,7 @@ class AllReduce final : public SyncStrategy {
   size_t n_;
   bool shared_;
   const CostModel* cost_model_;
+  double wire_bytes_;  // bytes per gradient element on the wire (precision: 2 under fp16_pure)
   OptimizerConfig optimizer_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<float>> params_;

@@ -20,6 +20,7 @@ class Independent final : public SyncStrategy {
   void step(const StepInput& in) override {
     if (in.cost != nullptr && cost_model_ != nullptr)
       cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
+    if (in.cost != nullptr) precision_[static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
     PhaseTimer t(*in.clock, Phase::kOptimizer);
     if (in.local_samples <= 0) return;  // nothing to learn from
     float inv = static_cast<float>(in.local_samples);

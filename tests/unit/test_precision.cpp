@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -306,6 +308,70 @@ TEST(PrecisionModes, SharedAndReplicatedStateAgreeUnderFp16Pure) {
     EXPECT_EQ(a, test::params_after(replicated[0], step, 2)) << "step " << step + 1;
     for (float v : a) EXPECT_EQ(v, round_through_fp16(v));  // every weight is an fp16 value
   }
+}
+
+// ---- Convergence (Fashion-MNIST; skipped where the Debian dataset is not installed) ----------------------------------
+
+bool fashion_mnist_installed() {
+  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
+
+std::string quickstart_text() {
+  std::ifstream in(std::string(GRADSWEEP_SOURCE_DIR) + "/scenarios/quickstart.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double mean_train_loss_of_last(const json& run, size_t count) {
+  const json& series = run["convergence"]["series"];
+  double sum = 0.0;
+  for (size_t i = series.size() - count; i < series.size(); ++i) sum += series[i]["train_loss"].get<double>();
+  return sum / static_cast<double>(count);
+}
+
+// The quickstart model (784-256-256-10, 4 ranks, SGD 0.05 momentum 0.9, 300 steps): fp16_mixed with GradScaler's
+// dynamic scale ends within one point of fp32's accuracy on the whole test split.
+TEST(PrecisionConvergence, Fp16MixedWithDynamicScalingWithinOnePointOfFp32OnQuickstart) {
+  if (!fashion_mnist_installed()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
+  const std::vector<std::string> base = {"training.accumulation_steps=1", "cluster.ranks=4"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> sets = base;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return sets;
+  };
+  auto fp32 = test::run_scenario_text(quickstart_text(), with({"precision.mode=fp32"}));
+  auto fp16 = test::run_scenario_text(quickstart_text(),
+                                      with({"precision.mode=fp16_mixed", "precision.loss_scale=dynamic"}));
+  ASSERT_EQ(fp32.size(), 1u);
+  ASSERT_EQ(fp16.size(), 1u);
+  const double acc32 = fp32[0]["convergence"]["final"]["eval_accuracy"].get<double>();
+  const double acc16 = fp16[0]["convergence"]["final"]["eval_accuracy"].get<double>();
+  EXPECT_GT(acc32, 0.75);  // the run learned (quickstart reaches about 0.83)
+  EXPECT_LE(std::fabs(acc16 - acc32), 0.01) << "fp32 " << acc32 << ", fp16_mixed " << acc16;
+  const json& p = fp16[0]["precision"];
+  EXPECT_EQ(p["loss_scale"], "dynamic");
+  EXPECT_GT(p["grad_values_rounded"].get<double>(), 0.0);  // the fp16 arithmetic ran
+}
+
+// fp16_pure without a loss scale on the quickstart model with a small learning rate (SGD 0.005, no momentum): small
+// gradient values flush to zero in fp16 and updates below half an ulp of the fp16 weights vanish. Against fp16_mixed
+// with dynamic scaling (fp32 master weights), the underflow fraction is measurably higher and the loss worse.
+TEST(PrecisionConvergence, Fp16PureWithoutScalingUnderflowsAndTrainsWorse) {
+  if (!fashion_mnist_installed()) GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
+  const std::string text = R"({"name": "underflow",
+    "model": {"kind": "mlp", "layers": [784, 256, 256, 10], "activation": "relu", "loss": "cross_entropy"},
+    "data": {"kind": "fashion_mnist", "batch_per_rank": 32, "eval_samples": 1000},
+    "cluster": {"ranks": 2}, "training": {"steps": 200, "optimizer": {"kind": "sgd", "lr": 0.005}, "eval_every": 0}})";
+  auto pure = test::run_scenario_text(text, {"precision.mode=fp16_pure", "precision.loss_scale=none"});
+  auto mixed = test::run_scenario_text(text, {"precision.mode=fp16_mixed", "precision.loss_scale=dynamic"});
+  const double u_pure = pure[0]["precision"]["grad_underflow_fraction"].get<double>();
+  const double u_mixed = mixed[0]["precision"]["grad_underflow_fraction"].get<double>();
+  EXPECT_GT(u_pure, 1e-6);
+  EXPECT_GT(u_pure, 10.0 * u_mixed) << "fp16_pure " << u_pure << ", fp16_mixed " << u_mixed;
+  const double loss_pure = mean_train_loss_of_last(pure[0], 50);
+  const double loss_mixed = mean_train_loss_of_last(mixed[0], 50);
+  EXPECT_GT(loss_pure, loss_mixed + 0.005) << "fp16_pure " << loss_pure << ", fp16_mixed " << loss_mixed;
 }
 
 }  // namespace
