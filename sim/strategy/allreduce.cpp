@@ -25,16 +25,17 @@ class AllReduce final : public SyncStrategy {
         ranks_(s.ranks),
         n_(s.model.num_params()),
         shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient() &&
-                s.config.compression.kind == "none"),
+                wire_config(s.config).compression.kind == "none"),
         cost_model_(s.cost_model),
         wire_bytes_(gradient_wire_bytes(s.config)),
         optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
-    if (s.config.compression.kind != "none") {
+    wire_config_ = wire_config(s.config);
+    if (wire_config_.compression.kind != "none") {
       std::vector<std::pair<size_t, size_t>> ranges;
       for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
-      compressed_ = std::make_unique<CompressedReduction>(s.config, s.model, s.comm, s.ranks, ranges);
+      compressed_ = std::make_unique<CompressedReduction>(wire_config_, s.model, s.comm, s.ranks, ranges);
     }
     if (shared_) {
       params_.emplace_back(n_);
@@ -166,6 +167,14 @@ class AllReduce final : public SyncStrategy {
     comm_.take_stats(in.rank);  // barriers are bookkeeping here, not traffic
   }
 
+  // The configuration the reduction follows: under fp16_pure without a compressor the gradients are fp16 already, so
+  // the wire is the fp16 cast (sum in fp16 in rank order, DESIGN.md section 3); otherwise the run's own.
+  static RunConfig wire_config(const RunConfig& c) {
+    RunConfig w = c;
+    if (w.precision.mode == "fp16_pure" && w.compression.kind == "none") w.compression.kind = "fp16";
+    return w;
+  }
+
   Communicator& comm_;
   int ranks_;
   size_t n_;
@@ -179,7 +188,8 @@ class AllReduce final : public SyncStrategy {
   std::vector<PrecisionStep> precision_;  // one per optimizer: loss scaler, clipping, fp16 storage
   std::vector<float*> grads_;   // shared mode: each rank's gradient of the current step
   std::vector<float> reduced_;  // shared mode: the averaged gradient
-  std::unique_ptr<CompressedReduction> compressed_;  // compression.kind != "none"
+  RunConfig wire_config_;                            // read by compressed_ (it keeps a reference)
+  std::unique_ptr<CompressedReduction> compressed_;  // compression.kind != "none" (or fp16_pure's fp16 wire)
 };
 
 }  // namespace

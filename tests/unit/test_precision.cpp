@@ -310,6 +310,19 @@ TEST(PrecisionModes, SharedAndReplicatedStateAgreeUnderFp16Pure) {
   }
 }
 
+// fp16_pure's all-reduce sums fp16 in rank order (the fp16 cast's wire, divided by S before the sum): 4 ranks send
+// 0.5, 2^-12, 2^-12, 0; in fp16, 0.5 + 2^-12 is a tie that rounds to 0.5 (even) twice, so the average is 0.5, where
+// an fp32 sum would give 0.5 + 2^-11 (an fp16 value). With lr 1 from w = 0 the update shows which.
+TEST(PrecisionModes, Fp16PureAllReduceSumsInFp16InRankOrder) {
+  const double tiny = std::ldexp(1.0, -10);
+  json ranks = json::array({json::array({sample({-2.0})}), json::array({sample({-tiny})}),
+                            json::array({sample({-tiny})}), json::array({sample({0.0})})});
+  auto runs = test::run_scenario_text(
+      linear_run({{0.0}}, {{"mode", "fp16_pure"}, {"loss_scale", "none"}}, 0.0, 1.0, 4, 1, 1, ranks));
+  for (size_t r = 0; r < 4; ++r) EXPECT_EQ(test::params_after(runs[0], 0, r)[0], -0.5f) << "rank " << r;
+  EXPECT_EQ(runs[0]["precision"]["bytes_per_param"]["wire_bytes"].get<double>(), 2.0);
+}
+
 // ---- Convergence (Fashion-MNIST; skipped where the Debian dataset is not installed) ----------------------------------
 
 bool fashion_mnist_installed() {
