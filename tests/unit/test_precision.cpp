@@ -14,8 +14,11 @@
 #include <fmt/format.h>
 
 #include "kernels/dense_mixed.h"
+#include "sim/cost/hardware_profile.h"
+#include "sim/cost/step_cost.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
+#include "sim/optim/precision_step.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {
@@ -321,6 +324,37 @@ TEST(PrecisionModes, Fp16PureAllReduceSumsInFp16InRankOrder) {
       linear_run({{0.0}}, {{"mode", "fp16_pure"}, {"loss_scale", "none"}}, 0.0, 1.0, 4, 1, 1, ranks));
   for (size_t r = 0; r < 4; ++r) EXPECT_EQ(test::params_after(runs[0], 0, r)[0], -0.5f) << "rank " << r;
   EXPECT_EQ(runs[0]["precision"]["bytes_per_param"]["wire_bytes"].get<double>(), 2.0);
+}
+
+// Modeled clock: the scaler's unscale/check pass (8 bytes per parameter), clipping (12) and the mixed modes' per
+// micro-batch casts ((4 + format bytes) forward, (format bytes + 8) backward) are memory passes on the profile.
+TEST(PrecisionModes, ModeledClockPricesScalerClippingAndCastsAsMemoryPasses) {
+  const auto hw = load_hardware_profile("h100-sxm-8");
+  const CollectiveModel coll(*hw, 4);
+  const double n = 1e6;
+  RunConfig c;
+  c.precision.mode = "fp16_mixed";
+  c.precision.loss_scale = "dynamic";
+  c.training.clip_grad_norm = 1.0;
+  StepCost cost(hw.get(), &coll);
+  const PrecisionStep scaled_step(c);
+  scaled_step.price(cost, n);
+  EXPECT_DOUBLE_EQ(cost.compute_s[static_cast<size_t>(Phase::kOptimizer)], pass_time_s(*hw, 20.0 * n));
+  StepCost none(hw.get(), &coll);
+  const RunConfig fp32_config;
+  const PrecisionStep fp32_step(fp32_config);
+  fp32_step.price(none, n);  // fp32, no scaler, no clipping: nothing added
+  EXPECT_EQ(none.compute_s[static_cast<size_t>(Phase::kOptimizer)], 0.0);
+  StepCost casts(hw.get(), &coll);
+  price_precision_micro_batch(casts, PrecisionMode::kBf16Mixed, n);
+  EXPECT_DOUBLE_EQ(casts.compute_s[static_cast<size_t>(Phase::kForward)], pass_time_s(*hw, 6.0 * n));
+  EXPECT_DOUBLE_EQ(casts.compute_s[static_cast<size_t>(Phase::kBackward)], pass_time_s(*hw, 10.0 * n));
+  StepCost fp8(hw.get(), &coll);
+  price_precision_micro_batch(fp8, PrecisionMode::kFp8Mixed, n);
+  EXPECT_DOUBLE_EQ(fp8.compute_s[static_cast<size_t>(Phase::kForward)], pass_time_s(*hw, 5.0 * n));
+  StepCost pure(hw.get(), &coll);
+  price_precision_micro_batch(pure, PrecisionMode::kFp16Pure, n);  // weights already fp16: no cast
+  EXPECT_EQ(pure.compute_s[static_cast<size_t>(Phase::kForward)], 0.0);
 }
 
 // ---- Convergence (Fashion-MNIST; skipped where the Debian dataset is not installed) ----------------------------------
