@@ -10,6 +10,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define GS_CONVERT_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define GS_CONVERT_X86 0
@@ -21,7 +22,10 @@ bool convert_avx2_available() {
 #if GS_CONVERT_X86
   static const bool available = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang 14, which builds the fuzz target, has no "f16c" feature string.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && f16c;
   }();
   return available;
 #else
