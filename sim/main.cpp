@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
 
   std::string scenario_file, out_dir, filter, hardware, validate_hardware;
   std::vector<std::string> sets;
-  bool dry_run = false, resume = false, retry_failed = false, quiet = false;
+  bool dry_run = false, resume = false, retry_failed = false, quiet = false, timing_only = false;
   CLI::App* run = app.add_subcommand("run", "run a scenario's sweep and write its report");
   run->add_option("scenario", scenario_file, "scenario file (default: scenarios/quickstart.json)");
   run->add_option("--out", out_dir, "report folder (default: reports/<scenario name>)");
@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
   run->add_option("--hardware", hardware,
                   "hardware profile of the modeled clock: a name from `gradsweep list` or a profile file "
                   "(same as --set cluster.hardware=NAME)");
+  run->add_flag("--timing-only", timing_only,
+                "price the schedule alone on the modeled clock: no arithmetic, no model memory (same as --set "
+                "training.mode=timing)");
   run->add_option("--filter", filter, "run only the runs whose id matches this regular expression");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
   CLI::Option* resume_flag =
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
       gs::install_test_faults();  // GRADSWEEP_TEST_FAULTS (tests only; nothing when unset)
       if (scenario_file.empty()) scenario_file = default_scenario();
       if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
+      if (timing_only) sets.push_back("training.mode=timing");
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
       if (dry_run) {
         std::fputs(gs::dry_run_text(s, filter).c_str(), stdout);

@@ -14,6 +14,7 @@ label parts are cut to report_lib.LABEL_CHARS characters. Every report and argum
 written.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -50,7 +51,8 @@ PHASE_COLORS = {"data": "#9e9e9e", "forward": "#4c72b0", "backward": "#55a868", 
 # Config paths that set a run's strategy (rl.strategy_label): when one is swept, labels show it among the values.
 STRATEGY_PATHS = {"sync", "sync.kind", "compression", "compression.kind", "precision", "precision.mode"}
 # Metrics where lower is better get the reversed colormap, so "better" has the same color in every heatmap.
-LOWER_IS_BETTER = {"eval_loss", "train_loss", "time_to_target_s", "step_p50_ms"}
+LOWER_IS_BETTER = {"eval_loss", "train_loss", "time_to_target_s", "step_p50_ms", "modeled_time_to_target_s",
+                   "modeled_step_p50_ms"}
 
 # Figure size limits. Sizes are chosen in inches at DPI; the caps leave room for the tight bounding box's padding.
 DPI = 110
@@ -315,9 +317,16 @@ def draw_loss(ax, report, styles, x_key):
 
 # ---- figures (one function each; each returns the path written, or None with a note on stderr) ----------------------
 
+def has_loss(report):
+    """True when some drawn run has a finite loss (timing-only runs train nothing and have none)."""
+    return any(finite_xy(*rl.series(r, "train_loss"))[0] for r in rl.drawn_runs(report))
+
+
 def fig_loss_vs_step(report, styles, out_dir, note):
     if not rl.drawn_runs(report):
         return skipped("loss_vs_step.png", "no run with a convergence series")
+    if not has_loss(report):
+        return skipped("loss_vs_step.png", "no run has a loss (timing-only runs train nothing)")
     fig, ax = new_figure(report, "loss vs step", note, width=9.0 + legend_room(rl.drawn_runs(report)))
     draw_loss(ax, report, styles, "step")
     ax.set_xlabel("optimizer step")
@@ -328,6 +337,8 @@ def fig_loss_vs_step(report, styles, out_dir, note):
 def fig_loss_vs_time(report, styles, out_dir, note):
     if not rl.drawn_runs(report):
         return skipped("loss_vs_time.png", "no run with a convergence series")
+    if not has_loss(report):
+        return skipped("loss_vs_time.png", "no run has a loss (timing-only runs train nothing)")
     fig, ax = new_figure(report, "loss vs measured time", note, width=9.0 + legend_room(rl.drawn_runs(report)))
     draw_loss(ax, report, styles, "measured_s")
     ax.set_xlabel("measured time (s)")
@@ -373,29 +384,34 @@ def breakdown_rows(report, runs):
     return list(groups.values())
 
 
-def phase_means(rows):
+def phase_means(rows, phases_of=rl.measured_phases):
     """{phase: array of the mean ms per step of each row (the mean over its runs; a missing phase counts 0)}."""
     def mean_ms(run, phase):
-        return rl.num(((rl.measured_phases(run).get(phase) or {}).get("all") or {}).get("mean_ms"))
+        return rl.num(((phases_of(run).get(phase) or {}).get("all") or {}).get("mean_ms"))
 
     return {phase: np.array([np.mean(np.nan_to_num([mean_ms(r, phase) for r in row], nan=0.0)) for row in rows])
             for phase in rl.PHASES}
 
 
-def fig_step_breakdown(report, styles, out_dir, note):
-    """Stacked bars of the mean time per phase of each run: vertical up to MAX_VERTICAL_BARS bars, else horizontal
-    in a figure whose height is capped (repeats averaged, and only every k-th bar labelled when rows get too
-    dense)."""
-    runs = [r for r in rl.drawn_runs(report) if rl.measured_phases(r)]
+def fig_step_breakdown(report, styles, out_dir, note, clock="measured"):
+    """Stacked bars of the mean time per phase of each run on one clock (measured, or modeled by the cost model):
+    vertical up to MAX_VERTICAL_BARS bars, else horizontal in a figure whose height is capped (repeats averaged, and
+    only every k-th bar labelled when rows get too dense)."""
+    phases_of = rl.measured_phases if clock == "measured" else rl.modeled_phases
+    name = "step_breakdown.png" if clock == "measured" else "step_breakdown_modeled.png"
+    runs = [r for r in rl.drawn_runs(report) if phases_of(r)]
     if not runs:
-        return skipped("step_breakdown.png", "no run has measured timing")
+        return skipped(name, f"no run has {clock} timing")
     rows = breakdown_rows(report, runs)
     grouped = len(rows) < len(runs)
     repeats = report.get("repeats", 1)
     firsts = [row[0] for row in rows]
     labels, caption = run_labels(report, firsts, repeats=1 if grouped else None)
     labels = [label + disposition_suffix(row, repeats if grouped else 1) for label, row in zip(labels, rows)]
-    title = "mean measured time per step by phase (all ranks)"
+    title = f"mean {clock} time per step by phase (all ranks)"
+    if clock == "modeled":
+        hardware = sorted({((r.get("timing") or {}).get("modeled") or {}).get("hardware", "?") for r in runs})
+        title += " on " + ", ".join(hardware)
     if grouped:
         title += f", mean of {repeats} repeats"
     n = len(rows)
@@ -406,7 +422,7 @@ def fig_step_breakdown(report, styles, out_dir, note):
         fig, ax = new_figure(report, title, note, width=max(7.0, 0.9 * n + 3.0))
     position = np.arange(n)
     base = np.zeros(n)
-    for phase, means in phase_means(rows).items():
+    for phase, means in phase_means(rows, phases_of).items():
         if horizontal:
             ax.barh(position, means, 0.7, left=base, color=PHASE_COLORS[phase], edgecolor="white", linewidth=0.5,
                     label=phase)
@@ -445,7 +461,53 @@ def fig_step_breakdown(report, styles, out_dir, note):
         ax.legend(handles, phase_labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         ax.legend(handles[::-1], phase_labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save(fig, out_dir / "step_breakdown.png")
+    return save(fig, out_dir / name)
+
+
+def fig_throughput_vs_ranks(report, styles, out_dir, note):
+    """Throughput (modeled, else measured) against cluster.ranks when the sweep has that axis: one line per
+    combination of the other axes' values, passed runs only, repeats averaged."""
+    axes = report.get("axes") or []
+    ranks_axis = next((a for a in axes if a["paths"] == ["cluster.ranks"]), None)
+    if ranks_axis is None:
+        return skipped("throughput_vs_ranks.png", "the sweep has no cluster.ranks axis")
+    passed = [r for r in report["runs"] if r.get("disposition") == "passed"]
+    metric = "modeled_samples_per_s"
+    if not any(not math.isnan(rl.metric_value(r, metric)) for r in passed):
+        metric = "samples_per_s"
+    others = [a for a in axes if a is not ranks_axis]
+    lines = {}
+    for run in passed:
+        value = rl.metric_value(run, metric)
+        if math.isnan(value):
+            continue
+        key = tuple(json.dumps(rl.run_axis_value(run, a)) for a in others)
+        ranks = rl.run_axis_value(run, ranks_axis)
+        if ranks is None:
+            continue
+        lines.setdefault(key, {}).setdefault(ranks[0], []).append(value)
+    if not lines:
+        return skipped("throughput_vs_ranks.png", "no passed run has a throughput")
+    legend = 1 < len(lines) <= MAX_LEGEND_RUNS
+    title = f"{rl.METRICS[metric]} vs ranks"
+    if len(lines) > MAX_LEGEND_RUNS:
+        title += f" ({len(lines)} combinations of the other axes)"
+    fig, ax = new_figure(report, title, note, width=9.0 + (2.5 if legend else 0))
+    cmap = plt.get_cmap("tab20" if len(lines) > 10 else "tab10")
+    for i, (key, points) in enumerate(sorted(lines.items())):
+        xs = sorted(points)
+        ys = [float(np.mean(points[x])) for x in xs]
+        label = ", ".join(f"{rl.axis_name(a).split('.')[-1]}="
+                          f"{'/'.join(map(str, json.loads(v) or ['?']))}" for a, v in zip(others, key))
+        ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.3, color=cmap(i % cmap.N),
+                label=(label[:60] or None) if legend else None)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel(rl.METRICS[metric])
+    integer_ticks(ax.xaxis)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save(fig, out_dir / "throughput_vs_ranks.png")
 
 
 def heatmap_matrix(report, x_axis, y_axis, metric):
@@ -603,6 +665,8 @@ def write_figures(report, out_dir, metric=None, x_name=None, y_name=None):
         fig_loss_vs_time(report, styles, out_dir, note),
         fig_accuracy_vs_time(report, styles, out_dir, note),
         fig_step_breakdown(report, styles, out_dir, note),
+        fig_step_breakdown(report, styles, out_dir, note, clock="modeled"),
+        fig_throughput_vs_ranks(report, styles, out_dir, note),
         fig_heatmap(report, styles, out_dir, note, metric, x_name, y_name),
     ]
     return [p for p in paths if p is not None]

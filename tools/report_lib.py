@@ -25,6 +25,9 @@ METRICS = {
     "samples_per_s": "throughput (samples/s, measured)",
     "time_to_target_s": "time to target (s, measured)",
     "step_p50_ms": "step time p50 (ms, measured)",
+    "modeled_samples_per_s": "throughput (samples/s, modeled)",
+    "modeled_time_to_target_s": "time to target (s, modeled)",
+    "modeled_step_p50_ms": "step time p50 (ms, modeled)",
 }
 
 
@@ -284,6 +287,12 @@ def measured_phases(run):
     return measured.get("phases") if measured else None
 
 
+def modeled_phases(run):
+    """{phase: dict with "all"/"per_rank"} of the modeled clock (cost model), or None when the run has none."""
+    modeled = (run.get("timing") or {}).get("modeled")
+    return modeled.get("phases") if modeled else None
+
+
 def metric_value(run, metric):
     """The scalar `metric` (a key of METRICS) of one run, NaN when absent or null."""
     if metric in ("eval_accuracy", "eval_loss", "train_loss"):
@@ -296,14 +305,26 @@ def metric_value(run, metric):
     if metric == "step_p50_ms":
         measured = (run.get("timing") or {}).get("measured")
         return num(((measured or {}).get("step") or {}).get("all", {}).get("p50_ms")) if measured else math.nan
+    if metric == "modeled_samples_per_s":
+        return num((run.get("throughput") or {}).get("modeled_samples_per_s"))
+    if metric == "modeled_time_to_target_s":
+        ttt = run.get("time_to_target")
+        return num(ttt.get("modeled_s")) if ttt and ttt.get("reached") else math.nan
+    if metric == "modeled_step_p50_ms":
+        modeled = (run.get("timing") or {}).get("modeled")
+        return num(((modeled or {}).get("step") or {}).get("all", {}).get("p50_ms")) if modeled else math.nan
     raise KeyError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
 
 
 def default_metric(report):
-    """Final eval accuracy when some passed run has it, else final train loss."""
+    """Final eval accuracy when some passed run has it, else final train loss, else (timing-only runs train nothing)
+    the modeled throughput."""
     passed = [r for r in report["runs"] if r.get("disposition") == "passed"]
     if any(not math.isnan(metric_value(r, "eval_accuracy")) for r in passed):
         return "eval_accuracy"
+    if not any(not math.isnan(metric_value(r, "train_loss")) for r in passed) and \
+            any(not math.isnan(metric_value(r, "modeled_samples_per_s")) for r in passed):
+        return "modeled_samples_per_s"
     return "train_loss"
 
 

@@ -43,7 +43,8 @@ template <class V>
 void visit_fields(V& v, RunConfig& c) {
   v(c.name, F("name", "scenario name: the report folder and the prefix of run ids"));
   auto& m = c.model;
-  v(m.kind, F("model.kind", "model (see `gradsweep list`)").one_of({"mlp", "linear", "quadratic"}));
+  v(m.kind, F("model.kind", "model (see `gradsweep list`)")
+                .one_of({"mlp", "linear", "quadratic", "gpt2-small", "gpt2-xl", "llama-7b"}));
   v(m.layers, F("model.layers", "mlp: widths [in, hidden..., out]; linear: [in, out]").at_least(1).at_most(1 << 20));
   v(m.activation, F("model.activation", "mlp hidden activation").one_of({"relu", "gelu"}));
   v(m.loss, F("model.loss", "per-sample loss: softmax cross-entropy, or mse = 0.5*||y_hat - y||^2")
@@ -54,6 +55,8 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
   v(m.b, F("model.b", "quadratic: minimizers b_ri, one row per rank or one row for all"));
   v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
+  v(m.sequence_length, F("model.sequence_length", "transformer presets: tokens per sample (0: the preset's context)")
+                           .at_least(0).at_most(1 << 20));
 
   auto& d = c.data;
   v(d.kind, F("data.kind", "dataset (see `gradsweep list`)").one_of({"fashion_mnist", "teacher", "inline", "none"}));
@@ -92,6 +95,8 @@ void visit_fields(V& v, RunConfig& c) {
                             "also inject the delays for real on the measured clock (cuda backend only)"));
 
   auto& tr = c.training;
+  v(tr.mode, F("training.mode", "train, or timing: no arithmetic and no model memory, the schedule alone is priced "
+                                "on the modeled clock (--timing-only)").one_of({"train", "timing"}));
   v(tr.steps, F("training.steps", "optimizer steps (when epochs is 0)").at_least(1).at_most(1e9));
   v(tr.epochs, F("training.epochs", "> 0: train this many epochs instead of `steps`").at_least(0).at_most(1e6));
   v(tr.accumulation_steps, F("training.accumulation_steps", "K micro-batches per optimizer step").at_least(1)
@@ -564,10 +569,26 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (m.kind == "quadratic" && (c.precision.loss_scale == "static" || c.precision.loss_scale == "dynamic"))
     add("precision.loss_scale", "the quadratic model has no loss scaling: expected \"auto\" or \"none\", got \"" +
                                     c.precision.loss_scale + "\"");
+  const bool timing = c.training.mode == "timing";
+  const bool preset = m.kind == "gpt2-small" || m.kind == "gpt2-xl" || m.kind == "llama-7b";
+  if (preset && !timing)
+    add("training.mode", "model.kind \"" + m.kind + "\" is a shape preset: expected \"timing\" (--timing-only)");
+  if (m.sequence_length != 0 && !preset)
+    add("model.sequence_length", "only applies to the transformer presets (model.kind is \"" + m.kind + "\")");
+  if (timing && c.training.epochs > 0)
+    add("training.epochs", "timing-only runs have no data and no epochs: use training.steps");
+  if (timing && c.report.trace)
+    add("report.trace", "timing-only runs hold no parameters to trace: use false");
+  if (timing && c.compression.kind != "none")
+    add("compression.kind", "timing-only runs have no gradients to compress, and a compressor's payload depends on "
+                            "them: use \"none\" (compressed runs are priced on the modeled clock while they train)");
   if (m.kind == "quadratic" && d.kind != "none")
     add("data.kind", "the quadratic model takes no data: expected \"none\", got \"" + d.kind + "\"");
-  if (m.kind != "quadratic" && d.kind == "none")
-    add("data.kind", "\"none\" is only for the quadratic model (model.kind is \"" + m.kind + "\")");
+  if (m.kind != "quadratic" && d.kind == "none" && !timing)
+    add("data.kind", "\"none\" is only for the quadratic model or timing-only runs (model.kind is \"" + m.kind +
+                         "\")");
+  if (preset && d.kind != "none")
+    add("data.kind", "a shape preset reads no data: expected \"none\" (samples per micro-batch: data.batch_per_rank)");
   if (m.kind == "mlp" && m.layers.size() < 2)
     add("model.layers", fmt::format("expected at least 2 widths [in, ..., out], got {}", m.layers.size()));
   if (m.kind == "linear" && m.layers.size() != 2)
@@ -644,7 +665,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     } catch (const std::exception& e) {
       issues.push_back(issue_from_exception(e.what(), "model"));
     }
-    if (!issues.empty()) return;
+    if (!issues.empty() || c.training.mode == "timing") return;  // timing-only runs read no data
     // Absurd data settings for a run with arithmetic, refused before anything is built (the limits are far above
     // any real use and keep validation itself bounded in time and memory).
     if (d.kind == "teacher") {

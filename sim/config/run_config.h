@@ -48,6 +48,7 @@ struct ModelConfig {
   json a;                // quadratic: per-rank curvatures [[a_r0, ...], ...] (one row per rank, or one row for all)
   json b;                // quadratic: per-rank minimizers, same shape as a
   json initial_w;        // quadratic: [w_0, ...]
+  int64_t sequence_length = 0;  // transformer presets: tokens per sample (0 = the preset's context)
 };
 
 struct TeacherConfig {
@@ -90,6 +91,7 @@ struct ClusterConfig {
 };
 
 struct TrainingConfig {
+  std::string mode = "train";          // train | timing (no arithmetic: the schedule alone is priced)
   int64_t steps = 100;                 // optimizer steps (ignored when epochs > 0)
   double epochs = 0.0;                 // > 0: steps = floor(epochs * steps_per_epoch)
   int64_t accumulation_steps = 1;      // K micro-batches per optimizer step

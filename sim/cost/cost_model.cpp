@@ -78,9 +78,9 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
   for (const auto& l : layers_) {
     const double params = static_cast<double>(l.param_end - l.param_begin);
     fwd += op_time_s(*hw_, b * l.forward_flops_per_sample, 4.0 * params + b * l.activation_bytes_per_sample,
-                     precision_);
+                     precision_, l.kernels);
     bwd += op_time_s(*hw_, 2.0 * b * l.forward_flops_per_sample,
-                     12.0 * params + 2.0 * b * l.activation_bytes_per_sample, precision_, 2.0);
+                     12.0 * params + 2.0 * b * l.activation_bytes_per_sample, precision_, 2.0 * l.kernels);
   }
   cost.add_time(Phase::kForward, fwd);
   cost.add_time(Phase::kBackward, bwd);

@@ -55,7 +55,8 @@ class CostModel {
 
   // Prices forward and backward of one micro-batch of `samples` per layer: forward flops = samples x declared, bytes
   // = 4 x params (weights read) + samples x activation bytes; backward 2x forward FLOPs (input and weight gradients)
-  // and 12 x params (weights read, gradient read and written) + 2 x activation bytes; one launch per layer each way.
+  // and 12 x params (weights read, gradient read and written) + 2 x activation bytes; the layer's kernels forward,
+  // twice as many backward.
   void add_micro_batch(StepCost& cost, int64_t samples, bool last) const;
   // Optimizer step over `params` fp32 parameters, including the division by S: SGD reads p, g (and momentum) and
   // writes p (and momentum); Adam/AdamW read p, g, m, v and write p, m, v.

@@ -89,6 +89,7 @@ struct LayerCost {
   size_t param_end = 0;
   double forward_flops_per_sample = 0.0;     // a multiply-add counts 2
   double activation_bytes_per_sample = 0.0;  // activations read + written by its forward, per sample
+  double kernels = 1.0;                      // kernel launches of its forward (backward: twice as many)
 };
 
 struct EvalSums {
@@ -119,6 +120,8 @@ class Model {
   // The layers the cost model prices (forward FLOPs and activation bytes per sample). Default: one per tensor of the
   // table, forward_flops_per_sample() split by parameter count, no activation bytes.
   virtual std::vector<LayerCost> layer_costs() const;
+  // True for shape presets: tensors and costs only, no arithmetic (training.mode "timing" only).
+  virtual bool shape_only() const { return false; }
 };
 
 struct ModelEntry {
@@ -136,5 +139,6 @@ std::unique_ptr<Model> make_model(const RunConfig& config);
 std::unique_ptr<Model> make_mlp(const RunConfig& config);
 std::unique_ptr<Model> make_linear(const RunConfig& config);
 std::unique_ptr<Model> make_quadratic(const RunConfig& config);
+std::unique_ptr<Model> make_transformer_preset(const RunConfig& config);  // gpt2-small, gpt2-xl, llama-7b
 
 }  // namespace gs

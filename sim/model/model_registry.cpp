@@ -17,6 +17,12 @@ const std::vector<ModelEntry>& model_registry() {
       {"linear", "y = W x (+ b), layers [in, out]; optional explicit initial_weights / initial_bias", make_linear},
       {"quadratic", "per-rank f_r(w) = 0.5 * sum_i a_ri (w_i - b_ri)^2 from model.a, model.b, model.initial_w",
        make_quadratic},
+      {"gpt2-small", "timing-only shape preset: GPT-2 small, 124M parameters, 12 layers, d 768, context 1024",
+       make_transformer_preset},
+      {"gpt2-xl", "timing-only shape preset: GPT-2 XL, 1.56B parameters, 48 layers, d 1600, context 1024",
+       make_transformer_preset},
+      {"llama-7b", "timing-only shape preset: LLaMA-7B, 6.74B parameters, 32 layers, d 4096, context 2048",
+       make_transformer_preset},
   };
   return kModels;
 }

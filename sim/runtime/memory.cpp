@@ -166,7 +166,7 @@ std::optional<int64_t> available_memory_bytes() {
   return std::nullopt;
 }
 
-bool run_does_arithmetic(const RunConfig&) { return true; }
+bool run_does_arithmetic(const RunConfig& config) { return config.training.mode != "timing"; }
 
 std::string memory_skip_reason(const RunConfig& c, int64_t num_params, int64_t available) {
   const MemoryEstimate e = estimate_run_memory(c, num_params);

@@ -35,7 +35,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& config, int64_t num_params);
 std::optional<int64_t> available_memory_bytes();
 
 // False for runs that allocate no model memory (timing-only runs of the modeled clock, issue 3): they are exempt
-// from the memory check. Every run of this version computes.
+// from the memory check (training.mode "timing").
 bool run_does_arithmetic(const RunConfig& config);
 
 // "" when the run fits available_bytes; otherwise the skip message: the estimate by component, the memory available,

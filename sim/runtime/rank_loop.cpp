@@ -104,8 +104,87 @@ int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch) {
                                                               static_cast<double>(steps_per_epoch))));
 }
 
+namespace {
+
+// training.mode "timing": no arithmetic, no parameters, no data. Every rank's step is the same schedule (the model's
+// declared layers for K micro-batches of data.batch_per_rank samples, then what the strategy prices), recorded once;
+// the modeled clock adds stragglers and the synchronous wait per step. One thread: nothing here needs the others.
+void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& res) {
+  const int ranks = static_cast<int>(config.cluster.ranks);
+  const int64_t K = config.training.accumulation_steps;
+  const int64_t b = config.data.batch_per_rank;
+  std::unique_ptr<Model> model = make_model(config);
+  CostModel cost_model(config, *model);
+  res.hardware = cost_model.hardware().name;
+  std::unique_ptr<Communicator> comm = make_host_communicator(ranks);
+  StrategySetup setup{config, *model, *comm, ranks, &cost_model, true};
+  std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
+  const int64_t total = config.training.steps;
+  res.steps_planned = total;
+  res.num_params = static_cast<int64_t>(model->num_params());
+  res.classification = model->classification();
+  res.replicas_identical = strategy->replicas_identical();
+  StepCost cost = cost_model.make_step_cost();
+  const PrecisionPolicy policy = precision_policy(config.precision);
+  for (int64_t k = 0; k < K; ++k) {
+    cost_model.add_micro_batch(cost, b, k + 1 == K);
+    price_precision_micro_batch(cost, policy.mode, static_cast<double>(res.num_params));  // format casts
+  }
+  StepInput in;
+  in.local_samples = static_cast<double>(b * K);
+  in.global_samples = in.local_samples * ranks;
+  in.lr = config.training.optimizer.lr;
+  in.cost = &cost;
+  strategy->price_step(in);
+  res.modeled_chains = cost.chains;
+  const std::vector<const StepCost*> recs(static_cast<size_t>(ranks), &cost);
+  res.modeled_steps.assign(static_cast<size_t>(ranks), {});
+  res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
+  res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
+  for (auto* v : {&res.modeled_exposed_s, &res.modeled_overlapped_s})
+    for (auto& r : *v) r.reserve(static_cast<size_t>(total));
+  for (auto& r : res.modeled_steps) r.reserve(static_cast<size_t>(total));
+  res.series.reserve(static_cast<size_t>(total));
+  double modeled_total_s = 0.0;
+  for (int64_t step = 0; step < total; ++step) {
+    std::vector<ModeledStep> m = cost_model.model_step(recs, step);
+    for (size_t r = 0; r < m.size(); ++r) {
+      res.modeled_steps[r].push_back(m[r].times);
+      res.modeled_exposed_s[r].push_back(m[r].exposed_s);
+      res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
+    }
+    modeled_total_s += m[0].times.step_s;
+    SeriesPoint pt;
+    pt.step = step + 1;
+    pt.modeled_s = modeled_total_s;
+    pt.train_loss = std::nan("");  // nothing is trained
+    res.series.push_back(pt);
+    res.samples_trained += in.global_samples;
+    res.steps_completed = step + 1;
+    if (hooks.on_step) hooks.on_step(step + 1, total, pt.train_loss);
+    if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed) && step + 1 < total) {
+      res.disposition = "interrupted";
+      res.message = fmt::format("stopped after step {} of {}", step + 1, total);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
 RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   RunResult res;
+  if (config.training.mode == "timing") {
+    double t0 = now_s();
+    try {
+      run_timing_only(config, hooks, res);
+    } catch (const std::exception& e) {
+      res.disposition = "failed";
+      res.message = e.what();
+    }
+    res.wall_s = now_s() - t0;
+    return res;
+  }
   double wall0 = now_s();
   const int ranks = static_cast<int>(config.cluster.ranks);
   const int64_t K = config.training.accumulation_steps;
@@ -149,10 +228,11 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     }
     if (trace) res.trace_initial = init;
 
-    // Modeled clock: each rank records its step into slot [step % 2][rank]; rank 0 models step t - 1 right after the
-    // control all-reduce of step t (every rank has finished step t - 1 then, and none can start step t + 1), and the
-    // last step after the run.
-    std::array<std::vector<StepCost>, 2> cost_slots;
+    // Modeled clock: each rank records its step into slot [step % 3][rank]; rank 0 models step t - 1 after its own
+    // step t has ended (outside its measured clock). Every rank finished step t - 1 before step t's control
+    // all-reduce; a rank may be in step t + 1 then (slot (t + 1) % 3) but not in t + 2, which needs rank 0 at the
+    // control all-reduce of t + 1. The last step is modeled after the run.
+    std::array<std::vector<StepCost>, 3> cost_slots;
     for (auto& slot : cost_slots) slot.assign(static_cast<size_t>(ranks), cost_model.make_step_cost());
     res.modeled_steps.assign(static_cast<size_t>(ranks), {});
     res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
@@ -161,7 +241,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     int64_t modeled_done = 0;  // steps modeled so far
     auto model_step = [&](int64_t step) {
       std::vector<const StepCost*> recs;
-      for (const StepCost& c : cost_slots[static_cast<size_t>(step & 1)]) recs.push_back(&c);
+      for (const StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
       std::vector<ModeledStep> m = cost_model.model_step(recs, step);
       for (size_t r = 0; r < m.size(); ++r) {
         res.modeled_steps[r].push_back(m[r].times);
@@ -198,7 +278,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       for (int64_t step = 0; step < total; ++step) {
         GS_NVTX_RANGE("step");
         clock.begin_step();
-        StepCost& cost = cost_slots[static_cast<size_t>(step & 1)][static_cast<size_t>(rank)];
+        StepCost& cost = cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)];
         cost.clear();
         std::fill(grad.begin(), grad.end(), 0.0f);
         // Control values all-reduced once per step: local samples, local loss sum, rank 0's reading of the stop
@@ -250,7 +330,6 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           comm->all_reduce_sum(rank, ctl, kControlCount);
           comm->take_stats(rank);
         }
-        if (rank == 0 && step > 0) model_step(step - 1);
         const double global_samples = ctl[0];
         // Every rank sees the same S, so every rank stops here together.
         if (global_samples <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
@@ -285,6 +364,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           res.series.push_back(pt);
           res.samples_trained += global_samples;
           res.steps_completed = step + 1;
+          if (step > 0) model_step(step - 1);
         }
         const bool last = step + 1 == total;
         const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));

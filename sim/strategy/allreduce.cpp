@@ -32,6 +32,10 @@ class AllReduce final : public SyncStrategy {
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     wire_config_ = wire_config(s.config);
+    if (s.timing_only) {  // timing-only: price_step alone, no buffers (one precision step prices its passes)
+      precision_.emplace_back(s.config);
+      return;
+    }
     if (wire_config_.compression.kind != "none") {
       std::vector<std::pair<size_t, size_t>> ranges;
       for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
@@ -64,6 +68,8 @@ class AllReduce final : public SyncStrategy {
     return compressed_ ? compressed_->report() : nlohmann::json(nullptr);
   }
 
+  void price_step(const StepInput& in) const override { price(in); }
+
   void step(const StepInput& in) override {
     price(in);
     if (shared_) {
@@ -84,7 +90,7 @@ class AllReduce final : public SyncStrategy {
                                 GradRange{b.begin, b.end});
     }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
-    precision_[shared_ ? 0 : static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
+    precision_[precision_.size() == 1 ? 0 : static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
   }
 
   // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).

@@ -10,17 +10,21 @@ class Independent final : public SyncStrategy {
  public:
   explicit Independent(const StrategySetup& s)
       : n_(s.model.num_params()), cost_model_(s.cost_model), optimizer_(s.config.training.optimizer) {
+    for (int r = 0; r < s.ranks; ++r) precision_.emplace_back(s.config);  // each rank its own loss scaler
+    if (s.timing_only) return;  // timing-only: price_step alone, no buffers
     for (int r = 0; r < s.ranks; ++r) {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
-      precision_.emplace_back(s.config);  // each rank its own loss scaler (as local SGD)
     }
   }
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
-  void step(const StepInput& in) override {
+  void price_step(const StepInput& in) const override {
     if (in.cost != nullptr && cost_model_ != nullptr)
       cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     if (in.cost != nullptr) precision_[static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
+  }
+  void step(const StepInput& in) override {
+    price_step(in);
     PhaseTimer t(*in.clock, Phase::kOptimizer);
     if (in.local_samples <= 0) return;  // nothing to learn from
     float inv = static_cast<float>(in.local_samples);

@@ -38,6 +38,7 @@ struct StrategySetup {
   Communicator& comm;
   int ranks;
   const CostModel* cost_model = nullptr;  // prices optimizer steps and the like (add_optimizer)
+  bool timing_only = false;               // training.mode "timing": allocate nothing; only price_step is called
 };
 
 // One rank's call at the end of its optimizer step.
@@ -72,6 +73,9 @@ class SyncStrategy {
   virtual const PrecisionStep* precision_step(int rank) const { return nullptr; }
   // The report's "compression" object (null when the strategy sends gradients uncompressed). Called after the run.
   virtual nlohmann::json compression_report() const { return nullptr; }
+  // Timing-only runs (training.mode "timing"): record into in.cost what one step of rank in.rank would do (its
+  // collectives, optimizer, ...) without touching any data; in.grad is null. Default: refused with a clear error.
+  virtual void price_step(const StepInput& in) const;
 };
 
 struct StrategyEntry {

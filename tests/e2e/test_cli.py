@@ -219,3 +219,43 @@ def test_scenarios_readme_lists_every_field_as_the_program_does():
     readme = (REPO / "scenarios" / "README.md").read_text()
     missing = [line for line in table if line not in readme]
     assert not missing, "scenarios/README.md is out of date; regenerate with `gradsweep fields`:\n" + "\n".join(missing)
+
+
+def test_timing_only_prices_a_7b_model_without_its_memory_and_plots_draw_it(tmp_path):
+    """LLaMA-7B's parameters alone are 27 GB per replica; a timing-only sweep over 8 ranks must allocate none of it,
+    write a report with the modeled clock only (no loss, no measured clock), and still get its plots."""
+    import resource
+    doc = {"name": "timing", "model": {"kind": "llama-7b"}, "data": {"kind": "none", "batch_per_rank": 2},
+           "cluster": {"ranks": 8}, "training": {"steps": 10, "eval_every": 0},
+           "sweep": {"axes": {"cluster.hardware": ["h100-sxm-8", "h100-pcie-8"], "cluster.ranks": [1, 8]}}}
+    path = write(tmp_path, doc)
+    p = run("validate", path)
+    assert p.returncode == 2 and "training.mode" in p.stderr, "a shape preset needs timing mode"
+    out = tmp_path / "out"
+    p = run("run", path, "--timing-only", "--out", out, "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1024 * 1024, "kB: under 1 GB"
+    report = json.loads((out / "report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    assert [r["disposition"] for r in report["runs"]] == ["passed"] * 4
+    for r in report["runs"]:
+        assert r["num_params"] == 6738415616
+        assert r["timing"]["measured"] is None and r["timing"]["modeled"]["hardware"] in ("h100-sxm-8", "h100-pcie-8")
+        series = r["convergence"]["series"]
+        assert len(series) == 10 and all(pt["train_loss"] is None for pt in series)
+        assert all(b["modeled_s"] > a["modeled_s"] > 0 for a, b in zip(series, series[1:]))
+        assert r["throughput"]["modeled_samples_per_s"] > 0
+    by_id = {r["id"]: r for r in report["runs"]}
+    sxm8 = next(r for r in report["runs"] if r["swept"] == {"cluster.hardware": "h100-sxm-8", "cluster.ranks": 8})
+    pcie8 = next(r for r in report["runs"] if r["swept"] == {"cluster.hardware": "h100-pcie-8", "cluster.ranks": 8})
+    # The same compute on a slower fabric and slower GPUs: PCIe is slower, and chooses no NVLS.
+    assert pcie8["throughput"]["modeled_samples_per_s"] < sxm8["throughput"]["modeled_samples_per_s"]
+    assert {b["algorithm"] for b in pcie8["timing"]["modeled"]["communication"]["buckets"]} <= {"ring", "tree"}
+    assert by_id
+    plots = tmp_path / "plots"
+    p = subprocess.run([sys.executable, str(REPO / "tools" / "plot.py"), str(out / "report.json"), "--out", str(plots)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    names = sorted(f.name for f in plots.glob("*.png"))
+    assert "step_breakdown_modeled.png" in names and "throughput_vs_ranks.png" in names, names
+    assert "loss_vs_step.png" not in names and "timing-only" in p.stderr

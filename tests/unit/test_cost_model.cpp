@@ -12,6 +12,8 @@
 #include "sim/cost/compute_model.h"
 #include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
+#include "sim/model/model.h"
+#include "sim/runtime/rank_loop.h"
 
 namespace gs {
 namespace {
@@ -280,6 +282,88 @@ TEST(CostModel, BucketsOverlapBackwardOnTheModeledStep) {
   EXPECT_NEAR(s.overlapped_s, d, 1e-15);
   EXPECT_NEAR(s.times.step_s, 3.0 + d, 1e-12);
   EXPECT_NEAR(s.times.phase_s[static_cast<size_t>(Phase::kCommunicate)], d, 1e-15);
+}
+
+}  // namespace
+}  // namespace gs
+
+namespace gs {
+namespace {
+
+RunConfig preset_config(const std::string& kind) {
+  RunConfig c;
+  c.model.kind = kind;
+  c.data.kind = "none";
+  c.training.mode = "timing";
+  return c;
+}
+
+// Published parameter counts: GPT-2 small 124,439,808 and XL 1,557,611,200 (Hugging Face gpt2 / gpt2-xl
+// checkpoints, lm head tied); LLaMA-7B 6,738,415,616 (Meta's checkpoint, lm head untied).
+TEST(TransformerPresets, ParameterCountsMatchThePublishedModels) {
+  EXPECT_EQ(make_model(preset_config("gpt2-small"))->num_params(), 124439808u);
+  EXPECT_EQ(make_model(preset_config("gpt2-xl"))->num_params(), 1557611200u);
+  EXPECT_EQ(make_model(preset_config("llama-7b"))->num_params(), 6738415616u);
+}
+
+// Training FLOPs per token ~ 6 x parameters + the attention term 12 x layers x seq x d (Kaplan et al. 2020;
+// Hoffmann et al. 2022): within 3% (embedding lookups and norms are parameters without matrix FLOPs).
+TEST(TransformerPresets, TrainingFlopsPerTokenAreSixTimesParametersPlusAttention) {
+  struct Shape {
+    const char* kind;
+    double layers, d, seq;
+  };
+  for (Shape s : {Shape{"gpt2-small", 12, 768, 1024}, Shape{"gpt2-xl", 48, 1600, 1024},
+                  Shape{"llama-7b", 32, 4096, 2048}}) {
+    auto m = make_model(preset_config(s.kind));
+    const double per_token = 3.0 * m->forward_flops_per_sample() / s.seq;
+    const double expect = 6.0 * static_cast<double>(m->num_params()) + 12.0 * s.layers * s.seq * s.d;
+    EXPECT_NEAR(per_token / expect, 1.0, 0.03) << s.kind;
+    // Layers cover the parameters contiguously, so buckets can find when their gradients are ready.
+    size_t next = 0;
+    for (const LayerCost& l : m->layer_costs()) {
+      EXPECT_EQ(l.param_begin, next);
+      next = l.param_end;
+    }
+    EXPECT_EQ(next, m->num_params());
+  }
+  RunConfig shorter = preset_config("gpt2-small");
+  shorter.model.sequence_length = 128;
+  EXPECT_LT(make_model(shorter)->forward_flops_per_sample(), make_model(preset_config("gpt2-small"))
+                                                                  ->forward_flops_per_sample() / 7.9);
+}
+
+TEST(TransformerPresets, RefuseArithmetic) {
+  auto m = make_model(preset_config("gpt2-small"));
+  EXPECT_TRUE(m->shape_only());
+  EXPECT_THROW(m->make_workspace(1), Error);
+}
+
+TEST(TimingOnly, OneRankStepIsTheDeclaredComputeAndEightRanksAddOnlyExposedCommunication) {
+  RunConfig c = preset_config("gpt2-small");
+  c.training.steps = 5;
+  c.cluster.ranks = 1;
+  RunResult one = run_training(c);
+  ASSERT_EQ(one.disposition, "passed") << one.message;
+  EXPECT_TRUE(one.steps.empty());  // no measured clock: nothing ran
+  ASSERT_EQ(one.modeled_steps.size(), 1u);
+  ASSERT_EQ(one.modeled_steps[0].size(), 5u);
+  const StepTimes& s1 = one.modeled_steps[0][0];
+  // One rank: no communication, so the step is forward + backward + optimizer exactly.
+  const double f = s1.phase_s[static_cast<size_t>(Phase::kForward)];
+  const double b = s1.phase_s[static_cast<size_t>(Phase::kBackward)];
+  const double o = s1.phase_s[static_cast<size_t>(Phase::kOptimizer)];
+  EXPECT_DOUBLE_EQ(s1.step_s, f + b + o);
+  EXPECT_NEAR(one.series.back().modeled_s, 5 * s1.step_s, 1e-12);
+  c.cluster.ranks = 8;
+  RunResult eight = run_training(c);
+  ASSERT_EQ(eight.disposition, "passed") << eight.message;
+  const StepTimes& s8 = eight.modeled_steps[7][0];
+  EXPECT_DOUBLE_EQ(s8.phase_s[static_cast<size_t>(Phase::kForward)], f);
+  EXPECT_NEAR(s8.step_s, f + b + o + eight.modeled_exposed_s[7][0], 1e-12);
+  EXPECT_FALSE(eight.modeled_chains.empty());
+  // 8 ranks train 8x the samples per step.
+  EXPECT_DOUBLE_EQ(eight.samples_trained, 8 * one.samples_trained);
 }
 
 }  // namespace

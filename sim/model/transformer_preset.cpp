@@ -1,0 +1,123 @@
+// Shape presets of transformer language models for timing-only runs (training.mode "timing"): the tensor table and
+// per-layer FLOPs of GPT-2 small/XL and LLaMA-7B at model.sequence_length, no arithmetic and no parameter memory.
+// A new preset is one row in kPresets.
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/model/model.h"
+
+namespace gs {
+namespace {
+
+struct PresetShape {
+  const char* name;
+  int64_t layers, d_model, heads, d_ff, vocab, max_seq;
+  bool gpt2;  // GPT-2: learned positions, LayerNorm with bias, biased linears, GELU MLP, tied lm head.
+              // LLaMA: RMSNorm, no biases, SwiGLU MLP (3 matrices), untied lm head.
+};
+
+// GPT-2: Radford et al. 2019, HF configs (n_embd 768/1600, n_layer 12/48, n_head 12/25, n_ctx 1024, vocab 50257).
+// LLaMA-7B: Touvron et al. 2023 (dim 4096, 32 layers, 32 heads, FFN 11008, vocab 32000, context 2048).
+constexpr PresetShape kPresets[] = {
+    {"gpt2-small", 12, 768, 12, 3072, 50257, 1024, true},
+    {"gpt2-xl", 48, 1600, 25, 6400, 50257, 1024, true},
+    {"llama-7b", 32, 4096, 32, 11008, 32000, 2048, false},
+};
+
+class TransformerPreset final : public Model {
+ public:
+  TransformerPreset(const PresetShape& s, int64_t seq) : s_(s), seq_(seq) {
+    const int64_t d = s.d_model;
+    size_t off = 0;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+      size_t count = 1;
+      for (int64_t x : shape) count *= static_cast<size_t>(x);
+      tensors_.push_back({name, shape, off, count});
+      off += count;
+    };
+    // Table order = forward order; backward (and DDP buckets) run in reverse.
+    add("embed.tokens", {s.vocab, d});
+    if (s.gpt2) add("embed.positions", {s.max_seq, d});
+    const size_t embed_end = off;
+    layers_.push_back({0, embed_end, 0.0, 0.0});
+    for (int64_t l = 0; l < s.layers; ++l) {
+      const size_t begin = off;
+      const std::string p = fmt::format("block{}.", l);
+      add(p + "norm1.weight", {d});
+      if (s.gpt2) add(p + "norm1.bias", {d});
+      add(p + "attn.qkv.weight", {3 * d, d});
+      if (s.gpt2) add(p + "attn.qkv.bias", {3 * d});
+      add(p + "attn.proj.weight", {d, d});
+      if (s.gpt2) add(p + "attn.proj.bias", {d});
+      add(p + "norm2.weight", {d});
+      if (s.gpt2) add(p + "norm2.bias", {d});
+      if (s.gpt2) {
+        add(p + "mlp.fc.weight", {s.d_ff, d});
+        add(p + "mlp.fc.bias", {s.d_ff});
+        add(p + "mlp.proj.weight", {d, s.d_ff});
+        add(p + "mlp.proj.bias", {d});
+      } else {
+        add(p + "mlp.gate.weight", {s.d_ff, d});
+        add(p + "mlp.up.weight", {s.d_ff, d});
+        add(p + "mlp.down.weight", {d, s.d_ff});
+      }
+      // Forward FLOPs per token: 2 per weight of the matrices, plus the attention logits QK^T and the mixing AV,
+      // 2 x seq x d each (Hoffmann et al. 2022, appendix F; no causal halving, softmax ignored). Training is 3x
+      // forward: about 6 x parameters + 12 x seq x d per layer and token.
+      const double matrix = s.gpt2 ? 4.0 * d * d + 2.0 * d * s.d_ff : 4.0 * d * d + 3.0 * d * s.d_ff;
+      const double flops_token = 2.0 * matrix + 4.0 * static_cast<double>(seq_) * d;
+      // Activations per token of one block in 16-bit storage (Korthikanti et al. 2022): d (34 + 5 heads seq / d).
+      const double act_token = static_cast<double>(d) * (34.0 + 5.0 * s.heads * static_cast<double>(seq_) / d);
+      layers_.push_back({begin, off, flops_token * seq_, act_token * seq_, 12.0});
+    }
+    const size_t head_begin = off;
+    add("norm_f.weight", {d});
+    if (s.gpt2) add("norm_f.bias", {d});
+    if (!s.gpt2) add("lm_head.weight", {s.vocab, d});
+    // The output projection onto the vocabulary: 2 d V per token (tied to embed.tokens in GPT-2).
+    layers_.push_back({head_begin, off, 2.0 * d * s.vocab * seq_, 4.0 * static_cast<double>(s.vocab) * seq_, 3.0});
+  }
+
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  bool classification() const override { return true; }
+  void init_params(float*, uint64_t) const override { refuse(); }
+  std::unique_ptr<Workspace> make_workspace(int64_t) const override { refuse(); }
+  double forward(const float*, const Batch&, Workspace&, const PrecisionPolicy&) const override { refuse(); }
+  void backward(const float*, const Batch&, Workspace&, float*, const PrecisionPolicy&) const override { refuse(); }
+  EvalSums evaluate(const float*, const Batch&, Workspace&) const override { refuse(); }
+  double forward_flops_per_sample() const override {
+    double f = 0.0;
+    for (const auto& l : layers_) f += l.forward_flops_per_sample;
+    return f;
+  }
+  std::vector<LayerCost> layer_costs() const override { return layers_; }
+  bool shape_only() const override { return true; }
+
+ private:
+  [[noreturn]] void refuse() const {
+    throw Error(fmt::format("model.kind \"{}\" is a shape preset: it only runs with training.mode \"timing\" "
+                            "(--timing-only)", s_.name));
+  }
+  PresetShape s_;
+  int64_t seq_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<LayerCost> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_transformer_preset(const RunConfig& config) {
+  for (const PresetShape& s : kPresets) {
+    if (config.model.kind != s.name) continue;
+    int64_t seq = config.model.sequence_length > 0 ? config.model.sequence_length : s.max_seq;
+    if (seq > s.max_seq)
+      throw Error(fmt::format("model.sequence_length: {} has a context of {} tokens, got {}", s.name, s.max_seq, seq));
+    return std::make_unique<TransformerPreset>(s, seq);
+  }
+  throw Error(fmt::format("model.kind: no transformer preset \"{}\"", config.model.kind));
+}
+
+}  // namespace gs
