@@ -656,7 +656,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (structural_ok) {
     try {
       auto model = make_model(c);
-      if (static_cast<double>(model->num_params()) > kMaxParams)
+      if (static_cast<double>(model->num_params()) > kMaxParams && c.training.mode != "timing")
         add("model.layers", fmt::format("{} parameters is more than the limit of {:.0f} (2^32) for a run with "
                                         "arithmetic", model->num_params(), kMaxParams));
       if (c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
