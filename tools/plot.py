@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Figures from gradsweep reports: loss and accuracy curves, per-phase step breakdown, and a sweep heatmap.
+"""Figures from gradsweep reports: loss and accuracy curves (accuracy also against the modeled clock and, when some
+run compresses, against the bytes sent), per-phase step breakdown, and a sweep heatmap.
 
     python tools/plot.py REPORT... [--out DIR] [--metric NAME] [--x AXIS --y AXIS]
 
@@ -345,18 +346,21 @@ def fig_loss_vs_time(report, styles, out_dir, note):
     return save(fig, out_dir / "loss_vs_time.png")
 
 
-def fig_accuracy_vs_time(report, styles, out_dir, note):
-    runs = [r for r in rl.drawn_runs(report) if finite_xy(*rl.series(r, "eval_accuracy"))[0]]
-    if not runs:
-        return skipped("accuracy_vs_time.png", "no run has eval_accuracy")
-    fig, ax = new_figure(report, "eval accuracy vs measured time", note, width=9.0 + legend_room(runs))
+def accuracy_runs(report, x_of):
+    """The drawn runs with at least one eval accuracy at a finite x (x_of(run): the run's x list, one per point)."""
+    return [r for r in rl.drawn_runs(report) if finite_xy(x_of(r), rl.series(r, "eval_accuracy")[1])[0]]
+
+
+def draw_accuracy(ax, report, styles, runs, x_of):
+    """Eval accuracy of `runs` against x_of(run) (one x per series point), one line per run, the targets of
+    eval_accuracy dotted, and the run legend."""
     targets = set()
     labels, caption = run_labels(report, runs)
     many = len(runs) > MAX_LEGEND_RUNS
     for run, label in zip(runs, labels):
         style = styles[run["id"]]
         # Only eval curves here, so they need no dashes to tell them from train curves.
-        x, y = finite_xy(rl.series(run, "measured_s")[1], rl.series(run, "eval_accuracy")[1])
+        x, y = finite_xy(x_of(run), rl.series(run, "eval_accuracy")[1])
         ax.plot(x, y, color=style.color, marker=style.marker, linestyle=TRAIN_LINESTYLE, markersize=3 if many else 4,
                 linewidth=1.0 if many else 1.3, label=None if many else label + disposition_suffix([run]))
         ttt = run.get("time_to_target")
@@ -366,11 +370,50 @@ def fig_accuracy_vs_time(report, styles, out_dir, note):
         ax.axhline(value, color="black", linewidth=0.8, linestyle=":")
         ax.annotate(f"target {value:g}", (0.01, value), xycoords=("axes fraction", "data"), fontsize=7,
                     va="bottom", ha="left")
-    ax.set_xlabel("measured time (s)")
     ax.set_ylabel("eval accuracy")
     ax.grid(alpha=0.3)
     run_legend(ax, report, runs, styles, caption=caption)
+
+
+def fig_accuracy_vs_time(report, styles, out_dir, note):
+    runs = accuracy_runs(report, lambda r: rl.series(r, "measured_s")[1])
+    if not runs:
+        return skipped("accuracy_vs_time.png", "no run has eval_accuracy")
+    fig, ax = new_figure(report, "eval accuracy vs measured time", note, width=9.0 + legend_room(runs))
+    draw_accuracy(ax, report, styles, runs, lambda r: rl.series(r, "measured_s")[1])
+    ax.set_xlabel("measured time (s)")
     return save(fig, out_dir / "accuracy_vs_time.png")
+
+
+def fig_accuracy_vs_modeled_time(report, styles, out_dir, note):
+    """Eval accuracy against the modeled clock (series modeled_s), written when some run has both."""
+    runs = accuracy_runs(report, lambda r: rl.series(r, "modeled_s")[1])
+    if not runs:
+        return skipped("accuracy_vs_modeled_time.png", "no run has eval_accuracy on the modeled clock")
+    fig, ax = new_figure(report, "eval accuracy vs modeled time", note, width=9.0 + legend_room(runs))
+    draw_accuracy(ax, report, styles, runs, lambda r: rl.series(r, "modeled_s")[1])
+    ax.set_xlabel("modeled time (s)")
+    return save(fig, out_dir / "accuracy_vs_modeled_time.png")
+
+
+def positive_bytes(run):
+    """The run's cumulative bytes per series point (rl.cumulative_bytes), NaN where not positive (no log x)."""
+    return [b if b > 0 else math.nan for b in rl.cumulative_bytes(run)[1]]
+
+
+def fig_accuracy_vs_bytes(report, styles, out_dir, note):
+    """Eval accuracy against the cumulative bytes one rank sent (rl.cumulative_bytes, log x), written when some run
+    of the report compresses; uncompressed runs of the report are drawn beside them as the baseline."""
+    if not any(rl.compressed(r) for r in report["runs"]):
+        return skipped("accuracy_vs_bytes.png", "no run compresses (compression.kind is none)")
+    runs = accuracy_runs(report, positive_bytes)
+    if not runs:
+        return skipped("accuracy_vs_bytes.png", "no run has both eval_accuracy and bytes sent")
+    fig, ax = new_figure(report, "eval accuracy vs bytes sent per rank", note, width=9.0 + legend_room(runs))
+    draw_accuracy(ax, report, styles, runs, positive_bytes)
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes sent per rank, cumulative (mean bytes per step x steps; log scale)")
+    return save(fig, out_dir / "accuracy_vs_bytes.png")
 
 
 def breakdown_rows(report, runs):
@@ -664,6 +707,8 @@ def write_figures(report, out_dir, metric=None, x_name=None, y_name=None):
         fig_loss_vs_step(report, styles, out_dir, note),
         fig_loss_vs_time(report, styles, out_dir, note),
         fig_accuracy_vs_time(report, styles, out_dir, note),
+        fig_accuracy_vs_modeled_time(report, styles, out_dir, note),
+        fig_accuracy_vs_bytes(report, styles, out_dir, note),
         fig_step_breakdown(report, styles, out_dir, note),
         fig_step_breakdown(report, styles, out_dir, note, clock="modeled"),
         fig_throughput_vs_ranks(report, styles, out_dir, note),

@@ -281,6 +281,34 @@ def series(run, key):
     return [p["step"] for p in points], [num(p.get(key)) for p in points]
 
 
+def compressed(run):
+    """True when the run's config sets a compressor (compression.kind other than none)."""
+    return ((run.get("config") or {}).get("compression") or {}).get("kind", "none") not in (None, "none")
+
+
+def wire_bytes_per_step(run):
+    """Bytes one rank puts on the wire per optimizer step (mean over steps and ranks): the run's
+    compression.wire_bytes_per_rank_per_step when it has a compression object, else the mean over ranks of
+    communication.bytes_sent_per_rank_per_step (the same figure, reports/README.md); NaN when neither is there."""
+    value = num((run.get("compression") or {}).get("wire_bytes_per_rank_per_step"))
+    if not math.isnan(value):
+        return value
+    sent = [num(b) for b in (run.get("communication") or {}).get("bytes_sent_per_rank_per_step") or []]
+    sent = [b for b in sent if not math.isnan(b)]
+    return sum(sent) / len(sent) if sent else math.nan
+
+
+def cumulative_bytes(run):
+    """(steps, bytes): the bytes one rank has sent after each series point's step, step * wire_bytes_per_step(run).
+
+    The report holds the mean bytes per step only, so the cumulative figure is exact at the last step and linear in
+    between: a compressor whose payload changes over the run (dgc's warm-up of the ratio, powersgd dense before
+    start_step) is drawn at its mean rate. NaN bytes when the run has no byte count."""
+    steps, _ = series(run, "step")
+    per_step = wire_bytes_per_step(run)
+    return steps, [step * per_step for step in steps]
+
+
 def measured_phases(run):
     """{phase: dict with "all"/"per_rank"} of the measured clock, or None when the run has no measured timing."""
     measured = (run.get("timing") or {}).get("measured")

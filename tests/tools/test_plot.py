@@ -692,3 +692,111 @@ def test_real_report_plots(run_plot, real_report, tmp_path):
     assert written, f"{real_report}: no figure written\n{result.stderr}"
     for path in written:
         assert_png(path)
+
+
+# ---- compression: accuracy against bytes sent and against the modeled clock -----------------------------------------
+
+def compression_stats(kind, collective, wire_bytes, payload_bytes):
+    """A run's compression object (reports/README.md, compression) with the given byte counts, 1000 parameters."""
+    timing = {"count": 16, "p50_ms": 0.1, "mean_ms": 0.1, "total_ms": 1.6}
+    return {"kind": kind, "collective": collective, "error_feedback": "plain",
+            "dense_bytes_per_rank_per_step": 4000, "payload_bytes_per_rank_per_step": payload_bytes,
+            "wire_bytes_per_rank_per_step": wire_bytes, "compression_ratio": 4000 / payload_bytes,
+            "compress_time": timing, "decompress_time": dict(timing), "relative_error": None, "residual_norm": None}
+
+
+def hand_point(step, modeled_s, accuracy=None):
+    return {"step": step, "measured_s": 0.01 * step, "modeled_s": modeled_s, "train_loss": 2.0 / step,
+            "eval_loss": None if accuracy is None else 1.5 / step, "eval_accuracy": accuracy}
+
+
+def compressed_report(example):
+    """Two compressed runs (topk over all-gather, fp16 over all-reduce) on 4 ranks and one uncompressed run, each
+    evaluated at steps 2 and 4; only the envelope (tool, context) and the config sections come from the example."""
+    template = example["runs"][0]
+    runs = []
+    specs = [
+        # kind, compression object, communication bytes per rank, series
+        ("topk", compression_stats("topk", "all_gather", 2400.0, 800.0), [2400, 2400, 2400, 2400],
+         [hand_point(1, 0.5), hand_point(2, 1.0, 0.40), hand_point(3, 1.5), hand_point(4, 2.0, 0.55)]),
+        ("fp16", compression_stats("fp16", "all_reduce", 3000.0, 2000.0), [3000, 3000, 3000, 3000],
+         [hand_point(1, 0.7), hand_point(2, 1.4, 0.45), hand_point(3, 2.1), hand_point(4, 2.8, 0.60)]),
+        ("none", None, [6000, 6000, 6000, 6004],
+         [hand_point(1, 0.9), hand_point(2, 1.8, 0.50), hand_point(3, 2.7), hand_point(4, 3.6, 0.65)]),
+    ]
+    for index, (kind, stats, sent, points) in enumerate(specs):
+        config = copy.deepcopy(template["config"])
+        config["compression"]["kind"] = kind
+        config["cluster"]["ranks"] = 4
+        runs.append({"id": f"comp.kind={kind}.r0", "index": index, "repeat": 0, "swept": {"compression.kind": kind},
+                     "config": config, "disposition": "passed", "message": None, "steps_completed": 4,
+                     "wall_s": 0.1, "timing": None, "throughput": {"samples_per_s": None, "modeled_samples_per_s": None},
+                     "communication": {"bytes_sent_per_rank_per_step": sent, "algbw_GBps": None,
+                                       "busbw_GBps": None},
+                     "convergence": {"series": points,
+                                     "final": {"train_loss": 0.5, "eval_loss": 0.4,
+                                               "eval_accuracy": points[-1]["eval_accuracy"]}},
+                     "time_to_target": None, "trace": None, "compression": stats})
+    doc = {key: copy.deepcopy(example[key]) for key in ("schema_version", "tool", "context")}
+    doc.update(scenario_name="comp", repeats=1, runs=runs,
+               axes=[{"paths": ["compression.kind"], "values": [["topk"], ["fp16"], ["none"]]}])
+    return doc
+
+
+def test_cumulative_bytes_are_steps_times_the_wire_bytes_per_step(example):
+    doc = compressed_report(example)
+    rl.validate_report(doc)
+    topk, fp16, none = doc["runs"]
+    assert rl.compressed(topk) and rl.compressed(fp16) and not rl.compressed(none)
+    assert rl.cumulative_bytes(topk) == ([1, 2, 3, 4], [2400.0, 4800.0, 7200.0, 9600.0])
+    assert rl.cumulative_bytes(fp16) == ([1, 2, 3, 4], [3000.0, 6000.0, 9000.0, 12000.0])
+    # Without a compression object: the mean over ranks of communication.bytes_sent_per_rank_per_step.
+    assert rl.wire_bytes_per_step(none) == 6001.0
+    none["communication"]["bytes_sent_per_rank_per_step"] = []
+    assert math.isnan(rl.wire_bytes_per_step(none))
+
+
+def test_accuracy_vs_bytes_draws_each_run_at_its_cumulative_bytes(example, tmp_path, monkeypatch):
+    doc = compressed_report(example)
+    fig = figure_of(monkeypatch, lambda: plot.fig_accuracy_vs_bytes(doc, plot.run_styles(doc["runs"]), tmp_path, ""))
+    try:
+        ax = fig.axes[0]
+        assert ax.get_xscale() == "log"
+        lines = ax.get_lines()
+        # One line per run, at the evaluated steps 2 and 4: step x wire bytes per rank per step.
+        assert [list(line.get_xdata()) for line in lines] == [[2 * 2400.0, 4 * 2400.0], [2 * 3000.0, 4 * 3000.0],
+                                                              [2 * 6001.0, 4 * 6001.0]]
+        assert [list(line.get_ydata()) for line in lines] == [[0.40, 0.55], [0.45, 0.60], [0.50, 0.65]]
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["kind=topk", "kind=fp16", "kind=none"]
+    finally:
+        plt.close(fig)
+
+
+def test_accuracy_vs_modeled_time_uses_the_modeled_clock(example, tmp_path, monkeypatch):
+    doc = compressed_report(example)
+    draw = lambda: plot.fig_accuracy_vs_modeled_time(doc, plot.run_styles(doc["runs"]), tmp_path, "")  # noqa: E731
+    fig = figure_of(monkeypatch, draw)
+    try:
+        xs = [list(line.get_xdata()) for line in fig.axes[0].get_lines()]
+        assert xs == [[1.0, 2.0], [1.4, 2.8], [1.8, 3.6]]
+        assert fig.axes[0].get_xlabel() == "modeled time (s)"
+    finally:
+        plt.close(fig)
+
+
+def test_a_compressed_report_gets_the_bytes_and_modeled_time_figures(run_plot, example, tmp_path):
+    path = write_report(tmp_path, compressed_report(example))
+    result = run_plot(path)
+    assert result.returncode == 0, result.stderr
+    written = sorted(Path(line).name for line in result.stdout.splitlines())
+    assert "accuracy_vs_bytes.png" in written and "accuracy_vs_modeled_time.png" in written
+    assert_png(tmp_path / "accuracy_vs_bytes.png")
+    assert_png(tmp_path / "accuracy_vs_modeled_time.png")
+
+
+def test_without_compression_or_modeled_time_the_new_figures_are_skipped_with_a_note(run_plot, example_copy):
+    result = run_plot(example_copy)  # no compressor, modeled_s null
+    assert result.returncode == 0, result.stderr
+    assert "accuracy_vs_bytes.png not written" in result.stderr
+    assert "accuracy_vs_modeled_time.png not written" in result.stderr
+    assert not (example_copy.parent / "accuracy_vs_bytes.png").exists()
