@@ -147,10 +147,11 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
     json memory = nullptr;
     RunResult res;
-    if (run_does_arithmetic(spec.config)) {
+    // Timing-only runs hold no model, data or buffers, but still every rank's per-step records.
+    {
       int64_t num_params = 0;
       try {
-        num_params = static_cast<int64_t>(make_model(spec.config)->num_params());
+        if (run_does_arithmetic(spec.config)) num_params = static_cast<int64_t>(make_model(spec.config)->num_params());
       } catch (const std::exception&) {
         // run_training reports the model's error as a failed run
       }

@@ -58,6 +58,23 @@ int64_t planned_steps_estimate(const RunConfig& c) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(c.training.epochs * static_cast<double>(per_epoch))));
 }
 
+// Records: every rank's measured StepTimes (reserved up to 2^16 steps, then growing by doubling: 1.5x on average;
+// none in timing-only runs) and modeled StepTimes with exposed/overlapped seconds (cost model), rank 0's series,
+// the summaries' copies when the report is built (3 doubles per rank-step), and the trace (n parameters per rank
+// and step).
+int64_t records_bytes(const RunConfig& c, int64_t n) {
+  const int64_t N = c.cluster.ranks;
+  const int64_t T = planned_steps_estimate(c);
+  const double growth = T > kStepTimesReserved ? 1.5 : 1.0;
+  const int64_t clocks = run_does_arithmetic(c) ? 2 : 1;  // timing-only runs keep no measured clock
+  const auto per_rank_step = static_cast<int64_t>(clocks * sizeof(StepTimes) + 2 * sizeof(double));
+  int64_t bytes = static_cast<int64_t>(growth * static_cast<double>(T * N * per_rank_step +
+                                                                   T * static_cast<int64_t>(sizeof(SeriesPoint)))) +
+                  3 * T * N * 8;
+  if (c.report.trace) bytes += (T + 1) * N * n * kF * 2;  // float snapshots, then their JSON numbers
+  return bytes;
+}
+
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
 }  // namespace
@@ -77,6 +94,10 @@ json MemoryEstimate::to_json() const {
 
 MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   MemoryEstimate e;
+  if (!run_does_arithmetic(c)) {  // timing-only: no data, parameters or buffers; the per-step records remain
+    e.records_bytes = records_bytes(c, 0);
+    return e;
+  }
   const int64_t N = c.cluster.ranks, b = c.data.batch_per_rank, n = num_params;
   const bool classification = c.model.loss == "cross_entropy";
   const int64_t in = c.model.layers.empty() ? 0 : c.model.layers.front();
@@ -136,16 +157,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   // Communication: the host communicator reads the ranks' buffers in place; allreduce stages one tile per rank.
   e.communication_bytes += N * kTileBytes;
 
-  // Records: every rank's measured StepTimes (reserved up to 2^16 steps, then growing by doubling: 1.5x on
-  // average) and modeled StepTimes with exposed/overlapped seconds (cost model), rank 0's series, the summaries'
-  // copies when the report is built (3 doubles per rank-step), and the trace.
-  const int64_t T = planned_steps_estimate(c);
-  const double growth = T > kStepTimesReserved ? 1.5 : 1.0;
-  const auto per_rank_step = static_cast<int64_t>(2 * sizeof(StepTimes) + 2 * sizeof(double));
-  e.records_bytes = static_cast<int64_t>(growth * static_cast<double>(T * N * per_rank_step +
-                                                                      T * static_cast<int64_t>(sizeof(SeriesPoint)))) +
-                    3 * T * N * 8;
-  if (c.report.trace) e.records_bytes += (T + 1) * N * n * kF * 2;  // float snapshots, then their JSON numbers
+  e.records_bytes = records_bytes(c, n);
   return e;
 }
 

@@ -34,8 +34,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& config, int64_t num_params);
 // /proc/meminfo; nullopt when neither can be read (then nothing is skipped).
 std::optional<int64_t> available_memory_bytes();
 
-// False for runs that allocate no model memory (timing-only runs of the modeled clock, issue 3): they are exempt
-// from the memory check (training.mode "timing").
+// False for runs that allocate no model memory (timing-only runs of the modeled clock, training.mode "timing"):
+// their estimate holds only the per-step records (which grow with steps x ranks), so a very long one is still
+// skipped rather than exhausting memory.
 bool run_does_arithmetic(const RunConfig& config);
 
 // "" when the run fits available_bytes; otherwise the skip message: the estimate by component, the memory available,

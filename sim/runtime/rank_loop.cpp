@@ -146,6 +146,8 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   for (auto& r : res.modeled_steps) r.reserve(static_cast<size_t>(total));
   res.series.reserve(static_cast<size_t>(total));
   double modeled_total_s = 0.0;
+  const double timeout_s = config.training.run_timeout_s;
+  const double t0 = now_s();
   for (int64_t step = 0; step < total; ++step) {
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
     for (size_t r = 0; r < m.size(); ++r) {
@@ -162,6 +164,12 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
     res.samples_trained += in.global_samples;
     res.steps_completed = step + 1;
     if (hooks.on_step) hooks.on_step(step + 1, total, pt.train_loss);
+    if (timeout_s > 0 && step + 1 < total && now_s() - t0 > timeout_s) {
+      res.disposition = "timeout";
+      res.message = fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed", step + 1, total,
+                                timeout_s);
+      break;
+    }
     if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed) && step + 1 < total) {
       res.disposition = "interrupted";
       res.message = fmt::format("stopped after step {} of {}", step + 1, total);

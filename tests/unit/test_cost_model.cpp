@@ -13,6 +13,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/model.h"
+#include "sim/runtime/memory.h"
 #include "sim/runtime/rank_loop.h"
 
 namespace gs {
@@ -364,6 +365,46 @@ TEST(TimingOnly, OneRankStepIsTheDeclaredComputeAndEightRanksAddOnlyExposedCommu
   EXPECT_FALSE(eight.modeled_chains.empty());
   // 8 ranks train 8x the samples per step.
   EXPECT_DOUBLE_EQ(eight.samples_trained, 8 * one.samples_trained);
+}
+
+
+TEST(TimingOnly, RunTimeoutStopsALongRunAsTimeout) {
+  RunConfig c = preset_config("gpt2-small");
+  c.cluster.ranks = 8;
+  c.training.steps = 50000000;  // far more than 0.2 s of modeling on any machine
+  c.training.run_timeout_s = 0.2;
+  RunResult r = run_training(c);
+  EXPECT_EQ(r.disposition, "timeout") << r.message;
+  EXPECT_GT(r.steps_completed, 0);
+  EXPECT_LT(r.steps_completed, c.training.steps);
+  EXPECT_EQ(static_cast<int64_t>(r.series.size()), r.steps_completed);
+}
+
+TEST(TimingOnly, MemoryEstimateHoldsOnlyThePerStepRecordsAndSkipsWhatCannotFit) {
+  RunConfig c = preset_config("gpt2-xl");
+  c.cluster.ranks = 8;
+  c.training.steps = 1000000000;
+  const MemoryEstimate e = estimate_run_memory(c, 0);
+  EXPECT_EQ(e.parameters_bytes + e.gradients_bytes + e.optimizer_bytes + e.dataset_bytes + e.activations_bytes, 0);
+  // Every rank keeps at least one StepTimes and its exposed and overlapped seconds per step.
+  const double lower = 1e9 * 8 * static_cast<double>(sizeof(StepTimes) + 2 * sizeof(double));
+  EXPECT_GE(static_cast<double>(e.records_bytes), lower);
+  const int64_t available = int64_t{8} << 30;  // 8 GiB
+  const std::string reason = memory_skip_reason(c, 0, available);
+  const std::string key = "the largest training.steps that fits is ";
+  const size_t at = reason.find(key);
+  ASSERT_NE(at, std::string::npos) << reason;
+  const int64_t fit = std::stoll(reason.substr(at + key.size()));
+  // At least the StepTimes and two doubles per rank and step must fit in what is available.
+  EXPECT_GT(fit, 0);
+  EXPECT_LE(static_cast<double>(fit) * 8 * static_cast<double>(sizeof(StepTimes) + 2 * sizeof(double)),
+            static_cast<double>(available));
+  c.training.steps = fit;
+  EXPECT_EQ(memory_skip_reason(c, 0, available), "");
+  c.training.steps = fit + 1;
+  EXPECT_NE(memory_skip_reason(c, 0, available), "");
+  c.training.steps = 1000;
+  EXPECT_EQ(memory_skip_reason(c, 0, int64_t{1} << 30), "");
 }
 
 }  // namespace
