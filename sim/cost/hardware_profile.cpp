@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -39,12 +40,14 @@ class Reader {
     return cur;
   }
   std::string str(const std::string& path) const {
+    used_.insert(path);
     const json* j = find(path);
     if (j == nullptr || !j->is_string()) fail(path, "a string", j);
     return j->get<std::string>();
   }
   // {"value": ..., "source": "..."}: returns the value after checking the source.
   const json& sourced(const std::string& path, const char* what) const {
+    used_.insert(path);
     const json* j = find(path);
     if (j == nullptr || !j->is_object() || !j->contains("value"))
       fail(path, fmt::format("{{\"value\": {}, \"source\": \"where the number comes from\"}}", what), j);
@@ -83,9 +86,33 @@ class Reader {
     return out;
   }
 
+  // Refuses keys the profile format does not have (a misspelt key would otherwise be ignored silently): every key
+  // must lead to a field read above, and a sourced number holds only "value" and "source".
+  void check_unknown_keys() const { check_unknown_keys(root_, ""); }
+
  private:
+  void check_unknown_keys(const json& node, const std::string& path) const {
+    if (!node.is_object()) return;
+    if (used_.count(path) != 0) {
+      for (const auto& item : node.items())
+        if (item.key() != "value" && item.key() != "source")
+          fail(path + "." + item.key(), "no such key (a profile number holds \"value\" and \"source\")",
+               &item.value());
+      return;
+    }
+    for (const auto& item : node.items()) {
+      const std::string child = path.empty() ? item.key() : path + "." + item.key();
+      auto it = used_.lower_bound(child);
+      const bool known = it != used_.end() && (*it == child || it->rfind(child + ".", 0) == 0);
+      if (!known)
+        fail(child, "no such key in a hardware profile (see scenarios/hardware/h100-sxm-8.json)", &item.value());
+      check_unknown_keys(item.value(), child);
+    }
+  }
+
   const json& root_;
   std::string file_;
+  mutable std::set<std::string> used_;  // paths read so far
 };
 
 bool is_path(const std::string& s) {
@@ -158,6 +185,7 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   p.per_channel_max_tree_ll128_GBps = r.number("nccl.per_channel_max_tree_ll128_GBps", 1e-6, 1e6);
   p.ll128 = r.boolean("nccl.ll128");
   p.p2p_latency_us = r.number("nccl.p2p_latency_us", 0.0, 1e6);
+  r.check_unknown_keys();
   return p;
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,33 @@ TEST(HardwareProfile, ErrorsNameFilePathAndExpectation) {
   expect_error(base + R"(8})", "gpus_per_node: expected {\"value\": an integer");
   expect_error(base + R"({"value": 8, "source": ""}})", "gpus_per_node.source: expected a non-empty string");
   expect_error(base + R"({"value": 8, "source": "s"}})", "compute.peak_tflops.fp32: expected");
+}
+
+TEST(HardwareProfile, UnknownKeysAreRefusedWithTheirPath) {
+  std::ifstream in(hardware_dir() + "/h100-sxm-8.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json shipped = nlohmann::json::parse(ss.str());
+  EXPECT_EQ(parse_hardware_profile(shipped.dump(), "my.json").name, "h100-sxm-8");  // the shipped file is clean
+  auto expect_refused = [](const nlohmann::json& j, const std::string& path) {
+    try {
+      parse_hardware_profile(j.dump(), "my.json");
+      FAIL() << "expected an error for " << path;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("my.json: " + path + ": expected no such key"), std::string::npos) << m;
+    }
+  };
+  nlohmann::json top = shipped;
+  top["bogus"] = 1;
+  expect_refused(top, "bogus");
+  nlohmann::json misspelt = shipped;
+  misspelt["fabric"]["nvlinks"] = {{"value", 18}, {"source", "s"}};
+  expect_refused(misspelt, "fabric.nvlinks");
+  nlohmann::json extra = shipped;
+  extra["compute"]["hbm_TBps"]["unit"] = "TB/s";
+  expect_refused(extra, "compute.hbm_TBps.unit");
 }
 
 TEST(CollectiveModel, BusbwFactorsAreNcclTests) {
