@@ -201,6 +201,9 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       v = json::parse(value);
     } catch (const json::parse_error&) {
       v = value;
+    } catch (const json::exception&) {  // valid JSON the parser cannot hold, e.g. 1e400 (beyond a double)
+      issues.push_back({"--set " + path, "expected a value a double can hold, got " + value});
+      continue;
     }
     for (const auto& f : config_fields())
       if (f.path == path && f.type == FieldType::kString && !v.is_string()) v = value;  // --set name=2024

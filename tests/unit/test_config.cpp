@@ -97,8 +97,9 @@ TEST(ConfigErrors, SweepProblems) {
 }
 
 TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
-  auto is = issues_of(kGood, {"training.optimizer.lr=-2", "training.stepz=3", "nonsense"});
+  auto is = issues_of(kGood, {"training.optimizer.lr=-2", "training.stepz=3", "nonsense", "training.steps=1e400"});
   EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "> 0")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "--set training.steps", "a double can hold, got 1e400")) << dump_issues(is);
   EXPECT_TRUE(has_issue(is, "--set training.stepz", "did you mean \"training.steps\"")) << dump_issues(is);
   EXPECT_TRUE(has_issue(is, "--set nonsense", "dotted.path=value")) << dump_issues(is);
 }
