@@ -659,6 +659,11 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
       if (static_cast<double>(model->num_params()) > kMaxParams && c.training.mode != "timing")
         add("model.layers", fmt::format("{} parameters is more than the limit of {:.0f} (2^32) for a run with "
                                         "arithmetic", model->num_params(), kMaxParams));
+      // k values per bucket: more than the whole model can never be kept (and each kept value also sends its index,
+      // so k near the bucket size already costs more than the dense gradient).
+      if (c.compression.k > static_cast<int64_t>(model->num_params()))
+        add("compression.k", fmt::format("at most the model's {} parameters, got {}", model->num_params(),
+                                         c.compression.k));
       if (c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
         add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
                                         model->num_params()));

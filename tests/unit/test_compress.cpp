@@ -464,6 +464,15 @@ TEST(CompressConfig, KindSpecificFieldsRefused) {
                    {"data", {{"kind", "none"}}}});
   ASSERT_FALSE(iss.empty());
   EXPECT_EQ(iss[0].path, "compression.kind");
+  // k above the model's parameter count (2 here) is refused, not silently clamped; k equal to it is fine.
+  const json quadratic = {{"kind", "quadratic"}, {"a", {{1.0, 2.0}}}, {"b", {{0.0, 0.0}}}, {"initial_w", {1.0, 1.0}}};
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"k", 3}}}, {"model", quadratic}, {"data", {{"kind", "none"}}}});
+  ASSERT_EQ(iss.size(), 1u);
+  EXPECT_EQ(iss[0].path, "compression.k");
+  EXPECT_NE(iss[0].message.find("at most the model's 2 parameters, got 3"), std::string::npos) << iss[0].message;
+  EXPECT_TRUE(issues_of({{"compression", {{"kind", "randomk"}, {"k", 2}}}, {"model", quadratic},
+                         {"data", {{"kind", "none"}}}})
+                  .empty());
 }
 
 }  // namespace
