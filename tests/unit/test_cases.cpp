@@ -3,6 +3,8 @@
 // cases' own; "wrong_value"s are the numbers a buggy normalization gives.
 #include <gtest/gtest.h>
 
+#include "tests/unit/cases.h"
+
 #include <cmath>
 #include <fstream>
 
@@ -12,17 +14,6 @@
 
 namespace gs {
 namespace {
-
-// The cases from ../shared/cases when the checkout sits beside shared/, else the copy kept in tests/data.
-json load_case(const std::string& id) {
-  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
-  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
-  if (!in) return nullptr;
-  json all = json::parse(in);
-  for (const auto& c : all)
-    if (c["id"] == id) return c;
-  return nullptr;
-}
 
 // A one-step scenario of the scalar linear model with explicit per-rank micro-batches.
 std::string scalar_scenario(double w0, double lr, int ranks, int K, const json& per_rank, bool share) {

@@ -5,6 +5,8 @@
 // computed here in double.
 #include <gtest/gtest.h>
 
+#include "tests/unit/cases.h"
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -19,16 +21,6 @@
 
 namespace gs {
 namespace {
-
-json load_case(const std::string& id) {
-  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
-  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
-  if (!in) return nullptr;
-  json all = json::parse(in);
-  for (const auto& c : all)
-    if (c["id"] == id) return c;
-  return nullptr;
-}
 
 float case_value(const json& v) {
   if (v.is_string()) return v.get<std::string>() == "inf" ? std::numeric_limits<float>::infinity() : NAN;

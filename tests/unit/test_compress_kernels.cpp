@@ -3,6 +3,8 @@
 // A new op gets a reference-based test here (also run against the portable build: gradsweep_compress_portable_tests).
 #include <gtest/gtest.h>
 
+#include "tests/unit/cases.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,16 +22,6 @@ namespace gs {
 namespace {
 
 using json = nlohmann::json;
-
-json load_case(const std::string& id) {
-  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
-  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
-  if (!in) return nullptr;
-  json all = json::parse(in);
-  for (const auto& c : all)
-    if (c["id"] == id) return c;
-  return nullptr;
-}
 
 // Deterministic test inputs (not the code under test's generator path): normals from fill_normal.
 std::vector<float> normals(size_t n, uint64_t seed) {

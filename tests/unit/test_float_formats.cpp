@@ -3,6 +3,8 @@
 // pattern, halfway cases, overflow rules, canonical NaNs, sums in a format (case BC05), and vector == portable path.
 #include <gtest/gtest.h>
 
+#include "tests/unit/cases.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -400,16 +402,6 @@ TEST(FloatFormats, AddInFormatIsTheCorrectlyRoundedSum) {
     ASSERT_EQ(fp16_add(static_cast<uint16_t>(a), static_cast<uint16_t>(b)), ref_fp16(exact)) << a << " " << b;
     ++checked;
   }
-}
-
-nlohmann::json load_case(const std::string& id) {
-  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
-  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
-  if (!in) return nullptr;
-  const nlohmann::json all = nlohmann::json::parse(in);
-  for (const auto& c : all)
-    if (c["id"] == id) return c;
-  return nullptr;
 }
 
 float case_number(const nlohmann::json& v) {

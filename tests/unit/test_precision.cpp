@@ -4,6 +4,8 @@
 // formats' definitions (fp16 underflow without a scale, bf16 input rounding, fp16_pure updates that vanish, fp8 scaling).
 #include <gtest/gtest.h>
 
+#include "tests/unit/cases.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -23,16 +25,6 @@
 
 namespace gs {
 namespace {
-
-json load_case(const std::string& id) {
-  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
-  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
-  if (!in) return nullptr;
-  const json all = json::parse(in);
-  for (const auto& c : all)
-    if (c["id"] == id) return c;
-  return nullptr;
-}
 
 // ---- BC08: the dynamic scaler's schedule -----------------------------------------------------------------------
 
