@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/float_formats.h"
+#include "kernels/nvtx.h"
 #include "sim/compress/compressor.h"
 #include "sim/core/error.h"
 #include "sim/runtime/clock.h"
@@ -44,6 +45,7 @@ class Cast final : public Compressor {
     const auto [pre, post] = divisors(divide_, job.ranks, job.divisor);
     const size_t n = job.n;
     double t0 = now_s();
+    NvtxPhases nvtx(NvtxName::kCompress);
     wire.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const float h = round_through(format_, job.p[i]);
@@ -53,10 +55,12 @@ class Cast final : public Compressor {
     }
     double t1 = now_s();
     t.compress_s += t1 - t0;
+    nvtx.next(NvtxName::kCommunicate, static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_)));
     recv.resize(n * static_cast<size_t>(job.ranks));
     job.comm->all_gather(job.rank, recv.data(), wire.data(), n);
     double t2 = now_s();
     t.communicate_s += t2 - t1;
+    nvtx.next(NvtxName::kCompress);
     // The all-reduce in the wire format: element i summed over ranks 0..N-1, rounded after every add.
     std::copy(recv.begin(), recv.begin() + static_cast<std::ptrdiff_t>(n), job.sum);
     for (int r = 1; r < job.ranks; ++r) {

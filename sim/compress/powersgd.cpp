@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "kernels/compress.h"
+#include "kernels/nvtx.h"
 #include "kernels/rng.h"
 #include "sim/compress/compressor.h"
 #include "sim/runtime/clock.h"
@@ -56,6 +57,7 @@ class PowerSgd final : public Compressor {
     const double f = job.ranks > 1 ? 2.0 * (job.ranks - 1) / job.ranks : 0.0;  // ring all-reduce bytes per byte
     thread_local std::vector<float> dense, pbuf, qbuf;
     double t0 = now_s();
+    NvtxPhases nvtx(NvtxName::kCompress);
     // The tensors of this bucket: compressed matrices, and everything else (copied to `dense`).
     std::vector<Matrix*> mats;
     std::vector<std::pair<size_t, size_t>> rest;  // [begin, end) in the flat gradient
@@ -100,6 +102,7 @@ class PowerSgd final : public Compressor {
     }
     double t1 = now_s();
     t.compress_s += t1 - t0;
+    nvtx.next(NvtxName::kCommunicate, 4 * static_cast<uint64_t>(dense_n + p_elems));
     if (dense_n > 0) job.comm->all_reduce_sum(job.rank, dense.data(), dense_n);
     if (p_elems > 0) job.comm->all_reduce_sum(job.rank, pbuf.data(), p_elems);
     if (dense_n > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(dense_n)});
@@ -112,6 +115,7 @@ class PowerSgd final : public Compressor {
     }
     double t2 = now_s();
     t.communicate_s += t2 - t1;
+    nvtx.next(NvtxName::kCompress);
     po = 0;
     size_t qo = 0;
     for (Matrix* m : mats) {
@@ -128,10 +132,12 @@ class PowerSgd final : public Compressor {
     }
     double t3 = now_s();
     t.compress_s += t3 - t2;
+    nvtx.next(NvtxName::kCommunicate, 4 * static_cast<uint64_t>(q_elems));
     if (q_elems > 0) job.comm->all_reduce_sum(job.rank, qbuf.data(), q_elems);
     if (q_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(q_elems)});
     double t4 = now_s();
     t.communicate_s += t4 - t3;
+    nvtx.next(NvtxName::kCompress);
     po = 0;
     qo = 0;
     for (Matrix* m : mats) {

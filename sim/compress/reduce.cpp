@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/nvtx.h"
 #include "sim/core/error.h"
 #include "sim/cost/step_cost.h"
 #include "sim/report/summary.h"
@@ -42,11 +43,13 @@ void Compressor::reduce_bucket(const BucketJob& job) {
   CompressTally& t = *job.tally;
   const int N = job.ranks;
   double t0 = now_s();
+  NvtxPhases nvtx(NvtxName::kCompress);
   encode(job, payload);
   std::fill(job.own_decoded, job.own_decoded + job.n, 0.0f);
   decode_add(job, job.rank, payload.data(), payload.size(), job.own_decoded);
   double t1 = now_s();
   t.compress_s += t1 - t0;
+  nvtx.next(NvtxName::kCommunicate, payload.size());
   // Payload sizes (exact in double), then the payloads padded to the largest, as 4-byte words.
   sizes.assign(static_cast<size_t>(N), 0.0);
   sizes[static_cast<size_t>(job.rank)] = static_cast<double>(payload.size());
@@ -64,6 +67,7 @@ void Compressor::reduce_bucket(const BucketJob& job) {
   job.comm->all_gather(job.rank, recv.data(), send.data(), words);
   double t2 = now_s();
   t.communicate_s += t2 - t1;
+  nvtx.next(NvtxName::kCompress);
   std::vector<const uint8_t*> ptrs(static_cast<size_t>(N));
   std::vector<size_t> szs(static_cast<size_t>(N));
   for (int r = 0; r < N; ++r) {
@@ -140,8 +144,10 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   CompressTally tally;
   double t0 = now_s();
   const bool ef = !s.residual.empty();
-  if (ef)
+  if (ef) {
+    GS_NVTX_RANGE(kCompress);
     for (size_t i = 0; i < n_; ++i) grad[i] += s.residual[i];  // p = g + e
+  }
   tally.compress_s += now_s() - t0;
   BucketJob job;
   job.comm = &comm_;
@@ -173,6 +179,7 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   }
   double t1 = now_s();
   double norm2 = 0.0;
+  NvtxPhases nvtx(NvtxName::kCompress);  // error feedback, then the division by S
   if (ef) {
     for (size_t i = 0; i < n_; ++i) {
       const float e = grad[i] - s.own[i];  // e = p - decode(sent)

@@ -17,6 +17,7 @@
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
+#include "sim/runtime/device.h"
 
 namespace gs {
 namespace {
@@ -618,8 +619,8 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (c.compression.kind != "none" && c.sync.kind != "allreduce")
     add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" (it is \"{}\")",
                                         c.sync.kind));
-  if (c.cluster.backend == "cuda")
-    add("cluster.backend", "the cuda backend arrives with the CUDA-backend issue: use \"auto\" or \"host\"");
+  // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.
+  if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
   try {
     load_hardware_profile(c.cluster.hardware);
   } catch (const std::exception& e) {

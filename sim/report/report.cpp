@@ -22,6 +22,7 @@
 #include "sim/core/error.h"
 #include "sim/report/summary.h"
 #include "sim/runtime/cuda_probe.h"
+#include "sim/runtime/device.h"
 
 #include "git_info.h"  // generated in the build folder
 
@@ -100,7 +101,7 @@ json tool_json() {
 #else
   j["compiler"] = "unknown";
 #endif
-  j["cuda_compiled"] = cuda_probe().compiled;
+  j["cuda_compiled"] = cuda_status().compiled;
   return j;
 }
 
@@ -118,13 +119,25 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
   c["scenario"] = scenario.raw;
   c["scenario_sha256"] = scenario.sha256;
   c["overrides"] = scenario.overrides;
-  CudaProbe p = cuda_probe();
-  c["cuda"] = {{"compiled", p.compiled},         {"device_count", p.device_count},
-               {"error", p.error},               {"runtime_version", p.runtime_version},
-               {"driver_version", p.driver_version}, {"nccl_version", p.nccl_version}};
+  // CUDA and NCCL: versions in their own encodings (13000 = 13.0, 22809 = 2.28.9), null when unknown (no CUDA in
+  // the build, no driver, no NCCL linked); `gpus` lists the usable devices ([] without one).
+  const CudaProbe& p = cuda_status();
+  auto version = [](int v) { return v > 0 ? json(v) : json(nullptr); };
+  c["cuda"] = {{"compiled", p.compiled},
+               {"device_count", p.device_count},
+               {"usable", cuda_usable(p)},
+               {"error", p.error},
+               {"runtime_version", version(p.runtime_version)},
+               {"runtime_header_version", version(p.runtime_header_version)},
+               {"driver_version", version(p.driver_version)},
+               {"nccl_version", version(p.nccl_version)},
+               {"nccl_header_version", version(p.nccl_header_version)}};
   json gpus = json::array();
   for (const auto& d : p.devices)
-    gpus.push_back({{"name", d.name}, {"compute_capability", d.compute_capability}, {"memory_bytes", d.memory_bytes}});
+    gpus.push_back({{"name", d.name},
+                    {"compute_capability", d.compute_capability},
+                    {"memory_bytes", d.memory_bytes},
+                    {"multiprocessors", d.multiprocessors}});
   c["gpus"] = gpus;
   return c;
 }

@@ -12,6 +12,7 @@ namespace gs {
 CudaProbe cuda_probe() {
   CudaProbe p;
   p.compiled = true;
+  p.runtime_header_version = CUDART_VERSION;
   int runtime = 0;
   if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) p.runtime_version = runtime;
   int driver = 0;
@@ -19,6 +20,7 @@ CudaProbe cuda_probe() {
 #if defined(GRADSWEEP_HAVE_NCCL)
   int nccl = 0;
   if (ncclGetVersion(&nccl) == ncclSuccess) p.nccl_version = nccl;
+  p.nccl_header_version = NCCL_VERSION_CODE;
 #endif
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -35,6 +37,7 @@ CudaProbe cuda_probe() {
     info.name = prop.name;
     info.compute_capability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
     info.memory_bytes = static_cast<uint64_t>(prop.totalGlobalMem);
+    info.multiprocessors = prop.multiProcessorCount;
     p.devices.push_back(info);
   }
   return p;

@@ -148,7 +148,9 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   double modeled_total_s = 0.0;
   const double timeout_s = config.training.run_timeout_s;
   const double t0 = now_s();
+  GS_NVTX_RANGE(kMeasure);
   for (int64_t step = 0; step < total; ++step) {
+    GS_NVTX_RANGE(kStep);
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
     for (size_t r = 0; r < m.size(); ++r) {
       res.modeled_steps[r].push_back(m[r].times);
@@ -181,6 +183,7 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
 }  // namespace
 
 RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
+  GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
   RunResult res;
   if (config.training.mode == "timing") {
     double t0 = now_s();
@@ -274,6 +277,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     double trained_s = 0.0;  // rank 0's cumulative step time
 
     auto rank_main = [&](int rank) {
+      GS_NVTX_RANGE(kRun);  // this rank's part of the run
       PhaseClock clock;
       clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
       int64_t ws_capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
@@ -283,8 +287,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       std::vector<float> grad(n);
       PrecisionPolicy precision = base_policy;
       PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
+      GS_NVTX_RANGE(kMeasure);  // every step is measured (the range ends with the loop: nothing timed follows)
       for (int64_t step = 0; step < total; ++step) {
-        GS_NVTX_RANGE("step");
+        GS_NVTX_RANGE(kStep);
         clock.begin_step();
         StepCost& cost = cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)];
         cost.clear();
@@ -299,6 +304,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         precision.loss_scale = strategy->loss_scale(rank);
         ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
         for (int64_t k = 0; k < K; ++k) {
+          GS_NVTX_RANGE(kMicroStep);
           {
             PhaseTimer t(clock, Phase::kData);
             data->micro_batch(step, k, rank, batch);
@@ -309,12 +315,12 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             ws_capacity = batch.count;
           }
           {
-            GS_NVTX_RANGE("forward");
+            GS_NVTX_RANGE(kForward);
             PhaseTimer t(clock, Phase::kForward);
             ctl[1] += model->forward(params, batch, *ws, precision);
           }
           {
-            GS_NVTX_RANGE("backward");
+            GS_NVTX_RANGE(kBackward);
             PhaseTimer t(clock, Phase::kBackward);
             model->backward(params, batch, *ws, grad.data(), precision);
           }
@@ -350,7 +356,6 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
                                                               : nullptr;
         const bool diverged = non_finite != nullptr;
         if (!diverged) {
-          GS_NVTX_RANGE("sync");
           StepInput in;
           in.rank = rank;
           in.step = step;
@@ -390,7 +395,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
               res.trace.push_back(std::move(snap));
             }
             if (want_eval) {
-              GS_NVTX_RANGE("evaluate");
+              GS_NVTX_RANGE(kEval);
               if (!eval_ws) eval_ws = model->make_workspace(kEvalChunk);
               auto [loss, acc] = evaluate(*model, *data, strategy->eval_params(), *eval_ws, eval_chunk);
               res.series.back().eval_loss = loss;

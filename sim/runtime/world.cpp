@@ -1,6 +1,9 @@
 // World: persistent rank threads, job hand-off, per-rank exception capture and abort.
 #include "sim/runtime/world.h"
 
+#include <string>
+
+#include "kernels/nvtx.h"
 #include "sim/core/error.h"
 #include "sim/runtime/barrier.h"
 
@@ -36,6 +39,8 @@ World::~World() {
 }
 
 void World::thread_main(int rank) {
+  const std::string name = "rank " + std::to_string(rank);
+  name_this_thread(name.c_str());  // "rank N" in Nsight Systems, top and gdb
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job = nullptr;

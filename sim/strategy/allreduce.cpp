@@ -8,6 +8,7 @@
 // (sim/compress/reduce.cpp) and the shared fast path is off: lossy compressors keep per-rank residuals and state.
 #include <algorithm>
 
+#include "kernels/nvtx.h"
 #include "sim/compress/reduce.h"
 
 #include "sim/optim/optimizer.h"
@@ -105,17 +106,22 @@ class AllReduce final : public SyncStrategy {
       // The precision step (loss-scale unscale/check/skip, clipping) runs on that average as without compression;
       // error-feedback residuals stay in the loss-scaled units of the step that made them.
       compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock, in.cost);
+      GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
       apply_update(in.rank, in.grad, in.lr, in.step);
       return;
     }
     {
       PhaseTimer t(clock, Phase::kCommunicate);
-      for (const Bucket& b : buckets_) comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+      for (const Bucket& b : buckets_) {
+        GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+        comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+      }
     }
     CommStats st = comm_.take_stats(in.rank);
     clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
     clock.add_bytes(st.bytes_sent);
+    GS_NVTX_RANGE(kOptimizer);
     PhaseTimer t(clock, Phase::kOptimizer);
     const float s = static_cast<float>(in.global_samples);
     for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
@@ -135,6 +141,9 @@ class AllReduce final : public SyncStrategy {
   void step_shared(const StepInput& in) {
     PhaseClock& clock = *in.clock;
     grads_[static_cast<size_t>(in.rank)] = in.grad;
+    // One range over the fused reduce-and-update of this rank's slice (the whole gradient is one bucket here; the
+    // optimizer update runs inside it, tile by tile).
+    GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
     double t0 = now_s();
     comm_.barrier(in.rank);  // every rank's gradient is published
     double t1 = now_s();

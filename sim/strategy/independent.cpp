@@ -1,5 +1,6 @@
 // `independent`: no communication at all; every rank applies its own local mean gradient to its own replica (the
 // H = infinity limit of local SGD). Proves the strategy seam: the rank loop does not know it is not synchronous.
+#include "kernels/nvtx.h"
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/strategy.h"
 
@@ -25,6 +26,7 @@ class Independent final : public SyncStrategy {
   }
   void step(const StepInput& in) override {
     price_step(in);
+    GS_NVTX_RANGE(kOptimizer);
     PhaseTimer t(*in.clock, Phase::kOptimizer);
     if (in.local_samples <= 0) return;  // nothing to learn from
     float inv = static_cast<float>(in.local_samples);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "sim/runtime/cuda_probe.h"
+#include "sim/runtime/device.h"
 
 int main() {
   gs::CudaProbe p = gs::cuda_probe();
@@ -10,7 +11,7 @@ int main() {
     std::printf("SKIP: built without CUDA\n");
     return 77;
   }
-  if (p.device_count == 0) {
+  if (!gs::cuda_usable(p)) {  // any error from the device query means no GPU (device.h)
     std::printf("SKIP: no usable GPU (%s)\n", p.error.c_str());
     return 77;
   }
