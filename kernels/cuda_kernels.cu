@@ -1,0 +1,1167 @@
+// The CUDA kernels (declared in kernels/cuda_kernels.h): precision conversions, optimizer updates, dense ops,
+// compressors and the `local` communicator's reductions. Element math comes from the shared GS_HD headers; this file
+// holds only the parallel structure. Compiled with --fmad=false (CMakeLists.txt) so a*b+c rounds twice, as on the
+// host. A new op adds its kernel and launcher in its section here.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernels/cuda_kernels.h"
+#include "kernels/dense_math.h"
+
+namespace gs::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 65535;
+
+unsigned blocks_for(size_t n, size_t per_block = kThreads) {
+  return static_cast<unsigned>(std::min(kMaxBlocks, std::max<size_t>(1, (n + per_block - 1) / per_block)));
+}
+
+void check_launch(const char* what) { check_cuda(cudaGetLastError(), what, __FILE__, __LINE__); }
+
+size_t align_up(size_t x, size_t a = 256) { return (x + a - 1) / a * a; }
+
+// for (i < n) f(i), grid-stride.
+template <class F>
+__global__ void map_kernel(size_t n, F f) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    f(i);
+  }
+}
+
+template <class F>
+void launch_map(size_t n, const F& f, cudaStream_t stream, const char* what) {
+  if (n == 0) return;
+  map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, f);
+  check_launch(what);
+}
+
+template <class T>
+__global__ void store_value_kernel(T* dst, T value) {
+  *dst = value;
+}
+
+__device__ inline float load_float(const uint8_t* p) {
+  float v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+__device__ inline void store_float(uint8_t* p, float v) { memcpy(p, &v, sizeof v); }
+
+__device__ inline float float_from_key(uint32_t key) { return fp32_from_bits(key); }
+
+// ---- Deterministic sums in double ---------------------------------------------------------------------------------
+// K sums of per-element terms: a fixed grid (kReduceBlocks) writes per-block partials, one block adds them in a tree.
+// The result has the same bits on every call (not the host's order).
+
+constexpr unsigned kReduceBlocks = 1024;
+
+template <int K>
+struct Sums {
+  double v[K];
+};
+
+template <int K>
+struct SumsAdd {
+  __device__ Sums<K> operator()(const Sums<K>& a, const Sums<K>& b) const {
+    Sums<K> r;
+    for (int j = 0; j < K; ++j) r.v[j] = a.v[j] + b.v[j];
+    return r;
+  }
+};
+
+template <int K, class F>
+__global__ void partial_sums_kernel(size_t n, F f, Sums<K>* partial) {
+  using Reduce = cub::BlockReduce<Sums<K>, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  Sums<K> acc;
+  for (int j = 0; j < K; ++j) acc.v[j] = 0.0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const Sums<K> t = f(i);
+    for (int j = 0; j < K; ++j) acc.v[j] += t.v[j];
+  }
+  const Sums<K> total = Reduce(tmp).Reduce(acc, SumsAdd<K>());
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+template <int K>
+__global__ void final_sums_kernel(const Sums<K>* partial, unsigned count, Sums<K>* out) {
+  using Reduce = cub::BlockReduce<Sums<K>, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  Sums<K> acc;
+  for (int j = 0; j < K; ++j) acc.v[j] = 0.0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {
+    for (int j = 0; j < K; ++j) acc.v[j] += partial[i].v[j];
+  }
+  const Sums<K> total = Reduce(tmp).Reduce(acc, SumsAdd<K>());
+  if (threadIdx.x == 0) *out = total;
+}
+
+// Sums of f(i) over i < n into *out (device); scratch must hold kReduceBlocks Sums<K>.
+template <int K, class F>
+void launch_sums(size_t n, const F& f, Sums<K>* partial, Sums<K>* out, cudaStream_t stream, const char* what) {
+  const unsigned grid = static_cast<unsigned>(std::min<size_t>(kReduceBlocks, std::max<size_t>(1, (n + 255) / 256)));
+  partial_sums_kernel<K><<<grid, kThreads, 0, stream>>>(n, f, partial);
+  check_launch(what);
+  final_sums_kernel<K><<<1, kThreads, 0, stream>>>(partial, grid, out);
+  check_launch(what);
+}
+
+}  // namespace
+
+void* Scratch::get(size_t bytes) {
+  buf_.reserve(std::max<size_t>(bytes, 256), "kernel scratch");
+  return buf_.get();
+}
+
+// ---- Precision conversions ----------------------------------------------------------------------------------------
+
+namespace {
+
+struct EncodeOp {
+  FloatFormat f;
+  Fp8Overflow overflow;
+  void* out;
+  const float* in;
+  __device__ void operator()(size_t i) const {
+    const float x = in[i];
+    switch (f) {
+      case FloatFormat::kFp16: static_cast<uint16_t*>(out)[i] = fp32_to_fp16(x); break;
+      case FloatFormat::kBf16: static_cast<uint16_t*>(out)[i] = fp32_to_bf16(x); break;
+      case FloatFormat::kFp8E4M3: static_cast<uint8_t*>(out)[i] = fp32_to_fp8_e4m3(x, overflow); break;
+      case FloatFormat::kFp8E5M2: static_cast<uint8_t*>(out)[i] = fp32_to_fp8_e5m2(x, overflow); break;
+      case FloatFormat::kFp32: static_cast<float*>(out)[i] = x; break;
+    }
+  }
+};
+
+struct DecodeOp {
+  FloatFormat f;
+  float* out;
+  const void* in;
+  __device__ void operator()(size_t i) const {
+    float y = 0.0f;
+    switch (f) {
+      case FloatFormat::kFp16: y = fp16_to_fp32(static_cast<const uint16_t*>(in)[i]); break;
+      case FloatFormat::kBf16: y = bf16_to_fp32(static_cast<const uint16_t*>(in)[i]); break;
+      case FloatFormat::kFp8E4M3: y = fp8_e4m3_to_fp32(static_cast<const uint8_t*>(in)[i]); break;
+      case FloatFormat::kFp8E5M2: y = fp8_e5m2_to_fp32(static_cast<const uint8_t*>(in)[i]); break;
+      case FloatFormat::kFp32: y = static_cast<const float*>(in)[i]; break;
+    }
+    out[i] = y;
+  }
+};
+
+__device__ inline float round_with(FloatFormat f, float x, Fp8Overflow overflow) {
+  switch (f) {
+    case FloatFormat::kFp16: return round_through_fp16(x);
+    case FloatFormat::kBf16: return round_through_bf16(x);
+    case FloatFormat::kFp8E4M3: return round_through_fp8_e4m3(x, overflow);
+    case FloatFormat::kFp8E5M2: return round_through_fp8_e5m2(x, overflow);
+    case FloatFormat::kFp32: break;
+  }
+  return x;
+}
+
+struct RoundOp {
+  FloatFormat f;
+  Fp8Overflow overflow;
+  float* out;
+  const float* in;
+  __device__ void operator()(size_t i) const { out[i] = round_with(f, in[i], overflow); }
+};
+
+// Counts as count_rounding (convert.cpp): underflows_in and !isfinite(round_through).
+__global__ void count_rounding_kernel(FloatFormat f, const float* in, size_t n, unsigned long long* counts) {
+  using Reduce = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp_u;
+  __shared__ typename Reduce::TempStorage tmp_n;
+  unsigned long long under = 0, nonfinite = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float x = in[i];
+    const float r = round_through(f, x);
+    under += (x != 0.0f && r == 0.0f) ? 1u : 0u;
+    nonfinite += isfinite(r) ? 0u : 1u;
+  }
+  const unsigned long long u = Reduce(tmp_u).Sum(under);
+  const unsigned long long nf = Reduce(tmp_n).Sum(nonfinite);
+  if (threadIdx.x == 0) {
+    if (u) atomicAdd(&counts[0], u);
+    if (nf) atomicAdd(&counts[1], nf);
+  }
+}
+
+struct NonfiniteOp {
+  const float* x;
+  int* flag;
+  __device__ void operator()(size_t i) const {
+    if (!isfinite(x[i])) *flag = 1;  // racing writes store the same value
+  }
+};
+
+struct ScaleOp {
+  float* x;
+  float factor;
+  __device__ void operator()(size_t i) const { x[i] = x[i] * factor; }
+};
+
+}  // namespace
+
+void encode_format(FloatFormat f, void* out, const float* in, size_t n, Fp8Overflow overflow, cudaStream_t stream) {
+  launch_map(n, EncodeOp{f, overflow, out, in}, stream, "encode_format");
+}
+
+void decode_format(FloatFormat f, float* out, const void* in, size_t n, cudaStream_t stream) {
+  launch_map(n, DecodeOp{f, out, in}, stream, "decode_format");
+}
+
+void round_through_format(FloatFormat f, float* out, const float* in, size_t n, Fp8Overflow overflow,
+                          cudaStream_t stream) {
+  launch_map(n, RoundOp{f, overflow, out, in}, stream, "round_through_format");
+}
+
+void count_rounding(FloatFormat f, const float* in, size_t n, unsigned long long* counts, cudaStream_t stream) {
+  GS_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned long long), stream));
+  if (n == 0) return;
+  count_rounding_kernel<<<std::min(blocks_for(n), 1024u), kThreads, 0, stream>>>(f, in, n, counts);
+  check_launch("count_rounding");
+}
+
+void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream) {
+  GS_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+  launch_map(n, NonfiniteOp{x, flag}, stream, "find_nonfinite");
+}
+
+void scale(float* x, size_t n, float factor, cudaStream_t stream) {
+  launch_map(n, ScaleOp{x, factor}, stream, "scale");
+}
+
+// ---- Optimizers ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct SgdOp {
+  float* w;
+  const float* g;
+  float* buf;
+  SgdScalars s;
+  __device__ void operator()(size_t i) const {
+    float dummy = 0.0f;
+    float& b = buf ? buf[i] : dummy;
+    sgd_element(w[i], g[i], b, s);
+  }
+};
+
+struct AdamOp {
+  float* w;
+  const float* g;
+  float* m;
+  float* v;
+  AdamScalars s;
+  __device__ void operator()(size_t i) const { adam_element(w[i], g[i], m[i], v[i], s); }
+};
+
+}  // namespace
+
+void sgd_update(float* w, const float* g, float* buf, size_t n, const SgdScalars& s, cudaStream_t stream) {
+  launch_map(n, SgdOp{w, g, buf, s}, stream, "sgd_update");
+}
+
+void adam_update(float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s, cudaStream_t stream) {
+  launch_map(n, AdamOp{w, g, m, v, s}, stream, "adam_update");
+}
+
+// ---- Dense ops ----------------------------------------------------------------------------------------------------
+
+namespace {
+
+cublasOperation_t op_of(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+int checked_dim(int64_t v, const char* name) {
+  GS_EXPECT_GPU(v >= 0 && v <= std::numeric_limits<int>::max(), name);
+  return static_cast<int>(v);
+}
+
+struct AddBiasOp {
+  float* y;
+  const float* bias;
+  int64_t cols;
+  __device__ void operator()(size_t i) const { y[i] = y[i] + bias[static_cast<int64_t>(i) % cols]; }
+};
+
+struct BiasGradOp {
+  float* grad_bias;
+  const float* dy;
+  int64_t rows, cols;
+  __device__ void operator()(size_t j) const {
+    float acc = grad_bias[j];
+    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + static_cast<int64_t>(j)];
+    grad_bias[j] = acc;
+  }
+};
+
+struct ActForwardOp {
+  float* out;
+  const float* in;
+  Activation act;
+  __device__ void operator()(size_t i) const { out[i] = act == Activation::kRelu ? relu(in[i]) : gelu(in[i]); }
+};
+
+struct ActBackwardOp {
+  float* dx;
+  const float* dy;
+  const float* x;
+  Activation act;
+  __device__ void operator()(size_t i) const {
+    dx[i] = dy[i] * (act == Activation::kRelu ? relu_derivative(x[i]) : gelu_derivative(x[i]));
+  }
+};
+
+struct CrossEntropyRowsOp {
+  float* row_loss;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  __device__ void operator()(size_t r) const {
+    row_loss[r] = softmax_cross_entropy_row(logits + static_cast<int64_t>(r) * classes, labels[r], classes);
+  }
+};
+
+struct CrossEntropyGradOp {
+  float* dlogits;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  __device__ void operator()(size_t r) const {
+    const int64_t off = static_cast<int64_t>(r) * classes;
+    softmax_cross_entropy_grad_row(dlogits + off, logits + off, labels[r], classes);
+  }
+};
+
+struct MseRowsOp {
+  float* row_loss;
+  const float* y_hat;
+  const float* y;
+  int64_t cols;
+  __device__ void operator()(size_t r) const {
+    const int64_t off = static_cast<int64_t>(r) * cols;
+    row_loss[r] = mse_row(y_hat + off, y + off, cols);
+  }
+};
+
+struct MseGradOp {
+  float* dy_hat;
+  const float* y_hat;
+  const float* y;
+  __device__ void operator()(size_t i) const { dy_hat[i] = y_hat[i] - y[i]; }
+};
+
+struct FloatTerm {
+  const float* x;
+  __device__ Sums<1> operator()(size_t i) const { return Sums<1>{{static_cast<double>(x[i])}}; }
+};
+
+__global__ void copy_first_kernel(double* out, const Sums<1>* s) { *out = s->v[0]; }
+
+}  // namespace
+
+void gemm(const BlasHandle& blas, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+          Transpose trans_a, Transpose trans_b, float alpha, float beta) {
+  const int mi = checked_dim(m, "gemm: m fits in int"), ni = checked_dim(n, "gemm: n fits in int"),
+            ki = checked_dim(k, "gemm: k fits in int");
+  if (mi == 0 || ni == 0) return;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the transposes.
+  const int lda = trans_a == Transpose::kYes ? mi : ki;
+  const int ldb = trans_b == Transpose::kYes ? ki : ni;
+  GS_CUBLAS_CHECK(cublasSgemm(static_cast<cublasHandle_t>(blas.get()), op_of(trans_b), op_of(trans_a), ni, mi, ki,
+                              &alpha, b, std::max(ldb, 1), a, std::max(lda, 1), &beta, c, ni));
+}
+
+void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
+                int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, float alpha, float beta) {
+  GS_EXPECT_GPU(storage == FloatFormat::kFp16 || storage == FloatFormat::kBf16,
+                "gemm_mixed: storage fp16 or bf16 (fp8 GEMMs through cuBLASLt are not implemented)");
+  const int mi = checked_dim(m, "gemm: m fits in int"), ni = checked_dim(n, "gemm: n fits in int"),
+            ki = checked_dim(k, "gemm: k fits in int");
+  if (mi == 0 || ni == 0) return;
+  const cudaDataType_t t = storage == FloatFormat::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int lda = trans_a == Transpose::kYes ? mi : ki;
+  const int ldb = trans_b == Transpose::kYes ? ki : ni;
+  GS_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(blas.get()), op_of(trans_b), op_of(trans_a), ni, mi, ki,
+                               &alpha, b, t, std::max(ldb, 1), a, t, std::max(lda, 1), &beta, c, CUDA_R_32F, ni,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (cols <= 0) return;
+  launch_map(static_cast<size_t>(rows * cols), AddBiasOp{y, bias, cols}, stream, "add_bias");
+}
+
+void add_bias_grad(float* grad_bias, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(cols), BiasGradOp{grad_bias, dy, rows, cols}, stream, "add_bias_grad");
+}
+
+void activation_forward(float* out, const float* in, int64_t n, Activation act, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(n), ActForwardOp{out, in, act}, stream, "activation_forward");
+}
+
+void activation_backward(float* dx, const float* dy, const float* x, int64_t n, Activation act, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(n), ActBackwardOp{dx, dy, x, act}, stream, "activation_backward");
+}
+
+void softmax_cross_entropy_rows(float* row_loss, const float* logits, const int32_t* labels, int64_t rows,
+                                int64_t classes, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(rows), CrossEntropyRowsOp{row_loss, logits, labels, classes}, stream,
+             "softmax_cross_entropy_rows");
+}
+
+void softmax_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* labels, int64_t rows,
+                                    int64_t classes, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(rows), CrossEntropyGradOp{dlogits, logits, labels, classes}, stream,
+             "softmax_cross_entropy_backward");
+}
+
+void mse_rows(float* row_loss, const float* y_hat, const float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(rows), MseRowsOp{row_loss, y_hat, y, cols}, stream, "mse_rows");
+}
+
+void mse_backward(float* dy_hat, const float* y_hat, const float* y, int64_t n, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(n), MseGradOp{dy_hat, y_hat, y}, stream, "mse_backward");
+}
+
+void sum_to_double(double* out, const float* x, size_t n, Scratch& scratch, cudaStream_t stream) {
+  auto* partial = static_cast<Sums<1>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<1>)));
+  launch_sums<1>(n, FloatTerm{x}, partial, partial + kReduceBlocks, stream, "sum_to_double");
+  copy_first_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks);
+  check_launch("sum_to_double");
+}
+
+// ---- Selection: radix select on magnitude keys and tiled compaction ----------------------------------------------
+
+namespace {
+
+// The running state of a radix select: keys with (key & mask) == prefix are still candidates; `remaining` of them
+// are still to be taken from the top. After the last digit: prefix = the k-th key, remaining = how many keys equal
+// to it are taken (the lowest indices).
+struct SelectState {
+  uint32_t prefix;
+  uint32_t mask;
+  uint32_t remaining;
+  uint32_t pad;
+};
+
+__global__ void select_init_kernel(SelectState* st, uint32_t k) { *st = SelectState{0u, 0u, k, 0u}; }
+
+template <int kBits>
+__global__ void digit_hist_kernel(const float* x, size_t n, int shift, const SelectState* st, uint32_t* hist) {
+  constexpr int kBins = 1 << kBits;
+  __shared__ uint32_t sh[kBins];
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) sh[b] = 0;
+  __syncthreads();
+  const uint32_t prefix = st->prefix, mask = st->mask;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t key = magnitude_key(x[i]);
+    if ((key & mask) == prefix) atomicAdd(&sh[(key >> shift) & (kBins - 1)], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+    if (sh[b]) atomicAdd(&hist[b], sh[b]);
+  }
+}
+
+// Picks the digit holding the remaining-th largest candidate (one thread; at most 4096 bins).
+template <int kBits>
+__global__ void digit_pick_kernel(const uint32_t* hist, int shift, SelectState* st) {
+  constexpr int kBins = 1 << kBits;
+  const uint32_t want = st->remaining;
+  uint32_t above = 0;
+  for (int b = kBins - 1; b >= 0; --b) {
+    const uint32_t c = hist[b];
+    if (above + c >= want) {
+      st->prefix |= static_cast<uint32_t>(b) << shift;
+      st->mask |= static_cast<uint32_t>(kBins - 1) << shift;
+      st->remaining = want - above;
+      return;
+    }
+    above += c;
+  }
+}
+
+template <int kBits>
+void digit_pass(const float* x, size_t n, int shift, SelectState* st, uint32_t* hist, cudaStream_t stream) {
+  GS_CUDA_CHECK(cudaMemsetAsync(hist, 0, (size_t{1} << kBits) * sizeof(uint32_t), stream));
+  digit_hist_kernel<kBits><<<std::min(blocks_for(n), 2048u), kThreads, 0, stream>>>(x, n, shift, st, hist);
+  check_launch("radix select histogram");
+  digit_pick_kernel<kBits><<<1, 1, 0, stream>>>(hist, shift, st);
+  check_launch("radix select pick");
+}
+
+// Full radix select over the 31-bit keys of x[0..n) for the k-th largest (1 <= k <= n): 11 + 12 + 8 bits.
+void radix_select(const float* x, size_t n, size_t k, SelectState* st, uint32_t* hist, cudaStream_t stream) {
+  select_init_kernel<<<1, 1, 0, stream>>>(st, static_cast<uint32_t>(k));
+  check_launch("radix select init");
+  digit_pass<11>(x, n, 20, st, hist, stream);
+  digit_pass<12>(x, n, 8, st, hist, stream);
+  digit_pass<8>(x, n, 0, st, hist, stream);
+}
+
+// Tiles of the compaction: 256 threads x 16 consecutive elements per thread (blocked), so that a block scan of the
+// per-thread counts followed by an in-order walk writes ascending indices.
+constexpr int kItems = 16;
+constexpr size_t kTile = static_cast<size_t>(kThreads) * kItems;
+
+// Class of an element: 0 not selected, 1 selected, 2 a tie (selected while fewer than `ties` ties precede it).
+struct TopkClass {
+  const float* x;
+  const SelectState* st;
+  __device__ uint32_t operator()(size_t i) const {
+    const uint32_t key = magnitude_key(x[i]), kth = st->prefix;
+    return key > kth ? 1u : (key == kth ? 2u : 0u);
+  }
+  __device__ uint32_t ties() const { return st->remaining; }
+};
+
+struct ThresholdClass {
+  const float* x;
+  float tau;
+  __device__ uint32_t operator()(size_t i) const { return fabsf(x[i]) >= tau ? 1u : 0u; }
+  __device__ uint32_t ties() const { return 0u; }
+};
+
+// Packed counts: selected in the high 32 bits, ties in the low 32 bits (both < 2^32 for n < 2^32).
+__device__ inline uint64_t pack_counts(uint32_t take, uint32_t tie) {
+  return (static_cast<uint64_t>(take) << 32) | tie;
+}
+
+template <class C>
+__global__ void tile_count_kernel(C cls, size_t n, uint64_t* tile_counts) {
+  using Reduce = cub::BlockReduce<uint64_t, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const size_t base = blockIdx.x * kTile + static_cast<size_t>(threadIdx.x) * kItems;
+  uint32_t take = 0, tie = 0;
+  for (int j = 0; j < kItems; ++j) {
+    const size_t i = base + j;
+    if (i >= n) break;
+    const uint32_t c = cls(i);
+    take += c == 1u;
+    tie += c == 2u;
+  }
+  const uint64_t total = Reduce(tmp).Sum(pack_counts(take, tie));
+  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
+}
+
+template <class C>
+__global__ void tile_write_kernel(C cls, size_t n, const uint64_t* tile_prefix, uint32_t* idx) {
+  using Scan = cub::BlockScan<uint64_t, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const size_t base = blockIdx.x * kTile + static_cast<size_t>(threadIdx.x) * kItems;
+  uint32_t classes[kItems];
+  uint32_t take = 0, tie = 0;
+  for (int j = 0; j < kItems; ++j) {
+    const size_t i = base + j;
+    classes[j] = i < n ? cls(i) : 0u;
+    take += classes[j] == 1u;
+    tie += classes[j] == 2u;
+  }
+  uint64_t before = 0;
+  Scan(tmp).ExclusiveSum(pack_counts(take, tie), before);
+  before += tile_prefix[blockIdx.x];
+  uint64_t take_before = before >> 32;
+  uint64_t tie_before = before & 0xffffffffu;
+  const uint64_t ties = cls.ties();
+  for (int j = 0; j < kItems; ++j) {
+    const uint32_t c = classes[j];
+    if (c == 1u || (c == 2u && tie_before < ties)) {
+      idx[take_before + (tie_before < ties ? tie_before : ties)] = static_cast<uint32_t>(base + j);
+    }
+    take_before += c == 1u;
+    tie_before += c == 2u;
+  }
+}
+
+template <class C>
+__global__ void compaction_total_kernel(C cls, const uint64_t* tile_prefix, const uint64_t* tile_counts,
+                                        size_t tiles, uint32_t* count) {
+  const uint64_t all = tile_prefix[tiles - 1] + tile_counts[tiles - 1];
+  const uint64_t take = all >> 32, tie = all & 0xffffffffu, ties = cls.ties();
+  *count = static_cast<uint32_t>(take + (tie < ties ? tie : ties));
+}
+
+// Bytes of compaction scratch for n elements: tile counts, their prefix and CUB's scan storage.
+size_t compaction_scratch_bytes(size_t n, size_t* scan_bytes) {
+  const size_t tiles = (n + kTile - 1) / kTile;
+  *scan_bytes = 0;
+  uint64_t* dummy = nullptr;
+  GS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, *scan_bytes, dummy, dummy, static_cast<int64_t>(tiles)));
+  return 2 * align_up(tiles * sizeof(uint64_t)) + align_up(*scan_bytes);
+}
+
+// Writes the ascending indices selected by cls (and their number into *count when count is not null).
+template <class C>
+void compact(const C& cls, size_t n, uint32_t* idx, uint32_t* count, uint8_t* scratch, size_t scan_bytes,
+             cudaStream_t stream) {
+  const size_t tiles = (n + kTile - 1) / kTile;
+  auto* tile_counts = reinterpret_cast<uint64_t*>(scratch);
+  auto* tile_prefix = reinterpret_cast<uint64_t*>(scratch + align_up(tiles * sizeof(uint64_t)));
+  void* scan_tmp = scratch + 2 * align_up(tiles * sizeof(uint64_t));
+  tile_count_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(cls, n, tile_counts);
+  check_launch("compaction tile counts");
+  size_t bytes = scan_bytes;
+  GS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scan_tmp, bytes, tile_counts, tile_prefix,
+                                              static_cast<int64_t>(tiles), stream));
+  tile_write_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(cls, n, tile_prefix, idx);
+  check_launch("compaction write");
+  if (count) {
+    compaction_total_kernel<<<1, 1, 0, stream>>>(cls, tile_prefix, tile_counts, tiles, count);
+    check_launch("compaction total");
+  }
+}
+
+// Scratch layout shared by the selection ops: state, histogram (4096 bins), then the compaction block.
+constexpr size_t kSelectHead = 256 + 4096 * sizeof(uint32_t);
+
+__global__ void key_to_float_kernel(float* out, const SelectState* st) { *out = float_from_key(st->prefix); }
+
+// Stratified samples of sampled_threshold (compress.cpp): sample j is x[lo_j + offset_j], lo_j = j q + floor(j r/m),
+// width_j = q + floor((j+1) r/m) - floor(j r/m) (the host's carry loop in closed form), offset_j = (u_j width_j) >> 32
+// with u_j word j%4 of draw (kSample, block j/4).
+struct SampleOp {
+  float* samples;
+  const float* x;
+  uint64_t n, m, seed, stream_id;
+  __device__ void operator()(size_t j) const {
+    const uint64_t q = n / m, r = n % m;
+    const uint64_t lo = j * q + (j * r) / m;
+    const uint64_t width = q + ((j + 1) * r) / m - (j * r) / m;
+    const Draw4 d = compress_draw(seed, stream_id, CompressDraw::kSample, static_cast<uint32_t>(j / 4));
+    const uint64_t offset = (static_cast<uint64_t>(d.v[j % 4]) * width) >> 32;
+    samples[j] = x[lo + offset];
+  }
+};
+
+// Floyd's algorithm as randomk_indices (compress.cpp), one thread, into a zeroed bitmap.
+__global__ void floyd_kernel(uint64_t* bitmap, uint64_t n, uint64_t k, uint64_t seed, uint64_t stream_id) {
+  const uint64_t first = n - k;
+  Draw4 d{};
+  for (uint64_t t = 0; t < k; ++t) {
+    if (t % 2 == 0) d = compress_draw(seed, stream_id, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2));
+    const uint64_t w = 2 * (t % 2);
+    const uint64_t word = (static_cast<uint64_t>(d.v[w + 1]) << 32) | d.v[w];
+    const uint64_t j = first + t;
+    uint64_t pick = uniform_below(word, j + 1);
+    if ((bitmap[pick / 64] >> (pick % 64)) & 1u) pick = j;
+    bitmap[pick / 64] |= uint64_t{1} << (pick % 64);
+  }
+}
+
+struct PopcountOp {
+  const uint64_t* bitmap;
+  uint32_t* counts;
+  __device__ void operator()(size_t w) const { counts[w] = static_cast<uint32_t>(__popcll(bitmap[w])); }
+};
+
+struct BitmapReadOp {
+  const uint64_t* bitmap;
+  const uint32_t* prefix;
+  uint32_t* idx;
+  __device__ void operator()(size_t w) const {
+    uint64_t bits = bitmap[w];
+    uint32_t pos = prefix[w];
+    while (bits) {
+      idx[pos++] = static_cast<uint32_t>(w * 64 + static_cast<uint64_t>(__ffsll(static_cast<long long>(bits)) - 1));
+      bits &= bits - 1;
+    }
+  }
+};
+
+struct IotaOp {
+  uint32_t* idx;
+  __device__ void operator()(size_t i) const { idx[i] = static_cast<uint32_t>(i); }
+};
+
+struct GatherOp {
+  float* vals;
+  const float* x;
+  const uint32_t* idx;
+  __device__ void operator()(size_t j) const { vals[j] = x[idx[j]]; }
+};
+
+struct ScatterAddOp {
+  float* out;
+  const uint32_t* idx;
+  const float* vals;
+  __device__ void operator()(size_t j) const { out[idx[j]] = out[idx[j]] + vals[j]; }
+};
+
+struct ZeroAtOp {
+  float* x;
+  const uint32_t* idx;
+  __device__ void operator()(size_t j) const { x[idx[j]] = 0.0f; }
+};
+
+struct AddIntoOp {
+  float* acc;
+  const float* x;
+  __device__ void operator()(size_t i) const { acc[i] = acc[i] + x[i]; }
+};
+
+}  // namespace
+
+size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx, Scratch& scratch, cudaStream_t stream) {
+  k = std::min(k, n);
+  if (k == 0) return 0;
+  GS_EXPECT_GPU(n < (size_t{1} << 32), "topk_select: n < 2^32");
+  if (k == n) {
+    launch_map(n, IotaOp{idx}, stream, "topk_select iota");
+    return n;
+  }
+  size_t scan_bytes = 0;
+  const size_t comp = compaction_scratch_bytes(n, &scan_bytes);
+  auto* base = static_cast<uint8_t*>(scratch.get(kSelectHead + comp));
+  auto* st = reinterpret_cast<SelectState*>(base);
+  auto* hist = reinterpret_cast<uint32_t*>(base + 256);
+  radix_select(x, n, k, st, hist, stream);
+  compact(TopkClass{x, st}, n, idx, nullptr, base + kSelectHead, scan_bytes, stream);
+  return k;
+}
+
+void threshold_select(const float* x, size_t n, float tau, uint32_t* idx, uint32_t* count, Scratch& scratch,
+                      cudaStream_t stream) {
+  if (n == 0) {
+    GS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(uint32_t), stream));
+    return;
+  }
+  GS_EXPECT_GPU(n < (size_t{1} << 32), "threshold_select: n < 2^32");
+  size_t scan_bytes = 0;
+  const size_t comp = compaction_scratch_bytes(n, &scan_bytes);
+  auto* base = static_cast<uint8_t*>(scratch.get(comp));
+  compact(ThresholdClass{x, tau}, n, idx, count, base, scan_bytes, stream);
+}
+
+void sampled_threshold(float* tau, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream_id,
+                       size_t samples, Scratch& scratch, cudaStream_t stream) {
+  if (n == 0 || !(ratio > 0.0)) {
+    store_value_kernel<<<1, 1, 0, stream>>>(tau, std::numeric_limits<float>::infinity());
+    check_launch("sampled_threshold");
+    return;
+  }
+  const size_t m = std::clamp<size_t>(samples, 1, n);
+  const double want = std::ceil(std::min(ratio, 1.0) * static_cast<double>(m));
+  const size_t kk = std::clamp<size_t>(static_cast<size_t>(want), 1, m);
+  auto* base = static_cast<uint8_t*>(scratch.get(kSelectHead + align_up(m * sizeof(float))));
+  auto* st = reinterpret_cast<SelectState*>(base);
+  auto* hist = reinterpret_cast<uint32_t*>(base + 256);
+  const float* keys = x;
+  if (m != n) {
+    auto* sample = reinterpret_cast<float*>(base + kSelectHead);
+    launch_map(m, SampleOp{sample, x, n, m, seed, stream_id}, stream, "sampled_threshold samples");
+    keys = sample;
+  }
+  radix_select(keys, m, kk, st, hist, stream);
+  key_to_float_kernel<<<1, 1, 0, stream>>>(tau, st);
+  check_launch("sampled_threshold");
+}
+
+size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream_id, Scratch& scratch,
+                       cudaStream_t stream) {
+  k = std::min(k, n);
+  if (k == 0) return 0;
+  if (k == n) {
+    launch_map(n, IotaOp{idx}, stream, "randomk_indices iota");
+    return n;
+  }
+  const size_t words = (n + 63) / 64;
+  size_t scan_bytes = 0;
+  uint32_t* dummy = nullptr;
+  GS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, dummy, dummy, static_cast<int64_t>(words)));
+  const size_t bitmap_bytes = align_up(words * sizeof(uint64_t)), counts_bytes = align_up(words * sizeof(uint32_t));
+  auto* base = static_cast<uint8_t*>(scratch.get(bitmap_bytes + 2 * counts_bytes + align_up(scan_bytes)));
+  auto* bitmap = reinterpret_cast<uint64_t*>(base);
+  auto* counts = reinterpret_cast<uint32_t*>(base + bitmap_bytes);
+  auto* prefix = reinterpret_cast<uint32_t*>(base + bitmap_bytes + counts_bytes);
+  void* scan_tmp = base + bitmap_bytes + 2 * counts_bytes;
+  GS_CUDA_CHECK(cudaMemsetAsync(bitmap, 0, words * sizeof(uint64_t), stream));
+  floyd_kernel<<<1, 1, 0, stream>>>(bitmap, n, k, seed, stream_id);
+  check_launch("randomk_indices floyd");
+  launch_map(words, PopcountOp{bitmap, counts}, stream, "randomk_indices popcount");
+  GS_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(scan_tmp, scan_bytes, counts, prefix, static_cast<int64_t>(words), stream));
+  launch_map(words, BitmapReadOp{bitmap, prefix, idx}, stream, "randomk_indices read-out");
+  return k;
+}
+
+void gather(float* vals, const float* x, const uint32_t* idx, size_t k, cudaStream_t stream) {
+  launch_map(k, GatherOp{vals, x, idx}, stream, "gather");
+}
+void scatter_add(float* out, const uint32_t* idx, const float* vals, size_t k, cudaStream_t stream) {
+  launch_map(k, ScatterAddOp{out, idx, vals}, stream, "scatter_add");
+}
+void zero_at(float* x, const uint32_t* idx, size_t k, cudaStream_t stream) {
+  launch_map(k, ZeroAtOp{x, idx}, stream, "zero_at");
+}
+void add_into(float* acc, const float* x, size_t n, cudaStream_t stream) {
+  launch_map(n, AddIntoOp{acc, x}, stream, "add_into");
+}
+
+// ---- QSGD, TernGrad, sign, 1-bit ----------------------------------------------------------------------------------
+
+namespace {
+
+// The host's sum_squares order (compress.cpp): per chunk of 1024 values, 16 float lanes (lane l sums the squares of
+// elements l, l+16, ... in order), the lanes added in double in lane order; chunks then added in double in order,
+// then the tail element by element in double. Same operations in the same order, so the same bits.
+constexpr size_t kNormChunk = 1024;
+
+__global__ void norm_chunks_kernel(const float* p, size_t chunks, double* chunk_sums) {
+  __shared__ float lanes[kThreads];
+  const size_t chunk = blockIdx.x * static_cast<size_t>(kThreads / 16) + threadIdx.x / 16;
+  const int lane = threadIdx.x % 16;
+  float acc = 0.0f;
+  if (chunk < chunks) {
+    const float* pc = p + chunk * kNormChunk;
+    for (size_t j = 0; j < kNormChunk; j += 16) {
+      const float v = pc[j + lane];
+      acc = __fadd_rn(acc, __fmul_rn(v, v));
+    }
+  }
+  lanes[threadIdx.x] = acc;
+  __syncthreads();
+  if (lane == 0 && chunk < chunks) {
+    double s = 0.0;
+    for (int l = 0; l < 16; ++l) s += static_cast<double>(lanes[threadIdx.x + l]);
+    chunk_sums[chunk] = s;
+  }
+}
+
+__global__ void norm_final_kernel(const double* chunk_sums, size_t chunks, const float* p, size_t n, uint8_t* out) {
+  double total = 0.0;
+  for (size_t c = 0; c < chunks; ++c) total += chunk_sums[c];
+  for (size_t i = chunks * kNormChunk; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
+  store_float(out, static_cast<float>(sqrt(total)));
+}
+
+__global__ void store_norm_kernel(uint8_t* out, float norm) { store_float(out, norm); }
+
+// Thread per 32-bit word of the code stream (bits [32 w, 32 w + 32) after the 4-byte norm).
+struct QsgdEncodeOp {
+  uint8_t* out;
+  const float* p;
+  uint64_t n;
+  int s;
+  int width;
+  uint64_t code_bytes;
+  uint64_t seed, stream_id;
+  __device__ void operator()(size_t w) const {
+    const float norm = load_float(out);
+    const bool usable = norm > 0.0f && isfinite(norm);
+    const float scale = usable ? static_cast<float>(static_cast<double>(s) / norm) : 0.0f;
+    const uint64_t bit0 = 32 * static_cast<uint64_t>(w);
+    const uint64_t i0 = bit0 / width;
+    uint64_t i1 = (bit0 + 31) / width;
+    if (i1 >= n) i1 = n - 1;
+    uint64_t acc = 0;
+    uint32_t block = 0xffffffffu;
+    Draw4 d{};
+    for (uint64_t i = i0; i <= i1; ++i) {
+      if (static_cast<uint32_t>(i / 4) != block) {
+        block = static_cast<uint32_t>(i / 4);
+        d = compress_draw(seed, stream_id, CompressDraw::kQsgd, block);
+      }
+      const float v = p[i];
+      const uint64_t code =
+          qsgd_code(v, qsgd_level(fabsf(v), scale, uniform_open01(d.v[i % 4]), static_cast<uint32_t>(s)));
+      const uint64_t at = i * width;
+      acc |= at >= bit0 ? code << (at - bit0) : code >> (bit0 - at);
+    }
+    uint8_t* dst = out + 4 + 4 * static_cast<uint64_t>(w);
+    for (int b = 0; b < 4; ++b) {
+      if (4 * static_cast<uint64_t>(w) + b < code_bytes) dst[b] = static_cast<uint8_t>(acc >> (8 * b));
+    }
+  }
+};
+
+struct QsgdDecodeOp {
+  float* out;
+  const uint8_t* in;
+  int s;
+  int width;
+  uint64_t code_bytes;
+  __device__ void operator()(size_t i) const {
+    const float unit = load_float(in) / static_cast<float>(s);
+    const uint8_t* codes = in + 4;
+    const uint64_t at = static_cast<uint64_t>(i) * width;
+    uint64_t bits = 0;
+    for (uint64_t b = at / 8, sh = 0; b <= (at + width - 1) / 8 && b < code_bytes; ++b, sh += 8) {
+      bits |= static_cast<uint64_t>(codes[b]) << sh;
+    }
+    const uint32_t code = static_cast<uint32_t>((bits >> (at % 8)) & ((uint64_t{1} << width) - 1));
+    out[i] = out[i] + qsgd_decode(code, unit);
+  }
+};
+
+struct MaxU32 {
+  __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return a > b ? a : b; }
+};
+
+__global__ void max_key_kernel(const float* p, size_t n, uint32_t* max_key) {
+  using Reduce = cub::BlockReduce<uint32_t, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  uint32_t m = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t key = magnitude_key(p[i]);
+    m = key > m ? key : m;
+  }
+  const uint32_t block_max = Reduce(tmp).Reduce(m, MaxU32());
+  if (threadIdx.x == 0) atomicMax(max_key, block_max);
+}
+
+__global__ void store_key_kernel(uint8_t* out, const uint32_t* key) { store_float(out, float_from_key(*key)); }
+
+// Thread per code byte: elements 4b .. 4b+3, whose draws are words 0..3 of block b.
+struct TernEncodeOp {
+  uint8_t* out;
+  const float* p;
+  uint64_t n, seed, stream_id;
+  __device__ void operator()(size_t b) const {
+    const float scale = load_float(out);
+    uint32_t byte = 0;
+    if (scale > 0.0f) {
+      const float inv_scale = 1.0f / scale;
+      const Draw4 d = compress_draw(seed, stream_id, CompressDraw::kTernGrad, static_cast<uint32_t>(b));
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t i = 4 * static_cast<uint64_t>(b) + j;
+        if (i < n) byte |= terngrad_code(p[i], scale, inv_scale, uniform_open01(d.v[j])) << (2 * j);
+      }
+    }
+    out[4 + b] = static_cast<uint8_t>(byte);
+  }
+};
+
+struct TernDecodeOp {
+  float* out;
+  const uint8_t* in;
+  __device__ void operator()(size_t i) const {
+    const float scale = load_float(in);
+    out[i] = out[i] + terngrad_decode((in[4 + i / 4] >> (2 * (i % 4))) & 3u, scale);
+  }
+};
+
+// Thread per byte of sign bits: bit j of byte b = negative_bit(p[8 b + j]); unused high bits 0.
+struct SignPackOp {
+  uint8_t* bits;
+  const float* p;
+  uint64_t n;
+  __device__ void operator()(size_t b) const {
+    uint32_t byte = 0;
+    for (int j = 0; j < 8; ++j) {
+      const uint64_t i = 8 * static_cast<uint64_t>(b) + j;
+      if (i < n) byte |= negative_bit(p[i]) << j;
+    }
+    bits[b] = static_cast<uint8_t>(byte);
+  }
+};
+
+struct SignTerms {
+  const float* p;
+  __device__ Sums<3> operator()(size_t i) const {
+    const float v = p[i];
+    const bool neg = v < 0.0f;
+    return Sums<3>{{static_cast<double>(fabsf(v)), neg ? static_cast<double>(v) : 0.0, neg ? 1.0 : 0.0}};
+  }
+};
+
+__global__ void sign_scale_kernel(float* scale, const Sums<3>* s, uint64_t n) {
+  *scale = static_cast<float>(s->v[0] / static_cast<double>(n));
+}
+
+__global__ void onebit_means_kernel(uint8_t* out, const Sums<3>* s, uint64_t n) {
+  const uint64_t negative_count = static_cast<uint64_t>(s->v[2]);
+  const uint64_t positive_count = n - negative_count;
+  const double positive_sum = s->v[0] + s->v[1];
+  store_float(out, positive_count ? static_cast<float>(positive_sum / static_cast<double>(positive_count)) : 0.0f);
+  store_float(out + 4,
+              negative_count ? static_cast<float>(s->v[1] / static_cast<double>(negative_count)) : 0.0f);
+}
+
+struct UnpackAddOp {
+  float* out;
+  const uint8_t* bits;
+  const float* scale;  // sign: +scale / -scale
+  const uint8_t* means;  // 1-bit: (mean_positive, mean_negative); used when scale is null
+  __device__ void operator()(size_t i) const {
+    const bool one = (bits[i / 8] >> (i % 8)) & 1u;
+    float v;
+    if (scale) {
+      v = one ? -*scale : *scale;
+    } else {
+      v = one ? load_float(means + 4) : load_float(means);
+    }
+    out[i] = out[i] + v;
+  }
+};
+
+struct VoteOp {
+  float* out;
+  const uint8_t* const* bits;
+  int ranks;
+  __device__ void operator()(size_t i) const {
+    int count = 0;
+    for (int r = 0; r < ranks; ++r) count += (bits[r][i / 8] >> (i % 8)) & 1u;
+    const int twice = 2 * count;
+    out[i] = twice > ranks ? -1.0f : (twice < ranks ? 1.0f : 0.0f);
+  }
+};
+
+int qsgd_width(int s) { return qsgd_level_bits(s) + 1; }
+
+}  // namespace
+
+void qsgd_encode_with_norm(uint8_t* out, const float* p, size_t n, int s, float norm, uint64_t seed,
+                           uint64_t stream_id, cudaStream_t stream) {
+  GS_EXPECT_GPU(s >= 1, "qsgd: s >= 1");
+  store_norm_kernel<<<1, 1, 0, stream>>>(out, norm);
+  check_launch("qsgd_encode norm");
+  const int width = qsgd_width(s);
+  const uint64_t code_bytes = (static_cast<uint64_t>(n) * width + 7) / 8;
+  const uint64_t words = (static_cast<uint64_t>(n) * width + 31) / 32;
+  launch_map(words, QsgdEncodeOp{out, p, n, s, width, code_bytes, seed, stream_id}, stream, "qsgd_encode");
+}
+
+void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream_id, Scratch& scratch,
+                 cudaStream_t stream) {
+  GS_EXPECT_GPU(s >= 1, "qsgd: s >= 1");
+  const size_t chunks = n / kNormChunk;
+  auto* chunk_sums = static_cast<double*>(scratch.get(std::max<size_t>(chunks, 1) * sizeof(double)));
+  if (chunks) {
+    norm_chunks_kernel<<<static_cast<unsigned>((chunks + 15) / 16), kThreads, 0, stream>>>(p, chunks, chunk_sums);
+    check_launch("qsgd_encode norm chunks");
+  }
+  norm_final_kernel<<<1, 1, 0, stream>>>(chunk_sums, chunks, p, n, out);
+  check_launch("qsgd_encode norm");
+  const int width = qsgd_width(s);
+  const uint64_t code_bytes = (static_cast<uint64_t>(n) * width + 7) / 8;
+  const uint64_t words = (static_cast<uint64_t>(n) * width + 31) / 32;
+  launch_map(words, QsgdEncodeOp{out, p, n, s, width, code_bytes, seed, stream_id}, stream, "qsgd_encode");
+}
+
+void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s, cudaStream_t stream) {
+  GS_EXPECT_GPU(s >= 1, "qsgd: s >= 1");
+  const int width = qsgd_width(s);
+  const uint64_t code_bytes = (static_cast<uint64_t>(n) * width + 7) / 8;
+  launch_map(n, QsgdDecodeOp{out, in, s, width, code_bytes}, stream, "qsgd_decode_add");
+}
+
+void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream_id, Scratch& scratch,
+                     cudaStream_t stream) {
+  auto* max_key = static_cast<uint32_t*>(scratch.get(sizeof(uint32_t)));
+  GS_CUDA_CHECK(cudaMemsetAsync(max_key, 0, sizeof(uint32_t), stream));
+  if (n) {
+    max_key_kernel<<<std::min(blocks_for(n), 1024u), kThreads, 0, stream>>>(p, n, max_key);
+    check_launch("terngrad_encode max");
+  }
+  store_key_kernel<<<1, 1, 0, stream>>>(out, max_key);
+  check_launch("terngrad_encode scale");
+  launch_map((n + 3) / 4, TernEncodeOp{out, p, n, seed, stream_id}, stream, "terngrad_encode");
+}
+
+void terngrad_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream) {
+  launch_map(n, TernDecodeOp{out, in}, stream, "terngrad_decode_add");
+}
+
+void sign_pack(uint8_t* bits, float* scale, const float* p, size_t n, Scratch& scratch, cudaStream_t stream) {
+  if (n == 0) {
+    store_value_kernel<<<1, 1, 0, stream>>>(scale, 0.0f);
+    check_launch("sign_pack");
+    return;
+  }
+  launch_map((n + 7) / 8, SignPackOp{bits, p, n}, stream, "sign_pack bits");
+  auto* partial = static_cast<Sums<3>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<3>)));
+  launch_sums<3>(n, SignTerms{p}, partial, partial + kReduceBlocks, stream, "sign_pack sums");
+  sign_scale_kernel<<<1, 1, 0, stream>>>(scale, partial + kReduceBlocks, n);
+  check_launch("sign_pack scale");
+}
+
+void sign_unpack_add(float* out, const uint8_t* bits, size_t n, const float* scale, cudaStream_t stream) {
+  launch_map(n, UnpackAddOp{out, bits, scale, nullptr}, stream, "sign_unpack_add");
+}
+
+void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n, cudaStream_t stream) {
+  launch_map(n, VoteOp{out, bits, ranks}, stream, "sign_vote");
+}
+
+void onebit_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream) {
+  launch_map((n + 7) / 8, SignPackOp{out + 8, p, n}, stream, "onebit_encode bits");
+  auto* partial = static_cast<Sums<3>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<3>)));
+  launch_sums<3>(n, SignTerms{p}, partial, partial + kReduceBlocks, stream, "onebit_encode sums");
+  onebit_means_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks, n);
+  check_launch("onebit_encode means");
+}
+
+void onebit_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream) {
+  launch_map(n, UnpackAddOp{out, in + 8, nullptr, in}, stream, "onebit_decode_add");
+}
+
+// ---- Local communicator reductions --------------------------------------------------------------------------------
+
+namespace {
+
+template <class T>
+struct RankOrderSumOp {
+  T* const* outs;
+  const T* const* ins;
+  int ranks;
+  __device__ void operator()(size_t i) const {
+    T acc = ins[0][i];
+    if (ranks > 1) acc = acc + ins[1][i];
+    for (int r = 2; r < ranks; ++r) acc = acc + ins[r][i];
+    for (int r = 0; r < ranks; ++r) outs[r][i] = acc;
+  }
+};
+
+struct ReduceScatterOp {
+  float* const* outs;
+  const float* const* ins;
+  int ranks;
+  uint64_t count;
+  __device__ void operator()(size_t t) const {
+    const uint64_t r = t / count, i = t % count;
+    const uint64_t off = r * count + i;
+    float acc = ins[0][off];
+    if (ranks > 1) acc = acc + ins[1][off];
+    for (int q = 2; q < ranks; ++q) acc = acc + ins[q][off];
+    outs[r][i] = acc;
+  }
+};
+
+}  // namespace
+
+void sum_in_rank_order(float* const* outs, const float* const* ins, int ranks, size_t count, cudaStream_t stream) {
+  launch_map(count, RankOrderSumOp<float>{outs, ins, ranks}, stream, "sum_in_rank_order(float)");
+}
+
+void sum_in_rank_order(double* const* outs, const double* const* ins, int ranks, size_t count,
+                       cudaStream_t stream) {
+  launch_map(count, RankOrderSumOp<double>{outs, ins, ranks}, stream, "sum_in_rank_order(double)");
+}
+
+void reduce_scatter_in_rank_order(float* const* outs, const float* const* ins, int ranks, size_t count,
+                                  cudaStream_t stream) {
+  launch_map(count * static_cast<size_t>(ranks), ReduceScatterOp{outs, ins, ranks, count}, stream,
+             "reduce_scatter_in_rank_order");
+}
+
+}  // namespace gs::gpu

@@ -1,0 +1,156 @@
+// CUDA twins of the host array ops (kernels/convert.h, dense.h, compress.h, sim/optim's element loops) and the
+// reductions of the `local` communicator. Every function takes DEVICE pointers, enqueues on `stream` and returns
+// without synchronizing unless it says so; element math comes from the shared GS_HD headers (float_formats.h,
+// optim_math.h, dense_math.h, compress_math.h), so host and GPU compute the same values. Defined in
+// kernels/cuda_kernels.cu (compiled with --fmad=false so products and sums round as on the host). A new op is
+// declared here beside the host op it twins, defined in cuda_kernels.cu and tested in tests/gpu/test_gpu_kernels.cpp.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda_runtime.h"
+#include "kernels/dense.h"  // Transpose, Activation
+#include "kernels/float_formats.h"
+#include "kernels/optim_math.h"
+#include "kernels/compress_math.h"
+
+namespace gs::gpu {
+
+// Scratch memory of the multi-pass ops (top-k, thresholds, reductions): one per stream, grows on demand and never
+// shrinks. Growing frees the old block (cudaFree synchronizes the device), so keep one alive across steps.
+class Scratch {
+ public:
+  // A device block of at least `bytes` bytes (256-byte aligned; contents undefined).
+  void* get(size_t bytes);
+
+ private:
+  DeviceBuffer<uint8_t> buf_;
+};
+
+// ---- Precision conversions (host twins: kernels/convert.h) --------------------------------------------------------
+
+// The default fp8 overflow rule of a format (E4M3 saturates, E5M2 goes to inf; see float_formats.h).
+inline Fp8Overflow default_fp8_overflow(FloatFormat f) {
+  return f == FloatFormat::kFp8E5M2 ? Fp8Overflow::kNoSat : Fp8Overflow::kSatFinite;
+}
+// out[i] = format(in[i]) as bit patterns (uint16 for fp16/bf16, uint8 for fp8, float for fp32), i < n.
+void encode_format(FloatFormat f, void* out, const float* in, size_t n, Fp8Overflow overflow, cudaStream_t stream);
+// out[i] = fp32(in[i]) (exact; NaN -> canonical NaN), i < n.
+void decode_format(FloatFormat f, float* out, const void* in, size_t n, cudaStream_t stream);
+// out[i] = fp32(format(in[i])) (round_through); out may alias in; fp32 copies.
+void round_through_format(FloatFormat f, float* out, const float* in, size_t n, Fp8Overflow overflow,
+                          cudaStream_t stream);
+// counts[0] = values nonzero and finite that round to zero in f (underflow), counts[1] = values not finite after
+// rounding to f; counts (device, 2 x uint64) are overwritten. Host twin: count_rounding.
+void count_rounding(FloatFormat f, const float* in, size_t n, unsigned long long* counts, cudaStream_t stream);
+// *flag = 1 when some x[i] (i < n) is inf or NaN, else 0 (device int, overwritten): the loss scaler's check.
+void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream);
+// x[i] *= factor (the loss scaler's unscale; host twin scale_gradient).
+void scale(float* x, size_t n, float factor, cudaStream_t stream);
+
+// ---- Optimizers (element math: kernels/optim_math.h) --------------------------------------------------------------
+
+// sgd_element on w[i], g[i], buf[i] for i < n (buf unused and may be null when momentum == 0).
+void sgd_update(float* w, const float* g, float* buf, size_t n, const SgdScalars& s, cudaStream_t stream);
+// adam_element on w[i], g[i], m[i], v[i] for i < n.
+void adam_update(float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s, cudaStream_t stream);
+
+// ---- Dense ops (host twins: kernels/dense.h; element math dense_math.h) -------------------------------------------
+
+// Row-major c (m x n) = alpha op(a) op(b) + beta c through cuBLAS (cublasSgemm on the transposed problem), fp32
+// in and out, fp32 compute (no TF32: default math mode). Shapes as gs::gemm.
+void gemm(const BlasHandle& blas, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+          Transpose trans_a, Transpose trans_b, float alpha, float beta);
+// The same with a and b held in `storage` (fp16 or bf16 bit patterns, as encode_format writes them) and c in fp32,
+// fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F): what tensor cores compute for mixed precision. fp8 GEMMs
+// (cuBLASLt) are not done.
+void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
+                int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, float alpha, float beta);
+// y[r, :] += bias[:] (rows x cols).
+void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+// grad_bias[j] += sum_r dy[r, j], rows summed in order 0..rows-1 (as the host loop).
+void add_bias_grad(float* grad_bias, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream);
+// out[i] = act(in[i]); out may alias in.
+void activation_forward(float* out, const float* in, int64_t n, Activation act, cudaStream_t stream);
+// dx[i] = dy[i] * act'(x[i]); dx may alias dy.
+void activation_backward(float* dx, const float* dy, const float* x, int64_t n, Activation act, cudaStream_t stream);
+// row_loss[r] = softmax_cross_entropy_row(logits row r, labels[r]) (rows x classes; labels in [0, classes)).
+void softmax_cross_entropy_rows(float* row_loss, const float* logits, const int32_t* labels, int64_t rows,
+                                int64_t classes, cudaStream_t stream);
+// dlogits[r, :] = softmax(logits[r, :]) - onehot(labels[r]); dlogits may alias logits.
+void softmax_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* labels, int64_t rows,
+                                    int64_t classes, cudaStream_t stream);
+// row_loss[r] = 0.5 ||y_hat_r - y_r||^2 (rows x cols).
+void mse_rows(float* row_loss, const float* y_hat, const float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+// dy_hat[i] = y_hat[i] - y[i]; dy_hat may alias y_hat.
+void mse_backward(float* dy_hat, const float* y_hat, const float* y, int64_t n, cudaStream_t stream);
+// *out = sum of x[0..n) accumulated in double, in a fixed order (the same bits on every call; not the host's order:
+// compare with a relative bound). out is a device double.
+void sum_to_double(double* out, const float* x, size_t n, Scratch& scratch, cudaStream_t stream);
+
+// ---- Compressors (host twins: kernels/compress.h; element math compress_math.h) ----------------------------------
+
+// Top-k by magnitude, exactly as gs::topk_select: idx[0..min(k, n)) = the indices of the k largest magnitude_key,
+// ties at the k-th key to the lowest indices, ascending. Radix select on the 31-bit key in three digit passes
+// (11, 12, 8 bits; histograms in shared memory), then one tiled compaction (per-tile counts, a scan over tiles, a
+// block scan inside each tile). Returns min(k, n) (known without synchronizing). k, n < 2^32.
+size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx, Scratch& scratch, cudaStream_t stream);
+// Threshold: idx = the ascending indices i with |x[i]| >= tau; *count (device uint32) = their number. idx has room
+// for n entries.
+void threshold_select(const float* x, size_t n, float tau, uint32_t* idx, uint32_t* count, Scratch& scratch,
+                      cudaStream_t stream);
+// DGC's sampled threshold, exactly as gs::sampled_threshold (same strata, same Philox draws, exact k-th of the
+// samples): *tau (device float) = the magnitude of the ceil(ratio m)-th largest sampled |x|; +inf when n == 0 or
+// ratio <= 0.
+void sampled_threshold(float* tau, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream_id,
+                       size_t samples, Scratch& scratch, cudaStream_t stream);
+// Random-k, exactly as gs::randomk_indices (Floyd's algorithm with the same draws; one thread walks the k steps into
+// a bitmap, then the bitmap is read out in index order in parallel). Returns min(k, n).
+size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream_id, Scratch& scratch,
+                       cudaStream_t stream);
+// vals[j] = x[idx[j]] for j < k (the values a sparse compressor sends).
+void gather(float* vals, const float* x, const uint32_t* idx, size_t k, cudaStream_t stream);
+// out[idx[j]] += vals[j] for j < k (distinct indices: decoding one sparse message).
+void scatter_add(float* out, const uint32_t* idx, const float* vals, size_t k, cudaStream_t stream);
+// x[idx[j]] = 0 for j < k (error feedback: what was sent leaves the residual).
+void zero_at(float* x, const uint32_t* idx, size_t k, cudaStream_t stream);
+// acc[i] += x[i] (error feedback: the residual joins the new gradient).
+void add_into(float* acc, const float* x, size_t n, cudaStream_t stream);
+
+// QSGD encode into out (device, qsgd_encoded_bytes(n, s) bytes, as gs::qsgd_encode): the fp32 norm, then the codes.
+// The norm is accumulated in double on the device in a fixed order (close to, not always the same bits as, the
+// host's); qsgd_encode_with_norm takes the norm as given (so the codes can be compared bit for bit).
+void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream_id, Scratch& scratch,
+                 cudaStream_t stream);
+void qsgd_encode_with_norm(uint8_t* out, const float* p, size_t n, int s, float norm, uint64_t seed,
+                           uint64_t stream_id, cudaStream_t stream);
+// out[i] += decoded value i of a QSGD encoding (device bytes).
+void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s, cudaStream_t stream);
+// TernGrad encode / decode-add, as gs::terngrad_encode / terngrad_decode_add (bit for bit: scale = max |p| is exact).
+void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream_id, Scratch& scratch,
+                     cudaStream_t stream);
+void terngrad_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream);
+// signSGD: bits as gs::sign_pack (bit for bit); *scale (device float) = mean |p| accumulated in double (0 for n 0).
+void sign_pack(uint8_t* bits, float* scale, const float* p, size_t n, Scratch& scratch, cudaStream_t stream);
+// out[i] += bit i ? -scale : +scale, scale read from the device.
+void sign_unpack_add(float* out, const uint8_t* bits, size_t n, const float* scale, cudaStream_t stream);
+// Majority vote as gs::sign_vote; bits is a DEVICE array of `ranks` device pointers.
+void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n, cudaStream_t stream);
+// 1-bit SGD encode / decode-add as gs::onebit_encode / onebit_decode_add (bits bit for bit; means in double).
+void onebit_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream);
+void onebit_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream);
+
+// ---- Reductions of the `local` communicator (several ranks on one GPU) --------------------------------------------
+
+// outs[r][i] = ((ins[0][i] + ins[1][i]) + ins[2][i]) + ... (ranks 0..N-1 in order, every element), for every r:
+// the host communicator's sum bit for bit. ins/outs are DEVICE arrays of `ranks` device pointers; an out may alias
+// its in (each element is read by the thread that writes it).
+void sum_in_rank_order(float* const* outs, const float* const* ins, int ranks, size_t count, cudaStream_t stream);
+void sum_in_rank_order(double* const* outs, const double* const* ins, int ranks, size_t count, cudaStream_t stream);
+// outs[r][i] = sum over q in order of ins[q][r * count + i] (reduce-scatter; ins have ranks * count elements).
+void reduce_scatter_in_rank_order(float* const* outs, const float* const* ins, int ranks, size_t count,
+                                  cudaStream_t stream);
+
+}  // namespace gs::gpu

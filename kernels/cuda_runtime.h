@@ -1,0 +1,165 @@
+// RAII owners of CUDA resources (device buffers from cudaMalloc, pinned host buffers, streams, events, cuBLAS
+// handles) and the error checks that turn CUDA, cuBLAS and NCCL failures into gs::Error. Host C++ (no nvcc needed);
+// defined in kernels/cuda_runtime.cpp, built only with the CUDA side. A new resource type gets one class here.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "sim/core/error.h"
+
+namespace gs::gpu {
+
+// Throws gs::Error "file:line: call: cudaErrorName (error string)" when err != cudaSuccess; clears the error state
+// first so the next call does not see a stale non-sticky error.
+void check_cuda(cudaError_t err, const char* call, const char* file, int line);
+// The same for cuBLAS status codes (cublasStatus_t passed as int so this header needs no cuBLAS include).
+void check_cublas(int status, const char* call, const char* file, int line);
+
+// True when a CUDA device is usable: cudaGetDeviceCount succeeds with at least one device. Any error (no driver,
+// "insufficient driver", no device) means false; `why` (optional) gets the error string.
+bool device_usable(std::string* why = nullptr);
+
+// Bytes free and total on the current device (cudaMemGetInfo); {0, 0} when the query fails.
+std::pair<size_t, size_t> memory_info();
+
+// Allocates `bytes` on the current device with cudaMalloc (never managed memory). Out of memory throws gs::Error
+// naming the bytes asked for, the bytes free and the total, and `what` (the buffer's purpose).
+void* device_alloc(size_t bytes, const char* what);
+void device_free(void* p) noexcept;
+// Pinned (page-locked) host memory via cudaMallocHost, for asynchronous copies of batches.
+void* pinned_alloc(size_t bytes, const char* what);
+void pinned_free(void* p) noexcept;
+
+// A device array of n elements of T. Move-only; freed with cudaFree. Contents uninitialized.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n, const char* what = "device buffer")
+      : ptr_(n ? static_cast<T*>(device_alloc(n * sizeof(T), what)) : nullptr), n_(n) {}
+  ~DeviceBuffer() { device_free(ptr_); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      device_free(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  // Grows (discarding the contents) when fewer than n elements are held; never shrinks.
+  void reserve(size_t n, const char* what = "device buffer") {
+    if (n > n_) *this = DeviceBuffer(n, what);
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A pinned host array of n elements of T (cudaMallocHost). Move-only.
+template <class T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t n, const char* what = "pinned buffer")
+      : ptr_(n ? static_cast<T*>(pinned_alloc(n * sizeof(T), what)) : nullptr), n_(n) {}
+  ~PinnedBuffer() { pinned_free(ptr_); }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      pinned_free(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  T* get() const { return ptr_; }
+  T& operator[](size_t i) const { return ptr_[i]; }
+  size_t size() const { return n_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A non-blocking CUDA stream (cudaStreamNonBlocking: no implicit sync with the legacy default stream).
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+  void synchronize() const;
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// A CUDA event; timing enabled unless `timing` is false (cudaEventDisableTiming is cheaper for pure ordering).
+class Event {
+ public:
+  explicit Event(bool timing = true);
+  ~Event();
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+  void record(cudaStream_t s) const;
+  void synchronize() const;
+  // Milliseconds between two recorded, completed events (cudaEventElapsedTime).
+  static float elapsed_ms(const Event& start, const Event& stop);
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// A cuBLAS handle bound to one stream (cublasCreate / cublasSetStream); default math mode (no TF32 unless the
+// environment asks). The handle is an opaque pointer here so this header needs no cuBLAS include.
+class BlasHandle {
+ public:
+  explicit BlasHandle(cudaStream_t stream);
+  ~BlasHandle();
+  BlasHandle(const BlasHandle&) = delete;
+  BlasHandle& operator=(const BlasHandle&) = delete;
+  void* get() const { return h_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  void* h_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Copies (synchronous on the null stream; for tests and setup, not the step loop).
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+
+}  // namespace gs::gpu
+
+// GS_CUDA_CHECK(call): runs a CUDA runtime call and throws gs::Error naming the call and CUDA's error string.
+#define GS_CUDA_CHECK(call) ::gs::gpu::check_cuda((call), #call, __FILE__, __LINE__)
+// GS_EXPECT_GPU(cond, message): throws gs::Error "file:line: cond: message" (the CUDA side's GS_EXPECT; it does not
+// depend on the sim library).
+#define GS_EXPECT_GPU(cond, message)                                                                         \
+  do {                                                                                                       \
+    if (!(cond))                                                                                             \
+      throw ::gs::Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #cond ": " + (message)); \
+  } while (0)
+// GS_CUBLAS_CHECK(call): the same for cuBLAS.
+#define GS_CUBLAS_CHECK(call) ::gs::gpu::check_cublas(static_cast<int>(call), #call, __FILE__, __LINE__)

@@ -1,0 +1,51 @@
+// GPU communicators: `local` (several rank threads on one GPU, reduced by kernels in rank order) and `nccl` (one
+// rank per GPU through NCCL). Buffers passed to them are DEVICE pointers. Built only with the CUDA side
+// (GRADSWEEP_HAVE_CUDA); a new GPU backend implements GpuCommunicator and gets a factory here.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "sim/comm/communicator.h"
+
+namespace gs {
+
+// A Communicator over device buffers, with bucketed asynchronous all-reduces. Ordering contract: a collective reads a
+// buffer after the work queued so far on the rank's compute stream (set_compute_stream; the legacy default stream
+// when none is set), and work queued on that stream after the collective returns sees its result. Errors (CUDA,
+// NCCL, a rank calling a different collective) throw gs::Error; abort() makes every rank waiting in a collective throw
+// Aborted (NCCL communicators are aborted with ncclCommAbort), so a run never hangs.
+class GpuCommunicator : public Communicator {
+ public:
+  // The stream the rank's compute kernels run on (set once per rank, before its first collective).
+  virtual void set_compute_stream(int rank, cudaStream_t stream) = 0;
+  // Starts the sum all-reduce of one bucket buf[0..count) on the rank's communication stream, after the compute
+  // stream's work so far, and returns without waiting (nccl; local completes it before returning). Every rank starts
+  // the same buckets in the same order.
+  virtual void all_reduce_sum_start(int rank, float* buf, size_t count) = 0;
+  // Returns once every bucket this rank started has been reduced (polling, so abort() and NCCL's asynchronous
+  // errors end the wait); the compute stream is ordered after them.
+  virtual void all_reduce_wait(int rank) = 0;
+  // Brackets several all_reduce_sum_start calls that go to the network together (ncclGroupStart/End); no-ops for
+  // local.
+  virtual void group_begin(int rank) { (void)rank; }
+  virtual void group_end(int rank) { (void)rank; }
+};
+
+// `local`: `ranks` rank threads share GPU `device`. Every collective meets at a host barrier; rank 0 then reduces all
+// ranks' buffers with one kernel (sum_in_rank_order: ranks 0..N-1 in order, the host communicator's bits) on the
+// communicator's stream, and all ranks meet again. all_reduce_sum_start runs synchronously (one GPU: nothing to
+// overlap with across devices).
+std::unique_ptr<GpuCommunicator> make_local_communicator(int ranks, int device);
+
+// `nccl`: rank r on GPU devices[r] (distinct devices: NCCL forbids two ranks of one communicator on one GPU). One
+// NCCL communicator per rank, created once here (ncclCommInitAll) and destroyed with this object. Sums are NCCL's
+// (ring/tree order): equal to the host's for 1 or 2 ranks, within rounding otherwise. Throws gs::Error when built
+// without NCCL or when NCCL fails.
+std::unique_ptr<GpuCommunicator> make_nccl_communicator(const std::vector<int>& devices);
+
+// True when this build links NCCL.
+bool nccl_compiled();
+
+}  // namespace gs

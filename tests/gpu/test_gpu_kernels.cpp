@@ -1,0 +1,585 @@
+// GPU tests (ctest label gpu): every CUDA kernel of kernels/cuda_kernels.h against its host twin over the sizes
+// 0, 1, odd and 2^24+3, with fresh random inputs and outputs poisoned (0xff bytes) before each call. Bit patterns,
+// selections and same-order arithmetic are compared exactly; transcendental functions (different libm) and sums in
+// another order within relative bounds stated per test. main() exits 77 (skip) when no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "kernels/compress.h"
+#include "kernels/convert.h"
+#include "kernels/cuda_kernels.h"
+#include "kernels/dense.h"
+#include "kernels/dense_math.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gs {
+namespace {
+
+using test::Dev;
+using test::fresh_rng;
+using test::kernel_sizes;
+
+const FloatFormat kFormats[] = {FloatFormat::kFp16, FloatFormat::kBf16, FloatFormat::kFp8E4M3,
+                                FloatFormat::kFp8E5M2};
+
+class GpuKernels : public ::testing::Test {
+ protected:
+  gpu::Stream stream_;
+  gpu::Scratch scratch_;
+  cudaStream_t s() const { return stream_.get(); }
+  void sync() const { stream_.synchronize(); }
+};
+
+// ---- Conversions --------------------------------------------------------------------------------------------------
+
+// Host twin of encode_format (portable path: the GS_HD element functions), bytes of the format per value.
+std::vector<uint8_t> host_encode(FloatFormat f, const std::vector<float>& in, Fp8Overflow ov) {
+  std::vector<uint8_t> out(in.size() * static_cast<size_t>(format_bytes(f)));
+  switch (f) {
+    case FloatFormat::kFp16:
+      convert_fp32_to_fp16(reinterpret_cast<uint16_t*>(out.data()), in.data(), in.size(), ConvertIsa::kPortable);
+      break;
+    case FloatFormat::kBf16:
+      convert_fp32_to_bf16(reinterpret_cast<uint16_t*>(out.data()), in.data(), in.size(), ConvertIsa::kPortable);
+      break;
+    case FloatFormat::kFp8E4M3: convert_fp32_to_fp8_e4m3(out.data(), in.data(), in.size(), ov, ConvertIsa::kPortable); break;
+    case FloatFormat::kFp8E5M2: convert_fp32_to_fp8_e5m2(out.data(), in.data(), in.size(), ov, ConvertIsa::kPortable); break;
+    case FloatFormat::kFp32: std::memcpy(out.data(), in.data(), out.size()); break;
+  }
+  return out;
+}
+
+TEST_F(GpuKernels, EncodeDecodeRoundMatchHostBitForBit) {
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n);
+    auto in = test::wide_values(n, rng);
+    test::add_specials(in, rng);
+    Dev<float> d_in(in);
+    for (FloatFormat f : kFormats) {
+      for (Fp8Overflow ov : {Fp8Overflow::kSatFinite, Fp8Overflow::kNoSat}) {
+        const bool fp8 = f == FloatFormat::kFp8E4M3 || f == FloatFormat::kFp8E5M2;
+        if (!fp8 && ov == Fp8Overflow::kNoSat) continue;
+        const std::string what = "format " + std::to_string(static_cast<int>(f)) + " overflow " +
+                                 std::to_string(static_cast<int>(ov)) + " n " + std::to_string(n);
+        const auto want = host_encode(f, in, ov);
+        Dev<uint8_t> d_enc(want.size());
+        gpu::encode_format(f, d_enc.get(), d_in.get(), n, ov, s());
+        EXPECT_SAME_BITS(d_enc.host(), want, "encode " + what);
+
+        // Round trip: fp32(format(x)) with the same overflow rule.
+        std::vector<float> want_round(n);
+        for (size_t i = 0; i < n; ++i) {
+          want_round[i] = f == FloatFormat::kFp8E4M3   ? round_through_fp8_e4m3(in[i], ov)
+                          : f == FloatFormat::kFp8E5M2 ? round_through_fp8_e5m2(in[i], ov)
+                                                       : round_through(f, in[i]);
+        }
+        Dev<float> d_round(n);
+        gpu::round_through_format(f, d_round.get(), d_in.get(), n, ov, s());
+        EXPECT_SAME_BITS(d_round.host(), want_round, "round " + what);
+      }
+      // Decode every pattern a random byte string holds (NaNs, infinities, subnormals included).
+      std::vector<uint8_t> patterns(n * static_cast<size_t>(format_bytes(f)));
+      for (auto& b : patterns) b = static_cast<uint8_t>(rng());
+      std::vector<float> want_dec(n);
+      switch (f) {
+        case FloatFormat::kFp16:
+          convert_fp16_to_fp32(want_dec.data(), reinterpret_cast<const uint16_t*>(patterns.data()), n,
+                               ConvertIsa::kPortable);
+          break;
+        case FloatFormat::kBf16:
+          convert_bf16_to_fp32(want_dec.data(), reinterpret_cast<const uint16_t*>(patterns.data()), n,
+                               ConvertIsa::kPortable);
+          break;
+        case FloatFormat::kFp8E4M3: convert_fp8_e4m3_to_fp32(want_dec.data(), patterns.data(), n, ConvertIsa::kPortable); break;
+        case FloatFormat::kFp8E5M2: convert_fp8_e5m2_to_fp32(want_dec.data(), patterns.data(), n, ConvertIsa::kPortable); break;
+        case FloatFormat::kFp32: break;
+      }
+      Dev<uint8_t> d_pat(patterns);
+      Dev<float> d_dec(n);
+      gpu::decode_format(f, d_dec.get(), d_pat.get(), n, s());
+      EXPECT_SAME_BITS(d_dec.host(), want_dec, "decode format " + std::to_string(static_cast<int>(f)));
+    }
+  }
+}
+
+TEST_F(GpuKernels, RoundingCountsAndNonfiniteFlagMatchHost) {
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n + 7);
+    auto in = test::wide_values(n, rng, -40, 20);
+    test::add_specials(in, rng);
+    Dev<float> d_in(in);
+    Dev<unsigned long long> d_counts(2);
+    for (FloatFormat f : kFormats) {
+      const RoundingCounts want = count_rounding(f, in.data(), n);
+      gpu::count_rounding(f, d_in.get(), n, d_counts.get(), s());
+      const auto got = d_counts.host();
+      EXPECT_EQ(got[0], want.underflow) << "underflow, format " << static_cast<int>(f) << " n " << n;
+      EXPECT_EQ(got[1], want.nonfinite) << "nonfinite, format " << static_cast<int>(f) << " n " << n;
+    }
+    // Non-finite flag: the specials include inf and NaN (n > 1); a finite copy must give 0.
+    Dev<int> d_flag(1);
+    const bool want_bad = std::any_of(in.begin(), in.end(), [](float x) { return !std::isfinite(x); });
+    gpu::find_nonfinite(d_in.get(), n, d_flag.get(), s());
+    EXPECT_EQ(test::read_one(d_flag.get()), want_bad ? 1 : 0) << "n " << n;
+    auto finite = in;
+    for (auto& x : finite) x = std::isfinite(x) ? x : 1.0f;
+    Dev<float> d_finite(finite);
+    d_flag.poison();
+    gpu::find_nonfinite(d_finite.get(), n, d_flag.get(), s());
+    EXPECT_EQ(test::read_one(d_flag.get()), 0) << "n " << n;
+    if (n > 0) {
+      // One NaN at a random position (the last one included in the draw) must be found.
+      const size_t at = std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+      float nan = NAN;
+      gpu::copy_to_device(d_finite.get() + at, &nan, sizeof nan);
+      GS_CUDA_CHECK(cudaDeviceSynchronize());
+      gpu::find_nonfinite(d_finite.get(), n, d_flag.get(), s());
+      EXPECT_EQ(test::read_one(d_flag.get()), 1) << "NaN at " << at;
+    }
+    // Unscale: x * factor, one rounding per element, as the host loop (the NaN placed above stays NaN).
+    auto want_scaled = d_finite.host();
+    for (auto& x : want_scaled) x = x * 0.125f;
+    gpu::scale(d_finite.get(), n, 0.125f, s());
+    EXPECT_EQ(test::max_relative_error(d_finite.host(), want_scaled, 0.0), 0.0) << "scale n " << n;
+  }
+}
+
+// ---- Optimizers ---------------------------------------------------------------------------------------------------
+
+TEST_F(GpuKernels, SgdAndAdamMatchHostElementLoopBitForBit) {
+  const SgdScalars sgd_cases[] = {
+      {0.1f, 0.0f, 0.0f, false, false}, {0.05f, 0.9f, 1e-4f, false, true}, {0.05f, 0.9f, 1e-4f, true, false}};
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n + 11);
+    const auto w0 = test::normals(n, rng), g = test::normals(n, rng, 0.01f), b0 = test::normals(n, rng, 0.01f);
+    Dev<float> d_g(g);
+    for (const SgdScalars& sc : sgd_cases) {
+      auto w = w0, buf = b0;
+      for (size_t i = 0; i < n; ++i) sgd_element(w[i], g[i], buf[i], sc);
+      Dev<float> d_w(w0), d_buf(b0);
+      gpu::sgd_update(d_w.get(), d_g.get(), d_buf.get(), n, sc, s());
+      EXPECT_SAME_BITS(d_w.host(), w, "sgd w, momentum " + std::to_string(sc.momentum));
+      EXPECT_SAME_BITS(d_buf.host(), buf, "sgd buf");
+    }
+    for (bool decoupled : {false, true}) {
+      const AdamScalars sc = adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.01, decoupled, 7);
+      auto w = w0, m = b0, v = g;
+      for (auto& x : v) x = x * x;  // second moments are >= 0
+      const auto v0 = v;
+      for (size_t i = 0; i < n; ++i) adam_element(w[i], g[i], m[i], v[i], sc);
+      Dev<float> d_w(w0), d_m(b0), d_v(v0);
+      gpu::adam_update(d_w.get(), d_g.get(), d_m.get(), d_v.get(), n, sc, s());
+      EXPECT_SAME_BITS(d_w.host(), w, std::string("adam w, decoupled ") + (decoupled ? "yes" : "no"));
+      EXPECT_SAME_BITS(d_m.host(), m, "adam m");
+      EXPECT_SAME_BITS(d_v.host(), v, "adam v");
+    }
+  }
+}
+
+// ---- Dense --------------------------------------------------------------------------------------------------------
+
+// Reference GEMM in double with its error bound: |c - c_ref| <= 2 k u sum_l |a_il b_lj| (+ beta term), u = 2^-24
+// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5 for a dot product of length k, fp32
+// accumulation); the factor 2 covers cuBLAS's split-k and blocked orders.
+void check_gemm(const std::vector<float>& got, const std::vector<float>& a, const std::vector<float>& b,
+                const std::vector<float>& c0, int64_t m, int64_t n, int64_t k, Transpose ta, Transpose tb, float alpha,
+                float beta, const std::string& what) {
+  size_t bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double av = ta == Transpose::kYes ? a[l * m + i] : a[i * k + l];
+        const double bv = tb == Transpose::kYes ? b[j * k + l] : b[l * n + j];
+        ref += av * bv;
+        mag += std::fabs(av * bv);
+      }
+      ref = alpha * ref + beta * c0[i * n + j];
+      const double bound = 2.0 * (k + 2) * 5.960464477539063e-08 * (std::fabs(alpha) * mag + std::fabs(beta * c0[i * n + j])) + 1e-30;
+      if (!(std::fabs(got[i * n + j] - ref) <= bound)) ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+TEST_F(GpuKernels, GemmMatchesDoubleReferenceWithinFp32Bound) {
+  gpu::BlasHandle blas(s());
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{0, 3, 4}, {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {128, 96, 257}, {1, 1001, 3}};
+  for (const Shape& sh : shapes) {
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        auto rng = fresh_rng(static_cast<size_t>(sh.m * 1000 + sh.n));
+        const auto a = test::normals(static_cast<size_t>(sh.m * sh.k), rng);
+        const auto b = test::normals(static_cast<size_t>(sh.k * sh.n), rng);
+        const auto c0 = test::normals(static_cast<size_t>(sh.m * sh.n), rng);
+        Dev<float> d_a(a), d_b(b), d_c(c0);
+        gpu::gemm(blas, d_c.get(), d_a.get(), d_b.get(), sh.m, sh.n, sh.k, ta, tb, 1.5f, 0.5f);
+        const std::string what = "gemm " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" +
+                                 std::to_string(sh.k) + " ta " + std::to_string(ta == Transpose::kYes) + " tb " +
+                                 std::to_string(tb == Transpose::kYes);
+        check_gemm(d_c.host(), a, b, c0, sh.m, sh.n, sh.k, ta, tb, 1.5f, 0.5f, what);
+        // Mixed: operands rounded to bf16 / fp16 on the host, fp32 accumulation on the GPU.
+        for (FloatFormat f : {FloatFormat::kBf16, FloatFormat::kFp16}) {
+          std::vector<float> aq(a.size()), bq(b.size());
+          for (size_t i = 0; i < a.size(); ++i) aq[i] = round_through(f, a[i]);
+          for (size_t i = 0; i < b.size(); ++i) bq[i] = round_through(f, b[i]);
+          const auto a16 = host_encode(f, a, Fp8Overflow::kSatFinite), b16 = host_encode(f, b, Fp8Overflow::kSatFinite);
+          Dev<uint8_t> d_a16(a16), d_b16(b16);
+          Dev<float> d_c2(c0);
+          gpu::gemm_mixed(blas, f, d_c2.get(), d_a16.get(), d_b16.get(), sh.m, sh.n, sh.k, ta, tb, 1.5f, 0.5f);
+          check_gemm(d_c2.host(), aq, bq, c0, sh.m, sh.n, sh.k, ta, tb, 1.5f, 0.5f,
+                     what + " mixed format " + std::to_string(static_cast<int>(f)));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GpuKernels, BiasActivationsAndLossesMatchHost) {
+  for (size_t n : kernel_sizes()) {
+    const int64_t cols = n == 0 ? 3 : (n == 1 ? 1 : 10);
+    const int64_t rows = static_cast<int64_t>(n) / cols;
+    const size_t total = static_cast<size_t>(rows * cols);
+    auto rng = fresh_rng(n + 23);
+    const auto y0 = test::normals(total, rng, 3.0f), bias = test::normals(static_cast<size_t>(cols), rng);
+    // Bias forward and its gradient (rows added in order, as the host loop): exact.
+    auto y = y0;
+    add_bias(y.data(), bias.data(), rows, cols);
+    Dev<float> d_y(y0), d_bias(bias);
+    gpu::add_bias(d_y.get(), d_bias.get(), rows, cols, s());
+    EXPECT_SAME_BITS(d_y.host(), y, "add_bias n " + std::to_string(n));
+    auto gb = bias;
+    add_bias_grad(gb.data(), y0.data(), rows, cols);
+    Dev<float> d_gb(bias), d_y0(y0);
+    gpu::add_bias_grad(d_gb.get(), d_y0.get(), rows, cols, s());
+    EXPECT_SAME_BITS(d_gb.host(), gb, "add_bias_grad n " + std::to_string(n));
+
+    // Activations: ReLU exact; GELU through erff/expf (CUDA's erff/expf are within 2 ulp, glibc's within 1):
+    // relative 1e-6 with an absolute floor of 1e-30 for the far negative tail.
+    const auto dy = test::normals(total, rng);
+    for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+      std::vector<float> out(total), dx(total);
+      activation_forward(out.data(), y0.data(), static_cast<int64_t>(total), act);
+      activation_backward(dx.data(), dy.data(), y0.data(), static_cast<int64_t>(total), act);
+      Dev<float> d_out(total), d_dy(dy), d_dx(total);
+      gpu::activation_forward(d_out.get(), d_y0.get(), static_cast<int64_t>(total), act, s());
+      gpu::activation_backward(d_dx.get(), d_dy.get(), d_y0.get(), static_cast<int64_t>(total), act, s());
+      if (act == Activation::kRelu) {
+        EXPECT_SAME_BITS(d_out.host(), out, "relu");
+        EXPECT_SAME_BITS(d_dx.host(), dx, "relu backward");
+      } else {
+        // erff differs by a few ulp between libms: Phi(x) = 0.5 (1 + erf) is off by ~2^-23 absolute, so gelu by
+        // ~|x| 2^-23 and gelu' by ~2^-23 (times dy): bounds 4e-7 |x| (resp. 5e-7 |dy|) plus 1e-6 relative.
+        const auto go = d_out.host(), gd = d_dx.host();
+        size_t bad_f = 0, bad_b = 0;
+        for (size_t i = 0; i < total; ++i) {
+          bad_f += !(std::fabs(go[i] - out[i]) <= 4e-7 * std::fabs(y0[i]) + 1e-6 * std::fabs(out[i]));
+          bad_b += !(std::fabs(gd[i] - dx[i]) <= 5e-7 * std::fabs(dy[i]) + 1e-6 * std::fabs(dx[i]));
+        }
+        EXPECT_EQ(bad_f, 0u) << "gelu n " << n;
+        EXPECT_EQ(bad_b, 0u) << "gelu backward n " << n;
+      }
+    }
+
+    // Softmax cross-entropy (per-row loss within 1e-5 (1 + |loss|); gradient within 4e-6 absolute: probabilities
+    // in [0, 1]) and MSE (same float operations in the same order: exact).
+    std::vector<int32_t> labels(static_cast<size_t>(rows));
+    for (auto& l : labels) l = static_cast<int32_t>(rng() % static_cast<uint64_t>(cols));
+    Dev<int32_t> d_labels(labels);
+    std::vector<float> ce(static_cast<size_t>(rows)), dl(total);
+    for (int64_t r = 0; r < rows; ++r) ce[r] = softmax_cross_entropy_row(y0.data() + r * cols, labels[r], cols);
+    softmax_cross_entropy_backward(dl.data(), y0.data(), labels.data(), rows, cols);
+    Dev<float> d_ce(static_cast<size_t>(rows)), d_dl(total);
+    gpu::softmax_cross_entropy_rows(d_ce.get(), d_y0.get(), d_labels.get(), rows, cols, s());
+    gpu::softmax_cross_entropy_backward(d_dl.get(), d_y0.get(), d_labels.get(), rows, cols, s());
+    // logsumexp of O(10) logits through expf/logf: absolute differences of a few ulp of |logsumexp| (<= ~2e-6).
+    EXPECT_LE(test::max_relative_error(d_ce.host(), ce, 1.0), 1e-5) << "cross-entropy n " << n;
+    EXPECT_LE(test::max_relative_error(d_dl.host(), dl, 1.0), 4e-6) << "cross-entropy backward n " << n;
+
+    const auto target = test::normals(total, rng);
+    Dev<float> d_target(target);
+    std::vector<float> mse_r(static_cast<size_t>(rows)), dm(total);
+    for (int64_t r = 0; r < rows; ++r) mse_r[r] = mse_row(y0.data() + r * cols, target.data() + r * cols, cols);
+    mse_backward(dm.data(), y0.data(), target.data(), static_cast<int64_t>(total));
+    Dev<float> d_mse(static_cast<size_t>(rows)), d_dm(total);
+    gpu::mse_rows(d_mse.get(), d_y0.get(), d_target.get(), rows, cols, s());
+    gpu::mse_backward(d_dm.get(), d_y0.get(), d_target.get(), static_cast<int64_t>(total), s());
+    EXPECT_SAME_BITS(d_mse.host(), mse_r, "mse rows");
+    EXPECT_SAME_BITS(d_dm.host(), dm, "mse backward");
+
+    // Sum in double: a double reference (the order differs; the bound is n u_double sum |x|).
+    Dev<double> d_sum(1);
+    gpu::sum_to_double(d_sum.get(), d_y0.get(), total, scratch_, s());
+    double ref = 0.0, mag = 0.0;
+    for (float v : y0) {
+      ref += v;
+      mag += std::fabs(v);
+    }
+    EXPECT_LE(std::fabs(test::read_one(d_sum.get()) - ref), (static_cast<double>(total) + 1) * 1.1102230246251565e-16 * mag)
+        << "sum_to_double n " << n;
+  }
+}
+
+// ---- Compressors --------------------------------------------------------------------------------------------------
+
+// Inputs for selections: normals with many exact ties and specials (ties must go to the lowest indices).
+std::vector<float> selection_input(size_t n, std::mt19937_64& rng) {
+  auto v = test::normals(n, rng);
+  for (size_t i = 0; i < n; i += 3) v[i] = std::round(v[i] * 4.0f) / 4.0f;  // ties
+  test::add_specials(v, rng);
+  return v;
+}
+
+TEST_F(GpuKernels, TopkThresholdSampledThresholdRandomkSelectExactlyAsHost) {
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n + 31);
+    const auto x = selection_input(n, rng);
+    Dev<float> d_x(x);
+    for (size_t k : {size_t{0}, size_t{1}, n / 100, n / 3, n > 0 ? n - 1 : 0, n, n + 5}) {
+      std::vector<uint32_t> want(n);
+      const size_t count = topk_select(x.data(), n, k, want.data());
+      want.resize(count);
+      Dev<uint32_t> d_idx(n);
+      const size_t got_count = gpu::topk_select(d_x.get(), n, k, d_idx.get(), scratch_, s());
+      ASSERT_EQ(got_count, count) << "topk count n " << n << " k " << k;
+      EXPECT_SAME_BITS(d_idx.host(count), want, "topk n " + std::to_string(n) + " k " + std::to_string(k));
+      // Random-k with the same (seed, stream): the same indices as the host.
+      std::vector<uint32_t> want_r(n);
+      const uint64_t stream_id = compress_stream(3, 1, 2);
+      // (k capped at n/100 + 1: Floyd's walk is one GPU thread, and n/3 steps of it would take seconds.)
+      const size_t kr = std::min<size_t>(k, n / 100 + 1);
+      const size_t rc = randomk_indices(want_r.data(), n, kr, 42, stream_id);
+      want_r.resize(rc);
+      d_idx.poison();
+      const size_t got_rc =
+          gpu::randomk_indices(d_idx.get(), n, kr, 42, stream_id, scratch_, s());
+      ASSERT_EQ(got_rc, rc) << "randomk count";
+      EXPECT_SAME_BITS(d_idx.host(rc), want_r, "randomk n " + std::to_string(n) + " k " + std::to_string(k));
+    }
+    for (float tau : {0.0f, 0.5f, 2.0f, INFINITY}) {
+      std::vector<uint32_t> want(n + 1);
+      const size_t count = threshold_select(x.data(), n, tau, want.data());
+      want.resize(count);
+      Dev<uint32_t> d_idx(n), d_count(1);
+      gpu::threshold_select(d_x.get(), n, tau, d_idx.get(), d_count.get(), scratch_, s());
+      ASSERT_EQ(test::read_one(d_count.get()), count) << "threshold count n " << n << " tau " << tau;
+      EXPECT_SAME_BITS(d_idx.host(count), want, "threshold n " + std::to_string(n));
+    }
+    for (size_t samples : {size_t{1}, n / 10 + 1, n}) {
+      for (double ratio : {0.0, 0.01, 0.5, 1.0}) {
+        const float want = sampled_threshold(x.data(), n, ratio, 7, compress_stream(5, 0, 1), samples);
+        Dev<float> d_tau(1);
+        gpu::sampled_threshold(d_tau.get(), d_x.get(), n, ratio, 7, compress_stream(5, 0, 1), samples, scratch_, s());
+        EXPECT_EQ(test::bits_of(test::read_one(d_tau.get())), test::bits_of(want))
+            << "sampled threshold n " << n << " samples " << samples << " ratio " << ratio;
+      }
+    }
+  }
+}
+
+TEST_F(GpuKernels, SparseGatherScatterAndErrorFeedbackMatchHostLoops) {
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n + 37);
+    const auto x = test::normals(n, rng), acc0 = test::normals(n, rng);
+    std::vector<uint32_t> idx(n);
+    const size_t k = randomk_indices(idx.data(), n, n / 7 + (n > 0), 9, 1);
+    idx.resize(k);
+    std::vector<float> vals(k), out = acc0, zeroed = x, added = acc0;
+    for (size_t j = 0; j < k; ++j) vals[j] = x[idx[j]];
+    for (size_t j = 0; j < k; ++j) out[idx[j]] = out[idx[j]] + vals[j];
+    for (size_t j = 0; j < k; ++j) zeroed[idx[j]] = 0.0f;
+    for (size_t i = 0; i < n; ++i) added[i] = added[i] + x[i];
+    Dev<float> d_x(x), d_vals(k), d_out(acc0), d_added(acc0);
+    Dev<uint32_t> d_idx(idx);
+    gpu::gather(d_vals.get(), d_x.get(), d_idx.get(), k, s());
+    gpu::scatter_add(d_out.get(), d_idx.get(), d_vals.get(), k, s());
+    gpu::add_into(d_added.get(), d_x.get(), n, s());
+    gpu::zero_at(d_x.get(), d_idx.get(), k, s());
+    EXPECT_SAME_BITS(d_vals.host(), vals, "gather");
+    EXPECT_SAME_BITS(d_out.host(), out, "scatter_add");
+    EXPECT_SAME_BITS(d_added.host(), added, "add_into");
+    EXPECT_SAME_BITS(d_x.host(), zeroed, "zero_at");
+  }
+}
+
+TEST_F(GpuKernels, QsgdAndTernGradEncodeAndDecodeAsHostBitForBit) {
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n + 41);
+    const auto p = test::normals(n, rng);
+    const auto acc0 = test::normals(n, rng);
+    Dev<float> d_p(p);
+    const uint64_t stream_id = compress_stream(11, 3, 0);
+    for (int s_levels : {1, 4, 127, 1000}) {
+      const size_t bytes = qsgd_encoded_bytes(n, s_levels);
+      std::vector<uint8_t> want(bytes);
+      qsgd_encode(want.data(), p.data(), n, s_levels, 5, stream_id);
+      float host_norm;
+      std::memcpy(&host_norm, want.data(), 4);
+      Dev<uint8_t> d_enc(bytes);
+      // Codes from the host's norm: bit for bit.
+      gpu::qsgd_encode_with_norm(d_enc.get(), d_p.get(), n, s_levels, host_norm, 5, stream_id, s());
+      EXPECT_SAME_BITS(d_enc.host(), want, "qsgd codes s " + std::to_string(s_levels) + " n " + std::to_string(n));
+      // Full encode: the device norm follows the host's summation order, so the whole message is the same bits.
+      d_enc.poison();
+      gpu::qsgd_encode(d_enc.get(), d_p.get(), n, s_levels, 5, stream_id, scratch_, s());
+      EXPECT_SAME_BITS(d_enc.host(), want, "qsgd message s " + std::to_string(s_levels));
+      // Decode-add of the host's message.
+      auto out = acc0;
+      qsgd_decode_add(out.data(), want.data(), n, s_levels);
+      Dev<uint8_t> d_msg(want);
+      Dev<float> d_out(acc0);
+      gpu::qsgd_decode_add(d_out.get(), d_msg.get(), n, s_levels, s());
+      EXPECT_SAME_BITS(d_out.host(), out, "qsgd decode_add s " + std::to_string(s_levels));
+    }
+    // TernGrad (scale = max |p| is exact in any order).
+    const size_t tbytes = terngrad_encoded_bytes(n);
+    std::vector<uint8_t> want(tbytes);
+    terngrad_encode(want.data(), p.data(), n, 5, stream_id);
+    Dev<uint8_t> d_enc(tbytes);
+    gpu::terngrad_encode(d_enc.get(), d_p.get(), n, 5, stream_id, scratch_, s());
+    EXPECT_SAME_BITS(d_enc.host(), want, "terngrad n " + std::to_string(n));
+    auto out = acc0;
+    terngrad_decode_add(out.data(), want.data(), n);
+    Dev<uint8_t> d_msg(want);
+    Dev<float> d_out(acc0);
+    gpu::terngrad_decode_add(d_out.get(), d_msg.get(), n, s());
+    EXPECT_SAME_BITS(d_out.host(), out, "terngrad decode_add");
+  }
+}
+
+TEST_F(GpuKernels, SignOneBitAndVoteAsHost) {
+  for (size_t n : kernel_sizes()) {
+    auto rng = fresh_rng(n + 43);
+    auto p = test::normals(n, rng);
+    if (n > 2) {
+      p[0] = -0.0f;
+      p[1] = NAN;
+    }
+    const auto acc0 = test::normals(n, rng);
+    Dev<float> d_p(p);
+    // signSGD: bits exact; the scale's double sum runs in another order (relative 1e-6: float rounding of a double
+    // sum that differs in its last bits).
+    std::vector<uint8_t> bits(sign_packed_bytes(n));
+    const float scale = sign_pack(bits.data(), p.data(), n);
+    Dev<uint8_t> d_bits(bits.size());
+    Dev<float> d_scale(1);
+    gpu::sign_pack(d_bits.get(), d_scale.get(), d_p.get(), n, scratch_, s());
+    EXPECT_SAME_BITS(d_bits.host(), bits, "sign bits n " + std::to_string(n));
+    if (!std::isnan(scale)) {
+      EXPECT_NEAR(test::read_one(d_scale.get()), scale, 1e-6 * std::fabs(scale)) << "sign scale n " << n;
+    }
+    auto out = acc0;
+    sign_unpack_add(out.data(), bits.data(), n, 0.25f);
+    Dev<float> d_out(acc0), d_quarter(std::vector<float>{0.25f});
+    Dev<uint8_t> d_hbits(bits);
+    gpu::sign_unpack_add(d_out.get(), d_hbits.get(), n, d_quarter.get(), s());
+    EXPECT_SAME_BITS(d_out.host(), out, "sign unpack_add");
+
+    // 1-bit: bits exact, means relative 1e-6; decode of the host's message exact.
+    std::vector<uint8_t> msg(onebit_encoded_bytes(n));
+    onebit_encode(msg.data(), p.data(), n);
+    Dev<uint8_t> d_msg(msg.size());
+    gpu::onebit_encode(d_msg.get(), d_p.get(), n, scratch_, s());
+    const auto got = d_msg.host();
+    EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), msg.begin() + 8)) << "1-bit bits n " << n;
+    for (int j = 0; j < 2; ++j) {
+      float g, w;
+      std::memcpy(&g, got.data() + 4 * j, 4);
+      std::memcpy(&w, msg.data() + 4 * j, 4);
+      EXPECT_NEAR(g, w, 1e-6 * std::fabs(w)) << "1-bit mean " << j << " n " << n;
+    }
+    out = acc0;
+    onebit_decode_add(out.data(), msg.data(), n);
+    Dev<uint8_t> d_hmsg(msg);
+    Dev<float> d_out2(acc0);
+    gpu::onebit_decode_add(d_out2.get(), d_hmsg.get(), n, s());
+    EXPECT_SAME_BITS(d_out2.host(), out, "1-bit decode_add");
+
+    // Majority vote over 1, 2, 3 and 8 ranks' sign vectors.
+    for (int ranks : {1, 2, 3, 8}) {
+      std::vector<std::vector<uint8_t>> rank_bits(ranks, std::vector<uint8_t>(sign_packed_bytes(n)));
+      std::vector<const uint8_t*> host_ptrs;
+      std::vector<Dev<uint8_t>> dev_bits;
+      std::vector<const uint8_t*> dev_ptrs;
+      for (int r = 0; r < ranks; ++r) {
+        for (auto& b : rank_bits[r]) b = static_cast<uint8_t>(rng());
+        host_ptrs.push_back(rank_bits[r].data());
+        dev_bits.emplace_back(rank_bits[r]);
+      }
+      for (auto& d : dev_bits) dev_ptrs.push_back(d.get());
+      std::vector<float> want(n);
+      sign_vote(want.data(), host_ptrs.data(), ranks, n);
+      Dev<const uint8_t*> d_ptrs(dev_ptrs);
+      Dev<float> d_vote(n);
+      gpu::sign_vote(d_vote.get(), d_ptrs.get(), ranks, n, s());
+      EXPECT_SAME_BITS(d_vote.host(), want, "vote ranks " + std::to_string(ranks));
+    }
+  }
+}
+
+// ---- Local communicator reductions ---------------------------------------------------------------------------------
+
+template <class T>
+void check_rank_order_sum(cudaStream_t stream, size_t n, int ranks) {
+  auto rng = fresh_rng(n * 16 + static_cast<size_t>(ranks));
+  std::vector<std::vector<T>> in(ranks, std::vector<T>(n));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& v : in)
+    for (auto& x : v) x = static_cast<T>(std::ldexp(normal(rng), static_cast<int>(rng() % 20) - 10));
+  // Serial reference: ((in_0 + in_1) + in_2) + ... per element.
+  std::vector<T> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    T acc = in[0][i];
+    for (int r = 1; r < ranks; ++r) acc = acc + in[r][i];
+    want[i] = acc;
+  }
+  std::vector<Dev<T>> ins, outs;
+  std::vector<const T*> in_ptrs;
+  std::vector<T*> out_ptrs;
+  for (int r = 0; r < ranks; ++r) {
+    ins.emplace_back(in[r]);
+    outs.emplace_back(n);
+  }
+  for (int r = 0; r < ranks; ++r) {
+    in_ptrs.push_back(ins[r].get());
+    out_ptrs.push_back(r % 2 ? outs[r].get() : ins[r].get());  // even ranks in place
+  }
+  Dev<const T*> d_in(in_ptrs);
+  Dev<T*> d_out(out_ptrs);
+  gpu::sum_in_rank_order(d_out.get(), d_in.get(), ranks, n, stream);
+  for (int r = 0; r < ranks; ++r) {
+    const auto got = r % 2 ? outs[r].host() : ins[r].host();
+    EXPECT_SAME_BITS(got, want, "rank-order sum, rank " + std::to_string(r) + " of " + std::to_string(ranks));
+  }
+}
+
+TEST_F(GpuKernels, RankOrderSumsMatchSerialReferenceBitForBit) {
+  for (size_t n : kernel_sizes()) {
+    for (int ranks : {1, 2, 3, 8}) {
+      if (n > 2000 && ranks == 3) continue;  // the large size once per pattern is enough for memory
+      check_rank_order_sum<float>(s(), n, ranks);
+      check_rank_order_sum<double>(s(), n, ranks);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gs
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!gs::gpu::device_usable(&why)) {
+    std::printf("SKIP: no usable GPU (%s)\n", why.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
