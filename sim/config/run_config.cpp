@@ -130,10 +130,19 @@ void visit_fields(V& v, RunConfig& c) {
                                                   "the next step boundary as `timeout` (0: none)").at_least(0).at_most(1e7));
 
   auto& sy = c.sync;
-  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)").one_of({"allreduce", "independent"}));
+  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)").one_of({"allreduce", "independent", "local_sgd"}));
   v(sy.bucket_mb, F("sync.bucket_mb", "allreduce: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
   v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce: first bucket in MiB").above(0).at_most(1 << 20));
-  v(sy.staleness, F("sync.staleness", "delayed update; only 0 (synchronous) in this version").at_least(0).at_most(0));
+  v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
+                                      "step t-s (0: synchronous; steps t < s apply nothing)").at_least(0).at_most(1024));
+  v(sy.overlap, F("sync.overlap", "allreduce: buckets start during backward (false: after the whole backward, apex's "
+                                  "delay_allreduce; same arithmetic, modeled clock only)"));
+  v(sy.period, F("sync.period", "local_sgd: average the parameters after steps H, 2H, ... (H = period, counted "
+                                "after the warm-up)").at_least(1).at_most(1e9));
+  v(sy.average_optimizer_state, F("sync.average_optimizer_state",
+                                  "local_sgd: also average the optimizer state (momentum, Adam moments) when averaging"));
+  v(sy.warmup_steps, F("sync.warmup_steps", "local_sgd: first steps run as synchronous all-reduce (post-local SGD, "
+                                            "Lin et al. 2020)").at_least(0).at_most(1e9));
   auto& cp = c.compression;
   v(cp.kind, F("compression.kind", "gradient compressor (see `gradsweep list`)")
                  .one_of({"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd",
@@ -424,6 +433,11 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
       {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},
       {"compression.sample_ratio", "compression.kind", "none", {"dgc"}},
+      {"sync.staleness", "sync.kind", "allreduce", {"allreduce"}},
+      {"sync.overlap", "sync.kind", "allreduce", {"allreduce"}},
+      {"sync.period", "sync.kind", "allreduce", {"local_sgd"}},
+      {"sync.average_optimizer_state", "sync.kind", "allreduce", {"local_sgd"}},
+      {"sync.warmup_steps", "sync.kind", "allreduce", {"local_sgd"}},
   };
   static const RunConfig kDefaultConfig;
   static const json defaults = config_to_json(kDefaultConfig);

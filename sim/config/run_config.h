@@ -105,10 +105,14 @@ struct TrainingConfig {
 };
 
 struct SyncConfig {
-  std::string kind = "allreduce";  // allreduce | independent (registry: sim/strategy/registry.cpp)
+  std::string kind = "allreduce";  // allreduce | independent | local_sgd (registry: sim/strategy/registry.cpp)
   double bucket_mb = 25.0;         // bucket size in MiB after the first
   double first_bucket_mb = 1.0;    // first bucket (last layers) in MiB
-  int64_t staleness = 0;           // delayed update (staleness issue); only 0 for now
+  int64_t staleness = 0;           // allreduce: the update at step t applies the averaged gradient of step t - s
+  bool overlap = true;             // allreduce: buckets overlap backward (false: apex's delay_allreduce)
+  int64_t period = 1;              // local_sgd: parameters averaged after steps H, 2H, ... (H = period)
+  bool average_optimizer_state = false;  // local_sgd: also average the optimizer state buffers
+  int64_t warmup_steps = 0;        // local_sgd: synchronous all-reduce steps before local steps (post-local SGD)
 };
 
 // Gradient compression (DESIGN.md section 3; sim/compress/). Fields other than kind apply to some kinds only

@@ -21,8 +21,36 @@ OverlapResult schedule_chains(double compute_end_s, const std::vector<double>& r
   }
   r.comm_end_s = end;
   r.exposed_s = std::max(0.0, end - compute_end_s);
-  r.overlapped_s = total - r.exposed_s;
+  r.overlapped_s = std::max(0.0, total - r.exposed_s);  // not -1 ulp when every chain starts at compute_end_s
   return r;
+}
+
+OverlapResult defer_chains(const OverlapResult& same_step, double compute_end_s, double step_compute_s,
+                           int64_t deferred_steps) {
+  if (deferred_steps <= 0) return same_step;
+  const double total = same_step.overlapped_s + same_step.exposed_s;
+  const double latency = same_step.comm_end_s - compute_end_s - static_cast<double>(deferred_steps) * step_compute_s;
+  const double throughput = total - step_compute_s;
+  OverlapResult r;
+  r.exposed_s = std::max(0.0, std::max(latency, throughput));
+  r.overlapped_s = std::max(0.0, total - r.exposed_s);
+  r.comm_end_s = compute_end_s + r.exposed_s;
+  return r;
+}
+
+void carry_rank_clocks(std::vector<ModeledStep>& steps, std::vector<double>& rank_time_s) {
+  const size_t n = std::min(steps.size(), rank_time_s.size());
+  if (n == 0) return;
+  if (steps[0].synchronous) {
+    const double latest = *std::max_element(rank_time_s.begin(), rank_time_s.begin() + static_cast<ptrdiff_t>(n));
+    for (size_t r = 0; r < n; ++r) {
+      const double lag = latest - rank_time_s[r];
+      if (lag <= 0.0) continue;
+      steps[r].times.step_s += lag;
+      steps[r].times.phase_s[static_cast<size_t>(Phase::kWait)] += lag;
+    }
+  }
+  for (size_t r = 0; r < n; ++r) rank_time_s[r] += steps[r].times.step_s;
 }
 
 double straggler_factor(const StragglerConfig& s, uint64_t seed, int64_t step, int rank) {
@@ -132,7 +160,7 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
               s[static_cast<size_t>(Phase::kWait)]) * f;
     const double last_bwd_start = backward_end - c.last_backward_s * f;
     for (const CommChain& ch : c.chains) {
-      double rdy = ch.range.empty() ? compute_end[r]
+      double rdy = ch.range.empty() || !c.overlap_backward ? compute_end[r]
                                     : last_bwd_start + c.last_backward_s * f * backward_done_fraction(ch.range.begin);
       ready[r].push_back(rdy);
       dur[r].push_back((ch.pre_s + ch.post_s) * f + ch.comm_s);
@@ -157,7 +185,20 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
   for (size_t r = 0; r < n; ++r) {
     const StepCost& c = *ranks[r];
     OverlapResult alone = schedule_chains(compute_end[r], ready[r], dur[r]);
-    const double comm_end = synchronous ? comm_end_all : alone.comm_end_s;
+    double comm_end = synchronous ? comm_end_all : alone.comm_end_s;
+    if (c.deferred_steps > 0) {
+      // Delayed update: the communication also hides behind the next s steps' compute (one step's compute stream
+      // is compute_end + optimizer).
+      const double step_compute = compute_end[r] + opt[r];
+      alone = defer_chains(alone, compute_end[r], step_compute, c.deferred_steps);
+      OverlapResult all;
+      all.comm_end_s = comm_end;
+      all.exposed_s = std::max(0.0, comm_end - compute_end[r]);
+      double total = 0.0;
+      for (double d : synchronous ? dur_all : dur[r]) total += d;
+      all.overlapped_s = total - all.exposed_s;
+      comm_end = defer_chains(all, compute_end[r], step_compute, c.deferred_steps).comm_end_s;
+    }
     end[r] = std::max(compute_end[r], comm_end) + opt[r];
     ModeledStep& m = out[r];
     m.exposed_s = alone.exposed_s;
@@ -185,6 +226,7 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
   const double step_all = n == 0 ? 0.0 : *std::max_element(end.begin(), end.end());
   for (size_t r = 0; r < n; ++r) {
     ModeledStep& m = out[r];
+    m.synchronous = synchronous;
     m.times.step_s = synchronous ? step_all : end[r];
     double busy = 0.0;
     for (size_t p = 0; p < kPhaseCount; ++p)

@@ -25,6 +25,15 @@ struct OverlapResult {
 OverlapResult schedule_chains(double compute_end_s, const std::vector<double>& ready_s,
                               const std::vector<double>& duration_s);
 
+// Delayed update (sync.staleness s > 0, DESIGN.md section 3): the chains of step t may run under the compute of steps
+// t+1..t+s, so a step's communication is exposed only where, in steady state, it does not fit: past the window of s
+// more steps of compute (latency: comm_end_s - compute_end_s - s * step_compute_s) or where the communication stream
+// is busier than the compute stream (throughput: total chain duration - step_compute_s, the bound that s cannot
+// remove). same_step is schedule_chains' result for the step alone; step_compute_s is one step's whole compute
+// stream (through the optimizer), seconds. s = 0 returns same_step unchanged.
+OverlapResult defer_chains(const OverlapResult& same_step, double compute_end_s, double step_compute_s,
+                           int64_t deferred_steps);
+
 // Straggler multiplier of rank's compute at step: factors[rank] (1 when absent) x noise, where noise is
 // max(0, 1 + sigma Z) (normal) or exp(sigma Z - sigma^2/2) (lognormal, mean 1), Z standard normal from Philox
 // (kernels/rng.h, Purpose::kStraggler, counter (step, rank)). noise "none" or sigma 0: the factor alone.
@@ -35,7 +44,15 @@ struct ModeledStep {
   StepTimes times;
   double exposed_s = 0.0;     // communication (and chain compute) not hidden behind compute
   double overlapped_s = 0.0;  // communication hidden behind backward
+  bool synchronous = false;   // the step had a collective: every rank waited for the slowest
 };
+
+// Carries the ranks' modeled clocks from step to step. On steps without a collective (local SGD between averages,
+// independent) ranks drift apart by their stragglers; a synchronous step starts only when the rank furthest behind
+// arrives, so each rank's lag behind it is added to that rank's wait phase and step_s. rank_time_s[r] is rank r's
+// modeled time (seconds) before the step, and after it on return. When every step is synchronous no rank ever lags and
+// the steps are left exactly as they were.
+void carry_rank_clocks(std::vector<ModeledStep>& steps, std::vector<double>& rank_time_s);
 
 // The precision model compute runs at for a precision.mode (fp32 -> fp32, tf32 -> tf32, bf16_mixed -> bf16,
 // fp16_* -> fp16, fp8_mixed -> fp8).

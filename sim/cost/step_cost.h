@@ -12,10 +12,12 @@
 //   in.cost->add_collective(CollectiveKind::kAllReduce, bytes);         // no range: after backward, not overlapped
 //   in.cost->add_p2p(bytes);                                            // push or pull to one peer (parameter server)
 //   in.cost->add_time(Phase::kOptimizer, seconds);                      // anything priced elsewhere
+//   in.cost->overlap_backward = false;  in.cost->deferred_steps = s;     // when chains may start / must end
 // Extend: a new kind of work is one more add_* here that prices into the same records.
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -54,6 +56,8 @@ class StepCost {
     last_backward_s = 0.0;
     chains.clear();
     synchronous = false;
+    overlap_backward = true;
+    deferred_steps = 0;
   }
   // A kernel: roofline time on the profile (compute_model.h), added to `phase`.
   void add_op(Phase phase, double flops, double bytes, Precision precision, double launches = 1.0,
@@ -98,6 +102,12 @@ class StepCost {
   double last_backward_s = 0.0;  // the last micro-batch's backward (buckets become ready during it)
   std::vector<CommChain> chains;  // in order of first use
   bool synchronous = false;       // a collective was recorded: every rank waits for the slowest
+  // False: every chain becomes ready only when the whole backward is done (apex's delay_allreduce), so nothing
+  // overlaps backward. Set by the strategy (sync.overlap).
+  bool overlap_backward = true;
+  // Delayed update (sync.staleness s): this step's chains may also run under the compute of the next s steps; the
+  // modeled clock exposes only what does not fit (cost_model.h, defer_chains).
+  int64_t deferred_steps = 0;
 
  private:
   CommChain& chain(GradRange range) {

@@ -201,6 +201,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   j["wall_s"] = r.wall_s;
   j["num_params"] = r.num_params;
   j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
+  j["replicas_identical"] = r.num_params > 0 ? json(r.replicas_identical) : json(nullptr);
   j["compression"] = r.compression;
   j["divergence"] = r.disposition == "diverged"
                         ? json{{"step", r.divergence_step}, {"quantity", r.divergence_quantity}}

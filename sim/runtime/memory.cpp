@@ -134,6 +134,10 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   e.parameters_bytes = (replicas + 1) * n * kF;
   // Gradients: each rank's gradient sum (rank_loop.cpp), and the shared mode's averaged gradient.
   e.gradients_bytes = (N + (shared ? 1 : 0)) * n * kF;
+  // Delayed update (allreduce with sync.staleness s): a ring of s averaged gradients per replica.
+  if (c.sync.kind == "allreduce") e.gradients_bytes += c.sync.staleness * replicas * n * kF;
+  // local_sgd: the evaluation average of the replicas (strategy/local_sgd.cpp).
+  if (c.sync.kind == "local_sgd") e.parameters_bytes += n * kF;
   // Optimizer state per replica (optim/optimizer.cpp): momentum buffer, or Adam's two moments.
   const auto& o = c.training.optimizer;
   const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -134,10 +135,20 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   in.local_samples = static_cast<double>(b * K);
   in.global_samples = in.local_samples * ranks;
   in.lr = config.training.optimizer.lr;
-  in.cost = &cost;
-  strategy->price_step(in);
-  res.modeled_chains = cost.chains;
-  const std::vector<const StepCost*> recs(static_cast<size_t>(ranks), &cost);
+  // One priced step per schedule key of the strategy (most strategies: one for the whole run).
+  std::map<int64_t, StepCost> priced;
+  auto priced_step = [&](int64_t step) -> const StepCost& {
+    const int64_t key = strategy->schedule_key(step);
+    auto it = priced.find(key);
+    if (it != priced.end()) return it->second;
+    StepCost c = cost;
+    in.step = step;
+    in.cost = &c;
+    strategy->price_step(in);
+    return priced.emplace(key, std::move(c)).first->second;
+  };
+  res.modeled_chains = priced_step(0).chains;
+  std::vector<const StepCost*> recs(static_cast<size_t>(ranks), &priced_step(0));
   res.modeled_steps.assign(static_cast<size_t>(ranks), {});
   res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
   res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
@@ -148,10 +159,13 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   double modeled_total_s = 0.0;
   const double timeout_s = config.training.run_timeout_s;
   const double t0 = now_s();
+  std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);
   GS_NVTX_RANGE(kMeasure);
   for (int64_t step = 0; step < total; ++step) {
     GS_NVTX_RANGE(kStep);
+    std::fill(recs.begin(), recs.end(), &priced_step(step));
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
+    carry_rank_clocks(m, rank_clock_s);
     for (size_t r = 0; r < m.size(); ++r) {
       res.modeled_steps[r].push_back(m[r].times);
       res.modeled_exposed_s[r].push_back(m[r].exposed_s);
@@ -250,10 +264,12 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
     double modeled_total_s = 0.0;
     int64_t modeled_done = 0;  // steps modeled so far
+    std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);  // each rank's modeled time (carry_rank_clocks)
     auto model_step = [&](int64_t step) {
       std::vector<const StepCost*> recs;
       for (const StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
       std::vector<ModeledStep> m = cost_model.model_step(recs, step);
+      carry_rank_clocks(m, rank_clock_s);
       for (size_t r = 0; r < m.size(); ++r) {
         res.modeled_steps[r].push_back(m[r].times);
         res.modeled_exposed_s[r].push_back(m[r].exposed_s);
@@ -442,6 +458,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     world.run(rank_main, [&] { comm->abort(); });
     if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
 
+    // The strategy's claim of identical replicas, checked against the trace when there is one.
+    for (const auto& snap : res.trace)
+      for (size_t r = 1; r < snap.size() && res.replicas_identical; ++r)
+        res.replicas_identical = std::memcmp(snap[0].data(), snap[r].data(), n * sizeof(float)) == 0;
     res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
     res.compression = strategy->compression_report();
     // The last update can overflow after the last loss was computed.

@@ -6,6 +6,13 @@
 // so the N identical copies and N identical optimizer passes are done once. Results are bit-for-bit the same.
 // With compression (compression.kind other than "none") the communication is CompressedReduction's
 // (sim/compress/reduce.cpp) and the shared fast path is off: lossy compressors keep per-rank residuals and state.
+// Delayed update (sync.staleness s > 0): the step-t update applies the averaged gradient of step t - s, kept in a ring
+// of s averaged gradients (with the rank's own gradient buffer, s + 1 buffers); steps t < s apply nothing and the last
+// s gradients are never applied. The gradient of a step is reduced, then unscaled, checked and clipped (PrecisionStep)
+// in that step, with the loss scale its backward used; the scaler's skip drops that gradient from the ring, and the
+// optimizer later applies it at the step's learning rate with t = updates applied so far. Error feedback and other
+// compressor state work on what is sent, so they are unchanged by when the result is applied. The shared fast path
+// keeps one shared ring. sync.overlap false changes the modeled clock only (no bucket overlaps backward).
 #include <algorithm>
 
 #include "kernels/nvtx.h"
@@ -27,6 +34,8 @@ class AllReduce final : public SyncStrategy {
         n_(s.model.num_params()),
         shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient() &&
                 wire_config(s.config).compression.kind == "none"),
+        staleness_(static_cast<size_t>(s.config.sync.staleness)),
+        overlap_(s.config.sync.overlap),
         cost_model_(s.cost_model),
         wire_bytes_(gradient_wire_bytes(s.config)),
         optimizer_(s.config.training.optimizer),
@@ -46,12 +55,18 @@ class AllReduce final : public SyncStrategy {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
       grads_.assign(static_cast<size_t>(ranks_), nullptr);
-      reduced_.resize(n_);
+      if (staleness_ == 0) reduced_.resize(n_);
     } else {
       for (int r = 0; r < ranks_; ++r) {
         params_.emplace_back(n_);
         optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
       }
+    }
+    // The ring of delayed gradients: one per optimizer (one shared, or one per rank).
+    ring_.resize(staleness_ == 0 ? 0 : optimizers_.size());
+    for (Ring& ring : ring_) {
+      ring.grad.assign(staleness_, std::vector<float>(n_));
+      ring.skipped.assign(staleness_, 0);
     }
     // One loss scale for all ranks: each rank keeps a copy that sees the same reduced gradient, so all copies take
     // the same decisions (one shared copy in shared mode, where no scaler or clipping runs).
@@ -74,7 +89,11 @@ class AllReduce final : public SyncStrategy {
   void step(const StepInput& in) override {
     price(in);
     if (shared_) {
-      step_shared(in);
+      if (staleness_ == 0) {
+        step_shared(in);
+      } else {
+        step_shared_delayed(in);
+      }
     } else {
       step_replicated(in);
     }
@@ -84,6 +103,8 @@ class AllReduce final : public SyncStrategy {
   // The modeled step: one all-reduce per bucket (fp32 gradients), overlapped with backward, then the optimizer.
   void price(const StepInput& in) const {
     if (in.cost == nullptr) return;
+    in.cost->overlap_backward = overlap_;
+    in.cost->deferred_steps = static_cast<int64_t>(staleness_);
     // Compressed: CompressedReduction prices encode, the real payload collectives and decode per bucket.
     if (!compressed_) {
       for (const Bucket& b : buckets_)
@@ -108,7 +129,7 @@ class AllReduce final : public SyncStrategy {
       compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock, in.cost);
       GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
-      apply_update(in.rank, in.grad, in.lr, in.step);
+      deliver(in.rank, in.grad, in.lr, in.step);
       return;
     }
     {
@@ -125,7 +146,27 @@ class AllReduce final : public SyncStrategy {
     PhaseTimer t(clock, Phase::kOptimizer);
     const float s = static_cast<float>(in.global_samples);
     for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-    apply_update(in.rank, in.grad, in.lr, in.step);
+    deliver(in.rank, in.grad, in.lr, in.step);
+  }
+
+  // The averaged gradient g of `step` has arrived on `rank`: applied now (s = 0), or checked now and applied s steps
+  // later through the ring.
+  void deliver(int rank, float* g, double lr, int64_t step) {
+    if (staleness_ == 0) return apply_update(rank, g, lr, step);
+    PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
+    // Unscale / check / clip with this step's loss scale; the scaler decides now whether this gradient counts.
+    const bool ok = ps.before_update(g, n_, step + 1).applied;
+    Ring& ring = ring_[static_cast<size_t>(rank)];
+    const size_t slot = static_cast<size_t>(step) % staleness_;  // holds the gradient of step - s
+    std::vector<float>& old = ring.grad[slot];
+    if (static_cast<size_t>(step) >= staleness_ && ring.skipped[slot] == 0) {
+      Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
+      ++ring.applied;
+      opt.step(params(rank), old.data(), 0, n_, lr, ring.applied);
+      ps.after_update(params(rank), opt, 0, n_);
+    }
+    std::copy(g, g + n_, old.begin());
+    ring.skipped[slot] = ok ? 0 : 1;
   }
 
   // The optimizer-update part of a replicated step on the averaged gradient g: loss-scale unscale / check / skip and
@@ -182,6 +223,52 @@ class AllReduce final : public SyncStrategy {
     comm_.take_stats(in.rank);  // barriers are bookkeeping here, not traffic
   }
 
+  // step_shared with staleness s > 0: each rank, on its slice, first applies the shared ring's gradient of step t - s
+  // (from t = s on), then writes the averaged gradient of step t into the same ring slot (same sum order and bits as
+  // the replicated path; no scaler or clipping runs here, so nothing is skipped and the optimizer's t is t - s + 1).
+  void step_shared_delayed(const StepInput& in) {
+    PhaseClock& clock = *in.clock;
+    grads_[static_cast<size_t>(in.rank)] = in.grad;
+    double t0 = now_s();
+    comm_.barrier(in.rank);  // every rank's gradient is published
+    clock.add(Phase::kWait, now_s() - t0);
+    size_t per = ((n_ + static_cast<size_t>(ranks_) - 1) / static_cast<size_t>(ranks_) + 15) / 16 * 16;
+    size_t lo = std::min(n_, per * static_cast<size_t>(in.rank));
+    size_t hi = std::min(n_, lo + per);
+    const float s = static_cast<float>(in.global_samples);
+    float* slot = ring_[0].grad[static_cast<size_t>(in.step) % staleness_].data();
+    const bool apply = static_cast<size_t>(in.step) >= staleness_;
+    const int64_t t = in.step - static_cast<int64_t>(staleness_) + 1;  // updates applied including this one
+    double comm_s = 0.0, opt_s = 0.0;
+    for (size_t a = lo; a < hi; a += kTileElems) {
+      size_t e = std::min(hi, a + kTileElems);
+      double ta = now_s();
+      if (apply) {
+        optimizers_[0]->step(params_[0].data(), slot, a, e, in.lr, t);
+        precision_[0].after_update(params_[0].data(), *optimizers_[0], a, e);
+      }
+      double tb = now_s();
+      const float* g0 = grads_[0];
+      for (size_t i = a; i < e; ++i) slot[i] = g0[i];
+      for (int r = 1; r < ranks_; ++r) {
+        const float* g = grads_[static_cast<size_t>(r)];
+        for (size_t i = a; i < e; ++i) slot[i] += g[i];
+      }
+      for (size_t i = a; i < e; ++i) slot[i] = slot[i] / s;
+      precision_[0].round_gradient(slot, a, e);  // fp16_pure: the averaged gradient in fp16
+      double tc = now_s();
+      opt_s += tb - ta;
+      comm_s += tc - tb;
+    }
+    clock.add(Phase::kCommunicate, comm_s);
+    clock.add(Phase::kOptimizer, opt_s);
+    clock.add_bytes(allreduce_bytes());
+    double t2 = now_s();
+    comm_.barrier(in.rank);  // every slice is updated before anyone reads the parameters again
+    clock.add(Phase::kWait, now_s() - t2);
+    comm_.take_stats(in.rank);
+  }
+
   // The configuration the reduction follows: under fp16_pure without a compressor the gradients are fp16 already, so
   // the wire is the fp16 cast (sum in fp16 in rank order, DESIGN.md section 3); otherwise the run's own.
   static RunConfig wire_config(const RunConfig& c) {
@@ -190,10 +277,19 @@ class AllReduce final : public SyncStrategy {
     return w;
   }
 
+  // Delayed gradients of one optimizer: slot t % s holds the averaged gradient of step t - s between steps.
+  struct Ring {
+    std::vector<std::vector<float>> grad;
+    std::vector<char> skipped;  // the loss scaler skipped that gradient (inf/NaN): it is never applied
+    int64_t applied = 0;        // updates applied so far (the optimizer's t)
+  };
+
   Communicator& comm_;
   int ranks_;
   size_t n_;
   bool shared_;
+  size_t staleness_;  // sync.staleness
+  bool overlap_;      // sync.overlap (modeled clock only)
   const CostModel* cost_model_;
   double wire_bytes_;  // bytes per gradient element on the wire (precision: 2 under fp16_pure)
   OptimizerConfig optimizer_;
@@ -203,6 +299,7 @@ class AllReduce final : public SyncStrategy {
   std::vector<PrecisionStep> precision_;  // one per optimizer: loss scaler, clipping, fp16 storage
   std::vector<float*> grads_;   // shared mode: each rank's gradient of the current step
   std::vector<float> reduced_;  // shared mode: the averaged gradient
+  std::vector<Ring> ring_;      // staleness > 0: one per optimizer
   RunConfig wire_config_;                            // read by compressed_ (it keeps a reference)
   std::unique_ptr<CompressedReduction> compressed_;  // compression.kind != "none" (or fp16_pure's fp16 wire)
 };

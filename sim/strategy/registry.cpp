@@ -14,6 +14,9 @@ const std::vector<StrategyEntry>& strategy_registry() {
        make_allreduce},
       {"independent", "no communication: every rank trains its own replica (local SGD with H = infinity)",
        make_independent},
+      {"local_sgd", "local SGD: local optimizer steps, parameters averaged every sync.period steps (optionally the "
+                    "optimizer state), after sync.warmup_steps of synchronous all-reduce (post-local SGD)",
+       make_local_sgd},
   };
   return kStrategies;
 }

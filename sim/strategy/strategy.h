@@ -76,6 +76,10 @@ class SyncStrategy {
   // Timing-only runs (training.mode "timing"): record into in.cost what one step of rank in.rank would do (its
   // collectives, optimizer, ...) without touching any data; in.grad is null. Default: refused with a clear error.
   virtual void price_step(const StepInput& in) const;
+  // Timing-only runs price one step per distinct key and reuse it for every step with the same key: steps whose
+  // price_step records the same work share a key (default: every step alike). E.g. local_sgd: warm-up, averaging and
+  // local steps.
+  virtual int64_t schedule_key(int64_t step) const { return 0; }
 };
 
 struct StrategyEntry {
@@ -89,5 +93,6 @@ std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 
 std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
+std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup);
 
 }  // namespace gs

@@ -1,0 +1,168 @@
+// `local_sgd`: local SGD with periodic parameter averaging (DESIGN.md section 3), with an optional synchronous warm-up
+// (post-local SGD, Lin et al. 2020). Extend here: another averaging rule (e.g. a schedule of periods) is a change to
+// averages_after(); another thing to average is one more all-reduce in average().
+//
+// Steps t < sync.warmup_steps (0-based) are synchronous all-reduce steps: the gradient sum is all-reduced, divided by
+// the step's sample count S, and every rank applies the same update to its replica. After the warm-up each rank
+// divides its gradient by its own sample count and applies its own optimizer with its own loss scaler; after local
+// steps H, 2H, ... (H = sync.period, counted from the end of the warm-up: the step counter ticks once per optimizer
+// step, case BC16) the parameters are averaged over ranks (rank-order sum, then / N, so every rank holds the same
+// bits), and with sync.average_optimizer_state also every optimizer state buffer (momentum, Adam moments). Adam's step
+// count stays per rank. Evaluation between averages uses the replicas' average, computed for evaluation only.
+#include <algorithm>
+
+#include "sim/optim/optimizer.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+class LocalSgd final : public SyncStrategy {
+ public:
+  explicit LocalSgd(const StrategySetup& s)
+      : comm_(s.comm),
+        ranks_(s.ranks),
+        n_(s.model.num_params()),
+        period_(s.config.sync.period),
+        warmup_(s.config.sync.warmup_steps),
+        average_state_(s.config.sync.average_optimizer_state),
+        cost_model_(s.cost_model),
+        optimizer_(s.config.training.optimizer),
+        buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                              static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    for (int r = 0; r < s.ranks; ++r) precision_.emplace_back(s.config);  // each rank its own loss scaler
+    const OptimizerConfig& o = s.config.training.optimizer;
+    state_buffers_ = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
+    if (s.timing_only) return;  // timing-only: price_step alone, no buffers
+    for (int r = 0; r < s.ranks; ++r) {
+      params_.emplace_back(n_);
+      optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+    }
+  }
+
+  float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
+  // Identical after every step only when every step ends with an average (H = 1) or there is one rank.
+  bool replicas_identical() const override { return period_ == 1 || ranks_ == 1; }
+  float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
+  const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
+
+  // Between averages the replicas differ: evaluation reads their average (rank-order sum / N, the bits the next
+  // average would give), computed into a buffer of its own; right after a synchronous or averaging step every replica
+  // holds that average already.
+  const float* eval_params() override {
+    if (synced_ || ranks_ == 1) return params_[0].data();
+    eval_.resize(n_);
+    std::copy(params_[0].begin(), params_[0].end(), eval_.begin());
+    for (int r = 1; r < ranks_; ++r) {
+      const float* p = params_[static_cast<size_t>(r)].data();
+      for (size_t i = 0; i < n_; ++i) eval_[i] += p[i];
+    }
+    const float inv_n = static_cast<float>(ranks_);
+    for (size_t i = 0; i < n_; ++i) eval_[i] = eval_[i] / inv_n;
+    return eval_.data();
+  }
+
+  // Modeled clock: warm-up steps all-reduce the gradient by buckets overlapped with backward, as `allreduce` does;
+  // local steps communicate nothing; averaging steps all-reduce the parameters (and the state buffers when averaged)
+  // after the optimizer, not overlapped.
+  void price_step(const StepInput& in) const override {
+    if (in.cost == nullptr) return;
+    if (in.step < warmup_) {
+      for (const Bucket& b : buckets_)
+        in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
+                                GradRange{b.begin, b.end});
+    } else if (averages_after(in.step)) {
+      const double buffers = 1.0 + (average_state_ ? state_buffers_ : 0);
+      in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * buffers * static_cast<double>(n_));
+      in.cost->add_pass(Phase::kOptimizer, 8.0 * buffers * static_cast<double>(n_));  // the division by N
+    }
+    if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
+    precision_[static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
+  }
+  int64_t schedule_key(int64_t step) const override {
+    return step < warmup_ ? 0 : averages_after(step) ? 1 : 2;
+  }
+
+  void step(const StepInput& in) override {
+    price_step(in);
+    PhaseClock& clock = *in.clock;
+    const bool warmup = in.step < warmup_;
+    if (warmup) {
+      {
+        PhaseTimer t(clock, Phase::kCommunicate);
+        for (const Bucket& b : buckets_) comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+      }
+      account(in.rank, clock);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      const float s = static_cast<float>(in.global_samples);
+      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+      apply(in.rank, in.grad, in.lr, in.step);
+    } else if (in.local_samples > 0) {  // a rank without samples this step has nothing to learn from
+      PhaseTimer t(clock, Phase::kOptimizer);
+      const float s = static_cast<float>(in.local_samples);
+      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+      apply(in.rank, in.grad, in.lr, in.step);
+    }
+    const bool average = !warmup && averages_after(in.step);
+    if (average) this->average(in.rank, clock);
+    if (in.rank == 0) synced_ = warmup || average;  // read by eval_params on rank 0's thread
+  }
+
+ private:
+  // True when the parameters are averaged after 0-based step t: local steps H, 2H, ... after the warm-up.
+  bool averages_after(int64_t t) const { return t >= warmup_ && (t + 1 - warmup_) % period_ == 0; }
+
+  void apply(int rank, float* g, double lr, int64_t step) {
+    PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
+    if (!ps.before_update(g, n_, step + 1).applied) return;  // this rank's scaler skips the step
+    Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
+    opt.step(params(rank), g, 0, n_, lr, ps.update_count());
+    ps.after_update(params(rank), opt, 0, n_);
+  }
+
+  // Rank-order sum over ranks, then / N, of the parameters (and state buffers): the same bits on every rank.
+  void average(int rank, PhaseClock& clock) {
+    Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
+    std::vector<float*> bufs = {params(rank)};
+    if (average_state_)
+      for (std::vector<float>* b : opt.state()) bufs.push_back(b->data());
+    {
+      PhaseTimer t(clock, Phase::kCommunicate);
+      for (float* b : bufs) comm_.all_reduce_sum(rank, b, n_);
+    }
+    account(rank, clock);
+    PhaseTimer t(clock, Phase::kOptimizer);
+    const float inv_n = static_cast<float>(ranks_);
+    for (float* b : bufs)
+      for (size_t i = 0; i < n_; ++i) b[i] = b[i] / inv_n;
+    precision_[static_cast<size_t>(rank)].after_update(params(rank), opt, 0, n_);  // fp16_pure storage
+  }
+
+  void account(int rank, PhaseClock& clock) {
+    CommStats st = comm_.take_stats(rank);
+    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
+    clock.add_bytes(st.bytes_sent);
+  }
+
+  Communicator& comm_;
+  int ranks_;
+  size_t n_;
+  int64_t period_;
+  int64_t warmup_;
+  bool average_state_;
+  int state_buffers_ = 0;
+  const CostModel* cost_model_;
+  OptimizerConfig optimizer_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<float>> params_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::vector<PrecisionStep> precision_;
+  std::vector<float> eval_;  // the replicas' average for evaluation
+  bool synced_ = true;       // the last step ended with every replica equal (the initial parameters are)
+};
+
+}  // namespace
+
+std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup) { return std::make_unique<LocalSgd>(setup); }
+
+}  // namespace gs
