@@ -1,24 +1,239 @@
 #!/usr/bin/env bash
-# The device check: on a machine with a GPU (the `device` tool's machine: no apt, no internet), build with CUDA,
-# run the GPU tests and the CPU suite, run a short scenario, and leave everything under $OUT (default ./device_out).
-# Usage: tools/device_check.sh      (record the figures it prints in docs/device_notes.md with date, GPU and command)
+# The device check (docs/device.md): on the lent GPU machine (CUDA, CMake, ninja, PyTorch; no apt, no internet) build
+# gradsweep Release for sm_90 against the carried Debian -dev packages, run the GPU tests, the backend and NVTX tests, a
+# short scenario and the GPU microbenchmarks, and leave at most 4 files under $OUT: summary.txt, machine.txt,
+# report.json and logs.tar.gz. A new step is one `step NAME TIMEOUT_S command...` line below.
+#
+#   tools/device_check.sh --fetch-debs   here (Debian, apt): download the .deb files into device_debs/ (gitignored;
+#                                        ~15 MiB, carried to the device with carry ["device_debs"])
+#   tools/device_check.sh                on the device machine: the check (OUT defaults to ./device_out)
+#   tools/device_check.sh --rehearse     here, without a GPU: every step of the check from the same .deb files, with
+#                                        OUT a scratch folder unless set; the GPU tests must be skipped (exit 77)
+#
+# Exit status 0 when no step failed. Each step has a time limit so the whole check stays under 5 minutes on one H200
+# (16 cores) and the archive is always written, also when a step fails or the device tool's limit is near.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${OUT:-$root/device_out}
+debs="$root/device_debs"
+# The build's Debian packages (tools/setup.sh) and the runtime libraries they need that a CUDA image may lack.
+packages=(libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev zlib1g-dev librandom123-dev libgtest-dev libgmock-dev
+          libbenchmark-dev libbenchmark1debian libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread
+          libgfortran5 libquadmath0 zlib1g)
+
+mode=device
+case "${1:-}" in
+  --fetch-debs)
+    mkdir -p "$debs" && cd "$debs" || exit 1
+    rm -f ./*.deb
+    apt-get download "${packages[@]}" || exit 1
+    du -sh "$debs"
+    exit 0
+    ;;
+  --rehearse) mode=rehearse ;;
+  "") ;;
+  *) echo "usage: tools/device_check.sh [--fetch-debs | --rehearse]" >&2; exit 2 ;;
+esac
+
+if [[ $mode == rehearse ]]; then
+  out=${OUT:-$(mktemp -d /tmp/gradsweep_device_out.XXXXXX)}
+  jobs=$(nproc)
+else
+  out=${OUT:-$root/device_out}
+  jobs=$(nproc)
+fi
 mkdir -p "$out"
-build=${GRADSWEEP_BUILD_DIR:-$root/build-device}
+work=${GRADSWEEP_DEVICE_WORK:-/tmp/gradsweep_device}
+build=${GRADSWEEP_BUILD_DIR:-$work/build}
+prefix=$work/deps
+logs=$work/logs
+rm -rf "$logs" "$work/runs"
+mkdir -p "$logs" "$work/runs"
+summary="$out/summary.txt"
+: > "$summary"
+passed=0
+failed=0
+t_start=$(date +%s)
+
+say() { echo "$*" | tee -a "$summary"; }
+pack() {
+  tar -czf "$out/logs.tar.gz" -C "$work" logs 2>/dev/null
+  say "device_check ($mode): $((passed)) passed, $((failed)) failed in $(($(date +%s) - t_start)) s"
+}
+trap pack EXIT
+
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND (a program or a function of this script) with a time limit, its output
+# in logs/NAME.log; one summary line. The command runs in its own process group, which a watchdog ends at the limit.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0 rc pid watchdog
+  t0=$(date +%s)
+  set -m
+  ("$@") > "$logs/$name.log" 2>&1 &
+  pid=$!
+  (sleep "$limit"; kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null) > /dev/null 2>&1 &
+  watchdog=$!
+  set +m
+  wait "$pid"
+  rc=$?
+  kill -- "-$watchdog" 2>/dev/null
+  wait "$watchdog" 2>/dev/null
+  local took=$(($(date +%s) - t0))
+  if [[ $rc -eq 0 ]]; then
+    passed=$((passed + 1))
+    say "ok    $name ($took s)"
+  else
+    failed=$((failed + 1))
+    say "FAIL  $name (exit $rc$([[ $took -ge $limit ]] && echo ", stopped at its ${limit} s limit"); $took s; last lines:)"
+    tail -15 "$logs/$name.log" | sed 's/^/      /' | tee -a "$summary"
+  fi
+  return $rc
+}
+
+# ---- the machine ----------------------------------------------------------------------------------------------------
 {
   echo "date: $(date -u +%FT%TZ)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "nvidia-smi: not available"
+  echo "mode: $mode"
+  echo "commit: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1
+  else
+    echo "nvidia-smi: not available"
+  fi
   nvcc --version 2>&1 | tail -1
-} | tee "$out/machine.txt"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSWEEP_CUDA=ON > "$out/configure.log" 2>&1 ||
-  { tail -30 "$out/configure.log"; exit 1; }
-ninja -C "$build" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-(cd "$build" && ctest -L gpu --output-on-failure) 2>&1 | tee "$out/ctest_gpu.txt"
-(cd "$build" && ctest -L cpu -j "$(nproc)" --output-on-failure) > "$out/ctest_cpu.txt" 2>&1
-tail -3 "$out/ctest_cpu.txt"
-"$build/gradsweep" run "$root/scenarios/quickstart.json" --out "$out/quickstart" --quiet --set training.steps=100 \
-  2>&1 | tee "$out/quickstart.txt"
-"$build/bench_allreduce" --benchmark_filter='MiB:64/ranks:4|Memcpy' > "$out/bench_allreduce.txt" 2>&1
-tail -3 "$out/bench_allreduce.txt"
+  echo "g++: $(g++ --version 2>&1 | head -1)"
+  echo "cmake: $(cmake --version 2>&1 | head -1); ninja: $(ninja --version 2>&1)"
+  echo "cores: $(nproc)"
+} > "$out/machine.txt" 2>&1
+cat "$out/machine.txt" | tee -a "$summary"
+
+# ---- the dependencies: the carried .deb files unpacked into a prefix (dpkg -x: no root, no apt, nothing installed) --
+unpack() {
+  ls "$debs"/*.deb > /dev/null 2>&1 || { echo "no .deb files in $debs: run tools/device_check.sh --fetch-debs here first and carry device_debs"; return 1; }
+  rm -rf "$prefix"
+  mkdir -p "$prefix"
+  for f in "$debs"/*.deb; do dpkg -x "$f" "$prefix" || return 1; done
+  # Debian's development links are absolute (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13): point them into the
+  # prefix where the carried package has the target, so the link step never depends on the image's copy.
+  local l t
+  while IFS= read -r l; do
+    t=$(readlink "$l")
+    if [[ $t == /* && -e "$prefix$t" ]]; then ln -sfn "$prefix$t" "$l"; fi
+  done < <(find "$prefix" -type l)
+  ls "$prefix/usr/lib/x86_64-linux-gnu/cmake"
+}
+step unpack_debs 60 unpack || exit 1
+libdir=$prefix/usr/lib/x86_64-linux-gnu
+# Our binaries find fmt, OpenBLAS, zlib and benchmark in the prefix through their build-tree RUNPATH; OpenBLAS's own
+# Fortran runtime (not a direct dependency) through LD_LIBRARY_PATH, which holds only those two libraries so the
+# image's own programs (python3, cmake) keep their libraries.
+runtime_libs=$work/runtime_libs
+rm -rf "$runtime_libs" && mkdir -p "$runtime_libs"
+ln -s "$libdir/libgfortran.so.5" "$libdir/libquadmath.so.0" "$runtime_libs/"
+export LD_LIBRARY_PATH="$runtime_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# NCCL: the toolkit's, else the one PyTorch ships (nvidia-nccl wheel: include/nccl.h, lib/libnccl.so.2).
+nccl_args=()
+if ! ls /usr/local/cuda/include/nccl.h > /dev/null 2>&1; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) or list(nvidia.nccl.__path__)[0])' 2>/dev/null ||
+             python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  if [[ -n "${nccl_dir:-}" && -f "$nccl_dir/include/nccl.h" ]]; then
+    nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$(ls "$nccl_dir"/lib/libnccl.so* | head -1)")
+    export LD_LIBRARY_PATH="$nccl_dir/lib:$LD_LIBRARY_PATH"
+  fi
+fi
+
+# ---- configure and build: Release, sm_90, everything found in the prefix first --------------------------------------
+configure() {
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSWEEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_LIBRARY_PATH="$libdir/openblas-pthread" \
+    -DCBLAS_INCLUDE_DIR="$prefix/usr/include/x86_64-linux-gnu/openblas-pthread" "${nccl_args[@]}" || return 1
+  # Proof that the build uses the carried packages, not ones that happen to be installed: every dependency's
+  # location in the cache lies under the prefix.
+  local bad=0 v
+  for v in fmt_DIR nlohmann_json_DIR CLI11_DIR GTest_DIR benchmark_DIR RANDOM123_INCLUDE_DIR CBLAS_INCLUDE_DIR \
+           ZLIB_INCLUDE_DIR BLAS_openblas_LIBRARY; do
+    local val
+    val=$(grep -E "^$v(:[A-Z]+)?=" "$build/CMakeCache.txt" | head -1 | cut -d= -f2-)
+    echo "$v = $val"
+    [[ "$val" == "$prefix"* ]] || { echo "  not from the carried packages"; bad=1; }
+  done
+  grep -E "^(NCCL_LIBRARY|CMAKE_CUDA_ARCHITECTURES|CMAKE_BUILD_TYPE)" "$build/CMakeCache.txt"
+  return $bad
+}
+step configure 120 configure || exit 1
+# The binary, the CPU test binary (Backend and NvtxRanges tests) and every executable a `gpu`-labelled test runs.
+mapfile -t gpu_test_targets < <(cd "$build" && ctest -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+import json, os, sys
+print("\n".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"] if t.get("command")})))')
+targets=(gradsweep gradsweep_tests "${gpu_test_targets[@]}")
+say "      targets: ${targets[*]}"
+mapfile -t gpu_benches < <(ninja -C "$build" -t targets all 2>/dev/null | grep -oE '^bench_gpu[a-z0-9_]*' | sort -u)
+build_and_check() {
+  ninja -C "$build" -j "$jobs" "${targets[@]}" "${gpu_benches[@]}" || return 1
+  # The libraries the binary loads: all found, and fmt, OpenBLAS and its Fortran runtime the carried ones (zlib may be
+  # the image's own libz.so.1: zlib keeps its ABI).
+  local bad=0 lib
+  ldd "$build/gradsweep" | tee "$logs/ldd_gradsweep.txt"
+  if grep -q "not found" "$logs/ldd_gradsweep.txt"; then echo "a library is missing"; bad=1; fi
+  for lib in libfmt libopenblas libgfortran; do
+    grep "$lib" "$logs/ldd_gradsweep.txt" | grep -q -e "$prefix" -e "$runtime_libs" || { echo "$lib: not from the carried packages"; bad=1; }
+  done
+  return $bad
+}
+step build 600 build_and_check || exit 1
+
+# ---- tests ------------------------------------------------------------------------------------------------------------
+# GPU tests: on the device they must pass; in the rehearsal (no GPU) every one must be skipped (exit 77), not fail.
+gpu_tests() {
+  (cd "$build" && ctest -L gpu --output-on-failure --timeout 120) || return 1
+  if [[ $mode == rehearse ]]; then
+    (cd "$build" && ctest -L gpu --timeout 120) | grep -q "Skipped" || { echo "expected the GPU tests to skip without a GPU"; return 1; }
+  else
+    (cd "$build" && ctest -L gpu --timeout 120) | grep -q "Skipped" && { echo "a GPU test was skipped on the GPU machine"; return 1; }
+  fi
+  return 0
+}
+step gpu_tests 150 gpu_tests
+# Backend selection and NVTX ranges (CPU tests that read the device query; on the device they see a real GPU).
+backend_nvtx_tests() { cd "$build" && ctest -R '^(Backend|NvtxRanges)\.' --output-on-failure --timeout 60; }
+step backend_nvtx_tests 120 backend_nvtx_tests
+
+# ---- a short scenario -------------------------------------------------------------------------------------------------
+scenario() {
+  "$build/gradsweep" run "$root/tests/data/tiny_sweep.json" --out "$work/runs/tiny" --quiet || return 1
+  cp "$work/runs/tiny/report.json" "$out/report.json"
+  python3 - "$out/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["context"]
+print("context.cuda:", json.dumps(c["cuda"]))
+print("context.gpus:", json.dumps(c["gpus"]))
+for run in r["runs"]:
+    fin = run["convergence"]["final"]
+    print(run["id"], run["disposition"], "backend", run.get("backend"), "eval_accuracy", fin["eval_accuracy"],
+          "wall_s", round(run["wall_s"], 3))
+sys.exit(0 if all(x["disposition"] == "passed" for x in r["runs"]) else 1)
+PY
+}
+step scenario 90 scenario
+# cluster.backend cuda: runs once the cuda rank loop exists; until then validation refuses it with exit 2 and says
+# why (no usable GPU, naming the device query's error, or "not available yet"). The message is recorded either way.
+cuda_backend() {
+  "$build/gradsweep" validate "$root/tests/data/tiny_sweep.json" --set cluster.backend=cuda
+  local rc=$?
+  echo "validate with cluster.backend=cuda: exit $rc"
+  [[ $rc -eq 0 || $rc -eq 2 ]]
+}
+step cuda_backend 30 cuda_backend
+grep -h "cluster.backend\|exit" "$logs/cuda_backend.log" | head -3 | sed 's/^/      /' | tee -a "$summary"
+
+# ---- GPU microbenchmarks (Google Benchmark targets named bench_gpu*; none before the CUDA kernels land) ----------------
+if [[ ${#gpu_benches[@]} -eq 0 ]]; then
+  say "skip  gpu_benchmarks (no bench_gpu* targets in this version)"
+else
+  for b in "${gpu_benches[@]}"; do
+    step "$b" 90 "$build/$b" --benchmark_min_time=0.05s --benchmark_out="$logs/$b.json" --benchmark_out_format=json
+  done
+fi
+[[ $failed -eq 0 ]]

@@ -229,6 +229,7 @@ class AllReduce final : public SyncStrategy {
   void step_shared_delayed(const StepInput& in) {
     PhaseClock& clock = *in.clock;
     grads_[static_cast<size_t>(in.rank)] = in.grad;
+    GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));  // fused with the update, as in step_shared
     double t0 = now_s();
     comm_.barrier(in.rank);  // every rank's gradient is published
     clock.add(Phase::kWait, now_s() - t0);

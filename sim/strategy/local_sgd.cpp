@@ -11,6 +11,7 @@
 // count stays per rank. Evaluation between averages uses the replicas' average, computed for evaluation only.
 #include <algorithm>
 
+#include "kernels/nvtx.h"
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/strategy.h"
 
@@ -90,14 +91,19 @@ class LocalSgd final : public SyncStrategy {
     if (warmup) {
       {
         PhaseTimer t(clock, Phase::kCommunicate);
-        for (const Bucket& b : buckets_) comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+        for (const Bucket& b : buckets_) {
+          GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+          comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+        }
       }
       account(in.rank, clock);
+      GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.global_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
       apply(in.rank, in.grad, in.lr, in.step);
     } else if (in.local_samples > 0) {  // a rank without samples this step has nothing to learn from
+      GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.local_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
@@ -128,9 +134,13 @@ class LocalSgd final : public SyncStrategy {
       for (std::vector<float>* b : opt.state()) bufs.push_back(b->data());
     {
       PhaseTimer t(clock, Phase::kCommunicate);
-      for (float* b : bufs) comm_.all_reduce_sum(rank, b, n_);
+      for (float* b : bufs) {
+        GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
+        comm_.all_reduce_sum(rank, b, n_);
+      }
     }
     account(rank, clock);
+    GS_NVTX_RANGE(kOptimizer);  // the division by N of the averaged buffers
     PhaseTimer t(clock, Phase::kOptimizer);
     const float inv_n = static_cast<float>(ranks_);
     for (float* b : bufs)

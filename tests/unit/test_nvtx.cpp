@@ -203,6 +203,25 @@ TEST_F(NvtxRanges, CompressionHasCompressAndCommunicateUnderStep) {
   EXPECT_TRUE(r.open.empty());
 }
 
+TEST_F(NvtxRanges, LocalSgdCommunicatesOnlyWhenAveraging) {
+  // Local SGD with H = 3 after 2 synchronous warm-up steps, 8 steps: warm-up steps all-reduce their gradient (one
+  // bucket) and update; then every step updates locally and steps 5 and 8 average the parameters (one buffer of the
+  // whole model), followed by the division by N (an optimizer range). Per rank: communicate 2 + 2 = 4, with
+  // 4 x 2704 bytes; optimizer 8 + 2 = 10.
+  Record r = run(kScenario, {"sync.kind=local_sgd", "sync.period=3", "sync.warmup_steps=2", "training.steps=8",
+                             "training.eval_every=0"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  for (const std::string rank : {"rank 0", "rank 1"}) {
+    std::map<std::string, Range> got = r.of(rank);
+    EXPECT_EQ(got["run/measure/step"].count, 8u) << rank;
+    EXPECT_EQ(got["run/measure/step/communicate"].count, 4u) << rank;
+    EXPECT_EQ(got["run/measure/step/communicate"].payload_sum, 4 * kGradBytes) << rank;
+    EXPECT_EQ(got["run/measure/step/optimizer"].count, 10u) << rank;
+  }
+  EXPECT_TRUE(r.errors.empty());
+  EXPECT_TRUE(r.open.empty());
+}
+
 TEST_F(NvtxRanges, NoToolNoRecord) {
   // Without NVTX_INJECTION64_PATH nothing loads the recorder, so no record is written (the ranges cost a branch).
   run(kScenario, {}, false);
