@@ -19,10 +19,11 @@ case "$job" in
     ;;
   tsan)
     # Only the tests that start rank threads: collectives (the host communicator), training (World, rank loop,
-    # stop requests, every sync strategy through run_training), the strategy cases, and the driver/fault tests.
+    # stop requests, every sync strategy through run_training), the strategy cases, the delayed all-reduce and
+    # local SGD tests (shared ring, replica averaging), and the driver/fault tests.
     # Config, data, model, optimizer, RNG and report tests run single-threaded: TSan adds nothing there but minutes
     # (it runs code 5-15x slower), and ASan already covers them.
-    filter=(-R '^(Collectives|Training|Cases|Strateg|Compression|Driver|Faults)')
+    filter=(-R '^(Collectives|Training|Cases|Strateg|Compression|Driver|Faults|DelayedAllReduce\.|LocalSgd\.)')
     # OpenBLAS is not instrumented and synchronizes its own worker threads with spin locks TSan cannot see, so
     # its threads would produce false reports; one BLAS thread per rank thread is also what the driver uses.
     export OPENBLAS_NUM_THREADS=1

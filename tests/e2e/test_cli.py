@@ -102,6 +102,17 @@ def test_bad_scenario_exits_2_with_every_problem_and_writes_nothing(tmp_path):
     assert v.returncode == 2
 
 
+def test_bad_staleness_and_local_sgd_fields_exit_2_with_their_paths(tmp_path):
+    bad = scenario(sync={"kind": "local_sgd", "period": 0, "warmup_steps": -1, "staleness": 2})
+    p = run("validate", write(tmp_path, bad))
+    assert p.returncode == 2
+    for fragment in ["s.json: sync.period: expected an integer >= 1", "sync.warmup_steps: expected an integer >= 0",
+                     "sync.staleness: only applies when sync.kind is \"allreduce\""]:
+        assert fragment in p.stderr, (fragment, p.stderr)
+    good = scenario(sync={"staleness": 2, "overlap": False}, axes={"sync.staleness": [0, 1, 2]})
+    assert run("validate", write(tmp_path, good, "good.json")).returncode == 0
+
+
 def test_syntax_error_names_line_and_column(tmp_path):
     p = run("validate", write(tmp_path, '{"name": "x",\n "model": {"kind": }\n}'))
     assert p.returncode == 2

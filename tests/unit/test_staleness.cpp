@@ -139,6 +139,30 @@ TEST(DelayedAllReduce, LossScaledGradientsAreUnscaledWhenTheyArrive) {
   EXPECT_EQ(plain[0]["trace"]["params"], scaled[0]["trace"]["params"]);
 }
 
+// Dynamic loss scaling from a scale far too high: the first k gradients overflow in fp16 and the scaler skips them
+// (halving the scale each time). Under a delayed update a skipped gradient is dropped from the ring, never applied:
+// the parameters stay at their initial values through step k + s (k skipped, then the pipeline's s steps of fill),
+// and move at step k + s + 1.
+TEST(DelayedAllReduce, GradientsTheScalerSkipsAreNeverApplied) {
+  for (int s : {1, 2}) {
+    json cfg = teacher_mlp(2, 14, 0.0);
+    cfg["sync"] = {{"staleness", s}};
+    cfg["precision"] = {{"mode", "fp16_mixed"}, {"loss_scale", "dynamic"}, {"initial_scale", 16777216.0}};
+    auto runs = test::run_scenario_text(cfg.dump());
+    const json& skipped = runs[0]["precision"]["skipped_step_list"];
+    size_t k = 0;
+    while (k < skipped.size() && skipped[k].get<size_t>() == k + 1) ++k;
+    ASSERT_GE(k, 1u) << "the scale must overflow at first: " << skipped.dump();
+    ASSERT_LT(k + static_cast<size_t>(s), 13u) << skipped.dump();
+    auto init = runs[0]["trace"]["initial"].get<std::vector<float>>();
+    for (size_t t = 0; t < k + static_cast<size_t>(s); ++t)
+      EXPECT_TRUE(same_bits(test::params_after(runs[0], t, 0), init)) << "s=" << s << " k=" << k << " step " << t + 1;
+    auto moved = test::params_after(runs[0], k + static_cast<size_t>(s), 0);
+    EXPECT_FALSE(same_bits(moved, init)) << "s=" << s << " k=" << k;
+    for (float v : moved) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
 // The shared fast path also serves s > 0 (one shared ring): the same bits as one ring per rank, and every replica
 // equal after every step.
 TEST(DelayedAllReduce, SharedRingEqualsPerRankRingsBitForBit) {
