@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""Compares the runs of gradsweep reports: one table row per run, or run by run between two reports of one scenario.
+
+    python tools/compare.py REPORT... [--baseline RUN_ID|NAME] [--format markdown|csv] [--pareto PNG]
+                                      [--clock measured|modeled] [--diff | --table]
+
+Table mode (several scenarios, or one report): one row per run with the swept values as columns, time to target on
+both clocks, final eval accuracy, bytes on the wire per rank and step, modeled exposed communication per step, the
+speedup in time to target against a baseline run on both clocks, and a status that marks runs that did not reach the
+target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
+runs matched by id, one row per run and metric with old, new and the relative change; runs in only one report are
+flagged. docs/compare.md describes the columns, the defaults and the errors. A new table column is one entry in
+TABLE_COLUMNS; a new diff metric one entry in DIFF_METRICS.
+"""
+import argparse
+import csv
+import io
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report_lib as rl  # noqa: E402
+
+MISSING = "-"  # a cell without a value (Markdown); CSV leaves it empty
+
+
+class Row:
+    """One run of one report, with the values the table and the diff need (floats are NaN when absent)."""
+
+    def __init__(self, report, path, run):
+        self.report, self.path, self.run = report, path, run
+        self.id = str(run.get("id", "?"))
+        self.ttt_measured_s = rl.metric_value(run, "time_to_target_s")
+        self.ttt_modeled_s = rl.metric_value(run, "modeled_time_to_target_s")
+        self.speedup_measured = math.nan
+        self.speedup_modeled = math.nan
+        self.baseline = False
+
+    @property
+    def status(self):
+        text = run_status(self.run)
+        return f"{text}, baseline" if self.baseline else text
+
+
+def run_status(run):
+    """"reached", "not reached" or "no target" for passed runs; the disposition (diverged, failed, skipped, timeout,
+    interrupted) otherwise."""
+    disposition = run.get("disposition", "?")
+    if disposition != "passed":
+        return disposition
+    ttt = run.get("time_to_target")
+    if not ttt:
+        return "no target"
+    return "reached" if ttt.get("reached") else "not reached"
+
+
+def exposed_communication_ms(run):
+    """Modeled exposed communication per rank and step (ms): timing.modeled.communication.exposed.all.mean_ms; NaN
+    without a modeled clock."""
+    modeled = (run.get("timing") or {}).get("modeled") or {}
+    exposed = (modeled.get("communication") or {}).get("exposed") or {}
+    return rl.num((exposed.get("all") or {}).get("mean_ms"))
+
+
+# ---- loading ---------------------------------------------------------------------------------------------------------
+
+def kind_of(value):
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def load(path):
+    """Reads and validates one report; raises ReportError naming the file, the JSON path and what was expected."""
+    doc = rl.load_json(path)
+    if not isinstance(doc, dict):
+        raise rl.ReportError(f"{path}: $: expected a gradsweep report (a JSON object with schema_version and runs), "
+                             f"found {kind_of(doc)}")
+    for key in ("schema_version", "runs"):
+        if key not in doc:
+            raise rl.ReportError(f"{path}: $.{key}: missing; a gradsweep report (a JSON object with schema_version "
+                                 "and runs) was expected")
+    version = doc["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise rl.ReportError(f"{path}: $.schema_version: expected an integer, found {kind_of(version)}")
+    if version > rl.SUPPORTED_SCHEMA_VERSION:
+        raise rl.ReportError(f"{path}: $.schema_version: {version} is newer than this tool supports "
+                             f"({rl.SUPPORTED_SCHEMA_VERSION}); update tools/")
+    rl.validate_report(doc, str(path))
+    seen = {}
+    for i, run in enumerate(doc["runs"]):
+        if run["id"] in seen:
+            raise rl.ReportError(f"{path}: $.runs[{i}].id: {run['id']!r} repeats $.runs[{seen[run['id']]}].id; "
+                                 "expected unique run ids")
+        seen[run["id"]] = i
+    return doc
+
+
+# ---- table mode ------------------------------------------------------------------------------------------------------
+
+def swept_paths(reports):
+    """Every swept path of the reports, in axis order of the first report that sweeps it."""
+    paths = []
+    for report in reports:
+        for run in report["runs"]:
+            for p in rl.swept_order(run, report.get("axes")):
+                if p not in paths:
+                    paths.append(p)
+    return paths
+
+
+def pick_baseline(rows, selector):
+    """The baseline row: with a selector, the first row (input order) whose run id equals it, else the only row whose
+    config.name equals it, else the only row whose id contains it between dots ("ranks=1" in "q.ranks=1.r0"); without
+    one, the first row that reached the target (time to target on either clock), else the first row. Raises
+    ReportError when the selector matches no row or several."""
+    if selector is None:
+        reached = [r for r in rows if not (math.isnan(r.ttt_measured_s) and math.isnan(r.ttt_modeled_s))]
+        return (reached or rows)[0] if rows else None
+    for row in rows:
+        if row.id == selector:
+            return row
+    by_name = [r for r in rows if (r.run.get("config") or {}).get("name") == selector]
+    by_part = [r for r in rows if f".{selector}." in f".{r.id}."]
+    for matches in (by_name, by_part):
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            listed = ", ".join(r.id for r in matches[:5]) + (", ..." if len(matches) > 5 else "")
+            raise rl.ReportError(f"--baseline {selector}: matches {len(matches)} runs ({listed}); give a run id")
+    listed = ", ".join(r.id for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+    raise rl.ReportError(f"--baseline {selector}: no run has this id or name, and no run id contains it "
+                         f"(runs: {listed})")
+
+
+def set_speedups(rows, baseline):
+    """Speedup = the baseline's time to target / the run's, on each clock (NaN where either did not reach it)."""
+    if baseline is None:
+        return
+    baseline.baseline = True
+    for row in rows:
+        row.speedup_measured = baseline.ttt_measured_s / row.ttt_measured_s if row.ttt_measured_s > 0 else math.nan
+        row.speedup_modeled = baseline.ttt_modeled_s / row.ttt_modeled_s if row.ttt_modeled_s > 0 else math.nan
+
+
+def fmt_g(x):
+    return MISSING if math.isnan(x) else f"{x:.4g}"
+
+
+def fmt_accuracy(x):
+    return MISSING if math.isnan(x) else f"{x:.4f}"
+
+
+def fmt_speedup(x):
+    return MISSING if math.isnan(x) else f"{x:.2f}x"
+
+
+def fmt_bytes(x):
+    """Bytes in decimal units with 3 significant digits past 9999 (12.3 kB, 4.56 GB), plain integers below."""
+    if math.isnan(x):
+        return MISSING
+    if abs(x) < 10000:
+        return f"{x:.0f}"
+    for unit, scale in (("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12)):
+        if abs(x) < 1000 * scale or unit == "TB":
+            digits = 2 if abs(x) < 10 * scale else 1 if abs(x) < 100 * scale else 0
+            return f"{x / scale:.{digits}f} {unit}"
+
+
+def csv_number(x):
+    return "" if math.isnan(x) else repr(float(x))
+
+
+# (Markdown header, CSV header, value getter, Markdown formatter, right-aligned). The swept columns come first.
+TABLE_COLUMNS = [
+    ("time to target (s, measured)", "time_to_target_measured_s", lambda r: r.ttt_measured_s, fmt_g),
+    ("time to target (s, modeled)", "time_to_target_modeled_s", lambda r: r.ttt_modeled_s, fmt_g),
+    ("final eval accuracy", "final_eval_accuracy", lambda r: rl.metric_value(r.run, "eval_accuracy"), fmt_accuracy),
+    ("wire bytes per step", "wire_bytes_per_rank_per_step", lambda r: rl.wire_bytes_per_step(r.run), fmt_bytes),
+    ("exposed comm (ms, modeled)", "exposed_communication_ms", lambda r: exposed_communication_ms(r.run), fmt_g),
+    ("speedup (measured)", "speedup_measured", lambda r: r.speedup_measured, fmt_speedup),
+    ("speedup (modeled)", "speedup_modeled", lambda r: r.speedup_modeled, fmt_speedup),
+]
+
+
+def table(rows, reports, fmt):
+    """The table as text: Markdown (aligned, numbers right-aligned, "-" for no value) or CSV (full precision, empty
+    cells for no value, swept values as JSON text, headers with units)."""
+    paths = swept_paths(reports)
+    short = rl.short_paths(paths)
+    scenario_column = len({id(r.report) for r in rows}) > 1
+    header, csv_header, right = ["run"], ["run"], [False]
+    if scenario_column:
+        header.append("scenario")
+        csv_header.append("scenario")
+        right.append(False)
+    header += [short[p] for p in paths]
+    csv_header += paths
+    # A swept column is right-aligned when every value it holds is a number.
+    right += [all(isinstance((r.run.get("swept") or {}).get(p, 0), (int, float)) for r in rows) for p in paths]
+    header += [c[0] for c in TABLE_COLUMNS] + ["status"]
+    csv_header += [c[1] for c in TABLE_COLUMNS] + ["status"]
+    right += [True] * len(TABLE_COLUMNS) + [False]
+
+    md_rows, csv_rows = [], []
+    for row in rows:
+        swept = row.run.get("swept") or {}
+        md, cs = [row.id], [row.id]
+        if scenario_column:
+            md.append(str(row.report.get("scenario_name", "")))
+            cs.append(md[-1])
+        for p in paths:
+            if p in swept:
+                md.append(rl.label_value(swept[p], limit=40))
+                cs.append(rl.label_value(swept[p], limit=10 ** 6))
+            else:
+                md.append(MISSING)
+                cs.append("")
+        for _, _, get, fmt_md in TABLE_COLUMNS:
+            value = get(row)
+            md.append(fmt_md(value))
+            cs.append(csv_number(value))
+        md.append(row.status)
+        cs.append(row.status)
+        md_rows.append(md)
+        csv_rows.append(cs)
+    if fmt == "csv":
+        return csv_text(csv_header, csv_rows)
+    return markdown(header, md_rows, right)
+
+
+def csv_text(header, rows):
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def markdown(header, rows, right):
+    """A pipe table with every column padded to its widest cell; `right` columns right-aligned ("---:")."""
+    cells = [[c.replace("|", "\\|") for c in r] for r in [header] + rows]
+    widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(header))]
+
+    def line(r):
+        return "| " + " | ".join(c.rjust(w) if a else c.ljust(w) for c, w, a in zip(r, widths, right)) + " |"
+
+    rule = "| " + " | ".join("-" * (w - 1) + ":" if a else "-" * w for w, a in zip(widths, right)) + " |"
+    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]]) + "\n"
+
+
+# ---- Pareto plot -----------------------------------------------------------------------------------------------------
+
+def pareto_front(points):
+    """Indices of the points (time, accuracy) that no other point dominates (no other is at most as slow and at least
+    as accurate, and better in one), sorted by time. A point that repeats an earlier one is not on the front."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1], i))
+    front, best = [], -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def write_pareto(rows, reports, path, clock):
+    """Final eval accuracy against time to target (`clock`), the Pareto front marked and joined; runs without both
+    values are named in a note. Returns how many runs were placed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    placed, left_out = [], []
+    for row in rows:
+        t = row.ttt_measured_s if clock == "measured" else row.ttt_modeled_s
+        acc = rl.metric_value(row.run, "eval_accuracy")
+        (left_out if math.isnan(t) or math.isnan(acc) else placed).append((row, t, acc))
+    points = [(t, acc) for _, t, acc in placed]
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
+    several = len(reports) > 1
+    off = [i for i in range(len(points)) if i not in front]
+    ax.scatter([points[i][0] for i in off], [points[i][1] for i in off], color="#8c8c8c", label="dominated", zorder=2)
+    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="#c44e52", marker="o",
+            drawstyle="steps-post", label="Pareto front", zorder=3)
+    for (row, t, acc) in placed:
+        label = rl.swept_text(row.run, axes=row.report.get("axes")) or row.id
+        if several:
+            label = f"{row.report.get('scenario_name', '')} {label}".strip()
+        ax.annotate(rl.shorten(label + (" (baseline)" if row.baseline else "")), (t, acc), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel(f"time to target (s, {clock})")
+    ax.set_ylabel("final eval accuracy")
+    ax.set_title(f"time to target ({clock}) against final eval accuracy")
+    if points:
+        ax.legend(loc="lower right")
+    if left_out:
+        note = "not placed (no time to target or accuracy): " + "; ".join(
+            f"{row.id} ({row.status})" for row, _, _ in left_out[:6])
+        if len(left_out) > 6:
+            note += f"; ... and {len(left_out) - 6} more"
+        fig.text(0.01, 0.01, "\n".join(rl.shorten(note, 150)[i:i + 110] for i in range(0, min(len(note), 150), 110)),
+                 fontsize=7, va="bottom")
+        fig.subplots_adjust(bottom=0.18)
+    fig.savefig(path)
+    plt.close(fig)
+    return len(placed)
+
+
+# ---- diff mode -------------------------------------------------------------------------------------------------------
+
+# (name with unit, getter of a run, Markdown formatter). Rows where neither report has a value are left out.
+DIFF_METRICS = [
+    ("time_to_target_measured_s", lambda r: rl.metric_value(r, "time_to_target_s"), fmt_g),
+    ("time_to_target_modeled_s", lambda r: rl.metric_value(r, "modeled_time_to_target_s"), fmt_g),
+    ("final_eval_accuracy", lambda r: rl.metric_value(r, "eval_accuracy"), fmt_accuracy),
+    ("final_eval_loss", lambda r: rl.metric_value(r, "eval_loss"), fmt_g),
+    ("final_train_loss", lambda r: rl.metric_value(r, "train_loss"), fmt_g),
+    ("samples_per_s", lambda r: rl.metric_value(r, "samples_per_s"), fmt_g),
+    ("modeled_samples_per_s", lambda r: rl.metric_value(r, "modeled_samples_per_s"), fmt_g),
+    ("step_p50_ms", lambda r: rl.metric_value(r, "step_p50_ms"), fmt_g),
+    ("modeled_step_p50_ms", lambda r: rl.metric_value(r, "modeled_step_p50_ms"), fmt_g),
+    ("wire_bytes_per_rank_per_step", rl.wire_bytes_per_step, fmt_bytes),
+    ("exposed_communication_ms", exposed_communication_ms, fmt_g),
+]
+
+
+def relative_change(old, new):
+    """(new - old) / old; 0 when both are 0; NaN when either is missing or old is 0 and new is not."""
+    if math.isnan(old) or math.isnan(new):
+        return math.nan
+    if old == 0:
+        return 0.0 if new == 0 else math.nan
+    return (new - old) / old
+
+
+def diff(old_doc, new_doc, fmt):
+    """Run-by-run comparison by id: per run a status row (old and new status; "changed" when they differ), then one
+    row per metric that either run has, with old, new and (new - old) / old. A run in only one report gets one status
+    row with "absent" on the other side and "only in old"/"only in new"."""
+    old_runs = {r["id"]: r for r in old_doc["runs"]}
+    new_runs = {r["id"]: r for r in new_doc["runs"]}
+    ids = list(old_runs) + [i for i in new_runs if i not in old_runs]
+    md, cs = [], []
+    for run_id in ids:
+        old, new = old_runs.get(run_id), new_runs.get(run_id)
+        if old is None or new is None:
+            where = "only in new" if old is None else "only in old"
+            status = [run_status(old) if old else "absent", run_status(new) if new else "absent"]
+            md.append([run_id, "status", *status, where])
+            cs.append([run_id, "status", *status, where])
+            continue
+        status = [run_status(old), run_status(new)]
+        changed = "changed" if status[0] != status[1] else ""
+        md.append([run_id, "status", *status, changed])
+        cs.append([run_id, "status", *status, changed])
+        for name, get, fmt_md in DIFF_METRICS:
+            a, b = get(old), get(new)
+            if math.isnan(a) and math.isnan(b):
+                continue
+            change = relative_change(a, b)
+            md.append([run_id, name, fmt_md(a), fmt_md(b), MISSING if math.isnan(change) else f"{change:+.2%}"])
+            cs.append([run_id, name, csv_number(a), csv_number(b), csv_number(change)])
+    if fmt == "csv":
+        return csv_text(["run", "metric", "old", "new", "change"], cs)
+    return markdown(["run", "metric", "old", "new", "change"], md, [False, False, True, True, True])
+
+
+def describe(path, doc):
+    tool = doc.get("tool") or {}
+    commit = tool.get("git_commit")
+    text = f"{path} (commit {commit[:12]}{'-dirty' if tool.get('git_dirty') else ''})" if commit else str(path)
+    return text
+
+
+# ---- driver ----------------------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="report.json files")
+    parser.add_argument("--baseline", metavar="RUN_ID|NAME",
+                        help="table mode: the run speedups are measured against: a run id, a run's config.name, or "
+                             "a part of one run's id such as 'ranks=1' (default: the first run that reached the "
+                             "target, else the first run)")
+    parser.add_argument("--format", choices=("markdown", "csv"), default="markdown", help="output (default markdown)")
+    parser.add_argument("--pareto", type=Path, metavar="PNG",
+                        help="table mode: also write a Pareto plot (time to target against final eval accuracy)")
+    parser.add_argument("--clock", choices=("measured", "modeled"), default="measured",
+                        help="the time to target of the Pareto plot (default measured)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true",
+                      help="compare two reports run by run (default when exactly two reports share a scenario name)")
+    mode.add_argument("--table", action="store_true", help="one table of every run, even for two reports of one "
+                                                           "scenario")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    """Loads and checks every report and option first; prints the table or diff on stdout, notes on stderr. Exit 0,
+    or 2 on bad input (nothing printed on stdout)."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        reports = [load(p) for p in args.reports]
+        same_scenario = len(reports) == 2 and reports[0]["scenario_name"] == reports[1]["scenario_name"]
+        if args.diff or (same_scenario and not args.table):
+            if len(reports) != 2:
+                raise rl.ReportError(f"--diff compares two reports, got {len(reports)}")
+            if args.baseline is not None or args.pareto is not None:
+                raise rl.ReportError("--baseline and --pareto apply to the table, not to the run-by-run diff "
+                                     "(add --table for a table of both reports)")
+            old, new = reports
+            if old["scenario_name"] != new["scenario_name"]:
+                print(f"note: scenario names differ ({old['scenario_name']}, {new['scenario_name']}); runs are "
+                      "matched by id, which starts with the scenario name", file=sys.stderr)
+            if args.format == "markdown":
+                print(f"old: {describe(args.reports[0], old)}\nnew: {describe(args.reports[1], new)}\n")
+            print(diff(old, new, args.format), end="")
+            return 0
+        rows = [Row(doc, path, run) for doc, path in zip(reports, args.reports) for run in doc["runs"]]
+        baseline = pick_baseline(rows, args.baseline)
+        set_speedups(rows, baseline)
+        if args.pareto is not None and not args.pareto.parent.is_dir():
+            raise rl.ReportError(f"--pareto {args.pareto}: {args.pareto.parent} is not a folder")
+    except rl.ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if baseline is not None and math.isnan(baseline.ttt_measured_s) and math.isnan(baseline.ttt_modeled_s):
+        print(f"note: the baseline {baseline.id} has no time to target: no speedups", file=sys.stderr)
+    if args.format == "markdown" and baseline is not None:
+        print(f"baseline: {baseline.id}\n")
+    print(table(rows, reports, args.format), end="")
+    if args.pareto is not None:
+        try:
+            placed = write_pareto(rows, reports, args.pareto, args.clock)
+        except (OSError, ValueError) as e:
+            print(f"error: {args.pareto}: cannot write the Pareto plot: {e}", file=sys.stderr)
+            return 2
+        print(f"note: {args.pareto}: {placed} of {len(rows)} runs placed", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
