@@ -301,6 +301,27 @@ struct AddBiasOp {
   __device__ void operator()(size_t i) const { y[i] = y[i] + bias[static_cast<int64_t>(i) % cols]; }
 };
 
+struct BroadcastRowsOp {
+  float* y;
+  const float* row;
+  int64_t cols;
+  __device__ void operator()(size_t i) const { y[i] = row[static_cast<int64_t>(i) % cols]; }
+};
+
+// As the host's count_correct: the first index holding the row's maximum (strict > while scanning).
+struct CountCorrectOp {
+  unsigned long long* correct;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  __device__ void operator()(size_t r) const {
+    const float* z = logits + static_cast<int64_t>(r) * classes;
+    int64_t best = 0;
+    for (int64_t j = 1; j < classes; ++j) best = z[j] > z[best] ? j : best;
+    if (best == labels[r]) atomicAdd(correct, 1ull);
+  }
+};
+
 struct BiasGradOp {
   float* grad_bias;
   const float* dy;
@@ -402,6 +423,17 @@ void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const voi
   GS_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(blas.get()), op_of(trans_b), op_of(trans_a), ni, mi, ki,
                                &alpha, b, t, std::max(ldb, 1), a, t, std::max(lda, 1), &beta, c, CUDA_R_32F, ni,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void broadcast_rows(float* y, const float* row, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (cols <= 0) return;
+  launch_map(static_cast<size_t>(rows * cols), BroadcastRowsOp{y, row, cols}, stream, "broadcast_rows");
+}
+
+void count_correct(unsigned long long* correct, const float* logits, const int32_t* labels, int64_t rows,
+                   int64_t classes, cudaStream_t stream) {
+  GS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(unsigned long long), stream));
+  launch_map(static_cast<size_t>(rows), CountCorrectOp{correct, logits, labels, classes}, stream, "count_correct");
 }
 
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {

@@ -68,6 +68,11 @@ void gemm(const BlasHandle& blas, float* c, const float* a, const float* b, int6
 // (cuBLASLt) are not done.
 void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
                 int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, float alpha, float beta);
+// y[r, :] = row[:] for r < rows (y is rows x cols).
+void broadcast_rows(float* y, const float* row, int64_t rows, int64_t cols, cudaStream_t stream);
+// *correct (device uint64, overwritten) = rows whose first maximal logit is at the label (host twin count_correct).
+void count_correct(unsigned long long* correct, const float* logits, const int32_t* labels, int64_t rows,
+                   int64_t classes, cudaStream_t stream);
 // y[r, :] += bias[:] (rows x cols).
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
 // grad_bias[j] += sum_r dy[r, j], rows summed in order 0..rows-1 (as the host loop).
