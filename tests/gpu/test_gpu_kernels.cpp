@@ -545,9 +545,15 @@ TEST_F(GpuKernels, SignOneBitAndVoteAsHost) {
     Dev<float> d_scale(1);
     gpu::sign_pack(d_bits.get(), d_scale.get(), d_p.get(), n, scratch_, s());
     EXPECT_SAME_BITS(d_bits.host(), bits, "sign bits n " + std::to_string(n));
-    if (!std::isnan(scale)) {
-      EXPECT_NEAR(test::read_one(d_scale.get()), scale, 1e-6 * std::fabs(scale)) << "sign scale n " << n;
-    }
+    // The NaN makes both scales NaN (checked); the value check runs on a NaN-free copy.
+    EXPECT_EQ(std::isnan(test::read_one(d_scale.get())), std::isnan(scale)) << "sign scale NaN n " << n;
+    auto clean = p;
+    for (auto& v : clean) v = std::isnan(v) ? 0.5f : v;
+    Dev<float> d_clean(clean);
+    std::vector<uint8_t> clean_bits(bits.size());
+    const float clean_scale = sign_pack(clean_bits.data(), clean.data(), n);
+    gpu::sign_pack(d_bits.get(), d_scale.get(), d_clean.get(), n, scratch_, s());
+    EXPECT_NEAR(test::read_one(d_scale.get()), clean_scale, 1e-6 * std::fabs(clean_scale)) << "sign scale n " << n;
     auto out = acc0;
     sign_unpack_add(out.data(), bits.data(), n, 0.25f);
     Dev<float> d_out(acc0), d_quarter(std::vector<float>{0.25f});
@@ -555,13 +561,17 @@ TEST_F(GpuKernels, SignOneBitAndVoteAsHost) {
     gpu::sign_unpack_add(d_out.get(), d_hbits.get(), n, d_quarter.get(), s());
     EXPECT_SAME_BITS(d_out.host(), out, "sign unpack_add");
 
-    // 1-bit: bits exact, means relative 1e-6; decode of the host's message exact.
+    // 1-bit: bits exact (with the NaN), means relative 1e-6 on the NaN-free copy; decode of the host's message exact.
     std::vector<uint8_t> msg(onebit_encoded_bytes(n));
     onebit_encode(msg.data(), p.data(), n);
     Dev<uint8_t> d_msg(msg.size());
     gpu::onebit_encode(d_msg.get(), d_p.get(), n, scratch_, s());
-    const auto got = d_msg.host();
+    auto got = d_msg.host();
     EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), msg.begin() + 8)) << "1-bit bits n " << n;
+    onebit_encode(msg.data(), clean.data(), n);
+    gpu::onebit_encode(d_msg.get(), d_clean.get(), n, scratch_, s());
+    got = d_msg.host();
+    EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), msg.begin() + 8)) << "1-bit bits (NaN-free) n " << n;
     for (int j = 0; j < 2; ++j) {
       float g, w;
       std::memcpy(&g, got.data() + 4 * j, 4);
