@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """Compares the runs of gradsweep reports: one table row per run, or run by run between two reports of one scenario.
+A new table column is one entry in TABLE_COLUMNS (OPTIONAL: shown only when some run has a non-zero value); a new diff
+metric one entry in DIFF_METRICS.
 
     python tools/compare.py REPORT... [--baseline RUN_ID|NAME] [--format markdown|csv] [--pareto PNG]
                                       [--clock measured|modeled] [--diff | --table]
@@ -9,14 +11,14 @@ both clocks, final eval accuracy, bytes on the wire per rank and step, modeled e
 speedup in time to target against a baseline run on both clocks, and a status that marks runs that did not reach the
 target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
 runs matched by id, one row per run and metric with old, new and the relative change; runs in only one report are
-flagged. docs/compare.md describes the columns, the defaults and the errors. A new table column is one entry in
-TABLE_COLUMNS; a new diff metric one entry in DIFF_METRICS.
+flagged. docs/compare.md describes the columns, the defaults and the errors.
 """
 import argparse
 import csv
 import io
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -61,6 +63,30 @@ def exposed_communication_ms(run):
     modeled = (run.get("timing") or {}).get("modeled") or {}
     exposed = (modeled.get("communication") or {}).get("exposed") or {}
     return rl.num((exposed.get("all") or {}).get("mean_ms"))
+
+
+def modeled_wait_ms(run):
+    """Modeled wait per rank and step (ms; barriers, the stale-synchronous bound, the slowest rank):
+    timing.modeled.phases.wait.all.mean_ms; NaN without a modeled clock."""
+    modeled = (run.get("timing") or {}).get("modeled") or {}
+    wait = (modeled.get("phases") or {}).get("wait") or {}
+    return rl.num((wait.get("all") or {}).get("mean_ms"))
+
+
+def staleness_clocks_mean(run):
+    """Mean staleness in clocks of the applied gradients of a free-running strategy (staleness.clocks.mean); NaN for
+    lock-step strategies and reports without the key."""
+    staleness = run.get("staleness")
+    return rl.num(((staleness if isinstance(staleness, dict) else {}).get("clocks") or {}).get("mean"))
+
+
+def data_total(key):
+    """A getter of the input pipeline's totals over ranks and epochs (run key `data`, not config.data): NaN without
+    them."""
+    def get(run):
+        data = run.get("data")
+        return rl.num(((data if isinstance(data, dict) else {}).get("totals") or {}).get(key))
+    return get
 
 
 # ---- loading ---------------------------------------------------------------------------------------------------------
@@ -178,9 +204,18 @@ TABLE_COLUMNS = [
     ("final eval accuracy", "final_eval_accuracy", lambda r: rl.metric_value(r.run, "eval_accuracy"), fmt_accuracy),
     ("wire bytes per step", "wire_bytes_per_rank_per_step", lambda r: rl.wire_bytes_per_step(r.run), fmt_bytes),
     ("exposed comm (ms, modeled)", "exposed_communication_ms", lambda r: exposed_communication_ms(r.run), fmt_g),
+    # Shown only when some run has a non-zero value (OPTIONAL): waits, staleness, the input pipeline.
+    ("wait (ms, modeled)", "wait_modeled_ms", lambda r: modeled_wait_ms(r.run), fmt_g),
+    ("staleness (clocks, mean)", "staleness_clocks_mean", lambda r: staleness_clocks_mean(r.run), fmt_g),
+    ("data stall share (modeled)", "data_stall_share_modeled", lambda r: data_total("stall_share_modeled")(r.run),
+     fmt_g),
+    ("cache hit rate", "cache_hit_rate", lambda r: data_total("hit_rate")(r.run), fmt_accuracy),
     ("speedup (measured)", "speedup_measured", lambda r: r.speedup_measured, fmt_speedup),
     ("speedup (modeled)", "speedup_modeled", lambda r: r.speedup_modeled, fmt_speedup),
 ]
+
+
+OPTIONAL = {"wait_modeled_ms", "staleness_clocks_mean", "data_stall_share_modeled", "cache_hit_rate"}
 
 
 def table(rows, reports, fmt):
@@ -188,6 +223,8 @@ def table(rows, reports, fmt):
     cells for no value, swept values as JSON text, headers with units)."""
     paths = swept_paths(reports)
     short = rl.short_paths(paths)
+    columns = [c for c in TABLE_COLUMNS
+               if c[1] not in OPTIONAL or any(not math.isnan(c[2](r)) and c[2](r) != 0 for r in rows)]
     scenario_column = len({id(r.report) for r in rows}) > 1
     header, csv_header, right = ["run"], ["run"], [False]
     if scenario_column:
@@ -198,9 +235,9 @@ def table(rows, reports, fmt):
     csv_header += paths
     # A swept column is right-aligned when every value it holds is a number.
     right += [all(isinstance((r.run.get("swept") or {}).get(p, 0), (int, float)) for r in rows) for p in paths]
-    header += [c[0] for c in TABLE_COLUMNS] + ["status"]
-    csv_header += [c[1] for c in TABLE_COLUMNS] + ["status"]
-    right += [True] * len(TABLE_COLUMNS) + [False]
+    header += [c[0] for c in columns] + ["status"]
+    csv_header += [c[1] for c in columns] + ["status"]
+    right += [True] * len(columns) + [False]
 
     md_rows, csv_rows = [], []
     for row in rows:
@@ -216,7 +253,7 @@ def table(rows, reports, fmt):
             else:
                 md.append(MISSING)
                 cs.append("")
-        for _, _, get, fmt_md in TABLE_COLUMNS:
+        for _, _, get, fmt_md in columns:
             value = get(row)
             md.append(fmt_md(value))
             cs.append(csv_number(value))
@@ -283,15 +320,22 @@ def write_pareto(rows, reports, path, clock):
     ax.scatter([points[i][0] for i in off], [points[i][1] for i in off], color="#8c8c8c", label="dominated", zorder=2)
     ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="#c44e52", marker="o",
             drawstyle="steps-post", label="Pareto front", zorder=3)
-    for (row, t, acc) in placed:
-        label = rl.swept_text(row.run, axes=row.report.get("axes")) or row.id
+    captions = []
+    for (row, t, acc) in placed:  # labels: the swept values only; the title names them
+        label = rl.swept_text(row.run, axes=row.report.get("axes"), names=False) or row.id
+        caption = rl.swept_caption(row.run, axes=row.report.get("axes"))
+        if caption and caption not in captions:
+            captions.append(caption)
         if several:
-            label = f"{row.report.get('scenario_name', '')} {label}".strip()
-        ax.annotate(rl.shorten(label + (" (baseline)" if row.baseline else "")), (t, acc), fontsize=7,
+            label = f"{row.report.get('scenario_name', '')}: {label}"
+        ax.annotate(rl.shorten(label) + (" (baseline)" if row.baseline else ""), (t, acc), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel(f"time to target (s, {clock})")
     ax.set_ylabel("final eval accuracy")
-    ax.set_title(f"time to target ({clock}) against final eval accuracy")
+    title = f"time to target ({clock}) against final eval accuracy"
+    if captions:
+        title += "\nlabels: " + rl.shorten("; ".join(captions), 100)
+    ax.set_title(title, fontsize=10)
     if points:
         ax.legend(loc="lower right")
     if left_out:
@@ -299,8 +343,7 @@ def write_pareto(rows, reports, path, clock):
             f"{row.id} ({row.status})" for row, _, _ in left_out[:6])
         if len(left_out) > 6:
             note += f"; ... and {len(left_out) - 6} more"
-        fig.text(0.01, 0.01, "\n".join(rl.shorten(note, 150)[i:i + 110] for i in range(0, min(len(note), 150), 110)),
-                 fontsize=7, va="bottom")
+        fig.text(0.01, 0.01, textwrap.fill(rl.shorten(note, 300), 130), fontsize=7, va="bottom")
         fig.subplots_adjust(bottom=0.18)
     fig.savefig(path)
     plt.close(fig)
@@ -309,7 +352,8 @@ def write_pareto(rows, reports, path, clock):
 
 # ---- diff mode -------------------------------------------------------------------------------------------------------
 
-# (name with unit, getter of a run, Markdown formatter). Rows where neither report has a value are left out.
+# (name with unit, getter of a run, Markdown formatter). Rows where neither report has a value are left out, and rows of
+# OPTIONAL metrics where neither has a non-zero value.
 DIFF_METRICS = [
     ("time_to_target_measured_s", lambda r: rl.metric_value(r, "time_to_target_s"), fmt_g),
     ("time_to_target_modeled_s", lambda r: rl.metric_value(r, "modeled_time_to_target_s"), fmt_g),
@@ -322,6 +366,10 @@ DIFF_METRICS = [
     ("modeled_step_p50_ms", lambda r: rl.metric_value(r, "modeled_step_p50_ms"), fmt_g),
     ("wire_bytes_per_rank_per_step", rl.wire_bytes_per_step, fmt_bytes),
     ("exposed_communication_ms", exposed_communication_ms, fmt_g),
+    ("wait_modeled_ms", modeled_wait_ms, fmt_g),
+    ("staleness_clocks_mean", staleness_clocks_mean, fmt_g),
+    ("data_stall_share_modeled", data_total("stall_share_modeled"), fmt_g),
+    ("cache_hit_rate", data_total("hit_rate"), fmt_accuracy),
 ]
 
 
@@ -356,10 +404,11 @@ def diff(old_doc, new_doc, fmt):
         cs.append([run_id, "status", *status, changed])
         for name, get, fmt_md in DIFF_METRICS:
             a, b = get(old), get(new)
-            if math.isnan(a) and math.isnan(b):
+            if all(math.isnan(x) or (name in OPTIONAL and x == 0) for x in (a, b)):
                 continue
             change = relative_change(a, b)
-            md.append([run_id, name, fmt_md(a), fmt_md(b), MISSING if math.isnan(change) else f"{change:+.2%}"])
+            text = MISSING if math.isnan(change) else f"{change:+.2%}".replace("-0.00%", "+0.00%")
+            md.append([run_id, name, fmt_md(a), fmt_md(b), text])
             cs.append([run_id, name, csv_number(a), csv_number(b), csv_number(change)])
     if fmt == "csv":
         return csv_text(["run", "metric", "old", "new", "change"], cs)
@@ -412,6 +461,11 @@ def main(argv=None):
             if old["scenario_name"] != new["scenario_name"]:
                 print(f"note: scenario names differ ({old['scenario_name']}, {new['scenario_name']}); runs are "
                       "matched by id, which starts with the scenario name", file=sys.stderr)
+            for key in ("scenario_sha256", "overrides"):
+                a, b = (old.get("context") or {}).get(key), (new.get("context") or {}).get(key)
+                if a != b:
+                    print(f"note: context.{key} differs (old {a}, new {b}): the runs may differ in more than the "
+                          "code", file=sys.stderr)
             if args.format == "markdown":
                 print(f"old: {describe(args.reports[0], old)}\nnew: {describe(args.reports[1], new)}\n")
             print(diff(old, new, args.format), end="")

@@ -304,3 +304,50 @@ def test_real_report_table_and_self_diff(real_report):
     for row in csv_rows(result.stdout):
         assert row["change"] in ("", "0.0"), row
         assert row["old"] == row["new"], row
+
+
+# ---- optional columns: waits, staleness, the input pipeline ---------------------------------------------------------
+
+def with_extras(doc):
+    """compare_old.json's runs with keys other strategies write: R1 waits 2.5 ms per modeled step and has a staleness
+    histogram (clocks 0, 0, 1, 2: mean 0.75); R0 has input-pipeline totals (hit rate 0.5, stall share 0.125)."""
+    r0, r1 = doc["runs"][0], doc["runs"][1]
+    r1["timing"]["modeled"]["phases"]["wait"]["all"]["mean_ms"] = 2.5
+    r1["staleness"] = {"clocks": {"values": [0, 1, 2], "counts": [2, 1, 1], "mean": 0.75, "max": 2}}
+    r0["data"] = {"totals": {"hit_rate": 0.5, "stall_share_modeled": 0.125}}
+    return doc
+
+
+def test_optional_columns_appear_when_some_run_has_a_value():
+    doc = with_extras(compare.load(REPO_ROOT / OLD))
+    rows = [compare.Row(doc, OLD, run) for run in doc["runs"]]
+    compare.set_speedups(rows, rows[0])
+    table = csv_rows(compare.table(rows, [doc], "csv"))
+    assert [r["wait_modeled_ms"] for r in table] == ["0.0", "2.5", "0.0", ""]  # R3 has no timing
+    assert [r["staleness_clocks_mean"] for r in table] == ["", "0.75", "", ""]
+    assert [r["cache_hit_rate"] for r in table] == ["0.5", "", "", ""]
+    assert [r["data_stall_share_modeled"] for r in table] == ["0.125", "", "", ""]
+    # Without them (the hand-written reports as they are) none of these columns is shown: EXPECTED_TABLE.
+
+
+def test_diff_shows_optional_metrics_only_where_one_side_is_non_zero():
+    old = compare.load(REPO_ROOT / OLD)
+    new = with_extras(compare.load(REPO_ROOT / OLD))
+    rows = {(r["run"], r["metric"]): r for r in csv_rows(compare.diff(old, new, "csv"))}
+    assert rows[R1, "wait_modeled_ms"]["old"] == "0.0" and rows[R1, "wait_modeled_ms"]["new"] == "2.5"
+    assert rows[R1, "wait_modeled_ms"]["change"] == ""  # from 0: no relative change
+    assert rows[R1, "staleness_clocks_mean"]["old"] == "" and rows[R1, "staleness_clocks_mean"]["new"] == "0.75"
+    assert rows[R0, "cache_hit_rate"]["new"] == "0.5"
+    assert (R0, "wait_modeled_ms") not in rows and (R2, "wait_modeled_ms") not in rows  # 0 on both sides
+    assert all(rows[k]["change"] in ("", "0.0") for k in rows if k[1] not in ("wait_modeled_ms",))
+
+
+def test_diff_notes_reports_made_with_different_overrides(tmp_path):
+    doc = json.loads((REPO_ROOT / NEW).read_text())
+    doc["context"]["overrides"] = ["training.steps=8"]
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(doc))
+    result = run_compare(OLD, path)
+    assert result.returncode == 0, result.stderr
+    assert "note: context.overrides differs (old [], new ['training.steps=8'])" in result.stderr
+    assert "context.overrides" not in run_compare(OLD, NEW).stderr
