@@ -69,6 +69,7 @@ void print_fields() {
     bool has_min = f.min > -1e307, has_max = f.max < 1e307;
     if (has_min) allowed += fmt::format("{} {}", f.min_exclusive ? ">" : ">=", f.min);
     if (has_max) allowed += fmt::format("{}{} {}", has_min ? ", " : "", f.max_exclusive ? "<" : "<=", f.max);
+    if (f.allow_inf) allowed += ", or \"inf\"";
     std::printf("| `%s` | %s | `%s` | %s | %s |\n", f.path.c_str(), type_text(f.type).c_str(),
                 f.default_value.dump().c_str(), allowed.c_str(), f.doc.c_str());
   }

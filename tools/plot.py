@@ -396,6 +396,33 @@ def fig_accuracy_vs_modeled_time(report, styles, out_dir, note):
     return save(fig, out_dir / "accuracy_vs_modeled_time.png")
 
 
+STALENESS_UNITS = {"versions": "staleness in versions (optimizer updates between the read and the apply)",
+                   "clocks": "staleness in clocks (the writer's clock minus the clock of the parameters it read)"}
+
+
+def fig_staleness(report, styles, out_dir, note, unit):
+    """staleness_<unit>.png: the staleness histogram of the applied gradients in `unit` (versions or clocks), one
+    step line per run that has a staleness object (parameter server runs), as the fraction of its applied gradients;
+    written when some run has one. x is linear up to 10, logarithmic beyond (asynchronous runs reach many clocks)."""
+    name = f"staleness_{unit}.png"
+    runs = [r for r in rl.drawn_runs(report) if rl.staleness_histogram(r, unit)[0]]
+    if not runs:
+        return skipped(name, "no run has a staleness histogram (no parameter server run)")
+    fig, ax = new_figure(report, f"staleness of applied gradients ({unit})", note, width=9.0 + legend_room(runs))
+    labels, caption = run_labels(report, runs)
+    for run, label in zip(runs, labels):
+        style = styles[run["id"]]
+        x, y = rl.staleness_histogram(run, unit)
+        ax.step(x, y, where="mid", color=style.color, marker=style.marker, markersize=3, linewidth=1.2,
+                label=label + disposition_suffix([run]))
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel(STALENESS_UNITS[unit])
+    ax.set_ylabel("fraction of applied gradients")
+    ax.grid(alpha=0.3)
+    run_legend(ax, report, runs, styles, caption=caption)
+    return save(fig, out_dir / name)
+
+
 def positive_bytes(run):
     """The run's cumulative bytes per series point (rl.cumulative_bytes), NaN where not positive (no log x)."""
     return [b if b > 0 else math.nan for b in rl.cumulative_bytes(run)[1]]
@@ -709,6 +736,8 @@ def write_figures(report, out_dir, metric=None, x_name=None, y_name=None):
         fig_accuracy_vs_time(report, styles, out_dir, note),
         fig_accuracy_vs_modeled_time(report, styles, out_dir, note),
         fig_accuracy_vs_bytes(report, styles, out_dir, note),
+        fig_staleness(report, styles, out_dir, note, "versions"),
+        fig_staleness(report, styles, out_dir, note, "clocks"),
         fig_step_breakdown(report, styles, out_dir, note),
         fig_step_breakdown(report, styles, out_dir, note, clock="modeled"),
         fig_throughput_vs_ranks(report, styles, out_dir, note),

@@ -309,6 +309,18 @@ def cumulative_bytes(run):
     return steps, [step * per_step for step in steps]
 
 
+def staleness_histogram(run, unit):
+    """(values, fractions) of the run's staleness histogram in `unit` ("versions" or "clocks"; reports/README.md,
+    staleness): each staleness value and the fraction of applied gradients that had it. ([], []) when the run has
+    no staleness object (lock-step strategies) or applied nothing."""
+    hist = (run.get("staleness") or {}).get(unit) or {}
+    values, counts = hist.get("values") or [], hist.get("counts") or []
+    total = sum(counts)
+    if not total:
+        return [], []
+    return list(values), [c / total for c in counts]
+
+
 def measured_phases(run):
     """{phase: dict with "all"/"per_rank"} of the measured clock, or None when the run has no measured timing."""
     measured = (run.get("timing") or {}).get("measured")

@@ -37,6 +37,7 @@ struct F {
   F& above(double v) { info.min = v; info.min_exclusive = true; return *this; }
   F& at_most(double v) { info.max = v; return *this; }
   F& below(double v) { info.max = v; info.max_exclusive = true; return *this; }
+  F& or_inf() { info.allow_inf = true; return *this; }  // integer fields: "inf" is also a value (kStalenessInf)
 };
 
 // The one table. Order is the order of `gradsweep fields` and of scenarios/README.md.
@@ -130,11 +131,15 @@ void visit_fields(V& v, RunConfig& c) {
                                                   "the next step boundary as `timeout` (0: none)").at_least(0).at_most(1e7));
 
   auto& sy = c.sync;
-  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)").one_of({"allreduce", "independent", "local_sgd"}));
+  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)")
+                 .one_of({"allreduce", "independent", "local_sgd", "parameter_server"}));
   v(sy.bucket_mb, F("sync.bucket_mb", "allreduce: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
   v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
-                                      "step t-s (0: synchronous; steps t < s apply nothing)").at_least(0).at_most(1024));
+                                      "step t-s (0: synchronous; steps t < s apply nothing). parameter_server: 0 = BSP, "
+                                      "s = SSP (a worker starts clock c only when every worker finished clock c - s - "
+                                      "1), \"inf\" = asynchronous; SSP and asynchronous servers apply each push at "
+                                      "lr / ranks").at_least(0).at_most(1024).or_inf());
   v(sy.overlap, F("sync.overlap", "allreduce: buckets start during backward (false: after the whole backward, apex's "
                                   "delay_allreduce; same arithmetic, modeled clock only)"));
   v(sy.period, F("sync.period", "local_sgd: average the parameters after steps H, 2H, ... (H = period, counted "
@@ -143,6 +148,12 @@ void visit_fields(V& v, RunConfig& c) {
                                   "local_sgd: also average the optimizer state (momentum, Adam moments) when averaging"));
   v(sy.warmup_steps, F("sync.warmup_steps", "local_sgd: first steps run as synchronous all-reduce (post-local SGD, "
                                             "Lin et al. 2020)").at_least(0).at_most(1e9));
+  v(sy.shards, F("sync.shards", "parameter_server: server shards the parameters are split over (0: one per rank)")
+                   .at_least(0).at_most(kMaxRanks));
+  v(sy.dedicated, F("sync.dedicated", "parameter_server: shards on dedicated devices (every push and pull crosses the "
+                                      "wire) instead of co-located with the workers (modeled pricing only)"));
+  v(sy.ordering, F("sync.ordering", "parameter_server: order of pushes and pulls, by modeled time with ties by rank "
+                                    "(reproducible) or as the threads race (real)").one_of({"modeled", "real"}));
   auto& cp = c.compression;
   v(cp.kind, F("compression.kind", "gradient compressor (see `gradsweep list`)")
                  .one_of({"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd",
@@ -209,7 +220,13 @@ const json* find_path(const json& j, const std::string& path) {
   return cur;
 }
 
+std::string range_text_numeric(const FieldInfo& f);
 std::string range_text(const FieldInfo& f) {
+  std::string r = range_text_numeric(f);
+  if (!f.allow_inf) return r;
+  return r.empty() ? "or \"inf\"" : r + " or \"inf\"";
+}
+std::string range_text_numeric(const FieldInfo& f) {
   bool has_min = f.min > -1e307, has_max = f.max < 1e307;
   auto num = [](double x) { return fmt::format("{}", x); };
   if (has_min && has_max && f.min == f.max && !f.min_exclusive && !f.max_exclusive)
@@ -263,6 +280,10 @@ class Reader {
 
  private:
   void read(int64_t& ref, const json& v, const FieldInfo& f) {
+    if (f.allow_inf && v.is_string() && v.get<std::string>() == "inf") {
+      ref = std::numeric_limits<int64_t>::max();
+      return;
+    }
     int64_t x = 0;
     std::string r = range_text(f);
     if (!as_int(v, x)) return add(f, v, std::string("an integer") + (r.empty() ? "" : " " + r));
@@ -323,6 +344,11 @@ class Writer {
   template <class T>
   void operator()(T& ref, const F& f) {
     out_[json::json_pointer("/" + replace_dots(f.info.path))] = ref;
+  }
+  void operator()(int64_t& ref, const F& f) {
+    json v = ref;
+    if (f.info.allow_inf && ref == std::numeric_limits<int64_t>::max()) v = "inf";
+    out_[json::json_pointer("/" + replace_dots(f.info.path))] = v;
   }
   json out_ = json::object();
 
@@ -415,6 +441,9 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.a", "model.kind", "mlp", {"quadratic"}},
       {"model.b", "model.kind", "mlp", {"quadratic"}},
       {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
+      {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
+      {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
+      {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
       {"compression.error_feedback", "compression.kind", "none",
        {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "qsgd", "terngrad", "signsgd",
         "onebit", "powersgd"}},
@@ -433,7 +462,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
       {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},
       {"compression.sample_ratio", "compression.kind", "none", {"dgc"}},
-      {"sync.staleness", "sync.kind", "allreduce", {"allreduce"}},
+      {"sync.staleness", "sync.kind", "allreduce", {"allreduce", "parameter_server"}},
       {"sync.overlap", "sync.kind", "allreduce", {"allreduce"}},
       {"sync.period", "sync.kind", "allreduce", {"local_sgd"}},
       {"sync.average_optimizer_state", "sync.kind", "allreduce", {"local_sgd"}},
@@ -633,6 +662,30 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (c.compression.kind != "none" && c.sync.kind != "allreduce")
     add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" (it is \"{}\")",
                                         c.sync.kind));
+  {
+    // Parameter server: what this version supports (DESIGN.md section 3; sim/strategy/parameter_server.cpp).
+    const SyncConfig& sy = c.sync;
+    const bool ps = sy.kind == "parameter_server";
+    if (sy.staleness == kStalenessInf && !ps)
+      add("sync.staleness", fmt::format("expected an integer >= 0 for sync.kind \"{}\": \"inf\" (fully "
+                                        "asynchronous) applies to sync.kind \"parameter_server\" only", sy.kind));
+    if (ps) {
+      if (!sy.dedicated && sy.shards > c.cluster.ranks)
+        add("sync.shards", fmt::format("co-located shards live on the workers: at most cluster.ranks ({}), got {} "
+                                       "(or set sync.dedicated true)", c.cluster.ranks, sy.shards));
+      if (c.precision.mode != "fp32")
+        add("precision.mode", fmt::format("sync.kind \"parameter_server\" runs in fp32 in this version (workers' own "
+                                          "loss scalers are not implemented), got \"{}\"", c.precision.mode));
+      if (c.training.clip_grad_norm > 0)
+        add("training.clip_grad_norm", "sync.kind \"parameter_server\" does not clip in this version: use 0");
+      if (c.report.trace)
+        add("report.trace", "sync.kind \"parameter_server\" has no per-step snapshot of every rank (ranks do not "
+                            "step together): use false");
+      if (c.training.mode == "timing" && sy.staleness != 0)
+        add("training.mode", "timing-only runs of sync.kind \"parameter_server\" price BSP (sync.staleness 0) only: "
+                             "SSP and asynchronous schedules need the event order of a training run");
+    }
+  }
   // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
   try {

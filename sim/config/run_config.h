@@ -4,6 +4,7 @@
 // plus one line in that table.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -104,15 +105,22 @@ struct TrainingConfig {
   double run_timeout_s = 0.0;          // > 0: stop the run as `timeout` at the first step boundary past this
 };
 
+// sync.staleness "inf" (fully asynchronous parameter server) is stored as this value and written back as "inf".
+constexpr int64_t kStalenessInf = std::numeric_limits<int64_t>::max();
+
 struct SyncConfig {
-  std::string kind = "allreduce";  // allreduce | independent | local_sgd (registry: sim/strategy/registry.cpp)
+  std::string kind = "allreduce";  // allreduce | independent | local_sgd | parameter_server (registry.cpp)
   double bucket_mb = 25.0;         // bucket size in MiB after the first
   double first_bucket_mb = 1.0;    // first bucket (last layers) in MiB
-  int64_t staleness = 0;           // allreduce: the update at step t applies the averaged gradient of step t - s
+  int64_t staleness = 0;           // allreduce: the update at step t applies the averaged gradient of step t - s;
+                                   // parameter_server: 0 BSP, s SSP, kStalenessInf ("inf") asynchronous
   bool overlap = true;             // allreduce: buckets overlap backward (false: apex's delay_allreduce)
   int64_t period = 1;              // local_sgd: parameters averaged after steps H, 2H, ... (H = period)
   bool average_optimizer_state = false;  // local_sgd: also average the optimizer state buffers
   int64_t warmup_steps = 0;        // local_sgd: synchronous all-reduce steps before local steps (post-local SGD)
+  int64_t shards = 0;              // parameter_server: server shards (0: one per rank)
+  bool dedicated = false;          // parameter_server: shards on dedicated devices (else co-located with workers)
+  std::string ordering = "modeled";  // parameter_server: interactions in modeled-time order, or real (threads race)
 };
 
 // Gradient compression (DESIGN.md section 3; sim/compress/). Fields other than kind apply to some kinds only
@@ -189,6 +197,7 @@ struct FieldInfo {
   std::vector<std::string> choices;  // allowed strings (empty = any)
   double min = -1e308, max = 1e308;  // numeric range
   bool min_exclusive = false, max_exclusive = false;
+  bool allow_inf = false;            // integer fields: the string "inf" is also accepted (stored as INT64_MAX)
   std::string doc;
 };
 

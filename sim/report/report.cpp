@@ -313,6 +313,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
     j["time_to_target"] = t;
   }
   if (r.precision) j["precision"] = precision_json(*r.precision);
+  j["staleness"] = r.staleness;  // free-running strategies (parameter server); null otherwise
   if (spec.config.report.trace) {
     json params = json::array();
     for (const auto& step : r.trace) params.push_back(step);

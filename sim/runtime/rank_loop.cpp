@@ -2,6 +2,10 @@
 // data -> forward -> backward into the local gradient SUM; an all-reduce of (samples, loss) gives S and the train
 // loss; the sync strategy turns the local gradient into the next parameters. Evaluation runs between steps on the
 // parameters the strategy names. Nothing here knows which strategy runs.
+// Free-running strategies (SyncStrategy::lockstep() false: the parameter server) change three things, all marked
+// "free-running" below: no per-step control all-reduce (ranks do not step together), each rank's loop ends when the
+// strategy says so (rank_done), and the series comes from the strategy's progress points (every `ranks` applied
+// gradients, in modeled-time order) instead of rank 0's steps.
 #include "sim/runtime/rank_loop.h"
 
 #include <algorithm>
@@ -230,7 +234,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     CostModel cost_model(config, *model);
     res.hardware = cost_model.hardware().name;
     StrategySetup setup{config, *model, *comm, ranks, &cost_model};
+    setup.on_read = hooks.on_read ? &hooks.on_read : nullptr;
     std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
+    const bool lockstep = strategy->lockstep();
     const size_t n = model->num_params();
     const int64_t total = planned_steps(config, data->steps_per_epoch());
     res.steps_planned = total;
@@ -292,6 +298,61 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::atomic<bool> stop_all{false};
     double trained_s = 0.0;  // rank 0's cumulative step time
 
+    // Free-running: the strategy calls this inside its serialized section, in modeled-time order, once per `ranks`
+    // applied gradients. It records the series point, evaluates the server's parameters when due, and decides
+    // whether the run goes on (divergence, stop request, time limit).
+    std::unique_ptr<Workspace> progress_ws;
+    Batch progress_chunk;
+    double eval_spent_s = 0.0;  // measured time spent evaluating (excluded from measured_s, as for lockstep runs)
+    const double train_start_s = now_s();
+    if (!lockstep) {
+      strategy->set_progress_sink([&](const ProgressPoint& p) {
+        SeriesPoint pt;
+        pt.step = p.step;
+        pt.measured_s = now_s() - train_start_s - eval_spent_s;
+        pt.modeled_s = p.modeled_s;
+        pt.train_loss = p.train_loss;
+        res.samples_trained += p.samples;
+        res.steps_completed = p.step;
+        const size_t bad = count_non_finite(p.params, n);
+        const bool diverged = bad > 0 || !std::isfinite(p.train_loss);
+        const bool last = p.step >= total;
+        if (!diverged && (last || (eval_every > 0 && p.step % eval_every == 0))) {
+          const double e0 = now_s();
+          if (!progress_ws) progress_ws = model->make_workspace(kEvalChunk);
+          auto [loss, acc] = evaluate(*model, *data, p.params, *progress_ws, progress_chunk);
+          pt.eval_loss = loss;
+          pt.eval_accuracy = acc;
+          eval_spent_s += now_s() - e0;
+        }
+        res.series.push_back(pt);
+        if (hooks.on_step) hooks.on_step(p.step, total, p.train_loss);
+        if (diverged) {
+          res.disposition = "diverged";
+          res.divergence_step = p.step;
+          res.divergence_quantity = bad > 0 ? "parameters" : "train_loss";
+          res.message = bad > 0 ? fmt::format("diverged at step {}: the first non-finite quantity is the server's "
+                                              "parameters ({} values)", p.step, bad)
+                                : fmt::format("diverged at step {}: the first non-finite quantity is the training "
+                                              "loss ({})", p.step, p.train_loss);
+          return false;
+        }
+        if (last) return true;
+        if (timeout_s > 0 && now_s() - wall0 > timeout_s) {
+          res.disposition = "timeout";
+          res.message = fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed", p.step, total,
+                                    timeout_s);
+          return false;
+        }
+        if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) {
+          res.disposition = "interrupted";
+          res.message = fmt::format("stopped after step {} of {}", p.step, total);
+          return false;
+        }
+        return true;
+      });
+    }
+
     auto rank_main = [&](int rank) {
       GS_NVTX_RANGE(kRun);  // this rank's part of the run
       PhaseClock clock;
@@ -304,10 +365,11 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       PrecisionPolicy precision = base_policy;
       PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
       GS_NVTX_RANGE(kMeasure);  // every step is measured (the range ends with the loop: nothing timed follows)
-      for (int64_t step = 0; step < total; ++step) {
+      // Free-running ranks run until the strategy ends their loop (a fast worker computes more than `total` steps).
+      for (int64_t step = 0; !lockstep || step < total; ++step) {
         GS_NVTX_RANGE(kStep);
         clock.begin_step();
-        StepCost& cost = cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)];
+        StepCost& cost = cost_slots[static_cast<size_t>(lockstep ? step % 3 : 0)][static_cast<size_t>(rank)];
         cost.clear();
         std::fill(grad.begin(), grad.end(), 0.0f);
         // Control values all-reduced once per step: local samples, local loss sum, rank 0's reading of the stop
@@ -355,6 +417,25 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         // not a divergence.
         ctl[kCtlBadGrad] = check_nonfinite ? 0.0 : static_cast<double>(count_non_finite(grad.data(), n));
         const double local_samples = ctl[0];
+        const double local_loss_sum = ctl[1];
+        if (!lockstep) {  // free-running: no control all-reduce; the strategy owns progress, stops and divergence
+          StepInput in;
+          in.rank = rank;
+          in.step = step;
+          in.grad = grad.data();
+          in.local_samples = local_samples;
+          in.global_samples = local_samples;
+          in.local_loss_sum = local_loss_sum;
+          in.total_steps = total;
+          in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, std::min(step, total - 1),
+                                total);
+          in.clock = &clock;
+          in.cost = &cost;
+          strategy->step(in);
+          clock.end_step();
+          if (strategy->rank_done(rank)) break;
+          continue;
+        }
         {
           PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
           comm->all_reduce_sum(rank, ctl, kControlCount);
@@ -379,6 +460,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           in.local_samples = local_samples;
           in.global_samples = global_samples;
           in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, step, total);
+          in.local_loss_sum = local_loss_sum;
+          in.total_steps = total;
           in.clock = &clock;
           in.cost = &cost;
           strategy->step(in);
@@ -455,8 +538,27 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       }
       res.steps[static_cast<size_t>(rank)] = clock.steps();
     };
-    world.run(rank_main, [&] { comm->abort(); });
-    if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
+    world.run(rank_main, [&] {
+      comm->abort();
+      strategy->abort();
+    });
+    if (lockstep && modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
+    if (!lockstep) {  // free-running: the strategy's modeled steps per rank (ranks may have different counts)
+      res.modeled_steps.clear();
+      res.modeled_exposed_s.clear();
+      res.modeled_overlapped_s.clear();
+      for (const auto& rank_steps : strategy->modeled_rank_steps()) {
+        res.modeled_steps.emplace_back();
+        res.modeled_exposed_s.emplace_back();
+        res.modeled_overlapped_s.emplace_back();
+        for (const ModeledStep& m : rank_steps) {
+          res.modeled_steps.back().push_back(m.times);
+          res.modeled_exposed_s.back().push_back(m.exposed_s);
+          res.modeled_overlapped_s.back().push_back(m.overlapped_s);
+        }
+      }
+    }
+    res.staleness = strategy->staleness_report();
 
     // The strategy's claim of identical replicas, checked against the trace when there is one.
     for (const auto& snap : res.trace)

@@ -15,6 +15,10 @@
 #include "sim/runtime/clock.h"
 
 namespace gs {
+struct ParameterRead;
+}
+
+namespace gs {
 
 // One point of the convergence series, recorded after optimizer step `step` (1-based).
 struct SeriesPoint {
@@ -65,6 +69,7 @@ struct RunResult {
   std::vector<float> trace_initial;           // report.trace: parameters before step 1
   std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
   std::optional<PrecisionResult> precision;   // filled for every run that started training
+  json staleness;  // free-running strategies' staleness_report() (report key "staleness"); null otherwise
 };
 
 struct RunHooks {
@@ -72,6 +77,9 @@ struct RunHooks {
   std::function<void(int64_t step, int64_t total, double train_loss)> on_step;
   // When set and true, the run stops at the next step boundary with disposition "interrupted".
   const std::atomic<bool>* stop = nullptr;
+  // Tests: called on every read of a parameter server's parameters (sim/strategy/strategy.h, ParameterRead), from
+  // inside the strategy's serialized section.
+  std::function<void(const ParameterRead&)> on_read;
 };
 
 // Number of optimizer steps the config asks for (training.steps, or epochs x steps per epoch).

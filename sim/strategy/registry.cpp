@@ -17,6 +17,10 @@ const std::vector<StrategyEntry>& strategy_registry() {
       {"local_sgd", "local SGD: local optimizer steps, parameters averaged every sync.period steps (optionally the "
                     "optimizer state), after sync.warmup_steps of synchronous all-reduce (post-local SGD)",
        make_local_sgd},
+      {"parameter_server", "parameters sharded over server shards that own the optimizer; workers push gradients and "
+                           "pull parameters; sync.staleness 0 = BSP, s = SSP, \"inf\" = asynchronous, in modeled-time "
+                           "order",
+       make_parameter_server},
   };
   return kStrategies;
 }

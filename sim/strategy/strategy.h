@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,27 @@ struct Bucket {
 std::vector<Bucket> make_buckets(const std::vector<TensorInfo>& tensors, size_t first_bucket_bytes,
                                  size_t bucket_bytes);
 
+// One read of the server's parameters by a worker of a free-running strategy (parameter server), for tests that
+// check the SSP guarantee on every read: the worker is about to start clock `clock` (0-based) and the parameters it
+// read contain applied_per_rank[q] pushes of rank q (its clocks 0 .. applied_per_rank[q] - 1).
+struct ParameterRead {
+  int rank = 0;
+  int64_t clock = 0;
+  std::vector<int64_t> applied_per_rank;
+};
+
+// What a free-running strategy reports once per `ranks` applied gradients (one optimizer step's worth of
+// gradients, the unit of training.steps), from inside its serialized section in modeled-time order.
+struct ProgressPoint {
+  int64_t step = 0;          // 1-based: step x ranks gradients applied
+  double modeled_s = 0.0;    // modeled time of the apply that completed it
+  double train_loss = 0.0;   // mean per-sample loss over the samples of those gradients
+  double samples = 0.0;      // samples behind those gradients
+  const float* params = nullptr;  // the server's parameters after it (valid during the call)
+};
+// Returns false to end the run (divergence, stop request, time limit): the strategy then ends every rank's loop.
+using ProgressSink = std::function<bool(const ProgressPoint&)>;
+
 // What a strategy is built from (once per run, before the rank threads start).
 struct StrategySetup {
   const RunConfig& config;
@@ -39,6 +61,7 @@ struct StrategySetup {
   int ranks;
   const CostModel* cost_model = nullptr;  // prices optimizer steps and the like (add_optimizer)
   bool timing_only = false;               // training.mode "timing": allocate nothing; only price_step is called
+  const std::function<void(const ParameterRead&)>* on_read = nullptr;  // tests: every parameter read (free-running)
 };
 
 // One rank's call at the end of its optimizer step.
@@ -49,6 +72,8 @@ struct StepInput {
   double local_samples = 0.0;     // samples behind grad
   double global_samples = 0.0;    // S: samples of this step over all ranks and micro-batches
   double lr = 0.0;                // learning rate of this step (schedule applied)
+  double local_loss_sum = 0.0;    // sum of the rank's per-sample losses of this step (free-running strategies)
+  int64_t total_steps = 0;        // the run's planned optimizer steps
   PhaseClock* clock = nullptr;    // the rank's clock: attribute communicate / optimizer time and bytes
   StepCost* cost = nullptr;       // the rank's modeled step: add what the strategy does (see sim/cost/step_cost.h)
 };
@@ -80,6 +105,20 @@ class SyncStrategy {
   // price_step records the same work share a key (default: every step alike). E.g. local_sgd: warm-up, averaging and
   // local steps.
   virtual int64_t schedule_key(int64_t step) const { return 0; }
+
+  // Free-running strategies (parameter server: ranks do not step together). When lockstep() is false the rank loop
+  // (rank_loop.cpp) skips its per-step control all-reduce (StepInput.global_samples is then the rank's own samples),
+  // runs each rank until rank_done(rank) is true after a step, leaves the convergence series to the strategy
+  // (set_progress_sink, called before the threads start) and takes the modeled clock from modeled_rank_steps().
+  virtual bool lockstep() const { return true; }
+  virtual bool rank_done(int rank) const { return false; }
+  virtual void set_progress_sink(ProgressSink sink) {}
+  // [rank][step] modeled steps of a free-running strategy (after the run); empty for lockstep strategies.
+  virtual std::vector<std::vector<ModeledStep>> modeled_rank_steps() const { return {}; }
+  // The report's "staleness" object (null for lockstep strategies). Called after the run.
+  virtual nlohmann::json staleness_report() const { return nullptr; }
+  // Wakes rank threads blocked inside the strategy (a rank failed); they throw gs::Aborted.
+  virtual void abort() {}
 };
 
 struct StrategyEntry {
@@ -94,5 +133,6 @@ std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup);
+std::unique_ptr<SyncStrategy> make_parameter_server(const StrategySetup& setup);
 
 }  // namespace gs

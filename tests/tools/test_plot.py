@@ -800,3 +800,40 @@ def test_without_compression_or_modeled_time_the_new_figures_are_skipped_with_a_
     assert "accuracy_vs_bytes.png not written" in result.stderr
     assert "accuracy_vs_modeled_time.png not written" in result.stderr
     assert not (example_copy.parent / "accuracy_vs_bytes.png").exists()
+
+
+def staleness_report(example):
+    """The example with a staleness object on its first two passed runs (hand-written histograms)."""
+    doc = copy.deepcopy(example)
+    runs = [r for r in doc["runs"] if r["disposition"] == "passed"][:2]
+    hists = [({"values": [0], "counts": [8]}, {"values": [0], "counts": [8]}),
+             ({"values": [0, 1, 3], "counts": [1, 2, 5]}, {"values": [0, 2], "counts": [6, 2]})]
+    for run, (versions, clocks) in zip(runs, hists):
+        run["staleness"] = {"ordering": "modeled", "staleness": "inf", "shards": 2, "dedicated": False,
+                            "versions": dict(versions, mean=None, max=None), "clocks": dict(clocks, mean=None, max=None),
+                            "wait_s_per_rank": [0.0, 0.0], "pushes_per_rank": [4, 4], "discarded_pushes": 0}
+    return doc, [r["id"] for r in runs]
+
+
+def test_staleness_histogram_is_the_fraction_of_applied_gradients(example):
+    doc, ids = staleness_report(example)
+    run = next(r for r in doc["runs"] if r["id"] == ids[1])
+    assert rl.staleness_histogram(run, "versions") == ([0, 1, 3], [0.125, 0.25, 0.625])
+    assert rl.staleness_histogram(run, "clocks") == ([0, 2], [0.75, 0.25])
+    lockstep = next(r for r in doc["runs"] if r["id"] not in ids)
+    assert rl.staleness_histogram(lockstep, "versions") == ([], [])
+
+
+def test_staleness_figures_draw_one_line_per_parameter_server_run(example, tmp_path, monkeypatch):
+    doc, ids = staleness_report(example)
+    for unit, expected in (("versions", [([0.0], [1.0]), ([0.0, 1.0, 3.0], [0.125, 0.25, 0.625])]),
+                           ("clocks", [([0.0], [1.0]), ([0.0, 2.0], [0.75, 0.25])])):
+        fig = figure_of(monkeypatch, lambda: plot.fig_staleness(doc, plot.run_styles(doc["runs"]), tmp_path, "", unit))
+        try:
+            lines = [(list(map(float, l.get_xdata())), list(map(float, l.get_ydata()))) for l in fig.axes[0].get_lines()]
+            assert lines == expected
+            assert unit in fig.axes[0].get_xlabel()
+        finally:
+            plt.close(fig)
+    # Without any parameter server run the figures are skipped.
+    assert plot.fig_staleness(example, plot.run_styles(example["runs"]), tmp_path, "", "clocks") is None
