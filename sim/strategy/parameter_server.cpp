@@ -191,7 +191,7 @@ class ParameterServer final : public SyncStrategy {
     if (!done_ && !may_start(c + 1)) {
       need_[ri] = c + 1;
       const double a = now_s();
-      t_pull = sched_.block(r);
+      t_pull = std::max(t_push, sched_.block(r));  // real ordering may wake from a turn modeled earlier
       wait_real_s += now_s() - a;
     }
     const double wait_s = t_pull - t_push;
