@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target over the scenario loader and validator (CMakePresets.json "fuzz": clang, ASan+UBSan)
-# and runs it for a bounded time; .ci/run calls it. Installs clang through tools/setup.sh --fuzz when missing.
+# Builds the libFuzzer targets over the scenario loader and validator and over the IDX reader (CMakePresets.json
+# "fuzz": clang, ASan+UBSan) and runs them for a bounded time (SECONDS for the scenarios, 10 s for IDX); .ci/run
+# calls it. Installs clang through tools/setup.sh --fuzz when missing.
 #   tools/fuzz.sh [SECONDS]   (default 60)
 # Corpus: the inputs of tests/fuzz/corpus/ (every input that once failed; replayed first, each must pass) plus the
 # scenario files of scenarios/ and tests/data/ as seeds; new inputs go to a scratch folder, never into the repo.
@@ -20,7 +21,7 @@ if [[ ! -f "$build/build.ninja" ]]; then
     exit 1
   }
 fi
-if ! ninja -C "$build" -j "$(nproc)" fuzz_scenario > "$build/build.log" 2>&1; then
+if ! ninja -C "$build" -j "$(nproc)" fuzz_scenario fuzz_idx > "$build/build.log" 2>&1; then
   grep -v '^\[' "$build/build.log" | tail -60 >&2
   echo "fuzz: build failed (full log: $build/build.log); 0 passed, 1 failed"
   exit 1
@@ -49,6 +50,16 @@ mkdir -p "$scratch/work"
 if ! (cd "$build" && ./fuzz_scenario -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 \
       -max_len=4096 -print_final_stats=1 "$scratch/work" "$scratch/seeds") > "$build/fuzz.log" 2>&1; then
   tail -80 "$build/fuzz.log" >&2
+  failed=$((failed + 1))
+fi
+# 3. The IDX reader (tests/fuzz/fuzz_idx.cpp): 10 s from two valid seeds (a labels and an images file); inputs are
+# small files, so this is cheap next to the scenario fuzzing.
+mkdir -p "$scratch/idx_seeds" "$scratch/idx_work"
+printf '\x00\x00\x00\x08\x01\x00\x00\x00\x03\x04\x09\x01' > "$scratch/idx_seeds/labels"
+printf '\x01\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x02\x00\x7f\xff\x10' > "$scratch/idx_seeds/images"
+if ! (cd "$build" && ./fuzz_idx -max_total_time=10 -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -max_len=4096 \
+      -print_final_stats=1 "$scratch/idx_work" "$scratch/idx_seeds") > "$build/fuzz_idx.log" 2>&1; then
+  tail -40 "$build/fuzz_idx.log" >&2
   failed=$((failed + 1))
 fi
 runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/fuzz.log" | grep -o '[0-9]*$' || echo 0)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Figures from gradsweep reports: loss and accuracy curves (accuracy also against the modeled clock and, when some
-run compresses, against the bytes sent), per-phase step breakdown, and a sweep heatmap.
+run compresses, against the bytes sent), per-phase step breakdown, a sweep heatmap, and, when a report sweeps the
+data cache's capacity, step time and data-stall share against it.
 
     python tools/plot.py REPORT... [--out DIR] [--metric NAME] [--x AXIS --y AXIS]
 
@@ -717,6 +718,65 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
     return save(fig, out_dir / f"heatmap_{metric}.png")
 
 
+# Line styles of the data-cache figure by cache policy (colors by the other swept values).
+POLICY_MARKERS = {"none": "x", "lru": "o", "static": "s", "partitioned": "^"}
+
+
+def fig_data_cache(report, styles, out_dir, note):
+    """Two panels against the cache capacity (the sweep axis over data.cache.capacity_*), from each run's last epoch
+    (the cache warm when it filled in the first; rl.last_epoch_data): the mean modeled step time (log y when it spans
+    more than 20x) and the share of step time lost to data stalls (modeled solid, measured dashed). One curve per
+    combination of the other swept values (rl.data_curves): a color per value of everything but the cache policy, a
+    marker per policy. Written when a report sweeps the capacity and its runs have data."""
+    name = "data_cache_vs_capacity.png"
+    axis = rl.capacity_axis(report)
+    if axis is None:
+        return skipped(name, "no sweep axis over data.cache.capacity_fraction or data.cache.capacity_bytes")
+    curves = rl.data_curves(report, axis)
+    if not curves:
+        return skipped(name, "no run has data totals")
+    width = min(13.0 + (2.6 if len(curves) > 4 else 0.0), MAX_WIDTH_IN)
+    lines = note_lines(note, width)
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(width, 5.5), layout="constrained")
+    fig.suptitle(f"{rl.shorten(report['scenario_name'], 40)}: step time and data-stall share vs cache capacity "
+                 "(last epoch)")
+    colors = plt.get_cmap("tab10")
+
+    def color_key(label):
+        return ", ".join(part for part in label.split(", ") if not part.startswith("policy="))
+
+    groups = sorted({color_key(label) for label in curves})
+    steps_seen = []
+    for label, points in curves.items():
+        policy = next((run["data"]["cache"]["policy"] for _, run in points
+                       if run["data"]["cache"]["policy"] != "none"), "none")
+        color = colors(groups.index(color_key(label)) % 10)
+        marker = POLICY_MARKERS.get(policy, "o")
+        x = [c for c, _ in points]
+        values = [rl.last_epoch_data(run) for _, run in points]
+        step_ms = [v[0] for v in values]
+        steps_seen += step_ms
+        ax_t.plot(*finite_xy(x, step_ms), color=color, marker=marker, label=rl.shorten(label, 60) or "runs")
+        ax_s.plot(*finite_xy(x, [v[1] for v in values]), color=color, marker=marker)
+        ax_s.plot(*finite_xy(x, [v[2] for v in values]), color=color, marker=marker, linestyle=EVAL_LINESTYLE,
+                  alpha=0.5)
+    xlabel = ("cache capacity (fraction of the training set, per node)"
+              if axis["paths"][0].endswith("fraction") else "cache capacity (bytes per node)")
+    maybe_log_scale(ax_t, steps_seen)
+    ax_t.set_xlabel(xlabel)
+    ax_t.set_ylabel("mean step time, modeled (ms)")
+    ax_s.set_xlabel(xlabel)
+    ax_s.set_ylabel("share of step time lost to data stalls")
+    ax_s.set_ylim(-0.02, 1.02)
+    keys = [Line2D([], [], color="#555555", linestyle="-", label="modeled clock"),
+            Line2D([], [], color="#555555", linestyle=EVAL_LINESTYLE, label="measured clock (this host)")]
+    place = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if len(curves) > 4 else {"loc": "best"}
+    ax_s.legend(handles=keys + ax_t.get_legend_handles_labels()[0], fontsize=7, **place)
+    if lines:
+        fig.text(0.0, -0.02, "\n".join(lines), fontsize=7, color="#555555", va="top", ha="left")
+    return save(fig, out_dir / name)
+
+
 def skipped(name, why):
     print(f"note: {name} not written: {why}", file=sys.stderr)
     return None
@@ -742,6 +802,7 @@ def write_figures(report, out_dir, metric=None, x_name=None, y_name=None):
         fig_step_breakdown(report, styles, out_dir, note, clock="modeled"),
         fig_throughput_vs_ranks(report, styles, out_dir, note),
         fig_heatmap(report, styles, out_dir, note, metric, x_name, y_name),
+        fig_data_cache(report, styles, out_dir, note),
     ]
     return [p for p in paths if p is not None]
 

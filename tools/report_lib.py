@@ -421,3 +421,60 @@ def axis_value_text(axis, value):
     names = short_paths(axis["paths"])
     return ",".join(f"{names[p]}={label_value(v, among=axis_values_of(p, [axis]))}"
                     for p, v in zip(axis["paths"], value))
+
+
+# ---- input pipeline (runs[].data; reports/README.md, "data") ------------------------------------------------------
+
+def data_totals(run):
+    """The run's data totals (hit_rate, stall_share_modeled, ...), or None when it has no data object."""
+    return (run.get("data") or {}).get("totals")
+
+
+def capacity_axis(report):
+    """The sweep axis over the cache capacity (data.cache.capacity_fraction or data.cache.capacity_bytes), or None."""
+    for axis in report.get("axes") or []:
+        if len(axis["paths"]) == 1 and axis["paths"][0] in ("data.cache.capacity_fraction",
+                                                             "data.cache.capacity_bytes"):
+            return axis
+    return None
+
+
+def data_curves(report, axis):
+    """Curves over the capacity axis: {label: [(capacity, run), ...] sorted by capacity}, one curve per combination
+    of the other swept values (e.g. storage x policy), for runs that have data totals; label "a=x, b=y" from the
+    short names of the other swept paths in the report's axis order ("" when there are none)."""
+    path = axis["paths"][0]
+    curves = {}
+    for run in report["runs"]:
+        swept = run.get("swept") or {}
+        if path not in swept or data_totals(run) is None:
+            continue
+        others = [p for p in swept_order(run, report.get("axes")) if p != path]
+        names = short_paths(others)
+        label = ", ".join(f"{names[p]}={format_value(swept[p])}" for p in others)
+        curves.setdefault(label, []).append((num(swept[path]), run))
+    for points in curves.values():
+        points.sort(key=lambda p: p[0])
+    return curves
+
+
+def modeled_step_mean_ms(run):
+    """Mean modeled step time in ms over all ranks and steps, NaN when absent."""
+    step = ((run.get("timing") or {}).get("modeled") or {}).get("step") or {}
+    return num((step.get("all") or {}).get("mean_ms"))
+
+
+def last_epoch_data(run):
+    """Over the ranks' last epoch entry of runs[].data (the cache warm when it fills in the first epoch): (mean
+    modeled step ms, modeled stall share, measured stall share); NaNs when the run has no per-epoch data."""
+    entries = [r["epochs"][-1] for r in (run.get("data") or {}).get("per_rank") or [] if r.get("epochs")]
+    steps = sum(e["steps"] for e in entries)
+    if not entries or steps == 0:
+        return math.nan, math.nan, math.nan
+    step_mod = sum(num(e.get("step_modeled_s")) for e in entries)
+    step_meas = sum(num(e.get("step_measured_s")) for e in entries)
+    stall_mod = sum(num(e.get("stall_modeled_s")) for e in entries)
+    stall_meas = sum(num(e.get("stall_measured_s")) for e in entries)
+    return (step_mod / steps * 1e3,
+            stall_mod / step_mod if step_mod > 0 else math.nan,
+            stall_meas / step_meas if step_meas > 0 else math.nan)

@@ -15,6 +15,7 @@
 
 #include "sim/core/error.h"
 #include "sim/cost/hardware_profile.h"
+#include "sim/cost/storage_model.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/runtime/device.h"
@@ -78,6 +79,18 @@ void visit_fields(V& v, RunConfig& c) {
   v(t.seed, F("data.teacher.seed", "teacher: seed of its weights and samples (fixed across repeats)").at_least(0));
   v(d.ranks, F("data.ranks", "inline: per rank, a list of micro-batches {\"x\": [[...]], \"y\": [[...]]}"));
   v(d.eval, F("data.eval", "inline: evaluation set {\"x\", \"y\"} (null: every training sample)"));
+  v(d.prefetch, F("data.prefetch", "loader thread's queue bound in micro-batches (0: no loader thread, each rank reads "
+                                   "its own micro-batches)").at_least(0).at_most(1 << 16));
+  v(d.storage, F("data.storage", "storage profile of the modeled clock: local_nvme, nfs, object_store "
+                                 "(scenarios/hardware/storage/) or {\"bandwidth_GBps\", \"latency_us\", "
+                                 "\"concurrency\"}"));
+  v(d.cache.policy, F("data.cache.policy", "node cache of decoded samples: none, lru, static (fill once, never evict), "
+                                           "partitioned (each rank caches its own part; peers serve the rest)")
+                        .one_of({"none", "lru", "static", "partitioned"}));
+  v(d.cache.capacity_fraction, F("data.cache.capacity_fraction", "cache capacity per node as a fraction of the "
+                                                                 "training set").at_least(0).at_most(1));
+  v(d.cache.capacity_bytes, F("data.cache.capacity_bytes", "cache capacity per node in decoded bytes (> 0: used "
+                                                           "instead of capacity_fraction)").at_least(0));
 
   auto& cl = c.cluster;
   v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
@@ -686,6 +699,23 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                              "SSP and asynchronous schedules need the event order of a training run");
     }
   }
+  try {
+    load_storage_profile(d.storage);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    const std::string prefix = "data.storage";
+    if (msg.rfind(prefix, 0) == 0 && msg.size() > prefix.size() && (msg[prefix.size()] == '.' || msg[prefix.size()] == ':')) {
+      const size_t colon = msg.find(": ");
+      add(msg.substr(0, colon), msg.substr(colon + 2));
+    } else {
+      add("data.storage", msg);
+    }
+  }
+  if (d.cache.policy != "none" && d.kind != "fashion_mnist" && d.kind != "teacher")
+    add("data.cache.policy", "a cache needs an indexed training set (data.kind fashion_mnist or teacher), got \"" +
+                                 d.kind + "\"");
+  if (d.cache.capacity_fraction > 0 && d.cache.capacity_bytes > 0)
+    add("data.cache.capacity_bytes", "give the capacity once: capacity_bytes or capacity_fraction, not both");
   // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
   try {

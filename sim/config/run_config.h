@@ -63,6 +63,13 @@ struct TeacherConfig {
   int64_t seed = 1234;       // teacher weights and samples (fixed across training repeats)
 };
 
+// The node cache of decoded training samples (data_cache.h; docs/data.md).
+struct CacheConfig {
+  std::string policy = "none";     // none | lru | static | partitioned
+  double capacity_fraction = 0.0;  // of the training set, per node (when capacity_bytes is 0)
+  int64_t capacity_bytes = 0;      // per node, in decoded bytes (> 0: overrides capacity_fraction)
+};
+
 struct DataConfig {
   std::string kind = "fashion_mnist";  // fashion_mnist | teacher | inline | none
   int64_t batch_per_rank = 32;         // samples per micro-batch per rank (b)
@@ -72,6 +79,9 @@ struct DataConfig {
   TeacherConfig teacher;
   json ranks;  // inline: [[micro-batch, ...] per rank], micro-batch = {"x": [[...], ...], "y": [[...], ...]}
   json eval;   // inline: {"x": ..., "y": ...} evaluation set (null = every training sample)
+  int64_t prefetch = 2;                // loader queue bound in micro-batches (0: the rank reads its own data)
+  json storage = "local_nvme";         // storage profile name (scenarios/hardware/storage/) or {bandwidth_GBps, ...}
+  CacheConfig cache;
 };
 
 // Stragglers of the modeled clock (cost-model issue): a rank's compute is multiplied by factors[rank] and by per-step

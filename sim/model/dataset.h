@@ -32,6 +32,24 @@ class Dataset {
   virtual void micro_batch(int64_t step, int64_t micro, int rank, Batch& out) const = 0;
   // The evaluation set.
   virtual const Batch& eval_set() const = 0;
+
+  // Indexable datasets (fashion_mnist, teacher): a training set of train_size() samples addressed by index, which the
+  // loader (loader.h) reads sample by sample through a cache. 0 for the others (inline, none): the loader then calls
+  // micro_batch and nothing is priced as storage.
+  virtual int64_t train_size() const { return 0; }
+  // Bytes one training sample occupies on storage in its encoded form (fashion_mnist: 784 pixel bytes + 1 label
+  // byte), the unit the storage profile prices.
+  virtual int64_t stored_sample_bytes() const { return 0; }
+  // Bytes of one decoded sample in memory (x, then y or the label): what a cache holds and a peer sends.
+  int64_t decoded_sample_bytes() const {
+    return (in_dim() + (classification() ? 1 : out_dim())) * static_cast<int64_t>(sizeof(float));
+  }
+  // Sizes out for `count` samples of `rank` (x, y or labels). Indexable datasets only.
+  virtual void shape_batch(Batch& out, int64_t count, int rank) const;
+  // Reads training sample i from the backing store (the stand-in for storage) and decodes it into row `row` of out
+  // (shaped by shape_batch). Thread-safe. micro_batch(step, k, rank) equals shape_batch + read_sample of
+  // micro_batch_indices(...) row by row, bit for bit.
+  virtual void read_sample(int64_t i, Batch& out, int64_t row) const;
 };
 
 struct DatasetEntry {

@@ -91,6 +91,13 @@ std::unique_ptr<Dataset> make_dataset(const RunConfig& config) {
 
 std::unique_ptr<Dataset> make_no_data(const RunConfig&) { return std::make_unique<NoData>(); }
 
+void Dataset::shape_batch(Batch&, int64_t, int) const {
+  throw_error(__FILE__, __LINE__, "an indexable dataset", "shape_batch: this dataset has no indexed training set");
+}
+void Dataset::read_sample(int64_t, Batch&, int64_t) const {
+  throw_error(__FILE__, __LINE__, "an indexable dataset", "read_sample: this dataset has no indexed training set");
+}
+
 // Fisher-Yates (Knuth's Algorithm P) from the top: for i = n-1..1, j = r_i mod (i+1) with r_i the 64 bits of
 // words 0,1 of philox_draw(seed, kShuffle, step = epoch, rank = 0, index = i); swap positions i and j.
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {

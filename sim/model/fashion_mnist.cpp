@@ -1,8 +1,6 @@
-// The `fashion_mnist` dataset: the gzip IDX files (LeCun's format) read with zlib, decoded once per process into a
-// thread-safe cache keyed by file (path, size, mtime), pixels scaled to [0, 1]. Another IDX image set (e.g. MNIST)
+// The `fashion_mnist` dataset: the gzip IDX files (LeCun's format, idx.h) decompressed once per process into a
+// thread-safe backing store keyed by file (path, size, mtime); each read decodes a sample's pixels to [0, 1]. Another IDX image set (e.g. MNIST)
 // works through data.path when its files carry the same names.
-#include <zlib.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -15,123 +13,55 @@
 
 #include "sim/core/error.h"
 #include "sim/model/dataset.h"
+#include "sim/model/idx.h"
 
 namespace gs {
 
 namespace {
 
 constexpr const char* kDebianPath = "/usr/share/datasets/fashion-mnist";
-constexpr uint32_t kImagesMagic = 2051;  // 0x00000803: unsigned bytes, 3 dimensions
-constexpr uint32_t kLabelsMagic = 2049;  // 0x00000801: unsigned bytes, 1 dimension
 constexpr int64_t kClasses = 10;
 
 [[noreturn]] void fail(const std::string& message) { throw_error(__FILE__, __LINE__, "a valid IDX file", message); }
 
+// The backing store: the decompressed IDX bytes, which stand in for storage (a sample is read from here and decoded
+// for real on every read that the cache does not serve).
 struct Images {
   int64_t count = 0, rows = 0, cols = 0;
-  std::vector<float> pixels;  // count x (rows*cols), in [0, 1]
+  std::vector<unsigned char> bytes;  // count x (rows*cols) pixel bytes
 };
 
 struct Labels {
-  std::vector<int32_t> labels;  // count, in [0, kClasses)
+  std::vector<unsigned char> labels;  // count, in [0, kClasses)
 };
 
-// Reads exactly n bytes; returns how many were read (fewer at the end of the stream). Throws on a zlib error.
-size_t read_bytes(gzFile f, const std::string& path, unsigned char* out, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    const auto want = static_cast<unsigned>(std::min<size_t>(n - done, size_t{1} << 30));
-    const int got = gzread(f, out + done, want);
-    if (got < 0) {
-      int code = 0;
-      const char* msg = gzerror(f, &code);
-      fail(path + ": corrupt gzip data (" + (msg ? msg : "zlib error") + ")");
-    }
-    if (got == 0) break;
-    done += static_cast<size_t>(got);
-  }
-  return done;
+// Pixel byte -> float: torchvision's ToTensor.
+inline void decode_pixels(const unsigned char* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]) / 255.0f;
 }
 
-// One IDX file of unsigned bytes: checks the magic number, reads the big-endian dimensions and exactly
-// prod(dims) bytes of data (no more, no less). Returns {dims, data}.
-std::pair<std::vector<int64_t>, std::vector<unsigned char>> read_idx(const std::string& path, uint32_t magic,
-                                                                    int ndims) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    fail(path + ": file not found (data.path names the folder of the IDX .gz files; \"\" means " + kDebianPath +
-         ", Debian's dataset-fashion-mnist)");
-  }
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) fail(path + ": cannot open (" + std::strerror(errno) + ")");
-  struct Closer {
-    gzFile f;
-    ~Closer() { gzclose(f); }
-  } closer{f};
-  gzbuffer(f, 1u << 20);
-
-  unsigned char header[16];
-  const size_t header_bytes = 4 + 4 * static_cast<size_t>(ndims);
-  if (read_bytes(f, path, header, header_bytes) != header_bytes) fail(path + ": truncated IDX header");
-  auto be32 = [&](size_t at) {
-    return (uint32_t{header[at]} << 24) | (uint32_t{header[at + 1]} << 16) | (uint32_t{header[at + 2]} << 8) |
-           uint32_t{header[at + 3]};
-  };
-  if (be32(0) != magic) {
-    fail(path + ": bad magic number " + std::to_string(be32(0)) + " (expected " + std::to_string(magic) + ")");
-  }
-  std::vector<int64_t> dims;
-  int64_t total = 1;
-  for (int d = 0; d < ndims; ++d) {
-    dims.push_back(be32(4 + 4 * static_cast<size_t>(d)));
-    if (dims.back() <= 0) fail(path + ": dimension " + std::to_string(d) + " is 0");
-    total *= dims.back();
-    if (total > (int64_t{1} << 36)) fail(path + ": implausible dimensions in the IDX header");
-  }
-  std::vector<unsigned char> data(static_cast<size_t>(total));
-  const size_t got = read_bytes(f, path, data.data(), data.size());
-  if (got != data.size()) {
-    fail(path + ": truncated: the header promises " + std::to_string(total) + " bytes of data, the file has " +
-         std::to_string(got));
-  }
-  unsigned char extra = 0;
-  if (read_bytes(f, path, &extra, 1) != 0) {
-    fail(path + ": more data than the header's " + std::to_string(total) + " bytes");
-  }
-  return {std::move(dims), std::move(data)};
-}
-
-std::shared_ptr<const Images> decode_images(const std::string& path) {
-  auto [dims, bytes] = read_idx(path, kImagesMagic, 3);
+std::shared_ptr<const Images> load_images(const std::string& path) {
+  IdxData idx = read_idx_file(path, kIdxImagesMagic, 3);
   auto images = std::make_shared<Images>();
-  images->count = dims[0];
-  images->rows = dims[1];
-  images->cols = dims[2];
-  images->pixels.resize(bytes.size());
-  float* out = images->pixels.data();
-  const unsigned char* in = bytes.data();
-  const size_t n = bytes.size();
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]) / 255.0f;  // torchvision's ToTensor
+  images->count = idx.dims[0];
+  images->rows = idx.dims[1];
+  images->cols = idx.dims[2];
+  images->bytes = std::move(idx.data);
   return images;
 }
 
-std::shared_ptr<const Labels> decode_labels(const std::string& path) {
-  auto [dims, bytes] = read_idx(path, kLabelsMagic, 1);
+
+std::shared_ptr<const Labels> load_labels(const std::string& path) {
+  IdxData idx = read_idx_file(path, kIdxLabelsMagic, 1);
+  check_idx_labels(idx, path, static_cast<int>(kClasses));
   auto labels = std::make_shared<Labels>();
-  labels->labels.resize(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    if (bytes[i] >= kClasses) {
-      fail(path + ": label " + std::to_string(bytes[i]) + " of item " + std::to_string(i) + " is outside 0.." +
-           std::to_string(kClasses - 1));
-    }
-    labels->labels[i] = bytes[i];
-  }
+  labels->labels = std::move(idx.data);
   return labels;
 }
 
-// Process-wide cache of decoded files. The key holds the file's size and modification time, so a file rewritten in
-// place is decoded again. Each entry has its own lock: one file is decoded once even when ranks or runs ask together,
-// and different files decode in parallel.
+// Process-wide cache of read files. The key holds the file's size and modification time, so a file rewritten in
+// place is read again. Each entry has its own lock: one file is read once even when ranks or runs ask together,
+// and different files read in parallel.
 template <typename T>
 std::shared_ptr<const T> cached(const std::string& path, std::shared_ptr<const T> (*decode)(const std::string&)) {
   struct Entry {
@@ -169,11 +99,11 @@ Split load_split(const std::string& folder, const std::string& prefix) {
   const std::string images_path = folder + "/" + prefix + "-images-idx3-ubyte.gz";
   const std::string labels_path = folder + "/" + prefix + "-labels-idx1-ubyte.gz";
   Split s;
-  s.images = cached<Images>(images_path, decode_images);
-  s.labels = cached<Labels>(labels_path, decode_labels);
+  s.images = cached<Images>(images_path, load_images);
+  s.labels = cached<Labels>(labels_path, load_labels);
   if (static_cast<int64_t>(s.labels->labels.size()) != s.images->count) {
-    fail(images_path + " has " + std::to_string(s.images->count) + " images but " + labels_path + " has " +
-         std::to_string(s.labels->labels.size()) + " labels");
+    fail(images_path + ": byte offset 4: " + std::to_string(s.images->count) + " images, but " + labels_path +
+         ": byte offset 4: " + std::to_string(s.labels->labels.size()) + " labels");
   }
   return s;
 }
@@ -205,7 +135,8 @@ class FashionMnist : public Dataset {
     eval_.count = eval_count;
     eval_.in_dim = in_dim_;
     eval_.out_dim = 0;
-    eval_.x.assign(test.images->pixels.begin(), test.images->pixels.begin() + eval_count * in_dim_);
+    eval_.x.resize(static_cast<size_t>(eval_count * in_dim_));
+    decode_pixels(test.images->bytes.data(), eval_.x.data(), eval_count * in_dim_);
     eval_.labels.assign(test.labels->labels.begin(), test.labels->labels.begin() + eval_count);
   }
 
@@ -216,7 +147,13 @@ class FashionMnist : public Dataset {
 
   void micro_batch(int64_t step, int64_t micro, int rank, Batch& out) const override {
     const std::vector<int64_t> idx = micro_batch_indices(config_, train_.images->count, step, micro, rank);
-    const auto count = static_cast<int64_t>(idx.size());
+    shape_batch(out, static_cast<int64_t>(idx.size()), rank);
+    for (size_t s = 0; s < idx.size(); ++s) read_sample(idx[s], out, static_cast<int64_t>(s));
+  }
+
+  int64_t train_size() const override { return train_.images->count; }
+  int64_t stored_sample_bytes() const override { return in_dim_ + 1; }  // pixel bytes + the label byte
+  void shape_batch(Batch& out, int64_t count, int rank) const override {
     out.rank = rank;
     out.count = count;
     out.in_dim = in_dim_;
@@ -224,12 +161,10 @@ class FashionMnist : public Dataset {
     out.x.resize(static_cast<size_t>(count * in_dim_));
     out.y.clear();
     out.labels.resize(static_cast<size_t>(count));
-    for (int64_t s = 0; s < count; ++s) {
-      const int64_t i = idx[static_cast<size_t>(s)];
-      std::memcpy(out.x.data() + s * in_dim_, train_.images->pixels.data() + i * in_dim_,
-                  static_cast<size_t>(in_dim_) * sizeof(float));
-      out.labels[static_cast<size_t>(s)] = train_.labels->labels[static_cast<size_t>(i)];
-    }
+  }
+  void read_sample(int64_t i, Batch& out, int64_t row) const override {
+    decode_pixels(train_.images->bytes.data() + i * in_dim_, out.x.data() + row * in_dim_, in_dim_);
+    out.labels[static_cast<size_t>(row)] = train_.labels->labels[static_cast<size_t>(i)];
   }
 
   const Batch& eval_set() const override { return eval_; }

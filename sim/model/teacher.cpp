@@ -74,6 +74,21 @@ class Teacher : public Dataset {
 
   const Batch& eval_set() const override { return eval_; }
 
+  int64_t train_size() const override { return t_.train_samples; }
+  // Generated, not stored: priced as if stored as decoded floats.
+  int64_t stored_sample_bytes() const override { return decoded_sample_bytes(); }
+  void shape_batch(Batch& out, int64_t count, int rank) const override { resize(out, count, rank); }
+  void read_sample(int64_t i, Batch& out, int64_t row) const override {
+    thread_local std::vector<float> h, f;
+    h.resize(static_cast<size_t>(t_.hidden));
+    f.resize(static_cast<size_t>(t_.out_dim));
+    float* x = out.x.data() + row * t_.in_dim;
+    fill_normal(x, static_cast<uint64_t>(t_.in_dim), static_cast<uint64_t>(t_.seed), Purpose::kTeacherData,
+                static_cast<uint32_t>(i), 0);
+    forward(x, h.data(), f.data());
+    target(Purpose::kTeacherData, i, f.data(), out, row);
+  }
+
  private:
   // The rows x cols matrix m (row-major) transposed.
   static std::vector<float> transpose(const std::vector<float>& m, int64_t rows, int64_t cols) {

@@ -163,7 +163,86 @@ json run_stub_json(const RunSpec& spec, const std::string& disposition, const st
   j["trace"] = nullptr;
   j["precision"] = nullptr;
   j["compression"] = nullptr;
+  j["data"] = nullptr;
   return j;
+}
+
+// The run's input pipeline (reports/README.md, "data"): per rank, one entry per epoch (ranges of epochs once a run
+// has more than kMaxDataEntries of them) with where samples came from and the data stall on both clocks.
+static json data_json(const DataResult& d, const RunResult& r) {
+  constexpr int64_t kMaxDataEntries = 200;
+  const int64_t steps = d.steps.empty() ? 0 : static_cast<int64_t>(d.steps[0].size());
+  const int64_t per_epoch = d.steps_per_epoch > 0 ? d.steps_per_epoch : std::max<int64_t>(1, steps);
+  const int64_t epochs = (steps + per_epoch - 1) / per_epoch;
+  const int64_t group = std::max<int64_t>(1, (epochs + kMaxDataEntries - 1) / kMaxDataEntries);
+  auto ratio = [](double a, double b) { return b > 0 ? json(a / b) : json(nullptr); };
+  json per_rank = json::array();
+  DataCounts all;
+  double all_stall_meas = 0, all_step_meas = 0, all_stall_mod = 0, all_step_mod = 0;
+  for (size_t rank = 0; rank < d.steps.size(); ++rank) {
+    json entries = json::array();
+    const auto& recs = d.steps[rank];
+    for (int64_t e0 = 0; e0 < epochs; e0 += group) {
+      const int64_t e1 = std::min(epochs, e0 + group);
+      const int64_t s0 = e0 * per_epoch, s1 = std::min(steps, e1 * per_epoch);
+      DataCounts c;
+      double fetch = 0, stall_meas = 0, step_meas = 0, stall_mod = 0, step_mod = 0;
+      for (int64_t s = s0; s < s1; ++s) {
+        const auto i = static_cast<size_t>(s);
+        c += recs[i].counts;
+        fetch += recs[i].fetch_modeled_s;
+        if (rank < r.steps.size() && i < r.steps[rank].size()) {
+          stall_meas += r.steps[rank][i].phase_s[static_cast<size_t>(Phase::kData)];
+          step_meas += r.steps[rank][i].step_s;
+        }
+        if (rank < r.modeled_steps.size() && i < r.modeled_steps[rank].size()) {
+          stall_mod += r.modeled_steps[rank][i].phase_s[static_cast<size_t>(Phase::kData)];
+          step_mod += r.modeled_steps[rank][i].step_s;
+        }
+      }
+      all += c;
+      all_stall_meas += stall_meas;
+      all_step_meas += step_meas;
+      all_stall_mod += stall_mod;
+      all_step_mod += step_mod;
+      entries.push_back({{"epoch", e0},
+                         {"epoch_last", e1 - 1},
+                         {"steps", s1 - s0},
+                         {"samples", c.samples},
+                         {"hits", c.hits},
+                         {"hit_rate", ratio(static_cast<double>(c.hits), static_cast<double>(c.samples))},
+                         {"peer_samples", c.peer_samples},
+                         {"peer_rate", ratio(static_cast<double>(c.peer_samples), static_cast<double>(c.samples))},
+                         {"storage_samples", c.storage_samples},
+                         {"storage_bytes", c.storage_bytes},
+                         {"peer_bytes", c.peer_bytes},
+                         {"fetch_modeled_s", fetch},
+                         {"stall_measured_s", stall_meas},
+                         {"stall_modeled_s", stall_mod},
+                         {"step_measured_s", step_meas},
+                         {"step_modeled_s", step_mod},
+                         {"stall_share_measured", ratio(stall_meas, step_meas)},
+                         {"stall_share_modeled", ratio(stall_mod, step_mod)}});
+    }
+    per_rank.push_back({{"rank", rank}, {"epochs", entries}});
+  }
+  return {{"storage", d.storage},
+          {"prefetch", d.prefetch},
+          {"cache", {{"policy", d.cache_policy}, {"capacity_samples", d.cache_capacity_samples}}},
+          {"ranks_per_node", d.ranks_per_node},
+          {"steps_per_epoch", d.steps_per_epoch},
+          {"max_queue_depth", d.max_queue_depth},
+          {"totals",
+           {{"samples", all.samples},
+            {"hit_rate", ratio(static_cast<double>(all.hits), static_cast<double>(all.samples))},
+            {"peer_rate", ratio(static_cast<double>(all.peer_samples), static_cast<double>(all.samples))},
+            {"storage_bytes", all.storage_bytes},
+            {"peer_bytes", all.peer_bytes},
+            {"stall_measured_s", all_stall_meas},
+            {"stall_modeled_s", all_stall_mod},
+            {"stall_share_measured", ratio(all_stall_meas, all_step_meas)},
+            {"stall_share_modeled", ratio(all_stall_mod, all_step_mod)}}},
+          {"per_rank", per_rank}};
 }
 
 // The run's precision object (reports/README.md, "precision").
@@ -314,6 +393,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   }
   if (r.precision) j["precision"] = precision_json(*r.precision);
   j["staleness"] = r.staleness;  // free-running strategies (parameter server); null otherwise
+  if (r.data) j["data"] = data_json(*r.data, r);
   if (spec.config.report.trace) {
     json params = json::array();
     for (const auto& step : r.trace) params.push_back(step);

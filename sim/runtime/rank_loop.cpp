@@ -22,7 +22,10 @@
 #include "sim/comm/communicator.h"
 #include "sim/core/error.h"
 #include "sim/cost/cost_model.h"
+#include "sim/cost/storage_model.h"
+#include "sim/model/data_cache.h"
 #include "sim/model/dataset.h"
+#include "sim/model/loader.h"
 #include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
@@ -219,7 +222,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   const int64_t K = config.training.accumulation_steps;
   try {
     std::unique_ptr<Model> model = make_model(config);
-    std::unique_ptr<Dataset> data = make_dataset(config);
+    std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
     std::vector<Device> devices = make_devices(config);
     res.backend = backend_name(devices.front().backend);
     if (config.precision.mode == "tf32" && devices.front().backend == Backend::kHost) {
@@ -239,6 +242,27 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     const bool lockstep = strategy->lockstep();
     const size_t n = model->num_params();
     const int64_t total = planned_steps(config, data->steps_per_epoch());
+
+    // Input pipeline: per rank a loader thread (loader.h) through the node cache (data_cache.h), priced on the
+    // modeled clock by the storage profile and the prefetch recurrence (storage_model.h).
+    const StorageProfile storage = load_storage_profile(config.data.storage);
+    const int ranks_per_node = std::max(1, std::min(ranks, cost_model.hardware().gpus_per_node));
+    std::unique_ptr<DataCache> cache;
+    if (data->train_size() > 0 && cache_capacity_samples(config, *data) > 0)
+      cache = std::make_unique<DataCache>(*data, config, ranks_per_node);
+    const int64_t prefetch_steps = config.data.prefetch == 0 ? 0 : std::max<int64_t>(1, config.data.prefetch / K);
+    PrefetchModel prefetch_model(ranks, prefetch_steps);
+    std::array<std::vector<double>, 3> fetch_slots;
+    for (auto& slot : fetch_slots) slot.assign(static_cast<size_t>(ranks), 0.0);
+    DataResult data_result;
+    data_result.storage = storage.name;
+    data_result.prefetch = config.data.prefetch;
+    data_result.cache_policy = cache ? config.data.cache.policy : "none";
+    data_result.cache_capacity_samples = cache ? cache->capacity_samples() : 0;
+    data_result.ranks_per_node = ranks_per_node;
+    data_result.steps_per_epoch = data->steps_per_epoch();
+    data_result.max_queue_depth.assign(static_cast<size_t>(ranks), 0);
+    data_result.steps.assign(static_cast<size_t>(ranks), {});
     res.steps_planned = total;
     res.num_params = static_cast<int64_t>(n);
     res.classification = model->classification();
@@ -273,9 +297,17 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);  // each rank's modeled time (carry_rank_clocks)
     auto model_step = [&](int64_t step) {
       std::vector<const StepCost*> recs;
-      for (const StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
+      for (StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
+      // Data stall: what the loader could not finish before the step began (the straggler factor that
+      // model_step applies to compute does not apply to it, so it is divided out here).
+      for (int r = 0; r < ranks; ++r) {
+        const double stall = prefetch_model.stall_s(r, fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)]);
+        const double f = straggler_factor(config.cluster.stragglers, static_cast<uint64_t>(config.training.seed), step, r);
+        cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)].add_time(Phase::kData, f > 0 ? stall / f : stall);
+      }
       std::vector<ModeledStep> m = cost_model.model_step(recs, step);
       carry_rank_clocks(m, rank_clock_s);
+      for (int r = 0; r < ranks; ++r) prefetch_model.end_step(r, m[static_cast<size_t>(r)].times.step_s);
       for (size_t r = 0; r < m.size(); ++r) {
         res.modeled_steps[r].push_back(m[r].times);
         res.modeled_exposed_s[r].push_back(m[r].exposed_s);
@@ -364,6 +396,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       std::vector<float> grad(n);
       PrecisionPolicy precision = base_policy;
       PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
+      Loader loader(*data, config, cache.get(), rank, total, config.data.prefetch);
+      std::vector<DataStepRecord>& data_steps = data_result.steps[static_cast<size_t>(rank)];
+      data_steps.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
+      const int node_first = rank / ranks_per_node * ranks_per_node;
+      const double readers = static_cast<double>(std::min(ranks_per_node, ranks - node_first));
+      // Requests the loader may keep in flight: the samples of the micro-batches its queue has room for.
+      const double window = static_cast<double>(std::max<int64_t>(1, config.data.prefetch) * config.data.batch_per_rank);
+      DataCounts micro_counts;
       GS_NVTX_RANGE(kMeasure);  // every step is measured (the range ends with the loop: nothing timed follows)
       // Free-running ranks run until the strategy ends their loop (a fast worker computes more than `total` steps).
       for (int64_t step = 0; !lockstep || step < total; ++step) {
@@ -381,12 +421,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         const float* params = strategy->params(rank);
         precision.loss_scale = strategy->loss_scale(rank);
         ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
+        DataStepRecord data_step;
         for (int64_t k = 0; k < K; ++k) {
           GS_NVTX_RANGE(kMicroStep);
           {
-            PhaseTimer t(clock, Phase::kData);
-            data->micro_batch(step, k, rank, batch);
+            PhaseTimer t(clock, Phase::kData);  // the wait for the loader: data stall on the measured clock
+            loader.next(batch, micro_counts);
           }
+          data_step.counts += micro_counts;
           if (batch.count == 0) continue;
           if (batch.count > ws_capacity) {  // inline micro-batches may exceed b: grow to the largest seen
             ws = model->make_workspace(batch.count);
@@ -409,6 +451,17 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           ctl[0] += static_cast<double>(batch.count);
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
           price_precision_micro_batch(cost, precision.mode, static_cast<double>(n));  // format casts
+        }
+        {
+          const DataCounts& dc = data_step.counts;
+          double fetch = storage_read_s(storage, static_cast<double>(dc.storage_samples), dc.storage_bytes, readers,
+                                        window);
+          if (dc.peer_transfers > 0)  // one transfer per (micro-batch, peer), priced as the fabric's p2p cost
+            fetch += static_cast<double>(dc.peer_transfers) *
+                     cost_model.collectives().p2p_s(dc.peer_bytes / static_cast<double>(dc.peer_transfers));
+          data_step.fetch_modeled_s = fetch;
+          fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)] = fetch;
+          data_steps.push_back(data_step);
         }
         if (check_nonfinite && !first_nonfinite[static_cast<size_t>(rank)]) {
           if (scan_gradient(grad.data(), 0, n, false).nonfinite) first_nonfinite[static_cast<size_t>(rank)] = step + 1;
@@ -537,6 +590,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         }
       }
       res.steps[static_cast<size_t>(rank)] = clock.steps();
+      data_result.max_queue_depth[static_cast<size_t>(rank)] = static_cast<int64_t>(loader.max_queue_depth());
     };
     world.run(rank_main, [&] {
       comm->abort();
@@ -565,6 +619,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       for (size_t r = 1; r < snap.size() && res.replicas_identical; ++r)
         res.replicas_identical = std::memcmp(snap[0].data(), snap[r].data(), n * sizeof(float)) == 0;
     res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
+    res.data = std::move(data_result);
     res.compression = strategy->compression_report();
     // The last update can overflow after the last loss was computed.
     if (res.disposition == "passed" && count_non_finite(strategy->eval_params(), n) > 0) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include "sim/config/run_config.h"
 #include "sim/cost/step_cost.h"
+#include "sim/model/loader.h"
 #include "sim/model/model.h"
 #include "sim/runtime/clock.h"
 
@@ -19,6 +21,8 @@ struct ParameterRead;
 }
 
 namespace gs {
+
+class Dataset;
 
 // One point of the convergence series, recorded after optimizer step `step` (1-based).
 struct SeriesPoint {
@@ -42,6 +46,25 @@ struct PrecisionResult {
   uint64_t grad_nonfinite = 0;                                  // values that were or became inf/NaN
   std::vector<std::optional<int64_t>> first_nonfinite_step;     // per rank: first step whose local gradient held inf/NaN
   BytesPerParam bytes;
+};
+
+// One rank's data in one optimizer step: where its samples came from and what the loader's work costs on the
+// modeled clock (storage reads and peer fetches, before any overlap with compute).
+struct DataStepRecord {
+  DataCounts counts;
+  double fetch_modeled_s = 0.0;
+};
+
+// The input pipeline of a run (report key "data"; reports/README.md).
+struct DataResult {
+  std::string storage;                      // the storage profile's name ("custom" for an object of numbers)
+  int64_t prefetch = 0;                     // data.prefetch (micro-batches)
+  std::string cache_policy = "none";
+  int64_t cache_capacity_samples = 0;       // per node
+  int64_t ranks_per_node = 1;
+  int64_t steps_per_epoch = 0;              // 0: the dataset has no epochs
+  std::vector<int64_t> max_queue_depth;     // per rank: the most finished micro-batches its queue ever held
+  std::vector<std::vector<DataStepRecord>> steps;  // [rank][step]
 };
 
 struct RunResult {
@@ -70,6 +93,7 @@ struct RunResult {
   std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
   std::optional<PrecisionResult> precision;   // filled for every run that started training
   json staleness;  // free-running strategies' staleness_report() (report key "staleness"); null otherwise
+  std::optional<DataResult> data;             // filled for every run that started training
 };
 
 struct RunHooks {
@@ -80,6 +104,8 @@ struct RunHooks {
   // Tests: called on every read of a parameter server's parameters (sim/strategy/strategy.h, ParameterRead), from
   // inside the strategy's serialized section.
   std::function<void(const ParameterRead&)> on_read;
+  // When set, builds the run's dataset instead of the registry (tests: a dataset whose reads fail mid-run).
+  std::function<std::unique_ptr<Dataset>(const RunConfig&)> make_dataset;
 };
 
 // Number of optimizer steps the config asks for (training.steps, or epochs x steps per epoch).

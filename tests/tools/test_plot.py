@@ -837,3 +837,82 @@ def test_staleness_figures_draw_one_line_per_parameter_server_run(example, tmp_p
             plt.close(fig)
     # Without any parameter server run the figures are skipped.
     assert plot.fig_staleness(example, plot.run_styles(example["runs"]), tmp_path, "", "clocks") is None
+# ---- data cache figure -----------------------------------------------------------------------------------------------
+
+def epoch_entry(epoch, step_modeled_s, stall_modeled_s, step_measured_s, stall_measured_s, steps=10):
+    """One runs[].data.per_rank[].epochs entry (reports/README.md, "data") with the given times."""
+    return {"epoch": epoch, "epoch_last": epoch, "steps": steps, "samples": 100, "hits": 0, "hit_rate": 0.0,
+            "peer_samples": 0, "peer_rate": 0.0, "storage_samples": 100, "storage_bytes": 1.0, "peer_bytes": 0.0,
+            "fetch_modeled_s": stall_modeled_s, "stall_measured_s": stall_measured_s,
+            "stall_modeled_s": stall_modeled_s, "step_measured_s": step_measured_s,
+            "step_modeled_s": step_modeled_s, "stall_share_measured": stall_measured_s / step_measured_s,
+            "stall_share_modeled": stall_modeled_s / step_modeled_s}
+
+
+def data_cache_report(example):
+    """storage {nfs, object_store} x capacity {0, 0.5, 1} x policy {static, partitioned}, each run with data totals
+    whose modeled step time and stall share are set from its swept values (known here)."""
+    template = example["runs"][0]
+    doc = copy.deepcopy(example)
+    storages, capacities, policies = ["nfs", "object_store"], [0, 0.5, 1], ["static", "partitioned"]
+    doc["axes"] = [{"paths": ["data.storage"], "values": [[v] for v in storages]},
+                   {"paths": ["data.cache.capacity_fraction"], "values": [[v] for v in capacities]},
+                   {"paths": ["data.cache.policy"], "values": [[v] for v in policies]}]
+    doc["repeats"] = 1
+    doc["runs"] = []
+    for storage, cap, policy in itertools.product(storages, capacities, policies):
+        run = copy.deepcopy(template)
+        index = len(doc["runs"])
+        run.update(id=f"dc.{index}.r0", index=index, repeat=0, disposition="passed",
+                   swept={"data.storage": storage, "data.cache.capacity_fraction": cap, "data.cache.policy": policy})
+        step_ms = (100.0 if storage == "object_store" else 1.0) * (1 - cap) + 0.1
+        share = (1 - cap) * 0.9
+        measured = copy.deepcopy(template["timing"]["measured"])
+        step = copy.deepcopy(measured["step"])
+        step["all"].update(mean_ms=step_ms, min_ms=step_ms, p50_ms=step_ms, max_ms=step_ms)
+        run["timing"]["modeled"] = {"hardware": "h100-sxm-8", "phases": measured["phases"], "step": step,
+                                    "communication": {"exposed": measured["step"], "overlapped": measured["step"],
+                                                      "buckets": []}}
+        totals = {"samples": 100, "hit_rate": cap, "peer_rate": 0.0, "storage_bytes": 1.0, "peer_bytes": 0.0,
+                  "stall_measured_s": 0.0, "stall_modeled_s": 1.0, "stall_share_measured": 0.01,
+                  "stall_share_modeled": share}
+        run["data"] = {"storage": storage, "prefetch": 2,
+                       "cache": {"policy": policy if cap > 0 else "none", "capacity_samples": int(cap * 100)},
+                       "ranks_per_node": 8, "steps_per_epoch": 10, "max_queue_depth": [2],
+                       "totals": totals,
+                       "per_rank": [{"rank": 0, "epochs": [
+                           epoch_entry(0, 1.0, 0.9, 1.0, 0.1),
+                           epoch_entry(1, step_ms * 10 / 1e3, share * step_ms * 10 / 1e3, 2.0, 0.02)]}]}
+        doc["runs"].append(run)
+    return doc
+
+
+def test_data_curves_group_runs_by_storage_and_policy_over_capacity(example):
+    doc = data_cache_report(example)
+    axis = rl.capacity_axis(doc)
+    assert axis["paths"] == ["data.cache.capacity_fraction"]
+    curves = rl.data_curves(doc, axis)
+    assert sorted(curves) == ["storage=nfs, policy=partitioned", "storage=nfs, policy=static",
+                              "storage=object_store, policy=partitioned", "storage=object_store, policy=static"]
+    points = curves["storage=object_store, policy=static"]
+    assert [c for c, _ in points] == [0, 0.5, 1]
+    assert [rl.modeled_step_mean_ms(r) for _, r in points] == pytest.approx([100.1, 50.1, 0.1])
+    assert [rl.data_totals(r)["stall_share_modeled"] for _, r in points] == pytest.approx([0.9, 0.45, 0.0])
+    # The last epoch: mean modeled step ms, modeled and measured stall shares.
+    assert [rl.last_epoch_data(r) for _, r in points] == [pytest.approx((100.1, 0.9, 0.01)),
+                                                          pytest.approx((50.1, 0.45, 0.01)),
+                                                          pytest.approx((0.1, 0.0, 0.01))]
+
+
+def test_data_cache_figure_is_written_for_a_capacity_sweep_only(run_plot, example, tmp_path):
+    path = write_report(tmp_path, data_cache_report(example))
+    result = run_plot(path)
+    assert result.returncode == 0, result.stderr
+    written = {Path(line).name for line in result.stdout.splitlines()}
+    assert "data_cache_vs_capacity.png" in written
+    assert_png(tmp_path / "data_cache_vs_capacity.png")
+    other = tmp_path / "other"
+    other.mkdir()
+    result = run_plot(write_report(other, example))
+    assert "data_cache_vs_capacity.png" not in result.stdout
+    assert "data_cache_vs_capacity.png not written" in result.stderr

@@ -472,10 +472,10 @@ TEST_F(DataIdx, BadMagicNamesTheFile) {
   auto b = images(3);
   b[3] = 0x04;  // 2052
   write_gz("train-images-idx3-ubyte.gz", b);
-  expect_error([&] { make_dataset(config()); }, path("train-images-idx3-ubyte.gz") + ": bad magic number 2052");
+  expect_error([&] { make_dataset(config()); }, path("train-images-idx3-ubyte.gz") + ": byte offset 0: bad magic number 2052");
   write_valid();
   write_gz("t10k-labels-idx1-ubyte.gz", images(2));  // an image file where labels belong
-  expect_error([&] { make_dataset(config()); }, path("t10k-labels-idx1-ubyte.gz") + ": bad magic number 2051");
+  expect_error([&] { make_dataset(config()); }, path("t10k-labels-idx1-ubyte.gz") + ": byte offset 0: bad magic number 2051");
 }
 
 TEST_F(DataIdx, TruncatedAndOversizedFilesNameTheFile) {
@@ -483,15 +483,20 @@ TEST_F(DataIdx, TruncatedAndOversizedFilesNameTheFile) {
   auto b = images(3);
   b.resize(b.size() - 100);
   write_gz("train-images-idx3-ubyte.gz", b);
-  expect_error([&] { make_dataset(config()); }, path("train-images-idx3-ubyte.gz") + ": truncated");
+  // 16 header bytes + 3 x 784 data bytes promised, 100 fewer present: the file ends at offset 16 + 2352 - 100.
+  expect_error([&] { make_dataset(config()); },
+               path("train-images-idx3-ubyte.gz") + ": byte offset 2268: truncated: the header promises 2352 data bytes");
   write_valid();
   write_gz("train-labels-idx1-ubyte.gz", {0, 0, 8});  // shorter than a header
-  expect_error([&] { make_dataset(config()); }, path("train-labels-idx1-ubyte.gz") + ": truncated IDX header");
+  expect_error([&] { make_dataset(config()); }, path("train-labels-idx1-ubyte.gz") + ": byte offset 3: truncated IDX header");  // not even the magic
+  write_gz("train-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0});  // the magic, then 2 of the 4 count bytes
+  expect_error([&] { make_dataset(config()); },
+               path("train-labels-idx1-ubyte.gz") + ": byte offset 6: truncated IDX header");
   write_valid();
   auto l = labels({0, 9, 4});
   l.push_back(3);
   write_gz("train-labels-idx1-ubyte.gz", l);
-  expect_error([&] { make_dataset(config()); }, path("train-labels-idx1-ubyte.gz") + ": more data");
+  expect_error([&] { make_dataset(config()); }, path("train-labels-idx1-ubyte.gz") + ": byte offset 11: trailing data");
 }
 
 TEST_F(DataIdx, CorruptGzipNamesTheFile) {
@@ -509,10 +514,10 @@ TEST_F(DataIdx, CorruptGzipNamesTheFile) {
 TEST_F(DataIdx, BadLabelsCountsAndMissingFilesNameTheFile) {
   write_valid();
   write_gz("train-labels-idx1-ubyte.gz", labels({0, 10, 4}));
-  expect_error([&] { make_dataset(config()); }, path("train-labels-idx1-ubyte.gz") + ": label 10 of item 1");
+  expect_error([&] { make_dataset(config()); }, path("train-labels-idx1-ubyte.gz") + ": byte offset 9: label 10 of item 1");
   write_valid();
   write_gz("train-labels-idx1-ubyte.gz", labels({0, 9}));
-  expect_error([&] { make_dataset(config()); }, "has 3 images but " + path("train-labels-idx1-ubyte.gz") + " has 2");
+  expect_error([&] { make_dataset(config()); }, "byte offset 4: 3 images, but " + path("train-labels-idx1-ubyte.gz") + ": byte offset 4: 2 labels");
   write_valid();
   fs::remove(dir_ / "t10k-labels-idx1-ubyte.gz");
   expect_error([&] { make_dataset(config()); }, path("t10k-labels-idx1-ubyte.gz") + ": file not found");
