@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/cost/hardware_profile.h"
 #include "sim/runtime/clock.h"
 #include "sim/runtime/rank_loop.h"
 
@@ -43,6 +44,15 @@ int64_t dense_scratch_bytes(const std::vector<int64_t>& widths, int64_t rows) {
     widest = std::max(widest, widths[l]);
   }
   return (floats + 2 * rows * widest) * kF;
+}
+
+// Ranks per node of the run's hardware profile (one node cache each); all ranks on one node when it cannot be read.
+int64_t hardware_gpus_per_node(const RunConfig& c) {
+  try {
+    return load_hardware_profile(c.cluster.hardware)->gpus_per_node;
+  } catch (const std::exception&) {
+    return c.cluster.ranks;
+  }
 }
 
 int64_t train_samples(const RunConfig& c) {
@@ -104,13 +114,13 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   const int64_t out = c.model.layers.empty() ? 0 : c.model.layers.back();
   int64_t eval_rows = 0;
 
-  // Dataset. fashion_mnist.cpp: both splits decoded to floats, labels as int32,
-  // the evaluation subset copied. teacher.cpp: weights (plus their transposes), the evaluation set. inline_data.cpp:
+  // Dataset. fashion_mnist.cpp: both splits as raw bytes (the backing store: a pixel byte each, a label byte), the
+  // evaluation subset decoded to floats. teacher.cpp: weights (plus their transposes), the evaluation set. inline_data.cpp:
   // one float per number. dataset_registry.cpp: up to kOrderCacheEntries shuffled orders of int64 indices.
   if (c.data.kind == "fashion_mnist") {
     const int64_t eval = c.data.eval_samples > 0 ? std::min(c.data.eval_samples, kFashionTest) : kFashionTest;
     eval_rows = eval;
-    e.dataset_bytes = (kFashionTrain + kFashionTest) * (kFashionPixels * kF + kF) + eval * (kFashionPixels + 1) * kF;
+    e.dataset_bytes = (kFashionTrain + kFashionTest) * (kFashionPixels + 1) + eval * (kFashionPixels + 1) * kF;
   } else if (c.data.kind == "teacher") {
     const auto& t = c.data.teacher;
     eval_rows = t.eval_samples;
@@ -120,6 +130,23 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   } else if (c.data.kind == "inline") {
     e.dataset_bytes = (numbers_in(c.data.ranks) + numbers_in(c.data.eval)) * kF * 2;  // batches and eval set
     eval_rows = std::max<int64_t>(1, numbers_in(c.data.eval) / std::max<int64_t>(1, in + out));
+  }
+  // Input pipeline (loader.h, data_cache.h): per rank the loader's queue and free buffers (prefetch + 2 micro-batches);
+  // per node the cache's decoded samples (capacity) and its per-sample index (12 bytes a training sample).
+  {
+    const int64_t sample_floats = in + (classification ? 1 : out);
+    e.dataset_bytes += N * (c.data.prefetch + 2) * b * sample_floats * kF;
+    const int64_t train = train_samples(c);
+    if (c.data.cache.policy != "none" && train > 0) {
+      const int64_t decoded = std::max<int64_t>(1, sample_floats * kF);
+      int64_t capacity = c.data.cache.capacity_bytes > 0
+                             ? c.data.cache.capacity_bytes / decoded
+                             : static_cast<int64_t>(std::floor(c.data.cache.capacity_fraction * static_cast<double>(train)));
+      capacity = std::min(capacity, train);
+      const int64_t per_node = std::max<int64_t>(1, hardware_gpus_per_node(c));
+      const int64_t nodes = (N + per_node - 1) / per_node;
+      e.dataset_bytes += nodes * (capacity * (decoded + 24) + train * 12);
+    }
   }
   if (c.data.shuffle && train_samples(c) > 0) {
     const int64_t epochs = std::min<int64_t>(kOrderCacheEntries,
