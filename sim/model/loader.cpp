@@ -43,14 +43,17 @@ Loader::Loader(const Dataset& data, const RunConfig& config, DataCache* cache, i
 }
 
 Loader::~Loader() {
+  bool done = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    done = prefetch_ == 0 ? next_step_ >= steps_ : finished_;
   }
   cv_.notify_all();
-  // Every loader of the node has passed its last cache barrier once any rank is done with its data (the ranks
-  // all-reduce every step); on an early stop or a failure this releases loaders still waiting in one.
-  if (cache_ != nullptr) cache_->abort();
+  // A loader that loaded every step passed all its cache barriers, so the node's other loaders need nothing more from
+  // it (they may still be loading, e.g. when ranks run at different paces). One stopped early (an early stop of the
+  // run, or its rank failed) releases the node's loaders still waiting for it in a barrier; they throw Aborted.
+  if (cache_ != nullptr && !done) cache_->abort();
   if (thread_.joinable()) thread_.join();
 }
 
