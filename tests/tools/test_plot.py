@@ -837,6 +837,8 @@ def test_staleness_figures_draw_one_line_per_parameter_server_run(example, tmp_p
             plt.close(fig)
     # Without any parameter server run the figures are skipped.
     assert plot.fig_staleness(example, plot.run_styles(example["runs"]), tmp_path, "", "clocks") is None
+
+
 # ---- data cache figure -----------------------------------------------------------------------------------------------
 
 def epoch_entry(epoch, step_modeled_s, stall_modeled_s, step_measured_s, stall_measured_s, steps=10):
