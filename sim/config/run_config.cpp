@@ -116,6 +116,13 @@ void visit_fields(V& v, RunConfig& c) {
   v(tr.epochs, F("training.epochs", "> 0: train this many epochs instead of `steps`").at_least(0).at_most(1e6));
   v(tr.accumulation_steps, F("training.accumulation_steps", "K micro-batches per optimizer step").at_least(1)
                                .at_most(1 << 16));
+  v(tr.pitfall, F("training.pitfall", "a known mistake reproduced on purpose (docs/pitfalls.md): zero_grad_in_loop "
+                                      "(gradients zeroed before every micro-batch: each update uses the last "
+                                      "micro-batch alone, divided by its own size); mean_of_means (each micro-batch's "
+                                      "mean loss divided by K: the mean of per-micro-batch means, inline data); "
+                                      "fp16_pure_unscaled (sets precision.mode fp16_pure, loss_scale none); "
+                                      "delay_allreduce (sets sync.overlap false)")
+                    .one_of({"none", "zero_grad_in_loop", "mean_of_means", "fp16_pure_unscaled", "delay_allreduce"}));
   auto& o = tr.optimizer;
   v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw").one_of({"sgd", "adam", "adamw"}));
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
@@ -523,6 +530,31 @@ ConfigIssue issue_from_exception(const std::string& what, const std::string& fal
   return {fallback_path, m};
 }
 
+// training.pitfall fp16_pure_unscaled and delay_allreduce stand for settings of other fields: a field the scenario
+// leaves out takes the pitfall's value; one it sets to anything else is refused (validate_config checks the result).
+void apply_pitfall_alias(const json& j, RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const std::string& p = c.training.pitfall;
+  auto given = [&](const char* path) {
+    const json* v = find_path(j, path);
+    return v != nullptr && !v->is_null();
+  };
+  if (p == "fp16_pure_unscaled") {
+    if (!given("precision.mode")) c.precision.mode = "fp16_pure";
+    else if (c.precision.mode != "fp16_pure")
+      issues.push_back({"precision.mode", "training.pitfall \"fp16_pure_unscaled\" is precision.mode \"fp16_pure\" "
+                                          "(leave it out or set \"fp16_pure\"), got \"" + c.precision.mode + "\""});
+    if (!given("precision.loss_scale")) c.precision.loss_scale = "none";
+    else if (c.precision.loss_scale != "none" && c.precision.loss_scale != "auto")
+      issues.push_back({"precision.loss_scale", "training.pitfall \"fp16_pure_unscaled\" has no loss scaling (leave "
+                                                "it out or set \"none\"), got \"" + c.precision.loss_scale + "\""});
+  } else if (p == "delay_allreduce") {
+    if (!given("sync.overlap")) c.sync.overlap = false;
+    else if (c.sync.overlap)
+      issues.push_back({"sync.overlap", "training.pitfall \"delay_allreduce\" is sync.overlap false (leave it out or "
+                                        "set false), got true"});
+  }
+}
+
 }  // namespace
 
 bool is_config_field(const std::string& path) {
@@ -587,6 +619,7 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
   size_t before = issues.size();
   Reader r(j, issues);
   visit_fields(r, c);
+  if (issues.size() == before) apply_pitfall_alias(j, c, issues);
   if (issues.size() == before) validate_config(c, issues);
   return c;
 }
@@ -672,6 +705,36 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     add("training.target.metric", "eval_accuracy needs a classification model (model.loss \"cross_entropy\")");
   if (c.training.epochs > 0 && (d.kind == "inline" || d.kind == "none"))
     add("training.epochs", "inline and none data have no epochs: use training.steps");
+  {
+    // training.pitfall: refused where the mistake has no effect or is not modeled (docs/pitfalls.md).
+    const std::string& p = c.training.pitfall;
+    const std::string q = "\"" + p + "\"";
+    const int64_t K = c.training.accumulation_steps;
+    if ((p == "zero_grad_in_loop" || p == "mean_of_means") && timing)
+      add("training.pitfall", q + " changes the gradient; timing-only runs compute none (use training.mode \"train\")");
+    if (p == "zero_grad_in_loop" && K < 2)
+      add("training.pitfall", q + " needs training.accumulation_steps >= 2 (with one micro-batch per step zeroing "
+                              "inside the loop is the correct loop), got " + std::to_string(K));
+    if (p == "mean_of_means") {
+      if (d.kind != "inline")
+        add("training.pitfall", q + " needs micro-batches of different sizes, which only data.kind \"inline\" gives "
+                                "(the other kinds deal b samples to every micro-batch and drop an epoch's partial "
+                                "global batch, so the mean of means is the sample-weighted mean), got \"" + d.kind +
+                                "\"");
+      if (c.precision.mode != "fp32")
+        add("training.pitfall", q + " is modeled in fp32 only (the per-micro-batch 1/(K b_k) scaling is not "
+                                "emulated in other formats), got precision.mode \"" + c.precision.mode + "\"");
+    }
+    if (p == "fp16_pure_unscaled" && (c.precision.mode != "fp16_pure" ||
+                                      (c.precision.loss_scale != "none" && c.precision.loss_scale != "auto")))
+      add("training.pitfall", q + " is precision.mode \"fp16_pure\" with precision.loss_scale \"none\", got \"" +
+                              c.precision.mode + "\" with \"" + c.precision.loss_scale + "\"");
+    if (p == "delay_allreduce" && c.sync.kind != "allreduce")
+      add("training.pitfall", q + " is apex DDP's all-reduce after the whole backward: it needs sync.kind "
+                              "\"allreduce\", got \"" + c.sync.kind + "\"");
+    else if (p == "delay_allreduce" && c.sync.overlap)
+      add("training.pitfall", q + " is sync.overlap false, got true");
+  }
   if (c.compression.kind != "none" && c.sync.kind != "allreduce")
     add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" (it is \"{}\")",
                                         c.sync.kind));

@@ -106,6 +106,9 @@ struct TrainingConfig {
   int64_t steps = 100;                 // optimizer steps (ignored when epochs > 0)
   double epochs = 0.0;                 // > 0: steps = floor(epochs * steps_per_epoch)
   int64_t accumulation_steps = 1;      // K micro-batches per optimizer step
+  // Known pitfalls reproduced on purpose (docs/pitfalls.md): none | zero_grad_in_loop | mean_of_means |
+  // fp16_pure_unscaled (alias: precision fp16_pure, loss_scale none) | delay_allreduce (alias: sync.overlap false)
+  std::string pitfall = "none";
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   int64_t eval_every = 50;             // evaluate every E optimizer steps (and after the last); 0 = only at the end

@@ -1,7 +1,8 @@
 // The rank loop: every rank thread runs rank_main for the whole run. Per optimizer step: K micro-batches of
 // data -> forward -> backward into the local gradient SUM; an all-reduce of (samples, loss) gives S and the train
 // loss; the sync strategy turns the local gradient into the next parameters. Evaluation runs between steps on the
-// parameters the strategy names. Nothing here knows which strategy runs.
+// parameters the strategy names. Nothing here knows which strategy runs. training.pitfall zero_grad_in_loop and
+// mean_of_means change what the micro-batch loop accumulates and the divisor S (docs/pitfalls.md).
 // Free-running strategies (SyncStrategy::lockstep() false: the parameter server) change three things, all marked
 // "free-running" below: no per-step control all-reduce (ranks do not step together), each rank's loop ends when the
 // strategy says so (rank_done), and the series comes from the strategy's progress points (every `ranks` applied
@@ -38,7 +39,11 @@ namespace {
 
 constexpr int64_t kEvalChunk = 1024;
 // The per-step control values all-reduced by every rank (see rank_main).
-enum : size_t { kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kControlCount };
+// kCtlGradSamples is the divisor behind the gradient: the samples, except under training.pitfall zero_grad_in_loop
+// (the last micro-batch's) and mean_of_means (K per rank, each micro-batch pre-divided by its size).
+enum : size_t {
+  kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kCtlGradSamples, kControlCount
+};
 
 // Number of non-finite values in x[0..n) (divergence checks; one pass, no branches in the loop).
 size_t count_non_finite(const float* x, size_t n) {
@@ -325,6 +330,12 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         base_policy.emulated() || loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
     std::vector<PrecisionCounters> rank_counters(static_cast<size_t>(ranks));
     std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
+    // Known pitfalls (docs/pitfalls.md). zero_grad_in_loop: the article's loop zeroes the gradient before every
+    // micro-batch's backward and steps every K-th, so the update is the last non-empty micro-batch's mean gradient
+    // (divided by its own size, not by K b), at the full learning rate. mean_of_means: each micro-batch's mean
+    // gradient divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i.
+    const bool zero_grad_in_loop = config.training.pitfall == "zero_grad_in_loop";
+    const bool mean_of_means = config.training.pitfall == "mean_of_means";
 
     World world(ranks);
     std::atomic<bool> stop_all{false};
@@ -394,6 +405,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       std::unique_ptr<Workspace> eval_ws;
       Batch batch, eval_chunk;
       std::vector<float> grad(n);
+      std::vector<float> micro_grad(mean_of_means ? n : 0);  // mean_of_means: one micro-batch's gradient sum
       PrecisionPolicy precision = base_policy;
       PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
       Loader loader(*data, config, cache.get(), rank, total, config.data.prefetch);
@@ -422,6 +434,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         precision.loss_scale = strategy->loss_scale(rank);
         ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
         DataStepRecord data_step;
+        double grad_samples = 0.0;
         for (int64_t k = 0; k < K; ++k) {
           GS_NVTX_RANGE(kMicroStep);
           {
@@ -442,13 +455,25 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           {
             GS_NVTX_RANGE(kBackward);
             PhaseTimer t(clock, Phase::kBackward);
-            model->backward(params, batch, *ws, grad.data(), precision);
+            if (zero_grad_in_loop) {  // optimizer.zero_grad() inside the loop: earlier micro-batches are lost
+              std::fill(grad.begin(), grad.end(), 0.0f);
+              grad_samples = 0.0;
+            }
+            if (mean_of_means) {
+              std::fill(micro_grad.begin(), micro_grad.end(), 0.0f);
+              model->backward(params, batch, *ws, micro_grad.data(), precision);
+              const float inv_count = 1.0f / static_cast<float>(batch.count);  // (loss_k / b_k) / K; K below
+              for (size_t i = 0; i < n; ++i) grad[i] += inv_count * micro_grad[i];
+            } else {
+              model->backward(params, batch, *ws, grad.data(), precision);
+            }
           }
           counters.grad_values += ws->precision.grad_values;
           counters.grad_underflow += ws->precision.grad_underflow;
           counters.grad_nonfinite += ws->precision.grad_nonfinite;
           ws->precision = {};
           ctl[0] += static_cast<double>(batch.count);
+          grad_samples += static_cast<double>(batch.count);
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
           price_precision_micro_batch(cost, precision.mode, static_cast<double>(n));  // format casts
         }
@@ -469,7 +494,9 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         // Under loss scaling a non-finite gradient is the scaler's to handle (it skips the step and lowers the scale),
         // not a divergence.
         ctl[kCtlBadGrad] = check_nonfinite ? 0.0 : static_cast<double>(count_non_finite(grad.data(), n));
-        const double local_samples = ctl[0];
+        if (mean_of_means) grad_samples = static_cast<double>(K);
+        ctl[kCtlGradSamples] = grad_samples;
+        const double local_samples = grad_samples;
         const double local_loss_sum = ctl[1];
         if (!lockstep) {  // free-running: no control all-reduce; the strategy owns progress, stops and divergence
           StepInput in;
@@ -494,10 +521,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           comm->all_reduce_sum(rank, ctl, kControlCount);
           comm->take_stats(rank);
         }
-        const double global_samples = ctl[0];
+        const double global_samples = ctl[kCtlGradSamples];
         // Every rank sees the same S, so every rank stops here together.
-        if (global_samples <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
-        const double train_loss = ctl[1] / global_samples;
+        if (ctl[0] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
+        const double train_loss = ctl[1] / ctl[0];  // every micro-batch's samples, also under a pitfall
         // The first non-finite quantity of the step, in the order computed: the parameters entering it (the last
         // update's result), the loss (forward), the gradient (backward). A diverged step applies no update.
         const char* non_finite = ctl[kCtlBadParams] > 0  ? "parameters"
@@ -527,7 +554,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           pt.measured_s = trained_s;
           pt.train_loss = train_loss;
           res.series.push_back(pt);
-          res.samples_trained += global_samples;
+          res.samples_trained += ctl[0];
           res.steps_completed = step + 1;
           if (step > 0) model_step(step - 1);
         }
