@@ -194,7 +194,7 @@ TEST(PitfallMeanOfMeans, UpdateIsTheMeanOfPerMicroBatchMeansNotTheSampleWeighted
 // The alias resolves to precision.mode fp16_pure with loss_scale none; conflicting settings are refused by path.
 TEST(PitfallFp16PureUnscaled, AliasSetsPureFp16WithoutLossScaling) {
   std::vector<ConfigIssue> issues;
-  RunConfig c = config_from_json(json::parse(R"({"model": {"kind": "linear", "layers": [1, 1]},
+  RunConfig c = config_from_json(json::parse(R"({"model": {"kind": "linear", "layers": [1, 1], "loss": "mse"},
       "data": {"kind": "inline", "ranks": [[{"x": [[1]], "y": [[0]]}]]},
       "training": {"pitfall": "fp16_pure_unscaled"}})"), issues);
   ASSERT_TRUE(issues.empty()) << issues[0].path << ": " << issues[0].message;
