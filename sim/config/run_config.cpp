@@ -712,6 +712,10 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     const int64_t K = c.training.accumulation_steps;
     if ((p == "zero_grad_in_loop" || p == "mean_of_means") && timing)
       add("training.pitfall", q + " changes the gradient; timing-only runs compute none (use training.mode \"train\")");
+    if ((p == "zero_grad_in_loop" || p == "mean_of_means") && c.sync.kind != "allreduce")
+      add("training.pitfall", q + " is modeled for sync.kind \"allreduce\" only (the divisor it changes travels in "
+                              "the all-reduce's control values; other strategies divide by the sample count), got \"" +
+                              c.sync.kind + "\"");
     if (p == "zero_grad_in_loop" && K < 2)
       add("training.pitfall", q + " needs training.accumulation_steps >= 2 (with one micro-batch per step zeroing "
                               "inside the loop is the correct loop), got " + std::to_string(K));

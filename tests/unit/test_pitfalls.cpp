@@ -322,6 +322,11 @@ TEST(PitfallValidation, RefusedWhereTheMistakeHasNoEffectOrIsNotModeled) {
         {"model", {{"kind", "gpt2-small"}}},
         {"data", {{"kind", "none"}}}},
        "timing-only"},
+      {{{"training", {{"pitfall", "zero_grad_in_loop"}, {"accumulation_steps", 2}}},
+        {"sync", {{"kind", "parameter_server"}}}},
+       "sync.kind \"allreduce\" only"},
+      {{{"training", {{"pitfall", "mean_of_means"}, {"accumulation_steps", 2}}}, {"sync", {{"kind", "local_sgd"}}}},
+       "sync.kind \"allreduce\" only"},
   };
   for (const Case& c : refused) {
     auto issues = issues_of(c.j);
