@@ -120,6 +120,17 @@ class NvtxPhases {
   NvtxPhases& operator=(const NvtxPhases&) = delete;
 };
 
+// Initializes NVTX (the injected tool, the gradsweep domain and its registered strings) on the calling thread. NVTX3
+// initializes lazily on the first call and writes its function table without synchronization, so two rank threads
+// making their first NVTX call at once race (ThreadSanitizer reports it); World calls this before it starts the rank
+// threads, so every later call happens after the initialization.
+inline void nvtx_initialize() {
+#if defined(GRADSWEEP_HAVE_NVTX)
+  nvtxInitialize(nullptr);
+  (void)nvtx_detail::registry();
+#endif
+}
+
 // Names the calling OS thread (at most 15 characters, e.g. "rank 3"): for the kernel (pthread_setname_np: top, gdb,
 // perf) and for NVTX tools (nvtxNameOsThreadA with the thread's kernel id). Errors are ignored (names are cosmetic).
 inline void name_this_thread(const char* name) {

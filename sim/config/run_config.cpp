@@ -781,6 +781,9 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (d.cache.policy != "none" && d.kind != "fashion_mnist" && d.kind != "teacher")
     add("data.cache.policy", "a cache needs an indexed training set (data.kind fashion_mnist or teacher), got \"" +
                                  d.kind + "\"");
+  if (d.cache.policy != "none" && c.sync.kind == "parameter_server")
+    add("data.cache.policy", "the node cache fills and evicts at a barrier per step, which assumes ranks step "
+                             "together; sync.kind \"parameter_server\" ranks run free: use \"none\"");
   if (d.cache.capacity_fraction > 0 && d.cache.capacity_bytes > 0)
     add("data.cache.capacity_bytes", "give the capacity once: capacity_bytes or capacity_fraction, not both");
   // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.

@@ -408,7 +408,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       std::vector<float> micro_grad(mean_of_means ? n : 0);  // mean_of_means: one micro-batch's gradient sum
       PrecisionPolicy precision = base_policy;
       PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
-      Loader loader(*data, config, cache.get(), rank, total, config.data.prefetch);
+      // A free-running rank may take more steps than `total` (fast workers push more; the run ends on the strategy's
+      // budget of total x ranks pushes), so its loader may serve up to that many.
+      const int64_t loader_steps = lockstep ? total : total * static_cast<int64_t>(ranks);
+      Loader loader(*data, config, cache.get(), rank, loader_steps, config.data.prefetch);
       std::vector<DataStepRecord>& data_steps = data_result.steps[static_cast<size_t>(rank)];
       data_steps.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
       const int node_first = rank / ranks_per_node * ranks_per_node;

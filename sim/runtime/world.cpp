@@ -12,6 +12,7 @@ namespace gs {
 World::World(int ranks) {
   GS_EXPECT(ranks >= 1, "a world needs at least one rank");
   threads_.reserve(static_cast<size_t>(ranks));
+  nvtx_initialize();  // before the rank threads: NVTX3's lazy initialization is not thread-safe
   try {
     for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { thread_main(r); });
   } catch (const std::exception& e) {

@@ -265,6 +265,16 @@ TEST(StrategyParameterServerConfig, InfRoundTripsAndIsRefusedOutsideTheParameter
                                                                                    std::string::npos);
   EXPECT_TRUE(named);
 
+  // The node cache's per-step barrier assumes ranks step together: refused under free-running ranks.
+  issues.clear();
+  RunConfig cached = config_from_json({{"sync", {{"kind", "parameter_server"}}},
+                                       {"data", {{"cache", {{"policy", "static"}, {"capacity_fraction", 0.5}}}}}},
+                                      issues);
+  validate_config(cached, issues);
+  bool cache_named = false;
+  for (const auto& i : issues) cache_named = cache_named || i.path == "data.cache.policy";
+  EXPECT_TRUE(cache_named);
+
   issues.clear();
   config_from_json({{"sync", {{"kind", "allreduce"}, {"ordering", "real"}}}}, issues);
   ASSERT_EQ(issues.size(), 1u);
