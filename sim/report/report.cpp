@@ -171,7 +171,10 @@ json run_stub_json(const RunSpec& spec, const std::string& disposition, const st
 // has more than kMaxDataEntries of them) with where samples came from and the data stall on both clocks.
 static json data_json(const DataResult& d, const RunResult& r) {
   constexpr int64_t kMaxDataEntries = 200;
-  const int64_t steps = d.steps.empty() ? 0 : static_cast<int64_t>(d.steps[0].size());
+  // Ranks of free-running strategies (parameter server) take different numbers of steps: the longest sets the
+  // epochs, and each rank's entries cover the steps it took.
+  int64_t steps = 0;
+  for (const auto& recs : d.steps) steps = std::max(steps, static_cast<int64_t>(recs.size()));
   const int64_t per_epoch = d.steps_per_epoch > 0 ? d.steps_per_epoch : std::max<int64_t>(1, steps);
   const int64_t epochs = (steps + per_epoch - 1) / per_epoch;
   const int64_t group = std::max<int64_t>(1, (epochs + kMaxDataEntries - 1) / kMaxDataEntries);
@@ -184,7 +187,8 @@ static json data_json(const DataResult& d, const RunResult& r) {
     const auto& recs = d.steps[rank];
     for (int64_t e0 = 0; e0 < epochs; e0 += group) {
       const int64_t e1 = std::min(epochs, e0 + group);
-      const int64_t s0 = e0 * per_epoch, s1 = std::min(steps, e1 * per_epoch);
+      const int64_t s0 = e0 * per_epoch, s1 = std::min(static_cast<int64_t>(recs.size()), e1 * per_epoch);
+      if (s0 >= s1) break;  // this rank took fewer steps than the longest
       DataCounts c;
       double fetch = 0, stall_meas = 0, step_meas = 0, stall_mod = 0, step_mod = 0;
       for (int64_t s = s0; s < s1; ++s) {

@@ -181,6 +181,14 @@ json without_measured(json run) {
   run["throughput"].erase("samples_per_s");
   run.erase("communication");
   for (auto& pt : run["convergence"]["series"]) pt.erase("measured_s");
+  if (run.contains("data") && run["data"].is_object()) {  // the input pipeline's measured stall and queue depth
+    json& d = run["data"];
+    d.erase("max_queue_depth");
+    for (const char* k : {"stall_measured_s", "stall_share_measured"}) d["totals"].erase(k);
+    for (auto& rank : d["per_rank"])
+      for (auto& e : rank["epochs"])
+        for (const char* k : {"stall_measured_s", "step_measured_s", "stall_share_measured"}) e.erase(k);
+  }
   return run;
 }
 
