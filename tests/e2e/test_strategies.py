@@ -46,8 +46,8 @@ def expansion(doc):
 
 def test_the_folder_has_every_strategy_of_issue_10():
     names = {p.stem for p in SCENARIOS}
-    # data_cache and all join when the data cache (data.storage, data.cache) is on main.
-    assert {"async_ps", "compression", "mixed_precision", "accumulation", "ps_sharded", "delayed_sync"} <= names
+    assert {"async_ps", "compression", "mixed_precision", "accumulation", "ps_sharded", "delayed_sync", "data_cache",
+            "all"} <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
