@@ -746,6 +746,11 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     // Parameter server: what this version supports (DESIGN.md section 3; sim/strategy/parameter_server.cpp).
     const SyncConfig& sy = c.sync;
     const bool ps = sy.kind == "parameter_server";
+    if (sy.kind == "allreduce" && sy.staleness > 0 && sy.staleness != kStalenessInf && c.training.epochs == 0 &&
+        sy.staleness >= c.training.steps)
+      add("sync.staleness", fmt::format("expected fewer than training.steps ({}): with staleness {} the first update "
+                                        "is applied at step {}, so the run would never update the parameters",
+                                        c.training.steps, sy.staleness, sy.staleness + 1));
     if (sy.staleness == kStalenessInf && !ps)
       add("sync.staleness", fmt::format("expected an integer >= 0 for sync.kind \"{}\": \"inf\" (fully "
                                         "asynchronous) applies to sync.kind \"parameter_server\" only", sy.kind));

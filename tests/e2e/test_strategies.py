@@ -17,7 +17,7 @@ SCENARIOS = sorted((REPO / "scenarios" / "strategies").glob("*.json"))
 
 # A few steps with two evaluations on a small evaluation set: each run takes well under a second of arithmetic, so
 # the whole folder (about 60 runs) stays within a minute or two on a loaded 2-core machine. Nothing swept is changed.
-STEPS = 4
+STEPS = 6  # more than the largest all-reduce staleness in the folder (4): a delay >= steps is refused
 REDUCED = {"training.steps": STEPS, "training.eval_every": 2, "data.eval_samples": 128}
 
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")

@@ -520,6 +520,8 @@ TEST(StalenessConfig, BadValuesAreRefusedWithTheirPath) {
   EXPECT_TRUE(has_issue(issues_of({{"staleness", "inf"}}), "sync.staleness", "an integer"));
   EXPECT_TRUE(has_issue(issues_of({{"staleness", 100000}}), "sync.staleness", "<= 1024"));
   EXPECT_TRUE(has_issue(issues_of({{"overlap", "no"}}), "sync.overlap", "true or false"));
+  // The run has 3 steps: a delay of 3 would never apply an update (found by QA: it ran and "passed" untrained).
+  EXPECT_TRUE(has_issue(issues_of({{"staleness", 3}}), "sync.staleness", "fewer than training.steps (3)"));
   EXPECT_TRUE(has_issue(issues_of({{"kind", "local_sgd"}, {"period", 0}}), "sync.period", "an integer >= 1"));
   EXPECT_TRUE(has_issue(issues_of({{"kind", "local_sgd"}, {"period", 2.5}}), "sync.period", "an integer"));
   EXPECT_TRUE(has_issue(issues_of({{"kind", "local_sgd"}, {"warmup_steps", -3}}), "sync.warmup_steps", ">= 0"));
