@@ -168,10 +168,13 @@ void visit_fields(V& v, RunConfig& c) {
                                   "local_sgd: also average the optimizer state (momentum, Adam moments) when averaging"));
   v(sy.warmup_steps, F("sync.warmup_steps", "local_sgd: first steps run as synchronous all-reduce (post-local SGD, "
                                             "Lin et al. 2020)").at_least(0).at_most(1e9));
-  v(sy.shards, F("sync.shards", "parameter_server: server shards the parameters are split over (0: one per rank)")
+  v(sy.shards, F("sync.shards", "parameter_server: server shards the parameters are split over (0: one per rank); "
+                                  "priced on the modeled clock, which orders SSP and asynchronous pushes, so under "
+                                  "those it also changes the result (BSP results do not change)")
                    .at_least(0).at_most(kMaxRanks));
   v(sy.dedicated, F("sync.dedicated", "parameter_server: shards on dedicated devices (every push and pull crosses the "
-                                      "wire) instead of co-located with the workers (modeled pricing only)"));
+                                      "wire) instead of co-located with the workers; arithmetic unchanged, but the modeled prices "
+                                      "order SSP and asynchronous pushes, so under those the result changes too"));
   v(sy.ordering, F("sync.ordering", "parameter_server: order of pushes and pulls, by modeled time with ties by rank "
                                     "(reproducible) or as the threads race (real)").one_of({"modeled", "real"}));
   auto& cp = c.compression;
