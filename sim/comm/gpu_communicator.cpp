@@ -14,30 +14,14 @@
 #endif
 
 #include "kernels/cuda_kernels.h"
+#include "sim/comm/collective_op.h"
 #include "sim/runtime/barrier.h"
 
 namespace gs {
 
 namespace {
 
-enum class Op : int { kAllReduceF32, kAllReduceF64, kAllGather, kReduceScatter, kBroadcast, kBarrier };
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kAllReduceF32: return "all_reduce_sum(float)";
-    case Op::kAllReduceF64: return "all_reduce_sum(double)";
-    case Op::kAllGather: return "all_gather";
-    case Op::kReduceScatter: return "reduce_scatter_sum";
-    case Op::kBroadcast: return "broadcast";
-    case Op::kBarrier: return "barrier";
-  }
-  return "?";
-}
-
-// Ring traffic per rank (nccl-tests conventions, as the host communicator counts it).
-uint64_t all_reduce_bytes(int ranks, size_t count, size_t elem) {
-  return static_cast<uint64_t>(2) * (ranks - 1) * count * elem / ranks;
-}
+using Op = CollectiveOp;
 
 struct alignas(64) Slot {
   Op op = Op::kBarrier;
@@ -77,7 +61,7 @@ class LocalCommunicator final : public GpuCommunicator {
       gpu::sum_in_rank_order(reinterpret_cast<float* const*>(ptrs_.get() + ranks_),
                              reinterpret_cast<const float* const*>(ptrs_.get()), ranks_, count, stream_.get());
     });
-    finish(rank, all_reduce_bytes(ranks_, count, sizeof(float)));
+    finish(rank, ring_all_reduce_bytes(ranks_, count, sizeof(float)));
   }
 
   void all_reduce_sum(int rank, double* buf, size_t count) override {
@@ -86,7 +70,7 @@ class LocalCommunicator final : public GpuCommunicator {
       gpu::sum_in_rank_order(reinterpret_cast<double* const*>(ptrs_.get() + ranks_),
                              reinterpret_cast<const double* const*>(ptrs_.get()), ranks_, count, stream_.get());
     });
-    finish(rank, all_reduce_bytes(ranks_, count, sizeof(double)));
+    finish(rank, ring_all_reduce_bytes(ranks_, count, sizeof(double)));
   }
 
   void all_gather(int rank, float* out, const float* in, size_t count) override {
@@ -155,7 +139,7 @@ class LocalCommunicator final : public GpuCommunicator {
   template <class Work>
   void run(int rank, Op op, size_t count, int root, const void* in, void* out, Work&& work) {
     check_rank(rank);
-    GS_EXPECT(count == 0 || (in != nullptr && out != nullptr), std::string(op_name(op)) + ": null buffer");
+    GS_EXPECT(count == 0 || (in != nullptr && out != nullptr), std::string(collective_op_name(op)) + ": null buffer");
     GS_CUDA_CHECK(cudaSetDevice(device_));
     Slot& slot = slots_[rank];
     slot.op = op;
@@ -173,9 +157,9 @@ class LocalCommunicator final : public GpuCommunicator {
       const Slot& other = slots_[r];
       if (other.op != op || other.count != count || other.root != root) {
         throw_error(__FILE__, __LINE__, "same collective on every rank",
-                    std::string("rank ") + std::to_string(rank) + " called " + op_name(op) + " count " +
+                    std::string("rank ") + std::to_string(rank) + " called " + collective_op_name(op) + " count " +
                         std::to_string(count) + " but rank " + std::to_string(r) + " called " +
-                        op_name(other.op) + " count " + std::to_string(other.count));
+                        collective_op_name(other.op) + " count " + std::to_string(other.count));
       }
     }
     if (rank == 0 && count > 0) {
@@ -275,7 +259,7 @@ class NcclCommunicator final : public GpuCommunicator {
     RankState& st = enter(rank);
     GS_NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclDouble, ncclSum, comms_[rank], st.comm_stream.get()));
     st.pending = true;
-    st.stats.bytes_sent += all_reduce_bytes(ranks_, count, sizeof(double));
+    st.stats.bytes_sent += ring_all_reduce_bytes(ranks_, count, sizeof(double));
     st.stats.calls += 1;
     all_reduce_wait(rank);
   }
@@ -317,7 +301,7 @@ class NcclCommunicator final : public GpuCommunicator {
     RankState& st = enter(rank);
     GS_NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comms_[rank], st.comm_stream.get()));
     st.pending = true;
-    st.stats.bytes_sent += all_reduce_bytes(ranks_, count, sizeof(float));
+    st.stats.bytes_sent += ring_all_reduce_bytes(ranks_, count, sizeof(float));
     st.stats.calls += 1;
   }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/comm/collective_op.h"
 #include "sim/comm/communicator.h"
 
 namespace gs {
@@ -18,19 +19,7 @@ constexpr size_t kTileBytes = 16 * 1024;
 // ranks write the same cache line.
 constexpr size_t kRangeAlignBytes = 64;
 
-enum class Op : int { kAllReduceF32, kAllReduceF64, kAllGather, kReduceScatter, kBroadcast, kBarrier };
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kAllReduceF32: return "all_reduce_sum(float)";
-    case Op::kAllReduceF64: return "all_reduce_sum(double)";
-    case Op::kAllGather: return "all_gather";
-    case Op::kReduceScatter: return "reduce_scatter_sum";
-    case Op::kBroadcast: return "broadcast";
-    case Op::kBarrier: return "barrier";
-  }
-  return "?";
-}
+using Op = CollectiveOp;
 
 // One call's arguments as a rank published them (the call's descriptor, as NCCL packs them).
 struct alignas(64) Slot {
@@ -162,7 +151,7 @@ class HostCommunicator final : public Communicator {
   // with the same count and root. Every rank sees the same slots, so on a mismatch every rank throws together.
   void begin(int rank, Op op, size_t count, int root, const void* in, void* out) {
     check_rank(rank);
-    GS_EXPECT(count == 0 || (in != nullptr && out != nullptr), std::string(op_name(op)) + ": null buffer");
+    GS_EXPECT(count == 0 || (in != nullptr && out != nullptr), std::string(collective_op_name(op)) + ": null buffer");
     Slot& slot = slots_[rank];
     slot.op = op;
     slot.count = count;
@@ -174,9 +163,9 @@ class HostCommunicator final : public Communicator {
       const Slot& other = slots_[r];
       if (other.op != op || other.count != count || other.root != root) {
         throw_error(__FILE__, __LINE__, "same collective on every rank",
-                    std::string("rank ") + std::to_string(rank) + " called " + op_name(op) + " count " +
+                    std::string("rank ") + std::to_string(rank) + " called " + collective_op_name(op) + " count " +
                         std::to_string(count) + " but rank " + std::to_string(r) + " called " +
-                        op_name(other.op) + " count " + std::to_string(other.count));
+                        collective_op_name(other.op) + " count " + std::to_string(other.count));
       }
     }
   }
@@ -204,7 +193,7 @@ class HostCommunicator final : public Communicator {
         for (int r = 0; r < ranks_; ++r) std::memcpy(static_cast<T*>(slots_[r].out) + off, acc, n * sizeof(T));
       }
     }
-    end(rank, static_cast<uint64_t>(2) * (ranks_ - 1) * count * sizeof(T) / ranks_);
+    end(rank, ring_all_reduce_bytes(ranks_, count, sizeof(T)));
   }
 
   const int ranks_;
