@@ -8,7 +8,8 @@ metric one entry in DIFF_METRICS.
 
 Table mode (several scenarios, or one report): one row per run with the swept values as columns, time to target on
 both clocks, final eval accuracy, bytes on the wire per rank and step, modeled exposed communication per step, the
-speedup in time to target against a baseline run on both clocks, and a status that marks runs that did not reach the
+speedup in time to target against a baseline run on both clocks (throughput when no run sets a target; "-" with a
+footnote when a target is set but not reached), and a status that marks runs that did not reach the
 target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
 runs matched by id, one row per run and metric with old, new and the relative change; runs in only one report are
 flagged. docs/compare.md describes the columns, the defaults and the errors.
@@ -37,6 +38,7 @@ class Row:
         self.ttt_modeled_s = rl.metric_value(run, "modeled_time_to_target_s")
         self.speedup_measured = math.nan
         self.speedup_modeled = math.nan
+        self.speedup_basis = ""  # "time_to_target", "throughput" (neither run sets a target) or "" (no speedup)
         self.baseline = False
 
     @property
@@ -57,12 +59,13 @@ def run_status(run):
     return "reached" if ttt.get("reached") else "not reached"
 
 
-def exposed_communication_ms(run):
-    """Modeled exposed communication per rank and step (ms): timing.modeled.communication.exposed.all.mean_ms; NaN
-    without a modeled clock."""
-    modeled = (run.get("timing") or {}).get("modeled") or {}
-    exposed = (modeled.get("communication") or {}).get("exposed") or {}
-    return rl.num((exposed.get("all") or {}).get("mean_ms"))
+parameter_server = rl.parameter_server
+exposed_communication_ms = rl.exposed_communication_ms  # collectives: exposed; parameter server: push and pull
+
+
+def has_target(run):
+    """True when the run's configuration sets a target (its report has a time_to_target object)."""
+    return bool(run.get("time_to_target"))
 
 
 def modeled_wait_ms(run):
@@ -135,38 +138,86 @@ def swept_paths(reports):
     return paths
 
 
+def run_names(row):
+    """The names a run answers to besides its id: the id without the scenario name ("accumulation_steps=1.ranks=4.r0"
+    for "cmp.accumulation_steps=1.ranks=4.r0") and, without its repeat suffix, "accumulation_steps=1.ranks=4"."""
+    scenario = str(row.report.get("scenario_name", ""))
+    if not row.id.startswith(scenario + "."):
+        return set()
+    rest = row.id[len(scenario) + 1:]
+    names = {rest}
+    head, _, tail = rest.rpartition(".")
+    if head and tail.startswith("r") and tail[1:].isdigit():
+        names.add(head)
+    return names
+
+
+def candidates_text(rows, limit=8):
+    ids = list(dict.fromkeys(r.id for r in rows))
+    return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
 def pick_baseline(rows, selector):
-    """The baseline row: with a selector, the first row (input order) whose run id equals it, else the only row whose
-    config.name equals it, else the only row whose id contains it between dots ("ranks=1" in "q.ranks=1.r0"); without
-    one, the first row that reached the target (time to target on either clock), else the first row. Raises
-    ReportError when the selector matches no row or several."""
+    """The baseline row. With a selector, the first rule that matches any run decides (rows in input order):
+    1. the run id equals it (the first such row: two reports of one scenario share ids);
+    2. a scenario name (`scenario_name`, the runs' config.name) equals it, or a run name does (the id without the
+       scenario name, with or without its repeat suffix ".r0");
+    3. it equals one or more whole dot-separated parts of an id ("ranks=1" in "q.ranks=1.r0", not in "q.ranks=12.r0");
+    4. an id contains it as a substring.
+    Rules 2-4 must single out one run id (the first row with it wins), else ReportError lists the candidates; no
+    match at all is a ReportError listing the runs. Without a selector: the first row that reached the target (time
+    to target on either clock), else the first row."""
     if selector is None:
         reached = [r for r in rows if not (math.isnan(r.ttt_measured_s) and math.isnan(r.ttt_modeled_s))]
         return (reached or rows)[0] if rows else None
     for row in rows:
         if row.id == selector:
             return row
-    by_name = [r for r in rows if (r.run.get("config") or {}).get("name") == selector]
-    by_part = [r for r in rows if f".{selector}." in f".{r.id}."]
-    for matches in (by_name, by_part):
-        if len(matches) == 1:
+    tiers = [
+        ("scenario or run name", [r for r in rows if selector in run_names(r)
+                                  or r.report.get("scenario_name") == selector
+                                  or (r.run.get("config") or {}).get("name") == selector]),
+        ("whole parts of an id", [r for r in rows if f".{selector}." in f".{r.id}."]),
+        ("part of an id", [r for r in rows if selector in r.id]),
+    ]
+    for what, matches in tiers:
+        ids = list(dict.fromkeys(r.id for r in matches))
+        if len(ids) == 1:
             return matches[0]
-        if len(matches) > 1:
-            listed = ", ".join(r.id for r in matches[:5]) + (", ..." if len(matches) > 5 else "")
-            raise rl.ReportError(f"--baseline {selector}: matches {len(matches)} runs ({listed}); give a run id")
-    listed = ", ".join(r.id for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        if len(ids) > 1:
+            raise rl.ReportError(f"--baseline {selector}: matches {len(ids)} runs as {what} "
+                                 f"({candidates_text(matches)}); give one run id")
     raise rl.ReportError(f"--baseline {selector}: no run has this id or name, and no run id contains it "
-                         f"(runs: {listed})")
+                         f"(runs: {candidates_text(rows)})")
+
+
+def throughput(row, clock):
+    return rl.metric_value(row.run, "samples_per_s" if clock == "measured" else "modeled_samples_per_s")
 
 
 def set_speedups(rows, baseline):
-    """Speedup = the baseline's time to target / the run's, on each clock (NaN where either did not reach it)."""
+    """Speedup on each clock = the baseline's time to target / the run's when both reached the target; when neither
+    the run nor the baseline sets a target (timing-only scenarios), the run's throughput / the baseline's (samples/s;
+    speedup_basis "throughput"); else NaN (a target is set but one of them did not reach it)."""
     if baseline is None:
         return
     baseline.baseline = True
     for row in rows:
-        row.speedup_measured = baseline.ttt_measured_s / row.ttt_measured_s if row.ttt_measured_s > 0 else math.nan
-        row.speedup_modeled = baseline.ttt_modeled_s / row.ttt_modeled_s if row.ttt_modeled_s > 0 else math.nan
+        bases = set()
+        for clock in ("measured", "modeled"):
+            ttt = row.ttt_measured_s if clock == "measured" else row.ttt_modeled_s
+            base_ttt = baseline.ttt_measured_s if clock == "measured" else baseline.ttt_modeled_s
+            value = math.nan
+            if ttt > 0 and base_ttt > 0:
+                value = base_ttt / ttt
+                bases.add("time_to_target")
+            elif not has_target(row.run) and not has_target(baseline.run):
+                run_rate, base_rate = throughput(row, clock), throughput(baseline, clock)
+                if run_rate > 0 and base_rate > 0:
+                    value = run_rate / base_rate
+                    bases.add("throughput")
+            setattr(row, f"speedup_{clock}", value)
+        row.speedup_basis = "time_to_target" if "time_to_target" in bases else "throughput" if bases else ""
 
 
 def fmt_g(x):
@@ -213,6 +264,17 @@ TABLE_COLUMNS = [
     ("speedup (measured)", "speedup_measured", lambda r: r.speedup_measured, fmt_speedup),
     ("speedup (modeled)", "speedup_modeled", lambda r: r.speedup_modeled, fmt_speedup),
 ]
+SPEEDUPS = {"speedup_measured", "speedup_modeled"}
+# Markdown footnote markers: a throughput-based speedup, a parameter server's exposed communication (push and pull).
+THROUGHPUT_MARK, PUSH_PULL_MARK = "*", "\u2020"
+FOOTNOTES = {
+    "throughput": f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's on that clock): "
+                  "neither run sets a target, so there is no time to target",
+    "no_speedup": f"`{MISSING}` speedup: a target is set, but the run or the baseline has no time to target on that "
+                  "clock (not reached, diverged, failed, or no modeled clock)",
+    "push_pull": f"`{PUSH_PULL_MARK}` parameter-server run: its exposed communication is the modeled push and pull per "
+                 "step (the communicate phase; no bucket overlaps backward)",
+}
 
 
 OPTIONAL = {"wait_modeled_ms", "staleness_clocks_mean", "data_stall_share_modeled", "cache_hit_rate"}
@@ -239,7 +301,7 @@ def table(rows, reports, fmt):
     csv_header += [c[1] for c in columns] + ["status"]
     right += [True] * len(columns) + [False]
 
-    md_rows, csv_rows = [], []
+    md_rows, csv_rows, notes = [], [], set()
     for row in rows:
         swept = row.run.get("swept") or {}
         md, cs = [row.id], [row.id]
@@ -253,17 +315,29 @@ def table(rows, reports, fmt):
             else:
                 md.append(MISSING)
                 cs.append("")
-        for _, _, get, fmt_md in columns:
+        for _, name, get, fmt_md in columns:
             value = get(row)
-            md.append(fmt_md(value))
+            text = fmt_md(value)
+            if name in SPEEDUPS and row.speedup_basis == "throughput" and text != MISSING:
+                text += THROUGHPUT_MARK
+                notes.add("throughput")
+            elif name in SPEEDUPS and text == MISSING and has_target(row.run):
+                notes.add("no_speedup")
+            elif name == "exposed_communication_ms" and parameter_server(row.run) and text != MISSING:
+                text += PUSH_PULL_MARK
+                notes.add("push_pull")
+            md.append(text)
             cs.append(csv_number(value))
         md.append(row.status)
         cs.append(row.status)
+        cs.append(row.speedup_basis)
         md_rows.append(md)
         csv_rows.append(cs)
     if fmt == "csv":
-        return csv_text(csv_header, csv_rows)
-    return markdown(header, md_rows, right)
+        return csv_text(csv_header + ["speedup_basis"], csv_rows)
+    text = markdown(header, md_rows, right)
+    footnotes = [FOOTNOTES[k] for k in FOOTNOTES if k in notes]
+    return text + ("\n" + "\n".join(footnotes) + "\n" if footnotes else "")
 
 
 def csv_text(header, rows):
@@ -428,9 +502,10 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="report.json files")
     parser.add_argument("--baseline", metavar="RUN_ID|NAME",
-                        help="table mode: the run speedups are measured against: a run id, a run's config.name, or "
-                             "a part of one run's id such as 'ranks=1' (default: the first run that reached the "
-                             "target, else the first run)")
+                        help="table mode: the run speedups are measured against: a run id, else a scenario or run "
+                             "name (the id without the scenario name, with or without '.r0'), else whole "
+                             "dot-separated parts of one id ('ranks=1'), else a substring of one id (default: the "
+                             "first run that reached the target, else the first run)")
     parser.add_argument("--format", choices=("markdown", "csv"), default="markdown", help="output (default markdown)")
     parser.add_argument("--pareto", type=Path, metavar="PNG",
                         help="table mode: also write a Pareto plot (time to target against final eval accuracy)")

@@ -4,6 +4,7 @@ run compresses, against the bytes sent), per-phase step breakdown, a sweep heatm
 data cache's capacity, step time and data-stall share against it.
 
     python tools/plot.py REPORT... [--out DIR] [--metric NAME] [--x AXIS --y AXIS]
+    python tools/plot.py --summary OUT.png REPORT...   # one scenario on one or more hardware profiles (fig_summary)
 
 One function per figure (fig_*); a new figure is one function plus one line in write_figures. Each strategy has a hue
 family (a sequential colormap: Blues, Oranges, ...; the same in every figure of a report); its runs take shades of it
@@ -777,6 +778,184 @@ def fig_data_cache(report, styles, out_dir, note):
     return save(fig, out_dir / name)
 
 
+# ---- strategy summary (--summary): the runs of one scenario on one or more hardware profiles ------------------------
+
+# One color per report (hardware profile) of a summary, in the order given.
+PROFILE_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#8172b2", "#c44e52", "#937860"]
+
+
+def profile_names(reports, paths):
+    """The name of each report of a summary: its runs' modeled hardware profile (timing.modeled.hardware); where two
+    reports share one (or one has none), the report's folder name, else its file name, else "report N"."""
+    def profile(report):
+        for run in report["runs"]:
+            name = ((run.get("timing") or {}).get("modeled") or {}).get("hardware")
+            if name:
+                return str(name)
+        return None
+
+    for names in ([profile(r) for r in reports], [Path(p).resolve().parent.name for p in paths],
+                  [Path(p).stem for p in paths]):
+        if None not in names and "" not in names and len(set(names)) == len(names):
+            return names
+    return [f"report {i + 1}" for i in range(len(reports))]
+
+
+def data_summary(report):
+    """True when the summary's middle panel shows the last epoch and its data stall: the report sweeps the data cache
+    or the storage (a data.cache* or data.storage* path) and every run has per-epoch data of more than one epoch."""
+    swept = {p for a in report.get("axes") or [] for p in a["paths"]}
+    if not any(p.startswith(("data.cache", "data.storage")) for p in swept):
+        return False
+    for run in report["runs"]:
+        epochs = [r.get("epochs") or [] for r in (run.get("data") or {}).get("per_rank") or []]
+        if not epochs or not all(len(e) > 1 for e in epochs):
+            return False
+    return True
+
+
+def summary_step(run, last_epoch):
+    """(step ms, part ms) of the summary's middle panel: with last_epoch (data_summary), the last epoch's mean
+    modeled step and data stall (the cache warm); else the mean modeled step and the exposed communication
+    (rl.exposed_communication_ms)."""
+    if last_epoch:
+        step_ms, stall_share, _ = rl.last_epoch_data(run)
+        return step_ms, step_ms * stall_share
+    return rl.modeled_step_mean_ms(run), rl.exposed_communication_ms(run)
+
+
+def summary_target(runs):
+    """The eval_accuracy target value shared by the runs' time_to_target objects, or None."""
+    values = {(r.get("time_to_target") or {}).get("value") for r in runs
+              if (r.get("time_to_target") or {}).get("metric") == "eval_accuracy"}
+    return values.pop() if len(values) == 1 else None
+
+
+def fig_summary(reports, paths, out_path):
+    """One figure comparing the runs of one scenario on one or more hardware profiles (one report each; runs matched
+    by id to the first report's, in its order). Three panels sharing the rows (rl.summary_labels: the swept values
+    that differ from the first run): modeled time to target (ms; "not reached" or the disposition where there is
+    none; without any target, modeled throughput instead), the mean modeled step (ms) with its exposed communication
+    (or, for data-cache sweeps, data_summary: the last epoch's step and data stall) hatched inside it, and the final
+    eval accuracy with the target. One bar color per report. Returns out_path."""
+    first = reports[0]
+    runs = list(first["runs"])
+    names = profile_names(reports, paths)
+    by_id = [{r["id"]: r for r in rep["runs"]} for rep in reports]
+    labels, reference = rl.summary_labels(first, runs)
+    all_runs = [r for rep in reports for r in rep["runs"]]
+    with_target = any(r.get("time_to_target") for r in all_runs)
+    n, k = len(runs), len(reports)
+    group_h = 0.8
+    bar_h = group_h / k
+    height = min(1.6 + n * (0.22 * k + 0.18), MAX_HEIGHT_IN)
+    fig, (ax_t, ax_s, ax_a) = plt.subplots(1, 3, figsize=(min(13.0, MAX_WIDTH_IN), height), sharey=True,
+                                           layout="constrained", gridspec_kw={"width_ratios": [1.2, 1.2, 1.0]})
+    title = f"{rl.shorten(first['scenario_name'], 40)}: when each variant pays off"
+    if k > 1:
+        title += " (" + " vs ".join(names) + ")"
+    fig.suptitle(title, fontsize=11)
+    y_mid = np.arange(n)
+    last_epoch = all(data_summary(r) for r in reports)
+    t_values, s_values, accs = [], [], []
+    for j, (lookup, name) in enumerate(zip(by_id, names)):
+        color = PROFILE_COLORS[j % len(PROFILE_COLORS)]
+        y = y_mid - group_h / 2 + bar_h * (j + 0.5)
+        for i, base in enumerate(runs):
+            run = lookup.get(base["id"])
+            if run is None:
+                ax_t.text(0, y[i], " not in this report", fontsize=6, va="center", color="#777777")
+                continue
+            if with_target:
+                value = rl.metric_value(run, "modeled_time_to_target_s") * 1e3
+            else:
+                value = rl.metric_value(run, "modeled_samples_per_s")
+            if math.isnan(value):
+                why = run.get("disposition", "?")
+                why = "not reached" if why == "passed" else why
+                ax_t.text(0, y[i], f" {why}", fontsize=6, va="center", color=color)
+            else:
+                t_values.append(value)
+                ax_t.barh(y[i], value, height=bar_h * 0.9, color=color, label=name if i == 0 else None)
+                ax_t.text(value, y[i], f" {value:.3g}", fontsize=6, va="center")
+            step_ms, part_ms = summary_step(run, last_epoch)
+            if not math.isnan(step_ms):
+                s_values.append(step_ms)
+                ax_s.barh(y[i], step_ms, height=bar_h * 0.9, color=color, alpha=0.45)
+                if not math.isnan(part_ms) and part_ms > 0:
+                    ax_s.barh(y[i], part_ms, height=bar_h * 0.9, color=color, hatch="////", edgecolor="white",
+                              linewidth=0)
+                ax_s.text(step_ms, y[i], f" {step_ms:.3g}", fontsize=6, va="center")
+            acc = rl.metric_value(run, "eval_accuracy")
+            if not math.isnan(acc):
+                accs.append(acc)
+                ax_a.barh(y[i], acc, height=bar_h * 0.9, color=color)
+                ax_a.text(acc, y[i], f" {acc:.3f}", fontsize=6, va="center")
+    for ax, values in ((ax_t, t_values), (ax_s, s_values)):
+        if values and min(values) > 0 and max(values) / min(values) > 20:
+            ax.set_xscale("log")
+        elif values:
+            ax.set_xlim(0, max(values) * 1.22)
+        ax.grid(axis="x", alpha=0.3)
+    ax_t.set_xlabel("time to target, modeled (ms)" if with_target else "throughput, modeled (samples/s)")
+    ax_t.set_title("time to target (shorter is better)" if with_target else "throughput (higher is better)",
+                   fontsize=9)
+    part = "data stall" if last_epoch else "exposed communication"
+    if not last_epoch and any(rl.parameter_server(r) for r in all_runs):
+        part += "\n(parameter server: its push and pull)"
+    step_what = "last epoch's step" if last_epoch else "step"
+    ax_s.set_xlabel(f"mean modeled {step_what} (ms); hatched: {part}")
+    ax_s.set_title(f"modeled {step_what} (shorter is better)", fontsize=9)
+    target = summary_target(all_runs)
+    if accs:
+        low = min(accs + ([target] if target else []))
+        ax_a.set_xlim(max(0.0, low - 0.08), min(1.0, max(accs) + 0.06))
+    if target is not None:
+        ax_a.axvline(target, color="black", linestyle=":", linewidth=0.9)
+        ax_a.text(target, n - 0.5, f"target {target:g} ", fontsize=6, ha="right", va="bottom")
+    ax_a.set_xlabel("final eval accuracy")
+    ax_a.set_title("final eval accuracy (higher is better)", fontsize=9)
+    ax_a.grid(axis="x", alpha=0.3)
+    ax_t.set_yticks(y_mid, labels=[textwrap.fill(label, 28) for label in labels], fontsize=7)
+    ax_t.get_yticklabels()[0].set_fontweight("bold")
+    ax_t.set_ylim(n - 0.5, -0.7)
+    if k > 1:
+        ax_t.legend(title="hardware profile", fontsize=7, title_fontsize=7, loc="lower right")
+    note = f"reference (first run): {reference}. Other rows: the swept values that differ from it."
+    if k == 1:
+        note += f" One hardware profile: {names[0]}."
+    fig.text(0.0, 0.0, "\n".join(note_lines(note, 13.0)), fontsize=7, color="#555555", va="top", ha="left")
+    return save(fig, out_path)
+
+
+def summary_main(summary, report_paths):
+    """--summary: checks every report (readable, valid, the same scenario name), then writes one summary figure."""
+    errors, reports = [], []
+    for path in report_paths:
+        try:
+            reports.append(rl.load_report(path))
+        except rl.ReportError as e:
+            errors.append(error_text(path, e))
+    if not errors:
+        names = {r["scenario_name"] for r in reports}
+        if len(names) > 1:
+            errors.append(f"--summary compares one scenario on several profiles; the reports are of {len(names)} "
+                          f"scenarios ({', '.join(sorted(names))})")
+        elif not reports[0]["runs"]:
+            errors.append(f"{report_paths[0]}: the report has no runs")
+        try:
+            check_out_dir(Path(summary).parent)
+        except rl.ReportError as e:
+            errors.append(str(e))
+    if errors:
+        for message in errors:
+            print(f"error: {message}", file=sys.stderr)
+        print("error: no figure written", file=sys.stderr)
+        return 2
+    print(fig_summary(reports, report_paths, Path(summary)))
+    return 0
+
+
 def skipped(name, why):
     print(f"note: {name} not written: {why}", file=sys.stderr)
     return None
@@ -833,6 +1012,10 @@ def parse_args(argv):
                         help="heatmap metric (default: eval_accuracy when present, else train_loss)")
     parser.add_argument("--x", help="heatmap x axis: dotted path, its last component, or index (default: first axis)")
     parser.add_argument("--y", help="heatmap y axis (default: second axis)")
+    parser.add_argument("--summary", type=Path, metavar="PNG",
+                        help="write only one summary figure of one scenario's runs (time to target, modeled step, "
+                             "final accuracy), one bar color per report: the same scenario on several hardware "
+                             "profiles")
     return parser.parse_args(argv)
 
 
@@ -856,6 +1039,8 @@ def main(argv=None):
     """Checks every report and argument first (reports readable and valid, --x/--y axes of every report, output
     folders writable), and writes nothing when one fails; then writes the figures of each report."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.summary is not None:
+        return summary_main(args.summary, args.reports)
     jobs, errors = [], []
     for path, out_dir in zip(args.reports, output_dirs(args.reports, args.out)):
         try:

@@ -478,3 +478,92 @@ def last_epoch_data(run):
     return (step_mod / steps * 1e3,
             stall_mod / step_mod if step_mod > 0 else math.nan,
             stall_meas / step_meas if step_meas > 0 else math.nan)
+
+
+def parameter_server(run):
+    """True for a parameter-server run (its config's sync.kind)."""
+    return ((run.get("config") or {}).get("sync") or {}).get("kind") == "parameter_server"
+
+
+def exposed_communication_ms(run):
+    """Modeled communication per rank and step that compute does not hide (ms): for collectives
+    timing.modeled.communication.exposed.all.mean_ms; for parameter-server runs, whose report leaves `exposed` at 0
+    (no bucket overlaps backward), their push and pull, the modeled `communicate` phase
+    (timing.modeled.phases.communicate.all.mean_ms; reports/README.md: nothing hides it). NaN without a modeled
+    clock."""
+    modeled = (run.get("timing") or {}).get("modeled") or {}
+    if parameter_server(run):
+        communicate = (modeled.get("phases") or {}).get("communicate") or {}
+        return num((communicate.get("all") or {}).get("mean_ms"))
+    exposed = (modeled.get("communication") or {}).get("exposed") or {}
+    return num((exposed.get("all") or {}).get("mean_ms"))
+
+
+# ---- short run labels for summaries (tools/plot.py --summary) -------------------------------------------------------
+
+def distinguishing_paths(axis):
+    """The paths of a sweep axis needed to tell its values apart: all of a single-path axis; for a zip group, paths
+    added greedily (the one that separates most values, ties to the shortest longest value text, then axis order)
+    until every value of the group is told apart (or no path helps further)."""
+    paths = axis["paths"]
+    if len(paths) == 1:
+        return list(paths)
+    values = axis["values"]
+    target = len({json.dumps(v) for v in values})
+    chosen = []
+    while True:
+        seen = len({json.dumps([v[paths.index(p)] for p in chosen]) for v in values}) if chosen else 1
+        if seen >= target:
+            return [p for p in paths if p in chosen]
+        best = None
+        for i, p in enumerate(paths):
+            if p in chosen:
+                continue
+            trial = chosen + [p]
+            count = len({json.dumps([v[paths.index(q)] for q in trial]) for v in values})
+            width = max(len(label_value(v[i])) for v in values)
+            key = (-count, width, i)
+            if best is None or key < best[0]:
+                best = (key, p)
+        if best is None or -best[0][0] <= seen:
+            return [p for p in paths if p in chosen]
+        chosen.append(best[1])
+
+
+SUMMARY_LABEL_CHARS = 56
+
+
+def summary_labels(report, runs):
+    """(labels, reference): one short label per run for a summary figure, and the text of the reference run.
+
+    The reference is the first run. Every other run is labelled with the swept values it does not share with the
+    reference ("key=value ...", short key names); when that text is longer than SUMMARY_LABEL_CHARS, only the paths
+    each zip group needs to tell its values apart (distinguishing_paths) are kept. The reference is labelled
+    "reference"; `reference` is its full "key=value" text (for a caption). A run with no difference (a repeat) is
+    labelled by its repeat."""
+    axes = report.get("axes") or []
+    if not runs:
+        return [], ""
+    first = runs[0].get("swept") or {}
+    order = swept_order(runs[0], axes)
+    kept = {p for a in axes for p in distinguishing_paths(a)} | {p for p in order if not any(p in a["paths"]
+                                                                                         for a in axes)}
+
+    def text(run, paths):
+        swept = run.get("swept") or {}
+        diff = [p for p in swept_order(run, axes) if p in paths and swept.get(p) != first.get(p)]
+        short = short_paths(diff)
+        return " ".join(f"{short[p]}={label_value(swept[p], limit=20, among=axis_values_of(p, axes))}"
+                        for p in diff)
+
+    labels = []
+    for k, run in enumerate(runs):
+        if k == 0:
+            labels.append("reference")
+            continue
+        full = text(run, set(order) | set(run.get("swept") or {}))
+        label = full if len(full) <= SUMMARY_LABEL_CHARS else text(run, kept)
+        labels.append(label or f"reference, repeat {run.get('repeat', 0)}")
+    short = short_paths(order)
+    reference = " ".join(f"{short[p]}={label_value(first[p], limit=20)}" for p in order)
+    return labels, reference

@@ -4,6 +4,7 @@ and speedups written by hand from their numbers), baseline choice, the Pareto fr
 import csv
 import io
 import json
+import math
 import subprocess
 import sys
 
@@ -62,6 +63,9 @@ baseline: cmp.accumulation_steps=1.ranks=2.r0
 | cmp_local.kind=local_sgd.r0         | cmp_local |                  - |     - | local_sgd \
 |                            1 |                        0.25 |              0.8512 |                 250 \
 |                          - |              2.00x |             2.00x | reached           |
+
+`-` speedup: a target is set, but the run or the baseline has no time to target on that clock (not reached, \
+diverged, failed, or no modeled clock)
 """
 
 
@@ -77,10 +81,10 @@ def test_csv_table_has_full_precision_and_empty_cells():
     lines = result.stdout.splitlines()
     assert lines[0] == ("run,scenario,training.accumulation_steps,cluster.ranks,sync.kind,time_to_target_measured_s,"
                         "time_to_target_modeled_s,final_eval_accuracy,wire_bytes_per_rank_per_step,"
-                        "exposed_communication_ms,speedup_measured,speedup_modeled,status")
-    assert lines[1] == f"{R0},cmp,1,2,,2.0,0.5,0.85,1000.0,0.25,1.0,1.0,\"reached, baseline\""
-    assert lines[4] == f"{R3},cmp,2,4,,,,,,,,,diverged"
-    assert lines[5] == f"{LOCAL},cmp_local,,,local_sgd,1.0,0.25,0.8512,250.0,,2.0,2.0,reached"
+                        "exposed_communication_ms,speedup_measured,speedup_modeled,status,speedup_basis")
+    assert lines[1] == f"{R0},cmp,1,2,,2.0,0.5,0.85,1000.0,0.25,1.0,1.0,\"reached, baseline\",time_to_target"
+    assert lines[4] == f"{R3},cmp,2,4,,,,,,,,,diverged,"
+    assert lines[5] == f"{LOCAL},cmp_local,,,local_sgd,1.0,0.25,0.8512,250.0,,2.0,2.0,reached,time_to_target"
     assert len(lines) == 6
 
 
@@ -268,8 +272,42 @@ def test_duplicate_run_ids(tmp_path):
 
 
 def test_baseline_not_found_or_ambiguous():
-    assert_error(run_compare(OLD, "--baseline", "nope"), "--baseline nope: no run has this id or name")
-    assert_error(run_compare(OLD, "--baseline", "ranks=4"), "--baseline ranks=4: matches 2 runs", R1, R3)
+    assert_error(run_compare(OLD, "--baseline", "nope"), "--baseline nope: no run has this id or name",
+                 f"runs: {R0}, {R1}, {R2}, {R3}")
+    assert_error(run_compare(OLD, "--baseline", "ranks=4"),
+                 f"--baseline ranks=4: matches 2 runs as whole parts of an id ({R1}, {R3}); give one run id")
+    # A scenario name with several runs: the candidates are that scenario's runs.
+    assert_error(run_compare(OLD, OTHER, "--baseline", "cmp"),
+                 f"--baseline cmp: matches 4 runs as scenario or run name ({R0}, {R1}, {R2}, {R3})")
+    # A substring of several ids ("steps=2" is no whole part of any).
+    assert_error(run_compare(OLD, "--baseline", "steps=2"), "matches 2 runs as part of an id", R2, R3)
+
+
+def baseline_id(*args):
+    doc_rows = []
+    for path in args[:-1]:
+        doc = compare.load(REPO_ROOT / path)
+        doc_rows += [compare.Row(doc, path, run) for run in doc["runs"]]
+    return compare.pick_baseline(doc_rows, args[-1]).id
+
+
+def test_baseline_rule_order():
+    """Exact id, then a scenario or run name, then whole dot-separated parts of an id, then a unique substring."""
+    assert baseline_id(OLD, OTHER, R2) == R2  # exact id
+    assert baseline_id(OLD, OTHER, "cmp_local") == LOCAL  # the scenario (config.name) of one run
+    assert baseline_id(OLD, OTHER, "kind=local_sgd.r0") == LOCAL  # run name: the id without the scenario name
+    assert baseline_id(OLD, OTHER, "accumulation_steps=2.ranks=4") == R3  # run name without the repeat suffix
+    with pytest.raises(compare.rl.ReportError, match="matches 2 runs as whole parts of an id"):
+        baseline_id(OLD, OTHER, "ranks=2.r0")  # R0 and R2 both end so
+    assert baseline_id(OLD, "steps=2.ranks=2") == R2  # not whole parts ("accumulation_steps=2"): a substring
+    assert baseline_id(OLD, OTHER, "local") == LOCAL  # substring of one id only
+    # "cmp" is the scenario of four runs, and a substring of all five: the name rule decides and is ambiguous.
+    with pytest.raises(compare.rl.ReportError, match="as scenario or run name"):
+        baseline_id(OLD, OTHER, "cmp")
+    # Two reports of one scenario (--table): an id in both is the first report's run.
+    doc_old, doc_new = compare.load(REPO_ROOT / OLD), compare.load(REPO_ROOT / NEW)
+    rows = [compare.Row(d, p, r) for d, p in ((doc_old, OLD), (doc_new, NEW)) for r in d["runs"]]
+    assert compare.pick_baseline(rows, "accumulation_steps=1.ranks=2").report is doc_old
 
 
 def test_diff_needs_two_reports_and_takes_no_baseline():
@@ -351,3 +389,78 @@ def test_diff_notes_reports_made_with_different_overrides(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "note: context.overrides differs (old [], new ['training.steps=8'])" in result.stderr
     assert "context.overrides" not in run_compare(OLD, NEW).stderr
+
+
+# ---- speedup without a time to target; the parameter server's exposed communication ----------------------------
+
+def timing_only_with_a_server(doc):
+    """compare_old.json's runs as a scenario without a target (time_to_target null, as timing-only scenarios write)
+    with throughputs set by hand (samples/s measured, modeled): R0 100 and 400, R1 150 and 1000, R2 50 and null; R3
+    diverged with none. R1 is a parameter-server run whose modeled communicate phase (push and pull) is 0.3 ms per
+    step while its `exposed` distribution says 0.4 (what a collective would have left exposed)."""
+    rates = [(100, 400), (150, 1000), (50, None), (None, None)]
+    for run, (measured, modeled) in zip(doc["runs"], rates):
+        run["time_to_target"] = None
+        run["throughput"] = {"samples_per_s": measured, "modeled_samples_per_s": modeled}
+    r1 = doc["runs"][1]
+    r1["config"]["sync"]["kind"] = "parameter_server"
+    r1["timing"]["modeled"]["phases"]["communicate"]["all"]["mean_ms"] = 0.3
+    return doc
+
+
+# Written by hand: baseline R0 (no run reached a target: the first run). Speedups in throughput: R1 150/100 = 1.50,
+# 1000/400 = 2.50; R2 50/100 = 0.50, modeled none (R2 has no modeled rate); R3 none. R1's exposed communication is its
+# push and pull (0.3 ms), marked; no run has a target, so no run reached one ("no target").
+EXPECTED_THROUGHPUT_TABLE = """\
+baseline: cmp.accumulation_steps=1.ranks=2.r0
+
+| run                                 | accumulation_steps | ranks | time to target (s, measured) \
+| time to target (s, modeled) | final eval accuracy | wire bytes per step | exposed comm (ms, modeled) \
+| speedup (measured) | speedup (modeled) | status              |
+| ----------------------------------- | -----------------: | ----: | ---------------------------: \
+| --------------------------: | ------------------: | ------------------: | -------------------------: \
+| -----------------: | ----------------: | ------------------- |
+| cmp.accumulation_steps=1.ranks=2.r0 |                  1 |     2 |                            - \
+|                           - |              0.8500 |                1000 |                       0.25 \
+|             1.00x* |            1.00x* | no target, baseline |
+| cmp.accumulation_steps=1.ranks=4.r0 |                  1 |     4 |                            - \
+|                           - |              0.8400 |                1500 |                       0.3\u2020 \
+|             1.50x* |            2.50x* | no target           |
+| cmp.accumulation_steps=2.ranks=2.r0 |                  2 |     2 |                            - \
+|                           - |              0.7123 |                1000 |                      0.125 \
+|             0.50x* |                 - | no target           |
+| cmp.accumulation_steps=2.ranks=4.r0 |                  2 |     4 |                            - \
+|                           - |                   - |                   - |                          - \
+|                  - |                 - | diverged            |
+
+`*` speedup in throughput (the run's samples/s / the baseline's on that clock): neither run sets a target, so there \
+is no time to target
+`\u2020` parameter-server run: its exposed communication is the modeled push and pull per step (the communicate \
+phase; no bucket overlaps backward)
+"""
+
+
+def test_speedup_falls_back_to_throughput_without_a_target_and_a_server_shows_its_push_and_pull(tmp_path):
+    doc = timing_only_with_a_server(json.loads((REPO_ROOT / OLD).read_text()))
+    path = tmp_path / "no_target.json"
+    path.write_text(json.dumps(doc))
+    result = run_compare(path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == EXPECTED_THROUGHPUT_TABLE
+    rows = csv_rows(run_compare(path, "--format", "csv").stdout)
+    assert [r["speedup_measured"] for r in rows] == ["1.0", "1.5", "0.5", ""]
+    assert [r["speedup_modeled"] for r in rows] == ["1.0", "2.5", "", ""]
+    assert [r["speedup_basis"] for r in rows] == ["throughput", "throughput", "throughput", ""]
+    assert [r["exposed_communication_ms"] for r in rows] == ["0.25", "0.3", "0.125", ""]
+
+
+def test_a_run_that_did_not_reach_a_set_target_gets_no_throughput_speedup():
+    """A target is set (compare_old.json): R2 did not reach it, so its speedup is empty even with throughputs."""
+    doc = compare.load(REPO_ROOT / OLD)
+    for run, rate in zip(doc["runs"], (100, 150, 50, None)):
+        run["throughput"] = {"samples_per_s": rate, "modeled_samples_per_s": rate}
+    rows = [compare.Row(doc, OLD, run) for run in doc["runs"]]
+    compare.set_speedups(rows, rows[0])
+    assert (rows[1].speedup_measured, rows[1].speedup_basis) == (pytest.approx(2.0 / 1.6), "time_to_target")
+    assert math.isnan(rows[2].speedup_measured) and math.isnan(rows[2].speedup_modeled)
+    assert rows[2].speedup_basis == ""

@@ -918,3 +918,93 @@ def test_data_cache_figure_is_written_for_a_capacity_sweep_only(run_plot, exampl
     result = run_plot(write_report(other, example))
     assert "data_cache_vs_capacity.png" not in result.stdout
     assert "data_cache_vs_capacity.png not written" in result.stderr
+
+
+# ---- --summary: one scenario on one or more hardware profiles -------------------------------------------------------
+
+def zip_report():
+    """A hand-written report with a zip group of three paths over four values and an axis of two, like
+    scenarios/strategies/async_ps.json: labels must come from the values that differ from the first run."""
+    group = {"paths": ["sync.kind", "sync.staleness", "training.optimizer.momentum"],
+             "values": [["allreduce", 0, 0.9], ["parameter_server", 0, 0.9], ["parameter_server", "inf", 0.9],
+                        ["allreduce", 0, 0.0]]}
+    noise = {"paths": ["cluster.stragglers.factors", "cluster.stragglers.noise.kind", "cluster.stragglers.noise.sigma"],
+             "values": [[None, "none", 0], [[1, 1, 1.5], "lognormal", 0.2]]}
+    runs = []
+    for n in noise["values"]:
+        for g in group["values"]:
+            swept = dict(zip(noise["paths"], n)) | dict(zip(group["paths"], g))
+            runs.append({"id": f"z.{len(runs)}.r0", "repeat": 0, "swept": swept})
+    return {"scenario_name": "z", "axes": [noise, group], "runs": runs}
+
+
+def test_distinguishing_paths_of_a_zip_group():
+    report = zip_report()
+    noise, group = report["axes"]
+    # Each noise path alone tells the two values apart; sigma has the shortest texts ("0", "0.2").
+    assert rl.distinguishing_paths(noise) == ["cluster.stragglers.noise.sigma"]
+    # kind + staleness leave (allreduce, 0) twice; staleness + momentum leave (0, 0.9) twice: all three are needed.
+    assert rl.distinguishing_paths(group) == group["paths"]
+    assert rl.distinguishing_paths({"paths": ["a"], "values": [[1], [2]]}) == ["a"]
+    # b alone separates all three values; a and c each only two.
+    assert rl.distinguishing_paths({"paths": ["a", "b", "c"], "values": [[1, 1, 1], [1, 2, 2], [2, 3, 2]]}) == ["b"]
+
+
+def test_summary_labels_name_what_differs_from_the_first_run():
+    assert rl.SUMMARY_LABEL_CHARS == 56
+    report = zip_report()
+    labels, reference = rl.summary_labels(report, report["runs"])
+    assert labels == [
+        "reference",
+        "kind=parameter_server",
+        "kind=parameter_server staleness=inf",
+        "momentum=0.0",
+        # All three noise paths differ: "factors=[1,1,1.5] kind=lognormal sigma=0.2" (42 characters, at most 56).
+        "factors=[1,1,1.5] kind=lognormal sigma=0.2",
+        # With a sync path too, "kind" names two paths and the text is over 56 characters: each zip group keeps only
+        # the paths that tell its values apart, sigma for the noise group.
+        "sigma=0.2 kind=parameter_server",
+        "sigma=0.2 kind=parameter_server staleness=inf",
+        # No second "kind" here: 55 characters, all kept.
+        "factors=[1,1,1.5] kind=lognormal sigma=0.2 momentum=0.0",
+    ]
+    assert reference == ("factors=null cluster.stragglers.noise.kind=none sigma=0 sync.kind=allreduce staleness=0 "
+                         "momentum=0.9")
+
+
+def test_summary_draws_each_profile_and_marks_runs_without_a_time_to_target(tmp_path, monkeypatch):
+    """compare_old.json and compare_new.json as the same scenario on two profiles (their folder is the same, so the
+    bars are named by file). Time to target bars in ms: old R0 500, R1 200; new R0 500, R2 750 (R1 not reached, R3
+    absent from new; old R2 not reached, R3 diverged)."""
+    from conftest import REPO_ROOT
+    paths = [REPO_ROOT / "tests/tools/data/compare_old.json", REPO_ROOT / "tests/tools/data/compare_new.json"]
+    old, new = (rl.load_report(p) for p in paths)
+    for run in old["runs"]:  # give both reports a hardware profile of their own
+        if run.get("timing"):
+            run["timing"]["modeled"]["hardware"] = "h100-pcie-8"
+    fig = figure_of(monkeypatch, lambda: plot.fig_summary([old, new], paths, tmp_path / "s.png"))
+    try:
+        ax_t, ax_s, ax_a = fig.axes[:3]
+        widths = sorted(round(p.get_width(), 6) for p in ax_t.patches)
+        assert widths == [200.0, 500.0, 500.0, 750.0]
+        texts = [t.get_text().strip() for t in ax_t.texts]
+        assert texts.count("not reached") == 2 and "diverged" in texts and "not in this report" in texts
+        assert [t.get_text() for t in ax_t.get_legend().get_texts()] == ["h100-pcie-8", "h100-sxm-8"]
+        assert [t.get_text() for t in ax_t.get_yticklabels()] == ["reference", "ranks=4", "accumulation_steps=2",
+                                                                  "accumulation_steps=2 ranks=4"]  # 28 chars a line
+        # Accuracy bars: old 0.85, 0.84, 0.7123 (R3 diverged: none); new 0.86, 0.79, 0.8101.
+        assert sorted(round(p.get_width(), 4) for p in ax_a.patches) == [0.7123, 0.79, 0.8101, 0.84, 0.85, 0.86]
+    finally:
+        plt.close(fig)
+
+
+def test_summary_refuses_reports_of_different_scenarios(run_plot, example, tmp_path):
+    from conftest import REPO_ROOT
+    out = tmp_path / "s.png"
+    result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json",
+                      REPO_ROOT / "tests/tools/data/compare_other.json")
+    assert result.returncode == 2
+    assert "the reports are of 2 scenarios (cmp, cmp_local)" in result.stderr and not out.exists()
+    result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json")
+    assert result.returncode == 0, result.stderr
+    assert_png(out)
