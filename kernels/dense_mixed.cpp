@@ -14,8 +14,10 @@
 namespace gs {
 namespace {
 
-void count(MixedCounters& c, const RoundingCounts& r, size_t n) {
-  c.grad_values += n;
+// n values cast to format f: counted as rounded unless f is fp32 (fp32 under a loss scale takes this stack with no
+// cast, so nothing is rounded; its inf/NaN values are still counted).
+void count(MixedCounters& c, const RoundingCounts& r, size_t n, FloatFormat f) {
+  if (f != FloatFormat::kFp32) c.grad_values += n;
   c.grad_underflow += r.underflow;
   c.grad_nonfinite += r.nonfinite;
 }
@@ -197,7 +199,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
   if (spec.fp8_gemm) {
     round_in_place(f, dz, n_out);
   } else {
-    count(m.counters, round_fp32_through_counted(f, dz, dz, n_out), n_out);
+    count(m.counters, round_fp32_through_counted(f, dz, dz, n_out), n_out, f);
   }
   for (int64_t l = layers - 1; l >= 0; --l) {
     const int64_t in = stack.widths[l], out = stack.widths[l + 1];
@@ -208,7 +210,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     if (spec.fp8_gemm) {
       const RoundingCounts r = fp8_quantize(m.dz_q.data(), dz, nz, FloatFormat::kFp8E5M2,
                                             m.fp8[static_cast<size_t>(3 * l + 2)], hist);
-      count(m.counters, r, nz);
+      count(m.counters, r, nz, FloatFormat::kFp8E5M2);
       dz_op = m.dz_q.data();
     }
     // Weight gradient: dW = dz^T a on format operands, fp32 accumulation; fp16/bf16 give a format result (the
@@ -218,7 +220,8 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     if (spec.fp8_gemm) {
       accumulate(grad + stack.weight_offset(l), dw, nw, spec, back);
     } else {
-      count(m.counters, accumulate_rounded(f, grad + stack.weight_offset(l), dw, nw, spec.grad_in_format, back), nw);
+      count(m.counters, accumulate_rounded(f, grad + stack.weight_offset(l), dw, nw, spec.grad_in_format, back), nw,
+            f);
     }
     if (stack.bias) {
       float* db = m.b_q.data();
@@ -227,7 +230,8 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
       if (spec.fp8_gemm) {
         round_in_place(f, db, static_cast<size_t>(out));
       } else {
-        count(m.counters, round_fp32_through_counted(f, db, db, static_cast<size_t>(out)), static_cast<size_t>(out));
+        count(m.counters, round_fp32_through_counted(f, db, db, static_cast<size_t>(out)), static_cast<size_t>(out),
+              f);
       }
       accumulate(grad + stack.bias_offset(l), db, static_cast<size_t>(out), spec, back);
     }
@@ -237,7 +241,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     if (spec.fp8_gemm) {
       round_in_place(f, da, na);
     } else {
-      count(m.counters, round_fp32_through_counted(f, da, da, na), na);
+      count(m.counters, round_fp32_through_counted(f, da, da, na), na, f);
     }
     activation_backward(da, da, s.pre[l - 1].data(), rows * in, stack.activation);
     if (stack.activation != Activation::kRelu) round_in_place(f, da, na);  // relu' is 0 or 1: exact

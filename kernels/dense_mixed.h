@@ -31,8 +31,9 @@ struct Fp8Scaling {
 };
 
 // Counts of the gradient values rounded to the mode's gradient format (fp16/bf16: activation, weight and bias
-// gradients; fp8: the E5M2-quantized output gradients of each layer): values seen, nonzero values that became zero
-// (underflow), values that were or became inf/NaN.
+// gradients; fp8: the E5M2-quantized output gradients of each layer): values cast to the format (none when the format
+// is fp32: fp32 under a loss scale casts nothing), nonzero values that became zero (underflow), values that were or
+// became inf/NaN (counted in fp32 too).
 struct MixedCounters {
   uint64_t grad_values = 0;
   uint64_t grad_underflow = 0;

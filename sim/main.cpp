@@ -1,9 +1,16 @@
 // gradsweep's command line: run, validate, list, fields. Everything else lives in the library.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -40,25 +47,79 @@ std::string type_text(gs::FieldType t) {
   return "?";
 }
 
+// Width of `gradsweep list`'s lines: $COLUMNS when set (>= 40), else the terminal's, else 100.
+size_t list_width() {
+  if (const char* c = std::getenv("COLUMNS"); c != nullptr) {
+    const long v = std::strtol(c, nullptr, 10);
+    if (v >= 40) return static_cast<size_t>(v);
+  }
+  winsize ws{};
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
+  return 100;
+}
+
+// Words of text in lines of at most width characters (a longer word keeps its own line).
+std::vector<std::string> wrap_words(const std::string& text, size_t width) {
+  std::vector<std::string> lines;
+  std::string line, word;
+  std::istringstream in(text);
+  while (in >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(line);
+  return lines;
+}
+
+// `gradsweep list`: one section per registry, "  name  doc" with the name column as wide as the longest name of
+// all sections and the doc wrapped under itself to list_width().
 void print_list() {
-  std::printf("models (model.kind):\n");
-  for (const auto& e : gs::model_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
-  std::printf("datasets (data.kind):\n");
-  for (const auto& e : gs::dataset_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
-  std::printf("sync strategies (sync.kind):\n");
-  for (const auto& e : gs::strategy_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
-  std::printf("compressors (compression.kind):\n");
-  for (const auto& e : gs::compressor_registry()) std::printf("  %-14s %s\n", e.name, e.doc);
-  std::printf("precision modes (precision.mode):\n");
-  for (const auto& m : gs::precision_modes()) std::printf("  %-14s %s\n", m.name, m.doc);
-  std::printf("hardware profiles (cluster.hardware, --hardware; from %s):\n", gs::hardware_dir().c_str());
+  using Entries = std::vector<std::pair<std::string, std::string>>;
+  std::vector<std::pair<std::string, Entries>> sections;
+  auto add = [&](std::string title, const auto& registry) {
+    Entries e;
+    for (const auto& x : registry) e.emplace_back(x.name, x.doc);
+    sections.emplace_back(std::move(title), std::move(e));
+  };
+  add("models (model.kind):", gs::model_registry());
+  add("datasets (data.kind):", gs::dataset_registry());
+  add("sync strategies (sync.kind):", gs::strategy_registry());
+  add("compressors (compression.kind):", gs::compressor_registry());
+  add("precision modes (precision.mode):", gs::precision_modes());
+  Entries hw;
   for (const auto& name : gs::hardware_profile_names()) {
     try {
-      std::printf("  %-14s %s\n", name.c_str(), gs::load_hardware_profile(name)->description.c_str());
+      hw.emplace_back(name, gs::load_hardware_profile(name)->description);
     } catch (const std::exception& e) {
-      std::printf("  %-14s (unreadable: %s)\n", name.c_str(), e.what());
+      hw.emplace_back(name, std::string("(unreadable: ") + e.what() + ")");
     }
   }
+  sections.emplace_back("hardware profiles (cluster.hardware, --hardware; from " + gs::hardware_dir() + "):", hw);
+  size_t name_width = 0;
+  for (const auto& [title, entries] : sections)
+    for (const auto& [name, doc] : entries) name_width = std::max(name_width, name.size());
+  const size_t indent = 2 + name_width + 2;
+  const size_t doc_width = std::max<size_t>(20, list_width() > indent ? list_width() - indent : 0);
+  for (const auto& [title, entries] : sections) {
+    std::printf("%s\n", title.c_str());
+    for (const auto& [name, doc] : entries) {
+      std::vector<std::string> lines;
+      std::istringstream paragraphs(doc);
+      for (std::string para; std::getline(paragraphs, para);)
+        for (auto& l : wrap_words(para, doc_width)) lines.push_back(std::move(l));
+      for (size_t i = 0; i < lines.size(); ++i)
+        std::printf("  %-*s  %s\n", static_cast<int>(name_width), i == 0 ? name.c_str() : "", lines[i].c_str());
+    }
+  }
+}
+
+// Allowed settings worth knowing (Scenario::notes), one "note: file: path: text" line each on stderr.
+void print_notes(const gs::Scenario& s) {
+  for (const auto& n : s.notes)
+    std::fprintf(stderr, "note: %s: %s: %s\n", s.path.c_str(), n.path.c_str(), n.message.c_str());
 }
 
 void print_fields() {
@@ -149,6 +210,7 @@ int main(int argc, char** argv) {
     if (validate->parsed()) {
       if (!validate_hardware.empty()) validate_sets.push_back("cluster.hardware=" + validate_hardware);
       gs::Scenario s = gs::load_scenario(validate_file, validate_sets);
+      print_notes(s);
       std::printf("%s: valid; %s\n", validate_file.c_str(), gs::describe_expansion(s).c_str());
       return 0;
     }
@@ -159,6 +221,7 @@ int main(int argc, char** argv) {
       if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
       if (timing_only) sets.push_back("training.mode=timing");
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
+      print_notes(s);
       if (dry_run) {
         std::fputs(gs::dry_run_text(s, filter).c_str(), stdout);
         return 0;

@@ -341,6 +341,7 @@ class Reader {
       if (!as_int(v[i], x) || !in_range(f, static_cast<double>(x))) {
         issues_.push_back({fmt::format("{}[{}]", f.path, i), fmt::format("expected an integer {}, got {}", r,
                                                                         show(v[i]))});
+        bad_.push_back(f.path);
         return;
       }
       out.push_back(x);
@@ -356,10 +357,15 @@ class Reader {
   }
   void add(const FieldInfo& f, const json& v, const std::string& expected) {
     issues_.push_back({f.path, fmt::format("expected {}, got {}", expected, show(v))});
+    bad_.push_back(f.path);
   }
 
   const json& j_;
   std::vector<ConfigIssue>& issues_;
+  std::vector<std::string> bad_;  // fields whose value was refused (they keep their default)
+
+ public:
+  const std::vector<std::string>& bad_fields() const { return bad_; }
 };
 
 class Writer {
@@ -501,6 +507,11 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
     const json* k = find_path(j, r.kind_path);
     std::string kind = k != nullptr && k->is_string() ? k->get<std::string>() : r.kind_default;
     if (k != nullptr && !k->is_string()) continue;  // the kind's own error is reported
+    bool known_kind = false;  // a kind that is no choice has its own error; the rule would depend on a mistyped field
+    for (const auto& f : config_fields())
+      if (f.path == r.kind_path)
+        known_kind = std::find(f.choices.begin(), f.choices.end(), kind) != f.choices.end();
+    if (!known_kind) continue;
     bool ok = false;
     for (const char* allowed : r.kinds) ok = ok || kind == allowed;
     if (!ok) {
@@ -556,6 +567,102 @@ void apply_pitfall_alias(const json& j, RunConfig& c, std::vector<ConfigIssue>& 
       issues.push_back({"sync.overlap", "training.pitfall \"delay_allreduce\" is sync.overlap false (leave it out or "
                                         "set false), got true"});
   }
+}
+
+// Values a mistyped field could have been meant to take, for cross_field_issues_despite: its default, every choice
+// (strings), true and false, the ends of its range and a few values between (numbers), a few layer lists.
+std::vector<json> candidate_values(const FieldInfo& f) {
+  std::vector<json> out{f.default_value};
+  auto push = [&](const json& v) {
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  };
+  switch (f.type) {
+    case FieldType::kString:
+      for (const auto& ch : f.choices) push(ch);
+      if (f.choices.empty()) push("x");
+      break;
+    case FieldType::kBool:
+      push(true);
+      push(false);
+      break;
+    case FieldType::kInt:
+    case FieldType::kNumber: {
+      const bool integer = f.type == FieldType::kInt;
+      std::vector<double> xs = {0.0, 0.5, 1.0, 2.0, 3.0, 8.0, 100.0, 1e4};
+      if (f.min > -1e300) xs.push_back(f.min_exclusive ? (integer ? f.min + 1 : f.min + 1e-6) : f.min);
+      if (f.max < 1e300) xs.push_back(f.max_exclusive ? (integer ? f.max - 1 : f.max * (1 - 1e-9)) : f.max);
+      for (double x : xs) {
+        if (integer && x != std::floor(x)) continue;
+        if (!in_range(f, x)) continue;
+        if (integer) push(static_cast<int64_t>(x));
+        else push(x);
+      }
+      if (f.allow_inf) push("inf");
+      break;
+    }
+    case FieldType::kIntList:
+      push(json::array({1, 1}));
+      push(json::array({784, 10}));
+      push(json::array({784, 64, 10}));
+      push(json::array({32, 64, 10}));
+      break;
+    case FieldType::kJson:
+      break;
+  }
+  return out;
+}
+
+// The cross-field issues (pitfall aliases and validate_config without the structural checks) of a configuration
+// with no type or range error.
+std::vector<ConfigIssue> cross_field_issues(const json& j) {
+  std::vector<ConfigIssue> out;
+  RunConfig c;
+  Reader r(j, out);
+  visit_fields(r, c);
+  if (!out.empty()) return out;
+  apply_pitfall_alias(j, c, out);
+  if (!out.empty()) return out;
+  validate_config(c, out, /*structural_checks=*/false);
+  return out;
+}
+
+// The cross-field issues of j that do not depend on the fields in `bad` (mistyped or out of range in j): those that
+// are found whatever value each bad field takes among candidate_values (one field varied at a time, the others at
+// their default). An issue on a bad field itself is left out (its own error is reported).
+std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::vector<std::string>& bad) {
+  if (!j.is_object()) return {};
+  std::vector<const FieldInfo*> fields;
+  for (const auto& path : bad)
+    for (const auto& f : config_fields())
+      if (f.path == path && std::find(fields.begin(), fields.end(), &f) == fields.end()) fields.push_back(&f);
+  auto set = [](json& doc, const std::string& path, const json& v) {
+    std::string ptr = "/" + path;
+    std::replace(ptr.begin(), ptr.end(), '.', '/');
+    doc[json::json_pointer(ptr)] = v;
+  };
+  json base = j;
+  for (const FieldInfo* f : fields) set(base, f->path, f->default_value);
+  auto key = [](const ConfigIssue& i) { return i.path + "\n" + i.message; };
+  std::vector<ConfigIssue> kept;
+  for (auto& i : cross_field_issues(base)) {
+    bool on_bad = false;
+    for (const FieldInfo* f : fields)
+      on_bad = on_bad || i.path == f->path || i.path.rfind(f->path + "[", 0) == 0;
+    if (!on_bad) kept.push_back(std::move(i));
+  }
+  for (const FieldInfo* f : fields) {
+    for (const json& v : candidate_values(*f)) {
+      if (kept.empty()) return kept;
+      if (v == f->default_value) continue;
+      json variant = base;
+      set(variant, f->path, v);
+      std::set<std::string> found;
+      for (const auto& i : cross_field_issues(variant)) found.insert(key(i));
+      kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const ConfigIssue& i) { return !found.count(key(i)); }),
+                 kept.end());
+    }
+  }
+  return kept;
 }
 
 }  // namespace
@@ -622,6 +729,11 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
   size_t before = issues.size();
   Reader r(j, issues);
   visit_fields(r, c);
+  if (!r.bad_fields().empty()) {
+    // Some fields are mistyped: report the cross-field problems that do not depend on them (see the header).
+    for (auto& i : cross_field_issues_despite(j, r.bad_fields())) issues.push_back(std::move(i));
+    return c;
+  }
   if (issues.size() == before) apply_pitfall_alias(j, c, issues);
   if (issues.size() == before) validate_config(c, issues);
   return c;
@@ -633,7 +745,7 @@ json config_to_json(const RunConfig& c) {
   return w.out_;
 }
 
-void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   {
     // The name is a folder name (reports/<name>) and the prefix of run ids.
@@ -774,16 +886,25 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                              "SSP and asynchronous schedules need the event order of a training run");
     }
   }
-  try {
-    load_storage_profile(d.storage);
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    const std::string prefix = "data.storage";
-    if (msg.rfind(prefix, 0) == 0 && msg.size() > prefix.size() && (msg[prefix.size()] == '.' || msg[prefix.size()] == ':')) {
-      const size_t colon = msg.find(": ");
-      add(msg.substr(0, colon), msg.substr(colon + 2));
-    } else {
-      add("data.storage", msg);
+  {
+    // Every problem of the storage profile, one issue each (a profile file's problems name the file).
+    std::vector<std::string> problems;
+    try {
+      load_storage_profile(d.storage);
+    } catch (const ProfileError& e) {
+      problems = e.problems();
+    } catch (const std::exception& e) {
+      problems = {e.what()};
+    }
+    for (const std::string& msg : problems) {
+      const std::string prefix = "data.storage";
+      if (msg.rfind(prefix, 0) == 0 && msg.size() > prefix.size() &&
+          (msg[prefix.size()] == '.' || msg[prefix.size()] == ':')) {
+        const size_t colon = msg.find(": ");
+        add(msg.substr(0, colon), msg.substr(colon + 2));
+      } else {
+        add("data.storage", msg);
+      }
     }
   }
   if (d.cache.policy != "none" && d.kind != "fashion_mnist" && d.kind != "teacher")
@@ -798,6 +919,8 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
   try {
     load_hardware_profile(c.cluster.hardware);
+  } catch (const ProfileError& e) {
+    for (const std::string& p : e.problems()) add("cluster.hardware", p);  // "file: JSON path: expected ..." each
   } catch (const std::exception& e) {
     add("cluster.hardware", e.what());
   }
@@ -828,7 +951,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     }
   }
   // Structural checks of the model and of cheap datasets, by constructing them (their errors name the JSON path).
-  bool structural_ok = issues.empty();
+  bool structural_ok = structural_checks && issues.empty();
   if (structural_ok) {
     try {
       auto model = make_model(c);

@@ -6,10 +6,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "sim/cost/hardware_profile.h"
 
 namespace gs {
 namespace {
@@ -357,23 +360,41 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   std::vector<ConfigIssue> base_issues;
   RunConfig base_cfg = config_from_json(base, base_issues);
   s.name = base_cfg.name;
-  bool base_fields_bad = false;
+  std::set<std::string> base_keys;  // the base's problems, reported once (runs that share them do not repeat them)
   for (const auto& i : base_issues) {
     issues.push_back(i);
-    base_fields_bad = true;
+    base_keys.insert(message_of(i));
   }
-  if (!issues.empty()) throw ScenarioError(file, issues);
+  // A bad base does not stop here: the runs' own problems (a swept value against the base) join the same list.
+  if (!base_issues.empty() && !base.is_object()) throw ScenarioError(file, issues);
 
   // Expansion: grid product of axes (last axis fastest), then repeats.
   const int64_t kMaxRuns = 100000;
   double total_runs = static_cast<double>(s.repeats);
   for (const auto& a : s.axes) total_runs *= static_cast<double>(a.values.size());
-  if (total_runs > static_cast<double>(kMaxRuns))
-    throw ScenarioError(file, {{"sweep", fmt::format("{:.0f} runs is more than the limit of {}", total_runs,
-                                                     kMaxRuns)}});
+  if (total_runs > static_cast<double>(kMaxRuns)) {
+    issues.push_back({"sweep", fmt::format("{:.0f} runs is more than the limit of {}", total_runs, kMaxRuns)});
+    throw ScenarioError(file, issues);
+  }
   int64_t points = 1;
   for (const auto& a : s.axes) points *= static_cast<int64_t>(a.values.size());
   std::set<std::string> seen_issue;
+  // Problems of expanded runs on paths that are not swept: one line each, naming the runs they come from.
+  struct FromRuns {
+    size_t at;                      // index in issues
+    std::string message;            // without the runs
+    std::vector<std::string> runs;  // run ids without the repeat suffix
+  };
+  std::map<std::string, FromRuns> from_runs;
+  std::string run_name;  // the current grid point's id without ".r<repeat>"
+  auto name_run = [&](const ConfigIssue& i, const std::string& key) {
+    auto [it, fresh] = from_runs.try_emplace(key, FromRuns{issues.size(), i.message, {}});
+    if (fresh) issues.push_back(i);
+    it->second.runs.push_back(run_name);
+  };
+  // cluster.ranks above the hardware profile's GPUs (allowed: docs/cost-model.md), per profile file.
+  std::map<std::string, std::set<int64_t>> over_gpus;
+  std::map<std::string, std::pair<std::string, int>> gpus_of;  // file -> (name, gpus_per_node)
   std::set<std::string> leaves;
   bool leaves_unique = true;
   for (const auto& a : s.axes)
@@ -402,19 +423,42 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
                                                          pick[ai]));
       }
     }
+    run_name = id;
     std::vector<ConfigIssue> run_issues;
     RunConfig rc = config_from_json(cfg, run_issues);
     for (auto& i : run_issues) {
+      bool placed = false;  // on a swept path: named by its place in the sweep
       for (const auto& [path, loc] : where)
-        if (i.path == path || i.path.rfind(path + "[", 0) == 0) i.path = loc;
+        if (i.path == path || i.path.rfind(path + "[", 0) == 0) {
+          i.path = loc;
+          placed = true;
+        }
       std::string key = message_of(i);
-      if (seen_issue.insert(key).second) issues.push_back(i);
+      if (placed) {
+        if (seen_issue.insert(key).second) issues.push_back(i);
+      } else if (!base_keys.count(key)) {
+        name_run(i, key);  // from a swept value but on another path: named by the runs it comes from
+      }
     }
-    if (!run_issues.empty()) continue;
+    if (!run_issues.empty() || !base_issues.empty()) continue;
     if (rc.training.seed + s.repeats - 1 > 4294967295LL) {
-      issues.push_back({"sweep.repeats", fmt::format("training.seed {} + {} repeats passes the largest seed 4294967295",
-                                                     rc.training.seed, s.repeats)});
-      break;
+      ConfigIssue i{"sweep.repeats", fmt::format("training.seed {} + {} repeats passes the largest seed 4294967295",
+                                                 rc.training.seed, s.repeats)};
+      if (!swept.contains("training.seed")) {
+        issues.push_back(i);
+        break;
+      }
+      name_run(i, message_of(i));
+      continue;
+    }
+    if (rc.cluster.ranks > 1) {
+      try {
+        auto hw = load_hardware_profile(rc.cluster.hardware);
+        if (rc.cluster.ranks > hw->gpus_per_node) over_gpus[hw->file].insert(rc.cluster.ranks);
+        gpus_of[hw->file] = {hw->name, hw->gpus_per_node};
+      } catch (const std::exception&) {
+        // validate_config reported it
+      }
     }
     for (int64_t r = 0; r < s.repeats; ++r) {
       RunSpec spec;
@@ -427,7 +471,24 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       s.runs.push_back(std::move(spec));
     }
   }
-  (void)base_fields_bad;
+  for (auto& [key, f] : from_runs) {
+    (void)key;
+    std::string runs;
+    const size_t shown = std::min<size_t>(f.runs.size(), 3);
+    for (size_t r = 0; r < shown; ++r) runs += (r ? ", " : "") + f.runs[r];
+    if (f.runs.size() > shown) runs += fmt::format(" and {} more", f.runs.size() - shown);
+    issues[f.at].message = f.message + fmt::format(" (sweep run{} {})", f.runs.size() == 1 ? "" : "s", runs);
+  }
+  for (const auto& [hw_file, ranks] : over_gpus) {
+    const auto& [hw_name, gpus] = gpus_of[hw_file];
+    std::string list;
+    for (int64_t r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    s.notes.push_back(
+        {"cluster.ranks", fmt::format("{} is more than the {} GPUs of hardware profile \"{}\" ({}): allowed, the "
+                                      "modeled clock then prices the collectives as one larger node of the same "
+                                      "fabric and storage and the node cache as nodes of {} ranks "
+                                      "(docs/cost-model.md)", list, gpus, hw_name, hw_file, gpus)});
+  }
   std::set<std::string> ids;
   for (const auto& r : s.runs)
     if (!ids.insert(r.id).second) {

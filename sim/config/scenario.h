@@ -48,11 +48,17 @@ struct Scenario {
   std::vector<SweepAxis> axes;
   int64_t repeats = 1;
   std::vector<RunSpec> runs;
+  // Settings that are allowed but worth knowing before a run (e.g. more ranks than the hardware profile's GPUs),
+  // "path: text" as issues are; the CLI prints them to stderr as notes.
+  std::vector<ConfigIssue> notes;
 };
 
 // Reads and parses a scenario file, applies overrides ("dotted.path=value", value parsed as JSON or else taken as a
 // string; an override replaces any axis over that path), validates and expands. Throws ScenarioError with every
-// problem (JSON syntax errors as file:line:column).
+// problem (JSON syntax errors as file:line:column). A problem of expanded runs is named by its sweep place when it
+// is on a swept path, else it ends with the runs it comes from: "(sweep run <id without .r>)" or "(sweep runs a, b,
+// c and N more)". Problems of the base are reported once, and the sweep is still expanded so that its own problems
+// come in the same list.
 Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides = {});
 Scenario parse_scenario(const std::string& text, const std::string& file_for_messages,
                         const std::vector<std::string>& overrides = {});

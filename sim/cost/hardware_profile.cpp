@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -24,11 +25,13 @@ class Reader {
  public:
   Reader(const json& root, std::string file) : root_(root), file_(std::move(file)) {}
 
-  [[noreturn]] void fail(const std::string& path, const std::string& expected, const json* got) const {
+  // Records one problem; reading goes on so that every problem of the file is reported at once.
+  void fail(const std::string& path, const std::string& expected, const json* got) const {
     std::string g = got == nullptr ? "nothing" : got->dump();
     if (g.size() > 80) g = g.substr(0, 77) + "...";
-    throw Error(fmt::format("{}: {}: expected {}, got {}", file_, path, expected, g));
+    problems_.push_back(fmt::format("{}: {}: expected {}, got {}", file_, path, expected, g));
   }
+  const std::vector<std::string>& problems() const { return problems_; }
   const json* find(const std::string& path) const {
     const json* cur = &root_;
     std::stringstream ss(path);
@@ -39,49 +42,70 @@ class Reader {
     }
     return cur;
   }
-  std::string str(const std::string& path) const {
+  // The string at path, or nullopt (problem recorded).
+  std::optional<std::string> str(const std::string& path) const {
     used_.insert(path);
     const json* j = find(path);
-    if (j == nullptr || !j->is_string()) fail(path, "a string", j);
+    if (j == nullptr || !j->is_string()) {
+      fail(path, "a string", j);
+      return std::nullopt;
+    }
     return j->get<std::string>();
   }
-  // {"value": ..., "source": "..."}: returns the value after checking the source.
-  const json& sourced(const std::string& path, const char* what) const {
+  // {"value": ..., "source": "..."}: the value (nullptr when absent), the source checked.
+  const json* sourced(const std::string& path, const char* what) const {
     used_.insert(path);
     const json* j = find(path);
-    if (j == nullptr || !j->is_object() || !j->contains("value"))
+    if (j == nullptr || !j->is_object() || !j->contains("value")) {
       fail(path, fmt::format("{{\"value\": {}, \"source\": \"where the number comes from\"}}", what), j);
+      return nullptr;
+    }
     const json* s = find(path + ".source");
     if (s == nullptr || !s->is_string() || s->get<std::string>().empty())
       fail(path + ".source", "a non-empty string naming where the value comes from", s);
-    return (*j)["value"];
+    return &(*j)["value"];
   }
+  // Numbers: the value, or min when it is missing or bad (problem recorded; the profile is refused then).
   double number(const std::string& path, double min, double max) const {
-    const json& v = sourced(path, "a number");
-    if (!v.is_number() || v.get<double>() < min || v.get<double>() > max)
-      fail(path + ".value", fmt::format("a number in [{}, {}]", min, max), &v);
-    return v.get<double>();
+    const json* v = sourced(path, "a number");
+    if (v == nullptr) return min;
+    if (!v->is_number() || v->get<double>() < min || v->get<double>() > max) {
+      fail(path + ".value", fmt::format("a number in [{}, {}]", min, max), v);
+      return min;
+    }
+    return v->get<double>();
   }
   int integer(const std::string& path, int min, int max) const {
-    const json& v = sourced(path, "an integer");
-    if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > max)
-      fail(path + ".value", fmt::format("an integer in [{}, {}]", min, max), &v);
-    return v.get<int>();
+    const json* v = sourced(path, "an integer");
+    if (v == nullptr) return min;
+    if (!v->is_number_integer() || v->get<int64_t>() < min || v->get<int64_t>() > max) {
+      fail(path + ".value", fmt::format("an integer in [{}, {}]", min, max), v);
+      return min;
+    }
+    return v->get<int>();
   }
-  bool boolean(const std::string& path) const {
-    const json& v = sourced(path, "true or false");
-    if (!v.is_boolean()) fail(path + ".value", "true or false", &v);
-    return v.get<bool>();
+  std::optional<bool> boolean(const std::string& path) const {
+    const json* v = sourced(path, "true or false");
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) {
+      fail(path + ".value", "true or false", v);
+      return std::nullopt;
+    }
+    return v->get<bool>();
   }
   std::array<double, kNcclProtoCount> triple(const std::string& path) const {
-    const json& v = sourced(path, "[LL, LL128, Simple]");
-    if (!v.is_array() || v.size() != kNcclProtoCount)
-      fail(path + ".value", "three numbers [LL, LL128, Simple] in microseconds", &v);
     std::array<double, kNcclProtoCount> out{};
+    const json* v = sourced(path, "[LL, LL128, Simple]");
+    if (v == nullptr) return out;
+    if (!v->is_array() || v->size() != kNcclProtoCount) {
+      fail(path + ".value", "three numbers [LL, LL128, Simple] in microseconds", v);
+      return out;
+    }
     for (size_t i = 0; i < kNcclProtoCount; ++i) {
-      if (!v[i].is_number() || v[i].get<double>() < 0)
-        fail(fmt::format("{}.value[{}]", path, i), "a number >= 0 (microseconds)", &v[i]);
-      out[i] = v[i].get<double>();
+      if (!(*v)[i].is_number() || (*v)[i].get<double>() < 0)
+        fail(fmt::format("{}.value[{}]", path, i), "a number >= 0 (microseconds)", &(*v)[i]);
+      else
+        out[i] = (*v)[i].get<double>();
     }
     return out;
   }
@@ -104,8 +128,10 @@ class Reader {
       const std::string child = path.empty() ? item.key() : path + "." + item.key();
       auto it = used_.lower_bound(child);
       const bool known = it != used_.end() && (*it == child || it->rfind(child + ".", 0) == 0);
-      if (!known)
+      if (!known) {
         fail(child, "no such key in a hardware profile (see scenarios/hardware/h100-sxm-8.json)", &item.value());
+        continue;  // its insides are not looked at: the key itself is the problem
+      }
       check_unknown_keys(item.value(), child);
     }
   }
@@ -113,6 +139,7 @@ class Reader {
   const json& root_;
   std::string file_;
   mutable std::set<std::string> used_;  // paths read so far
+  mutable std::vector<std::string> problems_;
 };
 
 bool is_path(const std::string& s) {
@@ -120,6 +147,14 @@ bool is_path(const std::string& s) {
 }
 
 }  // namespace
+
+ProfileError::ProfileError(std::vector<std::string> problems)
+    : Error([&] {
+        std::string s;
+        for (size_t i = 0; i < problems.size(); ++i) s += (i ? "\n" : "") + problems[i];
+        return s;
+      }()),
+      problems_(std::move(problems)) {}
 
 std::string hardware_dir() {
   if (const char* env = std::getenv("GRADSWEEP_HARDWARE_DIR"); env != nullptr && *env != '\0') return env;
@@ -154,11 +189,13 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   Reader r(root, file);
   HardwareProfile p;
   p.file = file;
-  p.name = r.str("name");
-  p.description = r.str("description");
-  p.gpu = r.str("gpu");
-  p.arch = r.str("arch");
-  if (p.arch != "hopper" && p.arch != "ampere") r.fail("arch", "\"hopper\" or \"ampere\"", r.find("arch"));
+  p.name = r.str("name").value_or("");
+  p.description = r.str("description").value_or("");
+  p.gpu = r.str("gpu").value_or("");
+  if (auto arch = r.str("arch")) {
+    p.arch = *arch;
+    if (p.arch != "hopper" && p.arch != "ampere") r.fail("arch", "\"hopper\" or \"ampere\"", r.find("arch"));
+  }
   p.gpus_per_node = r.integer("gpus_per_node", 1, 1024);
   for (size_t i = 0; i < kPrecisionCount; ++i)
     p.peak_tflops[i] = r.number(std::string("compute.peak_tflops.") + kPrecisionNames[i], 1e-6, 1e9);
@@ -166,14 +203,20 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   p.hbm_TBps = r.number("compute.hbm_TBps", 1e-6, 1e6);
   p.hbm_achievable_fraction = r.number("compute.hbm_achievable_fraction", 1e-6, 1.0);
   p.launch_overhead_us = r.number("compute.launch_overhead_us", 0.0, 1e6);
-  p.fabric = r.str("fabric.kind");
-  if (p.fabric != "nvlink" && p.fabric != "pcie") r.fail("fabric.kind", "\"nvlink\" or \"pcie\"", r.find("fabric.kind"));
+  std::optional<std::string> fabric = r.str("fabric.kind");
+  if (fabric && *fabric != "nvlink" && *fabric != "pcie") {
+    r.fail("fabric.kind", "\"nvlink\" or \"pcie\"", r.find("fabric.kind"));
+    fabric.reset();
+  }
+  p.fabric = fabric.value_or("");
   p.link_GBps_per_direction = r.number("fabric.link_GBps_per_direction", 1e-6, 1e6);
   p.nccl_links = r.integer("fabric.nccl_links", 1, 1024);
   p.nccl_link_bw_GBps = r.number("fabric.nccl_link_bw_GBps", 1e-6, 1e6);
   p.channels = r.integer("fabric.channels", 1, 64);
-  p.nvls = r.boolean("fabric.nvls");
-  if (p.nvls && p.fabric != "nvlink") r.fail("fabric.nvls", "false: NVLink SHARP needs an NVLink fabric", r.find("fabric.nvls"));
+  const std::optional<bool> nvls = r.boolean("fabric.nvls");
+  p.nvls = nvls.value_or(false);
+  if (nvls && fabric && *nvls && *fabric != "nvlink")  // depends on fabric.kind: checked only when it was read
+    r.fail("fabric.nvls", "false: NVLink SHARP needs an NVLink fabric", r.find("fabric.nvls"));
   const char* algos[] = {"tree", "ring", "nvls"};
   for (size_t a = 0; a < kNcclAlgoCount; ++a) {
     p.base_lat_us[a] = r.triple(std::string("nccl.base_lat_us.") + algos[a]);
@@ -183,9 +226,10 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   p.per_channel_max_ring_ll128_GBps = r.number("nccl.per_channel_max_ring_ll128_GBps", 1e-6, 1e6);
   p.per_channel_max_tree_GBps = r.number("nccl.per_channel_max_tree_GBps", 1e-6, 1e6);
   p.per_channel_max_tree_ll128_GBps = r.number("nccl.per_channel_max_tree_ll128_GBps", 1e-6, 1e6);
-  p.ll128 = r.boolean("nccl.ll128");
+  p.ll128 = r.boolean("nccl.ll128").value_or(false);
   p.p2p_latency_us = r.number("nccl.p2p_latency_us", 0.0, 1e6);
   r.check_unknown_keys();
+  if (!r.problems().empty()) throw ProfileError(r.problems());
   return p;
 }
 

@@ -7,7 +7,20 @@
 #include <string>
 #include <vector>
 
+#include "sim/core/error.h"
+
 namespace gs {
+
+// Every problem of one profile file (hardware or storage), not only the first: problems()[i] is "file: JSON path:
+// expected ..., got ..." (what() joins them with newlines).
+class ProfileError : public Error {
+ public:
+  explicit ProfileError(std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
 
 // Compute precision of an op; the index into HardwareProfile::peak_tflops.
 enum class Precision { kFp32, kTf32, kBf16, kFp16, kFp8, kCount };
@@ -62,8 +75,9 @@ std::string hardware_dir();
 // Names of the built-in profiles (file names without .json), sorted.
 std::vector<std::string> hardware_profile_names();
 // Loads a profile by built-in name or by path (anything with a '/' or ending in .json). Cached per process
-// (thread-safe). Throws gs::Error: unknown name (naming the choices), unreadable file, or "file: JSON path: expected
-// ..., got ..." for a missing or mistyped field or a number without its source.
+// (thread-safe). Throws gs::Error: unknown name (naming the choices), unreadable file; ProfileError with one
+// "file: JSON path: expected ..., got ..." per missing or mistyped field, number without its source or unknown key,
+// all of them (a check that depends on a bad field, e.g. fabric.nvls on fabric.kind, is skipped).
 std::shared_ptr<const HardwareProfile> load_hardware_profile(const std::string& name_or_path);
 // Parses profile JSON text; file names it in errors.
 HardwareProfile parse_hardware_profile(const std::string& text, const std::string& file);

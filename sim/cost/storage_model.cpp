@@ -35,23 +35,35 @@ std::string short_dump(const json& j) {
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
-// Reads the three numbers of an object; `sourced` requires {"value", "source"} for each (profile files).
+// Reads the three numbers of an object; `sourced` requires {"value", "source"} for each (profile files). Every
+// problem is collected (ProfileError), each "<where><path>: expected ..., got ...": where is "data.storage" for an
+// object given in the scenario ("data.storage.bandwidth_GBps: ..."), the file for a profile file ("<file>:
+// bandwidth_GBps: ...").
 StorageProfile parse(const json& j, const std::string& where, bool sourced) {
-  auto bad = [&](const std::string& path, const std::string& expected, const json* got) {
-    throw Error(fmt::format("{}{}: expected {}, got {}", where, path, expected, got ? short_dump(*got) : "nothing"));
+  std::vector<std::string> problems;
+  auto bad = [&](const std::string& key, const std::string& expected, const json* got) {
+    const std::string path = key.empty() ? key : (sourced ? ": " + key : "." + key);
+    problems.push_back(fmt::format("{}{}: expected {}, got {}", where, path, expected,
+                                   got ? short_dump(*got) : "nothing"));
   };
-  if (!j.is_object()) bad("", "an object {\"bandwidth_GBps\", \"latency_us\", \"concurrency\"}", &j);
+  if (!j.is_object()) {
+    bad("", "an object {\"bandwidth_GBps\", \"latency_us\", \"concurrency\"}", &j);
+    throw ProfileError(problems);
+  }
   StorageProfile p;
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = (sourced && (it.key() == "name" || it.key() == "description"));
     for (const Key& k : kKeys) known = known || it.key() == k.key;
-    if (!known) bad("." + it.key(), "no such key (bandwidth_GBps, latency_us, concurrency)", &it.value());
+    if (!known) bad(it.key(), "no such key (bandwidth_GBps, latency_us, concurrency)", &it.value());
   }
   double* out[] = {&p.bandwidth_GBps, &p.latency_us, &p.concurrency};
   for (size_t i = 0; i < 3; ++i) {
     const Key& k = kKeys[i];
-    const std::string path = std::string(".") + k.key;
-    if (!j.contains(k.key)) bad(path, fmt::format("a number ({})", k.doc), nullptr);
+    const std::string path = k.key;
+    if (!j.contains(k.key)) {
+      bad(path, fmt::format("a number ({})", k.doc), nullptr);
+      continue;
+    }
     const json* v = &j[k.key];
     if (v->is_object()) {
       for (auto it = v->begin(); it != v->end(); ++it)
@@ -60,15 +72,22 @@ StorageProfile parse(const json& j, const std::string& where, bool sourced) {
       const json* s = v->contains("source") ? &(*v)["source"] : nullptr;
       if (s == nullptr || !s->is_string() || s->get<std::string>().empty())
         bad(path + ".source", "a non-empty string naming where the value comes from", s);
-      if (!v->contains("value")) bad(path + ".value", "a number", nullptr);
+      if (!v->contains("value")) {
+        bad(path + ".value", "a number", nullptr);
+        continue;
+      }
       v = &(*v)["value"];
     } else if (sourced) {
       bad(path, "{\"value\": a number, \"source\": \"where it comes from\"}", v);
+      continue;
     }
-    if (!v->is_number() || !(v->get<double>() >= k.min && v->get<double>() <= k.max))
+    if (!v->is_number() || !(v->get<double>() >= k.min && v->get<double>() <= k.max)) {
       bad(path, fmt::format("a number in [{}, {}] ({})", k.min, k.max, k.doc), v);
+      continue;
+    }
     *out[i] = v->get<double>();
   }
+  if (!problems.empty()) throw ProfileError(problems);
   return p;
 }
 
@@ -119,7 +138,7 @@ StorageProfile load_storage_profile(const json& spec) {
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", file, e.what()));
   }
-  StorageProfile p = parse(j, file + ": ", true);
+  StorageProfile p = parse(j, file, true);
   p.name = name;
   p.file = file;
   cache[name] = p;

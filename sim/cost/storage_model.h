@@ -24,8 +24,9 @@ std::string storage_dir();
 // Built-in profile names (file names without .json), sorted.
 std::vector<std::string> storage_profile_names();
 // data.storage resolved: a built-in name, or {"bandwidth_GBps": x, "latency_us": y, "concurrency": z} (plain numbers
-// or {"value", "source"} objects). Cached per name (thread-safe). Throws gs::Error "data.storage: ..." naming what
-// was expected (unknown name with the choices; a missing, unknown or out-of-range key with its JSON path).
+// or {"value", "source"} objects). Cached per name (thread-safe). Throws gs::Error "data.storage: ..." for an unknown
+// name (with the choices), ProfileError (hardware_profile.h) with every missing, unknown or out-of-range key, each
+// with its JSON path ("data.storage.latency_us: expected ...", or "<file>: latency_us: expected ..." for a file).
 StorageProfile load_storage_profile(const nlohmann::json& spec);
 
 // Seconds of loader work to read `requests` samples of `bytes` in total, when `readers` loaders share the node's

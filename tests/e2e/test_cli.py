@@ -209,6 +209,45 @@ def test_list_and_fields_name_every_registered_piece():
         assert profile in p.stdout, profile
 
 
+def test_list_fits_its_columns_to_the_longest_name_and_the_width():
+    p = run("list", env={**os.environ, "COLUMNS": "80"})
+    assert p.returncode == 0
+    entries = [l for l in p.stdout.splitlines() if l.startswith("  ") and not l.startswith("   ")]
+    names = [l.split()[0] for l in entries]
+    assert "parameter_server" in names
+    doc_at = 2 + max(len(n) for n in names) + 2  # the name column is as wide as the longest name
+    for line in p.stdout.splitlines():
+        if not line.startswith(" "):
+            continue  # a section title
+        assert len(line) <= 80 or " " not in line[doc_at:], line  # wrapped (a single longer word keeps its line)
+        assert line[doc_at - 2:doc_at] == "  " and line[doc_at] != " ", line  # every doc starts in the same column
+
+
+def test_validate_lists_a_type_error_and_an_unrelated_cross_field_problem_together(tmp_path):
+    f = tmp_path / "two.json"
+    f.write_text(json.dumps({
+        "name": "two", "model": {"kind": "mlp", "layers": [8, 4, 5]},
+        "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
+        "training": {"steps": 2, "optimizer": {"lr": "fast"}}}))
+    p = run("validate", f)
+    assert p.returncode == 2
+    assert f"{f}: training.optimizer.lr: expected a number > 0" in p.stderr, p.stderr
+    assert f"{f}: model.layers: last width must equal data.teacher.out_dim (3), got 5" in p.stderr, p.stderr
+    assert "2 problems; nothing was run" in p.stderr, p.stderr
+
+
+def test_more_ranks_than_the_profiles_gpus_is_noted_not_refused():
+    profile = REPO / "scenarios" / "hardware" / "h100-sxm-8.json"
+    gpus = json.loads(profile.read_text())["gpus_per_node"]["value"]
+    p = run("validate", REPO / "scenarios" / "quickstart.json", "--set", f"cluster.ranks={gpus + 4}",
+            cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert f"cluster.ranks: {gpus + 4} is more than the {gpus} GPUs of hardware profile \"h100-sxm-8\"" in p.stderr
+    assert "h100-sxm-8.json" in p.stderr
+    p = run("validate", REPO / "scenarios" / "quickstart.json", "--set", f"cluster.ranks={gpus}", cwd=REPO)
+    assert p.returncode == 0 and "note:" not in p.stderr, p.stderr
+
+
 def test_unknown_hardware_is_refused_before_running_and_names_the_choices(tmp_path):
     p = run("validate", REPO / "scenarios" / "quickstart.json", "--hardware", "h900-sxm-8")
     assert p.returncode == 2

@@ -2,7 +2,13 @@
 // problems at once; sweep expansion (axes, zip, repeats, overrides); stable run ids.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
 #include "sim/config/scenario.h"
+#include "sim/cost/hardware_profile.h"
 
 namespace gs {
 namespace {
@@ -168,6 +174,99 @@ TEST(ConfigHash, Sha256KnownAnswers) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(sha256_hex(std::string(1000, 'a')).substr(0, 16), "41edece42d63e8d9");
+}
+
+// Fault 1: a mistyped field does not hide the cross-field problems of unrelated fields; a cross-field problem that
+// depends on the mistyped field is left out (it would judge a value the user did not write).
+TEST(ConfigErrors, TypeErrorsDoNotHideUnrelatedCrossFieldProblems) {
+  // lr is mistyped; the teacher's out_dim (3) differs from the model's last width (5): both, each with its path.
+  const std::string text = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 5]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
+    "training": {"steps": 3, "optimizer": {"lr": "fast"}}})";
+  try {
+    parse_scenario(text, "bad.json");
+    FAIL() << "accepted";
+  } catch (const ScenarioError& e) {
+    const auto& is = e.issues();
+    EXPECT_EQ(is.size(), 2u) << dump_issues(is);
+    EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "expected a number > 0, got \"fast\"")) << dump_issues(is);
+    EXPECT_TRUE(has_issue(is, "model.layers", "data.teacher.out_dim (3), got 5")) << dump_issues(is);
+    const std::string what = e.what();  // every line names the file and the JSON path
+    EXPECT_NE(what.find("bad.json: training.optimizer.lr: "), std::string::npos) << what;
+    EXPECT_NE(what.find("bad.json: model.layers: "), std::string::npos) << what;
+  }
+  // cluster.ranks is mistyped: "at most cluster.ranks" for co-located shards depends on it and is left out, while
+  // the unrelated eval_accuracy target out of (0, 1] stays.
+  auto dep = issues_of(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "cluster": {"ranks": "four"},
+    "sync": {"kind": "parameter_server", "shards": 6},
+    "training": {"steps": 3, "target": {"metric": "eval_accuracy", "value": 80}}})");
+  EXPECT_EQ(dep.size(), 2u) << dump_issues(dep);
+  EXPECT_TRUE(has_issue(dep, "cluster.ranks", "expected an integer")) << dump_issues(dep);
+  EXPECT_TRUE(has_issue(dep, "training.target.value", "in (0, 1], got 80")) << dump_issues(dep);
+  // A kind that is no choice: the fields of other kinds are not judged against it.
+  auto kind = issues_of(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3},
+    "compression": {"kind": "topkk", "ratio": 0.5}})");
+  EXPECT_EQ(kind.size(), 1u) << dump_issues(kind);
+  EXPECT_TRUE(has_issue(kind, "compression.kind", "expected one of")) << dump_issues(kind);
+  // A mistyped base field does not hide a bad sweep value either.
+  auto sweep = issues_of(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
+    "training": {"steps": 3, "optimizer": {"lr": "fast"}}, "sweep": {"axes": {"cluster.ranks": [1, 0]}}})");
+  EXPECT_TRUE(has_issue(sweep, "training.optimizer.lr", "expected a number")) << dump_issues(sweep);
+  EXPECT_TRUE(has_issue(sweep, "sweep.axes[\"cluster.ranks\"][1]", "expected an integer >= 1")) << dump_issues(sweep);
+}
+
+// Fault 4: a problem of expanded runs on a path that is not swept names the runs it comes from (8 of the 10 grid
+// points: staleness 1..4 x ranks 2, 16; their ids in expansion order, the first three shown).
+TEST(ConfigErrors, ProblemsOfExpandedRunsNameTheRuns) {
+  auto is = issues_of(R"({"name": "t4", "model": {"kind": "gpt2-small"}, "data": {"kind": "none"},
+    "training": {"steps": 5, "mode": "timing"}, "sync": {"kind": "parameter_server"},
+    "sweep": {"axes": {"sync.staleness": [0, 1, 2, 3, 4], "cluster.ranks": [2, 16]}}})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "training.mode");
+  const std::string tail = "(sweep runs t4.staleness=1.ranks=2, t4.staleness=1.ranks=16, t4.staleness=2.ranks=2 "
+                           "and 5 more)";
+  ASSERT_GE(is[0].message.size(), tail.size());
+  EXPECT_EQ(is[0].message.substr(is[0].message.size() - tail.size()), tail) << is[0].message;
+  // One run: named alone. Compression in a timing-only run, compression.kind not swept: the run is named.
+  auto one = issues_of(R"({"name": "t5", "model": {"kind": "gpt2-small"}, "data": {"kind": "none"},
+    "training": {"steps": 5}, "compression": {"kind": "topk"},
+    "sweep": {"axes": {"training.mode": ["timing"], "cluster.ranks": [2]}}})");
+  ASSERT_FALSE(one.empty());
+  bool named = false;
+  for (const auto& i : one)
+    named = named || (i.path == "compression.kind" &&
+                      i.message.find("(sweep run t5.mode=timing.ranks=2)") != std::string::npos);
+  EXPECT_TRUE(named) << dump_issues(one);
+  // Swept seeds past the largest seed with the repeats: named by the seed's place in the sweep.
+  auto seed = issues_of(std::string(kGood).substr(0, std::string(kGood).size() - 1) +
+                        R"(, "sweep": {"axes": {"training.seed": [1, 4294967295]}, "repeats": 2}})");
+  EXPECT_TRUE(has_issue(seed, "sweep.repeats", "(sweep run t.seed=4294967295)")) << dump_issues(seed);
+}
+
+// Fault 3: more ranks than the hardware profile's GPUs is allowed (docs/cost-model.md: the collective model then
+// describes a larger node of the same fabric) and said in a note naming cluster.ranks, the profile file and its GPU
+// count; the count is read here from the profile file itself.
+TEST(ConfigNotes, MoreRanksThanTheProfilesGpusIsNoted) {
+  std::ifstream in(hardware_dir() + "/h100-pcie-8.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const int64_t gpus = json::parse(ss.str())["gpus_per_node"]["value"].get<int64_t>();
+  const std::string base = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3},
+    "cluster": {"hardware": "h100-pcie-8"}, "sweep": {"axes": {"cluster.ranks": )";
+  Scenario within = parse_scenario(base + fmt::format("[1, {}]}}}}}}", gpus), "s.json");
+  EXPECT_TRUE(within.notes.empty());
+  Scenario over = parse_scenario(base + fmt::format("[1, {}, {}]}}}}}}", gpus + 1, 2 * gpus), "s.json");
+  EXPECT_EQ(over.runs.size(), 3u);  // allowed
+  ASSERT_EQ(over.notes.size(), 1u);
+  const std::string& m = over.notes[0].message;
+  EXPECT_EQ(over.notes[0].path, "cluster.ranks");
+  EXPECT_EQ(m.rfind(fmt::format("{}, {} is more than the {} GPUs of hardware profile \"h100-pcie-8\" ({})", gpus + 1,
+                                2 * gpus, gpus, hardware_dir() + "/h100-pcie-8.json"), 0), 0u) << m;
 }
 
 }  // namespace

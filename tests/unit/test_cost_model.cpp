@@ -119,6 +119,42 @@ TEST(HardwareProfile, UnknownKeysAreRefusedWithTheirPath) {
   expect_refused(extra, "compute.hbm_TBps.unit");
 }
 
+// Every problem of a profile at once (not the first only), each naming the file, the JSON path and what was
+// expected; a check that depends on a bad field (fabric.nvls needs fabric.kind) is skipped.
+TEST(HardwareProfile, EveryProblemIsListedAtOnce) {
+  std::ifstream in(hardware_dir() + "/h100-sxm-8.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str());
+  ASSERT_TRUE(j["fabric"]["nvls"]["value"].get<bool>());  // the test's dependent check needs an NVLS profile
+  // Five independent mistakes, one dependent on the third.
+  j["gpus_per_node"]["value"] = "eight";                  // 1: not an integer
+  j["compute"].erase("hbm_TBps");                         // 2: missing
+  j["fabric"]["kind"] = "ethernet";                       // 3: not a choice (fabric.nvls true is then not judged)
+  j["nccl"]["base_lat_us"]["ring"]["source"] = "";        // 4: a number without its source
+  j["compute"]["sm_count"] = 132;                         // 5: unknown key
+  const std::vector<std::string> want = {
+      "my.json: gpus_per_node.value: expected an integer", "my.json: compute.hbm_TBps: expected {\"value\"",
+      "my.json: fabric.kind: expected \"nvlink\" or \"pcie\"",
+      "my.json: nccl.base_lat_us.ring.source: expected a non-empty string",
+      "my.json: compute.sm_count: expected no such key"};
+  try {
+    parse_hardware_profile(j.dump(), "my.json");
+    FAIL() << "accepted";
+  } catch (const ProfileError& e) {
+    std::string all;
+    for (const auto& p : e.problems()) all += p + "\n";
+    ASSERT_EQ(e.problems().size(), want.size()) << all;
+    for (const auto& w : want) {
+      bool found = false;
+      for (const auto& p : e.problems()) found = found || p.rfind(w, 0) == 0;
+      EXPECT_TRUE(found) << w << "\n" << all;
+    }
+    EXPECT_EQ(all.find("fabric.nvls"), std::string::npos) << all;
+  }
+}
+
 TEST(CollectiveModel, BusbwFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(CollectiveModel::busbw_factor(CollectiveKind::kAllReduce, 8), 1.75);
   EXPECT_DOUBLE_EQ(CollectiveModel::busbw_factor(CollectiveKind::kAllGather, 8), 0.875);

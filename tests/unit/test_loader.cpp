@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <set>
@@ -17,6 +20,7 @@
 #include "kernels/rng.h"
 #include "sim/config/run_config.h"
 #include "sim/core/error.h"
+#include "sim/cost/hardware_profile.h"
 #include "sim/cost/storage_model.h"
 #include "sim/model/data_cache.h"
 #include "sim/model/dataset.h"
@@ -155,6 +159,43 @@ TEST(DataStorage, ProfilesCarryTheirNumbersAndBadOnesNameThePath) {
                    issues);
   ASSERT_FALSE(issues.empty());
   EXPECT_EQ(issues[0].path, "data.storage.concurency");
+}
+
+// Every problem of a storage profile at once (file profiles and objects in the scenario), each with its path.
+TEST(DataStorage, EveryProblemOfAProfileIsListedAtOnce) {
+  // An object in the scenario: two bad numbers and an unknown key are three issues, each on its own path.
+  std::vector<ConfigIssue> issues;
+  config_from_json(json{{"data", {{"storage", {{"bandwidth_GBps", -1}, {"latency_us", "slow"}, {"concurrency", 4},
+                                               {"iops", 9}}}}}},
+                   issues);
+  std::set<std::string> paths;
+  for (const auto& i : issues) paths.insert(i.path);
+  EXPECT_EQ(paths, (std::set<std::string>{"data.storage.bandwidth_GBps", "data.storage.latency_us",
+                                          "data.storage.iops"}));
+  // A profile file (a folder of our own through GRADSWEEP_HARDWARE_DIR): a number without its source, a value that
+  // is no number and a missing key are three problems naming the file.
+  const std::string dir = ::testing::TempDir() + "/gradsweep_storage_profiles";
+  std::filesystem::create_directories(dir + "/storage");
+  const std::string file = dir + "/storage/broken.json";
+  {
+    std::ofstream out(file);
+    out << R"({"name": "broken", "bandwidth_GBps": 2, "latency_us": {"value": "x", "source": "s"}})";
+  }
+  const char* old = std::getenv("GRADSWEEP_HARDWARE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("GRADSWEEP_HARDWARE_DIR", dir.c_str(), 1);
+  std::vector<std::string> problems;
+  try {
+    load_storage_profile("broken");
+  } catch (const ProfileError& e) {
+    problems = e.problems();
+  }
+  if (old) setenv("GRADSWEEP_HARDWARE_DIR", saved.c_str(), 1);
+  else unsetenv("GRADSWEEP_HARDWARE_DIR");
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_EQ(problems[0].rfind(file + ": bandwidth_GBps: expected {\"value\"", 0), 0u) << problems[0];
+  EXPECT_EQ(problems[1].rfind(file + ": latency_us: expected a number", 0), 0u) << problems[1];
+  EXPECT_EQ(problems[2].rfind(file + ": concurrency: expected a number", 0), 0u) << problems[2];
 }
 
 TEST(DataPrefetchModel, HandWorkedRecurrence) {

@@ -289,6 +289,31 @@ TEST(PrecisionModes, Tf32OnTheHostIsSkippedWithItsReason) {
   EXPECT_EQ(r.steps_completed, 0);
 }
 
+// grad_values_rounded counts the gradient values a backward casts to the mode's format. MLP [w0, w1, w2] = [8, 16, 4]
+// with bias, b = 8 rows per micro-batch; per micro-batch the mixed backward casts the output gradient (b w2), each
+// layer's weight and bias gradients (w1 w0 + w1 + w2 w1 + w2) and the hidden layer's input gradient (b w1):
+// 32 + 144 + 68 + 128 = 372 values, times K = 2 micro-batches x 3 ranks x 2 steps = 4464. fp32 under a static loss
+// scale takes the same stack to apply the scale but casts nothing (fp32 to fp32): 0, and no underflow fraction.
+TEST(PrecisionModes, GradValuesRoundedCountsCastsAndIsZeroInFp32) {
+  const std::string base = R"({"name": "p", "model": {"kind": "mlp", "layers": [8, 16, 4]},
+    "data": {"kind": "teacher", "batch_per_rank": 8, "teacher": {"in_dim": 8, "out_dim": 4, "train_samples": 256,
+    "eval_samples": 64}}, "cluster": {"ranks": 3},
+    "training": {"steps": 2, "accumulation_steps": 2, "eval_every": 0, "optimizer": {"kind": "sgd", "lr": 0.1}}})";
+  const int64_t b = 8, w0 = 8, w1 = 16, w2 = 4, K = 2, ranks = 3, steps = 2;
+  const int64_t per_micro_batch = b * w2 + (w1 * w0 + w1) + (w2 * w1 + w2) + b * w1;
+  auto bf16 = test::run_scenario_text(base, {"precision.mode=bf16_mixed"});
+  ASSERT_EQ(bf16.size(), 1u);
+  EXPECT_EQ(bf16[0]["precision"]["grad_values_rounded"].get<int64_t>(), per_micro_batch * K * ranks * steps);
+  auto fp32 = test::run_scenario_text(base, {"precision.mode=fp32", "precision.loss_scale=static",
+                                             "precision.initial_scale=1024"});
+  ASSERT_EQ(fp32.size(), 1u);
+  const json& p = fp32[0]["precision"];
+  EXPECT_EQ(p["loss_scale"], "static");
+  EXPECT_EQ(p["grad_values_rounded"].get<int64_t>(), 0);
+  EXPECT_TRUE(p["grad_underflow_fraction"].is_null());
+  EXPECT_EQ(p["grad_nonfinite_values"].get<int64_t>(), 0);
+}
+
 // Shared and replicated all-reduce give the same bits in an emulated mode (the fp16 storage rounding runs per slice).
 TEST(PrecisionModes, SharedAndReplicatedStateAgreeUnderFp16Pure) {
   const std::string base = R"({"name": "p", "model": {"kind": "mlp", "layers": [8, 16, 4]},
