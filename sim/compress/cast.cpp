@@ -3,6 +3,7 @@
 // division by S happens before the sum, after it, or split (divide). Conversions: kernels/float_formats.h.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/float_formats.h"
 #include "kernels/nvtx.h"
@@ -39,6 +40,47 @@ class Cast final : public Compressor {
   // Quotients are computed in double and rounded once more: double rounding through a format with at least 2p+2
   // significand bits is innocuous (Figueroa, "When is double rounding innocuous?", SIGNUM 1995), so every step is
   // the correctly rounded format operation.
+  // Parameter-server pushes (sim/strategy/parameter_server.cpp): the bucket cast element by element to the format's
+  // bit patterns (format_bytes each, little-endian); the server widens them exactly and sums in fp32. No division
+  // here (`divide` is an all-reduce option): the server divides the decoded sum by the samples.
+  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
+    const size_t n = job.n;
+    const size_t w = static_cast<size_t>(format_bytes(format_));
+    payload.resize(n * w);
+    uint8_t* out = payload.data();
+    for (size_t i = 0; i < n; ++i) {
+      const float x = job.p[i];
+      switch (format_) {
+        case FloatFormat::kFp16: {
+          const uint16_t h = fp32_to_fp16(x);
+          std::memcpy(out + 2 * i, &h, 2);
+          break;
+        }
+        case FloatFormat::kBf16: {
+          const uint16_t h = fp32_to_bf16(x);
+          std::memcpy(out + 2 * i, &h, 2);
+          break;
+        }
+        case FloatFormat::kFp8E4M3: out[i] = fp32_to_fp8_e4m3(x); break;
+        case FloatFormat::kFp8E5M2: out[i] = fp32_to_fp8_e5m2(x); break;
+        default: throw Error("cast compressor: fp32 is not a cast format");
+      }
+    }
+  }
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    for (size_t i = 0; i < job.n; ++i) {
+      float x = 0.0f;
+      switch (format_) {
+        case FloatFormat::kFp16: x = fp16_to_fp32(get_at<uint16_t>(payload, 2 * i)); break;
+        case FloatFormat::kBf16: x = bf16_to_fp32(get_at<uint16_t>(payload, 2 * i)); break;
+        case FloatFormat::kFp8E4M3: x = fp8_e4m3_to_fp32(payload[i]); break;
+        case FloatFormat::kFp8E5M2: x = fp8_e5m2_to_fp32(payload[i]); break;
+        default: break;
+      }
+      out[i] += x;
+    }
+  }
+
   void reduce_bucket(const BucketJob& job) override {
     thread_local std::vector<float> wire, recv;
     CompressTally& t = *job.tally;

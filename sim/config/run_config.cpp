@@ -141,7 +141,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(tr.eval_every, F("training.eval_every", "evaluate every E optimizer steps and after the last (0: last only)")
                        .at_least(0));
   v(tr.clip_grad_norm, F("training.clip_grad_norm", "clip the averaged gradient to this global L2 norm after "
-                                                     "unscaling (torch clip_grad_norm_; 0: off)").at_least(0));
+                                                     "unscaling (torch clip_grad_norm_; 0: off); parameter_server: "
+                                                     "each worker clips its own mean gradient before its push")
+                           .at_least(0));
   v(tr.target.metric, F("training.target.metric", "time to target: metric (empty: none)")
                           .one_of({"", "eval_accuracy", "eval_loss", "train_loss"}));
   v(tr.target.value, F("training.target.value", "time to target: accuracy >= value, or loss <= value"));
@@ -178,13 +180,16 @@ void visit_fields(V& v, RunConfig& c) {
   v(sy.ordering, F("sync.ordering", "parameter_server: order of pushes and pulls, by modeled time with ties by rank "
                                     "(reproducible) or as the threads race (real)").one_of({"modeled", "real"}));
   auto& cp = c.compression;
-  v(cp.kind, F("compression.kind", "gradient compressor (see `gradsweep list`)")
+  v(cp.kind, F("compression.kind", "gradient compressor (see `gradsweep list`); parameter_server: each worker encodes "
+                                   "its push (own error feedback), the server decodes and sums in fp32, pulls stay "
+                                   "dense fp32 (every kind but powersgd)")
                  .one_of({"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd",
                           "terngrad", "signsgd", "onebit", "powersgd"}));
   v(cp.error_feedback, F("compression.error_feedback",
                          "lossy kinds but dgc: each rank keeps e; sends C(g + e); e = g + e - decode(sent)"));
   v(cp.divide, F("compression.divide", "casts: divide by S before the sum, after it, or split (2^floor(log2(N)/2) "
-                                       "before, the rest after)").one_of({"pre", "post", "split"}));
+                                       "before, the rest after); all-reduce only (the parameter server sums the "
+                                       "decoded casts in fp32, then divides)").one_of({"pre", "post", "split"}));
   v(cp.ratio, F("compression.ratio", "topk, randomk, dgc: fraction of values kept (when k is 0)").above(0)
                   .at_most(1));
   v(cp.k, F("compression.k", "topk, randomk: values kept per bucket (0: use ratio)").at_least(0));
@@ -854,9 +859,12 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     else if (p == "delay_allreduce" && c.sync.overlap)
       add("training.pitfall", q + " is sync.overlap false, got true");
   }
-  if (c.compression.kind != "none" && c.sync.kind != "allreduce")
-    add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" (it is \"{}\")",
-                                        c.sync.kind));
+  if (c.compression.kind != "none" && c.sync.kind != "allreduce" && c.sync.kind != "parameter_server")
+    add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" and \"parameter_server\" "
+                                        "(it is \"{}\")", c.sync.kind));
+  if (c.compression.kind == "powersgd" && c.sync.kind == "parameter_server")
+    add("compression.kind", "powersgd needs all-reduces of its factors between the workers, which a parameter server "
+                            "does not do: with sync.kind \"parameter_server\" use another compressor (e.g. topk)");
   {
     // Parameter server: what this version supports (DESIGN.md section 3; sim/strategy/parameter_server.cpp).
     const SyncConfig& sy = c.sync;
@@ -873,11 +881,10 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
       if (!sy.dedicated && sy.shards > c.cluster.ranks)
         add("sync.shards", fmt::format("co-located shards live on the workers: at most cluster.ranks ({}), got {} "
                                        "(or set sync.dedicated true)", c.cluster.ranks, sy.shards));
-      if (c.precision.mode != "fp32")
-        add("precision.mode", fmt::format("sync.kind \"parameter_server\" runs in fp32 in this version (workers' own "
-                                          "loss scalers are not implemented), got \"{}\"", c.precision.mode));
-      if (c.training.clip_grad_norm > 0)
-        add("training.clip_grad_norm", "sync.kind \"parameter_server\" does not clip in this version: use 0");
+      if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed")
+        add("precision.mode", fmt::format("sync.kind \"parameter_server\" supports \"fp32\", \"bf16_mixed\" and "
+                                          "\"fp16_mixed\" (fp32 master weights on the server, each worker its own loss "
+                                          "scaler) in this version, got \"{}\"", c.precision.mode));
       if (c.report.trace)
         add("report.trace", "sync.kind \"parameter_server\" has no per-step snapshot of every rank (ranks do not "
                             "step together): use false");

@@ -136,7 +136,7 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   res.steps_planned = total;
   res.num_params = static_cast<int64_t>(model->num_params());
   res.classification = model->classification();
-  res.replicas_identical = strategy->replicas_identical();
+  res.replicas_identical = strategy->replicas_identical_in(total);
   StepCost cost = cost_model.make_step_cost();
   const PrecisionPolicy policy = precision_policy(config.precision);
   for (int64_t k = 0; k < K; ++k) {
@@ -271,7 +271,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.steps_planned = total;
     res.num_params = static_cast<int64_t>(n);
     res.classification = model->classification();
-    res.replicas_identical = strategy->replicas_identical();
+    res.replicas_identical = strategy->replicas_identical_in(total);
     res.steps.assign(static_cast<size_t>(ranks), {});
     const bool trace = config.report.trace;
     const int64_t eval_every = config.training.eval_every;

@@ -44,6 +44,10 @@ class LocalSgd final : public SyncStrategy {
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
   // Identical after every step only when every step ends with an average (H = 1) or there is one rank.
   bool replicas_identical() const override { return period_ == 1 || ranks_ == 1; }
+  // ... or when the warm-up covers the whole run (every step is a synchronous all-reduce step).
+  bool replicas_identical_in(int64_t total_steps) const override {
+    return replicas_identical() || warmup_ >= total_steps;
+  }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
   const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
 
@@ -64,8 +68,9 @@ class LocalSgd final : public SyncStrategy {
   }
 
   // Modeled clock: warm-up steps all-reduce the gradient by buckets overlapped with backward, as `allreduce` does;
-  // local steps communicate nothing; averaging steps all-reduce the parameters (and the state buffers when averaged)
-  // after the optimizer, not overlapped.
+  // local steps communicate nothing; averaging steps all-reduce the parameters and, when averaged, each optimizer
+  // state buffer: one all-reduce of 4n bytes per buffer, one after the other, after the optimizer, not overlapped
+  // (what average() issues).
   void price_step(const StepInput& in) const override {
     if (in.cost == nullptr) return;
     if (in.step < warmup_) {
@@ -73,8 +78,9 @@ class LocalSgd final : public SyncStrategy {
         in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
                                 GradRange{b.begin, b.end});
     } else if (averages_after(in.step)) {
-      const double buffers = 1.0 + (average_state_ ? state_buffers_ : 0);
-      in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * buffers * static_cast<double>(n_));
+      const int buffers = 1 + (average_state_ ? state_buffers_ : 0);
+      for (int b = 0; b < buffers; ++b)
+        in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(n_));
       in.cost->add_pass(Phase::kOptimizer, 8.0 * buffers * static_cast<double>(n_));  // the division by N
     }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));

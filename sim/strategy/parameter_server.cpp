@@ -16,14 +16,38 @@
 // bytes 4n (P-1)/P); dedicated shards: 4n each way. The arithmetic is the same either way (shards are slices of one
 // buffer, updated in scheduler order); only the pricing differs. Server queueing and co-located contention for
 // the GPU are not modeled.
+//
+// Compressed pushes (compression.kind other than "none" and "powersgd"): each worker encodes its pushed gradient with
+// its own compressor instance, bucket by bucket (the all-reduce's buckets, or the whole model for scope "model"),
+// with error feedback kept per worker (p = g + e; e = p - decode(C(p))); the server decodes every payload and sums in
+// fp32 in rank order (BSP: the whole clock's payloads, or signSGD's majority vote over them; SSP/async: the push
+// alone), divides by the samples and applies as above. Pulls stay dense fp32: the pull carries parameters, not
+// gradients, and a lossy pull would leave each worker's copy off the server's with no residual to correct it
+// (Li et al., OSDI 2014: workers push gradients and pull weights; BytePS compresses both ways because its server only
+// sums gradients and the workers run the optimizer). Modeled clock: encode as memory passes (error feedback read 2,
+// write 1; the compressor's passes over p; the payload written), the push's p2p at the payload bytes (co-located: the
+// (P-1)/P share not bound for the worker's own shard), the server's decode as a pass over the payload and the dense
+// slice it writes (4n / P), then the optimizer.
+//
+// Mixed precision (bf16_mixed, fp16_mixed): the server holds fp32 master weights; each worker computes in the format
+// and keeps its OWN loss scaler (DESIGN.md section 3), which unscales and checks the worker's gradient before the push.
+// A worker whose gradient has an inf/NaN skips its push (it sends an 8-byte notice instead, so clocks and the budget
+// still count it) and backs off only its own scale; the server averages the pushes that arrived over their samples
+// (BSP) or applies nothing for it (SSP/async). The staleness report counts skipped pushes per worker.
+// Gradient clipping (training.clip_grad_norm) is per worker, before the push, on the worker's own mean gradient
+// (after unscaling), as local clipping in DGC (Lin et al. 2018); it is not the clipping of the averaged gradient that
+// allreduce does.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
 #include <fmt/format.h>
 
+#include "sim/compress/compressor.h"
 #include "sim/core/error.h"
 #include "sim/optim/optimizer.h"
+#include "sim/report/summary.h"
 #include "sim/runtime/scheduler.h"
 #include "sim/strategy/strategy.h"
 
@@ -50,6 +74,8 @@ json histogram_json(const std::map<int64_t, int64_t>& h) {
 }
 
 class ParameterServer final : public SyncStrategy {
+  struct PushRecord;  // one compressed push (below)
+
  public:
   explicit ParameterServer(const StrategySetup& s)
       : ranks_(s.ranks),
@@ -62,7 +88,13 @@ class ParameterServer final : public SyncStrategy {
         stragglers_(s.config.cluster.stragglers),
         seed_(static_cast<uint64_t>(s.config.training.seed)),
         on_read_(s.on_read),
+        compression_(s.config.compression),
+        cost_model_(s.cost_model),
+        tensors_(&s.model.tensors()),
         sched_(s.ranks, parse_ordering(s.config.sync.ordering)) {
+    for (int r = 0; r < ranks_; ++r) precision_.emplace_back(s.config);  // each worker its own loss scaler
+    scaled_ = precision_.front().scaler().active();
+    clip_ = s.config.training.clip_grad_norm > 0;
     GS_EXPECT(s.cost_model != nullptr, "parameter_server needs the cost model (its order follows the modeled clock)");
     // Shard p holds [p * per, (p + 1) * per) (the last one the rest).
     const size_t per = (n_ + static_cast<size_t>(shards_) - 1) / static_cast<size_t>(shards_);
@@ -77,21 +109,49 @@ class ParameterServer final : public SyncStrategy {
       wire_bytes_.push_back(bytes);
       p2p_s_.push_back(bytes > 0 ? coll.p2p_s(bytes) : 0.0);
     }
+    compressed_ = compression_.kind != "none";
     StepCost apply = s.cost_model->make_step_cost();
     s.cost_model->add_optimizer(apply, optimizer_config_, static_cast<double>(per));
-    if (staleness_ == 0) apply.add_pass(Phase::kOptimizer, 4.0 * (ranks_ + 1) * static_cast<double>(per));
+    // BSP sums N dense pushes in one pass; compressed pushes are decoded push by push instead (decode_s).
+    if (staleness_ == 0 && !compressed_)
+      apply.add_pass(Phase::kOptimizer, 4.0 * (ranks_ + 1) * static_cast<double>(per));
     apply_s_ = apply.compute_s[static_cast<size_t>(Phase::kOptimizer)];
+    shard_elems_ = static_cast<double>(per);
+    skipped_by_rank_.assign(static_cast<size_t>(ranks_), 0);
     if (s.timing_only) return;
+    if (compressed_) {
+      codec_.resize(static_cast<size_t>(ranks_));
+      server_comp_ = make_compressor(s.config, s.model, ranks_);
+      GS_EXPECT(server_comp_ != nullptr, "compressed parameter server without a compressor");
+      if (server_comp_->whole_model()) {
+        buckets_.emplace_back(0, n_);
+      } else {
+        for (const Bucket& b : make_buckets(s.model.tensors(),
+                                            static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                                            static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0)))
+          buckets_.emplace_back(b.begin, b.end);
+      }
+      for (PushCodec& w : codec_) {
+        w.comp = make_compressor(s.config, s.model, ranks_);
+        if (compression_.error_feedback && !w.comp->own_feedback()) w.residual.assign(n_, 0.0f);
+        w.own.resize(n_);
+        w.payload.resize(buckets_.size());
+        if (compression_.measure_error) w.raw.resize(n_);
+      }
+      decoded_.resize(n_);
+    }
     worker_.assign(static_cast<size_t>(ranks_), std::vector<float>(n_));
     server_.resize(n_);
     optimizer_ = make_optimizer(optimizer_config_, n_);
     if (staleness_ == 0) {
       pending_.assign(static_cast<size_t>(ranks_), nullptr);
       pending_samples_.assign(static_cast<size_t>(ranks_), 0.0);
+      pending_all_samples_.assign(static_cast<size_t>(ranks_), 0.0);
       pending_loss_.assign(static_cast<size_t>(ranks_), 0.0);
       aggregate_.resize(n_);
     }
     const size_t R = static_cast<size_t>(ranks_);
+    skipped_.assign(R, 0);
     done_rank_.assign(R, 0);
     t_start_.assign(R, 0.0);
     read_version_.assign(R, 0);
@@ -106,17 +166,72 @@ class ParameterServer final : public SyncStrategy {
   const float* eval_params() override { return server_.data(); }
   // BSP: every worker pulls the same parameters after each clock; SSP and async workers read different versions.
   bool replicas_identical() const override { return staleness_ == 0; }
+  float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
+  // The report's precision section follows worker 0's scaler; every worker's skips are in the staleness report.
+  const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
   bool lockstep() const override { return false; }
   bool rank_done(int rank) const override { return done_rank_[static_cast<size_t>(rank)] != 0; }
   void set_progress_sink(ProgressSink sink) override { sink_ = std::move(sink); }
   std::vector<std::vector<ModeledStep>> modeled_rank_steps() const override { return modeled_; }
   void abort() override { sched_.abort(); }
 
+  // The report's "compression" object (reports/README.md), from the workers' pushes: collective "push", bytes per
+  // push (payload; on the wire: what crossed to other devices, push plus the dense pull after it, the figure of
+  // communication.bytes_sent_per_rank_per_step), error of each decoded push against the raw gradient.
+  json compression_report() const override {
+    if (!compressed_) return nullptr;
+    std::vector<double> payload, wire, enc, dec, err, res;
+    for (const PushCodec& w : codec_) {
+      for (const PushRecord& r : w.records) {
+        payload.push_back(static_cast<double>(r.payload_bytes));
+        wire.push_back(r.wire_bytes + r.pull_bytes);
+        enc.push_back(r.compress_s);
+        if (!std::isnan(r.relative_error)) err.push_back(r.relative_error);
+        res.push_back(r.residual_norm);
+      }
+      dec.insert(dec.end(), w.decode_s.begin(), w.decode_s.end());
+    }
+    auto mean = [](const std::vector<double>& v) {
+      double a = 0.0;
+      for (double x : v) a += x;
+      return v.empty() ? 0.0 : a / static_cast<double>(v.size());
+    };
+    auto ms = [](const std::vector<double>& v) {
+      const Summary q = summarize(v);
+      return json{{"count", q.count}, {"p50_ms", q.p50 * 1e3}, {"mean_ms", q.mean * 1e3}, {"total_ms", q.total * 1e3}};
+    };
+    auto dist = [](const std::vector<double>& v) -> json {
+      if (v.empty()) return nullptr;
+      const Summary q = summarize(v);
+      auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+      return {{"count", q.count}, {"min", num(q.min)}, {"p50", num(q.p50)}, {"p95", num(q.p95)},
+              {"max", num(q.max)}, {"mean", num(q.mean)}, {"last", num(v.back())}};
+    };
+    const double dense = 4.0 * static_cast<double>(n_);
+    const double pay = mean(payload);
+    const Compressor& comp = *server_comp_;
+    json j;
+    j["kind"] = compression_.kind;
+    j["collective"] = "push";
+    j["error_feedback"] = comp.own_feedback() ? "own" : (compression_.error_feedback ? "plain" : "none");
+    j["dense_bytes_per_rank_per_step"] = dense;
+    j["payload_bytes_per_rank_per_step"] = pay;
+    j["wire_bytes_per_rank_per_step"] = mean(wire);
+    j["compression_ratio"] = pay > 0 ? json(dense / pay) : json(nullptr);
+    j["compress_time"] = ms(enc);
+    j["decompress_time"] = ms(dec);
+    j["relative_error"] = dist(err);
+    j["residual_norm"] = dist(res);
+    return j;
+  }
+
   json staleness_report() const override {
-    json pushes = json::array(), wait = json::array();
+    json pushes = json::array(), wait = json::array(), skipped = json::array(), scales = json::array();
     for (int r = 0; r < ranks_; ++r) {
       pushes.push_back(applied_by_rank_[static_cast<size_t>(r)]);
       wait.push_back(wait_s_[static_cast<size_t>(r)]);
+      skipped.push_back(skipped_by_rank_[static_cast<size_t>(r)]);
+      scales.push_back(precision_[static_cast<size_t>(r)].loss_scale());
     }
     return {{"ordering", sched_.ordering() == Ordering::kModeled ? "modeled" : "real"},
             {"staleness", staleness_ == kStalenessInf ? json("inf") : json(staleness_)},
@@ -126,7 +241,9 @@ class ParameterServer final : public SyncStrategy {
             {"clocks", histogram_json(hist_clocks_)},
             {"wait_s_per_rank", wait},
             {"pushes_per_rank", pushes},
-            {"discarded_pushes", discarded_}};
+            {"discarded_pushes", discarded_},
+            {"skipped_pushes_per_rank", skipped},
+            {"loss_scale_per_rank", scales}};
   }
 
   // Timing-only (BSP only, refused otherwise at validation): every rank pushes, waits for the slowest (the step is
@@ -164,14 +281,50 @@ class ParameterServer final : public SyncStrategy {
     double compute_s = 0.0;
     for (double x : m.times.phase_s) compute_s += x;
     const double t0 = t_start_[ri];
-    const double t_push = t0 + compute_s + p2p_s_[ri] + apply_s_;
+    // The worker's own loss scaler: unscale and check; an inf/NaN gradient is not pushed (its scale backs off).
+    // Clipping: the worker clips its own mean gradient (sum / its samples) before the push.
+    bool skip = false;
+    if (scaled_ || clip_) {
+      const double a = now_s();
+      if (clip_ && in.local_samples > 0) {
+        const float ls = static_cast<float>(in.local_samples);
+        for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / ls;
+        skip = !precision_[ri].before_update(in.grad, n_, c + 1).applied;
+        for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] * ls;
+      } else {
+        skip = !precision_[ri].before_update(in.grad, n_, c + 1).applied;
+      }
+      clock.add(Phase::kOptimizer, now_s() - a);
+      StepCost unscale = cost_model_->make_step_cost();
+      precision_[ri].price(unscale, static_cast<double>(n_));
+      compute_s += unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
+      m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] += unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
+    }
+    skipped_[ri] = skip ? 1 : 0;  // read by the aggregating turn (after this worker's push turn)
+    if (skip) ++skipped_by_rank_[ri];
+    // The push: dense fp32, or this worker's encoded payload (encoded here, outside the turn: worker-local state).
+    double push_bytes = wire_bytes_[ri], push_p2p_s = p2p_s_[ri], server_s = apply_s_;
+    if (skip) {  // an 8-byte notice (no gradient), so the server still counts this worker's clock
+      push_bytes = 8.0;
+      push_p2p_s = cost_model_->collectives().p2p_s(push_bytes);
+    } else if (compressed_) {
+      const double a = now_s();
+      const PushRecord& rec = encode_push(in);
+      clock.add(Phase::kCompress, now_s() - a);
+      push_bytes = rec.wire_bytes;
+      push_p2p_s = push_bytes > 0 ? cost_model_->collectives().p2p_s(push_bytes) : 0.0;
+      server_s += rec.decode_model_s;
+      m.times.phase_s[static_cast<size_t>(Phase::kCompress)] += rec.encode_model_s + rec.decode_model_s;
+      compute_s += rec.encode_model_s;
+    }
+    const double t_push = t0 + compute_s + push_p2p_s + server_s;
 
     turn(t_push);
     if (done_) {  // the budget was used up while this gradient was computed: dropped
       ++discarded_;
-      m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = p2p_s_[ri];
-      m.times.step_s = t_push - t0 - apply_s_;
-      m.times.bytes_sent = static_cast<uint64_t>(wire_bytes_[ri]);
+      m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = push_p2p_s;
+      m.times.step_s = t_push - t0 - server_s;
+      m.times.bytes_sent = static_cast<uint64_t>(push_bytes);
       return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
     }
     {
@@ -196,15 +349,16 @@ class ParameterServer final : public SyncStrategy {
     }
     const double wait_s = t_pull - t_push;
     wait_s_[ri] += wait_s;
-    m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = p2p_s_[ri] + (done_ ? 0.0 : p2p_s_[ri]);
-    m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] = apply_s_;
+    m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = push_p2p_s + (done_ ? 0.0 : p2p_s_[ri]);
+    m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] += apply_s_;
     m.times.phase_s[static_cast<size_t>(Phase::kWait)] = wait_s;
-    m.times.bytes_sent = static_cast<uint64_t>(wire_bytes_[ri] * (done_ ? 1.0 : 2.0));  // push (and pull)
+    m.times.bytes_sent = static_cast<uint64_t>(push_bytes + (done_ ? 0.0 : wire_bytes_[ri]));  // push (and pull)
     if (done_) {
       m.times.step_s = t_pull - t0;
       return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
     }
     std::memcpy(worker_[ri].data(), server_.data(), n_ * sizeof(float));
+    if (compressed_ && !skip) codec_[ri].records.back().pull_bytes = wire_bytes_[ri];
     read_version_[ri] = version_;
     read_clock_[ri] = min_finished_;
     if (on_read_ != nullptr && *on_read_) (*on_read_)(ParameterRead{r, c + 1, applied_by_rank_});
@@ -232,50 +386,70 @@ class ParameterServer final : public SyncStrategy {
     const int64_t budget = in.total_steps * ranks_;
     if (staleness_ == 0) {
       // BSP: keep the pointer (the worker waits in its pull until the clock is applied, so its buffer is intact).
-      pending_[ri] = in.grad;
-      pending_samples_[ri] = in.local_samples;
+      // A skipped push (the worker's scaler found inf/NaN) brings no gradient and no samples to average over.
+      const bool skip = skipped_[ri] != 0;
+      pending_[ri] = skip ? nullptr : in.grad;
+      pending_samples_[ri] = skip ? 0.0 : in.local_samples;
+      pending_all_samples_[ri] = in.local_samples;
       pending_loss_[ri] = in.local_loss_sum;
       if (++clock_pushes_ < ranks_) return;
       // The whole clock is in: sum in rank order and divide by the clock's samples (allreduce's arithmetic, and its
-      // control all-reduce's for samples and loss), apply.
-      double samples = pending_samples_[0], loss = pending_loss_[0];
+      // control all-reduce's for samples and loss), apply. Without skips q0 = 0 and this is exactly that sum.
+      double samples = pending_samples_[0], all_samples = pending_all_samples_[0], loss = pending_loss_[0];
       for (int q = 1; q < ranks_; ++q) {
         samples += pending_samples_[static_cast<size_t>(q)];
+        all_samples += pending_all_samples_[static_cast<size_t>(q)];
         loss += pending_loss_[static_cast<size_t>(q)];
       }
+      int q0 = 0;
+      while (q0 < ranks_ && pending_[static_cast<size_t>(q0)] == nullptr) ++q0;
       const float s = static_cast<float>(samples);
       const double lr = learning_rate(schedule_, optimizer_config_.lr, c, in.total_steps);
-      for (const auto& [lo, hi] : shard_ranges_) {
-        for (size_t a = lo; a < hi; a += kTileElems) {
-          const size_t e = std::min(hi, a + kTileElems);
-          float* out = aggregate_.data();
-          const float* g0 = pending_[0];
-          for (size_t i = a; i < e; ++i) out[i] = g0[i];
-          for (int q = 1; q < ranks_; ++q) {
-            const float* g = pending_[static_cast<size_t>(q)];
-            for (size_t i = a; i < e; ++i) out[i] += g[i];
+      if (q0 < ranks_) {  // at least one push arrived
+        if (compressed_) decode_clock(c, s);
+        for (const auto& [lo, hi] : shard_ranges_) {
+          if (compressed_) {
+            optimizer_->step(server_.data(), aggregate_.data(), lo, hi, lr, version_ + 1);
+            continue;
           }
-          for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
+          for (size_t a = lo; a < hi; a += kTileElems) {
+            const size_t e = std::min(hi, a + kTileElems);
+            float* out = aggregate_.data();
+            const float* g0 = pending_[static_cast<size_t>(q0)];
+            for (size_t i = a; i < e; ++i) out[i] = g0[i];
+            for (int q = q0 + 1; q < ranks_; ++q) {
+              const float* g = pending_[static_cast<size_t>(q)];
+              if (g == nullptr) continue;
+              for (size_t i = a; i < e; ++i) out[i] += g[i];
+            }
+            for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
+          }
+          optimizer_->step(server_.data(), aggregate_.data(), lo, hi, lr, version_ + 1);
         }
-        optimizer_->step(server_.data(), aggregate_.data(), lo, hi, lr, version_ + 1);
+        ++version_;
       }
-      ++version_;
       applied_ += ranks_;
       for (auto& a : applied_by_rank_) a = c + 1;
       min_finished_ = c + 1;
       clock_pushes_ = 0;
-      progress(loss, samples, ranks_, t, budget);
+      progress(loss, all_samples, ranks_, t, budget);
       wake_ready(t);
       return;
     }
     // SSP / asynchronous: this push alone, its own mean gradient, at 1/N of the learning rate of the server's current
     // step: N pushes carry one step's worth of gradient, so they move the parameters as far as one synchronous step
     // (exactly so for SGD without staleness) and a staleness sweep compares equal learning-rate budgets.
-    if (in.local_samples > 0) {
+    if (in.local_samples > 0 && skipped_[ri] == 0) {
       const float ls = static_cast<float>(in.local_samples);
-      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / ls;
+      float* g = in.grad;
+      if (compressed_) {  // the push as the server decodes it
+        g = decoded_.data();
+        std::fill(decoded_.begin(), decoded_.end(), 0.0f);
+        decode_push(in.rank, c, g);
+      }
+      for (size_t i = 0; i < n_; ++i) g[i] = g[i] / ls;
       const double lr = learning_rate(schedule_, optimizer_config_.lr, applied_ / ranks_, in.total_steps) / ranks_;
-      for (const auto& [lo, hi] : shard_ranges_) optimizer_->step(server_.data(), in.grad, lo, hi, lr, version_ + 1);
+      for (const auto& [lo, hi] : shard_ranges_) optimizer_->step(server_.data(), g, lo, hi, lr, version_ + 1);
       ++version_;
     }
     ++applied_;
@@ -283,6 +457,124 @@ class ParameterServer final : public SyncStrategy {
     min_finished_ = *std::min_element(applied_by_rank_.begin(), applied_by_rank_.end());
     progress(in.local_loss_sum, in.local_samples, 1, t, budget);
     wake_ready(t);
+  }
+
+  // One bucket's job for worker `rank` at clock c (the compressors' stream is keyed by (clock, rank, bucket)).
+  BucketJob job_for(int rank, int64_t c, size_t b, CompressTally* tally) const {
+    BucketJob job;
+    job.rank = rank;
+    job.ranks = ranks_;
+    job.step = c;
+    job.bucket = static_cast<uint32_t>(b);
+    job.seed = static_cast<uint64_t>(seed_);
+    job.offset = buckets_[b].first;
+    job.n = buckets_[b].second - buckets_[b].first;
+    job.tensors = tensors_;
+    job.tally = tally;
+    return job;
+  }
+
+  // Worker side (its own thread, outside any turn): p = g + e in in.grad, every bucket encoded into the worker's
+  // payloads, own = decode(C(p)), e = p - own. Prices encode and the server's decode on the modeled clock.
+  const PushRecord& encode_push(const StepInput& in) {
+    PushCodec& w = codec_[static_cast<size_t>(in.rank)];
+    float* p = in.grad;
+    if (!w.raw.empty()) std::copy(p, p + n_, w.raw.begin());
+    const bool ef = !w.residual.empty();
+    if (ef)
+      for (size_t i = 0; i < n_; ++i) p[i] += w.residual[i];
+    const double a = now_s();
+    CompressTally tally;
+    uint64_t payload = 0;
+    double encode_bytes = 0.0;
+    std::fill(w.own.begin(), w.own.end(), 0.0f);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      BucketJob job = job_for(in.rank, in.step, b, &tally);
+      job.p = p + job.offset;
+      job.own_decoded = w.own.data() + job.offset;
+      job.divisor = in.local_samples;
+      tally.encode_input_passes = 1.0;
+      w.comp->encode(job, w.payload[b]);
+      w.comp->decode_add(job, in.rank, w.payload[b].data(), w.payload[b].size(), job.own_decoded);
+      const double dense = 4.0 * static_cast<double>(job.n);
+      encode_bytes += (ef ? 3.0 * dense : 0.0) + tally.encode_input_passes * dense +
+                      static_cast<double>(w.payload[b].size());
+      payload += w.payload[b].size();
+    }
+    PushRecord rec;
+    double norm2 = 0.0;
+    if (ef) {
+      for (size_t i = 0; i < n_; ++i) {
+        const float e = p[i] - w.own[i];
+        w.residual[i] = e;
+        norm2 += static_cast<double>(e) * e;
+      }
+    } else if (const std::vector<float>* v = w.comp->own_residual()) {
+      for (float x : *v) norm2 += static_cast<double>(x) * x;
+    }
+    rec.compress_s = now_s() - a;
+    rec.residual_norm = std::sqrt(norm2);
+    if (!w.raw.empty()) {
+      double d2 = 0.0, x2 = 0.0;
+      for (size_t i = 0; i < n_; ++i) {
+        const double d = static_cast<double>(w.own[i]) - w.raw[i];
+        d2 += d * d;
+        x2 += static_cast<double>(w.raw[i]) * w.raw[i];
+      }
+      rec.relative_error = x2 > 0 ? std::sqrt(d2 / x2) : (d2 > 0 ? INFINITY : 0.0);
+    }
+    rec.payload_bytes = payload;
+    const bool local_shard = !dedicated_ && in.rank < shards_;
+    rec.wire_bytes = local_shard ? static_cast<double>(payload) * (shards_ - 1) / shards_ : static_cast<double>(payload);
+    StepCost enc = cost_model_->make_step_cost();
+    enc.add_pass(Phase::kCompress, encode_bytes);
+    rec.encode_model_s = enc.compute_s[static_cast<size_t>(Phase::kCompress)];
+    StepCost dec = cost_model_->make_step_cost();
+    dec.add_pass(Phase::kCompress, static_cast<double>(payload) / shards_ + 4.0 * shard_elems_);
+    rec.decode_model_s = dec.compute_s[static_cast<size_t>(Phase::kCompress)];
+    w.records.push_back(rec);
+    return w.records.back();
+  }
+
+  // Server side, inside a turn: out[0..n) += decode of worker `rank`'s payloads of clock c.
+  void decode_push(int rank, int64_t c, float* out) {
+    PushCodec& w = codec_[static_cast<size_t>(rank)];
+    const double a = now_s();
+    CompressTally tally;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      BucketJob job = job_for(rank, c, b, &tally);
+      server_comp_->decode_add(job, rank, w.payload[b].data(), w.payload[b].size(), out + job.offset);
+    }
+    w.decode_s.push_back(now_s() - a);
+  }
+
+  // BSP, inside the aggregating turn: aggregate_ = (decoded pushes of clock c summed in rank order, or the
+  // compressor's own combination of them: signSGD's majority vote) / S.
+  void decode_clock(int64_t c, float S) {
+    std::fill(aggregate_.begin(), aggregate_.end(), 0.0f);
+    std::vector<const uint8_t*> ptrs(static_cast<size_t>(ranks_));
+    std::vector<size_t> sizes(static_cast<size_t>(ranks_));
+    bool combined_all = true;
+    CompressTally tally;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      ptrs.clear();
+      sizes.clear();
+      for (int q = 0; q < ranks_; ++q) {
+        if (skipped_[static_cast<size_t>(q)] != 0) continue;
+        const std::vector<uint8_t>& pl = codec_[static_cast<size_t>(q)].payload[b];
+        ptrs.push_back(pl.data());
+        sizes.push_back(pl.size());
+      }
+      BucketJob job = job_for(0, c, b, &tally);
+      job.sum = aggregate_.data() + job.offset;
+      if (!server_comp_->combine(job, ptrs, sizes)) combined_all = false;
+    }
+    if (!combined_all) {
+      std::fill(aggregate_.begin(), aggregate_.end(), 0.0f);
+      for (int q = 0; q < ranks_; ++q)
+        if (skipped_[static_cast<size_t>(q)] == 0) decode_push(q, c, aggregate_.data());
+    }
+    for (size_t i = 0; i < n_; ++i) aggregate_[i] = aggregate_[i] / S;
   }
 
   // Counts `pushes` applied gradients toward the next progress point (every `ranks` of them) and the budget.
@@ -341,11 +633,47 @@ class ParameterServer final : public SyncStrategy {
   const StragglerConfig stragglers_;
   const uint64_t seed_;
   const std::function<void(const ParameterRead&)>* on_read_;
+  const CompressionConfig compression_;
+  const CostModel* cost_model_;
+  const std::vector<TensorInfo>* tensors_;
   InteractionScheduler sched_;
   std::vector<std::pair<size_t, size_t>> shard_ranges_;
   std::vector<double> wire_bytes_, p2p_s_;  // per rank, each way
   double apply_s_ = 0.0;
+  double shard_elems_ = 0.0;  // elements per shard
   ProgressSink sink_;
+
+  // Compressed pushes. One record per push of a worker.
+  struct PushRecord {
+    uint64_t payload_bytes = 0;   // the encoded message
+    double wire_bytes = 0.0;      // the part that crosses to other devices (co-located: (P-1)/P of it)
+    double pull_bytes = 0.0;      // the dense pull that followed it (0 when the run ended first)
+    double compress_s = 0.0;      // measured encode (and error feedback)
+    double encode_model_s = 0.0;  // modeled encode on the worker
+    double decode_model_s = 0.0;  // modeled decode on the server
+    double relative_error = std::nan("");  // ||decode(C(g + e)) - g|| / ||g|| (measure_error)
+    double residual_norm = 0.0;
+  };
+  // A worker's compressor, residual and last payloads (per bucket; BSP: read by the aggregating turn while the
+  // worker waits in its pull, so they are intact).
+  struct PushCodec {
+    std::unique_ptr<Compressor> comp;
+    std::vector<float> residual, own, raw;
+    std::vector<std::vector<uint8_t>> payload;
+    std::vector<PushRecord> records;
+    std::vector<double> decode_s;  // measured server decode of this worker's pushes (written inside turns)
+  };
+  bool compressed_ = false;
+  std::vector<PushCodec> codec_;
+  // Precision: one loss scaler per worker (used by its own thread); skipped_[r]: worker r's current push was skipped.
+  std::vector<PrecisionStep> precision_;
+  bool scaled_ = false;
+  bool clip_ = false;  // training.clip_grad_norm > 0: each worker clips its mean gradient before pushing
+  std::vector<char> skipped_;
+  std::vector<int64_t> skipped_by_rank_;
+  std::unique_ptr<Compressor> server_comp_;  // decodes inside turns (the workers' instances encode outside them)
+  std::vector<std::pair<size_t, size_t>> buckets_;
+  std::vector<float> decoded_;  // SSP / async: the push being applied
 
   // Each rank's own (written by its thread, inside its turns).
   std::vector<std::vector<float>> worker_;
@@ -371,7 +699,7 @@ class ParameterServer final : public SyncStrategy {
   // BSP: the current clock's pushes.
   std::vector<const float*> pending_;
   std::vector<float> aggregate_;
-  std::vector<double> pending_samples_, pending_loss_;
+  std::vector<double> pending_samples_, pending_all_samples_, pending_loss_;
   int clock_pushes_ = 0;
 };
 

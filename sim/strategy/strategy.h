@@ -90,6 +90,9 @@ class SyncStrategy {
   virtual const float* eval_params() = 0;
   // True when every rank's parameters are equal after every step (the report checks it under trace).
   virtual bool replicas_identical() const = 0;
+  // The same claim for a run of total_steps optimizer steps (what the report records). Strategies whose answer depends
+  // on the run's length override it (local_sgd: a warm-up covering every step keeps every step synchronous).
+  virtual bool replicas_identical_in(int64_t total_steps) const { return replicas_identical(); }
   // The loss scale rank `rank` multiplies its loss by in this step's backward (read by the rank's own thread before
   // its micro-batches; 1 without a scaler).
   virtual float loss_scale(int rank) const { return 1.0f; }

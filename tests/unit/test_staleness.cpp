@@ -467,6 +467,55 @@ TEST(LocalSgd, CommunicatesOnlyOnAveragingSteps) {
   }
 }
 
+// A warm-up covering the whole run makes every step a synchronous all-reduce step, so the report claims identical
+// replicas (and the trace, which the report checks the claim against, agrees); one local step at the end breaks it.
+TEST(LocalSgd, WarmupCoveringTheRunReportsIdenticalReplicas) {
+  const int steps = 5;
+  for (int warmup : {steps, steps + 3, steps - 1}) {
+    json cfg = teacher_mlp(3, steps, 0.9);
+    cfg["sync"] = {{"kind", "local_sgd"}, {"period", 4}, {"warmup_steps", warmup}};
+    const json run = test::run_scenario_text(cfg.dump())[0];
+    const bool all_sync = warmup >= steps;
+    EXPECT_EQ(run["replicas_identical"], all_sync) << "warmup " << warmup;
+    const bool last_equal = same_bits(test::params_after(run, steps - 1, 0), test::params_after(run, steps - 1, 2));
+    EXPECT_EQ(last_equal, all_sync) << "warmup " << warmup;
+  }
+}
+
+// Averaging with sync.average_optimizer_state issues one all-reduce of 4n bytes per buffer (the parameters, then
+// each state buffer), one after the other after the optimizer: the averaging step's exposed communication on the
+// modeled clock is buffers x the collective model's time for 4n bytes (SGD with momentum: 2 buffers; Adam: 3; state
+// not averaged: 1).
+TEST(LocalSgdClock, AveragingPricesOneAllReducePerBuffer) {
+  struct Case {
+    std::string optimizer;
+    double momentum;
+    bool average_state;
+    int buffers;
+  };
+  for (const Case& k : {Case{"sgd", 0.9, true, 2}, Case{"adam", 0.0, true, 3}, Case{"adam", 0.0, false, 1}}) {
+    RunConfig c;
+    c.model.kind = "gpt2-small";
+    c.data.kind = "none";
+    c.training.mode = "timing";
+    c.training.steps = 4;
+    c.training.optimizer.kind = k.optimizer;
+    c.training.optimizer.momentum = k.momentum;
+    c.cluster.ranks = 8;
+    c.sync.kind = "local_sgd";
+    c.sync.period = 2;
+    c.sync.average_optimizer_state = k.average_state;
+    RunResult r = run_training(c);
+    ASSERT_EQ(r.disposition, "passed") << r.message;
+    auto model = make_model(c);
+    CostModel cm(c, *model);
+    const double one = cm.collectives().best(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(r.num_params)).time_s;
+    EXPECT_NEAR(r.modeled_exposed_s[0][1], k.buffers * one, 1e-12 * k.buffers * one) << k.optimizer;
+    EXPECT_EQ(r.modeled_exposed_s[0][0], 0.0) << "a local step communicates nothing";
+    EXPECT_EQ(r.modeled_steps[0][1].bytes_sent, static_cast<uint64_t>(k.buffers * 4.0 * r.num_params)) << k.optimizer;
+  }
+}
+
 // Local SGD under a persistent straggler (rank 1 at 2x): between averages rank 0 runs ahead; the averaging step waits
 // for rank 1's whole lag (three local steps of it), not only for that step's difference.
 TEST(LocalSgdClock, AveragingWaitsForTheLagOfEveryLocalStep) {
