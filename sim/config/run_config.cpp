@@ -633,7 +633,8 @@ std::vector<ConfigIssue> cross_field_issues(const json& j) {
 
 // The cross-field issues of j that do not depend on the fields in `bad` (mistyped or out of range in j): those that
 // are found whatever value each bad field takes among candidate_values (one field varied at a time, the others at
-// their default). An issue on a bad field itself is left out (its own error is reported).
+// their default). An issue on a bad field itself is left out (its own error is reported). When no rule fails and no
+// bad field feeds the structural checks (model, data, ranks, steps, compression, precision, report), those run too.
 std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::vector<std::string>& bad) {
   if (!j.is_object()) return {};
   std::vector<const FieldInfo*> fields;
@@ -649,7 +650,26 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
   for (const FieldInfo* f : fields) set(base, f->path, f->default_value);
   auto key = [](const ConfigIssue& i) { return i.path + "\n" + i.message; };
   std::vector<ConfigIssue> kept;
-  for (auto& i : cross_field_issues(base)) {
+  std::vector<ConfigIssue> at_default = cross_field_issues(base);
+  if (at_default.empty()) {
+    // No rule across fields fails: the structural checks (model and dataset construction, which run only on a config
+    // whose rules hold) still can, unless a bad field is one of their inputs.
+    static const char* const kStructuralInputs[] = {"model.", "data.", "cluster.ranks", "training.steps",
+                                                    "training.epochs", "training.accumulation_steps",
+                                                    "training.mode", "compression.", "precision.", "report."};
+    bool touches = false;
+    for (const FieldInfo* f : fields)
+      for (const char* in : kStructuralInputs) touches = touches || f->path.rfind(in, 0) == 0;
+    if (touches) return {};
+    std::vector<ConfigIssue> out;
+    RunConfig c;
+    Reader r(base, out);
+    visit_fields(r, c);
+    if (out.empty()) apply_pitfall_alias(base, c, out);
+    if (out.empty()) validate_config(c, out);
+    return out;
+  }
+  for (auto& i : at_default) {
     bool on_bad = false;
     for (const FieldInfo* f : fields)
       on_bad = on_bad || i.path == f->path || i.path.rfind(f->path + "[", 0) == 0;

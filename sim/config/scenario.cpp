@@ -428,11 +428,15 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     RunConfig rc = config_from_json(cfg, run_issues);
     for (auto& i : run_issues) {
       bool placed = false;  // on a swept path: named by its place in the sweep
-      for (const auto& [path, loc] : where)
+      for (const auto& [path, loc] : where) {
         if (i.path == path || i.path.rfind(path + "[", 0) == 0) {
           i.path = loc;
           placed = true;
+        } else if (i.path.rfind(path + ".", 0) == 0) {  // inside a swept JSON value (data.storage.latency_us)
+          i.path = loc + i.path.substr(path.size());
+          placed = true;
         }
+      }
       std::string key = message_of(i);
       if (placed) {
         if (seen_issue.insert(key).second) issues.push_back(i);

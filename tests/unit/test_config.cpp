@@ -210,6 +210,13 @@ TEST(ConfigErrors, TypeErrorsDoNotHideUnrelatedCrossFieldProblems) {
     "compression": {"kind": "topkk", "ratio": 0.5}})");
   EXPECT_EQ(kind.size(), 1u) << dump_issues(kind);
   EXPECT_TRUE(has_issue(kind, "compression.kind", "expected one of")) << dump_issues(kind);
+  // Nor a structural problem (found by building the model): an 8-200-100-3 MLP is too large to trace.
+  auto trace = issues_of(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 200, 100, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "report": {"trace": true},
+    "training": {"steps": 3, "optimizer": {"lr": "fast"}}})");
+  // 8*200 + 200 + 200*100 + 100 + 100*3 + 3 = 22203 parameters, above the 10000 that may be traced.
+  EXPECT_EQ(trace.size(), 2u) << dump_issues(trace);
+  EXPECT_TRUE(has_issue(trace, "report.trace", "this model has 22203")) << dump_issues(trace);
   // A mistyped base field does not hide a bad sweep value either.
   auto sweep = issues_of(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
     "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
@@ -244,6 +251,12 @@ TEST(ConfigErrors, ProblemsOfExpandedRunsNameTheRuns) {
   auto seed = issues_of(std::string(kGood).substr(0, std::string(kGood).size() - 1) +
                         R"(, "sweep": {"axes": {"training.seed": [1, 4294967295]}, "repeats": 2}})");
   EXPECT_TRUE(has_issue(seed, "sweep.repeats", "(sweep run t.seed=4294967295)")) << dump_issues(seed);
+  // A problem inside a swept JSON value is named by its place in the sweep and its path inside the value.
+  auto storage = issues_of(std::string(kGood).substr(0, std::string(kGood).size() - 1) +
+                           R"(, "sweep": {"axes": {"data.storage": ["nfs", {"bandwidth_GBps": 1, "latency_us": -5,
+                              "concurrency": 2}]}}})");
+  EXPECT_TRUE(has_issue(storage, "sweep.axes[\"data.storage\"][1].latency_us", "expected a number in [0,"))
+      << dump_issues(storage);
 }
 
 // Fault 3: more ranks than the hardware profile's GPUs is allowed (docs/cost-model.md: the collective model then
