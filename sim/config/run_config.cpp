@@ -901,10 +901,11 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
       if (!sy.dedicated && sy.shards > c.cluster.ranks)
         add("sync.shards", fmt::format("co-located shards live on the workers: at most cluster.ranks ({}), got {} "
                                        "(or set sync.dedicated true)", c.cluster.ranks, sy.shards));
-      if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed")
-        add("precision.mode", fmt::format("sync.kind \"parameter_server\" supports \"fp32\", \"bf16_mixed\" and "
+      if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed" &&
+          c.precision.mode != "fp16_pure")
+        add("precision.mode", fmt::format("sync.kind \"parameter_server\" supports \"fp32\", \"bf16_mixed\", "
                                           "\"fp16_mixed\" (fp32 master weights on the server, each worker its own loss "
-                                          "scaler) in this version, got \"{}\"", c.precision.mode));
+                                          "scaler) and \"fp16_pure\" in this version, got \"{}\"", c.precision.mode));
       if (c.report.trace)
         add("report.trace", "sync.kind \"parameter_server\" has no per-step snapshot of every rank (ranks do not "
                             "step together): use false");

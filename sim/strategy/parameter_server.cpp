@@ -29,6 +29,8 @@
 // (P-1)/P share not bound for the worker's own shard), the server's decode as a pass over the payload and the dense
 // slice it writes (4n / P), then the optimizer.
 //
+// fp16_pure (no master weights, the common mistake): pushes and pulls carry fp16 values (2 bytes each), the server
+// rounds the averaged gradient to fp16 and stores its parameters and optimizer state in fp16.
 // Mixed precision (bf16_mixed, fp16_mixed): the server holds fp32 master weights; each worker computes in the format
 // and keeps its OWN loss scaler (DESIGN.md section 3), which unscales and checks the worker's gradient before the push.
 // A worker whose gradient has an inf/NaN skips its push (it sends an 8-byte notice instead, so clocks and the budget
@@ -91,6 +93,7 @@ class ParameterServer final : public SyncStrategy {
         compression_(s.config.compression),
         cost_model_(s.cost_model),
         tensors_(&s.model.tensors()),
+        server_precision_(s.config),
         sched_(s.ranks, parse_ordering(s.config.sync.ordering)) {
     for (int r = 0; r < ranks_; ++r) precision_.emplace_back(s.config);  // each worker its own loss scaler
     scaled_ = precision_.front().scaler().active();
@@ -101,7 +104,7 @@ class ParameterServer final : public SyncStrategy {
     for (int p = 0; p < shards_; ++p)
       shard_ranges_.emplace_back(std::min(n_, per * static_cast<size_t>(p)),
                                  std::min(n_, per * static_cast<size_t>(p + 1)));
-    const double full_bytes = 4.0 * static_cast<double>(n_);
+    const double full_bytes = gradient_wire_bytes(s.config) * static_cast<double>(n_);  // fp16_pure: 2 per value
     const CollectiveModel& coll = s.cost_model->collectives();
     for (int r = 0; r < ranks_; ++r) {
       const bool local_shard = !dedicated_ && r < shards_;
@@ -409,7 +412,7 @@ class ParameterServer final : public SyncStrategy {
         if (compressed_) decode_clock(c, s);
         for (const auto& [lo, hi] : shard_ranges_) {
           if (compressed_) {
-            optimizer_->step(server_.data(), aggregate_.data(), lo, hi, lr, version_ + 1);
+            server_apply(aggregate_.data(), lo, hi, lr);
             continue;
           }
           for (size_t a = lo; a < hi; a += kTileElems) {
@@ -424,7 +427,7 @@ class ParameterServer final : public SyncStrategy {
             }
             for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
           }
-          optimizer_->step(server_.data(), aggregate_.data(), lo, hi, lr, version_ + 1);
+          server_apply(aggregate_.data(), lo, hi, lr);
         }
         ++version_;
       }
@@ -449,7 +452,7 @@ class ParameterServer final : public SyncStrategy {
       }
       for (size_t i = 0; i < n_; ++i) g[i] = g[i] / ls;
       const double lr = learning_rate(schedule_, optimizer_config_.lr, applied_ / ranks_, in.total_steps) / ranks_;
-      for (const auto& [lo, hi] : shard_ranges_) optimizer_->step(server_.data(), g, lo, hi, lr, version_ + 1);
+      for (const auto& [lo, hi] : shard_ranges_) server_apply(g, lo, hi, lr);
       ++version_;
     }
     ++applied_;
@@ -457,6 +460,15 @@ class ParameterServer final : public SyncStrategy {
     min_finished_ = *std::min_element(applied_by_rank_.begin(), applied_by_rank_.end());
     progress(in.local_loss_sum, in.local_samples, 1, t, budget);
     wake_ready(t);
+  }
+
+  // The server's optimizer on [lo, hi) with gradient g. Under fp16_pure there are no master weights: the averaged
+  // gradient is rounded to fp16 first and the parameters and optimizer state are stored in fp16 after (PrecisionStep;
+  // no-ops in every other mode).
+  void server_apply(float* g, size_t lo, size_t hi, double lr) {
+    server_precision_.round_gradient(g, lo, hi);
+    optimizer_->step(server_.data(), g, lo, hi, lr, version_ + 1);
+    server_precision_.after_update(server_.data(), *optimizer_, lo, hi);
   }
 
   // One bucket's job for worker `rank` at clock c (the compressors' stream is keyed by (clock, rank, bucket)).
@@ -636,6 +648,7 @@ class ParameterServer final : public SyncStrategy {
   const CompressionConfig compression_;
   const CostModel* cost_model_;
   const std::vector<TensorInfo>* tensors_;
+  const PrecisionStep server_precision_;  // fp16_pure: the server's fp16 storage (no scaler runs on the server)
   InteractionScheduler sched_;
   std::vector<std::pair<size_t, size_t>> shard_ranges_;
   std::vector<double> wire_bytes_, p2p_s_;  // per rank, each way

@@ -264,7 +264,7 @@ TEST(StrategyPsPrecision, OverflowingWorkerSkipsItsPushAndHalvesOnlyItsOwnScale)
   EXPECT_EQ(st["loss_scale_per_rank"], json::array({s16, s16 / 2, s16}));
 }
 
-// bf16_mixed and fp16_mixed run end to end on BSP and asynchronous servers (with a compressor too), and BSP under
+// bf16_mixed, fp16_mixed and fp16_pure run end to end on BSP and asynchronous servers (with a compressor too), and BSP under
 // bf16_mixed (no loss scaler: nothing to unscale) gives the bits of the all-reduce under bf16_mixed.
 TEST(StrategyPsPrecision, MixedModesRunAndBf16BspEqualsAllReduce) {
   const json none = {{"kind", "none"}};
@@ -278,7 +278,7 @@ TEST(StrategyPsPrecision, MixedModesRunAndBf16BspEqualsAllReduce) {
   const json& b = ref["convergence"]["series"];
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["eval_loss"].get<double>(), b[i]["eval_loss"].get<double>());
-  for (const char* mode : {"bf16_mixed", "fp16_mixed"}) {
+  for (const char* mode : {"bf16_mixed", "fp16_mixed", "fp16_pure"}) {
     for (const json& staleness : {json(0), json("inf")}) {
       json cfg = ps_run(3, 5, {{"kind", "parameter_server"}, {"staleness", staleness}},
                         {{"kind", "topk"}, {"ratio", 0.25}, {"error_feedback", true}});
@@ -335,6 +335,50 @@ TEST(StrategyPsPrecision, EachWorkerClipsItsOwnGradientBeforeItsPush) {
   for (auto& x : th) x.join();
   EXPECT_NEAR(ps->eval_params()[0], -0.45f, 1e-6);
   EXPECT_NEAR(ps->eval_params()[1], -0.6f, 1e-6);
+}
+
+// fp16_pure on the server (no master weights), one worker, SGD lr 1, one sample, dedicated server, w0 = 1:
+// a gradient of 1e-4 would give 0.9999 in fp32, but fp16 next to 1 is spaced 2^-11 below it, so the server's fp16
+// parameter rounds back to 1: the update is lost (the pitfall). A gradient of 2^-10 (exact in fp16) moves it to
+// 1 - 2^-10 exactly. Pushes and pulls carry 2 bytes per value: 2 + 2 bytes per step for this 1-parameter model.
+TEST(StrategyPsPrecision, Fp16PureServerStoresFp16AndLosesSmallUpdates) {
+  std::vector<ConfigIssue> issues;
+  RunConfig c = config_from_json(
+      {{"model", {{"kind", "linear"}, {"layers", {1, 1}}, {"bias", false}, {"loss", "mse"}}},
+       {"data", {{"kind", "teacher"}, {"teacher", {{"task", "regression"}, {"in_dim", 1}, {"out_dim", 1}}}}},
+       {"cluster", {{"ranks", 1}}},
+       {"precision", {{"mode", "fp16_pure"}}},
+       {"training", {{"steps", 2}, {"optimizer", {{"kind", "sgd"}, {"lr", 1.0}}}}},
+       {"sync", {{"kind", "parameter_server"}, {"staleness", 0}, {"dedicated", true}}}},
+      issues);
+  validate_config(c, issues);
+  ASSERT_TRUE(issues.empty()) << issues[0].message;
+  auto model = make_model(c);
+  CostModel cm(c, *model);
+  auto comm = make_host_communicator(1);
+  StrategySetup setup{c, *model, *comm, 1, &cm};
+  auto ps = make_strategy(setup);
+  ps->params(0)[0] = 1.0f;
+  const float grads[2] = {1e-4f, std::ldexp(1.0f, -10)};
+  const float expected[2] = {1.0f, 1.0f - std::ldexp(1.0f, -10)};
+  for (int t = 0; t < 2; ++t) {
+    float grad = grads[t];
+    PhaseClock clock;
+    clock.begin_step();
+    StepCost cost = cm.make_step_cost();
+    StepInput in;
+    in.rank = 0;
+    in.step = t;
+    in.grad = &grad;
+    in.local_samples = in.global_samples = 1.0;
+    in.lr = 1.0;
+    in.total_steps = 2;
+    in.clock = &clock;
+    in.cost = &cost;
+    ps->step(in);
+    EXPECT_EQ(ps->eval_params()[0], expected[t]) << "step " << t + 1;
+  }
+  EXPECT_EQ(ps->modeled_rank_steps()[0][0].times.bytes_sent, 4u);
 }
 
 TEST(StrategyPsCompressionConfig, PowerSgdIsRefusedOnTheParameterServerOthersAreAccepted) {
