@@ -919,8 +919,10 @@ def fig_summary(reports, paths, out_path):
     ax_t.set_yticks(y_mid, labels=[textwrap.fill(label, 28) for label in labels], fontsize=7)
     ax_t.get_yticklabels()[0].set_fontweight("bold")
     ax_t.set_ylim(n - 0.5, -0.7)
-    if k > 1:
-        ax_t.legend(title="hardware profile", fontsize=7, title_fontsize=7, loc="lower right")
+    if k > 1:  # under the panels, right of the note: never over a bar
+        handles, names_drawn = ax_t.get_legend_handles_labels()
+        fig.legend(handles, names_drawn, title="hardware profile", fontsize=7, title_fontsize=7, ncol=k,
+                   loc="upper right", bbox_to_anchor=(1.0, 0.0))
     note = f"reference (first run): {reference}. Other rows: the swept values that differ from it."
     if k == 1:
         note += f" One hardware profile: {names[0]}."

@@ -989,7 +989,7 @@ def test_summary_draws_each_profile_and_marks_runs_without_a_time_to_target(tmp_
         assert widths == [200.0, 500.0, 500.0, 750.0]
         texts = [t.get_text().strip() for t in ax_t.texts]
         assert texts.count("not reached") == 2 and "diverged" in texts and "not in this report" in texts
-        assert [t.get_text() for t in ax_t.get_legend().get_texts()] == ["h100-pcie-8", "h100-sxm-8"]
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["h100-pcie-8", "h100-sxm-8"]
         assert [t.get_text() for t in ax_t.get_yticklabels()] == ["reference", "ranks=4", "accumulation_steps=2",
                                                                   "accumulation_steps=2 ranks=4"]  # 28 chars a line
         # Accuracy bars: old 0.85, 0.84, 0.7123 (R3 diverged: none); new 0.86, 0.79, 0.8101.
