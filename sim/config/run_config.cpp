@@ -642,6 +642,13 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
     for (const auto& f : config_fields())
       if (f.path == path && std::find(fields.begin(), fields.end(), &f) == fields.end()) fields.push_back(&f);
   auto set = [](json& doc, const std::string& path, const json& v) {
+    // Sections on the way that are no object (reported by find_unknown) become objects.
+    for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+      std::string section = "/" + path.substr(0, dot);
+      std::replace(section.begin(), section.end(), '.', '/');
+      const json::json_pointer sp(section);
+      if (doc.contains(sp) && !doc[sp].is_object()) doc[sp] = json::object();
+    }
     std::string ptr = "/" + path;
     std::replace(ptr.begin(), ptr.end(), '.', '/');
     doc[json::json_pointer(ptr)] = v;
@@ -754,9 +761,21 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
   size_t before = issues.size();
   Reader r(j, issues);
   visit_fields(r, c);
-  if (!r.bad_fields().empty()) {
+  std::vector<std::string> bad = r.bad_fields();
+  for (const auto& f : config_fields()) {
+    // A field under a section given as something else than an object ("model": "mlp", reported by find_unknown)
+    // could not be read either: its default must not be judged against the other fields.
+    for (size_t dot = f.path.find('.'); dot != std::string::npos; dot = f.path.find('.', dot + 1)) {
+      const json* v = find_path(j, f.path.substr(0, dot));
+      if (v != nullptr && !v->is_object()) {
+        bad.push_back(f.path);
+        break;
+      }
+    }
+  }
+  if (!bad.empty()) {
     // Some fields are mistyped: report the cross-field problems that do not depend on them (see the header).
-    for (auto& i : cross_field_issues_despite(j, r.bad_fields())) issues.push_back(std::move(i));
+    for (auto& i : cross_field_issues_despite(j, bad)) issues.push_back(std::move(i));
     return c;
   }
   if (issues.size() == before) apply_pitfall_alias(j, c, issues);

@@ -217,6 +217,14 @@ TEST(ConfigErrors, TypeErrorsDoNotHideUnrelatedCrossFieldProblems) {
   // 8*200 + 200 + 200*100 + 100 + 100*3 + 3 = 22203 parameters, above the 10000 that may be traced.
   EXPECT_EQ(trace.size(), 2u) << dump_issues(trace);
   EXPECT_TRUE(has_issue(trace, "report.trace", "this model has 22203")) << dump_issues(trace);
+  // A section that is no object: its fields are unread, so the rules that read them (the teacher's in_dim against
+  // model.layers) are not judged; an unrelated rule (an accuracy target of 80) still is.
+  auto section = issues_of(R"({"name": "t", "model": "mlp",
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
+    "training": {"steps": 3, "target": {"metric": "eval_accuracy", "value": 80}}})");
+  EXPECT_EQ(section.size(), 2u) << dump_issues(section);
+  EXPECT_TRUE(has_issue(section, "model", "expected an object")) << dump_issues(section);
+  EXPECT_TRUE(has_issue(section, "training.target.value", "in (0, 1], got 80")) << dump_issues(section);
   // A mistyped base field does not hide a bad sweep value either.
   auto sweep = issues_of(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
     "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
