@@ -217,6 +217,12 @@ struct ScaleOp {
   __device__ void operator()(size_t i) const { x[i] = x[i] * factor; }
 };
 
+struct DivideOp {
+  float* x;
+  float divisor;
+  __device__ void operator()(size_t i) const { x[i] = x[i] / divisor; }  // IEEE division (no --use_fast_math)
+};
+
 }  // namespace
 
 void encode_format(FloatFormat f, void* out, const float* in, size_t n, Fp8Overflow overflow, cudaStream_t stream) {
@@ -246,6 +252,10 @@ void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream) {
 
 void scale(float* x, size_t n, float factor, cudaStream_t stream) {
   launch_map(n, ScaleOp{x, factor}, stream, "scale");
+}
+
+void divide(float* x, size_t n, float divisor, cudaStream_t stream) {
+  launch_map(n, DivideOp{x, divisor}, stream, "divide");
 }
 
 // ---- Optimizers ---------------------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ void count_rounding(FloatFormat f, const float* in, size_t n, unsigned long long
 void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream);
 // x[i] *= factor (the loss scaler's unscale; host twin scale_gradient).
 void scale(float* x, size_t n, float factor, cudaStream_t stream);
+// x[i] = x[i] / divisor (IEEE division: the all-reduce strategy's averaging by the step's sample count S, host twin
+// the loop `grad[i] / s` in sim/strategy/allreduce.cpp).
+void divide(float* x, size_t n, float divisor, cudaStream_t stream);
 
 // ---- Optimizers (element math: kernels/optim_math.h) --------------------------------------------------------------
 

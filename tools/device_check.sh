@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device check (docs/device.md): on the lent GPU machine (CUDA, CMake, ninja, PyTorch; no apt, no internet) build
-# gradsweep Release for sm_90 against the carried Debian -dev packages, run the GPU tests, the backend and NVTX tests, a
-# short scenario and the GPU microbenchmarks, and leave at most 4 files under $OUT: summary.txt, machine.txt,
-# report.json and logs.tar.gz. A new step is one `step NAME TIMEOUT_S command...` line below.
+# gradsweep Release for sm_90 against the carried Debian -dev packages, run the GPU tests, the cuda end-to-end test,
+# the backend and NVTX tests, a short scenario on host/auto and on cuda and the GPU microbenchmarks, and leave at most
+# 5 files under $OUT: summary.txt, machine.txt, report.json, report_cuda.json and logs.tar.gz. A new step is one
+# `step NAME TIMEOUT_S command...` line below.
 #
 #   tools/device_check.sh --fetch-debs   here (Debian, apt): download the .deb files into device_debs/ (gitignored;
 #                                        ~15 MiB, carried to the device with carry ["device_debs"])
@@ -10,8 +11,10 @@
 #   tools/device_check.sh --rehearse     here, without a GPU: every step of the check from the same .deb files, with
 #                                        OUT a scratch folder unless set; the GPU tests must be skipped (exit 77)
 #
-# Exit status 0 when no step failed. Each step has a time limit so the whole check stays under 5 minutes on one H200
-# (16 cores) and the archive is always written, also when a step fails or the device tool's limit is near.
+# Exit status 0 when no step failed. The whole check has one deadline (280 s on the device, so a run fits under 5
+# minutes with the machine's start and a second try fits the 15-minute device budget); each step gets its own limit or
+# what is left of the deadline, whichever is less, and a step with under 5 s left is not started (it fails as
+# "no time left"). The archive is always written, also when a step fails or the deadline is reached.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 debs="$root/device_debs"
@@ -39,9 +42,11 @@ esac
 if [[ $mode == rehearse ]]; then
   out=${OUT:-$(mktemp -d /tmp/gradsweep_device_out.XXXXXX)}
   build_limit_s=3600
+  deadline_s=${GRADSWEEP_DEVICE_DEADLINE_S:-4200}
 else
   out=${OUT:-$root/device_out}
-  build_limit_s=240
+  build_limit_s=200
+  deadline_s=${GRADSWEEP_DEVICE_DEADLINE_S:-280}
 fi
 jobs=$(nproc)
 mkdir -p "$out"
@@ -69,8 +74,15 @@ trap pack EXIT
 step() {
   local name=$1 limit=$2
   shift 2
-  local t0 rc pid watchdog
+  local t0 rc pid watchdog left
   t0=$(date +%s)
+  left=$((t_start + deadline_s - t0))
+  if [[ $left -lt 5 ]]; then
+    failed=$((failed + 1))
+    say "FAIL  $name (no time left: the check's ${deadline_s} s deadline is reached)"
+    return 124
+  fi
+  [[ $left -lt $limit ]] && limit=$left
   set -m
   ("$@") > "$logs/$name.log" 2>&1 &
   pid=$!
@@ -197,7 +209,7 @@ step build "$build_limit_s" build_and_check || exit 1
 # GPU tests: on the device they must pass; in the rehearsal (no GPU) every one must be skipped (exit 77), not fail.
 gpu_tests() {
   local text rc total skipped
-  text=$(cd "$build" && ctest -L gpu --output-on-failure --timeout 120 2>&1)
+  text=$(cd "$build" && ctest -L gpu -E '^gpu[.]e2e$' --output-on-failure --timeout 120 2>&1)
   rc=$?
   echo "$text"
   [[ $rc -eq 0 ]] || return 1
@@ -210,7 +222,22 @@ gpu_tests() {
     [[ $total -gt 0 && $skipped -eq 0 ]] || { echo "a GPU test was skipped on the GPU machine"; return 1; }
   fi
 }
-step gpu_tests 150 gpu_tests
+step gpu_tests 100 gpu_tests
+# The cuda rank loop end to end (quickstart on cuda vs host, 8 ranks on one GPU through local, injected stragglers,
+# cluster.hardware detect): must pass on the device, skip (exit 77) in the rehearsal.
+gpu_e2e() {
+  local text rc
+  text=$(cd "$build" && ctest -R '^gpu[.]e2e$' --output-on-failure --timeout 120 2>&1)
+  rc=$?
+  echo "$text"
+  [[ $rc -eq 0 ]] || return 1
+  if [[ $mode == rehearse ]]; then
+    grep -qE "Test +#[0-9]+: gpu[.]e2e .*Skipped" <<< "$text" || { echo "expected gpu.e2e to skip without a GPU"; return 1; }
+  else
+    grep -qE "Test +#[0-9]+: gpu[.]e2e .*Passed" <<< "$text" || { echo "gpu.e2e did not pass"; return 1; }
+  fi
+}
+step gpu_e2e 100 gpu_e2e
 # Backend selection and NVTX ranges (CPU tests that read the device query; on the device they see a real GPU).
 backend_nvtx_tests() { cd "$build" && ctest -R '^(Backend|NvtxRanges)\.' --output-on-failure --timeout 60; }
 step backend_nvtx_tests 120 backend_nvtx_tests
@@ -243,13 +270,40 @@ cuda_backend() {
 }
 step cuda_backend 30 cuda_backend
 grep -h "cluster.backend\|exit" "$logs/cuda_backend.log" | head -3 | sed 's/^/      /' | tee -a "$summary"
+# The short scenario on cluster.backend cuda with the detected GPU's profile: on the device every run passes on cuda
+# (ranks 2 share the one GPU through local) and report_cuda.json comes back; in the rehearsal it is refused (exit 2).
+cuda_scenario() {
+  "$build/gradsweep" run "$root/tests/data/tiny_sweep.json" --out "$work/runs/tiny_cuda" --quiet \
+    --set cluster.backend=cuda --set cluster.hardware=detect
+  local rc=$?
+  echo "run with cluster.backend=cuda: exit $rc"
+  if [[ $mode == rehearse ]]; then
+    [[ $rc -eq 2 ]]
+    return
+  fi
+  [[ $rc -eq 0 ]] || return 1
+  cp "$work/runs/tiny_cuda/report.json" "$out/report_cuda.json"
+  python3 - "$out/report_cuda.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = True
+for run in r["runs"]:
+    t = run.get("timing") or {}
+    print(run["id"], run["disposition"], "backend", run.get("backend"), "reason", run.get("backend_reason"),
+          "hardware", (t.get("modeled") or {}).get("hardware"), "eval_accuracy",
+          run["convergence"]["final"]["eval_accuracy"], "model_error", json.dumps(t.get("model_error")))
+    ok = ok and run["disposition"] == "passed" and run.get("backend") == "cuda"
+sys.exit(0 if ok else 1)
+PY
+}
+step cuda_scenario 60 cuda_scenario
 
 # ---- GPU microbenchmarks (Google Benchmark targets named bench_gpu*; none before the CUDA kernels land) ----------------
 if [[ ${#gpu_benches[@]} -eq 0 || -z "${gpu_benches[0]}" ]]; then
   say "skip  gpu_benchmarks (no bench_gpu* targets in this version)"
 else
   for b in "${gpu_benches[@]}"; do
-    step "$b" 90 "$build/$b" --benchmark_min_time=0.05s --benchmark_out="$logs/$b.json" --benchmark_out_format=json
+    step "$b" 60 "$build/$b" --benchmark_min_time=0.05s --benchmark_out="$logs/$b.json" --benchmark_out_format=json
   done
 fi
 [[ $failed -eq 0 ]]

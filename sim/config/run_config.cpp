@@ -94,10 +94,10 @@ void visit_fields(V& v, RunConfig& c) {
 
   auto& cl = c.cluster;
   v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
-  v(cl.backend, F("cluster.backend", "where ranks run; auto takes cuda when a GPU is usable (host only for now)")
-                    .one_of({"auto", "host", "cuda"}));
-  v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list` or the "
-                                       "path of a profile file"));
+  v(cl.backend, F("cluster.backend", "where ranks run; auto takes cuda when a GPU is usable and the cuda loop runs "
+                                     "the configuration (docs/device.md), else host").one_of({"auto", "host", "cuda"}));
+  v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list`, the "
+                                       "path of a profile file, or detect (cuda backend: the detected GPU's profile)"));
   v(cl.share_identical, F("cluster.share_identical",
                           "in-process ranks share provably identical state (results are the same either way)"));
   v(cl.stragglers.factors, F("cluster.stragglers.factors",
@@ -964,12 +964,37 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("data.cache.capacity_bytes", "give the capacity once: capacity_bytes or capacity_fraction, not both");
   // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
-  try {
-    load_hardware_profile(c.cluster.hardware);
-  } catch (const ProfileError& e) {
-    for (const std::string& p : e.problems()) add("cluster.hardware", p);  // "file: JSON path: expected ..." each
-  } catch (const std::exception& e) {
-    add("cluster.hardware", e.what());
+  // What the cuda rank loop does not run (cuda_loop_issues, device.h); "auto" falls back to host for those instead.
+  if (c.cluster.backend == "cuda")
+    for (const ConfigIssue& i : cuda_loop_issues(c)) add(i.path, i.message);
+  // The backend the run takes here ("cuda" counts even where validation refuses it above: one message is enough).
+  const bool on_cuda = c.cluster.backend == "cuda" || choose_backend(c).backend == Backend::kCuda;
+  auto check_profile = [&](const std::string& name) {
+    try {
+      load_hardware_profile(name);
+    } catch (const ProfileError& e) {
+      for (const std::string& p : e.problems()) add("cluster.hardware", p);  // "file: JSON path: expected ..." each
+    } catch (const std::exception& e) {
+      add("cluster.hardware", e.what());
+    }
+  };
+  if (c.cluster.hardware == "detect") {
+    // The profile of the GPU the run uses (resolve_hardware): there is none on the host backend.
+    if (!on_cuda) {
+      add("cluster.hardware", "\"detect\" takes the profile of the GPU a run uses, so it needs the cuda backend "
+                              "(cluster.backend \"cuda\", or \"auto\" where a GPU is usable and the cuda loop runs "
+                              "the configuration); this run is on host: name a profile from `gradsweep list`");
+    } else if (!backend_issue("cuda")) {
+      std::string resolved;
+      try {
+        resolved = resolve_hardware(c);
+      } catch (const std::exception& e) {
+        issues.push_back(issue_from_exception(e.what(), "cluster.hardware"));
+      }
+      if (!resolved.empty()) check_profile(resolved);
+    }
+  } else {
+    check_profile(c.cluster.hardware);
   }
   {
     const json& f = c.cluster.stragglers.factors;
@@ -979,9 +1004,10 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     if (!ok)
       add("cluster.stragglers.factors", fmt::format("expected null or a list of {} numbers > 0 (one per rank), got {}",
                                                     c.cluster.ranks, f.dump()));
-    if (c.cluster.stragglers.inject)
-      add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (later issue); the host "
-                                       "backend models stragglers on the modeled clock only: use false");
+    if (c.cluster.stragglers.inject && !on_cuda)
+      add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
+                                       "\"auto\" where a GPU is usable and the cuda loop runs the configuration); "
+                                       "the host backend models stragglers on the modeled clock only: use false");
   }
   if (d.kind == "fashion_mnist") {
     std::string dir = d.path.empty() ? "/usr/share/datasets/fashion-mnist" : d.path;

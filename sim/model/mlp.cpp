@@ -45,8 +45,10 @@ MlpWorkspace& as_mlp_workspace(Workspace& ws) {
   return *w;
 }
 
+}  // namespace
+
 // Reads and checks model.layers / activation / loss / bias. Throws gs::Error naming the JSON path.
-DenseStack stack_from_config(const ModelConfig& m) {
+DenseStack dense_stack_from_config(const ModelConfig& m) {
   const auto& widths = m.layers;
   if (widths.size() < 2) {
     throw Error(fmt::format("model.layers: expected at least 2 widths [in, ..., out], got [{}]",
@@ -78,6 +80,8 @@ DenseStack stack_from_config(const ModelConfig& m) {
   }
   return s;
 }
+
+namespace {
 
 class MlpModel final : public Model {
  public:
@@ -223,7 +227,7 @@ std::unique_ptr<Model> make_mlp(const RunConfig& config) {
     if (!m.initial_weights.is_null()) throw Error("model.initial_weights: only used by kind linear");
     if (!m.initial_bias.is_null()) throw Error("model.initial_bias: only used by kind linear");
   }
-  return std::make_unique<MlpModel>(stack_from_config(m));
+  return std::make_unique<MlpModel>(dense_stack_from_config(m));
 }
 
 }  // namespace gs

@@ -12,6 +12,8 @@
 
 namespace gs {
 
+struct DenseStack;  // kernels/dense.h
+
 // One tensor of the flat parameter buffer: elements [offset, offset + count) hold it row-major with `shape`.
 struct TensorInfo {
   std::string name;              // e.g. "layer0.weight"
@@ -134,6 +136,10 @@ struct ModelEntry {
 const std::vector<ModelEntry>& model_registry();
 // Throws gs::Error for an unknown kind or bad model configuration.
 std::unique_ptr<Model> make_model(const RunConfig& config);
+
+// The stack of fully connected layers of an mlp or linear configuration (kernels/dense.h; the layers both the host
+// model and the cuda rank loop run). Throws gs::Error naming model.layers / activation / loss (mlp.cpp).
+DenseStack dense_stack_from_config(const ModelConfig& m);
 
 // Factories (one per model file).
 std::unique_ptr<Model> make_mlp(const RunConfig& config);

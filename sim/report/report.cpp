@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -278,12 +279,32 @@ static json precision_json(const PrecisionResult& p) {
                                {"wire_bytes", p.bytes.wire}}}};
 }
 
+json model_error_json(const std::vector<std::vector<StepTimes>>& measured,
+                      const std::vector<std::vector<StepTimes>>& modeled) {
+  std::array<double, kPhaseCount + 1> t{}, m{};  // the phases, then the step
+  for (size_t r = 0; r < std::min(measured.size(), modeled.size()); ++r) {
+    for (size_t s = 0; s < std::min(measured[r].size(), modeled[r].size()); ++s) {
+      for (size_t p = 0; p < kPhaseCount; ++p) {
+        t[p] += measured[r][s].phase_s[p];
+        m[p] += modeled[r][s].phase_s[p];
+      }
+      t[kPhaseCount] += measured[r][s].step_s;
+      m[kPhaseCount] += modeled[r][s].step_s;
+    }
+  }
+  auto rel = [&](size_t i) { return t[i] > 0 ? json((m[i] - t[i]) / t[i]) : json(nullptr); };
+  json phases = json::object();
+  for (size_t p = 0; p < kPhaseCount; ++p) phases[kPhaseNames[p]] = rel(p);
+  return {{"phases", phases}, {"step", rel(kPhaseCount)}};
+}
+
 json run_to_json(const RunSpec& spec, const RunResult& r) {
   json j = run_stub_json(spec, r.disposition, r.message);
   j["steps_completed"] = r.steps_completed;
   j["wall_s"] = r.wall_s;
   j["num_params"] = r.num_params;
   j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
+  j["backend_reason"] = r.backend_reason.empty() ? json(nullptr) : json(r.backend_reason);
   j["replicas_identical"] = r.num_params > 0 ? json(r.replicas_identical) : json(nullptr);
   j["compression"] = r.compression;
   j["divergence"] = r.disposition == "diverged"
@@ -349,6 +370,8 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
         {"communication", {{"exposed", phase_json(r.modeled_exposed_s, same)},
                            {"overlapped", phase_json(r.modeled_overlapped_s, same)},
                            {"buckets", buckets}}}};
+    // Where every rank had its own GPU the measured clock is the hardware the model prices: compare them.
+    if (r.ranks_one_per_gpu && has_steps) j["timing"]["model_error"] = model_error_json(r.steps, r.modeled_steps);
     double modeled_s = r.series.empty() ? 0.0 : r.series.back().modeled_s;
     j["throughput"]["modeled_samples_per_s"] = modeled_s > 0 ? num(r.samples_trained / modeled_s) : json(nullptr);
   }

@@ -22,6 +22,12 @@ json run_to_json(const RunSpec& spec, const RunResult& result);
 // An entry for a run that never started (skipped, or failed before its rank loop).
 json run_stub_json(const RunSpec& spec, const std::string& disposition, const std::string& message);
 
+// timing.model_error: the modeled clock's relative error against the measured one, per phase and for the whole step,
+// (M - T) / T with T the measured and M the modeled seconds summed over every rank and step the two clocks share
+// (null where T is 0: nothing was measured in that phase). {"phases": {name: number|null}, "step": number|null}.
+json model_error_json(const std::vector<std::vector<StepTimes>>& measured,
+                      const std::vector<std::vector<StepTimes>>& modeled);
+
 // The `tool` and `context` blocks.
 json tool_json();
 json context_json(const Scenario& scenario, const std::vector<std::string>& argv);

@@ -43,6 +43,8 @@ class PhaseClock {
     steps_.push_back(current_);
   }
   const std::vector<StepTimes>& steps() const { return steps_; }
+  // The step in progress (phases added so far).
+  const StepTimes& current() const { return current_; }
   void reserve(size_t n) { steps_.reserve(n); }
 
  private:

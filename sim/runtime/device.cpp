@@ -2,7 +2,11 @@
 // compiled (a stub below otherwise).
 #include "sim/runtime/device.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "sim/core/error.h"
+#include "sim/optim/loss_scaler.h"
 #include "sim/runtime/cuda_probe.h"
 
 namespace gs {
@@ -38,15 +42,92 @@ std::optional<std::string> backend_issue(const std::string& backend) {
   return std::nullopt;
 }
 
+std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
+  std::vector<ConfigIssue> out;
+  if (c.training.mode == "timing") return out;
+  auto refuse = [&](const std::string& path, const std::string& what, const std::string& supported) {
+    out.push_back({path, what + " does not run on cluster.backend \"cuda\" in this version (supported there: " +
+                             supported + "); use \"host\""});
+  };
+  auto quoted = [](const std::string& v) { return "\"" + v + "\""; };
+  if (c.model.kind != "mlp" && c.model.kind != "linear")
+    refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
+  if (c.data.kind != "fashion_mnist" && c.data.kind != "teacher" && c.data.kind != "inline")
+    refuse("data.kind", quoted(c.data.kind), "\"fashion_mnist\", \"teacher\", \"inline\"");
+  if (c.data.cache.policy != "none") refuse("data.cache.policy", quoted(c.data.cache.policy), "\"none\"");
+  if (c.sync.kind != "allreduce") refuse("sync.kind", quoted(c.sync.kind), "\"allreduce\"");
+  if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
+    refuse("sync.staleness", "a delayed update (" + std::to_string(c.sync.staleness) + ")", "0");
+  if (c.precision.mode != "fp32") refuse("precision.mode", quoted(c.precision.mode), "\"fp32\"");
+  if (c.precision.mode == "fp32" && loss_scaler_settings(c.precision).kind != LossScaleKind::kNone)
+    refuse("precision.loss_scale", quoted(c.precision.loss_scale), "\"auto\" or \"none\" under fp32");
+  if (c.compression.kind != "none") refuse("compression.kind", quoted(c.compression.kind), "\"none\"");
+  if (c.training.clip_grad_norm > 0) refuse("training.clip_grad_norm", "gradient clipping", "0");
+  if (c.training.pitfall != "none") refuse("training.pitfall", quoted(c.training.pitfall), "\"none\"");
+  if (c.report.trace) refuse("report.trace", "a parameter trace", "false");
+  return out;
+}
+
+BackendChoice choose_backend(const RunConfig& config) {
+  const std::string& b = config.cluster.backend;
+  if (b == "host") return {Backend::kHost, "cluster.backend \"host\""};
+  if (b == "cuda") return {Backend::kCuda, "cluster.backend \"cuda\""};
+  const CudaProbe& p = cuda_status();
+  if (!p.compiled || !kCudaRankLoopBuilt) return {Backend::kHost, "auto: this binary was built without CUDA"};
+  if (!cuda_usable(p))
+    return {Backend::kHost, "auto: no usable GPU (" +
+                                (p.error.empty() ? std::string("the device query found no device")
+                                                 : "the device query says \"" + p.error + "\"") + ")"};
+  const std::vector<ConfigIssue> issues = cuda_loop_issues(config);
+  if (!issues.empty())
+    return {Backend::kHost, "auto: a GPU is usable, but the cuda loop does not run this configuration: " +
+                                issues.front().path + ": " + issues.front().message};
+  return {Backend::kCuda, "auto: a usable GPU (" + p.devices.front().name + ") and a configuration the cuda loop runs"};
+}
+
 Backend resolve_backend(const RunConfig& config) {
   const std::string& b = config.cluster.backend;
-  if (b == "host") return Backend::kHost;
-  if (b == "auto") return kCudaRankLoopBuilt && cuda_usable(cuda_status()) ? Backend::kCuda : Backend::kHost;
+  if (b != "auto" && b != "host" && b != "cuda")
+    throw Error("cluster.backend: expected \"auto\", \"host\" or \"cuda\", got \"" + b + "\"");
   if (b == "cuda") {
     if (auto why = backend_issue(b)) throw Error("cluster.backend: " + *why);
-    return Backend::kCuda;
+    const std::vector<ConfigIssue> issues = cuda_loop_issues(config);
+    if (!issues.empty()) throw Error(issues.front().path + ": " + issues.front().message);
   }
-  throw Error("cluster.backend: expected \"auto\", \"host\" or \"cuda\", got \"" + b + "\"");
+  return choose_backend(config).backend;
+}
+
+std::optional<std::string> detected_hardware_profile(const std::string& gpu_name, int gpu_count) {
+  std::vector<std::string> words;
+  std::string w;
+  for (char ch : gpu_name + " ") {
+    if (ch == ' ' || ch == '-' || ch == '_') {
+      if (!w.empty()) words.push_back(w);
+      w.clear();
+    } else {
+      w += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    }
+  }
+  auto has = [&](const char* word) { return std::find(words.begin(), words.end(), word) != words.end(); };
+  if (has("H200")) return std::string(gpu_count == 1 ? "h200-1" : "h200-sxm-8");
+  if (has("H100")) {
+    if (has("NVL")) return std::nullopt;
+    return std::string(has("PCIE") ? "h100-pcie-8" : "h100-sxm-8");
+  }
+  if (has("A100") && (has("SXM4") || has("SXM"))) return std::string("a100-sxm-8");
+  return std::nullopt;
+}
+
+std::string resolve_hardware(const RunConfig& config) {
+  if (config.cluster.hardware != "detect") return config.cluster.hardware;
+  const CudaProbe& p = cuda_status();
+  if (!cuda_usable(p) || p.devices.empty())
+    throw Error("cluster.hardware: \"detect\" takes the profile of this machine's GPU, and no GPU is usable (" +
+                (p.error.empty() ? std::string("no device") : p.error) + "): name a profile from `gradsweep list`");
+  const std::string& name = p.devices.front().name;
+  if (auto profile = detected_hardware_profile(name, p.device_count)) return *profile;
+  throw Error("cluster.hardware: \"detect\" found " + std::to_string(p.device_count) + " x \"" + name +
+              "\", which no shipped profile describes: name a profile from `gradsweep list` or a profile file");
 }
 
 const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "host"; }

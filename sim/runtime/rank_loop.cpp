@@ -209,8 +209,35 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
 }  // namespace
 
 RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
-  GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
   RunResult res;
+  if (config.cluster.hardware == "detect") {  // the detected GPU's profile (validation refuses detect on host)
+    RunConfig resolved = config;
+    try {
+      resolved.cluster.hardware = resolve_hardware(config);
+    } catch (const std::exception& e) {
+      res.disposition = "failed";
+      res.message = e.what();
+      return res;
+    }
+    return run_training(resolved, hooks);
+  }
+  if (config.training.mode != "timing") {
+    // The cuda backend has its own loop (cuda_rank_loop.cpp); everything below is the host backend's.
+    BackendChoice choice;
+    try {
+      choice = choose_backend(config);
+      if (choice.backend == Backend::kCuda) resolve_backend(config);  // throws where cuda cannot run this config
+    } catch (const std::exception& e) {
+      res.disposition = "failed";
+      res.message = e.what();
+      return res;
+    }
+    res.backend_reason = choice.reason;
+#if defined(GRADSWEEP_HAVE_CUDA)
+    if (choice.backend == Backend::kCuda) return run_training_cuda(config, hooks, choice.reason);
+#endif
+  }
+  GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
   if (config.training.mode == "timing") {
     double t0 = now_s();
     try {

@@ -76,7 +76,11 @@ struct RunResult {
   int64_t steps_completed = 0;
   double wall_s = 0.0;
   int64_t num_params = 0;
-  std::string backend;                        // the device backend the run used ("host")
+  std::string backend;                        // the device backend the run used ("host" or "cuda")
+  std::string backend_reason;                 // why that backend (choose_backend, sim/runtime/device.h)
+  // cuda backend: every rank had a GPU of its own (the nccl communicator), so the modeled clock's per-phase relative
+  // error is meaningful and reported (timing.model_error); false on host and under the local communicator.
+  bool ranks_one_per_gpu = false;
   double samples_trained = 0.0;               // over all ranks and steps
   std::vector<std::vector<StepTimes>> steps;  // [rank][step]
   // Modeled clock (sim/cost/cost_model.h): [rank][step] phase times, and per rank and step the communication hidden
@@ -117,5 +121,11 @@ int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch);
 // non-finite quantity named); training.run_timeout_s > 0 stops it as "timeout" at the first step boundary past the
 // limit; hooks.stop as "interrupted".
 RunResult run_training(const RunConfig& config, const RunHooks& hooks = {});
+
+// The cuda backend's rank loop (sim/runtime/cuda_rank_loop.cpp, built with the CUDA side only): what run_training
+// runs when the backend resolves to cuda. Same contract and RunResult fields as the host loop for the configurations
+// cuda_loop_issues (device.h) accepts; `reason` goes to RunResult::backend_reason. CUDA and NCCL errors end the run as
+// "failed" with the error's message (communicators aborted first, so no rank hangs).
+RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, const std::string& reason);
 
 }  // namespace gs

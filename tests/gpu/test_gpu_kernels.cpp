@@ -147,6 +147,11 @@ TEST_F(GpuKernels, RoundingCountsAndNonfiniteFlagMatchHost) {
     for (auto& x : want_scaled) x = x * 0.125f;
     gpu::scale(d_finite.get(), n, 0.125f, s());
     EXPECT_EQ(test::max_relative_error(d_finite.host(), want_scaled, 0.0), 0.0) << "scale n " << n;
+    // Averaging: x / S with IEEE division, as the all-reduce strategy's host loop (S = 96, not a power of two).
+    auto want_divided = want_scaled;
+    for (auto& x : want_divided) x = x / 96.0f;
+    gpu::divide(d_finite.get(), n, 96.0f, s());
+    EXPECT_EQ(test::max_relative_error(d_finite.host(), want_divided, 0.0), 0.0) << "divide n " << n;
   }
 }
 

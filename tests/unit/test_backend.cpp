@@ -8,11 +8,15 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "sim/config/scenario.h"
+#include "sim/cost/hardware_profile.h"
 #include "sim/report/report.h"
 #include "sim/runtime/device.h"
 
@@ -69,6 +73,155 @@ TEST(Backend, CudaIsRefusedAtValidationNamingTheQueryOrTheMissingRankLoop) {
       EXPECT_NE(m.find(p.error.empty() ? "found no device" : p.error), std::string::npos) << m;
     }
   }
+}
+
+// cluster.hardware "detect": device names as cudaDeviceProp::name spells them -> the shipped profile's file name
+// (scenarios/hardware/NAME.json). The expected names are the files', and each profile's `gpu` names the same GPU.
+TEST(Backend, DetectMapsGpuNamesToShippedProfiles) {
+  struct Case {
+    const char* device_name;
+    int count;
+    std::optional<std::string> profile;
+    const char* gpu_word;  // a word the profile's `gpu` field must contain
+  };
+  const Case cases[] = {
+      {"NVIDIA H200", 1, "h200-1", "H200"},
+      {"NVIDIA H200", 8, "h200-sxm-8", "H200"},
+      {"NVIDIA H100 80GB HBM3", 8, "h100-sxm-8", "H100"},
+      {"NVIDIA H100 PCIe", 2, "h100-pcie-8", "H100"},
+      {"NVIDIA A100-SXM4-80GB", 8, "a100-sxm-8", "A100"},
+      {"NVIDIA A100-SXM4-40GB", 1, "a100-sxm-8", "A100"},
+      {"NVIDIA A100 80GB PCIe", 1, std::nullopt, ""},   // no PCIe A100 profile is shipped
+      {"NVIDIA H100 NVL", 2, std::nullopt, ""},         // nor an NVL one
+      {"NVIDIA GH200 480GB", 1, std::nullopt, ""},      // GH200 is not H200 (word match, not substring)
+      {"NVIDIA L40S", 1, std::nullopt, ""},
+      {"", 0, std::nullopt, ""},
+  };
+  for (const Case& c : cases) {
+    const auto got = detected_hardware_profile(c.device_name, c.count);
+    EXPECT_EQ(got, c.profile) << c.device_name << " x" << c.count;
+    if (!c.profile) continue;
+    const auto profile = load_hardware_profile(*c.profile);  // the file exists and parses
+    EXPECT_EQ(profile->name, *c.profile);
+    EXPECT_NE(profile->gpu.find(c.gpu_word), std::string::npos) << profile->gpu;
+  }
+  // The one-GPU H200 profile describes one GPU per node; the 8-GPU ones eight.
+  EXPECT_EQ(load_hardware_profile("h200-1")->gpus_per_node, 1);
+  EXPECT_EQ(load_hardware_profile("h200-sxm-8")->gpus_per_node, 8);
+}
+
+TEST(Backend, DetectOnHostIsRefusedNamingTheField) {
+  try {
+    parse_scenario(kScenario, "b.json", {"cluster.backend=host", "cluster.hardware=detect"});
+    FAIL() << "cluster.hardware detect was accepted on host";
+  } catch (const ScenarioError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_EQ(e.issues()[0].path, "cluster.hardware");
+    EXPECT_NE(e.issues()[0].message.find("needs the cuda backend"), std::string::npos) << e.issues()[0].message;
+  }
+  // Stragglers injected for real need the cuda backend too.
+  try {
+    parse_scenario(kScenario, "b.json", {"cluster.backend=host", "cluster.stragglers.inject=true"});
+    FAIL() << "cluster.stragglers.inject was accepted on host";
+  } catch (const ScenarioError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_EQ(e.issues()[0].path, "cluster.stragglers.inject");
+    EXPECT_NE(e.issues()[0].message.find("needs the cuda backend"), std::string::npos) << e.issues()[0].message;
+  }
+}
+
+// What the cuda loop does not run: one issue per setting, at its JSON path, saying to use host; the default
+// configuration (mlp, teacher, allreduce, fp32, sgd) has none, nor does a timing-only run.
+TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
+  EXPECT_TRUE(cuda_loop_issues(config_with("host")).empty());
+  const std::pair<const char*, const char*> unsupported[] = {
+      {"sync.kind=independent", "sync.kind"},
+      {"sync.staleness=1", "sync.staleness"},
+      {"precision.mode=bf16_mixed", "precision.mode"},
+      {"precision.loss_scale=static", "precision.loss_scale"},
+      {"compression.kind=topk", "compression.kind"},
+      {"training.clip_grad_norm=1.0", "training.clip_grad_norm"},
+      {"training.pitfall=zero_grad_in_loop", "training.pitfall"},
+      {"report.trace=true", "report.trace"},
+      {"data.cache.policy=lru", "data.cache.policy"},
+  };
+  for (const auto& [set, path] : unsupported) {
+    Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=host", set, "training.accumulation_steps=2"});
+    const RunConfig& c = s.runs.at(0).config;
+    const std::vector<ConfigIssue> issues = cuda_loop_issues(c);
+    ASSERT_EQ(issues.size(), 1u) << set;
+    EXPECT_EQ(issues[0].path, path) << set;
+    EXPECT_NE(issues[0].message.find("on cluster.backend \"cuda\" in this version"), std::string::npos)
+        << issues[0].message;
+    EXPECT_NE(issues[0].message.find("use \"host\""), std::string::npos) << issues[0].message;
+    // auto never takes cuda for it (on a GPU machine the reason names the path; here there is no GPU at all).
+    RunConfig a = c;
+    a.cluster.backend = "auto";
+    const BackendChoice choice = choose_backend(a);
+    EXPECT_EQ(choice.backend, Backend::kHost) << set;
+    if (cuda_usable(cuda_status())) {
+      EXPECT_NE(choice.reason.find(path), std::string::npos) << choice.reason;
+    }
+    RunConfig t = c;
+    t.training.mode = "timing";
+    EXPECT_TRUE(cuda_loop_issues(t).empty()) << set;
+  }
+  RunConfig q = config_with("host");
+  q.model.kind = "quadratic";
+  ASSERT_EQ(cuda_loop_issues(q).size(), 1u);
+  EXPECT_EQ(cuda_loop_issues(q)[0].path, "model.kind");
+}
+
+// Validation with cluster.backend cuda lists the loop's refusals at their paths (beside the GPU's absence here).
+TEST(Backend, CudaValidationNamesTheUnsupportedPath) {
+  try {
+    parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", "sync.kind=independent"});
+    FAIL() << "accepted";
+  } catch (const ScenarioError& e) {
+    bool found = false;
+    for (const ConfigIssue& i : e.issues()) found = found || i.path == "sync.kind";
+    EXPECT_TRUE(found);
+    EXPECT_EQ(e.issues().size(), cuda_usable(cuda_status()) ? 1u : 2u);
+  }
+}
+
+TEST(Backend, ChoiceNamesItsReason) {
+  const BackendChoice host = choose_backend(config_with("host"));
+  EXPECT_EQ(host.backend, Backend::kHost);
+  EXPECT_EQ(host.reason, "cluster.backend \"host\"");
+  const BackendChoice a = choose_backend(config_with("auto"));
+  const CudaProbe& p = cuda_status();
+  if (!p.compiled) {
+    EXPECT_EQ(a.reason, "auto: this binary was built without CUDA");
+  } else if (!cuda_usable(p)) {
+    EXPECT_EQ(a.backend, Backend::kHost);
+    EXPECT_EQ(a.reason.rfind("auto: no usable GPU", 0), 0u) << a.reason;
+  } else {
+    EXPECT_EQ(a.backend, Backend::kCuda);
+    EXPECT_NE(a.reason.find(p.devices.front().name), std::string::npos) << a.reason;
+  }
+}
+
+// timing.model_error: (modeled - measured) / measured of the sums over ranks and steps, per phase and per step.
+TEST(Backend, ModelErrorIsTheRelativeErrorOfTheSums) {
+  auto st = [](double fwd, double bwd, double step) {
+    StepTimes t;
+    t.phase_s[static_cast<size_t>(Phase::kForward)] = fwd;
+    t.phase_s[static_cast<size_t>(Phase::kBackward)] = bwd;
+    t.step_s = step;
+    return t;
+  };
+  // Two ranks, two steps. Measured forward sums to 1 + 3 + 2 + 2 = 8, modeled to 2 + 2 + 2 + 4 = 10: +0.25.
+  // Backward 4 x 1 = 4 measured, 4 x 0.5 = 2 modeled: -0.5. Step 4 x 5 = 20 measured, 4 x 4 = 16 modeled: -0.2.
+  const std::vector<std::vector<StepTimes>> measured = {{st(1, 1, 5), st(3, 1, 5)}, {st(2, 1, 5), st(2, 1, 5)}};
+  const std::vector<std::vector<StepTimes>> modeled = {{st(2, 0.5, 4), st(2, 0.5, 4)},
+                                                       {st(2, 0.5, 4), st(4, 0.5, 4)}};
+  const json e = model_error_json(measured, modeled);
+  EXPECT_DOUBLE_EQ(e.at("phases").at("forward").get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(e.at("phases").at("backward").get<double>(), -0.5);
+  EXPECT_DOUBLE_EQ(e.at("step").get<double>(), -0.2);
+  EXPECT_TRUE(e.at("phases").at("compress").is_null());  // nothing measured there
+  EXPECT_EQ(e.at("phases").size(), kPhaseCount);
 }
 
 TEST(Backend, CliRefusesCudaWithoutGpuWithExitTwoBeforeAnyRun) {

@@ -1,0 +1,584 @@
+// The cuda backend's rank loop (run_training_cuda, rank_loop.h): one persistent thread per rank (World), cudaSetDevice
+// once per rank thread; per rank a compute stream with its cuBLAS handle, parameters / gradient / optimizer state in
+// DeviceBuffers, batches staged through two pinned slots and cudaMemcpyAsync. The flat gradient is all-reduced bucket
+// by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs), waited for before the
+// division by S and the optimizer; control values (samples, loss, stop, divergence) go through a host communicator.
+// Measured clock from CUDA event pairs per phase; modeled clock as on the host. Extend: a feature the loop learns
+// drops its refusal from cuda_loop_issues (device.cpp) and adds its steps here.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "kernels/cuda_dense.h"
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_runtime.h"
+#include "kernels/dense.h"
+#include "kernels/nvtx.h"
+#include "sim/comm/communicator.h"
+#include "sim/comm/gpu_communicator.h"
+#include "sim/core/error.h"
+#include "sim/cost/cost_model.h"
+#include "sim/cost/storage_model.h"
+#include "sim/model/dataset.h"
+#include "sim/model/loader.h"
+#include "sim/model/model.h"
+#include "sim/optim/loss_scaler.h"
+#include "sim/optim/optimizer.h"
+#include "sim/optim/precision_step.h"
+#include "sim/runtime/device.h"
+#include "sim/runtime/rank_loop.h"
+#include "sim/runtime/world.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+constexpr int64_t kEvalChunk = 1024;  // evaluation rows per forward (as the host loop)
+// The per-step control values all-reduced on the host by every rank.
+enum : size_t { kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kControlCount };
+
+double seconds_between(const gpu::Event& a, const gpu::Event& b) {
+  return static_cast<double>(gpu::Event::elapsed_ms(a, b)) * 1e-3;
+}
+
+// One of the two staging slots of a rank's micro-batches: pinned host copies, device copies, and the events around
+// the copy, the forward and the backward. Micro-batch k uses slot k % 2; its slot is reused by micro-batch k + 2
+// only after harvest() has waited for its backward (so the pinned memory is free again).
+struct StagingSlot {
+  gpu::PinnedBuffer<float> pin_x, pin_y;
+  gpu::PinnedBuffer<int32_t> pin_labels;
+  gpu::DeviceBuffer<float> x, y;
+  gpu::DeviceBuffer<int32_t> labels;
+  gpu::Event copy_begin, forward_begin, backward_begin, backward_end;
+  bool pending = false;  // events recorded and not yet read
+
+  void reserve(int64_t rows, int64_t in_dim, int64_t out_dim, bool classification) {
+    const auto r = static_cast<size_t>(rows);
+    if (pin_x.size() < r * static_cast<size_t>(in_dim)) {
+      pin_x = gpu::PinnedBuffer<float>(r * static_cast<size_t>(in_dim), "pinned batch inputs");
+      x = gpu::DeviceBuffer<float>(r * static_cast<size_t>(in_dim), "batch inputs");
+    }
+    if (classification && pin_labels.size() < r) {
+      pin_labels = gpu::PinnedBuffer<int32_t>(r, "pinned batch labels");
+      labels = gpu::DeviceBuffer<int32_t>(r, "batch labels");
+    }
+    if (!classification && pin_y.size() < r * static_cast<size_t>(out_dim)) {
+      pin_y = gpu::PinnedBuffer<float>(r * static_cast<size_t>(out_dim), "pinned batch targets");
+      y = gpu::DeviceBuffer<float>(r * static_cast<size_t>(out_dim), "batch targets");
+    }
+  }
+
+  // Waits for the slot's backward and adds its copy, forward and backward times to the clock.
+  void harvest(PhaseClock& clock) {
+    if (!pending) return;
+    backward_end.synchronize();
+    clock.add(Phase::kData, seconds_between(copy_begin, forward_begin));
+    clock.add(Phase::kForward, seconds_between(forward_begin, backward_begin));
+    clock.add(Phase::kBackward, seconds_between(backward_begin, backward_end));
+    pending = false;
+  }
+};
+
+// The evaluation set on the device, in chunks of kEvalChunk rows, for rank 0.
+struct DeviceEvalSet {
+  int64_t count = 0;
+  gpu::DeviceBuffer<float> x, y;
+  gpu::DeviceBuffer<int32_t> labels;
+  gpu::DeviceBuffer<double> chunk_loss;               // one loss sum per chunk
+  gpu::DeviceBuffer<unsigned long long> chunk_correct;  // one correct count per chunk (classification)
+  gpu::DenseScratchGpu scratch;
+};
+
+}  // namespace
+
+RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, const std::string& reason) {
+  GS_NVTX_RANGE(kRun);
+  RunResult res;
+  res.backend = "cuda";
+  res.backend_reason = reason;
+  const double wall0 = now_s();
+  const int ranks = static_cast<int>(config.cluster.ranks);
+  const int64_t K = config.training.accumulation_steps;
+  try {
+    const CudaProbe& probe = cuda_status();
+    GS_EXPECT(cuda_usable(probe), "cluster.backend cuda: no usable GPU (" + probe.error + ")");
+    const std::vector<ConfigIssue> unsupported = cuda_loop_issues(config);
+    if (!unsupported.empty()) throw Error(unsupported.front().path + ": " + unsupported.front().message);
+    std::unique_ptr<Model> model = make_model(config);
+    const DenseStack stack = dense_stack_from_config(config.model);
+    std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
+    const size_t n = model->num_params();
+    GS_EXPECT(n == stack.num_params(), "cuda loop: the model's parameters are not its dense stack's");
+    const int64_t in_dim = stack.widths.front(), out_dim = stack.widths.back();
+    const bool classification = stack.loss == LossKind::kCrossEntropy;
+    const int64_t total = planned_steps(config, data->steps_per_epoch());
+
+    // Devices and communicators: nccl when every rank can have a GPU of its own (and NCCL is linked), else every rank
+    // on GPU 0 through local (NCCL forbids two ranks of one communicator on one GPU).
+    res.ranks_one_per_gpu = nccl_compiled() && ranks <= probe.device_count;
+    std::vector<int> device_of(static_cast<size_t>(ranks), 0);
+    if (res.ranks_one_per_gpu)
+      for (int r = 0; r < ranks; ++r) device_of[static_cast<size_t>(r)] = r;
+    std::unique_ptr<GpuCommunicator> gcomm =
+        res.ranks_one_per_gpu ? make_nccl_communicator(device_of) : make_local_communicator(ranks, 0);
+    std::unique_ptr<Communicator> control = make_host_communicator(ranks);
+
+    // The modeled clock: the host loop's cost model, and the all-reduce strategy made timing-only (it prices the
+    // bucket collectives and the optimizer; it holds no buffers and is only asked to price).
+    CostModel cost_model(config, *model);
+    res.hardware = cost_model.hardware().name;
+    StrategySetup setup{config, *model, *control, ranks, &cost_model, true};
+    std::unique_ptr<SyncStrategy> pricing = make_strategy(setup);
+    const std::vector<Bucket> buckets =
+        make_buckets(model->tensors(), static_cast<size_t>(config.sync.first_bucket_mb * 1048576.0),
+                     static_cast<size_t>(config.sync.bucket_mb * 1048576.0));
+
+    // Input pipeline (loader per rank, no node cache here) priced as on the host.
+    const StorageProfile storage = load_storage_profile(config.data.storage);
+    const int ranks_per_node = std::max(1, std::min(ranks, cost_model.hardware().gpus_per_node));
+    const int64_t prefetch_steps = config.data.prefetch == 0 ? 0 : std::max<int64_t>(1, config.data.prefetch / K);
+    PrefetchModel prefetch_model(ranks, prefetch_steps);
+    std::array<std::vector<double>, 3> fetch_slots;
+    for (auto& slot : fetch_slots) slot.assign(static_cast<size_t>(ranks), 0.0);
+    DataResult data_result;
+    data_result.storage = storage.name;
+    data_result.prefetch = config.data.prefetch;
+    data_result.cache_policy = "none";
+    data_result.ranks_per_node = ranks_per_node;
+    data_result.steps_per_epoch = data->steps_per_epoch();
+    data_result.max_queue_depth.assign(static_cast<size_t>(ranks), 0);
+    data_result.steps.assign(static_cast<size_t>(ranks), {});
+
+    res.steps_planned = total;
+    res.num_params = static_cast<int64_t>(n);
+    res.classification = classification;
+    res.replicas_identical = true;  // every rank applies the same update to the same all-reduced gradient
+    res.steps.assign(static_cast<size_t>(ranks), {});
+    const int64_t eval_every = config.training.eval_every;
+    const double timeout_s = config.training.run_timeout_s;
+    std::vector<float> init(n);
+    model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
+
+    // Modeled clock, as in rank_loop.cpp: slot [step % 3][rank]; rank 0 models step t - 1 after step t's control
+    // all-reduce (every rank priced t - 1 before it), the last step after the run.
+    std::array<std::vector<StepCost>, 3> cost_slots;
+    for (auto& slot : cost_slots) slot.assign(static_cast<size_t>(ranks), cost_model.make_step_cost());
+    res.modeled_steps.assign(static_cast<size_t>(ranks), {});
+    res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
+    res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
+    double modeled_total_s = 0.0;
+    int64_t modeled_done = 0;
+    std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);
+    auto model_step = [&](int64_t step) {
+      std::vector<const StepCost*> recs;
+      for (StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
+      for (int r = 0; r < ranks; ++r) {
+        const double stall =
+            prefetch_model.stall_s(r, fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)]);
+        const double f =
+            straggler_factor(config.cluster.stragglers, static_cast<uint64_t>(config.training.seed), step, r);
+        cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)].add_time(Phase::kData,
+                                                                                   f > 0 ? stall / f : stall);
+      }
+      std::vector<ModeledStep> m = cost_model.model_step(recs, step);
+      carry_rank_clocks(m, rank_clock_s);
+      for (int r = 0; r < ranks; ++r) prefetch_model.end_step(r, m[static_cast<size_t>(r)].times.step_s);
+      for (size_t r = 0; r < m.size(); ++r) {
+        res.modeled_steps[r].push_back(m[r].times);
+        res.modeled_exposed_s[r].push_back(m[r].exposed_s);
+        res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
+      }
+      if (step == 0) res.modeled_chains = cost_slots[0][0].chains;
+      modeled_total_s += m[0].times.step_s;
+      res.series[static_cast<size_t>(step)].modeled_s = modeled_total_s;
+      modeled_done = step + 1;
+    };
+
+    const OptimizerConfig& opt = config.training.optimizer;
+    const bool adam = opt.kind == "adam" || opt.kind == "adamw";
+    GS_EXPECT(adam || opt.kind == "sgd", "training.optimizer.kind: unknown optimizer '" + opt.kind + "'");
+    GS_EXPECT(!opt.nesterov || opt.momentum > 0.0,
+              "training.optimizer.nesterov: Nesterov momentum needs training.optimizer.momentum > 0");
+    const bool inject = config.cluster.stragglers.inject;
+    std::atomic<bool> final_params_bad{false};
+    double trained_s = 0.0;
+    World world(ranks);
+
+    auto rank_main = [&](int rank) {
+      GS_NVTX_RANGE(kRun);
+      const int device = device_of[static_cast<size_t>(rank)];
+      GS_CUDA_CHECK(cudaSetDevice(device));
+      gpu::Stream compute;
+      nvtx_name_stream(compute.get(), fmt::format("rank {} compute", rank).c_str());
+      gcomm->set_compute_stream(rank, compute.get());
+      const cudaStream_t cs = compute.get();
+      gpu::BlasHandle blas(cs);
+      PhaseClock clock;
+      clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
+
+      gpu::DeviceBuffer<float> params(n, "parameters"), grad(n, "gradient");
+      gpu::DeviceBuffer<float> state_a(adam || opt.momentum != 0.0 ? n : 0, "optimizer state");
+      gpu::DeviceBuffer<float> state_b(adam ? n : 0, "optimizer state");
+      GS_CUDA_CHECK(cudaMemcpyAsync(params.get(), init.data(), n * sizeof(float), cudaMemcpyHostToDevice, cs));
+      if (state_a.size() > 0) GS_CUDA_CHECK(cudaMemsetAsync(state_a.get(), 0, state_a.bytes(), cs));
+      if (state_b.size() > 0) GS_CUDA_CHECK(cudaMemsetAsync(state_b.get(), 0, state_b.bytes(), cs));
+      int64_t capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
+      gpu::DenseScratchGpu scratch = gpu::make_dense_scratch_gpu(stack, capacity);
+      std::array<StagingSlot, 2> slots;
+      for (StagingSlot& s : slots) s.reserve(capacity, in_dim, out_dim, classification);
+      gpu::DeviceBuffer<double> loss_sums(static_cast<size_t>(K), "micro-batch loss sums");
+      gpu::PinnedBuffer<double> loss_host(static_cast<size_t>(K), "micro-batch loss sums");
+      gpu::DeviceBuffer<int> flags(2, "non-finite flags");  // [0] parameters entering the step, [1] local gradient
+      gpu::PinnedBuffer<int> flags_host(2, "non-finite flags");
+      gpu::Event comm_begin, comm_end, opt_begin, opt_end;
+      std::optional<DeviceEvalSet> eval;
+      compute.synchronize();
+
+      Loader loader(*data, config, nullptr, rank, total, config.data.prefetch);
+      std::vector<DataStepRecord>& data_steps = data_result.steps[static_cast<size_t>(rank)];
+      data_steps.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
+      const int node_first = rank / ranks_per_node * ranks_per_node;
+      const double readers = static_cast<double>(std::min(ranks_per_node, ranks - node_first));
+      const double window =
+          static_cast<double>(std::max<int64_t>(1, config.data.prefetch) * config.data.batch_per_rank);
+      Batch batch;
+      DataCounts micro_counts;
+
+      // Evaluation of this rank's parameters on the whole evaluation set (rank 0): (mean loss, accuracy or nullopt).
+      auto evaluate = [&]() -> std::pair<double, std::optional<double>> {
+        const Batch& e = data->eval_set();
+        if (!eval) {
+          eval.emplace();
+          eval->count = e.count;
+          eval->x = gpu::DeviceBuffer<float>(e.x.size(), "evaluation inputs");
+          gpu::copy_to_device(eval->x.get(), e.x.data(), e.x.size() * sizeof(float));
+          if (classification) {
+            eval->labels = gpu::DeviceBuffer<int32_t>(e.labels.size(), "evaluation labels");
+            gpu::copy_to_device(eval->labels.get(), e.labels.data(), e.labels.size() * sizeof(int32_t));
+          } else {
+            eval->y = gpu::DeviceBuffer<float>(e.y.size(), "evaluation targets");
+            gpu::copy_to_device(eval->y.get(), e.y.data(), e.y.size() * sizeof(float));
+          }
+          const auto chunks = static_cast<size_t>((e.count + kEvalChunk - 1) / kEvalChunk);
+          eval->chunk_loss = gpu::DeviceBuffer<double>(std::max<size_t>(chunks, 1), "evaluation loss sums");
+          eval->chunk_correct =
+              gpu::DeviceBuffer<unsigned long long>(std::max<size_t>(chunks, 1), "evaluation correct counts");
+          eval->scratch = gpu::make_dense_scratch_gpu(stack, std::min<int64_t>(kEvalChunk, std::max<int64_t>(e.count, 1)));
+        }
+        const int64_t count = eval->count;
+        if (count == 0) return {std::nan(""), std::nullopt};
+        const auto chunks = static_cast<size_t>((count + kEvalChunk - 1) / kEvalChunk);
+        for (size_t c = 0; c < chunks; ++c) {
+          const int64_t first = static_cast<int64_t>(c) * kEvalChunk;
+          const int64_t rows = std::min(kEvalChunk, count - first);
+          const int32_t* labels = classification ? eval->labels.get() + first : nullptr;
+          const float* y = classification ? nullptr : eval->y.get() + first * out_dim;
+          gpu::dense_stack_forward_gpu(blas, eval->scratch, stack, params.get(), eval->x.get() + first * in_dim, rows, y,
+                                       labels, eval->chunk_loss.get() + c);
+          if (classification)
+            gpu::count_correct(eval->chunk_correct.get() + c, eval->scratch.pre.back().get(), labels, rows, out_dim, cs);
+        }
+        std::vector<double> loss(chunks);
+        std::vector<unsigned long long> correct(chunks, 0);
+        GS_CUDA_CHECK(cudaMemcpyAsync(loss.data(), eval->chunk_loss.get(), chunks * sizeof(double),
+                                      cudaMemcpyDeviceToHost, cs));
+        if (classification)
+          GS_CUDA_CHECK(cudaMemcpyAsync(correct.data(), eval->chunk_correct.get(),
+                                        chunks * sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
+        compute.synchronize();
+        double loss_sum = 0.0;
+        unsigned long long right = 0;
+        for (size_t c = 0; c < chunks; ++c) {  // chunk order, as the host's evaluate()
+          loss_sum += loss[c];
+          right += correct[c];
+        }
+        std::optional<double> acc;
+        if (classification) acc = static_cast<double>(right) / static_cast<double>(count);
+        return {loss_sum / static_cast<double>(count), acc};
+      };
+
+      GS_NVTX_RANGE(kMeasure);
+      for (int64_t step = 0; step < total; ++step) {
+        GS_NVTX_RANGE(kStep);
+        clock.begin_step();
+        StepCost& cost = cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)];
+        cost.clear();
+        double ctl[kControlCount] = {};
+        if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[kCtlStop] = 1.0;
+        if (rank == 0 && timeout_s > 0 && now_s() - wall0 > timeout_s) ctl[kCtlTimeout] = 1.0;
+        gpu::find_nonfinite(params.get(), n, flags.get(), cs);
+        GS_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), cs));
+        GS_CUDA_CHECK(cudaMemsetAsync(loss_sums.get(), 0, loss_sums.bytes(), cs));
+        DataStepRecord data_step;
+        for (int64_t k = 0; k < K; ++k) {
+          GS_NVTX_RANGE(kMicroStep);
+          {
+            PhaseTimer t(clock, Phase::kData);  // the wait for the loader (host clock)
+            loader.next(batch, micro_counts);
+          }
+          data_step.counts += micro_counts;
+          if (batch.count == 0) continue;
+          GS_EXPECT(batch.in_dim == in_dim, fmt::format("cuda loop: batch in_dim {} != model.layers[0] {}",
+                                                        batch.in_dim, in_dim));
+          if (classification) {
+            GS_EXPECT(batch.labels.size() >= static_cast<size_t>(batch.count), "cuda loop: batch labels short");
+            for (int64_t r = 0; r < batch.count; ++r) {
+              const int32_t label = batch.labels[static_cast<size_t>(r)];
+              GS_EXPECT(label >= 0 && label < out_dim,
+                        fmt::format("cuda loop: label {} of sample {} outside [0, {})", label, r, out_dim));
+            }
+          } else {
+            GS_EXPECT(batch.out_dim == out_dim && batch.y.size() >= static_cast<size_t>(batch.count * out_dim),
+                      fmt::format("cuda loop: batch targets ({} per sample) != the model's {} outputs",
+                                  batch.out_dim, out_dim));
+          }
+          if (batch.count > capacity) {  // inline micro-batches may exceed b: grow to the largest seen
+            for (StagingSlot& s : slots) s.harvest(clock);
+            compute.synchronize();
+            capacity = batch.count;
+            scratch = gpu::make_dense_scratch_gpu(stack, capacity);
+            for (StagingSlot& s : slots) s.reserve(capacity, in_dim, out_dim, classification);
+          }
+          StagingSlot& slot = slots[static_cast<size_t>(k % 2)];
+          slot.harvest(clock);  // micro-batch k - 2 is done with this slot's pinned memory
+          const auto rows = static_cast<size_t>(batch.count);
+          std::memcpy(slot.pin_x.get(), batch.x.data(), rows * static_cast<size_t>(in_dim) * sizeof(float));
+          slot.copy_begin.record(cs);
+          GS_CUDA_CHECK(cudaMemcpyAsync(slot.x.get(), slot.pin_x.get(), rows * static_cast<size_t>(in_dim) * sizeof(float),
+                                        cudaMemcpyHostToDevice, cs));
+          if (classification) {
+            std::memcpy(slot.pin_labels.get(), batch.labels.data(), rows * sizeof(int32_t));
+            GS_CUDA_CHECK(cudaMemcpyAsync(slot.labels.get(), slot.pin_labels.get(), rows * sizeof(int32_t),
+                                          cudaMemcpyHostToDevice, cs));
+          } else {
+            std::memcpy(slot.pin_y.get(), batch.y.data(), rows * static_cast<size_t>(out_dim) * sizeof(float));
+            GS_CUDA_CHECK(cudaMemcpyAsync(slot.y.get(), slot.pin_y.get(),
+                                          rows * static_cast<size_t>(out_dim) * sizeof(float), cudaMemcpyHostToDevice,
+                                          cs));
+          }
+          const float* y = classification ? nullptr : slot.y.get();
+          const int32_t* labels = classification ? slot.labels.get() : nullptr;
+          slot.forward_begin.record(cs);
+          {
+            GS_NVTX_RANGE(kForward);
+            gpu::dense_stack_forward_gpu(blas, scratch, stack, params.get(), slot.x.get(), batch.count, y, labels,
+                                         loss_sums.get() + k);
+          }
+          slot.backward_begin.record(cs);
+          {
+            GS_NVTX_RANGE(kBackward);
+            gpu::dense_stack_backward_gpu(blas, grad.get(), scratch, stack, params.get(), slot.x.get(), batch.count,
+                                          y, labels);
+          }
+          slot.backward_end.record(cs);
+          slot.pending = true;
+          ctl[kCtlSamples] += static_cast<double>(batch.count);
+          cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
+          price_precision_micro_batch(cost, PrecisionMode::kFp32, static_cast<double>(n));
+        }
+        // The local gradient's non-finite check (before the all-reduce changes it), then the step's loss sums and
+        // flags to the host; all ordered before the collectives on the compute stream.
+        gpu::find_nonfinite(grad.get(), n, flags.get() + 1, cs);
+        GS_CUDA_CHECK(cudaMemcpyAsync(loss_host.get(), loss_sums.get(), loss_sums.bytes(), cudaMemcpyDeviceToHost, cs));
+        GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), 2 * sizeof(int), cudaMemcpyDeviceToHost, cs));
+        {
+          const DataCounts& dc = data_step.counts;
+          double fetch =
+              storage_read_s(storage, static_cast<double>(dc.storage_samples), dc.storage_bytes, readers, window);
+          if (dc.peer_transfers > 0)
+            fetch += static_cast<double>(dc.peer_transfers) *
+                     cost_model.collectives().p2p_s(dc.peer_bytes / static_cast<double>(dc.peer_transfers));
+          data_step.fetch_modeled_s = fetch;
+          fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)] = fetch;
+          data_steps.push_back(data_step);
+        }
+        if (inject) {
+          // cluster.stragglers.inject: this rank's compute is stretched by its straggler factor for real (a host
+          // sleep of (f - 1) x the step's measured forward + backward, before its all-reduce starts), so the other
+          // ranks wait for it in the collectives. Factors <= 1 cannot speed a GPU up and add nothing.
+          for (StagingSlot& s : slots) s.harvest(clock);
+          const double f = straggler_factor(config.cluster.stragglers, static_cast<uint64_t>(config.training.seed),
+                                            step, rank);
+          const StepTimes& now = clock.current();
+          const double compute_s = now.phase_s[static_cast<size_t>(Phase::kForward)] +
+                                   now.phase_s[static_cast<size_t>(Phase::kBackward)];
+          if (f > 1.0 && compute_s > 0.0) {
+            const double delay_s = (f - 1.0) * compute_s;
+            const double t0 = now_s();
+            std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+            clock.add(Phase::kBackward, now_s() - t0);
+          }
+        }
+        // Bucket all-reduces of the gradient sum (reverse layer order, as DDP), one group, then their wait.
+        comm_begin.record(cs);
+        gcomm->group_begin(rank);
+        for (const Bucket& b : buckets) {
+          GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+          gcomm->all_reduce_sum_start(rank, grad.get() + b.begin, b.end - b.begin);
+        }
+        gcomm->group_end(rank);
+        gcomm->all_reduce_wait(rank);
+        comm_end.record(cs);
+        for (StagingSlot& s : slots) s.harvest(clock);
+        compute.synchronize();  // loss sums and flags are on the host now
+        {
+          StepInput pin;  // the modeled step: the strategy's collectives and optimizer
+          pin.rank = rank;
+          pin.step = step;
+          pin.local_samples = ctl[kCtlSamples];
+          pin.cost = &cost;
+          pricing->price_step(pin);
+        }
+        for (int64_t k = 0; k < K; ++k) ctl[kCtlLossSum] += loss_host[static_cast<size_t>(k)];  // micro-batch order
+        ctl[kCtlBadParams] = flags_host[0] != 0 ? 1.0 : 0.0;
+        ctl[kCtlBadGrad] = flags_host[1] != 0 ? 1.0 : 0.0;
+        {
+          PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
+          control->all_reduce_sum(rank, ctl, kControlCount);
+          control->take_stats(rank);
+        }
+        if (ctl[kCtlSamples] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
+        const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];
+        const char* non_finite = ctl[kCtlBadParams] > 0         ? "parameters"
+                                 : !std::isfinite(train_loss) ? "train_loss"
+                                 : ctl[kCtlBadGrad] > 0       ? "gradient"
+                                                              : nullptr;
+        const bool diverged = non_finite != nullptr;
+        if (!diverged) {
+          GS_NVTX_RANGE(kOptimizer);
+          opt_begin.record(cs);
+          gpu::divide(grad.get(), n, static_cast<float>(ctl[kCtlSamples]), cs);  // the average, as allreduce.cpp
+          const double lr = learning_rate(config.training.schedule, opt.lr, step, total);
+          const int64_t t = step + 1;  // updates applied including this one (no scaler skips steps here)
+          if (adam) {
+            const AdamScalars s =
+                adam_scalars(lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.kind == "adamw", t);
+            gpu::adam_update(params.get(), grad.get(), state_a.get(), state_b.get(), n, s, cs);
+          } else {
+            SgdScalars s;
+            s.lr = static_cast<float>(lr);
+            s.momentum = static_cast<float>(opt.momentum);
+            s.weight_decay = static_cast<float>(opt.weight_decay);
+            s.nesterov = opt.nesterov;
+            s.first_step = t == 1;
+            gpu::sgd_update(params.get(), grad.get(), state_a.size() > 0 ? state_a.get() : nullptr, n, s, cs);
+          }
+          opt_end.record(cs);
+          compute.synchronize();
+          clock.add(Phase::kOptimizer, seconds_between(opt_begin, opt_end));
+        }
+        {
+          const double comm_s = seconds_between(comm_begin, comm_end);
+          const CommStats st = gcomm->take_stats(rank);
+          clock.add(Phase::kCommunicate, comm_s);
+          // local: the host barriers inside the collectives are waiting for other ranks, not communication.
+          if (!res.ranks_one_per_gpu) clock.move(Phase::kCommunicate, Phase::kWait, std::min(st.wait_s, comm_s));
+          clock.add_bytes(st.bytes_sent);
+        }
+        clock.end_step();
+        if (rank == 0) {
+          trained_s += clock.steps().back().step_s;
+          SeriesPoint pt;
+          pt.step = step + 1;
+          pt.measured_s = trained_s;
+          pt.train_loss = train_loss;
+          res.series.push_back(pt);
+          res.samples_trained += ctl[kCtlSamples];
+          res.steps_completed = step + 1;
+          if (step > 0) model_step(step - 1);
+        }
+        const bool last = step + 1 == total;
+        const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
+        const bool timed_out = ctl[kCtlTimeout] > 0;
+        const bool stop_now = ctl[kCtlStop] > 0 || timed_out;
+        if (rank == 0) {
+          if (want_eval) {
+            GS_NVTX_RANGE(kEval);
+            auto [loss, acc] = evaluate();
+            res.series.back().eval_loss = loss;
+            res.series.back().eval_accuracy = acc;
+          }
+          if (diverged) {
+            res.disposition = "diverged";
+            res.divergence_quantity = non_finite;
+            if (ctl[kCtlBadParams] > 0) {
+              res.divergence_step = step;
+              res.message = step == 0 ? "the initial parameters are non-finite"
+                                      : fmt::format("diverged at step {}: the first non-finite quantity is the "
+                                                    "parameters after its update ({:.0f} ranks hold some)",
+                                                    step, ctl[kCtlBadParams]);
+            } else {
+              res.divergence_step = step + 1;
+              res.message = std::isfinite(train_loss)
+                                ? fmt::format("diverged at step {}: the first non-finite quantity is the gradient "
+                                              "({:.0f} ranks hold some; training loss {:.6g})",
+                                              step + 1, ctl[kCtlBadGrad], train_loss)
+                                : fmt::format("diverged at step {}: the first non-finite quantity is the training "
+                                              "loss ({}; the parameters entering the step were finite)",
+                                              step + 1, train_loss);
+            }
+          } else if (stop_now && !last) {
+            res.disposition = timed_out ? "timeout" : "interrupted";
+            res.message = timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed",
+                                                  step + 1, total, timeout_s)
+                                    : fmt::format("stopped after step {} of {}", step + 1, total);
+          }
+          if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
+        }
+        // Every rank saw the same control values, so every rank stops at the same step without a barrier.
+        if (diverged || (stop_now && !last)) break;
+      }
+      if (rank == 0) {  // the last update can overflow after the last loss was computed
+        gpu::find_nonfinite(params.get(), n, flags.get(), cs);
+        GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), sizeof(int), cudaMemcpyDeviceToHost, cs));
+        compute.synchronize();
+        final_params_bad.store(flags_host[0] != 0);
+      }
+      res.steps[static_cast<size_t>(rank)] = clock.steps();
+      data_result.max_queue_depth[static_cast<size_t>(rank)] = static_cast<int64_t>(loader.max_queue_depth());
+    };
+    world.run(rank_main, [&] {
+      gcomm->abort();
+      control->abort();
+    });
+    if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
+
+    PrecisionResult p;  // fp32 without a loss scaler (cuda_loop_issues refuses the rest)
+    p.mode = config.precision.mode;
+    p.loss_scale = "none";
+    const LossScaler scaler(loss_scaler_settings(config.precision));
+    p.loss_scale_trajectory = scaler.trajectory();
+    p.final_loss_scale = scaler.scale();
+    p.first_nonfinite_step.assign(static_cast<size_t>(ranks), std::nullopt);
+    p.bytes = bytes_per_param(PrecisionMode::kFp32, adam ? 2 : (opt.momentum != 0.0 ? 1 : 0));
+    res.precision = p;
+    res.data = std::move(data_result);
+    res.compression = nullptr;
+    res.staleness = nullptr;
+    if (res.disposition == "passed" && final_params_bad.load()) {
+      res.disposition = "diverged";
+      res.divergence_step = res.steps_completed;
+      res.divergence_quantity = "parameters";
+      res.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its "
+                                "update", res.steps_completed);
+    }
+  } catch (const std::bad_alloc&) {
+    res.disposition = "failed";
+    res.message = fmt::format("out of host memory ({} parameters per replica, {} ranks)", res.num_params, ranks);
+  } catch (const std::exception& e) {
+    res.disposition = "failed";
+    res.message = e.what();
+  }
+  res.wall_s = now_s() - wall0;
+  return res;
+}
+
+}  // namespace gs
