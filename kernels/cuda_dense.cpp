@@ -63,7 +63,7 @@ void dense_stack_forward_gpu(const BlasHandle& blas, DenseScratchGpu& scratch, c
 
 void dense_stack_backward_gpu(const BlasHandle& blas, float* grad, DenseScratchGpu& scratch, const DenseStack& stack,
                               const float* params, const float* x, int64_t rows, const float* y,
-                              const int32_t* labels) {
+                              const int32_t* labels, const std::function<void(int64_t layer)>& after_layer) {
   if (rows <= 0) return;
   cudaStream_t st = blas.stream();
   const int64_t layers = stack.num_layers();
@@ -82,6 +82,7 @@ void dense_stack_backward_gpu(const BlasHandle& blas, float* grad, DenseScratchG
     const float* w = params + stack.weight_offset(l);
     gemm(blas, grad + stack.weight_offset(l), dz, a, out, in, rows, Transpose::kYes, Transpose::kNo, 1.0f, 1.0f);
     if (stack.bias) add_bias_grad(grad + stack.bias_offset(l), dz, rows, out, st);
+    if (after_layer) after_layer(l);
     if (l == 0) break;
     gemm(blas, da, dz, w, rows, in, out, Transpose::kNo, Transpose::kNo, 1.0f, 0.0f);
     activation_backward(da, da, scratch.pre[l - 1].get(), rows * in, stack.activation, st);

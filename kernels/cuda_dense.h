@@ -3,6 +3,7 @@
 // BLAS handle's stream. The building block of the cuda rank loop. A new layer kind gets its steps in both files.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/cuda_kernels.h"
@@ -29,8 +30,11 @@ void dense_stack_forward_gpu(const BlasHandle& blas, DenseScratchGpu& scratch, c
                              double* loss_sum);
 
 // After dense_stack_forward_gpu on the same batch: grad (device, num_params) += gradient of that loss sum.
+// after_layer (optional) is called with l once layer l's weight and bias gradients are enqueued, layers from the last
+// to the first: from then on grad[weight_offset(l), num_params) is final in stream order (the cuda rank loop starts
+// the all-reduce of buckets there, DDP-style overlap).
 void dense_stack_backward_gpu(const BlasHandle& blas, float* grad, DenseScratchGpu& scratch, const DenseStack& stack,
                               const float* params, const float* x, int64_t rows, const float* y,
-                              const int32_t* labels);
+                              const int32_t* labels, const std::function<void(int64_t layer)>& after_layer = {});
 
 }  // namespace gs::gpu

@@ -1,8 +1,9 @@
 // The cuda backend's rank loop (run_training_cuda, rank_loop.h): one persistent thread per rank (World), cudaSetDevice
 // once per rank thread; per rank a compute stream with its cuBLAS handle, parameters / gradient / optimizer state in
 // DeviceBuffers, batches staged through two pinned slots and cudaMemcpyAsync. The flat gradient is all-reduced bucket
-// by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs), waited for before the
-// division by S and the optimizer; control values (samples, loss, stop, divergence) go through a host communicator.
+// by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs; under nccl each bucket starts
+// as soon as the last micro-batch's backward has enqueued its layers, so it overlaps the rest of backward, as DDP),
+// waited for before the division by S and the optimizer; control values (samples, loss, stop, divergence) go through a host communicator.
 // Measured clock from CUDA event pairs per phase; modeled clock as on the host. Extend: a feature the loop learns
 // drops its refusal from cuda_loop_issues (device.cpp) and adds its steps here.
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -208,6 +210,10 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     GS_EXPECT(!opt.nesterov || opt.momentum > 0.0,
               "training.optimizer.nesterov: Nesterov momentum needs training.optimizer.momentum > 0");
     const bool inject = config.cluster.stragglers.inject;
+    // Buckets start during the last micro-batch's backward (DDP overlap) under nccl with sync.overlap. Not under local
+    // (its collectives are synchronous: starting one mid-backward only waits for the backward so far), nor with
+    // injected stragglers (the delay must come before any of the rank's communication, as the modeled clock has it).
+    const bool overlap = res.ranks_one_per_gpu && config.sync.overlap && !inject;
     std::atomic<bool> final_params_bad{false};
     double trained_s = 0.0;
     World world(ranks);
@@ -318,6 +324,16 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         GS_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), cs));
         GS_CUDA_CHECK(cudaMemsetAsync(loss_sums.get(), 0, loss_sums.bytes(), cs));
         DataStepRecord data_step;
+        size_t next_bucket = 0;  // buckets started so far this step (in bucket order: last layers first)
+        // Starts every bucket not yet started whose gradient elements all lie at or after first_final (final in
+        // stream order).
+        auto start_buckets = [&](size_t first_final) {
+          for (; next_bucket < buckets.size() && buckets[next_bucket].begin >= first_final; ++next_bucket) {
+            const Bucket& b = buckets[next_bucket];
+            GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+            gcomm->all_reduce_sum_start(rank, grad.get() + b.begin, b.end - b.begin);
+          }
+        };
         for (int64_t k = 0; k < K; ++k) {
           GS_NVTX_RANGE(kMicroStep);
           {
@@ -375,8 +391,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           slot.backward_begin.record(cs);
           {
             GS_NVTX_RANGE(kBackward);
+            std::function<void(int64_t)> after_layer;
+            if (overlap && k + 1 == K)
+              after_layer = [&](int64_t layer) { start_buckets(stack.weight_offset(layer)); };
             gpu::dense_stack_backward_gpu(blas, grad.get(), scratch, stack, params.get(), slot.x.get(), batch.count,
-                                          y, labels);
+                                          y, labels, after_layer);
           }
           slot.backward_end.record(cs);
           slot.pending = true;
@@ -384,11 +403,6 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
           price_precision_micro_batch(cost, PrecisionMode::kFp32, static_cast<double>(n));
         }
-        // The local gradient's non-finite check (before the all-reduce changes it), then the step's loss sums and
-        // flags to the host; all ordered before the collectives on the compute stream.
-        gpu::find_nonfinite(grad.get(), n, flags.get() + 1, cs);
-        GS_CUDA_CHECK(cudaMemcpyAsync(loss_host.get(), loss_sums.get(), loss_sums.bytes(), cudaMemcpyDeviceToHost, cs));
-        GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), 2 * sizeof(int), cudaMemcpyDeviceToHost, cs));
         {
           const DataCounts& dc = data_step.counts;
           double fetch =
@@ -417,16 +431,19 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             clock.add(Phase::kBackward, now_s() - t0);
           }
         }
-        // Bucket all-reduces of the gradient sum (reverse layer order, as DDP), one group, then their wait.
+        // The bucket all-reduces of the gradient sum not started during backward (all of them without overlap), in
+        // one group, then their wait. `communicate` is measured from the end of backward: the exposed part.
         comm_begin.record(cs);
         gcomm->group_begin(rank);
-        for (const Bucket& b : buckets) {
-          GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
-          gcomm->all_reduce_sum_start(rank, grad.get() + b.begin, b.end - b.begin);
-        }
+        start_buckets(0);
         gcomm->group_end(rank);
         gcomm->all_reduce_wait(rank);
         comm_end.record(cs);
+        // The all-reduced gradient's non-finite check (an inf/NaN in any rank's local gradient reaches the sum), then
+        // the step's loss sums and flags to the host.
+        gpu::find_nonfinite(grad.get(), n, flags.get() + 1, cs);
+        GS_CUDA_CHECK(cudaMemcpyAsync(loss_host.get(), loss_sums.get(), loss_sums.bytes(), cudaMemcpyDeviceToHost, cs));
+        GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), 2 * sizeof(int), cudaMemcpyDeviceToHost, cs));
         for (StagingSlot& s : slots) s.harvest(clock);
         compute.synchronize();  // loss sums and flags are on the host now
         {
@@ -519,8 +536,8 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
               res.divergence_step = step + 1;
               res.message = std::isfinite(train_loss)
                                 ? fmt::format("diverged at step {}: the first non-finite quantity is the gradient "
-                                              "({:.0f} ranks hold some; training loss {:.6g})",
-                                              step + 1, ctl[kCtlBadGrad], train_loss)
+                                              "(the all-reduced gradient holds inf or NaN; training loss {:.6g})",
+                                              step + 1, train_loss)
                                 : fmt::format("diverged at step {}: the first non-finite quantity is the training "
                                               "loss ({}; the parameters entering the step were finite)",
                                               step + 1, train_loss);

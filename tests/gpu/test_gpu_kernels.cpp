@@ -387,8 +387,12 @@ TEST_F(GpuKernels, DenseStackForwardBackwardMatchesHost) {
           Dev<double> d_loss(1);
           gpu::dense_stack_forward_gpu(blas, gs_scratch, stack, d_params.get(), d_x.get(), rows, d_y.get(),
                                        d_labels.get(), d_loss.get());
+          std::vector<int64_t> layers_done;  // the per-layer callback: last layer first, each once (rows > 0)
           gpu::dense_stack_backward_gpu(blas, d_grad.get(), gs_scratch, stack, d_params.get(), d_x.get(), rows,
-                                        d_y.get(), d_labels.get());
+                                        d_y.get(), d_labels.get(), [&](int64_t l) { layers_done.push_back(l); });
+          std::vector<int64_t> want_layers;
+          for (int64_t l = rows > 0 ? stack.num_layers() - 1 : -1; l >= 0; --l) want_layers.push_back(l);
+          EXPECT_EQ(layers_done, want_layers);
           const std::string what = std::string(loss == LossKind::kMse ? "mse" : "ce") + " act " +
                                    std::to_string(static_cast<int>(act)) + " bias " + std::to_string(bias) +
                                    " rows " + std::to_string(rows);
