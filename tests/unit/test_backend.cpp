@@ -19,6 +19,7 @@
 #include "sim/cost/hardware_profile.h"
 #include "sim/report/report.h"
 #include "sim/runtime/device.h"
+#include "sim/runtime/rank_loop.h"
 
 namespace gs {
 namespace {
@@ -222,6 +223,28 @@ TEST(Backend, ModelErrorIsTheRelativeErrorOfTheSums) {
   EXPECT_DOUBLE_EQ(e.at("step").get<double>(), -0.2);
   EXPECT_TRUE(e.at("phases").at("compress").is_null());  // nothing measured there
   EXPECT_EQ(e.at("phases").size(), kPhaseCount);
+}
+
+// The routing in run_training: the backend taken and why reach the run's report entry; a run that cannot take cuda
+// (no GPU here) fails with the reason instead of starting, and never reaches the cuda loop.
+TEST(Backend, RunRecordsTheBackendAndWhy) {
+  Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=auto"});
+  const RunResult r = run_training(s.runs.at(0).config);
+  ASSERT_EQ(r.disposition, "passed") << r.message;
+  const BackendChoice want = choose_backend(s.runs.at(0).config);
+  EXPECT_EQ(r.backend, want.backend == Backend::kCuda ? "cuda" : "host");
+  EXPECT_EQ(r.backend_reason, want.reason);
+  const json j = run_to_json(s.runs.at(0), r);
+  EXPECT_EQ(j.at("backend_reason").get<std::string>(), want.reason);
+  EXPECT_EQ(j.at("timing").contains("model_error"), r.ranks_one_per_gpu);
+  if (cuda_usable(cuda_status())) return;
+  EXPECT_FALSE(r.ranks_one_per_gpu);
+  RunConfig c = s.runs.at(0).config;  // validation refuses cuda here; run_training must too, as a failed run
+  c.cluster.backend = "cuda";
+  const RunResult f = run_training(c);
+  EXPECT_EQ(f.disposition, "failed");
+  EXPECT_NE(f.message.find("cluster.backend"), std::string::npos) << f.message;
+  EXPECT_EQ(f.steps_completed, 0);
 }
 
 TEST(Backend, CliRefusesCudaWithoutGpuWithExitTwoBeforeAnyRun) {
