@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+import report_lib as rl  # noqa: E402  the one report loader
 
 
 def scenario(width):
@@ -60,7 +62,7 @@ def main():
         for w in args.widths:
             out = tmp / f"out{w}"
             peak = peak_rss_bytes([args.bin, "run", str(paths[w]), "--out", str(out), "--quiet"])
-            run = json.loads((out / "report.json").read_text())["runs"][0]
+            run = rl.load_report(out / "report.json", validate=False)["runs"][0]
             assert run["disposition"] == "passed", run["message"]
             mem = run["memory"]
             estimate = mem["total_bytes"] - mem["dataset_bytes"]
@@ -81,7 +83,7 @@ def main():
                                       "cluster": {"ranks": 2}, "training": {"steps": 3, "eval_every": 0}}))
             base = peak_rss_bytes([args.bin, "run", str(tiny), "--dry-run"])
             peak = peak_rss_bytes([args.bin, "run", str(fm), "--out", str(tmp / "fm"), "--quiet"])
-            total = json.loads((tmp / "fm" / "report.json").read_text())["runs"][0]["memory"]["total_bytes"]
+            total = rl.load_report(tmp / "fm" / "report.json", validate=False)["runs"][0]["memory"]["total_bytes"]
             print(f"fashion_mnist MLP 784-256-256-10 (dataset included): estimate {total / 2**20:.1f} MiB, "
                   f"peak-baseline {(peak - base) / 2**20:.1f} MiB, ratio {total / (peak - base):.3f}")
     print("estimate within 25% for every size" if ok else "FAIL: an estimate is off by more than 25%")

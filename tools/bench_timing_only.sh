@@ -28,7 +28,8 @@ cat > "$work/sweep.json" <<JSON
                     "training.accumulation_steps": [1, 2, 3, 4, 5, 6, 7, 8, 12, 16]}}}
 JSON
 s=$(seconds "$bin" run "$work/sweep.json" --out "$work/out-sweep" --quiet)
-runs=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['runs']))" "$work/out-sweep/report.json")
+runs=$(python3 -c "import sys; sys.path.insert(0, sys.argv[2]); import report_lib as rl
+print(len(rl.load_report(sys.argv[1], validate=False)['runs']))" "$work/out-sweep/report.json" "$(dirname "$0")")
 ratio=$(echo "$s / 60.0" | bc -l)
 printf "sweep: %s timing-only runs with report: %.2f s (target < 60 s: ratio %.3f)\n" "$runs" "$s" "$ratio"
 (( $(echo "$s < 60.0" | bc -l) )) || status=1

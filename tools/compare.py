@@ -94,35 +94,10 @@ def data_total(key):
 
 # ---- loading ---------------------------------------------------------------------------------------------------------
 
-def kind_of(value):
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number")
-
-
 def load(path):
-    """Reads and validates one report; raises ReportError naming the file, the JSON path and what was expected."""
-    doc = rl.load_json(path)
-    if not isinstance(doc, dict):
-        raise rl.ReportError(f"{path}: $: expected a gradsweep report (a JSON object with schema_version and runs), "
-                             f"found {kind_of(doc)}")
-    for key in ("schema_version", "runs"):
-        if key not in doc:
-            raise rl.ReportError(f"{path}: $.{key}: missing; a gradsweep report (a JSON object with schema_version "
-                                 "and runs) was expected")
-    version = doc["schema_version"]
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise rl.ReportError(f"{path}: $.schema_version: expected an integer, found {kind_of(version)}")
-    if version > rl.SUPPORTED_SCHEMA_VERSION:
-        raise rl.ReportError(f"{path}: $.schema_version: {version} is newer than this tool supports "
-                             f"({rl.SUPPORTED_SCHEMA_VERSION}); update tools/")
-    rl.validate_report(doc, str(path))
-    seen = {}
-    for i, run in enumerate(doc["runs"]):
-        if run["id"] in seen:
-            raise rl.ReportError(f"{path}: $.runs[{i}].id: {run['id']!r} repeats $.runs[{seen[run['id']]}].id; "
-                                 "expected unique run ids")
-        seen[run["id"]] = i
-    return doc
+    """Reads and validates one report (report_lib.load_report: the loader every tool shares); raises ReportError
+    naming the file, the JSON path and what was expected."""
+    return rl.load_report(path)
 
 
 # ---- table mode ------------------------------------------------------------------------------------------------------

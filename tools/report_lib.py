@@ -5,6 +5,8 @@ axes, and the scalar metrics that figures and comparisons use. Plotting code doe
 """
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,17 +37,77 @@ class ReportError(Exception):
     """A report that cannot be read or does not follow the schema; the message names the file."""
 
 
-def load_json(path):
-    """Parses the JSON file at path; raises ReportError naming the file when it is unreadable or not JSON."""
+# Limits of what a reader accepts as a report. The largest report in this repository's scenarios is a few MB (traces
+# are capped at 10,000 parameters); 1 GiB leaves room for long sweeps without reading a runaway file into memory.
+# GRADSWEEP_REPORT_MAX_BYTES overrides the size (tests, unusual sweeps). A report nests at most about 10 levels
+# ($.runs[i].trace.params[step][rank][k]; a scenario's own values a few more); 64 stops deep input before anything
+# that walks it recursively (json, jsonschema, the tools) can run out of stack.
+MAX_REPORT_BYTES = 1 << 30
+MAX_NESTING = 64
+
+
+def max_report_bytes():
+    """The size cap in bytes: GRADSWEEP_REPORT_MAX_BYTES when set to a positive integer, else MAX_REPORT_BYTES."""
+    value = os.environ.get("GRADSWEEP_REPORT_MAX_BYTES", "")
+    return int(value) if value.isdigit() and int(value) > 0 else MAX_REPORT_BYTES
+
+
+def _too_deep(doc, limit):
+    """The JSON path (first parts) of a value nested deeper than `limit` containers, or None. Iterative: no recursion."""
+    stack = [(doc, 1, ())]
+    while stack:
+        value, depth, parts = stack.pop()
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth > limit:
+            return _json_path(parts[:6]) + ("..." if len(parts) > 6 else "")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in items:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1, parts + (key,) if len(parts) <= 6 else parts))
+    return None
+
+
+def load_json(path, max_bytes=None):
+    """Parses the JSON file at path. Raises ReportError, its message starting with the file name, when the file cannot
+    be read (missing, a folder, no permission, not a regular file), is larger than max_bytes (default
+    max_report_bytes()), is not UTF-8, is not JSON, or nests deeper than MAX_NESTING levels."""
     path = Path(path)
+    cap = max_report_bytes() if max_bytes is None else max_bytes
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ReportError(f"{path}: cannot read: {e}") from e
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise ReportError(f"{path}: cannot read: a folder, not a report file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ReportError(f"{path}: cannot read: not a regular file")
+        if info.st_size > cap:
+            raise ReportError(f"{path}: cannot read: {info.st_size} bytes, more than the {cap} bytes a report may "
+                              "have (GRADSWEEP_REPORT_MAX_BYTES)")
+        with open(path, "rb") as f:
+            data = f.read(cap + 1)
+    except OSError as e:
+        raise ReportError(f"{path}: cannot read: {e.strerror or e}") from e
+    if len(data) > cap:  # grew while being read
+        raise ReportError(f"{path}: cannot read: more than the {cap} bytes a report may have "
+                          "(GRADSWEEP_REPORT_MAX_BYTES)")
     try:
-        return json.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{path}: not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}") from e
+    try:
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: invalid JSON: {e}") from e
+    except RecursionError as e:
+        raise ReportError(f"{path}: $: nested too deeply to parse; a report nests at most {MAX_NESTING} "
+                          "levels") from e
+    except (ValueError, MemoryError) as e:  # e.g. an integer of more digits than Python converts
+        raise ReportError(f"{path}: invalid JSON: {e}") from e
+    deep = _too_deep(doc, MAX_NESTING)
+    if deep is not None:
+        raise ReportError(f"{path}: {deep}: nested deeper than {MAX_NESTING} levels; a report nests at most "
+                          f"{MAX_NESTING}")
+    return doc
 
 
 _schema_cache = {}
@@ -98,24 +160,65 @@ def _basic_errors(doc):
     return []
 
 
+def _kind_of(value):
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def check_report_shape(doc, name="report"):
+    """Raises ReportError "<name>: <JSON path>: <what was expected>" unless doc is an object with an integer
+    schema_version this reader supports and a runs list whose ids are unique."""
+    if not isinstance(doc, dict):
+        raise ReportError(f"{name}: $: expected a gradsweep report (a JSON object with schema_version and runs), "
+                          f"found {_kind_of(doc)}")
+    for key in ("schema_version", "runs"):
+        if key not in doc:
+            raise ReportError(f"{name}: $.{key}: missing; a gradsweep report (a JSON object with schema_version "
+                              "and runs) was expected")
+    version = doc["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ReportError(f"{name}: $.schema_version: expected an integer, found {_kind_of(version)}")
+    if version > SUPPORTED_SCHEMA_VERSION:
+        raise ReportError(f"{name}: $.schema_version: {version} is newer than this tool supports "
+                          f"({SUPPORTED_SCHEMA_VERSION}); update tools/")
+    if version < 1:
+        raise ReportError(f"{name}: $.schema_version: {version} is not a version gradsweep wrote (the first is 1)")
+    runs = doc["runs"]
+    if not isinstance(runs, list):
+        raise ReportError(f"{name}: $.runs: expected a list of runs, found {_kind_of(runs)}")
+    seen = {}
+    for i, run in enumerate(runs):
+        run_id = run.get("id") if isinstance(run, dict) else None
+        if not isinstance(run_id, str):
+            continue  # the schema names what is wrong with such a run
+        if run_id in seen:
+            raise ReportError(f"{name}: $.runs[{i}].id: {run_id!r} repeats $.runs[{seen[run_id]}].id; "
+                              "expected unique run ids")
+        seen[run_id] = i
+
+
 def validate_report(doc, name="report"):
-    """Raises ReportError (naming `name`) unless doc is a report of the supported schema version."""
-    if not isinstance(doc, dict) or "runs" not in doc or "schema_version" not in doc:
-        raise ReportError(f"{name}: not a gradsweep report (a JSON object with schema_version and runs expected)")
-    version = doc.get("schema_version")
-    if isinstance(version, int) and not isinstance(version, bool) and version > SUPPORTED_SCHEMA_VERSION:
-        raise ReportError(f"{name}: schema_version {version} is newer than this reader "
-                          f"(supports {SUPPORTED_SCHEMA_VERSION}); update tools/")
-    errors = schema_errors(doc)
+    """Raises ReportError (naming `name`) unless doc is a report of the supported schema version that follows
+    reports/schema.json."""
+    check_report_shape(doc, name)
+    try:
+        errors = schema_errors(doc)
+    except RecursionError as e:
+        raise ReportError(f"{name}: $: nested too deeply to check against reports/schema.json") from e
     if errors:
         raise ReportError(f"{name}: does not follow reports/schema.json:\n  " + "\n  ".join(errors))
 
 
-def load_report(path, validate=True):
-    """Reads and (by default) validates the report at path. Raises ReportError naming the file."""
-    doc = load_json(path)
+def load_report(path, validate=True, max_bytes=None):
+    """Reads a report: the one loader every tool uses. Raises ReportError, its message starting with the file name,
+    for a file that cannot be read or is too large (load_json), is not UTF-8 or JSON, nests too deeply, is not a
+    report object, has an unsupported schema_version or duplicate run ids (check_report_shape), or, with validate,
+    does not follow reports/schema.json."""
+    doc = load_json(path, max_bytes)
     if validate:
         validate_report(doc, str(path))
+    else:
+        check_report_shape(doc, str(path))
     return doc
 
 
