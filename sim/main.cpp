@@ -236,8 +236,11 @@ int main(int argc, char** argv) {
       return gs::run_sweep(s, o);
     }
   } catch (const gs::ReportIoError& e) {
-    std::fprintf(stderr, "gradsweep: %s\ngradsweep: the report could not be written; runs journaled so far are kept "
-                 "(--resume continues once the folder is writable)\n", e.what());
+    if (e.before_any_run)
+      std::fprintf(stderr, "gradsweep: %s\ngradsweep: the report could not be written; nothing was run\n", e.what());
+    else
+      std::fprintf(stderr, "gradsweep: %s\ngradsweep: the report could not be written; runs journaled so far are "
+                   "kept (--resume continues once the folder is writable)\n", e.what());
     return kExitReportIo;
   } catch (const gs::ScenarioError& e) {
     std::fprintf(stderr, "%s\n%zu problem%s; nothing was run\n", e.what(), e.issues().size(),

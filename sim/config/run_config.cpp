@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/cost/storage_model.h"
 #include "sim/model/dataset.h"
@@ -49,7 +51,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.kind, F("model.kind", "model (see `gradsweep list`)")
                 .one_of({"mlp", "linear", "quadratic", "gpt2-small", "gpt2-xl", "llama-7b"}));
   v(m.layers, F("model.layers", "mlp: widths [in, hidden..., out]; linear: [in, out]").at_least(1).at_most(1 << 20));
-  v(m.activation, F("model.activation", "mlp hidden activation").one_of({"relu", "gelu"}));
+  v(m.activation, F("model.activation", "mlp: hidden activation").one_of({"relu", "gelu"}));
   v(m.loss, F("model.loss", "per-sample loss: softmax cross-entropy, or mse = 0.5*||y_hat - y||^2")
                 .one_of({"cross_entropy", "mse"}));
   v(m.bias, F("model.bias", "mlp/linear: layers have a bias"));
@@ -66,7 +68,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(d.batch_per_rank, F("data.batch_per_rank", "samples per micro-batch per rank (b)").at_least(1).at_most(1 << 20));
   v(d.path, F("data.path", "fashion_mnist: folder of the IDX .gz files (empty: Debian's dataset-fashion-mnist)"));
   v(d.shuffle, F("data.shuffle", "reshuffle the training set every epoch (from the seed)"));
-  v(d.eval_samples, F("data.eval_samples", "evaluate on the first n test samples (0: all)").at_least(0));
+  v(d.eval_samples, F("data.eval_samples", "fashion_mnist: evaluate on the first n test samples (0: all)").at_least(0));
   auto& t = d.teacher;
   v(t.task, F("data.teacher.task", "teacher: labels or regression targets").one_of({"classification", "regression"}));
   v(t.in_dim, F("data.teacher.in_dim", "teacher: input features").at_least(1).at_most(1 << 16));
@@ -87,10 +89,10 @@ void visit_fields(V& v, RunConfig& c) {
   v(d.cache.policy, F("data.cache.policy", "node cache of decoded samples: none, lru, static (fill once, never evict), "
                                            "partitioned (each rank caches its own part; peers serve the rest)")
                         .one_of({"none", "lru", "static", "partitioned"}));
-  v(d.cache.capacity_fraction, F("data.cache.capacity_fraction", "cache capacity per node as a fraction of the "
-                                                                 "training set").at_least(0).at_most(1));
-  v(d.cache.capacity_bytes, F("data.cache.capacity_bytes", "cache capacity per node in decoded bytes (> 0: used "
-                                                           "instead of capacity_fraction)").at_least(0));
+  v(d.cache.capacity_fraction, F("data.cache.capacity_fraction", "lru, static, partitioned: cache capacity per node "
+                                                                 "as a fraction of the training set").at_least(0).at_most(1));
+  v(d.cache.capacity_bytes, F("data.cache.capacity_bytes", "lru, static, partitioned: cache capacity per node in "
+                                                           "decoded bytes (> 0: used instead of capacity_fraction)").at_least(0));
 
   auto& cl = c.cluster;
   v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
@@ -105,7 +107,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(cl.stragglers.noise, F("cluster.stragglers.noise.kind",
                            "modeled clock: per-step compute noise, normal max(0, 1+sigma*Z) or lognormal "
                            "exp(sigma*Z - sigma^2/2)").one_of({"none", "normal", "lognormal"}));
-  v(cl.stragglers.sigma, F("cluster.stragglers.noise.sigma", "modeled clock: noise sigma").at_least(0).at_most(10));
+  v(cl.stragglers.sigma, F("cluster.stragglers.noise.sigma", "normal, lognormal: noise sigma (modeled clock)").at_least(0).at_most(10));
   v(cl.stragglers.inject, F("cluster.stragglers.inject",
                             "also inject the delays for real on the measured clock (cuda backend only)"));
 
@@ -126,12 +128,12 @@ void visit_fields(V& v, RunConfig& c) {
   auto& o = tr.optimizer;
   v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw").one_of({"sgd", "adam", "adamw"}));
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
-  v(o.momentum, F("training.optimizer.momentum", "sgd momentum").at_least(0).below(1));
-  v(o.nesterov, F("training.optimizer.nesterov", "sgd Nesterov momentum"));
+  v(o.momentum, F("training.optimizer.momentum", "sgd: momentum").at_least(0).below(1));
+  v(o.nesterov, F("training.optimizer.nesterov", "sgd: Nesterov momentum"));
   v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay").at_least(0));
-  v(o.beta1, F("training.optimizer.beta1", "adam beta1").at_least(0).below(1));
-  v(o.beta2, F("training.optimizer.beta2", "adam beta2").at_least(0).below(1));
-  v(o.eps, F("training.optimizer.eps", "adam epsilon").above(0));
+  v(o.beta1, F("training.optimizer.beta1", "adam, adamw: beta1").at_least(0).below(1));
+  v(o.beta2, F("training.optimizer.beta2", "adam, adamw: beta2").at_least(0).below(1));
+  v(o.eps, F("training.optimizer.eps", "adam, adamw: epsilon").above(0));
   auto& s = tr.schedule;
   v(s.kind, F("training.schedule.kind", "learning-rate schedule").one_of({"constant", "step", "warmup_cosine"}));
   v(s.step_size, F("training.schedule.step_size", "step: decay every n optimizer steps").at_least(1));
@@ -155,8 +157,8 @@ void visit_fields(V& v, RunConfig& c) {
   auto& sy = c.sync;
   v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)")
                  .one_of({"allreduce", "independent", "local_sgd", "parameter_server"}));
-  v(sy.bucket_mb, F("sync.bucket_mb", "allreduce: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
-  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce: first bucket in MiB").above(0).at_most(1 << 20));
+  v(sy.bucket_mb, F("sync.bucket_mb", "allreduce, local_sgd, parameter_server: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
+  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce, local_sgd, parameter_server: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
                                       "step t-s (0: synchronous; steps t < s apply nothing). parameter_server: 0 = BSP, "
                                       "s = SSP (a worker starts clock c only when every worker finished clock c - s - "
@@ -187,9 +189,9 @@ void visit_fields(V& v, RunConfig& c) {
                           "terngrad", "signsgd", "onebit", "powersgd"}));
   v(cp.error_feedback, F("compression.error_feedback",
                          "lossy kinds but dgc: each rank keeps e; sends C(g + e); e = g + e - decode(sent)"));
-  v(cp.divide, F("compression.divide", "casts: divide by S before the sum, after it, or split (2^floor(log2(N)/2) "
-                                       "before, the rest after); all-reduce only (the parameter server sums the "
-                                       "decoded casts in fp32, then divides)").one_of({"pre", "post", "split"}));
+  v(cp.divide, F("compression.divide", "allreduce: casts divide by S before the sum, after it, or split "
+                                       "(2^floor(log2(N)/2) before, the rest after); not parameter_server (its "
+                                       "server sums the decoded casts in fp32, then divides)").one_of({"pre", "post", "split"}));
   v(cp.ratio, F("compression.ratio", "topk, randomk, dgc: fraction of values kept (when k is 0)").above(0)
                   .at_most(1));
   v(cp.k, F("compression.k", "topk, randomk: values kept per bucket (0: use ratio)").at_least(0));
@@ -218,7 +220,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(pr.loss_scale, F("precision.loss_scale", "auto: dynamic for fp16_mixed, none otherwise; dynamic: "
                                              "torch.amp.GradScaler's rule; static: initial_scale throughout")
                        .one_of({"auto", "none", "static", "dynamic"}));
-  v(pr.initial_scale, F("precision.initial_scale", "initial (dynamic) or fixed (static) loss scale").above(0)
+  v(pr.initial_scale, F("precision.initial_scale", "dynamic, static: initial (dynamic) or fixed (static) loss scale").above(0)
                           .at_most(3.4e38));
   v(pr.growth_factor, F("precision.growth_factor", "dynamic: scale multiplier after growth_interval clean steps")
                           .above(1));
@@ -290,10 +292,7 @@ bool as_int(const json& j, int64_t& out) {
   return false;
 }
 
-std::string show(const json& j) {
-  std::string s = j.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string show(const json& j) { return bounded_dump(j, 60); }
 
 class Reader {
  public:
@@ -456,14 +455,18 @@ void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIs
   }
 }
 
-// Fields that only mean something for one kind; giving them for another kind is a mistake, not a no-op.
+// Fields that only mean something for one kind; giving them for another kind is a mistake, not a no-op. Every field
+// whose doc starts with "<kinds>: " (choices of one selector field) has a rule here (a test walks the docs).
 void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
   struct Rule {
     const char* path;
     const char* kind_path;
     const char* kind_default;
     std::vector<const char*> kinds;
+    bool loss_scale = false;  // kind_path is precision.loss_scale: "auto" is dynamic for fp16_mixed, none otherwise
   };
+  static const std::vector<const char*> kBucketed = {"allreduce", "local_sgd", "parameter_server"};
+  static const std::vector<const char*> kCaching = {"lru", "static", "partitioned"};
   static const std::vector<Rule> kRules = {
       {"data.ranks", "data.kind", "fashion_mnist", {"inline"}},
       {"data.eval", "data.kind", "fashion_mnist", {"inline"}},
@@ -501,9 +504,35 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"sync.period", "sync.kind", "allreduce", {"local_sgd"}},
       {"sync.average_optimizer_state", "sync.kind", "allreduce", {"local_sgd"}},
       {"sync.warmup_steps", "sync.kind", "allreduce", {"local_sgd"}},
+      // The parameter server sums decoded casts in fp32 and divides after: divide is an all-reduce choice.
+      {"compression.divide", "sync.kind", "allreduce", {"allreduce"}},
+      {"sync.bucket_mb", "sync.kind", "allreduce", kBucketed},
+      {"sync.first_bucket_mb", "sync.kind", "allreduce", kBucketed},
+      {"training.optimizer.momentum", "training.optimizer.kind", "sgd", {"sgd"}},
+      {"training.optimizer.nesterov", "training.optimizer.kind", "sgd", {"sgd"}},
+      {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
+      {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
+      {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
+      {"training.schedule.step_size", "training.schedule.kind", "constant", {"step"}},
+      {"training.schedule.gamma", "training.schedule.kind", "constant", {"step"}},
+      {"training.schedule.warmup_steps", "training.schedule.kind", "constant", {"warmup_cosine"}},
+      {"training.schedule.min_lr", "training.schedule.kind", "constant", {"warmup_cosine"}},
+      {"precision.growth_factor", "precision.loss_scale", "auto", {"dynamic"}, true},
+      {"precision.backoff_factor", "precision.loss_scale", "auto", {"dynamic"}, true},
+      {"precision.growth_interval", "precision.loss_scale", "auto", {"dynamic"}, true},
+      {"precision.initial_scale", "precision.loss_scale", "auto", {"dynamic", "static"}, true},
+      {"precision.amax_history_len", "precision.mode", "fp32", {"fp8_mixed"}},
+      {"model.activation", "model.kind", "mlp", {"mlp"}},
+      {"model.bias", "model.kind", "mlp", {"mlp", "linear"}},
+      {"model.layers", "model.kind", "mlp", {"mlp", "linear"}},
+      {"cluster.stragglers.noise.sigma", "cluster.stragglers.noise.kind", "none", {"normal", "lognormal"}},
+      {"data.cache.capacity_fraction", "data.cache.policy", "none", kCaching},
+      {"data.cache.capacity_bytes", "data.cache.policy", "none", kCaching},
   };
   static const RunConfig kDefaultConfig;
   static const json defaults = config_to_json(kDefaultConfig);
+  std::string mode = "fp32";  // precision.mode, for "auto" loss scale
+  if (const json* m = find_path(j, "precision.mode"); m != nullptr && m->is_string()) mode = m->get<std::string>();
   for (const auto& r : kRules) {
     const json* v = find_path(j, r.path);
     if (v == nullptr || v->is_null()) continue;
@@ -517,14 +546,18 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       if (f.path == r.kind_path)
         known_kind = std::find(f.choices.begin(), f.choices.end(), kind) != f.choices.end();
     if (!known_kind) continue;
+    std::string shown = "\"" + kind + "\"";
+    if (r.loss_scale && kind == "auto") {
+      kind = mode == "fp16_mixed" ? "dynamic" : "none";
+      shown = fmt::format("\"auto\", which is \"{}\" for precision.mode \"{}\"", kind, mode);
+    }
     bool ok = false;
     for (const char* allowed : r.kinds) ok = ok || kind == allowed;
     if (!ok) {
       std::string allowed = "\"" + std::string(r.kinds.front()) + "\"";
       for (size_t i = 1; i < r.kinds.size(); ++i)
         allowed += (i + 1 == r.kinds.size() ? " or \"" : ", \"") + std::string(r.kinds[i]) + "\"";
-      issues.push_back({r.path, fmt::format("only applies when {} is {} (it is \"{}\")", r.kind_path, allowed,
-                                            kind)});
+      issues.push_back({r.path, fmt::format("only applies when {} is {} (it is {})", r.kind_path, allowed, shown)});
     }
   }
 }
@@ -617,6 +650,77 @@ std::vector<json> candidate_values(const FieldInfo& f) {
   return out;
 }
 
+// The size limits of a run: model construction, parameters (2^32 for a run with arithmetic), compression.k at most
+// the parameters, report.trace at most kTraceMaxParams, the teacher's size, the steps given as epochs. Each is judged
+// whenever its own inputs are well-typed and free of other problems (`clean(p)`: no mistyped field and no issue at
+// path p or under the prefix p), so a problem elsewhere (a mistyped cluster.ranks, a failing schedule rule) does not
+// hide them. Inputs: model.* (and cluster.ranks for quadratic curvatures per rank), training.mode, compression.k,
+// report.trace; data.kind, data.teacher.*; training.epochs, cluster.ranks, training.accumulation_steps,
+// data.batch_per_rank.
+void size_limit_issues(const RunConfig& c, const std::function<bool(const std::string&)>& clean,
+                       std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const bool arithmetic_known = clean("training.mode");
+  const bool arithmetic = c.training.mode != "timing";
+  if (clean("model.") && clean("model") && (c.model.kind != "quadratic" || clean("cluster.ranks"))) {
+    try {
+      auto model = make_model(c);
+      if (arithmetic_known && static_cast<double>(model->num_params()) > kMaxParams && arithmetic)
+        add("model.layers", fmt::format("{} parameters is more than the limit of {:.0f} (2^32) for a run with "
+                                        "arithmetic", model->num_params(), kMaxParams));
+      // k values per bucket: more than the whole model can never be kept (and each kept value also sends its index,
+      // so k near the bucket size already costs more than the dense gradient).
+      if (clean("compression.k") && c.compression.k > static_cast<int64_t>(model->num_params()))
+        add("compression.k", fmt::format("at most the model's {} parameters, got {}", model->num_params(),
+                                         c.compression.k));
+      if (clean("report.trace") && c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
+        add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
+                                        model->num_params()));
+    } catch (const std::exception& e) {
+      issues.push_back(issue_from_exception(e.what(), "model"));
+    }
+  }
+  if (!arithmetic_known || !arithmetic) return;  // timing-only runs read no data
+  // Absurd data settings for a run with arithmetic, refused before anything is built (the limits are far above
+  // any real use and keep validation itself bounded in time and memory).
+  const auto& d = c.data;
+  if (d.kind == "teacher" && clean("data.kind") && clean("data.teacher.")) {
+    const auto& t = d.teacher;
+    const double weights = static_cast<double>(t.hidden) * static_cast<double>(t.in_dim + t.out_dim);
+    const double eval_madds = static_cast<double>(t.eval_samples) * weights;
+    if (weights > kMaxTeacherWeights)
+      add("data.teacher.hidden", fmt::format("the teacher has {:.0f} weights (hidden x (in_dim + out_dim)), more "
+                                             "than the limit of {:.0f}", weights, kMaxTeacherWeights));
+    else if (eval_madds > kMaxTeacherEvalMadds)
+      add("data.teacher.eval_samples", fmt::format("generating the evaluation set takes {:.3g} multiply-adds "
+                                                   "(eval_samples x hidden x (in_dim + out_dim)), more than the "
+                                                   "limit of {:.0e}", eval_madds, kMaxTeacherEvalMadds));
+  }
+  if (c.training.epochs > 0 && (d.kind == "teacher" || d.kind == "fashion_mnist") && clean("training.epochs") &&
+      clean("data.kind") && clean("data.teacher.train_samples") && clean("cluster.ranks") &&
+      clean("training.accumulation_steps") && clean("data.batch_per_rank")) {
+    const double train = d.kind == "teacher" ? static_cast<double>(d.teacher.train_samples) : 60000.0;
+    const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
+                          static_cast<double>(d.batch_per_rank);
+    const double steps = std::floor(c.training.epochs * std::floor(train / global));
+    if (steps > kMaxSteps)
+      add("training.epochs", fmt::format("{} epochs are {:.0f} optimizer steps, more than the limit of {:.0f}",
+                                         c.training.epochs, steps, kMaxSteps));
+  }
+}
+
+// clean(p) for size_limit_issues: true when no path among `taken` (mistyped fields, issue paths) is p, is under p
+// (p ends with '.'), or indexes into p (p[...]).
+std::function<bool(const std::string&)> clean_unless(std::vector<std::string> taken) {
+  return [taken = std::move(taken)](const std::string& p) {
+    for (const auto& t : taken) {
+      if (t == p || (t.rfind(p, 0) == 0 && (p.back() == '.' || t[p.size()] == '[' || t[p.size()] == '.')))
+        return false;
+    }
+    return true;
+  };
+}
+
 // The cross-field issues (pitfall aliases and validate_config without the structural checks) of a configuration
 // with no type or range error.
 std::vector<ConfigIssue> cross_field_issues(const json& j) {
@@ -658,6 +762,18 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
   auto key = [](const ConfigIssue& i) { return i.path + "\n" + i.message; };
   std::vector<ConfigIssue> kept;
   std::vector<ConfigIssue> at_default = cross_field_issues(base);
+  // The size limits whose own inputs are neither mistyped nor part of a kept problem (size_limit_issues).
+  auto with_size_limits = [&](std::vector<ConfigIssue> out) {
+    std::vector<ConfigIssue> read_issues;
+    RunConfig c;
+    Reader r(base, read_issues);
+    visit_fields(r, c);
+    if (!read_issues.empty()) return out;
+    std::vector<std::string> taken = bad;
+    for (const auto& i : out) taken.push_back(i.path);
+    size_limit_issues(c, clean_unless(std::move(taken)), out);
+    return out;
+  };
   if (at_default.empty()) {
     // No rule across fields fails: the structural checks (model and dataset construction, which run only on a config
     // whose rules hold) still can, unless a bad field is one of their inputs.
@@ -667,7 +783,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
     bool touches = false;
     for (const FieldInfo* f : fields)
       for (const char* in : kStructuralInputs) touches = touches || f->path.rfind(in, 0) == 0;
-    if (touches) return {};
+    if (touches) return with_size_limits({});
     std::vector<ConfigIssue> out;
     RunConfig c;
     Reader r(base, out);
@@ -684,7 +800,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
   }
   for (const FieldInfo* f : fields) {
     for (const json& v : candidate_values(*f)) {
-      if (kept.empty()) return kept;
+      if (kept.empty()) return with_size_limits({});
       if (v == f->default_value) continue;
       json variant = base;
       set(variant, f->path, v);
@@ -694,7 +810,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
                  kept.end());
     }
   }
-  return kept;
+  return with_size_limits(std::move(kept));
 }
 
 }  // namespace
@@ -779,7 +895,13 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
     return c;
   }
   if (issues.size() == before) apply_pitfall_alias(j, c, issues);
-  if (issues.size() == before) validate_config(c, issues);
+  if (issues.size() == before) {
+    validate_config(c, issues);
+  } else {  // a pitfall alias was refused: the size limits whose inputs it does not name are still judged
+    std::vector<std::string> taken;
+    for (size_t i = before; i < issues.size(); ++i) taken.push_back(issues[i].path);
+    size_limit_issues(c, clean_unless(std::move(taken)), issues);
+  }
   return c;
 }
 
@@ -798,13 +920,14 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                                        ch == '.');
     if (!ok)
       add("name", fmt::format("expected 1 to 100 letters, digits, '_', '-' or '.' not starting with '.' or '-' "
-                              "(it names the report folder), got {}", json(c.name).dump()));
+                              "(it names the report folder), got {}", bounded_dump(json(c.name))));
   }
   if (c.training.schedule.kind == "warmup_cosine" && c.training.schedule.min_lr > c.training.optimizer.lr)
     add("training.schedule.min_lr", fmt::format("expected <= training.optimizer.lr ({}), got {}",
                                                 c.training.optimizer.lr, c.training.schedule.min_lr));
-  if (c.training.optimizer.nesterov && (c.training.optimizer.kind != "sgd" || c.training.optimizer.momentum <= 0))
-    add("training.optimizer.nesterov", "Nesterov needs training.optimizer.kind \"sgd\" with momentum > 0");
+  // (under another optimizer kind, check_kind_specific refuses nesterov)
+  if (c.training.optimizer.nesterov && c.training.optimizer.kind == "sgd" && c.training.optimizer.momentum <= 0)
+    add("training.optimizer.nesterov", "Nesterov needs training.optimizer.momentum > 0");
   if (c.training.target.metric == "eval_accuracy" && !(c.training.target.value > 0 && c.training.target.value <= 1))
     add("training.target.value", fmt::format("an accuracy target is in (0, 1], got {}", c.training.target.value));
   if (c.data.kind == "teacher" && c.data.teacher.task == "classification" && c.data.teacher.noise > 1)
@@ -1002,8 +1125,9 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     if (ok && f.is_array())
       for (const auto& x : f) ok = ok && x.is_number() && x.get<double>() > 0 && x.get<double>() < 1e6;
     if (!ok)
-      add("cluster.stragglers.factors", fmt::format("expected null or a list of {} numbers > 0 (one per rank), got {}",
-                                                    c.cluster.ranks, f.dump()));
+      add("cluster.stragglers.factors", fmt::format("expected null or a list of {} numbers > 0 and < 1e6 (one per "
+                                                    "rank), got {}",
+                                                    c.cluster.ranks, bounded_dump(f)));
     if (c.cluster.stragglers.inject && !on_cuda)
       add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
                                        "\"auto\" where a GPU is usable and the cuda loop runs the configuration); "
@@ -1024,49 +1148,16 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     }
   }
   // Structural checks of the model and of cheap datasets, by constructing them (their errors name the JSON path).
+  // Size limits (model, compression.k, report.trace, teacher, epochs): each judged when its own inputs have no
+  // problem, even when other rules failed (size_limit_issues).
+  if (structural_checks) {
+    std::vector<std::string> taken;
+    for (const auto& i : issues) taken.push_back(i.path);
+    size_limit_issues(c, clean_unless(std::move(taken)), issues);
+  }
   bool structural_ok = structural_checks && issues.empty();
   if (structural_ok) {
-    try {
-      auto model = make_model(c);
-      if (static_cast<double>(model->num_params()) > kMaxParams && c.training.mode != "timing")
-        add("model.layers", fmt::format("{} parameters is more than the limit of {:.0f} (2^32) for a run with "
-                                        "arithmetic", model->num_params(), kMaxParams));
-      // k values per bucket: more than the whole model can never be kept (and each kept value also sends its index,
-      // so k near the bucket size already costs more than the dense gradient).
-      if (c.compression.k > static_cast<int64_t>(model->num_params()))
-        add("compression.k", fmt::format("at most the model's {} parameters, got {}", model->num_params(),
-                                         c.compression.k));
-      if (c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
-        add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
-                                        model->num_params()));
-    } catch (const std::exception& e) {
-      issues.push_back(issue_from_exception(e.what(), "model"));
-    }
-    if (!issues.empty() || c.training.mode == "timing") return;  // timing-only runs read no data
-    // Absurd data settings for a run with arithmetic, refused before anything is built (the limits are far above
-    // any real use and keep validation itself bounded in time and memory).
-    if (d.kind == "teacher") {
-      const auto& t = d.teacher;
-      const double weights = static_cast<double>(t.hidden) * static_cast<double>(t.in_dim + t.out_dim);
-      const double eval_madds = static_cast<double>(t.eval_samples) * weights;
-      if (weights > kMaxTeacherWeights)
-        add("data.teacher.hidden", fmt::format("the teacher has {:.0f} weights (hidden x (in_dim + out_dim)), more "
-                                               "than the limit of {:.0f}", weights, kMaxTeacherWeights));
-      else if (eval_madds > kMaxTeacherEvalMadds)
-        add("data.teacher.eval_samples", fmt::format("generating the evaluation set takes {:.3g} multiply-adds "
-                                                     "(eval_samples x hidden x (in_dim + out_dim)), more than the "
-                                                     "limit of {:.0e}", eval_madds, kMaxTeacherEvalMadds));
-    }
-    if (c.training.epochs > 0 && (d.kind == "teacher" || d.kind == "fashion_mnist")) {
-      const double train = d.kind == "teacher" ? static_cast<double>(d.teacher.train_samples) : 60000.0;
-      const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
-                            static_cast<double>(d.batch_per_rank);
-      const double steps = std::floor(c.training.epochs * std::floor(train / global));
-      if (steps > kMaxSteps)
-        add("training.epochs", fmt::format("{} epochs are {:.0f} optimizer steps, more than the limit of {:.0f}",
-                                           c.training.epochs, steps, kMaxSteps));
-    }
-    if (!issues.empty()) return;
+    if (c.training.mode == "timing") return;  // timing-only runs read no data
     // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
     // shapes, sizes and files are checked before any run starts.
     static std::mutex mu;

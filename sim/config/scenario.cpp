@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include <fmt/format.h>
 
+#include "sim/core/json_io.h"
 #include "sim/cost/hardware_profile.h"
 
 namespace gs {
@@ -19,7 +21,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr int kMaxDepth = 64;
 
 const std::set<std::string> kSections = {"name", "description", "model", "data", "cluster", "training", "sync",
                                          "compression", "precision", "report", "sweep"};
@@ -80,39 +81,28 @@ ScenarioError::ScenarioError(std::string file, std::vector<ConfigIssue> issues)
 Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides) {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) throw ScenarioError(file, {{"", "is a folder, not a scenario file"}});
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ScenarioError(file, {{"", std::string("cannot open the file: ") + std::strerror(errno)}});
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_scenario(ss.str(), file, overrides);
+  std::string text;
+  try {
+    text = read_json_file_text(file);  // size-capped; devices, FIFOs and sockets refused
+  } catch (const Error& e) {
+    std::string what = e.what();
+    if (what.rfind(file + ": ", 0) == 0) what = what.substr(file.size() + 2);
+    throw ScenarioError(file, {{"", what}});
+  }
+  return parse_scenario(text, file, overrides);
 }
 
 Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   std::vector<ConfigIssue> issues;
-  // Nesting deeper than kMaxDepth is refused before parsing (the parser recurses once per level).
-  {
-    int depth = 0;
-    bool in_string = false, escape = false;
-    for (size_t i = 0; i < text.size(); ++i) {
-      char ch = text[i];
-      if (in_string) {
-        if (escape) escape = false;
-        else if (ch == '\\') escape = true;
-        else if (ch == '"') in_string = false;
-        continue;
-      }
-      if (ch == '"') in_string = true;
-      else if (ch == '[' || ch == '{') {
-        if (++depth > kMaxDepth) {
-          size_t line = 0, col = 0;
-          line_col(text, i, line, col);
-          throw ScenarioError(fmt::format("{}:{}:{}", file, line, col),
-                              {{"", fmt::format("JSON nested deeper than {} levels", kMaxDepth)}});
-        }
-      } else if (ch == ']' || ch == '}') {
-        --depth;
-      }
-    }
+  // Nesting deeper than kMaxJsonDepth is refused before parsing (the parser recurses once per level); text larger
+  // than a file may be is refused too.
+  if (text.size() > kMaxJsonFileBytes)
+    throw ScenarioError(file, {{"", fmt::format("larger than {} bytes ({} MiB), the most gradsweep reads from a JSON "
+                                                "file", kMaxJsonFileBytes, kMaxJsonFileBytes >> 20)}});
+  if (auto problem = json_limit_problem(text)) {
+    size_t line = 0, col = 0;
+    line_col(text, problem->byte, line, col);
+    throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", problem->message}});
   }
   ojson doc;
   // Duplicate keys: nlohmann keeps the last silently; a scenario with two "lr" is a mistake worth naming.
@@ -265,7 +255,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
                 if (vals[j] == vals[i]) {
                   issues.push_back({fmt::format("{}[{}]", where, i),
                                     fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
-                                                vals[i].dump(), j)});
+                                                bounded_dump(vals[i]), j)});
                   break;
                 }
               a.values.push_back({vals[i]});
@@ -283,27 +273,31 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
           for (size_t g = 0; g < groups.size(); ++g) {
             std::string gwhere = fmt::format("sweep.zip[{}]", g);
             if (!groups[g].is_object() || groups[g].empty()) {
-              issues.push_back({gwhere, "expected an object of two or more paths with equal-length lists"});
+              issues.push_back({gwhere, "expected an object {\"path\": [values], ...} of one or more paths, their "
+                                        "lists of equal length"});
               continue;
             }
             SweepAxis a;
             a.group = static_cast<int>(g);
             std::vector<std::vector<json>> cols;
             bool ok = true;
+            std::optional<size_t> first_size;  // of the group's first list, whatever its path (checked on its own)
             for (auto it = groups[g].begin(); it != groups[g].end(); ++it) {
               std::string where = gwhere + "[\"" + it.key() + "\"]";
-              if (!check_path(where, it.key()) || !claim(where, it.key())) {
-                ok = false;
-                continue;
-              }
+              const bool path_ok = check_path(where, it.key()) && claim(where, it.key());
               std::vector<json> vals;
               if (!read_values(it.value(), where, vals, issues)) {
                 ok = false;
                 continue;
               }
-              if (!cols.empty() && vals.size() != cols.front().size()) {
+              if (first_size && vals.size() != *first_size) {
                 issues.push_back({where, fmt::format("expected {} values (as the group's first list), got {}",
-                                                     cols.front().size(), vals.size())});
+                                                     *first_size, vals.size())});
+                ok = false;
+                continue;
+              }
+              if (!first_size) first_size = vals.size();
+              if (!path_ok) {
                 ok = false;
                 continue;
               }
@@ -349,7 +343,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       if (sw.contains("repeats")) {
         const ojson& r = sw["repeats"];
         if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 10000)
-          issues.push_back({"sweep.repeats", "expected an integer >= 1 and <= 10000, got " + r.dump()});
+          issues.push_back({"sweep.repeats", "expected an integer >= 1 and <= 10000, got " + bounded_dump(r)});
         else
           s.repeats = r.get<int64_t>();
       }
@@ -429,10 +423,12 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     for (auto& i : run_issues) {
       bool placed = false;  // on a swept path: named by its place in the sweep
       for (const auto& [path, loc] : where) {
-        if (i.path == path || i.path.rfind(path + "[", 0) == 0) {
+        if (i.path == path) {
           i.path = loc;
           placed = true;
-        } else if (i.path.rfind(path + ".", 0) == 0) {  // inside a swept JSON value (data.storage.latency_us)
+        } else if (i.path.rfind(path + "[", 0) == 0 || i.path.rfind(path + ".", 0) == 0) {
+          // inside a swept value: model.layers[1] -> sweep.axes["model.layers"][1][1], data.storage.latency_us ->
+          // sweep.axes["data.storage"][0].latency_us
           i.path = loc + i.path.substr(path.size());
           placed = true;
         }
@@ -485,13 +481,18 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   }
   for (const auto& [hw_file, ranks] : over_gpus) {
     const auto& [hw_name, gpus] = gpus_of[hw_file];
-    std::string list;
-    for (int64_t r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    std::string list;  // "9", "9 and 16", "9, 12 and 16"
+    size_t i = 0;
+    for (int64_t r : ranks) {
+      list += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(r);
+      ++i;
+    }
     s.notes.push_back(
-        {"cluster.ranks", fmt::format("{} is more than the {} GPUs of hardware profile \"{}\" ({}): allowed, the "
+        {"cluster.ranks", fmt::format("{} {} more than the {} GPU{} of hardware profile \"{}\" ({}): allowed, the "
                                       "modeled clock then prices the collectives as one larger node of the same "
-                                      "fabric and storage and the node cache as nodes of {} ranks "
-                                      "(docs/cost-model.md)", list, gpus, hw_name, hw_file, gpus)});
+                                      "fabric and storage and the node cache as nodes of {} rank{} "
+                                      "(docs/cost-model.md)", list, ranks.size() == 1 ? "is" : "are", gpus,
+                                      gpus == 1 ? "" : "s", hw_name, hw_file, gpus, gpus == 1 ? "" : "s")});
   }
   std::set<std::string> ids;
   for (const auto& r : s.runs)

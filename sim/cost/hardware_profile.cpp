@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 
 namespace gs {
 namespace {
@@ -27,8 +28,7 @@ class Reader {
 
   // Records one problem; reading goes on so that every problem of the file is reported at once.
   void fail(const std::string& path, const std::string& expected, const json* got) const {
-    std::string g = got == nullptr ? "nothing" : got->dump();
-    if (g.size() > 80) g = g.substr(0, 77) + "...";
+    const std::string g = got == nullptr ? "nothing" : bounded_dump(*got, 80);  // never the whole (deep) value
     problems_.push_back(fmt::format("{}: {}: expected {}, got {}", file_, path, expected, g));
   }
   const std::vector<std::string>& problems() const { return problems_; }
@@ -179,12 +179,7 @@ Precision precision_from_name(const std::string& name) {
 }
 
 HardwareProfile parse_hardware_profile(const std::string& text, const std::string& file) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", file, e.what()));
-  }
+  const json root = parse_json_text(text, file);  // depth-limited: a deep file cannot overflow the stack
   if (!root.is_object()) throw Error(fmt::format("{}: expected a JSON object (a hardware profile)", file));
   Reader r(root, file);
   HardwareProfile p;
@@ -252,11 +247,8 @@ std::shared_ptr<const HardwareProfile> load_hardware_profile(const std::string& 
     }
     file = hardware_dir() + "/" + name_or_path + ".json";
   }
-  std::ifstream in(file);
-  if (!in) throw Error(fmt::format("cannot read hardware profile {}", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto p = std::make_shared<const HardwareProfile>(parse_hardware_profile(ss.str(), file));
+  // Size-capped; a folder, device or FIFO is refused by name.
+  auto p = std::make_shared<const HardwareProfile>(parse_hardware_profile(read_json_file_text(file), file));
   cache[name_or_path] = p;
   return p;
 }

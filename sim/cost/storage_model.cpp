@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/cost/hardware_profile.h"
 
 namespace gs {
@@ -30,10 +31,7 @@ constexpr Key kKeys[] = {
     {"concurrency", 1.0, 1e6, "requests in flight per loader"},
 };
 
-std::string short_dump(const json& j) {
-  std::string s = j.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string short_dump(const json& j) { return bounded_dump(j, 60); }
 
 // Reads the three numbers of an object; `sourced` requires {"value", "source"} for each (profile files). Every
 // problem is collected (ProfileError), each "<where><path>: expected ..., got ...": where is "data.storage" for an
@@ -128,16 +126,7 @@ StorageProfile load_storage_profile(const json& spec) {
                             name, choices.empty() ? "none found" : choices, storage_dir()));
   }
   const std::string file = storage_dir() + "/" + name + ".json";
-  std::ifstream in(file);
-  if (!in) throw Error(fmt::format("data.storage: cannot read storage profile {}", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", file, e.what()));
-  }
+  const json j = read_json_file(file);  // size-capped, depth-limited, errors name the file
   StorageProfile p = parse(j, file, true);
   p.name = name;
   p.file = file;

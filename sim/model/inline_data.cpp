@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/model/dataset.h"
 
 namespace gs {
@@ -84,7 +85,7 @@ Batch parse_micro_batch(const json& mb, bool classification, const Dims& d, cons
   for (size_t i = 0; i < y.size(); ++i) {
     if (classification) {
       if (!y[i].is_number_integer() || y[i].get<int64_t>() < 0 || y[i].get<int64_t>() > INT32_MAX) {
-        fail(idx(path + ".y", i) + ": expected a class label (an integer >= 0), got " + y[i].dump());
+        fail(idx(path + ".y", i) + ": expected a class label (an integer >= 0), got " + bounded_dump(y[i]));
       }
       b.labels.push_back(y[i].get<int32_t>());
       seen.classes = std::max<int64_t>(seen.classes, b.labels.back() + 1);

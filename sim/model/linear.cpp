@@ -9,13 +9,14 @@
 #include <fmt/ranges.h>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/model/model.h"
 
 namespace gs {
 namespace {
 
 float number_at(const json& v, const std::string& path) {
-  if (!v.is_number()) throw Error(fmt::format("{}: expected a number, got {}", path, v.dump()));
+  if (!v.is_number()) throw Error(fmt::format("{}: expected a number, got {}", path, bounded_dump(v)));
   return v.get<float>();
 }
 
@@ -26,14 +27,14 @@ std::vector<float> parse_weights(const json& j, int64_t in, int64_t out) {
   const std::string expected = fmt::format("expected {} row{} of {} number{} (layers [{}, {}])", out,
                                            out == 1 ? "" : "s", in, in == 1 ? "" : "s", in, out);
   if (!j.is_array() || static_cast<int64_t>(j.size()) != out) {
-    throw Error(fmt::format("{}: {}, got {}", path, expected, j.dump()));
+    throw Error(fmt::format("{}: {}, got {}", path, expected, bounded_dump(j)));
   }
   std::vector<float> w;
   w.reserve(static_cast<size_t>(in * out));
   for (size_t r = 0; r < j.size(); ++r) {
     const json& row = j[r];
     if (!row.is_array() || static_cast<int64_t>(row.size()) != in) {
-      throw Error(fmt::format("{}: {}; row {} is {}", path, expected, r, row.dump()));
+      throw Error(fmt::format("{}: {}; row {} is {}", path, expected, r, bounded_dump(row)));
     }
     for (size_t c = 0; c < row.size(); ++c) w.push_back(number_at(row[c], fmt::format("{}[{}][{}]", path, r, c)));
   }
@@ -46,7 +47,7 @@ std::vector<float> parse_bias(const json& j, int64_t out) {
   if (j.is_number() && out == 1) return {j.get<float>()};
   if (!j.is_array() || static_cast<int64_t>(j.size()) != out) {
     throw Error(fmt::format("{}: expected {} number{} (the last width of model.layers), got {}", path, out,
-                            out == 1 ? "" : "s", j.dump()));
+                            out == 1 ? "" : "s", bounded_dump(j)));
   }
   std::vector<float> b;
   for (size_t i = 0; i < j.size(); ++i) b.push_back(number_at(j[i], fmt::format("{}[{}]", path, i)));

@@ -7,20 +7,21 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/model/model.h"
 
 namespace gs {
 namespace {
 
 double number_at(const json& v, const std::string& path) {
-  if (!v.is_number()) throw Error(fmt::format("{}: expected a number, got {}", path, v.dump()));
+  if (!v.is_number()) throw Error(fmt::format("{}: expected a number, got {}", path, bounded_dump(v)));
   return v.get<double>();
 }
 
 // A flat list of numbers at `path` (a bare number counts as a list of one).
 std::vector<double> parse_row(const json& j, const std::string& path) {
   if (j.is_number()) return {j.get<double>()};
-  if (!j.is_array()) throw Error(fmt::format("{}: expected a list of numbers, got {}", path, j.dump()));
+  if (!j.is_array()) throw Error(fmt::format("{}: expected a list of numbers, got {}", path, bounded_dump(j)));
   std::vector<double> row;
   for (size_t i = 0; i < j.size(); ++i) row.push_back(number_at(j[i], fmt::format("{}[{}]", path, i)));
   return row;

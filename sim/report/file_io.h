@@ -18,6 +18,7 @@ namespace gs {
 class ReportIoError : public Error {
  public:
   using Error::Error;
+  bool before_any_run = false;  // set by the driver when the report folder failed before the first run started
 };
 
 // POSIX calls with their POSIX contract (return -1 and set errno on failure). The default forwards to the system.

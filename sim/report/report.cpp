@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/report/summary.h"
 #include "sim/runtime/cuda_probe.h"
 #include "sim/runtime/device.h"
@@ -459,17 +460,18 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
       throw Error(where + ": its runs come from another scenario file or another version of " + scenario.path +
                   " (scenario sha256 differs); run without --resume or choose another --out");
     if (sets != json(scenario.overrides))
-      throw Error(where + ": written with --set " + sets.dump() + ", now " + json(scenario.overrides).dump() +
+      throw Error(where + ": written with --set " + bounded_dump(sets, 200) + ", now " +
+                  bounded_dump(json(scenario.overrides), 200) +
                   "; resume with the same overrides or choose another --out");
   };
   std::vector<json> found;
-  std::ifstream rep(report_path());
-  if (rep) {
+  std::error_code exists_ec;
+  if (std::filesystem::exists(report_path(), exists_ec)) {
     json old;
-    try {
-      old = json::parse(rep);
-    } catch (const json::exception& e) {
-      throw Error(report_path() + ": cannot resume from an unreadable report: " + e.what());
+    try {  // size-capped (kMaxReportFileBytes), depth-limited, regular files only
+      old = read_json_file(report_path(), kMaxReportFileBytes);
+    } catch (const Error& e) {
+      throw Error("cannot resume from an unreadable report: " + std::string(e.what()));
     }
     const json* sha = old.is_object() && old.contains("context") && old["context"].is_object() &&
                               old["context"].contains("scenario_sha256")
@@ -485,17 +487,23 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     if (has_runs)
       for (const auto& run : old["runs"]) found.push_back(run);
   }
-  std::ifstream jl(journal_path());
   bool journal_ok = false;
-  if (jl) {
+  if (std::filesystem::exists(journal_path(), exists_ec)) {
+    std::string text;
+    try {  // size-capped (kMaxReportFileBytes), regular files only
+      text = read_json_file_text(journal_path(), kMaxReportFileBytes);
+    } catch (const Error& e) {
+      throw Error("cannot resume from an unreadable journal: " + std::string(e.what()));
+    }
+    std::istringstream jl(text);
     std::string line;
     bool first = true;
     while (std::getline(jl, line)) {
       if (line.empty()) continue;
       json j;
       try {
-        j = json::parse(line);
-      } catch (const json::exception&) {
+        j = parse_json_text(line, journal_path());  // depth-limited like every JSON input
+      } catch (const Error&) {
         continue;  // a line cut by a kill: that run is simply run again
       }
       if (first) {

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -94,8 +95,15 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   bool replacing = !o.resume && std::ifstream(dir + "/report.json").good();
   std::vector<std::string> rerun = {"interrupted"};
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
-  ReportWriter writer(dir, s, header, o.resume, rerun);
-  writer.flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
+  std::optional<ReportWriter> made;
+  try {
+    made.emplace(dir, s, header, o.resume, rerun);
+    made->flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
+  } catch (ReportIoError& e) {
+    e.before_any_run = true;  // main says that nothing was run
+    throw;
+  }
+  ReportWriter& writer = *made;
   if (replacing && !o.quiet)
     std::fprintf(stderr, "gradsweep: replacing the runs of the existing %s/report.json (--resume keeps them)\n",
                  dir.c_str());

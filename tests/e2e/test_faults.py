@@ -142,6 +142,7 @@ def test_disk_full_or_unwritable_folder_leaves_the_previous_report_intact(tmp_pa
                        text=True, timeout=300)
     assert p.returncode == 3, p.stderr
     assert "cannot create the report folder" in p.stderr, p.stderr
+    assert "nothing was run" in p.stderr and "journaled" not in p.stderr, p.stderr  # no run had started
     assert not (tmp_path / "new").exists()
 
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -233,6 +235,196 @@ TEST(ConfigErrors, TypeErrorsDoNotHideUnrelatedCrossFieldProblems) {
   EXPECT_TRUE(has_issue(sweep, "sweep.axes[\"cluster.ranks\"][1]", "expected an integer >= 1")) << dump_issues(sweep);
 }
 
+// Parameters of an MLP with biases, from its widths: sum of in*out + out per layer.
+int64_t mlp_params(const std::vector<int64_t>& w) {
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < w.size(); ++i) n += w[i] * w[i + 1] + w[i + 1];
+  return n;
+}
+
+// The size limits (report.trace, 2^32 parameters, compression.k, teacher size) are judged whenever their own inputs
+// are well-typed, next to a mistyped field elsewhere (cluster.ranks here) or a failing cross-field rule.
+TEST(ConfigErrors, OtherProblemsDoNotHideTheSizeLimits) {
+  // QA's case: a mistyped cluster.ranks and a 784-64-10 MLP with report.trace.
+  auto a12 = issues_of(R"({"name":"a12","model":{"kind":"mlp","layers":[784,64,10]},"data":{"kind":"fashion_mnist"},
+    "cluster":{"ranks":"two"},"training":{"steps":10},"report":{"trace":true}})");
+  EXPECT_EQ(a12.size(), 2u) << dump_issues(a12);
+  EXPECT_TRUE(has_issue(a12, "cluster.ranks", "got \"two\"")) << dump_issues(a12);
+  EXPECT_TRUE(has_issue(a12, "report.trace", fmt::format("refused above 10000 parameters; this model has {}",
+                                                         mlp_params({784, 64, 10}))))
+      << dump_issues(a12);
+  // A failing cross-field rule (6 co-located shards for 2 ranks) next to k above the model's 8-4 parameters.
+  auto k = issues_of(R"({"name":"k","model":{"kind":"mlp","layers":[8,4]},"data":{"kind":"teacher",
+    "teacher":{"in_dim":8,"out_dim":4}},"cluster":{"ranks":2},"sync":{"kind":"parameter_server","shards":6},
+    "compression":{"kind":"topk","k":100000},"training":{"steps":3}})");
+  EXPECT_TRUE(has_issue(k, "sync.shards", "at most cluster.ranks")) << dump_issues(k);
+  EXPECT_TRUE(has_issue(k, "compression.k", fmt::format("at most the model's {} parameters, got 100000",
+                                                        mlp_params({8, 4}))))
+      << dump_issues(k);
+  // The 2^32 parameter limit of a run with arithmetic, next to a mistyped lr (timing mode is not mistyped).
+  const std::vector<int64_t> wide = {65536, 65536, 2};
+  auto big = issues_of(R"({"name":"big","model":{"kind":"mlp","layers":[65536,65536,2]},"data":{"kind":"teacher",
+    "teacher":{"in_dim":65536,"out_dim":2,"hidden":1}},"training":{"steps":3,"optimizer":{"lr":"fast"}}})");
+  ASSERT_GT(mlp_params(wide), int64_t{1} << 32);
+  EXPECT_TRUE(has_issue(big, "training.optimizer.lr", "expected a number")) << dump_issues(big);
+  EXPECT_TRUE(has_issue(big, "model.layers", fmt::format("{} parameters is more than the limit", mlp_params(wide))))
+      << dump_issues(big);
+  // The teacher's size (hidden x (in_dim + out_dim) weights above 2^30), next to a mistyped training.seed.
+  auto teacher = issues_of(R"({"name":"t","model":{"kind":"mlp","layers":[60000,2]},"data":{"kind":"teacher",
+    "teacher":{"in_dim":60000,"out_dim":2,"hidden":60000}},"training":{"steps":3,"seed":"x"}})");
+  EXPECT_TRUE(has_issue(teacher, "training.seed", "expected")) << dump_issues(teacher);
+  EXPECT_TRUE(has_issue(teacher, "data.teacher.hidden",
+                        fmt::format("the teacher has {} weights", int64_t{60000} * (60000 + 2))))
+      << dump_issues(teacher);
+  // A mistyped input of the check itself (the layers) leaves the check out: no guess about the model.
+  auto layers = issues_of(R"({"name":"l","model":{"kind":"mlp","layers":[784,"x",10]},"data":{"kind":"fashion_mnist"},
+    "training":{"steps":10},"report":{"trace":true}})");
+  EXPECT_EQ(layers.size(), 1u) << dump_issues(layers);
+}
+
+// Sweep problems are all listed: an unknown path in a zip group does not hide the group's unequal lengths; a bad
+// element inside a swept list value is named down to the element; the empty-group message states the rule.
+TEST(ConfigErrors, SweepProblemsNameTheirPlaceAndDoNotHideEachOther) {
+  const std::string base = R"({"name": "z", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3}, "sweep": )";
+  auto zip = issues_of(base + R"({"zip": {"a": [1], "training.steps": [1, 2]}}})");
+  EXPECT_EQ(zip.size(), 2u) << dump_issues(zip);
+  EXPECT_TRUE(has_issue(zip, "sweep.zip[0][\"a\"]", "is not a configuration field")) << dump_issues(zip);
+  // The first list has 1 value, training.steps 2.
+  EXPECT_TRUE(has_issue(zip, "sweep.zip[0][\"training.steps\"]", "expected 1 values (as the group's first list), got 2"))
+      << dump_issues(zip);
+  // One-path groups are valid (the same as an axis), so the empty group's message says "one or more".
+  EXPECT_NO_THROW(parse_scenario(base + R"({"zip": {"training.steps": [1, 2]}}})", "s.json"));
+  auto empty = issues_of(base + R"({"zip": {}}})");
+  ASSERT_EQ(empty.size(), 1u) << dump_issues(empty);
+  EXPECT_NE(empty[0].message.find("one or more paths"), std::string::npos) << empty[0].message;
+  // The second list of model.layers has a string as its second element: [1][1].
+  auto layers = issues_of(base + R"({"axes": {"model.layers": [[8, 4, 3], [8, "x", 3]]}}})");
+  ASSERT_EQ(layers.size(), 1u) << dump_issues(layers);
+  EXPECT_EQ(layers[0].path, "sweep.axes[\"model.layers\"][1][1]") << dump_issues(layers);
+  EXPECT_NE(layers[0].message.find("got \"x\""), std::string::npos) << layers[0].message;
+}
+
+// A value of f other than its default, within its type and range (null when the test has none to offer).
+json other_value(const FieldInfo& f) {
+  switch (f.type) {
+    case FieldType::kBool:
+      return !f.default_value.get<bool>();
+    case FieldType::kString:
+      for (const auto& c : f.choices)
+        if (json(c) != f.default_value) return c;
+      return f.choices.empty() ? json("other") : json();
+    case FieldType::kInt:
+    case FieldType::kNumber: {
+      const double d = f.default_value.get<double>();
+      auto fits = [&](double x) {
+        return (f.min_exclusive ? x > f.min : x >= f.min) && (f.max_exclusive ? x < f.max : x <= f.max) && x != d;
+      };
+      for (double x : {d + 1, d / 2, f.min + 1, 0.5})
+        if (fits(x)) return f.type == FieldType::kInt ? json(static_cast<int64_t>(x)) : json(x);
+      return json();
+    }
+    case FieldType::kIntList:
+      return json::array({8, 4, 3});
+    case FieldType::kJson:
+      return json::array({1});
+  }
+  return json();
+}
+
+// Fault 4's whole kind: every field whose doc starts with "<kinds>: " (each kind a choice of one selector field,
+// separated by ", " or "/"; further "; <kind>:" or ". <kind>:" sections add kinds) is refused, with "only applies
+// when <selector> is ...", when set (to a value other than its default) under each other choice of the selector.
+// The expected sets come from the docs, not from the rule table.
+TEST(ConfigErrors, FieldsDocumentedForSomeKindsAreRefusedUnderTheOthers) {
+  std::set<std::string> covered;
+  int cases = 0;
+  for (const auto& f : config_fields()) {
+    const size_t colon = f.doc.find(':');
+    if (colon == std::string::npos) continue;
+    std::vector<std::string> tokens;
+    std::string head = f.doc.substr(0, colon);
+    for (char& ch : head)
+      if (ch == '/') ch = ',';
+    std::stringstream ss(head);
+    for (std::string t; std::getline(ss, t, ',');) {
+      t.erase(0, t.find_first_not_of(' '));
+      tokens.push_back(t);
+    }
+    const FieldInfo* selector = nullptr;
+    int selectors = 0;
+    auto has = [](const std::vector<std::string>& v, const std::string& x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
+    bool own = true;  // the doc lists the field's own choices ("auto: ..."): not about another field
+    for (const auto& t : tokens) own = own && has(f.choices, t);
+    if (own) continue;
+    for (const auto& g : config_fields()) {
+      if (g.path == f.path || g.choices.empty()) continue;
+      bool all = true;
+      for (const auto& t : tokens) all = all && has(g.choices, t);
+      if (all) {
+        selector = &g;
+        ++selectors;
+      }
+    }
+    if (selector == nullptr) continue;
+    ASSERT_EQ(selectors, 1) << f.path << ": its doc's kinds fit more than one selector";
+    std::vector<std::string> kinds = tokens;
+    for (const auto& c : selector->choices)
+      if (f.doc.find("; " + c + ":") != std::string::npos || f.doc.find(". " + c + ":") != std::string::npos)
+        kinds.push_back(c);
+    const json value = other_value(f);
+    ASSERT_FALSE(value.is_null()) << f.path;
+    for (const auto& k : selector->choices) {
+      if (has(kinds, k)) continue;
+      json doc = {{"name", "t"}};
+      doc[json::json_pointer("/" + std::regex_replace(selector->path, std::regex("\\."), "/"))] = k;
+      doc[json::json_pointer("/" + std::regex_replace(f.path, std::regex("\\."), "/"))] = value;
+      std::vector<ConfigIssue> is;
+      config_from_json(doc, is);
+      bool refused = false;
+      for (const auto& i : is)
+        refused = refused || ((i.path == f.path || f.path.rfind(i.path + ".", 0) == 0) &&
+                              i.message.find("only applies when " + selector->path + " is ") != std::string::npos);
+      EXPECT_TRUE(refused) << f.path << " = " << value.dump() << " under " << selector->path << " \"" << k
+                           << "\" is not refused:\n" << dump_issues(is);
+      covered.insert(f.path);
+      ++cases;
+    }
+  }
+  // The doc parsing found the fields QA named and the audit's additions (so the walk cannot pass by finding none).
+  for (const char* p : {"compression.divide", "sync.shards", "sync.bucket_mb", "training.optimizer.beta1",
+                        "training.optimizer.momentum", "training.schedule.gamma", "precision.growth_factor",
+                        "precision.initial_scale", "precision.amax_history_len", "model.layers", "model.activation",
+                        "cluster.stragglers.noise.sigma", "data.cache.capacity_bytes", "data.teacher.hidden"})
+    EXPECT_TRUE(covered.count(p)) << p;
+  EXPECT_GT(cases, 100);
+}
+
+// compression.divide under the parameter server (QA's case): refused, whatever the cast.
+TEST(ConfigErrors, CompressionDivideIsRefusedUnderTheParameterServer) {
+  for (const char* divide : {"post", "split"}) {
+    auto is = issues_of(fmt::format(R"({{"name": "d", "model": {{"kind": "mlp", "layers": [8, 4, 3]}},
+      "data": {{"kind": "teacher", "teacher": {{"in_dim": 8, "out_dim": 3}}}}, "training": {{"steps": 3}},
+      "cluster": {{"ranks": 2}}, "sync": {{"kind": "parameter_server"}},
+      "compression": {{"kind": "fp16", "divide": "{}"}}}})", divide));
+    ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+    EXPECT_EQ(is[0].path, "compression.divide");
+    EXPECT_EQ(is[0].message, "only applies when sync.kind is \"allreduce\" (it is \"parameter_server\")");
+  }
+}
+
+// cluster.stragglers.factors states its whole range: each factor > 0 and < 1e6 (1e7 is out).
+TEST(ConfigErrors, StragglerFactorsStateTheirWholeRange) {
+  auto is = issues_of(R"({"name": "f", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3},
+    "cluster": {"ranks": 2, "stragglers": {"factors": [1e7, 1]}}})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "cluster.stragglers.factors");
+  EXPECT_NE(is[0].message.find("2 numbers > 0 and < 1e6 (one per rank)"), std::string::npos) << is[0].message;
+}
+
 // Fault 4: a problem of expanded runs on a path that is not swept names the runs it comes from (8 of the 10 grid
 // points: staleness 1..4 x ranks 2, 16; their ids in expansion order, the first three shown).
 TEST(ConfigErrors, ProblemsOfExpandedRunsNameTheRuns) {
@@ -286,8 +478,21 @@ TEST(ConfigNotes, MoreRanksThanTheProfilesGpusIsNoted) {
   ASSERT_EQ(over.notes.size(), 1u);
   const std::string& m = over.notes[0].message;
   EXPECT_EQ(over.notes[0].path, "cluster.ranks");
-  EXPECT_EQ(m.rfind(fmt::format("{}, {} is more than the {} GPUs of hardware profile \"h100-pcie-8\" ({})", gpus + 1,
-                                2 * gpus, gpus, hardware_dir() + "/h100-pcie-8.json"), 0), 0u) << m;
+  EXPECT_EQ(m.rfind(fmt::format("{} and {} are more than the {} GPUs of hardware profile \"h100-pcie-8\" ({})",
+                                gpus + 1, 2 * gpus, gpus, hardware_dir() + "/h100-pcie-8.json"), 0), 0u) << m;
+  EXPECT_NE(m.find(fmt::format("nodes of {} ranks", gpus)), std::string::npos) << m;
+  // A one-GPU profile, three values over it: singular GPU and rank, "a, b and c".
+  std::ifstream one_in(hardware_dir() + "/h200-1.json");
+  std::stringstream one_ss;
+  one_ss << one_in.rdbuf();
+  ASSERT_EQ(json::parse(one_ss.str())["gpus_per_node"]["value"].get<int64_t>(), 1);
+  Scenario one = parse_scenario(R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3},
+    "cluster": {"hardware": "h200-1"}, "sweep": {"axes": {"cluster.ranks": [1, 2, 3, 4]}}})", "s.json");
+  ASSERT_EQ(one.notes.size(), 1u);
+  EXPECT_EQ(one.notes[0].message.rfind("2, 3 and 4 are more than the 1 GPU of hardware profile \"h200-1\"", 0), 0u)
+      << one.notes[0].message;
+  EXPECT_NE(one.notes[0].message.find("nodes of 1 rank (docs"), std::string::npos) << one.notes[0].message;
 }
 
 }  // namespace

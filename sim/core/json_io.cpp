@@ -1,0 +1,171 @@
+// Size-capped, depth-limited JSON file reading and bounded dumps for error text (see json_io.h).
+#include "sim/core/json_io.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "sim/core/error.h"
+
+namespace gs {
+
+std::optional<JsonLimitProblem> json_limit_problem(const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escape = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (escape) escape = false;
+      else if (ch == '\\') escape = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxJsonDepth)
+        return JsonLimitProblem{i, fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth)};
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+void json_line_col(const std::string& text, size_t byte, size_t& line, size_t& col) {
+  line = 1;
+  col = 1;
+  for (size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+}
+
+std::string read_json_file_text(const std::string& file, std::uint64_t max_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(file, ec);
+  if (ec || !fs::exists(st)) throw Error(fmt::format("{}: cannot open the file: no such file", file));
+  if (fs::is_directory(st)) throw Error(fmt::format("{}: is a folder, not a JSON file", file));
+  if (!fs::is_regular_file(st))
+    throw Error(fmt::format("{}: is not a regular file (a device, pipe or socket); expected a JSON file", file));
+  const std::uintmax_t size = fs::file_size(file, ec);
+  if (!ec && size > max_bytes)
+    throw Error(fmt::format("{}: larger than {} bytes ({} MiB), the most gradsweep reads from a JSON file", file,
+                            max_bytes, max_bytes >> 20));
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open the file: {}", file, std::strerror(errno)));
+  // Read at most max_bytes + 1 even if the file grew after the size check.
+  std::string text;
+  text.resize(static_cast<size_t>(std::min<std::uintmax_t>(ec ? max_bytes + 1 : size + 1, max_bytes + 1)));
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > max_bytes) {
+    throw Error(fmt::format("{}: larger than {} bytes ({} MiB), the most gradsweep reads from a JSON file", file,
+                            max_bytes, max_bytes >> 20));
+  }
+  if (in.bad()) throw Error(fmt::format("{}: cannot read the file: {}", file, std::strerror(errno)));
+  return text;
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& file) {
+  if (auto problem = json_limit_problem(text)) {
+    size_t line = 0, col = 0;
+    json_line_col(text, problem->byte, line, col);
+    throw Error(fmt::format("{}:{}:{}: {}", file, line, col, problem->message));
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    size_t line = 0, col = 0;
+    json_line_col(text, e.byte == 0 ? 0 : e.byte - 1, line, col);
+    const std::string what = e.what();
+    const size_t colon = what.find("; ");
+    throw Error(fmt::format("{}:{}:{}: not valid JSON: {}", file, line, col,
+                            colon == std::string::npos ? what : what.substr(colon + 2)));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond a double (1e400)
+    const std::string what = e.what();
+    const size_t close = what.find("] ");
+    throw Error(fmt::format("{}: not valid JSON: {}", file,
+                            close == std::string::npos ? what : what.substr(close + 2)));
+  }
+}
+
+nlohmann::json read_json_file(const std::string& file, std::uint64_t max_bytes) {
+  return parse_json_text(read_json_file_text(file, max_bytes), file);
+}
+
+namespace {
+
+// JSON text of a scalar; a string cut inside a UTF-8 sequence is shown with a replacement character, not refused.
+template <class Json>
+std::string text_of(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Appends j's JSON text to out while out.size() < limit; returns false once the limit is reached.
+template <class Json>
+bool dump_into(const Json& j, std::string& out, size_t limit) {
+  if (out.size() >= limit) return false;
+  if (j.is_array()) {
+    out += '[';
+    bool first = true;
+    for (const auto& x : j) {
+      if (!first) out += ',';
+      first = false;
+      if (!dump_into(x, out, limit)) return false;
+    }
+    out += ']';
+  } else if (j.is_object()) {
+    out += '{';
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!first) out += ',';
+      first = false;
+      const std::string key = text_of(Json(it.key().substr(0, std::min(it.key().size(), limit + 1))));
+      out.append(key, 0, limit + 1 - out.size());
+      if (out.size() >= limit) return false;
+      out += ':';
+      if (!dump_into(it.value(), out, limit)) return false;
+    }
+    out += '}';
+  } else if (j.is_string()) {
+    const auto& s = j.template get_ref<const std::string&>();
+    // Dump only a prefix of a long string (the escaped form is at most 6 bytes a byte).
+    const std::string shown = text_of(Json(s.substr(0, std::min(s.size(), limit + 1))));
+    if (s.size() > limit + 1) out.append(shown, 0, shown.size() - 1);  // drop the closing quote: it was cut
+    else out += shown;
+  } else {
+    out += text_of(j);  // number, bool, null, binary: short
+  }
+  return out.size() < limit;
+}
+
+template <class Json>
+std::string bounded_dump_impl(const Json& j, size_t max_chars) {
+  if (max_chars < 4) max_chars = 4;
+  std::string out;
+  dump_into(j, out, max_chars + 1);
+  if (out.size() > max_chars) {
+    size_t cut = max_chars - 3;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    out = out.substr(0, cut) + "...";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string bounded_dump(const nlohmann::json& j, size_t max_chars) { return bounded_dump_impl(j, max_chars); }
+std::string bounded_dump(const nlohmann::ordered_json& j, size_t max_chars) {
+  return bounded_dump_impl(j, max_chars);
+}
+
+}  // namespace gs

@@ -1,0 +1,50 @@
+// Reading JSON files within limits: every JSON file gradsweep reads (scenarios, hardware and storage profiles, the
+// report and journal read back by --resume) goes through read_json_file / parse_json_text; every "got ..." text of an
+// error is built with bounded_dump. A new JSON input calls read_json_file; a new limit goes into json_limit_problem.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace gs {
+
+// Largest JSON input file read (bytes): 64 MiB. Larger files are refused before reading ("file: larger than ...").
+constexpr std::uint64_t kMaxJsonFileBytes = 64ull << 20;
+// Report and journal read back by --resume may hold many runs: 1 GiB.
+constexpr std::uint64_t kMaxReportFileBytes = 1ull << 30;
+// Deepest nesting of arrays/objects accepted in any JSON input (the parser and the serializer recurse per level).
+constexpr int kMaxJsonDepth = 64;
+
+// Where and why a JSON text breaks a limit (byte offset of the offending bracket; message without the file).
+struct JsonLimitProblem {
+  size_t byte = 0;
+  std::string message;
+};
+
+// Scans text (strings skipped) for nesting deeper than kMaxJsonDepth; returns the first violation, or nothing.
+// Linear time, no recursion.
+std::optional<JsonLimitProblem> json_limit_problem(const std::string& text);
+
+// 1-based line and column of a byte offset in text.
+void json_line_col(const std::string& text, size_t byte, size_t& line, size_t& col);
+
+// Reads a whole file as text. Throws Error "<file>: ..." when it is missing or unreadable, is a folder or any other
+// non-regular file (device, FIFO, socket: /dev/zero would never end), or is larger than max_bytes.
+std::string read_json_file_text(const std::string& file, std::uint64_t max_bytes = kMaxJsonFileBytes);
+
+// Parses JSON text read from `file` after the depth check. Throws Error "<file>:<line>:<col>: JSON nested deeper
+// than 64 levels" or "<file>:<line>:<col>: not valid JSON: <parser's reason>" or "<file>: not valid JSON: ...".
+nlohmann::json parse_json_text(const std::string& text, const std::string& file);
+
+// read_json_file_text + parse_json_text.
+nlohmann::json read_json_file(const std::string& file, std::uint64_t max_bytes = kMaxJsonFileBytes);
+
+// JSON text of j cut to at most max_chars characters ("..." at the end when cut). Walks only as far as it prints, so
+// a huge or deeply nested value costs O(max_chars) and recurses at most max_chars levels.
+std::string bounded_dump(const nlohmann::json& j, size_t max_chars = 60);
+std::string bounded_dump(const nlohmann::ordered_json& j, size_t max_chars = 60);
+
+}  // namespace gs

@@ -1,0 +1,50 @@
+"""Bad input files given to the gradsweep binary: deep nesting, devices, folders and oversized files are refused with
+exit 2 and a message naming the file (never a crash or an endless read), and one problem does not hide another.
+Expected texts come from the inputs (their nesting, sizes, parameter counts)."""
+import os
+
+import pytest
+
+from test_cli import BIN, run, scenario, write
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
+
+
+def test_deeply_nested_hardware_profile_is_refused_not_a_crash(tmp_path):
+    d = 100000
+    prefix = '{"name":'
+    hw = tmp_path / "deephw.json"
+    hw.write_text(prefix + "[" * d + "]" * d + "}")
+    p = run("validate", write(tmp_path, scenario()), "--hardware", hw)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    # Level 65 (the outer object is level 1) is the 64th '[', at column len(prefix) + 64.
+    assert f"{hw}:1:{len(prefix) + 64}: JSON nested deeper than 64 levels" in p.stderr, p.stderr
+    assert len(p.stderr) < 2000  # no dump of the value
+
+
+def test_devices_folders_and_oversized_json_inputs_are_refused_by_name(tmp_path):
+    s = write(tmp_path, scenario())
+    p = run("validate", s, "--hardware", "/dev/zero")
+    assert p.returncode == 2 and "/dev/zero: is not a regular file" in p.stderr, p.stderr
+    p = run("validate", "/dev/zero")
+    assert p.returncode == 2 and "/dev/zero: is not a regular file" in p.stderr, p.stderr
+    p = run("validate", s, "--hardware", tmp_path)
+    assert p.returncode == 2 and f"{tmp_path}: is a folder, not a JSON file" in p.stderr, p.stderr
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:  # sparse: 64 MiB + 1 byte
+        f.truncate(64 * 1024 * 1024 + 1)
+    for args in (("validate", big), ("validate", s, "--hardware", big)):
+        p = run(*args)
+        assert p.returncode == 2, p.stderr
+        assert f"{big}: larger than {64 * 1024 * 1024} bytes (64 MiB)" in p.stderr, p.stderr
+
+
+def test_a_mistyped_field_does_not_hide_the_trace_size_limit(tmp_path):
+    doc = {"name": "a12", "model": {"kind": "mlp", "layers": [784, 64, 10]}, "data": {"kind": "fashion_mnist"},
+           "cluster": {"ranks": "two"}, "training": {"steps": 10}, "report": {"trace": True}}
+    p = run("validate", write(tmp_path, doc))
+    assert p.returncode == 2
+    layers = doc["model"]["layers"]
+    params = sum(a * b + b for a, b in zip(layers, layers[1:]))
+    assert 'cluster.ranks: expected an integer' in p.stderr, p.stderr
+    assert f"report.trace: trace is refused above 10000 parameters; this model has {params}" in p.stderr, p.stderr
