@@ -524,29 +524,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             res.series.back().eval_accuracy = acc;
           }
           if (diverged) {
-            res.disposition = "diverged";
-            res.divergence_quantity = non_finite;
-            if (ctl[kCtlBadParams] > 0) {
-              res.divergence_step = step;
-              res.message = step == 0 ? "the initial parameters are non-finite"
-                                      : fmt::format("diverged at step {}: the first non-finite quantity is the "
-                                                    "parameters after its update ({:.0f} ranks hold some)",
-                                                    step, ctl[kCtlBadParams]);
-            } else {
-              res.divergence_step = step + 1;
-              res.message = std::isfinite(train_loss)
-                                ? fmt::format("diverged at step {}: the first non-finite quantity is the gradient "
-                                              "(the all-reduced gradient holds inf or NaN; training loss {:.6g})",
-                                              step + 1, train_loss)
-                                : fmt::format("diverged at step {}: the first non-finite quantity is the training "
-                                              "loss ({}; the parameters entering the step were finite)",
-                                              step + 1, train_loss);
-            }
+            mark_diverged(res, step, non_finite, train_loss,
+                          ctl[kCtlBadParams] > 0 ? fmt::format("{:.0f} ranks hold some", ctl[kCtlBadParams])
+                                                 : std::string("the all-reduced gradient holds inf or NaN"));
           } else if (stop_now && !last) {
-            res.disposition = timed_out ? "timeout" : "interrupted";
-            res.message = timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed",
-                                                  step + 1, total, timeout_s)
-                                    : fmt::format("stopped after step {} of {}", step + 1, total);
+            mark_stopped(res, step + 1, total, timed_out, timeout_s);
           }
           if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
         }
@@ -580,13 +562,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     res.data = std::move(data_result);
     res.compression = nullptr;
     res.staleness = nullptr;
-    if (res.disposition == "passed" && final_params_bad.load()) {
-      res.disposition = "diverged";
-      res.divergence_step = res.steps_completed;
-      res.divergence_quantity = "parameters";
-      res.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its "
-                                "update", res.steps_completed);
-    }
+    if (res.disposition == "passed" && final_params_bad.load()) mark_final_parameters_nonfinite(res);
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of host memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

@@ -193,20 +193,53 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
     res.steps_completed = step + 1;
     if (hooks.on_step) hooks.on_step(step + 1, total, pt.train_loss);
     if (timeout_s > 0 && step + 1 < total && now_s() - t0 > timeout_s) {
-      res.disposition = "timeout";
-      res.message = fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed", step + 1, total,
-                                timeout_s);
+      mark_stopped(res, step + 1, total, true, timeout_s);
       break;
     }
     if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed) && step + 1 < total) {
-      res.disposition = "interrupted";
-      res.message = fmt::format("stopped after step {} of {}", step + 1, total);
+      mark_stopped(res, step + 1, total, false, timeout_s);
       break;
     }
   }
 }
 
 }  // namespace
+
+void mark_stopped(RunResult& res, int64_t steps_done, int64_t total, bool timed_out, double timeout_s) {
+  res.disposition = timed_out ? "timeout" : "interrupted";
+  res.message = timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed", steps_done,
+                                        total, timeout_s)
+                          : fmt::format("stopped after step {} of {}", steps_done, total);
+}
+
+void mark_diverged(RunResult& res, int64_t step, const char* quantity, double train_loss, const std::string& detail) {
+  res.disposition = "diverged";
+  res.divergence_quantity = quantity;
+  const std::string paren = detail.empty() ? std::string() : " (" + detail + ")";
+  if (res.divergence_quantity == "parameters") {
+    // The parameters entering this step came from the previous step's update.
+    res.divergence_step = step;
+    res.message = step == 0 ? "the initial parameters are non-finite"
+                            : fmt::format("diverged at step {}: the first non-finite quantity is the parameters after "
+                                          "its update{}", step, paren);
+  } else if (res.divergence_quantity == "gradient") {
+    res.divergence_step = step + 1;
+    res.message = fmt::format("diverged at step {}: the first non-finite quantity is the gradient ({}training loss "
+                              "{:.6g})", step + 1, detail.empty() ? std::string() : detail + "; ", train_loss);
+  } else {
+    res.divergence_step = step + 1;
+    res.message = fmt::format("diverged at step {}: the first non-finite quantity is the training loss ({}; the "
+                              "parameters entering the step were finite)", step + 1, train_loss);
+  }
+}
+
+void mark_final_parameters_nonfinite(RunResult& res) {
+  res.disposition = "diverged";
+  res.divergence_step = res.steps_completed;
+  res.divergence_quantity = "parameters";
+  res.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its update",
+                            res.steps_completed);
+}
 
 RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   RunResult res;
@@ -409,14 +442,11 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         }
         if (last) return true;
         if (timeout_s > 0 && now_s() - wall0 > timeout_s) {
-          res.disposition = "timeout";
-          res.message = fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed", p.step, total,
-                                    timeout_s);
+          mark_stopped(res, p.step, total, true, timeout_s);
           return false;
         }
         if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) {
-          res.disposition = "interrupted";
-          res.message = fmt::format("stopped after step {} of {}", p.step, total);
+          mark_stopped(res, p.step, total, false, timeout_s);
           return false;
         }
         return true;
@@ -611,30 +641,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
               res.series.back().eval_accuracy = acc;
             }
             if (diverged) {
-              res.disposition = "diverged";
-              res.divergence_quantity = non_finite;
-              if (ctl[kCtlBadParams] > 0) {
-                // The parameters entering this step came from the previous step's update.
-                res.divergence_step = step;
-                res.message = step == 0 ? "the initial parameters are non-finite"
-                                        : fmt::format("diverged at step {}: the first non-finite quantity is the "
-                                                      "parameters after its update ({:.0f} values over all ranks)",
-                                                      step, ctl[kCtlBadParams]);
-              } else {
-                res.divergence_step = step + 1;
-                res.message = std::isfinite(train_loss)
-                                  ? fmt::format("diverged at step {}: the first non-finite quantity is the gradient "
-                                                "({:.0f} values over all ranks; training loss {:.6g})",
-                                                step + 1, ctl[kCtlBadGrad], train_loss)
-                                  : fmt::format("diverged at step {}: the first non-finite quantity is the training "
-                                                "loss ({}; the parameters entering the step were finite)",
-                                                step + 1, train_loss);
-              }
+              const double count = ctl[kCtlBadParams] > 0 ? ctl[kCtlBadParams] : ctl[kCtlBadGrad];
+              mark_diverged(res, step, non_finite, train_loss, fmt::format("{:.0f} values over all ranks", count));
             } else if (stop_now && !last) {
-              res.disposition = timed_out ? "timeout" : "interrupted";
-              res.message = timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed",
-                                                    step + 1, total, timeout_s)
-                                      : fmt::format("stopped after step {} of {}", step + 1, total);
+              mark_stopped(res, step + 1, total, timed_out, timeout_s);
             }
             if (diverged || (stop_now && !last)) stop_all.store(true);
             if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
@@ -679,13 +689,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.data = std::move(data_result);
     res.compression = strategy->compression_report();
     // The last update can overflow after the last loss was computed.
-    if (res.disposition == "passed" && count_non_finite(strategy->eval_params(), n) > 0) {
-      res.disposition = "diverged";
-      res.divergence_step = res.steps_completed;
-      res.divergence_quantity = "parameters";
-      res.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its "
-                                "update", res.steps_completed);
-    }
+    if (res.disposition == "passed" && count_non_finite(strategy->eval_params(), n) > 0)
+      mark_final_parameters_nonfinite(res);
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);
