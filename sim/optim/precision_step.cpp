@@ -33,6 +33,21 @@ void PrecisionStep::after_update(float* params, Optimizer& optimizer, size_t beg
 
 namespace gs {
 
+ScaledUpdate::ScaledUpdate(const PrecisionConfig& precision)
+    : scaler_(loss_scaler_settings(precision)),
+      handles_nonfinite_(precision_policy(precision).emulated() || scaler_.active()) {}
+
+float ScaledUpdate::unscale_factor() const {
+  return scaler_.active() ? static_cast<float>(1.0 / static_cast<double>(scaler_.scale())) : 1.0f;
+}
+
+bool ScaledUpdate::decide(bool nonfinite, int64_t step) {
+  if (nonfinite && handles_nonfinite_ && !first_nonfinite_) first_nonfinite_ = step;
+  const bool applied = scaler_.active() ? scaler_.update(nonfinite, step) : true;
+  if (applied) ++updates_;
+  return applied;
+}
+
 void PrecisionStep::price(StepCost& cost, double n) const {
   double bytes = 0.0;
   if (scaler_.active()) bytes += 8.0 * n;   // unscale in place, with the inf/NaN check fused

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "sim/config/run_config.h"
 #include "sim/cost/step_cost.h"
@@ -50,6 +51,35 @@ class PrecisionStep {
   double clip_grad_norm_;
   bool store_fp16_;
   int64_t updates_ = 0;
+};
+
+// The loss-scale decisions of a loop that unscales and checks the averaged gradient where it lives and decides on
+// the host (the cuda rank loop: the device multiplies by unscale_factor() and runs gpu::find_nonfinite, every rank
+// sees the same all-reduced flag): GradScaler's rule through the shared LossScaler (skip and back off on inf/NaN,
+// grow after growth_interval clean steps), the applied-update count (the optimizer's t: skipped steps do not count)
+// and the first step whose averaged gradient held an inf/NaN. One per rank; all ranks decide alike.
+class ScaledUpdate {
+ public:
+  explicit ScaledUpdate(const PrecisionConfig& precision);
+  // The loss scale the next backward multiplies the loss by (1 without a scaler).
+  float loss_scale() const { return scaler_.scale(); }
+  // torch's unscale factor float(1 / double(scale)) with an active scaler, else 1 (no unscale pass).
+  float unscale_factor() const;
+  // True when an inf/NaN in the averaged gradient is handled here, not a divergence: an emulated mode or an active
+  // scaler (as the host loop's check_nonfinite). Without a scaler such a step is applied as it is.
+  bool handles_nonfinite() const { return handles_nonfinite_; }
+  // After the check of 1-based optimizer step `step`: whether the optimizer runs. Updates the scaler (if active),
+  // the update count and the first non-finite step.
+  bool decide(bool nonfinite, int64_t step);
+  int64_t update_count() const { return updates_; }
+  std::optional<int64_t> first_nonfinite_step() const { return first_nonfinite_; }
+  const LossScaler& scaler() const { return scaler_; }
+
+ private:
+  LossScaler scaler_;
+  bool handles_nonfinite_;
+  int64_t updates_ = 0;
+  std::optional<int64_t> first_nonfinite_;
 };
 
 // Modeled clock: the format conversions one micro-batch of an emulated mode adds over a model of `params` parameters,

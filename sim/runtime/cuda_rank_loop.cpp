@@ -4,6 +4,8 @@
 // by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs; under nccl each bucket starts
 // as soon as the last micro-batch's backward has enqueued its layers, so it overlaps the rest of backward, as DDP),
 // waited for before the division by S and the optimizer; control values (samples, loss, stop, divergence) go through a host communicator.
+// bf16_mixed / fp16_mixed run the mixed stack (kernels/cuda_dense_mixed.h) on fp32 master weights; the loss scaler
+// (ScaledUpdate, precision_step.h) decides on the host from the all-reduced gradient's non-finite flag.
 // Measured clock from CUDA event pairs per phase; modeled clock as on the host. Extend: a feature the loop learns
 // drops its refusal from cuda_loop_issues (device.cpp) and adds its steps here.
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cuda_dense.h"
+#include "kernels/cuda_dense_mixed.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
 #include "kernels/dense.h"
@@ -215,6 +218,13 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     // injected stragglers (the delay must come before any of the rank's communication, as the modeled clock has it).
     const bool overlap = res.ranks_one_per_gpu && config.sync.overlap && !inject;
     std::atomic<bool> final_params_bad{false};
+    // Precision: fp32, or a mixed mode (bf16/fp16 compute, fp32 master weights and optimizer state).
+    const PrecisionMode mode = parse_precision_mode(config.precision.mode);
+    const bool mixed = mode == PrecisionMode::kBf16Mixed || mode == PrecisionMode::kFp16Mixed;
+    const FloatFormat mixed_format = mode == PrecisionMode::kFp16Mixed ? FloatFormat::kFp16 : FloatFormat::kBf16;
+    std::vector<MixedCounters> rank_counters(static_cast<size_t>(ranks));
+    std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
+    ScaledUpdate report_scaler(config.precision);  // rank 0's copy after the run (every rank's decides alike)
     double trained_s = 0.0;
     World world(ranks);
 
@@ -238,6 +248,10 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       if (state_b.size() > 0) GS_CUDA_CHECK(cudaMemsetAsync(state_b.get(), 0, state_b.bytes(), cs));
       int64_t capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
       gpu::DenseScratchGpu scratch = gpu::make_dense_scratch_gpu(stack, capacity);
+      std::optional<gpu::MixedScratchGpu> mixed_scratch;
+      if (mixed) mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_format, K);
+      ScaledUpdate scaled(config.precision);
+      MixedCounters& counters = rank_counters[static_cast<size_t>(rank)];
       std::array<StagingSlot, 2> slots;
       for (StagingSlot& s : slots) s.reserve(capacity, in_dim, out_dim, classification);
       gpu::DeviceBuffer<double> loss_sums(static_cast<size_t>(K), "micro-batch loss sums");
@@ -323,6 +337,8 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         gpu::find_nonfinite(params.get(), n, flags.get(), cs);
         GS_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), cs));
         GS_CUDA_CHECK(cudaMemsetAsync(loss_sums.get(), 0, loss_sums.bytes(), cs));
+        if (mixed) gpu::reset_counts(*mixed_scratch, cs);
+        const float loss_scale = scaled.loss_scale();  // this step's backward seed factor
         DataStepRecord data_step;
         size_t next_bucket = 0;  // buckets started so far this step (in bucket order: last layers first)
         // Starts every bucket not yet started whose gradient elements all lie at or after first_final (final in
@@ -361,6 +377,13 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             compute.synchronize();
             capacity = batch.count;
             scratch = gpu::make_dense_scratch_gpu(stack, capacity);
+            if (mixed) {  // keeps this step's counts: read them, then start the new scratch's at its next micro-batch
+              gpu::counters_to_host(*mixed_scratch, counters, cs);
+              const int64_t done = mixed_scratch->backward_index;
+              mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_format, K);
+              gpu::reset_counts(*mixed_scratch, cs);
+              mixed_scratch->backward_index = done;
+            }
             for (StagingSlot& s : slots) s.reserve(capacity, in_dim, out_dim, classification);
           }
           StagingSlot& slot = slots[static_cast<size_t>(k % 2)];
@@ -385,8 +408,13 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           slot.forward_begin.record(cs);
           {
             GS_NVTX_RANGE(kForward);
-            gpu::dense_stack_forward_gpu(blas, scratch, stack, params.get(), slot.x.get(), batch.count, y, labels,
-                                         loss_sums.get() + k);
+            if (mixed) {
+              gpu::dense_stack_forward_mixed_gpu(blas, scratch, *mixed_scratch, stack, params.get(), slot.x.get(),
+                                                 batch.count, y, labels, loss_sums.get() + k);
+            } else {
+              gpu::dense_stack_forward_gpu(blas, scratch, stack, params.get(), slot.x.get(), batch.count, y, labels,
+                                           loss_sums.get() + k);
+            }
           }
           slot.backward_begin.record(cs);
           {
@@ -394,14 +422,19 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             std::function<void(int64_t)> after_layer;
             if (overlap && k + 1 == K)
               after_layer = [&](int64_t layer) { start_buckets(stack.weight_offset(layer)); };
-            gpu::dense_stack_backward_gpu(blas, grad.get(), scratch, stack, params.get(), slot.x.get(), batch.count,
-                                          y, labels, after_layer);
+            if (mixed) {
+              gpu::dense_stack_backward_mixed_gpu(blas, grad.get(), scratch, *mixed_scratch, stack, batch.count, y,
+                                                  labels, loss_scale, after_layer);
+            } else {
+              gpu::dense_stack_backward_gpu(blas, grad.get(), scratch, stack, params.get(), slot.x.get(), batch.count,
+                                            y, labels, after_layer);
+            }
           }
           slot.backward_end.record(cs);
           slot.pending = true;
           ctl[kCtlSamples] += static_cast<double>(batch.count);
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
-          price_precision_micro_batch(cost, PrecisionMode::kFp32, static_cast<double>(n));
+          price_precision_micro_batch(cost, mode, static_cast<double>(n));  // format casts
         }
         {
           const DataCounts& dc = data_step.counts;
@@ -446,6 +479,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), 2 * sizeof(int), cudaMemcpyDeviceToHost, cs));
         for (StagingSlot& s : slots) s.harvest(clock);
         compute.synchronize();  // loss sums and flags are on the host now
+        if (mixed) gpu::counters_to_host(*mixed_scratch, counters, cs);
         {
           StepInput pin;  // the modeled step: the strategy's collectives and optimizer
           pin.rank = rank;
@@ -464,17 +498,24 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         }
         if (ctl[kCtlSamples] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
         const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];
-        const char* non_finite = ctl[kCtlBadParams] > 0         ? "parameters"
-                                 : !std::isfinite(train_loss) ? "train_loss"
-                                 : ctl[kCtlBadGrad] > 0       ? "gradient"
-                                                              : nullptr;
+        // Under a mixed mode or a loss scaler an inf/NaN gradient is the scaler's (skip and back off), not a divergence.
+        const bool grad_bad = ctl[kCtlBadGrad] > 0;
+        const char* non_finite = ctl[kCtlBadParams] > 0                     ? "parameters"
+                                 : !std::isfinite(train_loss)             ? "train_loss"
+                                 : grad_bad && !scaled.handles_nonfinite() ? "gradient"
+                                                                          : nullptr;
         const bool diverged = non_finite != nullptr;
-        if (!diverged) {
+        // The scaler's decision, the same on every rank (the flag is the all-reduced gradient's): a skipped step runs
+        // no optimizer and does not count as an update (GradScaler.step).
+        const float unscale = scaled.unscale_factor();  // this step's scale, before decide() updates it
+        const bool apply = !diverged && scaled.decide(grad_bad, step + 1);
+        if (apply) {
           GS_NVTX_RANGE(kOptimizer);
           opt_begin.record(cs);
           gpu::divide(grad.get(), n, static_cast<float>(ctl[kCtlSamples]), cs);  // the average, as allreduce.cpp
+          if (unscale != 1.0f) gpu::scale(grad.get(), n, unscale, cs);         // torch's unscale_, after the average
           const double lr = learning_rate(config.training.schedule, opt.lr, step, total);
-          const int64_t t = step + 1;  // updates applied including this one (no scaler skips steps here)
+          const int64_t t = scaled.update_count();  // updates applied including this one
           if (adam) {
             const AdamScalars s =
                 adam_scalars(lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.kind == "adamw", t);
@@ -542,6 +583,8 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         final_params_bad.store(flags_host[0] != 0);
       }
       res.steps[static_cast<size_t>(rank)] = clock.steps();
+      first_nonfinite[static_cast<size_t>(rank)] = scaled.first_nonfinite_step();
+      if (rank == 0) report_scaler = scaled;
       data_result.max_queue_depth[static_cast<size_t>(rank)] = static_cast<int64_t>(loader.max_queue_depth());
     };
     world.run(rank_main, [&] {
@@ -550,14 +593,22 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     });
     if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
 
-    PrecisionResult p;  // fp32 without a loss scaler (cuda_loop_issues refuses the rest)
+    PrecisionResult p;  // as the host loop's precision_result: rank 0's scaler, counts summed over ranks
     p.mode = config.precision.mode;
-    p.loss_scale = "none";
-    const LossScaler scaler(loss_scaler_settings(config.precision));
-    p.loss_scale_trajectory = scaler.trajectory();
-    p.final_loss_scale = scaler.scale();
-    p.first_nonfinite_step.assign(static_cast<size_t>(ranks), std::nullopt);
-    p.bytes = bytes_per_param(PrecisionMode::kFp32, adam ? 2 : (opt.momentum != 0.0 ? 1 : 0));
+    const LossScalerSettings settings = loss_scaler_settings(config.precision);
+    p.loss_scale = settings.kind == LossScaleKind::kDynamic  ? "dynamic"
+                   : settings.kind == LossScaleKind::kStatic ? "static"
+                                                             : "none";
+    p.loss_scale_trajectory = report_scaler.scaler().trajectory();
+    p.final_loss_scale = report_scaler.scaler().scale();
+    p.skipped_steps = report_scaler.scaler().skipped_step_list();
+    for (const MixedCounters& c : rank_counters) {
+      p.grad_values += c.grad_values;
+      p.grad_underflow += c.grad_underflow;
+      p.grad_nonfinite += c.grad_nonfinite;
+    }
+    p.first_nonfinite_step = first_nonfinite;
+    p.bytes = bytes_per_param(mode, adam ? 2 : (opt.momentum != 0.0 ? 1 : 0));
     res.precision = p;
     res.data = std::move(data_result);
     res.compression = nullptr;

@@ -58,7 +58,8 @@ std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
   if (c.sync.kind != "allreduce") refuse("sync.kind", quoted(c.sync.kind), "\"allreduce\"");
   if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
     refuse("sync.staleness", "a delayed update (" + std::to_string(c.sync.staleness) + ")", "0");
-  if (c.precision.mode != "fp32") refuse("precision.mode", quoted(c.precision.mode), "\"fp32\"");
+  if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed")
+    refuse("precision.mode", quoted(c.precision.mode), "\"fp32\", \"bf16_mixed\", \"fp16_mixed\"");
   if (c.precision.mode == "fp32" && loss_scaler_settings(c.precision).kind != LossScaleKind::kNone)
     refuse("precision.loss_scale", quoted(c.precision.loss_scale), "\"auto\" or \"none\" under fp32");
   if (c.compression.kind != "none") refuse("compression.kind", quoted(c.compression.kind), "\"none\"");

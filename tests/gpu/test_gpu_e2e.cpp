@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,59 @@ TEST(GpuEndToEnd, InjectedStragglerShowsOnTheMeasuredClock) {
     for (const StepTimes& st : r.steps[static_cast<size_t>(rank)])
       bwd[rank] += st.phase_s[static_cast<size_t>(Phase::kBackward)];
   EXPECT_GE(bwd[0], 2.0 * bwd[1]) << "rank 0 " << bwd[0] << " s, rank 1 " << bwd[1] << " s";
+}
+
+// bf16_mixed and fp16_mixed on cuda (kernels/cuda_dense_mixed.h, the loss scaler in the cuda loop) against the host's
+// emulation: 2 ranks, 2 micro-batches per step, a small MLP, 40 SGD steps. Both backends round at the same points;
+// only the GEMMs' fp32 summation order differs, which flips a value's bf16 rounding by one ulp (2 u = 2^-7 relative)
+// for a small fraction of values (about k u32 / u_bf16 ~ 1e-3 of them). Tolerances: training loss within 2e-2
+// relative per step (an order above what such flips move a 40-step loss; a wrong seed, a missing unscale or a lost
+// micro-batch moves it by O(1)); counted gradient values exactly equal (same shapes and backwards); no skipped step.
+// fp16_mixed with dynamic scaling from 2^24 (loss gradient x 2^24 / 8 overflows fp16): both backends skip the first
+// steps and back off by 0.5 each, the same number of times within one, and train on; final eval losses within 5e-2.
+TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
+  const char* kScenario = R"({"name": "m", "model": {"kind": "mlp", "layers": [16, 32, 4]},
+    "data": {"kind": "teacher", "batch_per_rank": 8, "prefetch": 0,
+             "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 4096, "eval_samples": 256}},
+    "training": {"steps": 40, "eval_every": 20, "accumulation_steps": 2,
+                 "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
+    "cluster": {"ranks": 2, "hardware": "h200-1"}})";
+  auto make = [&](const std::string& backend, std::vector<std::string> sets) {
+    sets.push_back("cluster.backend=" + backend);
+    return parse_scenario(kScenario, "m.json", sets).runs.at(0).config;
+  };
+  const RunResult host = run_training(make("host", {"precision.mode=bf16_mixed"}));
+  const RunResult cuda = run_training(make("cuda", {"precision.mode=bf16_mixed"}));
+  ASSERT_EQ(host.disposition, "passed") << host.message;
+  ASSERT_EQ(cuda.disposition, "passed") << cuda.message;
+  ASSERT_EQ(cuda.series.size(), host.series.size());
+  for (size_t i = 0; i < cuda.series.size(); ++i)
+    EXPECT_LE(relative(cuda.series[i].train_loss, host.series[i].train_loss), 2e-2) << "step " << i + 1;
+  ASSERT_TRUE(cuda.precision && host.precision);
+  EXPECT_EQ(cuda.precision->mode, "bf16_mixed");
+  EXPECT_EQ(cuda.precision->loss_scale, "none");
+  EXPECT_TRUE(cuda.precision->skipped_steps.empty());
+  EXPECT_EQ(cuda.precision->grad_values, host.precision->grad_values);
+  EXPECT_GT(cuda.precision->grad_values, 0u);
+  EXPECT_EQ(cuda.precision->bytes.master, host.precision->bytes.master);
+
+  const std::vector<std::string> fp16 = {"precision.mode=fp16_mixed", "precision.loss_scale=dynamic",
+                                         "precision.initial_scale=16777216"};
+  const RunResult h16 = run_training(make("host", fp16));
+  const RunResult c16 = run_training(make("cuda", fp16));
+  ASSERT_EQ(h16.disposition, "passed") << h16.message;
+  ASSERT_EQ(c16.disposition, "passed") << c16.message;
+  ASSERT_TRUE(c16.precision && h16.precision);
+  const auto& cs = c16.precision->skipped_steps;
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs.front(), 1);
+  EXPECT_LE(std::abs(static_cast<long>(cs.size()) - static_cast<long>(h16.precision->skipped_steps.size())), 1L);
+  ASSERT_GE(c16.precision->loss_scale_trajectory.size(), 2u);
+  EXPECT_EQ(c16.precision->loss_scale_trajectory[0], (std::pair<int64_t, double>(0, 16777216.0)));
+  EXPECT_EQ(c16.precision->loss_scale_trajectory[1], (std::pair<int64_t, double>(1, 8388608.0)));
+  for (const auto& first : c16.precision->first_nonfinite_step) EXPECT_EQ(first, std::optional<int64_t>(1));
+  ASSERT_TRUE(c16.series.back().eval_loss && h16.series.back().eval_loss);
+  EXPECT_LE(relative(*c16.series.back().eval_loss, *h16.series.back().eval_loss), 5e-2);
 }
 
 // cluster.hardware "detect" takes the detected GPU's profile; one H200 is h200-1 (scenarios/hardware/h200-1.json).

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -87,6 +89,60 @@ TEST(LossScaler, StaticSkipsWithoutChangingNoneNeverSkipsGrowthStaysFinite) {
   EXPECT_TRUE(grow.update(false, 1));
   EXPECT_EQ(grow.scale(), 2.0e38f);
   EXPECT_EQ(grow.growth_tracker(), 0);
+}
+
+// ScaledUpdate (the cuda loop's host-side scaler decisions): GradScaler's rule by hand. fp16_mixed, dynamic, init
+// 1024, growth_interval 2, growth 2, backoff 0.5; flags F F F T F F T T:
+//   1 F: tracker 1, applied (t 1)      2 F: tracker 2 -> scale 2048, applied (t 2)   3 F: tracker 1, applied (t 3)
+//   4 T: scale 1024, skipped           5 F: tracker 1, applied (t 4)                 6 F: -> 2048, applied (t 5)
+//   7 T: 1024, skipped                 8 T: 512, skipped.
+// The unscale factor is 1 / the scale in force for the step (1/1024 before step 2's growth, 1/2048 after it).
+TEST(LossScaler, ScaledUpdateFollowsGradScalerAndCountsOnlyAppliedUpdates) {
+  PrecisionConfig pc;
+  pc.mode = "fp16_mixed";
+  pc.loss_scale = "dynamic";
+  pc.initial_scale = 1024.0;
+  pc.growth_interval = 2;
+  ScaledUpdate u(pc);
+  EXPECT_TRUE(u.handles_nonfinite());
+  EXPECT_EQ(u.loss_scale(), 1024.0f);
+  EXPECT_EQ(u.unscale_factor(), 1.0f / 1024.0f);
+  const bool flags[] = {false, false, false, true, false, false, true, true};
+  const bool applied[] = {true, true, true, false, true, true, false, false};
+  const float scale_after[] = {1024, 2048, 2048, 1024, 1024, 2048, 1024, 512};
+  const int64_t updates_after[] = {1, 2, 3, 3, 4, 5, 5, 5};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(u.decide(flags[i], i + 1), applied[i]) << "step " << i + 1;
+    EXPECT_EQ(u.loss_scale(), scale_after[i]) << "step " << i + 1;
+    EXPECT_EQ(u.update_count(), updates_after[i]) << "step " << i + 1;
+  }
+  EXPECT_EQ(u.unscale_factor(), 1.0f / 512.0f);
+  EXPECT_EQ(u.first_nonfinite_step(), std::optional<int64_t>(4));
+  EXPECT_EQ(u.scaler().skipped_step_list(), (std::vector<int64_t>{4, 7, 8}));
+  const std::vector<std::pair<int64_t, double>> traj = {{0, 1024}, {2, 2048}, {4, 1024}, {6, 2048}, {7, 1024}, {8, 512}};
+  EXPECT_EQ(u.scaler().trajectory(), traj);
+
+  // bf16_mixed with auto (= none): no unscale, an inf/NaN step is applied as it is (it is recorded, not a
+  // divergence of the gradient: the parameters turn non-finite and the next step diverges, as on the host).
+  PrecisionConfig bf;
+  bf.mode = "bf16_mixed";
+  ScaledUpdate b(bf);
+  EXPECT_TRUE(b.handles_nonfinite());
+  EXPECT_EQ(b.unscale_factor(), 1.0f);
+  EXPECT_TRUE(b.decide(false, 1));
+  EXPECT_TRUE(b.decide(true, 2));
+  EXPECT_EQ(b.update_count(), 2);
+  EXPECT_EQ(b.first_nonfinite_step(), std::optional<int64_t>(2));
+  // fp32 without a scaler: a non-finite gradient is a divergence, not the scaler's.
+  EXPECT_FALSE(ScaledUpdate(PrecisionConfig{}).handles_nonfinite());
+  // static: skips without changing the scale.
+  PrecisionConfig st = pc;
+  st.loss_scale = "static";
+  ScaledUpdate s(st);
+  EXPECT_FALSE(s.decide(true, 1));
+  EXPECT_TRUE(s.decide(false, 2));
+  EXPECT_EQ(s.loss_scale(), 1024.0f);
+  EXPECT_EQ(s.update_count(), 1);
 }
 
 // ---- BC07: clipping after unscaling ----------------------------------------------------------------------------
