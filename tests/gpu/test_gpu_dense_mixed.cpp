@@ -109,8 +109,8 @@ const char* name(FloatFormat f) { return f == FloatFormat::kBf16 ? "bf16" : "fp1
 // MLP 8-16-4, relu, bias, MSE, 8 rows x 2 micro-batches, inputs / weights / biases / targets k/4 with |k| <= 2. Every
 // GEMM sum is exact in fp32 in any order, even with truncating alignment (products of format values are exact; the
 // sums of their magnitudes stay within 24 bits of their unit: forward z1 <= 2.5 in units of 2^-4, z2 <= 20.5 in
-// 2^-6; backward with seed 8 (fp16, loss scale 64): dz <= 168 in 2^-9 units, dW2 sums <= 3360 in 2^-13 units, dh and
-// dW1 smaller), the roundings of equal fp32 values are equal, relu is exact, and the seed (loss_scale / 8) and the
+// 2^-6; backward bf16 (seed 1/8): dz <= 2.6 in 2^-9 units, dW2 sums <= 52 in 2^-13 units; fp16 (loss scale 64, seed 8):
+// dz <= 168 in 2^-3 units, dW2 sums <= 3360 in 2^-7 units; dh and dW1 smaller), the roundings of equal fp32 values are equal, relu is exact, and the seed (loss_scale / 8) and the
 // multiplier 8 are powers of two. So the GPU's logits, gradient and counts equal the host's BIT FOR BIT (bound 0);
 // the loss sums differ at most by the per-row fp32 sums of 4 squares (4 u32 each; 1e-6 relative).
 TEST(GpuMixedDense, MixedStackIsBitExactOnDyadicData) {
@@ -142,11 +142,12 @@ TEST(GpuMixedDense, MixedStackIsBitExactOnDyadicData) {
 
 // One linear layer (32 -> 10, bias, cross-entropy), 16 rows x 2 micro-batches, dyadic inputs and weights (so the
 // logits are exact and equal, as above), bf16 with loss scale 1 and fp16 with loss scale 1024. Only the softmax's exp
-// differs (host libm vs CUDA expf, each within 2 ulp: softmax p within 8 u32 relative). Bounds from the unit
+// differs (host libm vs CUDA expf, each within 2 ulp; the sum of 10 terms and the division: each side's p within
+// 16 u32 of the exact softmax, so within 32 u32 of each other). Bounds from the unit
 // roundoffs u_f (format) and u32, per element, with p, dz, a the host's values, seed = scale / rows:
-//   dz = format(seed (p - onehot)):  |dz_gpu - dz_host| <= seed 8 u32 p + 2 u_f |dz|  (one format ulp at a tie flip)
+//   dz = format(seed (p - onehot)):  |dz_gpu - dz_host| <= seed 32 u32 p + 2 u_f |dz|  (one format ulp at a tie flip)
 //   dW_jk = rows format(sum_r dz_rj a_rk) (fp32 sums in other orders: 2 rows u32 sum |dz a|, then one flip 2 u_f):
-//   |delta| <= rows (1 + u_f) [sum_r (seed 8 u32 p_rj + 2 u_f |dz_rj|) |a_rk| + (2 rows u32 + 2 u_f) sum_r |dz_rj a_rk|]
+//   |delta| <= rows (1 + u_f) [sum_r (seed 32 u32 p_rj + 2 u_f |dz_rj|) |a_rk| + (2 rows u32 + 2 u_f) sum_r |dz_rj a_rk|]
 //   and the same with a_rk = 1 for the bias; over two micro-batches the bounds add (plus one fp32 add: u32 |grad|).
 // The loss sums: the same logits, per-row losses through different exp/log (within 8 u32 of each row's loss +
 // 8 u32 of the log-sum-exp's magnitude): 1e-5 relative + 1e-5 absolute per row is above that.
@@ -194,7 +195,7 @@ TEST(GpuMixedDense, MixedCrossEntropyGradientWithinUnitRoundoffBounds) {
         for (int64_t j = 0; j < out; ++j) {
           const double p = std::exp(z[static_cast<size_t>(j)] - zmax) / denom;
           const double dz = std::fabs(seed * (p - (j == label ? 1.0 : 0.0))) * (1.0 + uf);
-          const double e = seed * 8 * kU32 * p + 2 * uf * dz + (2.0 * rows * kU32 + 2 * uf) * dz;
+          const double e = seed * 32 * kU32 * p + 2 * uf * dz + (2.0 * rows * kU32 + 2 * uf) * dz;
           for (int64_t c = 0; c < in; ++c) {
             const double a = std::fabs(xq[static_cast<size_t>(r * in + c)]);
             bound[stack.weight_offset(0) + static_cast<size_t>(j * in + c)] += rows * (1.0 + uf) * e * a;
@@ -215,7 +216,7 @@ TEST(GpuMixedDense, MixedCrossEntropyGradientWithinUnitRoundoffBounds) {
     // The gradient is not trivially inside the bound: some entries are far larger than their bound.
     size_t big = 0;
     for (size_t i = 0; i < params.size(); ++i) big += std::fabs(h.grad[i]) > 4 * bound[i];
-    EXPECT_GT(big, params.size() / 2) << name(f);
+    EXPECT_GT(big, params.size() / 4) << name(f);
     EXPECT_EQ(g.counters.grad_values, h.counters.grad_values) << name(f);
     EXPECT_EQ(g.counters.grad_nonfinite, 0u) << name(f);
   }
