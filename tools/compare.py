@@ -60,7 +60,7 @@ def run_status(run):
 
 
 parameter_server = rl.parameter_server
-exposed_communication_ms = rl.exposed_communication_ms  # collectives: exposed; parameter server: push and pull
+exposed_communication_ms = rl.exposed_communication_ms  # the report's exposed (parameter server: push and pull)
 
 
 def has_target(run):
@@ -240,15 +240,13 @@ TABLE_COLUMNS = [
     ("speedup (modeled)", "speedup_modeled", lambda r: r.speedup_modeled, fmt_speedup),
 ]
 SPEEDUPS = {"speedup_measured", "speedup_modeled"}
-# Markdown footnote markers: a throughput-based speedup, a parameter server's exposed communication (push and pull).
-THROUGHPUT_MARK, PUSH_PULL_MARK = "*", "\u2020"
+# Markdown footnote markers: a throughput-based speedup.
+THROUGHPUT_MARK = "*"
 FOOTNOTES = {
     "throughput": f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's on that clock): "
                   "neither run sets a target, so there is no time to target",
     "no_speedup": f"`{MISSING}` speedup: a target is set, but the run or the baseline has no time to target on that "
                   "clock (not reached, diverged, failed, or no modeled clock)",
-    "push_pull": f"`{PUSH_PULL_MARK}` parameter-server run: its exposed communication is the modeled push and pull per "
-                 "step (the communicate phase; no bucket overlaps backward)",
 }
 
 
@@ -298,9 +296,6 @@ def table(rows, reports, fmt):
                 notes.add("throughput")
             elif name in SPEEDUPS and text == MISSING and has_target(row.run):
                 notes.add("no_speedup")
-            elif name == "exposed_communication_ms" and parameter_server(row.run) and text != MISSING:
-                text += PUSH_PULL_MARK
-                notes.add("push_pull")
             md.append(text)
             cs.append(csv_number(value))
         md.append(row.status)

@@ -589,15 +589,10 @@ def parameter_server(run):
 
 
 def exposed_communication_ms(run):
-    """Modeled communication per rank and step that compute does not hide (ms): for collectives
-    timing.modeled.communication.exposed.all.mean_ms; for parameter-server runs, whose report leaves `exposed` at 0
-    (no bucket overlaps backward), their push and pull, the modeled `communicate` phase
-    (timing.modeled.phases.communicate.all.mean_ms; reports/README.md: nothing hides it). NaN without a modeled
-    clock."""
+    """Modeled communication per rank and step that compute does not hide (ms):
+    timing.modeled.communication.exposed.all.mean_ms, for every strategy (a parameter server's is its push and pull,
+    which nothing hides; reports/README.md). NaN without a modeled clock."""
     modeled = (run.get("timing") or {}).get("modeled") or {}
-    if parameter_server(run):
-        communicate = (modeled.get("phases") or {}).get("communicate") or {}
-        return num((communicate.get("all") or {}).get("mean_ms"))
     exposed = (modeled.get("communication") or {}).get("exposed") or {}
     return num((exposed.get("all") or {}).get("mean_ms"))
 

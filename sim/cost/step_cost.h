@@ -41,6 +41,10 @@ struct CommChain {
   double comm_s = 0.0;   // collectives and p2p, seconds
   double post_s = 0.0;   // compute after (e.g. decode-sum), seconds
   double bytes = 0.0;    // NCCL nBytes of its collectives
+  // Bytes this rank puts on the wire: per collective nBytes x nccl-tests' bus-bandwidth factor (all-reduce
+  // 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1; the host communicator's ring counts the same), plus
+  // each point-to-point transfer whole (a parameter server's push and pull).
+  double wire_bytes = 0.0;
   CollectiveCost chosen;  // the last collective's choice (algorithm, protocol) for the report
   bool has_collective = false;
 };
@@ -84,6 +88,7 @@ class StepCost {
     CommChain& ch = chain(range);
     ch.comm_s += c.time_s;
     ch.bytes += bytes;
+    ch.wire_bytes += bytes * CollectiveModel::busbw_factor(kind, coll_->ranks());
     ch.chosen = c;
     ch.has_collective = true;
     synchronous = true;
@@ -93,6 +98,7 @@ class StepCost {
     CommChain& ch = chain(range);
     ch.comm_s += coll_->p2p_s(bytes);
     ch.bytes += bytes;
+    ch.wire_bytes += bytes;
   }
   const HardwareProfile& hardware() const { return *hw_; }
 

@@ -373,6 +373,17 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
                            {"buckets", buckets}}}};
     // Where every rank had its own GPU the measured clock is the hardware the model prices: compare them.
     if (r.ranks_one_per_gpu && has_steps) j["timing"]["model_error"] = model_error_json(r.steps, r.modeled_steps);
+    // Timing-only runs (no measured step): the bytes per rank and step the modeled clock priced (the cost model's
+    // collectives at nccl-tests' bus-bandwidth factor, the host communicator's count; parameter server: push + pull).
+    if (!has_steps) {
+      json bytes = json::array();
+      for (const auto& rank_steps : r.modeled_steps) {
+        double b = 0.0;
+        for (const auto& st : rank_steps) b += static_cast<double>(st.bytes_sent);
+        bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
+      }
+      j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
+    }
     double modeled_s = r.series.empty() ? 0.0 : r.series.back().modeled_s;
     j["throughput"]["modeled_samples_per_s"] = modeled_s > 0 ? num(r.samples_trained / modeled_s) : json(nullptr);
   }

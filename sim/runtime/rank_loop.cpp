@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <memory>
 
 #include <fmt/format.h>
@@ -147,20 +148,23 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   in.local_samples = static_cast<double>(b * K);
   in.global_samples = in.local_samples * ranks;
   in.lr = config.training.optimizer.lr;
-  // One priced step per schedule key of the strategy (most strategies: one for the whole run).
-  std::map<int64_t, StepCost> priced;
-  auto priced_step = [&](int64_t step) -> const StepCost& {
-    const int64_t key = strategy->schedule_key(step);
+  // One priced step per schedule key of the strategy (most strategies: one for the whole run), and per rank when the
+  // strategy's price depends on the rank (else rank 0's step stands for every rank).
+  const bool per_rank = strategy->price_depends_on_rank();
+  std::map<std::pair<int64_t, int>, StepCost> priced;
+  auto priced_step = [&](int64_t step, int rank) -> const StepCost& {
+    const std::pair<int64_t, int> key{strategy->schedule_key(step), per_rank ? rank : 0};
     auto it = priced.find(key);
     if (it != priced.end()) return it->second;
     StepCost c = cost;
     in.step = step;
+    in.rank = key.second;
     in.cost = &c;
     strategy->price_step(in);
     return priced.emplace(key, std::move(c)).first->second;
   };
-  res.modeled_chains = priced_step(0).chains;
-  std::vector<const StepCost*> recs(static_cast<size_t>(ranks), &priced_step(0));
+  res.modeled_chains = priced_step(0, 0).chains;
+  std::vector<const StepCost*> recs(static_cast<size_t>(ranks), &priced_step(0, 0));
   res.modeled_steps.assign(static_cast<size_t>(ranks), {});
   res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
   res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
@@ -175,7 +179,11 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   GS_NVTX_RANGE(kMeasure);
   for (int64_t step = 0; step < total; ++step) {
     GS_NVTX_RANGE(kStep);
-    std::fill(recs.begin(), recs.end(), &priced_step(step));
+    if (per_rank) {
+      for (int r = 0; r < ranks; ++r) recs[static_cast<size_t>(r)] = &priced_step(step, r);
+    } else {
+      std::fill(recs.begin(), recs.end(), &priced_step(step, 0));
+    }
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
     carry_rank_clocks(m, rank_clock_s);
     for (size_t r = 0; r < m.size(); ++r) {

@@ -251,6 +251,12 @@ class ParameterServer final : public SyncStrategy {
 
   // Timing-only (BSP only, refused otherwise at validation): every rank pushes, waits for the slowest (the step is
   // synchronous), the server applies and every rank pulls.
+  bool price_depends_on_rank() const override {
+    for (double b : wire_bytes_)
+      if (b != wire_bytes_.front()) return true;
+    return false;
+  }
+
   void price_step(const StepInput& in) const override {
     if (in.cost == nullptr) return;
     const double bytes = wire_bytes_[static_cast<size_t>(in.rank)];
@@ -326,6 +332,7 @@ class ParameterServer final : public SyncStrategy {
     if (done_) {  // the budget was used up while this gradient was computed: dropped
       ++discarded_;
       m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = push_p2p_s;
+      m.exposed_s = push_p2p_s;  // nothing of a push overlaps compute (see below)
       m.times.step_s = t_push - t0 - server_s;
       m.times.bytes_sent = static_cast<uint64_t>(push_bytes);
       return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
@@ -353,6 +360,10 @@ class ParameterServer final : public SyncStrategy {
     const double wait_s = t_pull - t_push;
     wait_s_[ri] += wait_s;
     m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = push_p2p_s + (done_ ? 0.0 : p2p_s_[ri]);
+    // Exposed communication: the push starts after the whole backward and the next clock's compute starts after the
+    // pull, so every second of both is on this worker's critical path (none overlapped; the wait is not counted).
+    m.exposed_s = m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)];
+    m.overlapped_s = 0.0;
     m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] += apply_s_;
     m.times.phase_s[static_cast<size_t>(Phase::kWait)] = wait_s;
     m.times.bytes_sent = static_cast<uint64_t>(push_bytes + (done_ ? 0.0 : wire_bytes_[ri]));  // push (and pull)

@@ -108,6 +108,10 @@ class SyncStrategy {
   // price_step records the same work share a key (default: every step alike). E.g. local_sgd: warm-up, averaging and
   // local steps.
   virtual int64_t schedule_key(int64_t step) const { return 0; }
+  // True when price_step records different work for different ranks (a parameter server with fewer co-located
+  // shards than ranks: a rank hosting a shard sends less); the timing-only loop then prices every rank on its own
+  // instead of reusing rank 0's step for all.
+  virtual bool price_depends_on_rank() const { return false; }
 
   // Free-running strategies (parameter server: ranks do not step together). When lockstep() is false the rank loop
   // (rank_loop.cpp) skips its per-step control all-reduce (StepInput.global_samples is then the rank's own samples),

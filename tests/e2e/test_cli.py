@@ -295,6 +295,10 @@ def test_timing_only_prices_a_7b_model_without_its_memory_and_plots_draw_it(tmp_
         assert len(series) == 10 and all(pt["train_loss"] is None for pt in series)
         assert all(b["modeled_s"] > a["modeled_s"] > 0 for a, b in zip(series, series[1:]))
         assert r["throughput"]["modeled_samples_per_s"] > 0
+        # The modeled wire bytes per rank and step: a ring all-reduce sends 2(R-1)/R of the 4n-byte fp32 gradient
+        # (7n on 8 ranks, exact in every bucket; nothing on one rank).
+        ranks = r["swept"]["cluster.ranks"]
+        assert r["communication"]["bytes_sent_per_rank_per_step"] == [2 * (ranks - 1) / ranks * 4 * 6738415616] * ranks
     by_id = {r["id"]: r for r in report["runs"]}
     sxm8 = next(r for r in report["runs"] if r["swept"] == {"cluster.hardware": "h100-sxm-8", "cluster.ranks": 8})
     pcie8 = next(r for r in report["runs"] if r["swept"] == {"cluster.hardware": "h100-pcie-8", "cluster.ranks": 8})

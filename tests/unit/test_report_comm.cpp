@@ -1,0 +1,120 @@
+// The report's communication figures on both paths: timing-only runs write the bytes the modeled clock prices (ring
+// all-reduce 2(N-1)/N of the buffer per rank, parameter server push + pull), equal to what a full run measures; the
+// parameter server's exposed communication is its push + pull. Extend: a new strategy's wire bytes are one more case.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.h"
+#include "sim/cost/cost_model.h"
+#include "sim/model/model.h"
+#include "tests/unit/scenario_helpers.h"
+
+namespace gs {
+namespace {
+
+// A small MLP (8-16-4: 8*16 + 16 + 16*4 + 4 = 212 parameters) trained for real, or priced only (training.mode timing).
+json mlp_run(int ranks, const json& sync, bool timing) {
+  json j = {{"name", "comm"},
+            {"model", {{"kind", "mlp"}, {"layers", {8, 16, 4}}, {"loss", "cross_entropy"}}},
+            {"cluster", {{"ranks", ranks}}},
+            {"training", {{"steps", 3}, {"eval_every", 0}, {"optimizer", {{"kind", "sgd"}, {"lr", 0.1}}}}},
+            {"sync", sync}};
+  if (timing) {
+    j["data"] = {{"kind", "none"}, {"batch_per_rank", 5}};
+    j["training"]["mode"] = "timing";
+  } else {
+    j["data"] = {{"kind", "teacher"}, {"batch_per_rank", 5},
+                 {"teacher", {{"in_dim", 8}, {"hidden", 12}, {"out_dim", 4}, {"train_samples", 512},
+                              {"eval_samples", 64}}}};
+  }
+  return j;
+}
+
+std::vector<double> bytes_per_rank(const json& run) {
+  return run["communication"]["bytes_sent_per_rank_per_step"].get<std::vector<double>>();
+}
+
+constexpr double kMlpParams = 212.0;
+
+// Ring all-reduce (Patarasuk & Yuan 2009; nccl-tests' busbw factor): each rank sends 2(N-1)/N of the fp32 buffer,
+// 4 x 212 bytes, rounded down to whole bytes as the host communicator counts them. Both paths report it.
+TEST(ReportCommunication, TimingOnlyAllReduceBytesAreTheRingShareAsMeasured) {
+  for (int ranks : {2, 3, 8}) {
+    const double ring = std::floor(2.0 * (ranks - 1) / ranks * 4.0 * kMlpParams);
+    const json timing = test::run_scenario_text(mlp_run(ranks, {{"kind", "allreduce"}}, true).dump())[0];
+    ASSERT_EQ(timing["num_params"], 212);
+    const json full = test::run_scenario_text(mlp_run(ranks, {{"kind", "allreduce"}}, false).dump())[0];
+    EXPECT_EQ(bytes_per_rank(timing), std::vector<double>(static_cast<size_t>(ranks), ring)) << ranks << " ranks";
+    EXPECT_EQ(bytes_per_rank(full), std::vector<double>(static_cast<size_t>(ranks), ring)) << ranks << " ranks";
+  }
+}
+
+// GPT-2 small (124,439,808 parameters) on 8 ranks, timing only: 2 x 7/8 x 4 bytes x n = 7n bytes per rank and step,
+// whatever the bucketing (every bucket's share is a whole number of bytes here).
+TEST(ReportCommunication, TimingOnlyGpt2AllReduceBytesAreSevenPerParameterOnEightRanks) {
+  json j = {{"name", "gpt"}, {"model", {{"kind", "gpt2-small"}}}, {"data", {{"kind", "none"}}},
+            {"cluster", {{"ranks", 8}}}, {"training", {{"mode", "timing"}, {"steps", 2}}}};
+  const json run = test::run_scenario_text(j.dump())[0];
+  ASSERT_EQ(run["num_params"], 124439808);
+  EXPECT_EQ(bytes_per_rank(run), std::vector<double>(8, 7.0 * 124439808.0));
+}
+
+// Parameter server (BSP): a worker pushes its fp32 gradient and pulls the parameters, 4n bytes each, except the share
+// of a shard it hosts itself: with P co-located shards (P-1)/P of each; a rank without a shard, or any rank with
+// dedicated servers, sends 2 x 4n. Timing-only prices each rank's own bytes per step (push + pull); the full run
+// measures the same, except that after the last clock's push the run is over and nobody pulls: over S = 3 steps
+// (3 pushes + 2 pulls) / 3 = 5/6 of push + pull per step.
+TEST(ReportCommunication, ParameterServerBytesArePushPlusPullOnBothPaths) {
+  const int ranks = 4;
+  const double full = 2.0 * 4.0 * kMlpParams;
+  struct Case {
+    json sync;
+    std::vector<double> expected;
+  };
+  const std::vector<Case> cases = {
+      {{{"kind", "parameter_server"}}, std::vector<double>(4, full * 3.0 / 4.0)},  // a shard on every rank
+      {{{"kind", "parameter_server"}, {"dedicated", true}}, std::vector<double>(4, full)},
+      {{{"kind", "parameter_server"}, {"shards", 1}}, {0.0, full, full, full}},  // rank 0 holds the whole server
+      {{{"kind", "parameter_server"}, {"shards", 2}}, {full / 2, full / 2, full, full}},
+  };
+  for (const Case& k : cases) {
+    const json timing = test::run_scenario_text(mlp_run(ranks, k.sync, true).dump())[0];
+    const json run = test::run_scenario_text(mlp_run(ranks, k.sync, false).dump())[0];
+    EXPECT_EQ(bytes_per_rank(timing), k.expected) << k.sync.dump();
+    const std::vector<double> measured = bytes_per_rank(run);
+    ASSERT_EQ(measured.size(), k.expected.size());
+    for (size_t r = 0; r < measured.size(); ++r)
+      EXPECT_NEAR(measured[r], k.expected[r] * 5.0 / 6.0, 1e-9 * full) << k.sync.dump() << " rank " << r;
+  }
+}
+
+double mean_ms(const json& dist) { return dist["all"]["mean_ms"].get<double>(); }
+
+// The parameter server's exposed communication: a push starts after the whole backward and the next clock starts after
+// the pull, so nothing overlaps compute: exposed = the communicate phase = 2 point-to-point transfers of the rank's
+// bytes (priced by the collective model: p2p latency + bytes / link bandwidth), overlapped 0. Timing-only: every step;
+// the full run's last step has the push only (the run ends before the pull): mean (2 + 2 + 1) / 3 transfers.
+TEST(ReportCommunication, ParameterServerExposedCommunicationIsPushPlusPull) {
+  const int ranks = 3;
+  for (bool timing : {false, true}) {
+    const json cfg = mlp_run(ranks, {{"kind", "parameter_server"}, {"dedicated", true}}, timing);
+    const json run = test::run_scenario_text(cfg.dump())[0];
+    Scenario sc = parse_scenario(cfg.dump(), "<test>");
+    auto model = make_model(sc.runs[0].config);
+    CostModel cm(sc.runs[0].config, *model);
+    const double one_ms = cm.collectives().p2p_s(4.0 * kMlpParams) * 1e3;
+    ASSERT_GT(one_ms, 0.0);
+    const double push_pull_ms = timing ? 2.0 * one_ms : 5.0 / 3.0 * one_ms;
+    const json& modeled = run["timing"]["modeled"];
+    EXPECT_NEAR(mean_ms(modeled["communication"]["exposed"]), push_pull_ms, 1e-9 * push_pull_ms) << timing;
+    EXPECT_NEAR(mean_ms(modeled["phases"]["communicate"]), push_pull_ms, 1e-9 * push_pull_ms) << timing;
+    EXPECT_NEAR(mean_ms(modeled["communication"]["overlapped"]), 0.0, 1e-9 * push_pull_ms) << timing;
+    EXPECT_EQ(modeled["communication"]["exposed"]["all"]["count"], 3 * ranks) << timing;
+  }
+}
+
+}  // namespace
+}  // namespace gs
