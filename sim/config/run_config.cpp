@@ -1155,7 +1155,18 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     for (const auto& i : issues) taken.push_back(i.path);
     size_limit_issues(c, clean_unless(std::move(taken)), issues);
   }
-  bool structural_ok = structural_checks && issues.empty();
+  // The dataset checks (building it: shapes, sizes, files) read data.*, model.*, cluster.ranks, training.steps,
+  // epochs, accumulation_steps and mode: they run whenever none of those has a problem, whatever else failed.
+  bool structural_ok = structural_checks;
+  if (structural_ok) {
+    std::vector<std::string> taken;
+    for (const auto& i : issues) taken.push_back(i.path);
+    const auto clean = clean_unless(std::move(taken));
+    for (const char* in : {"data.", "data", "model.", "model", "cluster.ranks", "training.steps", "training.epochs",
+                           "training.accumulation_steps", "training.mode", ""})
+      structural_ok = structural_ok && (*in == '\0' || clean(in));
+    for (const auto& i : issues) structural_ok = structural_ok && !i.path.empty();  // a whole-config problem
+  }
   if (structural_ok) {
     if (c.training.mode == "timing") return;  // timing-only runs read no data
     // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so

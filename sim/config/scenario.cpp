@@ -189,6 +189,10 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       issues.push_back({"--set " + path, "unknown key" + (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
       continue;
     }
+    if (auto problem = json_limit_problem(value)) {  // the parser recurses once per level: refuse before parsing
+      issues.push_back({"--set " + path, problem->message});
+      continue;
+    }
     json v;
     try {
       v = json::parse(value);

@@ -415,6 +415,32 @@ TEST(ConfigErrors, CompressionDivideIsRefusedUnderTheParameterServer) {
   }
 }
 
+// --set values are JSON inputs too: one nested deeper than 64 levels is refused before parsing (100000 levels would
+// overflow the parser's stack).
+TEST(ConfigErrors, DeepSetValueIsRefusedBeforeParsing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto is = issues_of(R"({"name": "s", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3}})",
+                      {"model.a=" + deep});
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "--set model.a");
+  EXPECT_EQ(is[0].message, "JSON nested deeper than 64 levels");
+}
+
+// The dataset checks (one global batch against the training set) run next to a failing rule on another field.
+TEST(ConfigErrors, AFailingRuleElsewhereDoesNotHideTheDatasetChecks) {
+  // 2 ranks x 1 micro-batch x 64 samples = 128 > the teacher's 100 training samples; 6 co-located shards > 2 ranks.
+  auto is = issues_of(R"({"name": "b", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "batch_per_rank": 64, "teacher": {"in_dim": 8, "out_dim": 3, "train_samples": 100}},
+    "cluster": {"ranks": 2}, "sync": {"kind": "parameter_server", "shards": 6}, "training": {"steps": 3}})");
+  EXPECT_TRUE(has_issue(is, "sync.shards", "at most cluster.ranks")) << dump_issues(is);
+  bool batch = false;
+  for (const auto& i : is)
+    batch = batch || (i.path.rfind("data.", 0) == 0 && i.message.find("128") != std::string::npos &&
+                      i.message.find("100") != std::string::npos);
+  EXPECT_TRUE(batch) << dump_issues(is);
+}
+
 // cluster.stragglers.factors states its whole range: each factor > 0 and < 1e6 (1e7 is out).
 TEST(ConfigErrors, StragglerFactorsStateTheirWholeRange) {
   auto is = issues_of(R"({"name": "f", "model": {"kind": "mlp", "layers": [8, 4, 3]},
