@@ -2,6 +2,7 @@
 // runs, and validation of every expanded run, with all problems collected before anything runs.
 #include "sim/config/scenario.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -64,6 +65,54 @@ bool read_values(const ojson& v, const std::string& where, std::vector<json>& ou
   }
   for (const auto& x : v) out.push_back(json::parse(x.dump()));
   return true;
+}
+
+// The base's problems that are the base's own: a cross-field rule on a field the sweep leaves alone but that reads a
+// swept field (compression.ratio under compression.kind "none", with the kind swept over [topk, randomk]; stragglers
+// factors for the base's 4 ranks, with ranks swept over [2]) is judged on the runs, not on a base that never runs.
+// Kept: problems on a swept path (or inside a swept value) and problems every expanded run has too. A dropped problem
+// that some runs do have is reported by those runs, named by them. Cost: one config_from_json per grid point, only
+// for a base that has problems.
+std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::vector<SweepAxis>& axes,
+                                                   std::vector<ConfigIssue> base_issues) {
+  auto on_swept = [&](const ConfigIssue& i) {
+    for (const auto& a : axes)
+      for (const auto& p : a.paths)
+        if (i.path == p || i.path.rfind(p + "[", 0) == 0 || i.path.rfind(p + ".", 0) == 0) return true;
+    return false;
+  };
+  std::set<std::string> open;  // keys of base problems not yet missing from some run
+  for (const auto& i : base_issues)
+    if (!on_swept(i)) open.insert(message_of(i));
+  std::set<std::string> dropped;
+  int64_t points = 1;
+  for (const auto& a : axes) points *= static_cast<int64_t>(a.values.size());
+  for (int64_t point = 0; point < points && !open.empty(); ++point) {
+    json cfg = base;
+    int64_t rest = point;
+    for (size_t ai = axes.size(); ai-- > 0;) {
+      const auto& a = axes[ai];
+      size_t pick = static_cast<size_t>(rest % static_cast<int64_t>(a.values.size()));
+      rest /= static_cast<int64_t>(a.values.size());
+      for (size_t p = 0; p < a.paths.size(); ++p) set_path(cfg, a.paths[p], a.values[pick][p]);
+    }
+    std::vector<ConfigIssue> run_issues;
+    config_from_json(cfg, run_issues);
+    std::set<std::string> has;
+    for (const auto& i : run_issues) has.insert(message_of(i));
+    for (auto it = open.begin(); it != open.end();) {
+      if (has.count(*it)) {
+        ++it;
+      } else {
+        dropped.insert(*it);
+        it = open.erase(it);
+      }
+    }
+  }
+  base_issues.erase(std::remove_if(base_issues.begin(), base_issues.end(),
+                                   [&](const ConfigIssue& i) { return dropped.count(message_of(i)) > 0; }),
+                    base_issues.end());
+  return base_issues;
 }
 
 }  // namespace
@@ -358,6 +407,8 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   std::vector<ConfigIssue> base_issues;
   RunConfig base_cfg = config_from_json(base, base_issues);
   s.name = base_cfg.name;
+  if (!base_issues.empty() && base.is_object() && !s.axes.empty())
+    base_issues = base_issues_every_run_has(base, s.axes, std::move(base_issues));
   std::set<std::string> base_keys;  // the base's problems, reported once (runs that share them do not repeat them)
   for (const auto& i : base_issues) {
     issues.push_back(i);

@@ -305,6 +305,48 @@ TEST(ConfigErrors, SweepProblemsNameTheirPlaceAndDoNotHideEachOther) {
   EXPECT_NE(layers[0].message.find("got \"x\""), std::string::npos) << layers[0].message;
 }
 
+// A cross-field rule is judged on the runs when the sweep sets a field it reads: the base never runs on its own.
+TEST(ConfigErrors, BaseIsNotJudgedOnAFieldTheSweepSets) {
+  const std::string head = R"({"name": "q", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "cluster": {"ranks": 2}, )";
+  // QA's three cases: every run uses a kind the field applies to.
+  EXPECT_NO_THROW(parse_scenario(head + R"("training": {"steps": 3}, "compression": {"ratio": 0.1},
+    "sweep": {"axes": {"compression.kind": ["topk", "randomk"]}}})", "s.json"));
+  EXPECT_NO_THROW(parse_scenario(head + R"("training": {"steps": 3, "optimizer": {"lr": 0.001, "beta2": 0.99}},
+    "sweep": {"axes": {"training.optimizer.kind": ["adam", "adamw"]}}})", "s.json"));
+  EXPECT_NO_THROW(parse_scenario(head + R"("training": {"steps": 3, "optimizer": {"kind": "adam", "momentum": 0.9}},
+    "sweep": {"axes": {"training.optimizer.kind": ["sgd"]}}})", "s.json"));
+  // The same through a zip group.
+  EXPECT_NO_THROW(parse_scenario(head + R"("training": {"steps": 3}, "compression": {"ratio": 0.1},
+    "sweep": {"zip": [{"compression.kind": ["topk", "dgc"], "training.steps": [3, 4]}]}})", "s.json"));
+  // Straggler factors: 2 factors for the base's 4 ranks, but every run has 2 ranks.
+  const std::string four = R"({"name": "q", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3},
+    "cluster": {"ranks": 4, "stragglers": {"factors": [1.0, 2.0]}}, )";
+  EXPECT_NO_THROW(parse_scenario(four + R"("sweep": {"axes": {"cluster.ranks": [2]}}})", "s.json"));
+  // Runs with 2 and 4 ranks: only the 4-rank run is refused, named.
+  auto ranks = issues_of(four + R"("sweep": {"axes": {"cluster.ranks": [2, 4]}}})");
+  ASSERT_EQ(ranks.size(), 1u) << dump_issues(ranks);
+  EXPECT_TRUE(has_issue(ranks, "cluster.stragglers.factors", "(sweep run q.ranks=4)")) << dump_issues(ranks);
+  // Some runs really violate the rule: those runs, and only those, are named (kind none and fp16; topk is fine).
+  auto some = issues_of(head + R"("training": {"steps": 3}, "compression": {"ratio": 0.1},
+    "sweep": {"axes": {"compression.kind": ["topk", "none", "fp16"]}}})");
+  ASSERT_EQ(some.size(), 2u) << dump_issues(some);
+  EXPECT_TRUE(has_issue(some, "compression.ratio", "(it is \"none\") (sweep run q.kind=none)")) << dump_issues(some);
+  EXPECT_TRUE(has_issue(some, "compression.ratio", "(it is \"fp16\") (sweep run q.kind=fp16)")) << dump_issues(some);
+  // The rule's fields not swept: the base's own problem, reported once without runs.
+  auto base = issues_of(head + R"("training": {"steps": 3}, "compression": {"ratio": 0.1},
+    "sweep": {"axes": {"training.steps": [3, 4]}}})");
+  ASSERT_EQ(base.size(), 1u) << dump_issues(base);
+  EXPECT_EQ(base[0].path, "compression.ratio");
+  EXPECT_EQ(base[0].message.find("sweep run"), std::string::npos) << base[0].message;
+  EXPECT_NE(base[0].message.find("(it is \"none\")"), std::string::npos) << base[0].message;
+  // A problem on a swept path itself stays the base's (the base value is overridden but still wrong as written).
+  auto swept = issues_of(head + R"("training": {"steps": 3}, "compression": {"kind": "nope"},
+    "sweep": {"axes": {"training.steps": [3, 4]}}})");
+  EXPECT_TRUE(has_issue(swept, "compression.kind", "")) << dump_issues(swept);
+}
+
 // A value of f other than its default, within its type and range (null when the test has none to offer).
 json other_value(const FieldInfo& f) {
   switch (f.type) {
