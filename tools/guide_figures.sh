@@ -30,6 +30,16 @@ SCENARIOS=(
   "all h100-pcie-8 h100-sxm-8"
 )
 
+wanted=("$@")
+known=()
+for line in "${SCENARIOS[@]}"; do known+=("${line%% *}"); done
+for name in "${wanted[@]}"; do
+  if [[ " ${known[*]} " != *" $name "* ]]; then
+    echo "error: unknown scenario \"$name\"; valid names: ${known[*]}" >&2
+    exit 2
+  fi
+done
+
 if [[ ! -x "$GRADSWEEP" ]]; then
   echo "error: $GRADSWEEP: no gradsweep binary (set GRADSWEEP or run tools/build.sh)" >&2
   exit 2
@@ -43,7 +53,6 @@ for p in sys.argv[1:]:
     Image.open(p).convert("RGB").quantize(64).save(p, optimize=True)' "$@"
 }
 
-wanted=("$@")
 total_start=$SECONDS
 for line in "${SCENARIOS[@]}"; do
   read -r name profiles <<<"$line"

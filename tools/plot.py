@@ -945,17 +945,41 @@ def summary_main(summary, report_paths):
                           f"scenarios ({', '.join(sorted(names))})")
         elif not reports[0]["runs"]:
             errors.append(f"{report_paths[0]}: the report has no runs")
-        try:
-            check_out_dir(Path(summary).parent)
-        except rl.ReportError as e:
-            errors.append(str(e))
+        problem = summary_path_problem(Path(summary))
+        if problem:
+            errors.append(f"--summary {summary}: {problem}")
     if errors:
         for message in errors:
             print(f"error: {message}", file=sys.stderr)
         print("error: no figure written", file=sys.stderr)
         return 2
-    print(fig_summary(reports, report_paths, Path(summary)))
+    try:
+        written = fig_summary(reports, report_paths, Path(summary))
+    except (OSError, ValueError) as e:
+        print(f"error: {summary}: cannot write the summary figure: {e}", file=sys.stderr)
+        return 2
+    print(written)
     return 0
+
+
+def summary_path_problem(path):
+    """Why --summary PATH cannot be written as named (matplotlib would add ".png" to a folder or a name without a
+    suffix, and fail with a traceback on an unknown suffix or a missing folder), or None."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if path.is_dir():
+        return "is a folder; expected a file name such as summary.png"
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        return (f"the file name must end in one of {', '.join('.' + f for f in formats)}"
+                + (f" (got .{suffix})" if suffix else " (it has no suffix)"))
+    if not path.parent.is_dir():
+        return f"{path.parent} is not a folder"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return f"{path.parent} is not writable"
+    if path.exists() and not path.is_file():
+        return "is not a regular file"
+    return None
 
 
 def skipped(name, why):

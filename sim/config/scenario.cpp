@@ -194,18 +194,14 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   };
   try {
     doc = ojson::parse(text, on_event);
-  } catch (const ojson::parse_error& e) {
+  } catch (const ojson::exception& e) {  // syntax, or a number too large for a double (1e400): at a line:col
+    const JsonParseProblem p = json_parse_problem(e, text);
+    const bool syntax = dynamic_cast<const ojson::parse_error*>(&e) != nullptr;
+    const std::string reason = (syntax ? "JSON syntax error: " : "invalid JSON: ") + p.reason;
+    if (p.byte == std::string::npos) throw ScenarioError(file, {{"", reason}});
     size_t line = 0, col = 0;
-    line_col(text, e.byte == 0 ? 0 : e.byte - 1, line, col);
-    std::string what = e.what();
-    size_t colon = what.find("; ");
-    std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
-    throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", "JSON syntax error: " + detail}});
-  } catch (const ojson::exception& e) {
-    // e.g. a number too large for a double (1e400)
-    std::string what = e.what();
-    size_t close = what.find("] ");
-    throw ScenarioError(file, {{"", "invalid JSON: " + (close == std::string::npos ? what : what.substr(close + 2))}});
+    line_col(text, p.byte, line, col);
+    throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", reason}});
   }
   if (!doc.is_object()) throw ScenarioError(file, {{"", "expected a JSON object at the top level"}});
 
@@ -248,7 +244,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     } catch (const json::parse_error&) {
       v = value;
     } catch (const json::exception&) {  // valid JSON the parser cannot hold, e.g. 1e400 (beyond a double)
-      issues.push_back({"--set " + path, "expected a value a double can hold, got " + value});
+      issues.push_back({"--set " + path, "expected a value a double can hold, got " + bounded_text(value)});
       continue;
     }
     for (const auto& f : config_fields())

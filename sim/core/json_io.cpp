@@ -17,6 +17,8 @@ std::optional<JsonLimitProblem> json_limit_problem(const std::string& text) {
   bool in_string = false, escape = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char ch = text[i];
+    // nlohmann's parser stops at a NUL byte as at the end of the text: whatever follows would be ignored.
+    if (ch == '\0') return JsonLimitProblem{i, "not valid JSON: a NUL byte (0x00); JSON text holds none"};
     if (in_string) {
       if (escape) escape = false;
       else if (ch == '\\') escape = true;
@@ -75,6 +77,33 @@ std::string read_json_file_text(const std::string& file, std::uint64_t max_bytes
   return text;
 }
 
+std::string bounded_text(const std::string& text, size_t max_chars) {
+  if (max_chars < 4) max_chars = 4;
+  if (text.size() <= max_chars) return text;
+  size_t cut = max_chars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return text.substr(0, cut) + "...";
+}
+
+JsonParseProblem json_parse_problem(const nlohmann::json::exception& e, const std::string& text) {
+  const std::string what = e.what();
+  JsonParseProblem p;
+  if (const auto* pe = dynamic_cast<const nlohmann::json::parse_error*>(&e)) {
+    p.byte = pe->byte == 0 ? 0 : pe->byte - 1;
+    const size_t colon = what.find("; ");
+    p.reason = bounded_text(colon == std::string::npos ? what : what.substr(colon + 2));
+    return p;
+  }
+  // e.g. "number overflow parsing '<token>'" (1e400, a 5000-digit number): no byte offset given, locate the token.
+  const size_t close = what.find("] ");
+  const std::string reason = close == std::string::npos ? what : what.substr(close + 2);
+  p.reason = bounded_text(reason);
+  const size_t open_quote = reason.find('\''), close_quote = reason.rfind('\'');
+  if (open_quote != std::string::npos && close_quote > open_quote + 1)
+    p.byte = text.find(reason.substr(open_quote + 1, close_quote - open_quote - 1));
+  return p;
+}
+
 nlohmann::json parse_json_text(const std::string& text, const std::string& file) {
   if (auto problem = json_limit_problem(text)) {
     size_t line = 0, col = 0;
@@ -83,18 +112,12 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& file)
   }
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    const JsonParseProblem p = json_parse_problem(e, text);
+    if (p.byte == std::string::npos) throw Error(fmt::format("{}: not valid JSON: {}", file, p.reason));
     size_t line = 0, col = 0;
-    json_line_col(text, e.byte == 0 ? 0 : e.byte - 1, line, col);
-    const std::string what = e.what();
-    const size_t colon = what.find("; ");
-    throw Error(fmt::format("{}:{}:{}: not valid JSON: {}", file, line, col,
-                            colon == std::string::npos ? what : what.substr(colon + 2)));
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond a double (1e400)
-    const std::string what = e.what();
-    const size_t close = what.find("] ");
-    throw Error(fmt::format("{}: not valid JSON: {}", file,
-                            close == std::string::npos ? what : what.substr(close + 2)));
+    json_line_col(text, p.byte, line, col);
+    throw Error(fmt::format("{}:{}:{}: not valid JSON: {}", file, line, col, p.reason));
   }
 }
 

@@ -24,7 +24,8 @@ struct JsonLimitProblem {
   std::string message;
 };
 
-// Scans text (strings skipped) for nesting deeper than kMaxJsonDepth; returns the first violation, or nothing.
+// Scans text (strings skipped) for nesting deeper than kMaxJsonDepth and for a NUL byte (the parser would stop there
+// and ignore the rest); returns the first violation, or nothing.
 // Linear time, no recursion.
 std::optional<JsonLimitProblem> json_limit_problem(const std::string& text);
 
@@ -35,7 +36,19 @@ void json_line_col(const std::string& text, size_t byte, size_t& line, size_t& c
 // non-regular file (device, FIFO, socket: /dev/zero would never end), or is larger than max_bytes.
 std::string read_json_file_text(const std::string& file, std::uint64_t max_bytes = kMaxJsonFileBytes);
 
-// Parses JSON text read from `file` after the depth check. Throws Error "<file>:<line>:<col>: JSON nested deeper
+// text cut to at most max_chars bytes ("..." at the end when cut; never inside a UTF-8 character). Every message text
+// built from user input (parser reasons, raw option values) goes through it or bounded_dump.
+std::string bounded_text(const std::string& text, size_t max_chars = 200);
+
+// Where and why nlohmann's parser refused text: byte offset (std::string::npos when unknown) and its reason without
+// the "[json.exception...]" prefix, cut by bounded_text. A number overflow gives no offset: its token is located.
+struct JsonParseProblem {
+  size_t byte = std::string::npos;
+  std::string reason;
+};
+JsonParseProblem json_parse_problem(const nlohmann::json::exception& e, const std::string& text);
+
+// Parses JSON text read from `file` after json_limit_problem (depth, NUL byte). Errors "<file>:<line>:<col>: ..." Throws Error "<file>:<line>:<col>: JSON nested deeper
 // than 64 levels" or "<file>:<line>:<col>: not valid JSON: <parser's reason>" or "<file>: not valid JSON: ...".
 nlohmann::json parse_json_text(const std::string& text, const std::string& file);
 

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -441,6 +442,48 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   return j;
 }
 
+namespace {
+
+// Why path cannot be a report file (it exists and is a folder, FIFO, device or socket), or nothing.
+std::optional<std::string> not_a_regular_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st) || fs::is_regular_file(st)) return std::nullopt;
+  const char* what = fs::is_directory(st) ? "a folder"
+                     : fs::is_fifo(st)    ? "a FIFO (named pipe)"
+                     : fs::is_socket(st)  ? "a socket"
+                                          : "a device or other non-regular file";
+  return path + " is " + what + ", not a regular file; remove it or choose another --out";
+}
+
+// Whether a run read back by --resume has the fields the resume path reads with their types: an object with a
+// string "id", a string "disposition" and an integer "index" >= 0 when present. Returns "<.field>: expected ...".
+std::optional<std::string> resumed_run_problem(const json& run) {
+  if (!run.is_object()) return std::string(": expected an object");
+  if (!run.contains("id") || !run["id"].is_string()) return std::string(".id: expected a string");
+  if (run.contains("disposition") && !run["disposition"].is_string())
+    return std::string(".disposition: expected a string");
+  if (run.contains("index") && !run["index"].is_number_unsigned() &&
+      !(run["index"].is_number_integer() && run["index"].get<int64_t>() >= 0))
+    return std::string(".index: expected an integer >= 0");
+  return std::nullopt;
+}
+
+// A run's position in the sweep (runs read back are checked by resumed_run_problem; 0 when absent).
+int64_t run_index(const json& run) {
+  const auto it = run.find("index");
+  return it != run.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+// JSON text with invalid UTF-8 (a byte from argv, a path or a --set string) replaced by U+FFFD: the report stays
+// valid JSON and the run is not refused after it started.
+std::string dump_valid_utf8(const json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
 ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
                            const std::vector<std::string>& rerun)
     : dir_(std::move(dir)), header_(std::move(header)) {
@@ -455,12 +498,16 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
     throw Error("another gradsweep is writing " + dir_ + "; wait for it or choose another --out");
   }
+  // Opening a FIFO or device named report.json / runs.jsonl would block or never end: refuse them by name first.
+  for (const std::string& path : {report_path(), journal_path()}) {
+    if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);
+  }
   remove_stale_temporaries(report_path());  // left by a writer killed mid-write
   // The journal's first line says which scenario (file hash and overrides) its runs belong to.
   const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides}};
   auto write_identity = [&] {
     std::filesystem::remove(journal_path(), ec);
-    append_line(identity.dump() + "\n");
+    append_line(dump_valid_utf8(identity) + "\n");
   };
   if (!resume) {
     write_identity();
@@ -495,8 +542,16 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
       throw Error(report_path() + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
                   "--resume or choose another --out");
     }
-    if (has_runs)
-      for (const auto& run : old["runs"]) found.push_back(run);
+    if (has_runs) {
+      size_t i = 0;
+      for (const auto& run : old["runs"]) {
+        if (auto problem = resumed_run_problem(run))
+          throw Error(fmt::format("{}: $.runs[{}]{}; run without --resume or choose another --out", report_path(), i,
+                                  *problem));
+        found.push_back(run);
+        ++i;
+      }
+    }
   }
   bool journal_ok = false;
   if (std::filesystem::exists(journal_path(), exists_ec)) {
@@ -526,12 +581,12 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
         journal_ok = true;
         continue;
       }
+      if (resumed_run_problem(j)) continue;  // a mistyped line is skipped like a cut one: that run is run again
       found.push_back(j);
     }
   }
   for (const auto& run : found) {
-    if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) continue;
-    const std::string disposition = run.value("disposition", "");
+    const std::string disposition = run.contains("disposition") ? run["disposition"].get<std::string>() : "";
     if (std::find(rerun.begin(), rerun.end(), disposition) != rerun.end()) {  // unfinished or retried: run again
       runs_.erase(run["id"].get<std::string>());
       continue;
@@ -551,7 +606,7 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   if (!journal_ok) {
     // Keep what report.json held in the fresh journal, so report.json can always be rebuilt from the journal.
     write_identity();
-    for (const auto& [id, run] : runs_) append_line(run.dump() + "\n");
+    for (const auto& [id, run] : runs_) append_line(dump_valid_utf8(run) + "\n");
   }
 }
 
@@ -563,7 +618,7 @@ void ReportWriter::append_line(const std::string& line) { append_file_durable(jo
 
 void ReportWriter::add(const json& run, Rewrite rewrite) {
   runs_[run["id"].get<std::string>()] = run;
-  append_line(run.dump() + "\n");
+  append_line(dump_valid_utf8(run) + "\n");
   const double wait_s = std::min(kMaxRewriteIntervalS, 20.0 * last_flush_cost_s_);
   if (rewrite == Rewrite::kAuto && now_s() - last_flush_s_ >= wait_s) flush();
 }
@@ -574,12 +629,12 @@ void ReportWriter::flush() {
   std::vector<const json*> ordered;
   for (const auto& [id, run] : runs_) ordered.push_back(&run);
   std::stable_sort(ordered.begin(), ordered.end(), [](const json* a, const json* b) {
-    return a->value("index", 0) < b->value("index", 0);
+    return run_index(*a) < run_index(*b);
   });
   json runs = json::array();
   for (const json* r : ordered) runs.push_back(*r);
   doc["runs"] = runs;
-  write_file_atomic(report_path(), doc.dump(1) + "\n");
+  write_file_atomic(report_path(), dump_valid_utf8(doc, 1) + "\n");
   last_flush_s_ = now_s();
   last_flush_cost_s_ = last_flush_s_ - start;
 }

@@ -6,12 +6,14 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include "sim/core/json_io.h"
 #include "sim/model/model.h"
 #include "sim/report/report.h"
 #include "sim/runtime/memory.h"
@@ -37,16 +39,22 @@ std::string fmt_duration(double s) {
 }
 
 // The --filter regex over run ids; throws gs::Error when it is not a valid regex or matches none of the runs.
+// Patterns longer than kMaxFilterChars are refused: std::regex compiles and matches by recursion per pattern element,
+// so a 100000-character pattern (or 20000 nested parentheses) overflows the stack.
 std::regex make_filter(const std::string& f, const Scenario& s) {
+  if (f.size() > kMaxFilterChars)
+    throw Error(fmt::format("--filter: a pattern of at most {} characters is accepted, got {} characters (\"{}\")",
+                            kMaxFilterChars, f.size(), bounded_text(f, 60)));
   std::regex re;
   try {
     re = std::regex(f.empty() ? std::string(".*") : f, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    throw Error("--filter: not a valid regular expression: \"" + f + "\" (" + e.what() + ")");
+    throw Error("--filter: not a valid regular expression: \"" + bounded_text(f) + "\" (" + e.what() + ")");
   }
   for (const auto& r : s.runs)
     if (std::regex_search(r.id, re)) return re;
-  throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", f, s.runs.size()));
+  throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", bounded_text(f),
+                          s.runs.size()));
 }
 
 }  // namespace
@@ -92,7 +100,8 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
   header["axes"] = axes;
   header["repeats"] = s.repeats;
-  bool replacing = !o.resume && std::ifstream(dir + "/report.json").good();
+  std::error_code status_ec;  // never open it here: a FIFO named report.json would block (ReportWriter refuses it)
+  bool replacing = !o.resume && std::filesystem::is_regular_file(dir + "/report.json", status_ec);
   std::vector<std::string> rerun = {"interrupted"};
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
   std::optional<ReportWriter> made;

@@ -9,9 +9,12 @@
 
 namespace gs {
 
+// Longest --filter pattern accepted (characters): std::regex recurses per pattern element.
+constexpr size_t kMaxFilterChars = 512;
+
 struct DriverOptions {
   std::string out_dir;               // "" = reports/<scenario name>
-  std::string filter;                // ECMAScript regex searched in run ids ("" = all)
+  std::string filter;                // ECMAScript regex searched in run ids ("" = all), <= kMaxFilterChars
   bool resume = false;               // run only ids not yet in the report (and the interrupted ones)
   bool retry_failed = false;         // with resume: also rerun failed, diverged and timeout runs
   std::vector<std::string> argv;     // recorded in the report's context

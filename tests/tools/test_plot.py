@@ -1008,3 +1008,44 @@ def test_summary_refuses_reports_of_different_scenarios(run_plot, example, tmp_p
     result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json")
     assert result.returncode == 0, result.stderr
     assert_png(out)
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("x.txt", "the file name must end in one of"),
+    ("noext", "(it has no suffix)"),
+    ("folder", "is a folder"),
+    ("missing/x.png", "missing is not a folder"),
+])
+def test_summary_refuses_an_output_it_cannot_write_as_named(run_plot, tmp_path, name, expected):
+    from conftest import REPO_ROOT
+    (tmp_path / "folder").mkdir()
+    out = tmp_path / name
+    result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json")
+    assert result.returncode == 2, result.stderr
+    assert f"error: --summary {out}: " in result.stderr and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # nothing written anywhere (no noext.png)
+    assert not any((tmp_path / "folder").iterdir())
+
+
+def test_summary_prints_the_path_it_wrote(run_plot, tmp_path):
+    from conftest import REPO_ROOT
+    out = tmp_path / "s.pdf"
+    result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(out)
+    assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_guide_figures_refuses_an_unknown_scenario_name():
+    import subprocess
+    from conftest import REPO_ROOT
+    script = REPO_ROOT / "tools/guide_figures.sh"
+    names = [line.split()[0].strip('"') for line in script.read_text().split("SCENARIOS=(")[1].split(")")[0]
+             .strip().splitlines()]
+    assert "async_ps" in names
+    result = subprocess.run([str(script), "async_ps", "nosuch"], capture_output=True, text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin", "GRADSWEEP": "/nonexistent"})
+    assert result.returncode == 2, result.stderr
+    assert 'unknown scenario "nosuch"' in result.stderr and f"valid names: {' '.join(names)}" in result.stderr
+    assert "total:" not in result.stdout
