@@ -44,19 +44,6 @@ std::string leaf_of(const std::string& path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
-void line_col(const std::string& text, size_t byte, size_t& line, size_t& col) {
-  line = 1;
-  col = 1;
-  for (size_t i = 0; i < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-}
-
 // Reads one axis's value list; issues name `where`.
 bool read_values(const ojson& v, const std::string& where, std::vector<json>& out, std::vector<ConfigIssue>& issues) {
   if (!v.is_array() || v.empty()) {
@@ -150,7 +137,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
                                                 "file", kMaxJsonFileBytes, kMaxJsonFileBytes >> 20)}});
   if (auto problem = json_limit_problem(text)) {
     size_t line = 0, col = 0;
-    line_col(text, problem->byte, line, col);
+    json_line_col(text, problem->byte, line, col);
     throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", problem->message}});
   }
   ojson doc;
@@ -200,7 +187,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     const std::string reason = (syntax ? "JSON syntax error: " : "invalid JSON: ") + p.reason;
     if (p.byte == std::string::npos) throw ScenarioError(file, {{"", reason}});
     size_t line = 0, col = 0;
-    line_col(text, p.byte, line, col);
+    json_line_col(text, p.byte, line, col);
     throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", reason}});
   }
   if (!doc.is_object()) throw ScenarioError(file, {{"", "expected a JSON object at the top level"}});
