@@ -39,6 +39,7 @@
 #include "sim/optim/optimizer.h"
 #include "sim/optim/precision_step.h"
 #include "sim/runtime/device.h"
+#include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
@@ -149,10 +150,6 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     // Input pipeline (loader per rank, no node cache here) priced as on the host.
     const StorageProfile storage = load_storage_profile(config.data.storage);
     const int ranks_per_node = std::max(1, std::min(ranks, cost_model.hardware().gpus_per_node));
-    const int64_t prefetch_steps = config.data.prefetch == 0 ? 0 : std::max<int64_t>(1, config.data.prefetch / K);
-    PrefetchModel prefetch_model(ranks, prefetch_steps);
-    std::array<std::vector<double>, 3> fetch_slots;
-    for (auto& slot : fetch_slots) slot.assign(static_cast<size_t>(ranks), 0.0);
     DataResult data_result;
     data_result.storage = storage.name;
     data_result.prefetch = config.data.prefetch;
@@ -172,40 +169,9 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     std::vector<float> init(n);
     model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
 
-    // Modeled clock, as in rank_loop.cpp: slot [step % 3][rank]; rank 0 models step t - 1 after step t's control
-    // all-reduce (every rank priced t - 1 before it), the last step after the run.
-    std::array<std::vector<StepCost>, 3> cost_slots;
-    for (auto& slot : cost_slots) slot.assign(static_cast<size_t>(ranks), cost_model.make_step_cost());
-    res.modeled_steps.assign(static_cast<size_t>(ranks), {});
-    res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
-    res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
-    double modeled_total_s = 0.0;
-    int64_t modeled_done = 0;
-    std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);
-    auto model_step = [&](int64_t step) {
-      std::vector<const StepCost*> recs;
-      for (StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
-      for (int r = 0; r < ranks; ++r) {
-        const double stall =
-            prefetch_model.stall_s(r, fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)]);
-        const double f =
-            straggler_factor(config.cluster.stragglers, static_cast<uint64_t>(config.training.seed), step, r);
-        cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)].add_time(Phase::kData,
-                                                                                   f > 0 ? stall / f : stall);
-      }
-      std::vector<ModeledStep> m = cost_model.model_step(recs, step);
-      carry_rank_clocks(m, rank_clock_s);
-      for (int r = 0; r < ranks; ++r) prefetch_model.end_step(r, m[static_cast<size_t>(r)].times.step_s);
-      for (size_t r = 0; r < m.size(); ++r) {
-        res.modeled_steps[r].push_back(m[r].times);
-        res.modeled_exposed_s[r].push_back(m[r].exposed_s);
-        res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
-      }
-      if (step == 0) res.modeled_chains = cost_slots[0][0].chains;
-      modeled_total_s += m[0].times.step_s;
-      res.series[static_cast<size_t>(step)].modeled_s = modeled_total_s;
-      modeled_done = step + 1;
-    };
+    // Modeled clock, shared with rank_loop.cpp (lockstep_clock.h): slot [step % 3][rank]; rank 0 models step t - 1
+    // after step t's control all-reduce (every rank priced t - 1 before it), the last step after the run.
+    LockstepModeledClock modeled(cost_model, config, res);
 
     const OptimizerConfig& opt = config.training.optimizer;
     const bool adam = opt.kind == "adam" || opt.kind == "adamw";
@@ -329,7 +295,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       for (int64_t step = 0; step < total; ++step) {
         GS_NVTX_RANGE(kStep);
         clock.begin_step();
-        StepCost& cost = cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)];
+        StepCost& cost = modeled.cost(step, rank);
         cost.clear();
         double ctl[kControlCount] = {};
         if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[kCtlStop] = 1.0;
@@ -444,7 +410,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             fetch += static_cast<double>(dc.peer_transfers) *
                      cost_model.collectives().p2p_s(dc.peer_bytes / static_cast<double>(dc.peer_transfers));
           data_step.fetch_modeled_s = fetch;
-          fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)] = fetch;
+          modeled.set_fetch_s(step, rank, fetch);
           data_steps.push_back(data_step);
         }
         if (inject) {
@@ -551,7 +517,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           res.series.push_back(pt);
           res.samples_trained += ctl[kCtlSamples];
           res.steps_completed = step + 1;
-          if (step > 0) model_step(step - 1);
+          if (step > 0) modeled.model_step(step - 1);
         }
         const bool last = step + 1 == total;
         const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
@@ -591,7 +557,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       gcomm->abort();
       control->abort();
     });
-    if (modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
+    modeled.finish(res.steps_completed);
 
     PrecisionResult p;  // as the host loop's precision_result: rank 0's scaler, counts summed over ranks
     p.mode = config.precision.mode;

@@ -10,7 +10,6 @@
 #include "sim/runtime/rank_loop.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -32,6 +31,7 @@
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
 #include "sim/runtime/device.h"
+#include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 
@@ -323,10 +323,6 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::unique_ptr<DataCache> cache;
     if (data->train_size() > 0 && cache_capacity_samples(config, *data) > 0)
       cache = std::make_unique<DataCache>(*data, config, ranks_per_node);
-    const int64_t prefetch_steps = config.data.prefetch == 0 ? 0 : std::max<int64_t>(1, config.data.prefetch / K);
-    PrefetchModel prefetch_model(ranks, prefetch_steps);
-    std::array<std::vector<double>, 3> fetch_slots;
-    for (auto& slot : fetch_slots) slot.assign(static_cast<size_t>(ranks), 0.0);
     DataResult data_result;
     data_result.storage = storage.name;
     data_result.prefetch = config.data.prefetch;
@@ -356,41 +352,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     }
     if (trace) res.trace_initial = init;
 
-    // Modeled clock: each rank records its step into slot [step % 3][rank]; rank 0 models step t - 1 after its own
-    // step t has ended (outside its measured clock). Every rank finished step t - 1 before step t's control
-    // all-reduce; a rank may be in step t + 1 then (slot (t + 1) % 3) but not in t + 2, which needs rank 0 at the
-    // control all-reduce of t + 1. The last step is modeled after the run.
-    std::array<std::vector<StepCost>, 3> cost_slots;
-    for (auto& slot : cost_slots) slot.assign(static_cast<size_t>(ranks), cost_model.make_step_cost());
-    res.modeled_steps.assign(static_cast<size_t>(ranks), {});
-    res.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
-    res.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
-    double modeled_total_s = 0.0;
-    int64_t modeled_done = 0;  // steps modeled so far
-    std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);  // each rank's modeled time (carry_rank_clocks)
-    auto model_step = [&](int64_t step) {
-      std::vector<const StepCost*> recs;
-      for (StepCost& c : cost_slots[static_cast<size_t>(step % 3)]) recs.push_back(&c);
-      // Data stall: what the loader could not finish before the step began (the straggler factor that
-      // model_step applies to compute does not apply to it, so it is divided out here).
-      for (int r = 0; r < ranks; ++r) {
-        const double stall = prefetch_model.stall_s(r, fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)]);
-        const double f = straggler_factor(config.cluster.stragglers, static_cast<uint64_t>(config.training.seed), step, r);
-        cost_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(r)].add_time(Phase::kData, f > 0 ? stall / f : stall);
-      }
-      std::vector<ModeledStep> m = cost_model.model_step(recs, step);
-      carry_rank_clocks(m, rank_clock_s);
-      for (int r = 0; r < ranks; ++r) prefetch_model.end_step(r, m[static_cast<size_t>(r)].times.step_s);
-      for (size_t r = 0; r < m.size(); ++r) {
-        res.modeled_steps[r].push_back(m[r].times);
-        res.modeled_exposed_s[r].push_back(m[r].exposed_s);
-        res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
-      }
-      if (step == 0) res.modeled_chains = cost_slots[0][0].chains;
-      modeled_total_s += m[0].times.step_s;
-      res.series[static_cast<size_t>(step)].modeled_s = modeled_total_s;
-      modeled_done = step + 1;
-    };
+    // Modeled clock (lockstep_clock.h): each rank records its step into slot [step % 3][rank]; rank 0 models step
+    // t - 1 after its own step t has ended, the last step after the run. Free-running ranks use slot 0 (their
+    // strategy models the steps).
+    LockstepModeledClock modeled(cost_model, config, res);
 
     // Precision bookkeeping per rank (each rank writes only its own entry).
     const PrecisionPolicy base_policy = precision_policy(config.precision);
@@ -489,7 +454,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       for (int64_t step = 0; !lockstep || step < total; ++step) {
         GS_NVTX_RANGE(kStep);
         clock.begin_step();
-        StepCost& cost = cost_slots[static_cast<size_t>(lockstep ? step % 3 : 0)][static_cast<size_t>(rank)];
+        StepCost& cost = modeled.cost(lockstep ? step : 0, rank);
         cost.clear();
         std::fill(grad.begin(), grad.end(), 0.0f);
         // Control values all-reduced once per step: local samples, local loss sum, rank 0's reading of the stop
@@ -553,7 +518,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             fetch += static_cast<double>(dc.peer_transfers) *
                      cost_model.collectives().p2p_s(dc.peer_bytes / static_cast<double>(dc.peer_transfers));
           data_step.fetch_modeled_s = fetch;
-          fetch_slots[static_cast<size_t>(step % 3)][static_cast<size_t>(rank)] = fetch;
+          modeled.set_fetch_s(step, rank, fetch);
           data_steps.push_back(data_step);
         }
         if (check_nonfinite && !first_nonfinite[static_cast<size_t>(rank)]) {
@@ -624,7 +589,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           res.series.push_back(pt);
           res.samples_trained += ctl[0];
           res.steps_completed = step + 1;
-          if (step > 0) model_step(step - 1);
+          if (step > 0) modeled.model_step(step - 1);
         }
         const bool last = step + 1 == total;
         const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
@@ -671,7 +636,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       comm->abort();
       strategy->abort();
     });
-    if (lockstep && modeled_done < res.steps_completed) model_step(res.steps_completed - 1);
+    if (lockstep) modeled.finish(res.steps_completed);
     if (!lockstep) {  // free-running: the strategy's modeled steps per rank (ranks may have different counts)
       res.modeled_steps.clear();
       res.modeled_exposed_s.clear();

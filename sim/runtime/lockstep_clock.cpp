@@ -1,0 +1,70 @@
+// LockstepModeledClock (lockstep_clock.h): the modeled clock's slot ring and per-step bookkeeping for lockstep runs of
+// both rank loops. A new per-step modeled effect is one more term in model_step.
+#include "sim/runtime/lockstep_clock.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "sim/core/error.h"
+
+namespace gs {
+
+int64_t prefetch_depth_steps(const RunConfig& config) {
+  const int64_t K = std::max<int64_t>(1, config.training.accumulation_steps);
+  return config.data.prefetch == 0 ? 0 : std::max<int64_t>(1, config.data.prefetch / K);
+}
+
+LockstepModeledClock::LockstepModeledClock(const CostModel& cost_model, int ranks, int64_t prefetch_steps,
+                                           StragglerConfig stragglers, uint64_t seed, RunResult& res)
+    : cost_model_(cost_model),
+      ranks_(ranks),
+      stragglers_(std::move(stragglers)),
+      seed_(seed),
+      res_(res),
+      prefetch_(ranks, prefetch_steps),
+      rank_clock_s_(static_cast<size_t>(ranks), 0.0) {
+  for (auto& s : cost_slots_) s.assign(static_cast<size_t>(ranks), cost_model.make_step_cost());
+  for (auto& s : fetch_slots_) s.assign(static_cast<size_t>(ranks), 0.0);
+  res_.modeled_steps.assign(static_cast<size_t>(ranks), {});
+  res_.modeled_exposed_s.assign(static_cast<size_t>(ranks), {});
+  res_.modeled_overlapped_s.assign(static_cast<size_t>(ranks), {});
+}
+
+LockstepModeledClock::LockstepModeledClock(const CostModel& cost_model, const RunConfig& config, RunResult& res)
+    : LockstepModeledClock(cost_model, static_cast<int>(config.cluster.ranks), prefetch_depth_steps(config),
+                           config.cluster.stragglers, static_cast<uint64_t>(config.training.seed), res) {}
+
+void LockstepModeledClock::model_step(int64_t step) {
+  GS_EXPECT(step == modeled_done_, "modeled clock: steps must be modeled in order");
+  GS_EXPECT(static_cast<size_t>(step) < res_.series.size(), "modeled clock: the step has no series point yet");
+  std::vector<StepCost>& costs = cost_slots_[slot(step)];
+  const std::vector<double>& fetch = fetch_slots_[slot(step)];
+  std::vector<const StepCost*> recs;
+  recs.reserve(costs.size());
+  for (StepCost& c : costs) recs.push_back(&c);
+  // Data stall: what the loader could not finish before the step began. model_step multiplies compute by the
+  // straggler factor, which does not apply to the loader, so it is divided out here.
+  for (int r = 0; r < ranks_; ++r) {
+    const double stall = prefetch_.stall_s(r, fetch[static_cast<size_t>(r)]);
+    const double f = straggler_factor(stragglers_, seed_, step, r);
+    costs[static_cast<size_t>(r)].add_time(Phase::kData, f > 0 ? stall / f : stall);
+  }
+  std::vector<ModeledStep> m = cost_model_.model_step(recs, step);
+  carry_rank_clocks(m, rank_clock_s_);
+  for (int r = 0; r < ranks_; ++r) prefetch_.end_step(r, m[static_cast<size_t>(r)].times.step_s);
+  for (size_t r = 0; r < m.size(); ++r) {
+    res_.modeled_steps[r].push_back(m[r].times);
+    res_.modeled_exposed_s[r].push_back(m[r].exposed_s);
+    res_.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
+  }
+  if (step == 0) res_.modeled_chains = costs[0].chains;
+  modeled_total_s_ += m[0].times.step_s;
+  res_.series[static_cast<size_t>(step)].modeled_s = modeled_total_s_;
+  modeled_done_ = step + 1;
+}
+
+void LockstepModeledClock::finish(int64_t steps_completed) {
+  if (modeled_done_ < steps_completed) model_step(steps_completed - 1);
+}
+
+}  // namespace gs
