@@ -141,6 +141,19 @@ void BM_TopK1Percent(benchmark::State& bs) {
 
 }  // namespace
 
+// fp8_mixed's operand quantization (gpu::fp8_quantize_delayed: E4M3 with the delayed scale, amax reduction, the
+// history update): reads 4 bytes and writes 2 (the bf16 pattern of the fp8 value) per value.
+void BM_Fp8QuantizeDelayedE4M3(benchmark::State& bs) {
+  State& s = state();
+  static DeviceBuffer<gs::gpu::Fp8ScalingState> scaling(1, "bench fp8 scaling");
+  static DeviceBuffer<float> history(1024, "bench amax history");
+  gs::gpu::fp8_scaling_init(scaling.get(), 1, s.stream.get());
+  run_timed(bs, kF + 2.0 * kValues, [&](cudaStream_t st) {
+    gs::gpu::fp8_quantize_delayed(gs::FloatFormat::kFp8E4M3, reinterpret_cast<uint16_t*>(s.bytes.get()), s.a.get(),
+                                  kValues, scaling.get(), history.get(), 1024, nullptr, st);
+  });
+}
+
 BENCHMARK(BM_CopyDeviceToDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RoundThroughBf16)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeFp8E4M3)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -151,6 +164,7 @@ BENCHMARK(BM_ErrorFeedbackAdd)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SgdMomentum)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Adam)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TopK1Percent)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Fp8QuantizeDelayedE4M3)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   std::string why;

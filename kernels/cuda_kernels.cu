@@ -258,6 +258,136 @@ void divide(float* x, size_t n, float divisor, cudaStream_t stream) {
   launch_map(n, DivideOp{x, divisor}, stream, "divide");
 }
 
+namespace {
+
+struct MaxBits {
+  __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return a > b ? a : b; }
+};
+struct Fmax {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+struct AccumulateInFormatOp {
+  FloatFormat f;
+  float* acc;
+  const float* g;
+  float inv, multiplier;
+  __device__ void operator()(size_t i) const {
+    const float r = round_through(f, acc[i] * inv + g[i]);
+    acc[i] = multiplier != 1.0f ? r * multiplier : r;
+  }
+};
+
+__global__ void fp8_scaling_init_kernel(Fp8ScalingState* states, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    states[i] = Fp8ScalingState{1.0f, 1.0f, 0u, 0u, 0u};
+  }
+}
+
+// Pass 1 of fp8_quantize_delayed (the element loop of the host's fp8_quantize): q = bf16(fp8(x * scale)), the counts,
+// and the amax of the finite |x| as the largest magnitude bit pattern (block max, one atomicMax per block).
+__global__ void fp8_quantize_kernel(FloatFormat f, uint16_t* q, const float* in, size_t n,
+                                    Fp8ScalingState* state, unsigned long long* counts) {
+  using ReduceU = cub::BlockReduce<unsigned long long, kThreads>;
+  using ReduceM = cub::BlockReduce<uint32_t, kThreads>;
+  __shared__ typename ReduceU::TempStorage tmp_u;
+  __shared__ typename ReduceU::TempStorage tmp_n;
+  __shared__ typename ReduceM::TempStorage tmp_m;
+  const float scale = state->scale;
+  uint32_t amax = 0;
+  unsigned long long under = 0, nonfinite = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float x = in[i];
+    const uint32_t a = fp32_bits(x) & 0x7fffffffu;
+    const uint32_t finite_a = a < 0x7f800000u ? a : 0u;
+    amax = finite_a > amax ? finite_a : amax;
+    const float scaled = x * scale;
+    const float r = f == FloatFormat::kFp8E4M3 ? round_through_fp8_e4m3(scaled, Fp8Overflow::kSatFinite)
+                                               : round_through_fp8_e5m2(scaled, Fp8Overflow::kSatFinite);
+    const uint32_t sb = fp32_bits(scaled) & 0x7fffffffu;
+    const uint32_t rb = fp32_bits(r) & 0x7fffffffu;
+    under += (sb != 0u && sb < 0x7f800000u && rb == 0u) ? 1u : 0u;
+    nonfinite += rb >= 0x7f800000u ? 1u : 0u;
+    q[i] = fp32_to_bf16(r);  // exact: an fp8 value (or NaN, canonical in both)
+  }
+  const uint32_t m = ReduceM(tmp_m).Reduce(amax, MaxBits());
+  const unsigned long long u = ReduceU(tmp_u).Sum(under);
+  const unsigned long long nf = ReduceU(tmp_n).Sum(nonfinite);
+  if (threadIdx.x == 0) {
+    if (m) atomicMax(&state->amax_bits, m);
+    if (counts != nullptr) {
+      if (u) atomicAdd(&counts[0], u);
+      if (nf) atomicAdd(&counts[1], nf);
+    }
+  }
+}
+
+// Pass 2, one block: the amax joins the history, scale_inv = 1 / the scale used, scale = fmax / max(history) (the
+// host's Fp8Scaling update; the max of non-negative finite values is the same in any order).
+__global__ void fp8_scaling_update_kernel(Fp8ScalingState* state, float* history, uint32_t len, float format_max_value) {
+  using Reduce = cub::BlockReduce<float, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  __shared__ uint32_t size;
+  if (threadIdx.x == 0) {
+    const float amax = fp32_from_bits(state->amax_bits);
+    state->scale_inv = 1.0f / state->scale;
+    if (state->size < len) {
+      history[state->size] = amax;
+      state->size = state->size + 1;
+    } else {
+      history[state->next] = amax;
+      state->next = (state->next + 1) % len;
+    }
+    state->amax_bits = 0u;
+    size = state->size;
+  }
+  __syncthreads();
+  float hmax = 0.0f;
+  for (uint32_t i = threadIdx.x; i < size; i += blockDim.x) hmax = fmaxf(hmax, history[i]);
+  const float total = Reduce(tmp).Reduce(hmax, Fmax());
+  if (threadIdx.x == 0 && total > 0.0f && isfinite(total)) state->scale = format_max_value / total;
+}
+
+__global__ void fp8_gemm_scalars_kernel(float* alpha_beta, const Fp8ScalingState* a, const Fp8ScalingState* b,
+                                        float beta) {
+  alpha_beta[0] = a->scale_inv * b->scale_inv;
+  alpha_beta[1] = beta;
+}
+
+}  // namespace
+
+void accumulate_in_format(FloatFormat f, float* acc, const float* g, size_t n, float multiplier, cudaStream_t stream) {
+  const float inv = 1.0f / multiplier;  // on the host CPU, as the host twin computes it
+  launch_map(n, AccumulateInFormatOp{f, acc, g, inv, multiplier}, stream, "accumulate_in_format");
+}
+
+void fp8_scaling_init(Fp8ScalingState* states, size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  fp8_scaling_init_kernel<<<blocks_for(count), kThreads, 0, stream>>>(states, count);
+  check_launch("fp8_scaling_init");
+}
+
+void fp8_quantize_delayed(FloatFormat f, uint16_t* q, const float* in, size_t n, Fp8ScalingState* state, float* history,
+                          uint32_t history_len, unsigned long long* counts, cudaStream_t stream) {
+  GS_EXPECT_GPU(f == FloatFormat::kFp8E4M3 || f == FloatFormat::kFp8E5M2, "fp8_quantize_delayed: an fp8 format");
+  GS_EXPECT_GPU(history_len >= 1, "fp8_quantize_delayed: history_len >= 1");
+  if (counts != nullptr) GS_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned long long), stream));
+  if (n > 0) {
+    fp8_quantize_kernel<<<std::min(blocks_for(n), 1024u), kThreads, 0, stream>>>(f, q, in, n, state, counts);
+    check_launch("fp8_quantize_delayed");
+  }
+  fp8_scaling_update_kernel<<<1, kThreads, 0, stream>>>(state, history, history_len, format_max(f));
+  check_launch("fp8_quantize_delayed (scaling update)");
+}
+
+void fp8_gemm_scalars(float* alpha_beta, const Fp8ScalingState* a, const Fp8ScalingState* b, float beta,
+                      cudaStream_t stream) {
+  fp8_gemm_scalars_kernel<<<1, 1, 0, stream>>>(alpha_beta, a, b, beta);
+  check_launch("fp8_gemm_scalars");
+}
+
 // ---- Optimizers ---------------------------------------------------------------------------------------------------
 
 namespace {
@@ -433,6 +563,30 @@ void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const voi
   GS_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(blas.get()), op_of(trans_b), op_of(trans_a), ni, mi, ki,
                                &alpha, b, t, std::max(ldb, 1), a, t, std::max(lda, 1), &beta, c, CUDA_R_32F, ni,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_mixed_scaled(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
+                       int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, const float* alpha_beta) {
+  GS_EXPECT_GPU(storage == FloatFormat::kFp16 || storage == FloatFormat::kBf16,
+                "gemm_mixed_scaled: storage fp16 or bf16");
+  const int mi = checked_dim(m, "gemm: m fits in int"), ni = checked_dim(n, "gemm: n fits in int"),
+            ki = checked_dim(k, "gemm: k fits in int");
+  if (mi == 0 || ni == 0) return;
+  const cudaDataType_t t = storage == FloatFormat::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int lda = trans_a == Transpose::kYes ? mi : ki;
+  const int ldb = trans_b == Transpose::kYes ? ki : ni;
+  const auto h = static_cast<cublasHandle_t>(blas.get());
+  GS_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
+  const cublasStatus_t st = cublasGemmEx(h, op_of(trans_b), op_of(trans_a), ni, mi, ki, alpha_beta, b, t,
+                                         std::max(ldb, 1), a, t, std::max(lda, 1), alpha_beta + 1, c, CUDA_R_32F, ni,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  GS_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));  // the handle's other calls pass host scalars
+  GS_CUBLAS_CHECK(st);
+}
+
+void set_tf32_math(const BlasHandle& blas, bool on) {
+  GS_CUBLAS_CHECK(cublasSetMathMode(static_cast<cublasHandle_t>(blas.get()),
+                                    on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
 void broadcast_rows(float* y, const float* row, int64_t rows, int64_t cols, cudaStream_t stream) {

@@ -53,6 +53,38 @@ void scale(float* x, size_t n, float factor, cudaStream_t stream);
 // the loop `grad[i] / s` in sim/strategy/allreduce.cpp).
 void divide(float* x, size_t n, float divisor, cudaStream_t stream);
 
+// acc[i] = multiplier * round_through(f, acc[i] * (1 / multiplier) + g[i]) for i < n: a gradient held in the format
+// (fp16_pure) at the mean-loss magnitude, g already in the format. Host twin: accumulate_rounded with acc_in_format
+// (kernels/convert.h), the same operations in the same order (1 / multiplier in fp32, no contraction).
+void accumulate_in_format(FloatFormat f, float* acc, const float* g, size_t n, float multiplier, cudaStream_t stream);
+
+// ---- fp8 delayed per-tensor scaling (host twin: fp8_quantize_delayed and Fp8Scaling, kernels/dense_mixed.h) --------
+
+// The device state of one fp8 operand's Fp8Scaling; its amax history is a separate device array of history_len
+// floats (entries [0, size) in use, as Fp8Scaling::history). Plain data, read back with cudaMemcpy.
+struct Fp8ScalingState {
+  float scale;         // the scale the next quantization multiplies by (Fp8Scaling::scale); starts at 1
+  float scale_inv;     // 1 / the scale the LAST quantization used, fp32 division: the GEMM's dequantization factor
+  uint32_t amax_bits;  // amax of the quantization in flight (bits of a finite non-negative float); 0 between uses
+  uint32_t size;       // history entries in use (<= history_len)
+  uint32_t next;       // ring position once the history is full (Fp8Scaling::next)
+};
+// count states at scale 1 with empty histories (scale_inv 1, amax 0).
+void fp8_scaling_init(Fp8ScalingState* states, size_t count, cudaStream_t stream);
+// Delayed-scaling quantization of in[0, n) to f (kFp8E4M3 or kFp8E5M2, both saturating: kSatFinite, as the host twin):
+// q[i] = bf16 bit pattern of fp8(in[i] * state->scale) (every E4M3 / E5M2 value is exact in bf16, so q feeds
+// gemm_mixed_scaled's bf16 GEMM), then the amax of the finite |in[i]| joins the history (pushed while
+// size < history_len, else written at next, next advancing mod history_len), scale_inv = 1 / the scale used, and
+// scale = format_max(f) / max(history) when that max is > 0 and finite. counts (optional, 2 x uint64, overwritten):
+// [0] values nonzero and finite after the scaling that became zero, [1] fp8 results not finite (NaN inputs). The
+// dequantized value the host twin writes is fp32(decode(q[i]) * state->scale_inv). history_len >= 1.
+void fp8_quantize_delayed(FloatFormat f, uint16_t* q, const float* in, size_t n, Fp8ScalingState* state, float* history,
+                          uint32_t history_len, unsigned long long* counts, cudaStream_t stream);
+// alpha_beta[0] = a->scale_inv * b->scale_inv (fp32 product), alpha_beta[1] = beta: the scalars of a GEMM of two
+// fp8-quantized operands (device, 2 floats, for gemm_mixed_scaled).
+void fp8_gemm_scalars(float* alpha_beta, const Fp8ScalingState* a, const Fp8ScalingState* b, float beta,
+                      cudaStream_t stream);
+
 // ---- Optimizers (element math: kernels/optim_math.h) --------------------------------------------------------------
 
 // sgd_element on w[i], g[i], buf[i] for i < n (buf unused and may be null when momentum == 0).
@@ -68,9 +100,17 @@ void gemm(const BlasHandle& blas, float* c, const float* a, const float* b, int6
           Transpose trans_a, Transpose trans_b, float alpha, float beta);
 // The same with a and b held in `storage` (fp16 or bf16 bit patterns, as encode_format writes them) and c in fp32,
 // fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F): what tensor cores compute for mixed precision. fp8 GEMMs
-// (cuBLASLt) are not done.
+// through cuBLASLt are not done: fp8 operands run here as their exact bf16 values (gemm_mixed_scaled).
 void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
                 int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, float alpha, float beta);
+// gemm_mixed with alpha and beta read from the device (alpha_beta[0], alpha_beta[1]; cuBLAS pointer mode device for
+// this call): the fp8 GEMMs, whose dequantization factor (fp8_gemm_scalars) lives on the device. storage kBf16 or kFp16.
+void gemm_mixed_scaled(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
+                       int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, const float* alpha_beta);
+// TF32 tensor-op math for the fp32 GEMMs (gemm) of this handle: on (cublasSetMathMode CUBLAS_TF32_TENSOR_OP_MATH:
+// inputs rounded to 10 mantissa bits inside the tensor core, fp32 accumulation; precision.mode tf32) or off (the
+// default math mode, IEEE fp32).
+void set_tf32_math(const BlasHandle& blas, bool on);
 // y[r, :] = row[:] for r < rows (y is rows x cols).
 void broadcast_rows(float* y, const float* row, int64_t rows, int64_t cols, cudaStream_t stream);
 // *correct (device uint64, overwritten) = rows whose first maximal logit is at the label (host twin count_correct).

@@ -22,10 +22,25 @@ void count(MixedCounters& c, const RoundingCounts& r, size_t n, FloatFormat f) {
   c.grad_nonfinite += r.nonfinite;
 }
 
-// out = dequantize(quantize(in)) with per-tensor scaling: q = fp8(in * scale) (saturating, as TE's casts), out = q *
-// (1 / scale). Then the amax of in joins the history and the scale for the next use is fmax / max(history).
-// Returns the underflow/non-finite counts of the quantization. out may alias in.
-RoundingCounts fp8_quantize(float* out, const float* in, size_t n, FloatFormat f, Fp8Scaling& sc, size_t history_len) {
+void round_in_place(FloatFormat f, float* v, size_t n) { round_fp32_through(f, v, v, n); }
+
+// grad[i] += g[i] (fp32 master gradient), or grad[i] = format(grad[i] + g[i]) when gradients live in the format.
+void accumulate(float* grad, const float* g, size_t n, const MixedSpec& spec, float multiplier) {
+  if (!spec.grad_in_format) {
+    for (size_t i = 0; i < n; ++i) grad[i] += multiplier * g[i];
+    return;
+  }
+  // grad holds multiplier x (a format value): add and round at the mean-loss magnitudes (as accumulate_rounded).
+  const float inv = 1.0f / multiplier;
+  for (size_t i = 0; i < n; ++i) grad[i] = grad[i] * inv + g[i];
+  round_in_place(spec.format, grad, n);
+  for (size_t i = 0; i < n; ++i) grad[i] *= multiplier;
+}
+
+}  // namespace
+
+RoundingCounts fp8_quantize_delayed(float* out, const float* in, size_t n, FloatFormat f, Fp8Scaling& sc,
+                                    size_t history_len) {
   RoundingCounts counts;
   const float scale = sc.scale;
   const float scale_inv = 1.0f / scale;
@@ -79,23 +94,6 @@ RoundingCounts fp8_quantize(float* out, const float* in, size_t n, FloatFormat f
   return counts;
 }
 
-void round_in_place(FloatFormat f, float* v, size_t n) { round_fp32_through(f, v, v, n); }
-
-// grad[i] += g[i] (fp32 master gradient), or grad[i] = format(grad[i] + g[i]) when gradients live in the format.
-void accumulate(float* grad, const float* g, size_t n, const MixedSpec& spec, float multiplier) {
-  if (!spec.grad_in_format) {
-    for (size_t i = 0; i < n; ++i) grad[i] += multiplier * g[i];
-    return;
-  }
-  // grad holds multiplier x (a format value): add and round at the mean-loss magnitudes (as accumulate_rounded).
-  const float inv = 1.0f / multiplier;
-  for (size_t i = 0; i < n; ++i) grad[i] = grad[i] * inv + g[i];
-  round_in_place(spec.format, grad, n);
-  for (size_t i = 0; i < n; ++i) grad[i] *= multiplier;
-}
-
-}  // namespace
-
 MixedScratch make_mixed_scratch(const DenseStack& stack, int64_t max_rows, const MixedSpec& spec) {
   MixedScratch m;
   const int64_t layers = stack.num_layers();
@@ -137,8 +135,8 @@ double dense_stack_forward_mixed(DenseScratch<float>& s, MixedScratch& m, const 
     float* wq = m.w_q[l].data();
     const float* a_op = a;  // deeper layers' inputs are activations already in the format (fp16/bf16)
     if (spec.fp8_gemm) {
-      fp8_quantize(m.a_q[l].data(), a, na, FloatFormat::kFp8E4M3, m.fp8[static_cast<size_t>(3 * l)], hist);
-      fp8_quantize(wq, w, nw, FloatFormat::kFp8E4M3, m.fp8[static_cast<size_t>(3 * l + 1)], hist);
+      fp8_quantize_delayed(m.a_q[l].data(), a, na, FloatFormat::kFp8E4M3, m.fp8[static_cast<size_t>(3 * l)], hist);
+      fp8_quantize_delayed(wq, w, nw, FloatFormat::kFp8E4M3, m.fp8[static_cast<size_t>(3 * l + 1)], hist);
       a_op = m.a_q[l].data();
     } else {
       if (l == 0) {
@@ -208,7 +206,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     const float* a_op = (spec.fp8_gemm || l == 0) ? m.a_q[l].data() : s.post[l - 1].data();
     const float* dz_op = dz;
     if (spec.fp8_gemm) {
-      const RoundingCounts r = fp8_quantize(m.dz_q.data(), dz, nz, FloatFormat::kFp8E5M2,
+      const RoundingCounts r = fp8_quantize_delayed(m.dz_q.data(), dz, nz, FloatFormat::kFp8E5M2,
                                             m.fp8[static_cast<size_t>(3 * l + 2)], hist);
       count(m.counters, r, nz, FloatFormat::kFp8E5M2);
       dz_op = m.dz_q.data();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/convert.h"
 #include "kernels/dense.h"
 #include "kernels/float_formats.h"
 
@@ -29,6 +30,14 @@ struct Fp8Scaling {
   size_t next = 0;
   float scale = 1.0f;
 };
+
+// Delayed-scaling quantization of one fp8 GEMM operand (what the mixed stack runs per operand and use): out[i] =
+// fp32(q * (1 / sc.scale)) with q = fp8(in[i] * sc.scale) (format f: kFp8E4M3 or kFp8E5M2, saturating as TE's casts);
+// then the amax of the finite |in[i]| joins sc's history (history_len entries at most, a ring once full) and sc.scale
+// becomes format_max(f) / max(history) when that is > 0 and finite. Returns the underflow / non-finite counts of the
+// scaled values' quantization. out may alias in. The GPU twin is gpu::fp8_quantize_delayed (kernels/cuda_kernels.h).
+RoundingCounts fp8_quantize_delayed(float* out, const float* in, size_t n, FloatFormat f, Fp8Scaling& sc,
+                                    size_t history_len);
 
 // Counts of the gradient values rounded to the mode's gradient format (fp16/bf16: activation, weight and bias
 // gradients; fp8: the E5M2-quantized output gradients of each layer): values cast to the format (none when the format

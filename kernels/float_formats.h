@@ -209,6 +209,16 @@ GS_HD inline float round_through_fp8_e5m2(float x, Fp8Overflow overflow = Fp8Ove
   return fp8_e5m2_to_fp32(fp32_to_fp8_e5m2(x, overflow));
 }
 
+// x rounded to TF32 (fp32's 8 exponent bits, 10 stored mantissa bits: what a tensor core multiplies under TF32 math),
+// RNE on the low 13 bits, held in fp32. Overflow past the largest TF32 value (2^128 (1 - 2^-11)) gives inf; NaN
+// gives fp32's canonical NaN. Hardware may truncate instead (round toward zero); tests bound both. Not a storage
+// format (no FloatFormat value): tf32 runs keep fp32 storage.
+GS_HD inline float round_through_tf32(float x) {
+  const uint32_t u = fp32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return fp32_from_bits(kFp32CanonicalNan);
+  return fp32_from_bits((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u);
+}
+
 // x rounded to format f (fp8 with its default overflow rule); fp32 returns x unchanged.
 GS_HD inline float round_through(FloatFormat f, float x) {
   switch (f) {

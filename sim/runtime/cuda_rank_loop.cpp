@@ -4,8 +4,10 @@
 // by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs; under nccl each bucket starts
 // as soon as the last micro-batch's backward has enqueued its layers, so it overlaps the rest of backward, as DDP),
 // waited for before the division by S and the optimizer; control values (samples, loss, stop, divergence) go through a host communicator.
-// bf16_mixed / fp16_mixed run the mixed stack (kernels/cuda_dense_mixed.h) on fp32 master weights; the loss scaler
-// (ScaledUpdate, precision_step.h) decides on the host from the all-reduced gradient's non-finite flag.
+// bf16_mixed / fp16_mixed / fp8_mixed run the mixed stack (kernels/cuda_dense_mixed.h) on fp32 master weights; tf32
+// runs the fp32 stack with TF32 tensor-op GEMMs. The loss scaler (ScaledUpdate, precision_step.h) decides on the host
+// from the all-reduced gradient's non-finite flag. fp16_pure is refused (cuda_loop_issues): its wire is an fp16 sum
+// in rank order, which the GPU communicators do not do.
 // Measured clock from CUDA event pairs per phase; modeled clock as on the host. Extend: a feature the loop learns
 // drops its refusal from cuda_loop_issues (device.cpp) and adds its steps here.
 #include <algorithm>
@@ -184,10 +186,16 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     // injected stragglers (the delay must come before any of the rank's communication, as the modeled clock has it).
     const bool overlap = res.ranks_one_per_gpu && config.sync.overlap && !inject;
     std::atomic<bool> final_params_bad{false};
-    // Precision: fp32, or a mixed mode (bf16/fp16 compute, fp32 master weights and optimizer state).
+    // Precision: fp32 / tf32 (fp32 stack; tf32 with TF32 tensor-op GEMMs), or a mode of the mixed stack with the
+    // host model's MixedSpec (sim/model/mlp.cpp mixed_spec): bf16_mixed, fp16_mixed, fp8_mixed (fp32 master weights
+    // and optimizer state; fp8: E4M3/E5M2 GEMM operands with delayed scaling, bf16 elsewhere).
     const PrecisionMode mode = parse_precision_mode(config.precision.mode);
-    const bool mixed = mode == PrecisionMode::kBf16Mixed || mode == PrecisionMode::kFp16Mixed;
-    const FloatFormat mixed_format = mode == PrecisionMode::kFp16Mixed ? FloatFormat::kFp16 : FloatFormat::kBf16;
+    const bool mixed = mode == PrecisionMode::kBf16Mixed || mode == PrecisionMode::kFp16Mixed ||
+                       mode == PrecisionMode::kFp8Mixed;
+    MixedSpec mixed_spec;
+    mixed_spec.format = mode == PrecisionMode::kFp16Mixed ? FloatFormat::kFp16 : FloatFormat::kBf16;
+    mixed_spec.fp8_gemm = mode == PrecisionMode::kFp8Mixed;
+    mixed_spec.amax_history_len = config.precision.amax_history_len;
     std::vector<MixedCounters> rank_counters(static_cast<size_t>(ranks));
     std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
     ScaledUpdate report_scaler(config.precision);  // rank 0's copy after the run (every rank's decides alike)
@@ -203,6 +211,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       gcomm->set_compute_stream(rank, compute.get());
       const cudaStream_t cs = compute.get();
       gpu::BlasHandle blas(cs);
+      if (mode == PrecisionMode::kTf32) gpu::set_tf32_math(blas, true);  // fp32 GEMMs on TF32 tensor cores
       PhaseClock clock;
       clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
 
@@ -215,7 +224,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       int64_t capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
       gpu::DenseScratchGpu scratch = gpu::make_dense_scratch_gpu(stack, capacity);
       std::optional<gpu::MixedScratchGpu> mixed_scratch;
-      if (mixed) mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_format, K);
+      if (mixed) mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_spec, K);
       ScaledUpdate scaled(config.precision);
       MixedCounters& counters = rank_counters[static_cast<size_t>(rank)];
       std::array<StagingSlot, 2> slots;
@@ -346,7 +355,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             if (mixed) {  // keeps this step's counts: read them, then start the new scratch's at its next micro-batch
               gpu::counters_to_host(*mixed_scratch, counters, cs);
               const int64_t done = mixed_scratch->backward_index;
-              mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_format, K);
+              gpu::MixedScratchGpu grown = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_spec, K);
+              // fp8: the delayed scalings (scales and amax histories) go on; they do not depend on the rows.
+              grown.fp8_state = std::move(mixed_scratch->fp8_state);
+              grown.fp8_history = std::move(mixed_scratch->fp8_history);
+              mixed_scratch = std::move(grown);
               gpu::reset_counts(*mixed_scratch, cs);
               mixed_scratch->backward_index = done;
             }

@@ -58,10 +58,14 @@ std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
   if (c.sync.kind != "allreduce") refuse("sync.kind", quoted(c.sync.kind), "\"allreduce\"");
   if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
     refuse("sync.staleness", "a delayed update (" + std::to_string(c.sync.staleness) + ")", "0");
-  if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed")
-    refuse("precision.mode", quoted(c.precision.mode), "\"fp32\", \"bf16_mixed\", \"fp16_mixed\"");
-  if (c.precision.mode == "fp32" && loss_scaler_settings(c.precision).kind != LossScaleKind::kNone)
-    refuse("precision.loss_scale", quoted(c.precision.loss_scale), "\"auto\" or \"none\" under fp32");
+  if (c.precision.mode == "fp16_pure")
+    refuse("precision.mode", "\"fp16_pure\" (its all-reduce sums fp16 values in rank order, which the GPU "
+                             "communicators do not do)",
+           "\"fp32\", \"tf32\", \"bf16_mixed\", \"fp16_mixed\", \"fp8_mixed\"");
+  if ((c.precision.mode == "fp32" || c.precision.mode == "tf32") &&
+      loss_scaler_settings(c.precision).kind != LossScaleKind::kNone)
+    refuse("precision.loss_scale", quoted(c.precision.loss_scale),
+           "\"auto\" or \"none\" under " + c.precision.mode);
   if (c.compression.kind != "none") refuse("compression.kind", quoted(c.compression.kind), "\"none\"");
   if (c.training.clip_grad_norm > 0) refuse("training.clip_grad_norm", "gradient clipping", "0");
   if (c.training.pitfall != "none") refuse("training.pitfall", quoted(c.training.pitfall), "\"none\"");

@@ -312,6 +312,31 @@ TEST(Bf16, HalfwayCasesRoundToEven) {
   EXPECT_EQ(fp32_to_bf16(float_of(0x00018000u)), 0x0002u);   // 1.5 min subnormals: tie -> 2 (even)
 }
 
+// TF32 (10 stored mantissa bits, fp32's exponent): ulp of 1 is 2^-10; halfway cases go to the even neighbour; the
+// result keeps fp32's layout with the low 13 bits clear.
+TEST(Tf32, RoundsToTenMantissaBitsHalfwayToEven) {
+  EXPECT_EQ(round_through_tf32(1.0f + 0x1p-11f), 1.0f);                  // 1 + half ulp -> 1 (even)
+  EXPECT_EQ(round_through_tf32(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);    // 1 + 3 half ulps -> 1 + 2 ulps (even)
+  EXPECT_EQ(round_through_tf32(1.0f + 0x1p-11f + 0x1p-23f), 1.0f + 0x1p-10f);  // past half: up
+  EXPECT_EQ(round_through_tf32(-(1.0f + 0x1p-11f + 0x1p-23f)), -(1.0f + 0x1p-10f));
+  EXPECT_EQ(round_through_tf32(1.0f + 0x1p-10f), 1.0f + 0x1p-10f);       // representable: unchanged
+  EXPECT_EQ(round_through_tf32(3.4028234663852886e38f), INFINITY);       // FLT_MAX is past TF32's max + half ulp
+  EXPECT_EQ(round_through_tf32(-INFINITY), -INFINITY);
+  EXPECT_EQ(fp32_bits(round_through_tf32(NAN)), kFp32CanonicalNan);
+  EXPECT_EQ(fp32_bits(round_through_tf32(float_of(0x00001000u))), 0u);   // half of TF32's min subnormal: tie -> 0
+  EXPECT_EQ(fp32_bits(round_through_tf32(float_of(0x00003000u))), 0x00004000u);  // 1.5 of them: tie -> 2 (even)
+  // Every result has its low 13 bits clear and is within half a TF32 ulp (2^-11 relative) of the input.
+  uint32_t u = 0x3f800001u;
+  for (int i = 0; i < 100000; ++i, u = u * 1664525u + 1013904223u) {
+    const float x = float_of(u & 0x7f7fffffu);  // finite, non-negative
+    const float r = round_through_tf32(x);
+    EXPECT_EQ(fp32_bits(r) & 0x1fffu, 0u);
+    if (x >= 1e-37f && r < INFINITY) {
+      ASSERT_LE(std::fabs(static_cast<double>(r) - x), 0x1p-11 * x) << x;
+    }
+  }
+}
+
 TEST(Fp8E4M3, HalfwayCasesAndSaturation) {
   check_halfway_cases(e4m3_table(), [](float x) { return static_cast<uint32_t>(fp32_to_fp8_e4m3(x)); });
   const float inf = std::numeric_limits<float>::infinity();
