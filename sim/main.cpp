@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -159,7 +160,8 @@ int main(int argc, char** argv) {
   run->add_flag("--timing-only", timing_only,
                 "price the schedule alone on the modeled clock: no arithmetic, no model memory (same as --set "
                 "training.mode=timing)");
-  run->add_option("--filter", filter, "run only the runs whose id matches this regular expression (at most 512 characters)");
+  run->add_option("--filter", filter, "run only the runs whose id this pattern finds: a regular-expression subset matched in linear time, at most 512 "
+                  "characters (scenarios/README.md)");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
   CLI::Option* resume_flag =
       run->add_flag("--resume", resume, "keep the runs already in the report; run the missing and interrupted ids");
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
       if (timing_only) sets.push_back("training.mode=timing");
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
       print_notes(s);
+      if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
       if (dry_run) {
         std::fputs(gs::dry_run_text(s, filter).c_str(), stdout);
         return 0;

@@ -160,11 +160,11 @@ void install_test_faults() {
       faulty.stop_in_write.push_back(parse_counted(k, v));
     } else if (k == "unwritable") {
       faulty.unwritable.push_back(v);
-    } else if (k != "stop_at") {
+    } else if (k != "stop_at" && k != "stop_before_report") {
       throw Error("GRADSWEEP_TEST_FAULTS: unknown fault \"" + k +
-                  "\"; expected disk_full, unwritable, stop_in_write or stop_at");
+                  "\"; expected disk_full, unwritable, stop_in_write, stop_at or stop_before_report");
     }
-    any = any || k != "stop_at";
+    any = any || (k != "stop_at" && k != "stop_before_report");
   }
   installed = true;
   if (any) set_file_ops(&faulty);

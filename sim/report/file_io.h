@@ -48,6 +48,8 @@ FileOps* set_file_ops(FileOps* ops);
 //                          (SIGSTOP) so a test can signal it mid-write; SIGCONT resumes the write
 //   stop_at=RUN:STEP       read by the driver: after optimizer step STEP of the RUN-th run it runs (1-based), the
 //                          process stops itself (SIGSTOP) so a test can send signals at a known step
+//   stop_before_report=1   read by main: after loading the scenario, before the report is opened, the process stops
+//                          itself (SIGSTOP) so a test can signal it while no run is in progress
 // Installs the file faults (idempotent); throws gs::Error for a malformed value.
 void install_test_faults();
 // The value of one GRADSWEEP_TEST_FAULTS entry ("stop_at" -> "2:5"), or nullopt.

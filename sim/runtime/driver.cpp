@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <regex>
 
 #include <fmt/format.h>
 
+#include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
 #include "sim/model/model.h"
 #include "sim/report/report.h"
@@ -26,8 +26,16 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_report_open{false};  // run_sweep has written this sweep's report.json: a stop ends with a report
 
+// First signal: before the report exists (loading, validation, --filter) there is nothing to finish, so leave at once;
+// afterwards ask the current run to stop at its next step boundary. A second signal always leaves at once.
 extern "C" void on_signal(int sig) {
+  if (!g_report_open.load()) {
+    static const char kMsg[] = "gradsweep: stopped by a signal before any run started; nothing was run\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+    _exit(128 + sig);
+  }
   if (g_signal.exchange(sig) != 0) _exit(128 + sig);  // second signal: leave at once
   g_stop.store(true);
 }
@@ -38,21 +46,23 @@ std::string fmt_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
-// The --filter regex over run ids; throws gs::Error when it is not a valid regex or matches none of the runs.
-// Patterns longer than kMaxFilterChars are refused: std::regex compiles and matches by recursion per pattern element,
-// so a 100000-character pattern (or 20000 nested parentheses) overflows the stack.
-std::regex make_filter(const std::string& f, const Scenario& s) {
+// The --filter pattern over run ids; throws gs::Error when it is not a pattern IdPattern accepts or matches none of
+// the runs. IdPattern matches in time linear in the id (no backtracking), so no pattern can hang the tool; patterns
+// longer than kMaxFilterChars are refused first (a run id is never that long).
+IdPattern make_filter(const std::string& f, const Scenario& s) {
   if (f.size() > kMaxFilterChars)
     throw Error(fmt::format("--filter: a pattern of at most {} characters is accepted, got {} characters (\"{}\")",
                             kMaxFilterChars, f.size(), bounded_text(f, 60)));
-  std::regex re;
+  std::optional<IdPattern> re;
   try {
-    re = std::regex(f.empty() ? std::string(".*") : f, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw Error("--filter: not a valid regular expression: \"" + bounded_text(f) + "\" (" + e.what() + ")");
+    re.emplace(f);
+  } catch (const Error& e) {
+    throw Error("--filter: not a pattern gradsweep accepts: \"" + bounded_text(f) + "\": " + e.what() +
+                " (accepted: literals, ., [classes], \\d \\w \\s, ^ $ \\b, groups, |, * + ? {n,m}; "
+                "scenarios/README.md)");
   }
   for (const auto& r : s.runs)
-    if (std::regex_search(r.id, re)) return re;
+    if (re->search(r.id)) return *re;
   throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", bounded_text(f),
                           s.runs.size()));
 }
@@ -71,11 +81,11 @@ void install_stop_handlers() {
 }
 
 std::string dry_run_text(const Scenario& s, const std::string& filter) {
-  std::regex re = make_filter(filter, s);
+  const IdPattern re = make_filter(filter, s);
   std::string out = describe_expansion(s) + "\n";
   size_t kept = 0;
   for (const auto& r : s.runs) {
-    if (!std::regex_search(r.id, re)) continue;
+    if (!re.search(r.id)) continue;
     ++kept;
     std::string values;
     for (const auto& a : s.axes)
@@ -88,7 +98,7 @@ std::string dry_run_text(const Scenario& s, const std::string& filter) {
 }
 
 int run_sweep(const Scenario& s, const DriverOptions& o) {
-  std::regex re = make_filter(o.filter, s);
+  const IdPattern re = make_filter(o.filter, s);
   openblas_set_num_threads(1);  // one BLAS thread per rank thread
   std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
   json header;
@@ -108,6 +118,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   try {
     made.emplace(dir, s, header, o.resume, rerun);
     made->flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
+    g_report_open.store(true);
   } catch (ReportIoError& e) {
     e.before_any_run = true;  // main says that nothing was run
     throw;
@@ -119,7 +130,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
 
   std::vector<const RunSpec*> todo;
   for (const auto& r : s.runs)
-    if (std::regex_search(r.id, re) && !writer.done(r.id)) todo.push_back(&r);
+    if (re.search(r.id) && !writer.done(r.id)) todo.push_back(&r);
 
   install_stop_handlers();  // idempotent; main installs them before loading the scenario
 

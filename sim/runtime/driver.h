@@ -1,6 +1,7 @@
 // The sweep driver: runs the expanded runs of a scenario one after another, shows progress, and writes the report
-// (journal + atomic report.json). Signals: the first SIGINT/SIGTERM stops the current run at its next step boundary
-// (recorded as `interrupted`), writes the report and exits 130/143; a second one exits at once.
+// (journal + atomic report.json). Signals: once the report is open, the first SIGINT/SIGTERM stops the current run at
+// its next step boundary (recorded as `interrupted`), writes the report and exits 130/143; a second one exits at once.
+// Before that (loading, validation, --filter) the first signal exits at once with 130/143: nothing was run.
 #pragma once
 #include <string>
 #include <vector>
@@ -9,12 +10,12 @@
 
 namespace gs {
 
-// Longest --filter pattern accepted (characters): std::regex recurses per pattern element.
+// Longest --filter pattern accepted (characters); the pattern is an IdPattern (sim/core/id_pattern.h).
 constexpr size_t kMaxFilterChars = 512;
 
 struct DriverOptions {
   std::string out_dir;               // "" = reports/<scenario name>
-  std::string filter;                // ECMAScript regex searched in run ids ("" = all), <= kMaxFilterChars
+  std::string filter;                // IdPattern searched in run ids ("" = all), <= kMaxFilterChars
   bool resume = false;               // run only ids not yet in the report (and the interrupted ones)
   bool retry_failed = false;         // with resume: also rerun failed, diverged and timeout runs
   std::vector<std::string> argv;     // recorded in the report's context
@@ -27,8 +28,8 @@ struct DriverOptions {
 // previous report.json stays intact and the runs journaled so far are kept for --resume.
 int run_sweep(const Scenario& scenario, const DriverOptions& options);
 
-// Installs the SIGINT/SIGTERM handlers that turn the first signal into a stop request (idempotent). main calls it
-// before loading a scenario, so a signal during start-up still ends with a report and status 130/143.
+// Installs the SIGINT/SIGTERM handlers (idempotent): before run_sweep opens the report a signal exits at once with
+// 128 + signal; afterwards the first one is a stop request (see above). main calls it before loading a scenario.
 void install_stop_handlers();
 
 // The --dry-run text: the expansion as a product, then each run's id and swept values (those the filter keeps).

@@ -3,6 +3,7 @@ before any run, never opened: a regression would block, so every call has a time
 --resume, non-UTF-8 bytes in argv, unbounded error texts, NUL bytes in JSON and the --filter length cap."""
 import json
 import os
+import signal
 import subprocess
 
 import pytest
@@ -151,3 +152,40 @@ def test_filter_longer_than_512_characters_is_refused_not_crashed(tmp_path):
         err = p.stderr.decode()
         assert p.returncode == 2, (p.returncode, err[:300])
         assert f"at most 512 characters is accepted, got {len(pattern)} characters" in err and len(err) < 400, err
+
+
+def test_a_backtracking_filter_ends_with_the_right_answer(tmp_path):
+    """QA: --filter '(.*)*x' spun for ever in std::regex. The pattern is matched without backtracking: no id has an
+    'x' (none of the 2 runs match), every id ends in r0 (both match); timeouts fail the test if it hangs."""
+    path = two_runs(tmp_path)
+    ids = [line.split()[1] for line in gs("run", path, "--dry-run").stdout.decode().splitlines()[1:]]
+    assert len(ids) == 2 and not any("x" in i for i in ids), ids
+    p = gs("run", path, "--dry-run", "--filter", "(.*)*x", timeout=30)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and '--filter "(.*)*x" matches none of the 2 run ids' in err, err
+    p = gs("run", path, "--dry-run", "--filter", "((.*)*)*r0$", timeout=30)
+    assert p.returncode == 0 and "2 of 2 runs match" in p.stdout.decode(), p.stderr
+    # What the matcher does not take is refused by name, before any run.
+    p = gs("run", path, "--out", tmp_path / "out", "--filter", "(r)\\1", timeout=30)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "--filter: not a pattern gradsweep accepts" in err, err
+    assert "backreference \\1 is not supported at character 4" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_first_signal_before_the_report_exits_at_once(tmp_path, sig, code):
+    """QA: the first SIGTERM only set the stop flag, so a start-up that never reached a run (a hung --filter) could
+    not be stopped. Before the report is open a first signal exits at once with 128 + signal, writing nothing."""
+    path = two_runs(tmp_path)
+    out = tmp_path / "out"
+    env = dict(os.environ, GRADSWEEP_TEST_FAULTS="stop_before_report=1")
+    proc = subprocess.Popen([str(BIN), "run", str(path), "--out", str(out)], env=env, stderr=subprocess.PIPE)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f"child ended instead of stopping (status {status})"
+    proc.send_signal(sig)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert b"stopped by a signal before any run started; nothing was run" in err, err
+    assert not out.exists(), list(out.iterdir())
