@@ -37,6 +37,22 @@ void set_path(json& j, const std::string& path, const json& value) {
   j[json::json_pointer(ptr)] = value;
 }
 
+// The fields inside a section path ("model" -> model.kind, model.layers, ...), in table order; empty when path is a
+// field or names nothing.
+std::vector<std::string> section_fields(const std::string& path) {
+  std::vector<std::string> out;
+  for (const auto& f : config_fields())
+    if (f.path.rfind(path + ".", 0) == 0) out.push_back(f.path);
+  return out;
+}
+
+// Whether a --set fixes path: the path itself or a section holding it was set.
+bool is_overridden(const std::set<std::string>& overridden, const std::string& path) {
+  for (const auto& o : overridden)
+    if (path == o || path.rfind(o + ".", 0) == 0) return true;
+  return false;
+}
+
 std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 std::string leaf_of(const std::string& path) {
@@ -216,6 +232,42 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       continue;
     }
     std::string path = o.substr(0, eq), value = o.substr(eq + 1);
+    if (path == "description") {
+      issues.push_back({"--set description", "the description is the scenario file's free text, not a field of the "
+                                             "runs: --set changes run fields (the report keeps the file as given and "
+                                             "lists the --set values in context.overrides); edit the file to change "
+                                             "it"});
+      continue;
+    }
+    if (path == "sweep" || path.rfind("sweep.", 0) == 0) {
+      issues.push_back({"--set " + path, "the sweep block is not a field of the runs: --set fixes a field for every "
+                                         "run (an axis on that field is dropped); edit the file to change the sweep"});
+      continue;
+    }
+    const std::vector<std::string> inside = section_fields(path);
+    if (!inside.empty()) {  // a whole section: an object replaces it (its fields left out take their defaults)
+      std::string examples;
+      for (size_t i = 0; i < inside.size() && i < 3; ++i) examples += (i ? ", " : "") + inside[i] + "=...";
+      const std::string expected = fmt::format(
+          "{} is a section: expected a JSON object {{...}} that replaces it (its fields left out take their "
+          "defaults), or set one of its fields: {}", path, examples);
+      json v;
+      bool ok = !json_limit_problem(value).has_value();
+      if (ok) {
+        try {
+          v = json::parse(value);
+        } catch (const json::exception&) {
+          ok = false;
+        }
+      }
+      if (!ok || !v.is_object()) {
+        issues.push_back({"--set " + path, expected + ", got " + bounded_text(value)});
+        continue;
+      }
+      set_path(base, path, v);
+      overridden.insert(path);
+      continue;
+    }
     if (!is_config_field(path)) {
       std::string hint = suggest_key(path);
       issues.push_back({"--set " + path, "unknown key" + (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
@@ -296,7 +348,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
                 }
               a.values.push_back({vals[i]});
             }
-            if (!overridden.count(it.key())) s.axes.push_back(a);
+            if (!is_overridden(overridden, it.key())) s.axes.push_back(a);
           }
         }
       }
@@ -359,7 +411,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
             SweepAxis kept;
             kept.group = a.group;
             for (size_t p = 0; p < a.paths.size(); ++p) {
-              if (overridden.count(a.paths[p])) continue;
+              if (is_overridden(overridden, a.paths[p])) continue;
               kept.paths.push_back(a.paths[p]);
             }
             if (kept.paths.size() == a.paths.size()) {
@@ -368,7 +420,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
               for (auto& point : a.values) {
                 std::vector<json> kp;
                 for (size_t p = 0; p < a.paths.size(); ++p)
-                  if (!overridden.count(a.paths[p])) kp.push_back(point[p]);
+                  if (!is_overridden(overridden, a.paths[p])) kp.push_back(point[p]);
                 kept.values.push_back(kp);
               }
               s.axes.push_back(kept);

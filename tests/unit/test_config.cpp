@@ -112,6 +112,45 @@ TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
   EXPECT_TRUE(has_issue(is, "--set nonsense", "dotted.path=value")) << dump_issues(is);
 }
 
+// QA: --set description=... and --set 'model={...}' said "unknown key". A section takes a JSON object that replaces
+// it (fields left out take their defaults; an axis inside it is dropped, as for a field), anything else says what a
+// section expects; description and the sweep block are refused with the reason.
+TEST(ConfigErrors, SetOnASectionReplacesItAndSaysWhyOtherwise) {
+  const std::string swept = std::string(kGood).insert(1, R"("sweep": {"axes": {"model.layers": [[8, 4, 3], [8, 6, 3]],
+    "training.steps": [3, 5]}},)");
+  Scenario s = parse_scenario(swept, "t.json", {R"(model={"kind": "linear", "layers": [8, 3]})"});
+  ASSERT_EQ(s.runs.size(), 2u);  // the model.layers axis left with the model; training.steps still sweeps
+  for (const auto& r : s.runs) {
+    EXPECT_EQ(r.config.model.kind, "linear");
+    EXPECT_EQ(r.config.model.layers, (std::vector<int64_t>{8, 3}));
+    EXPECT_EQ(r.config.model.bias, RunConfig{}.model.bias);  // left out: the default, not the file's value
+  }
+  EXPECT_EQ(s.runs[0].config.training.steps, 3);
+  EXPECT_EQ(s.runs[1].config.training.steps, 5);
+  // A nested section, then one of its fields: applied in order.
+  Scenario s2 = parse_scenario(kGood, "t.json", {R"(training.optimizer={"kind": "adam", "lr": 0.01})",
+                                                 "training.optimizer.beta2=0.99"});
+  EXPECT_EQ(s2.runs.at(0).config.training.optimizer.kind, "adam");
+  EXPECT_DOUBLE_EQ(s2.runs.at(0).config.training.optimizer.lr, 0.01);
+  EXPECT_DOUBLE_EQ(s2.runs.at(0).config.training.optimizer.beta2, 0.99);
+  // The replacing object is checked like the file.
+  auto bad = issues_of(kGood, {R"(model={"kind": "mlp", "layerz": [8, 3]})"});
+  EXPECT_TRUE(has_issue(bad, "model.layerz", "did you mean \"model.layers\"")) << dump_issues(bad);
+  auto is = issues_of(kGood, {"model=linear", "training.optimizer=[1]", "description=second try", "sweep.repeats=3"});
+  ASSERT_EQ(is.size(), 4u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "--set model");
+  EXPECT_EQ(is[0].message, "model is a section: expected a JSON object {...} that replaces it (its fields left out "
+                           "take their defaults), or set one of its fields: model.kind=..., model.layers=..., "
+                           "model.activation=..., got linear");
+  EXPECT_EQ(is[1].path, "--set training.optimizer");
+  EXPECT_NE(is[1].message.find("training.optimizer is a section: expected a JSON object"), std::string::npos);
+  EXPECT_NE(is[1].message.find("training.optimizer.kind=..."), std::string::npos);
+  EXPECT_EQ(is[2].path, "--set description");
+  EXPECT_NE(is[2].message.find("not a field of the runs"), std::string::npos) << is[2].message;
+  EXPECT_EQ(is[3].path, "--set sweep.repeats");
+  EXPECT_NE(is[3].message.find("the sweep block is not a field of the runs"), std::string::npos) << is[3].message;
+}
+
 TEST(ConfigSweep, GridZipRepeatsAndDescription) {
   std::string text = std::string(kGood).insert(
       1, R"("sweep": {"axes": {"training.accumulation_steps": [1, 2, 4, 8], "cluster.ranks": [1, 2, 4]},
