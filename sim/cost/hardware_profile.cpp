@@ -53,11 +53,16 @@ class Reader {
     return j->get<std::string>();
   }
   // {"value": ..., "source": "..."}: the value (nullptr when absent), the source checked.
-  const json* sourced(const std::string& path, const char* what) const {
+  // Missing, not an object, or without "value": says the whole format, `what` being the value's own expectation.
+  const json* sourced(const std::string& path, const std::string& what) const {
     used_.insert(path);
     const json* j = find(path);
     if (j == nullptr || !j->is_object() || !j->contains("value")) {
-      fail(path, fmt::format("{{\"value\": {}, \"source\": \"where the number comes from\"}}", what), j);
+      const std::string format = fmt::format("{{\"value\": <{}>, \"source\": \"<where it comes from>\"}}", what);
+      if (j != nullptr && j->is_object())
+        fail(path + ".value", what + " (the profile's numbers are " + format + ")", nullptr);
+      else
+        fail(path, format, j);
       return nullptr;
     }
     const json* s = find(path + ".source");
@@ -67,19 +72,21 @@ class Reader {
   }
   // Numbers: the value, or min when it is missing or bad (problem recorded; the profile is refused then).
   double number(const std::string& path, double min, double max) const {
-    const json* v = sourced(path, "a number");
+    const std::string what = fmt::format("a number in [{}, {}]", min, max);
+    const json* v = sourced(path, what);
     if (v == nullptr) return min;
     if (!v->is_number() || v->get<double>() < min || v->get<double>() > max) {
-      fail(path + ".value", fmt::format("a number in [{}, {}]", min, max), v);
+      fail(path + ".value", what, v);
       return min;
     }
     return v->get<double>();
   }
   int integer(const std::string& path, int min, int max) const {
-    const json* v = sourced(path, "an integer");
+    const std::string what = fmt::format("an integer in [{}, {}]", min, max);
+    const json* v = sourced(path, what);
     if (v == nullptr) return min;
     if (!v->is_number_integer() || v->get<int64_t>() < min || v->get<int64_t>() > max) {
-      fail(path + ".value", fmt::format("an integer in [{}, {}]", min, max), v);
+      fail(path + ".value", what, v);
       return min;
     }
     return v->get<int>();
@@ -95,7 +102,7 @@ class Reader {
   }
   std::array<double, kNcclProtoCount> triple(const std::string& path) const {
     std::array<double, kNcclProtoCount> out{};
-    const json* v = sourced(path, "[LL, LL128, Simple]");
+    const json* v = sourced(path, "[LL, LL128, Simple] in microseconds");
     if (v == nullptr) return out;
     if (!v->is_array() || v->size() != kNcclProtoCount) {
       fail(path + ".value", "three numbers [LL, LL128, Simple] in microseconds", v);

@@ -58,11 +58,17 @@ StorageProfile parse(const json& j, const std::string& where, bool sourced) {
   for (size_t i = 0; i < 3; ++i) {
     const Key& k = kKeys[i];
     const std::string path = k.key;
+    // What the format expects: a profile file {"value": <number>, "source": "<text>"} for every number; an object in
+    // the scenario a plain number (the sourced form is accepted there too).
+    const std::string number = fmt::format("a number in [{}, {}] ({})", k.min, k.max, k.doc);
+    const std::string expected =
+        sourced ? fmt::format("{{\"value\": <{}>, \"source\": \"<where it comes from>\"}}", number) : number;
     if (!j.contains(k.key)) {
-      bad(path, fmt::format("a number ({})", k.doc), nullptr);
+      bad(path, expected, nullptr);
       continue;
     }
     const json* v = &j[k.key];
+    std::string value_path = path;
     if (v->is_object()) {
       for (auto it = v->begin(); it != v->end(); ++it)
         if (it.key() != "value" && it.key() != "source")
@@ -70,17 +76,18 @@ StorageProfile parse(const json& j, const std::string& where, bool sourced) {
       const json* s = v->contains("source") ? &(*v)["source"] : nullptr;
       if (s == nullptr || !s->is_string() || s->get<std::string>().empty())
         bad(path + ".source", "a non-empty string naming where the value comes from", s);
+      value_path = path + ".value";
       if (!v->contains("value")) {
-        bad(path + ".value", "a number", nullptr);
+        bad(value_path, number, nullptr);
         continue;
       }
       v = &(*v)["value"];
     } else if (sourced) {
-      bad(path, "{\"value\": a number, \"source\": \"where it comes from\"}", v);
+      bad(path, expected, v);
       continue;
     }
     if (!v->is_number() || !(v->get<double>() >= k.min && v->get<double>() <= k.max)) {
-      bad(path, fmt::format("a number in [{}, {}] ({})", k.min, k.max, k.doc), v);
+      bad(value_path, number, v);
       continue;
     }
     *out[i] = v->get<double>();

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -87,9 +88,43 @@ TEST(HardwareProfile, ErrorsNameFilePathAndExpectation) {
   expect_error(R"({"name": 3})", "name: expected a string");
   // A number without its source is refused.
   std::string base = R"({"name": "x", "description": "d", "gpu": "g", "arch": "hopper", "gpus_per_node": )";
-  expect_error(base + R"(8})", "gpus_per_node: expected {\"value\": an integer");
+  expect_error(base + R"(8})", "gpus_per_node: expected {\"value\": <an integer in [1, 1024]>, \"source\": \"<where "
+                              "it comes from>\"}, got 8");
   expect_error(base + R"({"value": 8, "source": ""}})", "gpus_per_node.source: expected a non-empty string");
   expect_error(base + R"({"value": 8, "source": "s"}})", "compute.peak_tflops.fp32: expected");
+}
+
+// QA: a missing or mistyped profile number said "expected a number" without the format. Each kind of field (number,
+// integer, bool, latency triple) missing, given bare, or given as an object without "value" says the format
+// {"value": <...>, "source": "<where it comes from>"} of docs/cost-model.md's profiles.
+TEST(HardwareProfile, MissingOrMistypedFieldsSayTheFormat) {
+  std::ifstream in(hardware_dir() + "/h100-sxm-8.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str());
+  j["compute"].erase("hbm_TBps");                               // missing number
+  j["fabric"]["channels"] = 16;                                 // bare integer
+  j["nccl"]["ll128"] = {{"source", "s"}};                       // object without "value"
+  j["nccl"]["hw_lat_us"]["tree"] = nlohmann::json::array({1, 2, 3});  // bare triple
+  const std::string fmt_tail = ", \"source\": \"<where it comes from>\"}";
+  const std::vector<std::string> want = {
+      "my.json: compute.hbm_TBps: expected {\"value\": <a number in [1e-06, 1000000]>" + fmt_tail + ", got nothing",
+      "my.json: fabric.channels: expected {\"value\": <an integer in [1, 64]>" + fmt_tail + ", got 16",
+      "my.json: nccl.hw_lat_us.tree: expected {\"value\": <[LL, LL128, Simple] in microseconds>" + fmt_tail +
+          ", got [1,2,3]",
+      "my.json: nccl.ll128.value: expected true or false (the profile's numbers are {\"value\": <true or false>" +
+          fmt_tail + "), got nothing"};
+  try {
+    parse_hardware_profile(j.dump(), "my.json");
+    FAIL() << "accepted";
+  } catch (const ProfileError& e) {
+    std::set<std::string> got(e.problems().begin(), e.problems().end());
+    std::string all;
+    for (const auto& p : e.problems()) all += p + "\n";
+    EXPECT_EQ(e.problems().size(), want.size()) << all;
+    for (const auto& w : want) EXPECT_TRUE(got.count(w)) << w << "\nnot in:\n" << all;
+  }
 }
 
 TEST(HardwareProfile, UnknownKeysAreRefusedWithTheirPath) {

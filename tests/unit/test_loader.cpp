@@ -151,7 +151,7 @@ TEST(DataStorage, ProfilesCarryTheirNumbersAndBadOnesNameThePath) {
   expect_error([] { load_storage_profile("tape"); }, "data.storage: unknown storage profile \"tape\"; choices: "
                                                      "local_nvme, nfs, object_store");
   expect_error([] { load_storage_profile(json{{"bandwidth_GBps", 2}, {"concurrency", 4}}); },
-               "data.storage.latency_us: expected a number");
+               "data.storage.latency_us: expected a number in [0, 1000000000] (microseconds per request), got nothing");
   expect_error([] { load_storage_profile(json{{"bandwidth_GBps", 2}, {"latency_us", 1}, {"concurrency", 0}}); },
                "data.storage.concurrency: expected a number in [1,");
   std::vector<ConfigIssue> issues;
@@ -192,10 +192,16 @@ TEST(DataStorage, EveryProblemOfAProfileIsListedAtOnce) {
   }
   if (old) setenv("GRADSWEEP_HARDWARE_DIR", saved.c_str(), 1);
   else unsetenv("GRADSWEEP_HARDWARE_DIR");
+  // QA: a missing key said "expected a number" although a profile file needs {"value": ..., "source": ...}; each
+  // problem says the format (bare number, missing key) or the value's own expectation (inside the object).
+  const std::string tail = ", \"source\": \"<where it comes from>\"}";
   ASSERT_EQ(problems.size(), 3u);
-  EXPECT_EQ(problems[0].rfind(file + ": bandwidth_GBps: expected {\"value\"", 0), 0u) << problems[0];
-  EXPECT_EQ(problems[1].rfind(file + ": latency_us: expected a number", 0), 0u) << problems[1];
-  EXPECT_EQ(problems[2].rfind(file + ": concurrency: expected a number", 0), 0u) << problems[2];
+  EXPECT_EQ(problems[0], file + ": bandwidth_GBps: expected {\"value\": <a number in [1e-09, 1000000] (GB/s per node)>" +
+                             tail + ", got 2");
+  EXPECT_EQ(problems[1], file + ": latency_us.value: expected a number in [0, 1000000000] (microseconds per request), "
+                                "got \"x\"");
+  EXPECT_EQ(problems[2], file + ": concurrency: expected {\"value\": <a number in [1, 1000000] (requests in flight per "
+                                "loader)>" + tail + ", got nothing");
 }
 
 TEST(DataPrefetchModel, HandWorkedRecurrence) {
