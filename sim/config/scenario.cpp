@@ -29,12 +29,24 @@ const std::set<std::string> kSections = {"name", "description", "model", "data",
 
 std::string message_of(const ConfigIssue& i) { return i.path.empty() ? i.message : i.path + ": " + i.message; }
 
-// Sets a dotted path inside a JSON object, creating objects on the way.
-void set_path(json& j, const std::string& path, const json& value) {
-  std::string ptr = "/" + path;
-  for (auto& ch : ptr)
-    if (ch == '.') ch = '/';
-  j[json::json_pointer(ptr)] = value;
+// Sets a dotted path inside a JSON object, creating objects on the way (where a key is missing or null). A value on
+// the way that is not an object ("model": 5 with model.layers swept) is left as it is, so its own problem ("model:
+// expected an object") is reported; returns false then.
+bool set_path(json& j, const std::string& path, const json& value) {
+  json* cur = &j;
+  size_t start = 0;
+  while (true) {
+    if (cur->is_null()) *cur = json::object();
+    if (!cur->is_object()) return false;
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      (*cur)[key] = value;
+      return true;
+    }
+    cur = &(*cur)[key];
+    start = dot + 1;
+  }
 }
 
 // The fields inside a section path ("model" -> model.kind, model.layers, ...), in table order; empty when path is a
@@ -73,9 +85,10 @@ bool read_values(const ojson& v, const std::string& where, std::vector<json>& ou
 // The base's problems that are the base's own: a cross-field rule on a field the sweep leaves alone but that reads a
 // swept field (compression.ratio under compression.kind "none", with the kind swept over [topk, randomk]; stragglers
 // factors for the base's 4 ranks, with ranks swept over [2]) is judged on the runs, not on a base that never runs.
-// Kept: problems on a swept path (or inside a swept value) and problems every expanded run has too. A dropped problem
-// that some runs do have is reported by those runs, named by them. Cost: one config_from_json per grid point, only
-// for a base that has problems.
+// A problem on a swept path (or inside a swept value) is dropped: every run replaces that value with its own (a swept
+// value that has the same problem is reported by the runs, at its place in the sweep). Kept: the other problems that
+// every expanded run has too. A dropped problem that some runs do have is reported by those runs, named by them.
+// Cost: one config_from_json per grid point, only for a base that has problems.
 std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::vector<SweepAxis>& axes,
                                                    std::vector<ConfigIssue> base_issues) {
   auto on_swept = [&](const ConfigIssue& i) {
@@ -85,9 +98,8 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
     return false;
   };
   std::set<std::string> open;  // keys of base problems not yet missing from some run
-  for (const auto& i : base_issues)
-    if (!on_swept(i)) open.insert(message_of(i));
   std::set<std::string> dropped;
+  for (const auto& i : base_issues) (on_swept(i) ? dropped : open).insert(message_of(i));
   int64_t points = 1;
   for (const auto& a : axes) points *= static_cast<int64_t>(a.values.size());
   for (int64_t point = 0; point < points && !open.empty(); ++point) {
