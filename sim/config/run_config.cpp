@@ -60,7 +60,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
   v(m.b, F("model.b", "quadratic: minimizers b_ri, one row per rank or one row for all"));
   v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
-  v(m.sequence_length, F("model.sequence_length", "transformer presets: tokens per sample (0: the preset's context)")
+  v(m.sequence_length, F("model.sequence_length", "gpt2-small, gpt2-xl, llama-7b: tokens per sample (0: the preset's context)")
                            .at_least(0).at_most(1 << 20));
 
   auto& d = c.data;
@@ -109,7 +109,8 @@ void visit_fields(V& v, RunConfig& c) {
                            "exp(sigma*Z - sigma^2/2)").one_of({"none", "normal", "lognormal"}));
   v(cl.stragglers.sigma, F("cluster.stragglers.noise.sigma", "normal, lognormal: noise sigma (modeled clock)").at_least(0).at_most(10));
   v(cl.stragglers.inject, F("cluster.stragglers.inject",
-                            "also inject the delays for real on the measured clock (cuda backend only)"));
+                            "cuda, auto: also inject the delays for real on the measured clock (auto: "
+                            "where it takes the cuda backend)"));
 
   auto& tr = c.training;
   v(tr.mode, F("training.mode", "train, or timing: no arithmetic and no model memory, the schedule alone is priced "
@@ -188,7 +189,9 @@ void visit_fields(V& v, RunConfig& c) {
                  .one_of({"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd",
                           "terngrad", "signsgd", "onebit", "powersgd"}));
   v(cp.error_feedback, F("compression.error_feedback",
-                         "lossy kinds but dgc: each rank keeps e; sends C(g + e); e = g + e - decode(sent)"));
+                         "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, qsgd, terngrad, "
+                         "signsgd, onebit, powersgd: each rank keeps e; sends C(g + e); e = g + e - decode(sent) "
+                         "(every lossy kind but dgc)"));
   v(cp.divide, F("compression.divide", "allreduce: casts divide by S before the sum, after it, or split "
                                        "(2^floor(log2(N)/2) before, the rest after); not parameter_server (its "
                                        "server sums the decoded casts in fp32, then divides)").one_of({"pre", "post", "split"}));
@@ -211,7 +214,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(cp.sample_ratio, F("compression.sample_ratio", "dgc: fraction of values sampled for the threshold").above(0)
                          .at_most(1));
   v(cp.measure_error, F("compression.measure_error",
-                        "report the relative error of the decoded average (costs one fp32 all-reduce, not counted)"));
+                        "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, dgc, qsgd, "
+                        "terngrad, signsgd, onebit, powersgd: report the relative error of the decoded average (costs "
+                        "one fp32 all-reduce, not counted)"));
   auto& pr = c.precision;
   v(pr.mode, F("precision.mode", "fp32; tf32 (GPU only); bf16_mixed, fp16_mixed (fp32 master weights, operands rounded "
                                  "to the format, fp32 accumulation); fp16_pure (weights, gradients, optimizer state in "
@@ -478,6 +483,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.a", "model.kind", "mlp", {"quadratic"}},
       {"model.b", "model.kind", "mlp", {"quadratic"}},
       {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
+      {"model.sequence_length", "model.kind", "mlp", {"gpt2-small", "gpt2-xl", "llama-7b"}},
       {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
@@ -485,6 +491,9 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
        {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "qsgd", "terngrad", "signsgd",
         "onebit", "powersgd"}},
       {"compression.divide", "compression.kind", "none", {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}},
+      {"compression.measure_error", "compression.kind", "none",
+       {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd", "terngrad", "signsgd",
+        "onebit", "powersgd"}},
       {"compression.ratio", "compression.kind", "none", {"topk", "randomk", "dgc"}},
       {"compression.k", "compression.kind", "none", {"topk", "randomk"}},
       {"compression.scope", "compression.kind", "none", {"topk"}},
@@ -525,6 +534,8 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.activation", "model.kind", "mlp", {"mlp"}},
       {"model.bias", "model.kind", "mlp", {"mlp", "linear"}},
       {"model.layers", "model.kind", "mlp", {"mlp", "linear"}},
+      // "auto" may take the cuda backend; where it cannot, validate_config says why (it needs a usable GPU).
+      {"cluster.stragglers.inject", "cluster.backend", "auto", {"cuda", "auto"}},
       {"cluster.stragglers.noise.sigma", "cluster.stragglers.noise.kind", "none", {"normal", "lognormal"}},
       {"data.cache.capacity_fraction", "data.cache.policy", "none", kCaching},
       {"data.cache.capacity_bytes", "data.cache.policy", "none", kCaching},
@@ -945,8 +956,6 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
   const bool preset = m.kind == "gpt2-small" || m.kind == "gpt2-xl" || m.kind == "llama-7b";
   if (preset && !timing)
     add("training.mode", "model.kind \"" + m.kind + "\" is a shape preset: expected \"timing\" (--timing-only)");
-  if (m.sequence_length != 0 && !preset)
-    add("model.sequence_length", "only applies to the transformer presets (model.kind is \"" + m.kind + "\")");
   if (timing && c.training.epochs > 0)
     add("training.epochs", "timing-only runs have no data and no epochs: use training.steps");
   if (timing && c.report.trace)
@@ -1128,7 +1137,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
       add("cluster.stragglers.factors", fmt::format("expected null or a list of {} numbers > 0 and < 1e6 (one per "
                                                     "rank), got {}",
                                                     c.cluster.ranks, bounded_dump(f)));
-    if (c.cluster.stragglers.inject && !on_cuda)
+    if (c.cluster.stragglers.inject && !on_cuda && c.cluster.backend != "host")  // host: the kind rule says it
       add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
                                        "\"auto\" where a GPU is usable and the cuda loop runs the configuration); "
                                        "the host backend models stragglers on the modeled clock only: use false");

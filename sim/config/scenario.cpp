@@ -491,6 +491,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   // cluster.ranks above the hardware profile's GPUs (allowed: docs/cost-model.md), per profile file.
   std::map<std::string, std::set<int64_t>> over_gpus;
   std::map<std::string, std::pair<std::string, int>> gpus_of;  // file -> (name, gpus_per_node)
+  std::vector<std::string> measure_error_none;  // ids of runs that write measure_error true under kind "none"
   std::set<std::string> leaves;
   bool leaves_unique = true;
   for (const auto& a : s.axes)
@@ -522,6 +523,12 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     run_name = id;
     std::vector<ConfigIssue> run_issues;
     RunConfig rc = config_from_json(cfg, run_issues);
+    // compression.measure_error written as true (its default, so accepted: a resolved config copied from a report
+    // carries it) under kind "none": worth a note, the run measures nothing.
+    if (const json* c = cfg.is_object() && cfg.contains("compression") ? &cfg["compression"] : nullptr;
+        c != nullptr && c->is_object() && c->value("measure_error", json()) == json(true) &&
+        rc.compression.kind == "none")
+      measure_error_none.push_back(id);
     for (auto& i : run_issues) {
       bool placed = false;  // on a swept path: named by its place in the sweep
       for (const auto& [path, loc] : where) {
@@ -580,6 +587,15 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     for (size_t r = 0; r < shown; ++r) runs += (r ? ", " : "") + f.runs[r];
     if (f.runs.size() > shown) runs += fmt::format(" and {} more", f.runs.size() - shown);
     issues[f.at].message = f.message + fmt::format(" (sweep run{} {})", f.runs.size() == 1 ? "" : "s", runs);
+  }
+  if (!measure_error_none.empty()) {
+    std::string runs;
+    for (size_t r = 0; r < measure_error_none.size() && r < 3; ++r) runs += (r ? ", " : "") + measure_error_none[r];
+    if (measure_error_none.size() > 3) runs += fmt::format(" and {} more", measure_error_none.size() - 3);
+    s.notes.push_back({"compression.measure_error",
+                       fmt::format("true has no effect while compression.kind is \"none\" (nothing is compressed, "
+                                   "so no error is measured; run{} {}); accepted because true is its default",
+                                   measure_error_none.size() == 1 ? "" : "s", runs)});
   }
   for (const auto& [hw_file, ranks] : over_gpus) {
     const auto& [hw_name, gpus] = gpus_of[hw_file];
