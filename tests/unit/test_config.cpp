@@ -116,14 +116,17 @@ TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
 // it (fields left out take their defaults; an axis inside it is dropped, as for a field), anything else says what a
 // section expects; description and the sweep block are refused with the reason.
 TEST(ConfigErrors, SetOnASectionReplacesItAndSaysWhyOtherwise) {
-  const std::string swept = std::string(kGood).insert(1, R"("sweep": {"axes": {"model.layers": [[8, 4, 3], [8, 6, 3]],
+  std::string swept = std::string(kGood).insert(1, R"("sweep": {"axes": {"model.layers": [[8, 4, 3], [8, 6, 3]],
     "training.steps": [3, 5]}},)");
+  // The file's model also turns the bias off; the replacing object leaves bias out, so it takes the default (true).
+  swept.replace(swept.find(R"("layers": [8, 4, 3]})"), 20, R"("layers": [8, 4, 3], "bias": false})");
+  ASSERT_NE(swept.find(R"("bias": false)"), std::string::npos);
   Scenario s = parse_scenario(swept, "t.json", {R"(model={"kind": "linear", "layers": [8, 3]})"});
   ASSERT_EQ(s.runs.size(), 2u);  // the model.layers axis left with the model; training.steps still sweeps
   for (const auto& r : s.runs) {
     EXPECT_EQ(r.config.model.kind, "linear");
     EXPECT_EQ(r.config.model.layers, (std::vector<int64_t>{8, 3}));
-    EXPECT_EQ(r.config.model.bias, RunConfig{}.model.bias);  // left out: the default, not the file's value
+    EXPECT_TRUE(r.config.model.bias);  // left out: the default (true), not the file's false
   }
   EXPECT_EQ(s.runs[0].config.training.steps, 3);
   EXPECT_EQ(s.runs[1].config.training.steps, 5);
