@@ -85,7 +85,7 @@ def test_sweep_writes_a_report_that_validates(tmp_path):
 
 
 def test_bad_scenario_exits_2_with_every_problem_and_writes_nothing(tmp_path):
-    bad = scenario()
+    bad = scenario(axes={"training.eval_every": [5, 10]})  # the bad fields are the base's own (not swept)
     bad["cluster"]["ranks"] = 0
     bad["training"]["optimizer"]["lr"] = -0.1
     bad["training"]["accumulation_steps"] = 0
@@ -100,6 +100,12 @@ def test_bad_scenario_exits_2_with_every_problem_and_writes_nothing(tmp_path):
     assert not out.exists()
     v = run("validate", tmp_path / "s.json")
     assert v.returncode == 2
+    # With cluster.ranks and training.accumulation_steps swept, every run replaces the base's bad values: only the
+    # other problems are left.
+    swept = dict(bad, sweep=scenario()["sweep"])
+    p = run("validate", write(tmp_path, swept, "swept.json"))
+    assert p.returncode == 2 and "3 problems" in p.stderr, p.stderr
+    assert "cluster.ranks" not in p.stderr and "training.accumulation_steps" not in p.stderr, p.stderr
 
 
 def test_bad_staleness_and_local_sgd_fields_exit_2_with_their_paths(tmp_path):
