@@ -437,6 +437,46 @@ TEST(GpuMixedDense, Fp8SecondMicroBatchRunsOnDelayedScales) {
   }
 }
 
+// Zero rows (an empty micro-batch): as the host twin, forward writes a loss sum of 0 and quantizes nothing, backward
+// changes nothing: the gradient keeps its values and every fp8 scaling stays at scale 1 with an empty history, for
+// fp16_pure and fp8_mixed.
+TEST(GpuMixedDense, ZeroRowsChangeNothing) {
+  DenseStack stack;
+  stack.widths = {8, 16, 4};
+  stack.loss = LossKind::kMse;
+  for (const bool fp8 : {false, true}) {
+    MixedSpec spec;
+    spec.format = fp8 ? FloatFormat::kBf16 : FloatFormat::kFp16;
+    spec.fp8_gemm = fp8;
+    spec.grad_in_format = !fp8;
+    gpu::Stream stream;
+    gpu::BlasHandle blas(stream.get());
+    auto s = gpu::make_dense_scratch_gpu(stack, 4);
+    auto m = gpu::make_mixed_scratch_gpu(stack, 4, spec, 1);
+    auto rng = test::fresh_rng(71);
+    const auto params = quarters(stack.num_params(), rng);
+    const auto grad0 = quarters(stack.num_params(), rng);
+    Dev<float> d_params(params), d_grad(grad0), d_x(std::vector<float>(32, 0.5f)), d_y(std::vector<float>(16, 0.0f));
+    Dev<double> d_loss(1);  // poisoned
+    gpu::reset_counts(m, stream.get());
+    gpu::dense_stack_forward_mixed_gpu(blas, s, m, stack, d_params.get(), d_x.get(), 0, d_y.get(), nullptr,
+                                       d_loss.get());
+    gpu::dense_stack_backward_mixed_gpu(blas, d_grad.get(), s, m, stack, 0, d_y.get(), nullptr, 1.0f);
+    MixedCounters c;
+    gpu::counters_to_host(m, c, stream.get());
+    stream.synchronize();
+    EXPECT_EQ(d_loss.host(1)[0], 0.0) << fp8;
+    EXPECT_SAME_BITS(d_grad.host(grad0.size()), grad0, std::string("gradient, fp8 ") + (fp8 ? "on" : "off"));
+    EXPECT_EQ(c.grad_values, 0u);
+    const std::vector<Fp8Scaling> sc = gpu::fp8_scalings_to_host(m, stream.get());
+    ASSERT_EQ(sc.size(), fp8 ? 6u : 0u);
+    for (const Fp8Scaling& f : sc) {
+      EXPECT_TRUE(f.history.empty());
+      EXPECT_EQ(f.scale, 1.0f);
+    }
+  }
+}
+
 // The fp8 quantization kernel and its delayed scaling (gpu::fp8_quantize_delayed) against the host's
 // fp8_quantize_delayed, called 6 times in a row per format and size with a history of 3 (the ring wraps) on values
 // spanning 2^-30..2^20 with specials (inf, NaN, subnormals): the quantized values (decoded and multiplied by the

@@ -335,6 +335,45 @@ TEST(PrecisionModes, Fp8DelayedScalingFromAmaxHistory) {
   EXPECT_EQ(m.a_q[0][0], 224.0f * (1.0f / (448.0f / 0.2f)));
 }
 
+// fp8_quantize_delayed (the host twin of gpu::fp8_quantize_delayed): the history is a ring of the last
+// amax_history_len amaxes (finite values only), the scale used now is the one from before this call, and a zero
+// history max leaves the scale unchanged. History length 2, E4M3 (max 448), six calls worked out by hand.
+TEST(PrecisionModes, Fp8HistoryIsARingOfTheLastAmaxes) {
+  Fp8Scaling sc;
+  std::vector<float> out(2);
+  auto call = [&](std::vector<float> in) {
+    out.assign(in.size(), -1.0f);
+    return fp8_quantize_delayed(out.data(), in.data(), in.size(), FloatFormat::kFp8E4M3, sc, 2);
+  };
+  RoundingCounts c = call({1.0f, -0.5f});  // scale 1: both exact in E4M3
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -0.5f}));
+  EXPECT_EQ(sc.history, (std::vector<float>{1.0f}));
+  EXPECT_EQ(sc.scale, 448.0f);
+  c = call({4.0f, NAN});  // 4 x 448 saturates to 448; NaN is not an amax, it stays NaN and is counted
+  EXPECT_EQ(out[0], 448.0f * (1.0f / 448.0f));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_EQ(c.nonfinite, 1u);
+  EXPECT_EQ(sc.history, (std::vector<float>{1.0f, 4.0f}));
+  EXPECT_EQ(sc.scale, 112.0f);  // 448 / 4
+  c = call({2.0f});  // 2 x 112 = 224 exact; the ring is full: slot 0 takes the new amax
+  EXPECT_EQ(out[0], 224.0f * (1.0f / 112.0f));
+  EXPECT_EQ(sc.history, (std::vector<float>{2.0f, 4.0f}));
+  EXPECT_EQ(sc.next, 1u);
+  EXPECT_EQ(sc.scale, 112.0f);  // 4 is still in the history
+  c = call({0.5f, 1e-6f});  // 1e-6 x 112 is below half of E4M3's smallest subnormal (2^-10): an underflow
+  EXPECT_EQ(c.underflow, 1u);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(sc.history, (std::vector<float>{2.0f, 0.5f}));
+  EXPECT_EQ(sc.next, 0u);
+  EXPECT_EQ(sc.scale, 224.0f);  // 4 dropped out: 448 / 2
+  call({0.0f, -0.0f});  // amax 0 joins
+  EXPECT_EQ(sc.history, (std::vector<float>{0.0f, 0.5f}));
+  EXPECT_EQ(sc.scale, 896.0f);
+  call({});  // empty: amax 0 again, the history max is 0: the scale stays
+  EXPECT_EQ(sc.history, (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(sc.scale, 896.0f);
+}
+
 TEST(PrecisionModes, Tf32OnTheHostIsSkippedWithItsReason) {
   Scenario sc = parse_scenario(linear_run({{0.0}}, {{"mode", "tf32"}}, 0.0, 0.1, 1, 1, 1,
                                           json::array({json::array({sample({1.0})})})),
