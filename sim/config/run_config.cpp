@@ -96,8 +96,10 @@ void visit_fields(V& v, RunConfig& c) {
 
   auto& cl = c.cluster;
   v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
-  v(cl.backend, F("cluster.backend", "where ranks run; auto takes cuda when a GPU is usable and the cuda loop runs "
-                                     "the configuration (docs/device.md), else host").one_of({"auto", "host", "cuda"}));
+  v(cl.backend, F("cluster.backend", "where ranks run; cuda runs the device-resident cuda loop, or the staged path "
+                                     "(host loop, GPU model) for what that loop does not run; auto takes cuda when a "
+                                     "GPU is usable and the device loop runs the configuration (docs/device.md), else "
+                                     "host").one_of({"auto", "host", "cuda"}));
   v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list`, the "
                                        "path of a profile file, or detect (cuda backend: the detected GPU's profile)"));
   v(cl.share_identical, F("cluster.share_identical",
@@ -1096,9 +1098,10 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("data.cache.capacity_bytes", "give the capacity once: capacity_bytes or capacity_fraction, not both");
   // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
-  // What the cuda rank loop does not run (cuda_loop_issues, device.h); "auto" falls back to host for those instead.
+  // What neither cuda path runs (choose_cuda_path, device.h: the device-resident loop, else the staged path); "auto"
+  // falls back to host for those instead.
   if (c.cluster.backend == "cuda")
-    for (const ConfigIssue& i : cuda_loop_issues(c)) add(i.path, i.message);
+    for (const ConfigIssue& i : choose_cuda_path(c).refusals) add(i.path, i.message);
   // The backend the run takes here ("cuda" counts even where validation refuses it above: one message is enough).
   const bool on_cuda = c.cluster.backend == "cuda" || choose_backend(c).backend == Backend::kCuda;
   auto check_profile = [&](const std::string& name) {

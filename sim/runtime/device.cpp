@@ -7,6 +7,7 @@
 
 #include "sim/core/error.h"
 #include "sim/optim/loss_scaler.h"
+#include "sim/runtime/cuda_model.h"
 #include "sim/runtime/cuda_probe.h"
 
 namespace gs {
@@ -17,6 +18,11 @@ CudaProbe cuda_probe() {
   p.error = "built without CUDA";
   return p;
 }
+
+// The staged cuda path's GPU model needs the CUDA side (cuda_model.cpp); validation refuses "cuda" before this.
+std::unique_ptr<Model> make_gpu_model(const RunConfig&) {
+  throw Error("cluster.backend: \"cuda\" needs a build with CUDA; this binary was built without CUDA");
+}
 #endif
 
 const CudaProbe& cuda_status() {
@@ -26,9 +32,8 @@ const CudaProbe& cuda_status() {
 
 bool cuda_usable(const CudaProbe& p) { return p.compiled && p.error.empty() && p.device_count > 0; }
 
-std::optional<std::string> backend_issue(const std::string& backend) {
+std::optional<std::string> backend_issue(const std::string& backend, const CudaProbe& p) {
   if (backend != "cuda") return std::nullopt;
-  const CudaProbe& p = cuda_status();
   if (!p.compiled) return std::string("\"cuda\" needs a build with CUDA; this binary was built without CUDA (use "
                                       "\"auto\" or \"host\")");
   if (!cuda_usable(p)) {
@@ -42,14 +47,18 @@ std::optional<std::string> backend_issue(const std::string& backend) {
   return std::nullopt;
 }
 
+std::optional<std::string> backend_issue(const std::string& backend) { return backend_issue(backend, cuda_status()); }
+
+namespace {
+std::string quoted(const std::string& v) { return "\"" + v + "\""; }
+}  // namespace
+
 std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
   std::vector<ConfigIssue> out;
   if (c.training.mode == "timing") return out;
   auto refuse = [&](const std::string& path, const std::string& what, const std::string& supported) {
-    out.push_back({path, what + " does not run on cluster.backend \"cuda\" in this version (supported there: " +
-                             supported + "); use \"host\""});
+    out.push_back({path, what + " is not run by the device-resident cuda loop (it runs: " + supported + ")"});
   };
-  auto quoted = [](const std::string& v) { return "\"" + v + "\""; };
   if (c.model.kind != "mlp" && c.model.kind != "linear")
     refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
   if (c.data.kind != "fashion_mnist" && c.data.kind != "teacher" && c.data.kind != "inline")
@@ -73,22 +82,77 @@ std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
   return out;
 }
 
-BackendChoice choose_backend(const RunConfig& config) {
+std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& c) {
+  std::vector<ConfigIssue> out;
+  if (c.training.mode == "timing") return out;
+  auto refuse = [&](const std::string& path, const std::string& what, const std::string& supported) {
+    out.push_back({path, what + " does not run on cluster.backend \"cuda\" in this version (supported there: " +
+                             supported + "); use \"host\""});
+  };
+  // The GPU model exists for the dense stacks only (cuda_model.h).
+  if (c.model.kind != "mlp" && c.model.kind != "linear")
+    refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
+  // GPU forward/backward exist for fp32 and the fp16/bf16 mixed stack (kernels/cuda_dense*.h); tf32 GEMMs, fp16_pure
+  // (fp16 gradients and storage) and fp8 GEMMs have no GPU kernels in this version.
+  if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed")
+    refuse("precision.mode", quoted(c.precision.mode), "\"fp32\", \"bf16_mixed\", \"fp16_mixed\"");
+  // Real straggler delays are injected by the device-resident loop only (the host loop models them).
+  if (c.cluster.stragglers.inject)
+    refuse("cluster.stragglers.inject", "injecting straggler delays for real (the device-resident cuda loop's feature)",
+           "false on the staged path, which runs this configuration");
+  return out;
+}
+
+const char* cuda_path_name(CudaPath path) {
+  switch (path) {
+    case CudaPath::kDevice: return "device";
+    case CudaPath::kStaged: return "staged";
+    case CudaPath::kNone: break;
+  }
+  return "none";
+}
+
+CudaPathChoice choose_cuda_path(const RunConfig& config) {
+  CudaPathChoice choice;
+  const std::vector<ConfigIssue> loop = cuda_loop_issues(config);
+  if (loop.empty()) {
+    choice.path = CudaPath::kDevice;
+    return choice;
+  }
+  choice.why = loop.front().path + ": " + loop.front().message;
+  choice.refusals = cuda_staged_issues(config);
+  choice.path = choice.refusals.empty() ? CudaPath::kStaged : CudaPath::kNone;
+  return choice;
+}
+
+BackendChoice choose_backend(const RunConfig& config, const CudaProbe& p) {
   const std::string& b = config.cluster.backend;
-  if (b == "host") return {Backend::kHost, "cluster.backend \"host\""};
-  if (b == "cuda") return {Backend::kCuda, "cluster.backend \"cuda\""};
-  const CudaProbe& p = cuda_status();
-  if (!p.compiled || !kCudaRankLoopBuilt) return {Backend::kHost, "auto: this binary was built without CUDA"};
+  if (b == "host") return {Backend::kHost, CudaPath::kNone, "cluster.backend \"host\""};
+  if (b == "cuda") {
+    const CudaPathChoice path = choose_cuda_path(config);
+    if (path.path == CudaPath::kStaged)
+      return {Backend::kCuda, CudaPath::kStaged,
+              "cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): " + path.why};
+    return {Backend::kCuda, path.path, "cluster.backend \"cuda\""};
+  }
+  if (!p.compiled || !kCudaRankLoopBuilt) return {Backend::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
   if (!cuda_usable(p))
-    return {Backend::kHost, "auto: no usable GPU (" +
-                                (p.error.empty() ? std::string("the device query found no device")
-                                                 : "the device query says \"" + p.error + "\"") + ")"};
+    return {Backend::kHost, CudaPath::kNone,
+            "auto: no usable GPU (" +
+                (p.error.empty() ? std::string("the device query found no device")
+                                 : "the device query says \"" + p.error + "\"") + ")"};
   const std::vector<ConfigIssue> issues = cuda_loop_issues(config);
   if (!issues.empty())
-    return {Backend::kHost, "auto: a GPU is usable, but the cuda loop does not run this configuration: " +
-                                issues.front().path + ": " + issues.front().message};
-  return {Backend::kCuda, "auto: a usable GPU (" + p.devices.front().name + ") and a configuration the cuda loop runs"};
+    return {Backend::kHost, CudaPath::kNone,
+            "auto: a GPU is usable, but the cuda loop does not run this configuration: " + issues.front().path + ": " +
+                issues.front().message +
+                (cuda_staged_issues(config).empty() ? "; cluster.backend \"cuda\" runs it on the staged path" : "")};
+  return {Backend::kCuda, CudaPath::kDevice,
+          "auto: a usable GPU (" + (p.devices.empty() ? std::string("?") : p.devices.front().name) +
+              ") and a configuration the cuda loop runs"};
 }
+
+BackendChoice choose_backend(const RunConfig& config) { return choose_backend(config, cuda_status()); }
 
 Backend resolve_backend(const RunConfig& config) {
   const std::string& b = config.cluster.backend;
@@ -96,8 +160,9 @@ Backend resolve_backend(const RunConfig& config) {
     throw Error("cluster.backend: expected \"auto\", \"host\" or \"cuda\", got \"" + b + "\"");
   if (b == "cuda") {
     if (auto why = backend_issue(b)) throw Error("cluster.backend: " + *why);
-    const std::vector<ConfigIssue> issues = cuda_loop_issues(config);
-    if (!issues.empty()) throw Error(issues.front().path + ": " + issues.front().message);
+    const CudaPathChoice path = choose_cuda_path(config);
+    if (path.path == CudaPath::kNone)
+      throw Error(path.refusals.front().path + ": " + path.refusals.front().message);
   }
   return choose_backend(config).backend;
 }

@@ -21,8 +21,9 @@ struct Device {
   std::string name;       // "host" or the GPU's name
 };
 
-// Whether this build has the cuda rank loop (sim/runtime/cuda_rank_loop.cpp: kernels, communicators, per-rank
-// streams): every build with the CUDA side. A build without CUDA refuses cluster.backend "cuda" at validation.
+// Whether this build has the cuda rank loops (the device-resident sim/runtime/cuda_rank_loop.cpp: kernels,
+// communicators, per-rank streams; and the staged path's GPU model, sim/runtime/cuda_model.cpp): every build with the
+// CUDA side. A build without CUDA refuses cluster.backend "cuda" at validation.
 #if defined(GRADSWEEP_HAVE_CUDA)
 inline constexpr bool kCudaRankLoopBuilt = true;
 #else
@@ -38,28 +39,57 @@ const CudaProbe& cuda_status();
 bool cuda_usable(const CudaProbe& p);
 
 // Why cluster.backend = `backend` cannot run on this machine and build (a message for the validation issue), or
-// nullopt when it can: "cuda" needs a usable GPU (the message names the probe's error) and the cuda rank loop.
+// nullopt when it can: "cuda" needs a usable GPU (the message names the probe's error) and the cuda rank loop. The
+// overload with a probe is pure (tests); the other asks cuda_status().
+std::optional<std::string> backend_issue(const std::string& backend, const CudaProbe& probe);
 std::optional<std::string> backend_issue(const std::string& backend);
 
-// What the cuda rank loop does not run in this version, one issue per JSON path ("... on cluster.backend \"cuda\" in
-// this version (...); use \"host\""), empty when it runs the configuration. Pure: needs no GPU. Timing-only runs
+// What the DEVICE-RESIDENT cuda loop (cuda_rank_loop.cpp) does not run, one issue per JSON path ("... is not run by
+// the device-resident cuda loop (it runs: ...)"), empty when it runs the configuration. A configuration with issues
+// here may still run on cuda through the staged path (cuda_staged_issues). Pure: needs no GPU. Timing-only runs
 // (training.mode "timing") price the schedule on the host whatever the backend, so they have no issue here.
-// Supported: model.kind mlp | linear; data.kind fashion_mnist | teacher | inline without a node cache; sync.kind
-// allreduce with sync.staleness 0; precision.mode fp32 without a loss scaler; compression.kind none;
-// training.clip_grad_norm 0; training.pitfall none; report.trace false.
+// Runs: model.kind mlp | linear; data.kind fashion_mnist | teacher | inline without a node cache; sync.kind
+// allreduce with sync.staleness 0; precision.mode fp32 without a loss scaler, bf16_mixed, fp16_mixed;
+// compression.kind none; training.clip_grad_norm 0; training.pitfall none; report.trace false.
 std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& config);
 
-// The backend a run takes and why (the report's run key `backend_reason`).
+// What the STAGED cuda path (the host rank loop and its sync strategies with the GPU model of cuda_model.h: forward,
+// backward and evaluation on the GPU, everything else on the host) does not run, one issue per JSON path ("... does
+// not run on cluster.backend \"cuda\" in this version (supported there: ...); use \"host\""), empty when it runs
+// the configuration. Pure. Refused: model.kind other than mlp | linear (no GPU model), precision.mode tf32 | fp16_pure
+// | fp8_mixed (no GPU kernels for them in this version), cluster.stragglers.inject (the device loop's only).
+std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& config);
+
+// Which loop runs a configuration on cluster.backend "cuda": the device-resident loop when cuda_loop_issues is empty,
+// else the staged path when cuda_staged_issues is empty, else none (refused). Report run key `cuda_path`.
+enum class CudaPath { kNone, kDevice, kStaged };
+const char* cuda_path_name(CudaPath path);  // "none" | "device" | "staged"
+
+struct CudaPathChoice {
+  CudaPath path = CudaPath::kNone;
+  // kDevice: empty. kStaged: the device loop's first issue ("PATH: MESSAGE"), i.e. why the staged path runs it.
+  std::string why;
+  std::vector<ConfigIssue> refusals;  // kNone: cuda_staged_issues (what to report at validation); else empty
+};
+// Pure: a function of the configuration only (no GPU query).
+CudaPathChoice choose_cuda_path(const RunConfig& config);
+
+// The backend a run takes and why (the report's run keys `backend_reason` and `cuda_path`).
 struct BackendChoice {
   Backend backend = Backend::kHost;
+  CudaPath cuda_path = CudaPath::kNone;  // on cuda: the loop that runs it (kNone: refused; validation says why)
   std::string reason;
 };
-// "host" -> host; "auto" -> cuda when CUDA is compiled, a GPU is usable and cuda_loop_issues is empty, else host (the
-// reason names what was missing); "cuda" -> cuda (validation refuses it where it cannot run). Never throws.
+// "host" -> host; "auto" -> cuda (device path) when CUDA is compiled, a GPU is usable and the device-resident loop
+// runs the configuration, else host, the reason naming what was missing (auto never takes the staged path: it is the
+// slower, exactness-first path, asked for by naming "cuda"); "cuda" -> cuda with choose_cuda_path's path
+// (validation refuses it where it cannot run). Never throws. The overload with a probe is pure (tests).
+BackendChoice choose_backend(const RunConfig& config, const CudaProbe& probe);
 BackendChoice choose_backend(const RunConfig& config);
 
 // The backend cluster.backend resolves to (choose_backend's), except that "cuda" throws gs::Error with
-// backend_issue's message or the first cuda_loop_issues entry when it cannot run (validation refuses it earlier).
+// backend_issue's message or the first cuda_staged_issues entry when neither cuda path runs the configuration
+// (validation refuses it earlier).
 Backend resolve_backend(const RunConfig& config);
 const char* backend_name(Backend b);
 

@@ -30,6 +30,7 @@
 #include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
+#include "sim/runtime/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/world.h"
@@ -262,8 +263,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     }
     return run_training(resolved, hooks);
   }
+  // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the loop below with the
+  // GPU model (cuda_model.h) in place of the host model; everything else below is the host backend's.
+  bool staged = false;
   if (config.training.mode != "timing") {
-    // The cuda backend has its own loop (cuda_rank_loop.cpp); everything below is the host backend's.
     BackendChoice choice;
     try {
       choice = choose_backend(config);
@@ -274,9 +277,15 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       return res;
     }
     res.backend_reason = choice.reason;
+    if (choice.backend == Backend::kCuda) res.cuda_path = cuda_path_name(choice.cuda_path);
 #if defined(GRADSWEEP_HAVE_CUDA)
-    if (choice.backend == Backend::kCuda) return run_training_cuda(config, hooks, choice.reason);
+    if (choice.backend == Backend::kCuda && choice.cuda_path == CudaPath::kDevice) {
+      RunResult r = run_training_cuda(config, hooks, choice.reason);
+      r.cuda_path = res.cuda_path;
+      return r;
+    }
 #endif
+    staged = choice.backend == Backend::kCuda && choice.cuda_path == CudaPath::kStaged;
   }
   GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
   if (config.training.mode == "timing") {
@@ -294,7 +303,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   const int ranks = static_cast<int>(config.cluster.ranks);
   const int64_t K = config.training.accumulation_steps;
   try {
-    std::unique_ptr<Model> model = make_model(config);
+    // The staged cuda path: the same loop and strategies with forward / backward / evaluation on the GPU.
+    std::unique_ptr<Model> model = staged ? make_gpu_model(config) : make_model(config);
     std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
     std::vector<Device> devices = make_devices(config);
     res.backend = backend_name(devices.front().backend);
@@ -306,7 +316,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       res.wall_s = now_s() - wall0;
       return res;
     }
-    std::unique_ptr<Communicator> comm = make_communicator(devices);
+    // Staged: the strategies' buffers are host memory, so the communicator is the host's.
+    std::unique_ptr<Communicator> comm = staged ? make_host_communicator(ranks) : make_communicator(devices);
     CostModel cost_model(config, *model);
     res.hardware = cost_model.hardware().name;
     StrategySetup setup{config, *model, *comm, ranks, &cost_model};

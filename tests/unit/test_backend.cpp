@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -131,8 +132,8 @@ TEST(Backend, DetectOnHostIsRefusedNamingTheField) {
   }
 }
 
-// What the cuda loop does not run: one issue per setting, at its JSON path, saying to use host; the default
-// configuration (mlp, teacher, allreduce, fp32, sgd) has none, nor does a timing-only run.
+// What the device-resident cuda loop does not run: one issue per setting, at its JSON path, naming that loop; the
+// default configuration (mlp, teacher, allreduce, fp32, sgd) has none, nor does a timing-only run.
 TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
   EXPECT_TRUE(cuda_loop_issues(config_with("host")).empty());
   const std::pair<const char*, const char*> unsupported[] = {
@@ -152,9 +153,8 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
     const std::vector<ConfigIssue> issues = cuda_loop_issues(c);
     ASSERT_EQ(issues.size(), 1u) << set;
     EXPECT_EQ(issues[0].path, path) << set;
-    EXPECT_NE(issues[0].message.find("on cluster.backend \"cuda\" in this version"), std::string::npos)
+    EXPECT_NE(issues[0].message.find("is not run by the device-resident cuda loop"), std::string::npos)
         << issues[0].message;
-    EXPECT_NE(issues[0].message.find("use \"host\""), std::string::npos) << issues[0].message;
     // auto never takes cuda for it (on a GPU machine the reason names the path; here there is no GPU at all).
     RunConfig a = c;
     a.cluster.backend = "auto";
@@ -168,8 +168,8 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
     EXPECT_TRUE(cuda_loop_issues(t).empty()) << set;
   }
   // bf16_mixed, fp16_mixed and fp8_mixed run on cuda with any loss scaler (issue: mixed precision on the cuda loop;
-  // issue 9: fp8_mixed), tf32 with none; a loss scaler under fp32 or tf32 stays refused (the GPU fp32 stack has no
-  // loss-scale seed); fp16_pure stays refused (above: its fp16 wire).
+  // issue 9: fp8_mixed), tf32 with none; a loss scaler under fp32 or tf32 is not run by the device loop (the GPU fp32
+  // stack has no loss-scale seed) nor is fp16_pure (above: its fp16 wire): both go staged.
   for (const char* mode : {"bf16_mixed", "fp16_mixed", "fp8_mixed"}) {
     for (const char* ls : {"auto", "none", "static", "dynamic"}) {
       Scenario s = parse_scenario(kScenario, "b.json",
@@ -198,16 +198,164 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
   EXPECT_EQ(cuda_loop_issues(q)[0].path, "model.kind");
 }
 
-// Validation with cluster.backend cuda lists the loop's refusals at their paths (beside the GPU's absence here).
+// The cuda path of each configuration (issue 9: the same scenarios run on GPUs): the device-resident loop where it
+// runs the configuration, else the staged path (host rank loop + GPU model) for every feature the host loop runs on
+// an mlp/linear model in fp32, bf16_mixed or fp16_mixed, else refused at the path with "use host". The expected
+// paths follow from that rule applied to each setting, not from the functions under test.
+TEST(Backend, EachConfigurationTakesItsCudaPath) {
+  struct Case {
+    std::vector<std::string> sets;
+    CudaPath path;
+    const char* at;  // kStaged: the device loop's first issue (why staged); kNone: the refusal's path
+  };
+  const Case cases[] = {
+      {{}, CudaPath::kDevice, ""},
+      {{"precision.mode=bf16_mixed", "precision.loss_scale=dynamic"}, CudaPath::kDevice, ""},
+      {{"cluster.stragglers.inject=true"}, CudaPath::kDevice, ""},  // the device loop injects delays
+      {{"sync.kind=local_sgd", "sync.period=2"}, CudaPath::kStaged, "sync.kind"},
+      {{"sync.kind=parameter_server"}, CudaPath::kStaged, "sync.kind"},
+      {{"sync.kind=independent"}, CudaPath::kStaged, "sync.kind"},
+      {{"sync.staleness=1"}, CudaPath::kStaged, "sync.staleness"},
+      {{"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=true"}, CudaPath::kStaged,
+       "compression.kind"},
+      {{"training.clip_grad_norm=1.0"}, CudaPath::kStaged, "training.clip_grad_norm"},
+      {{"precision.loss_scale=static"}, CudaPath::kStaged, "precision.loss_scale"},
+      {{"training.pitfall=zero_grad_in_loop", "training.accumulation_steps=2"}, CudaPath::kStaged, "training.pitfall"},
+      {{"report.trace=true"}, CudaPath::kStaged, "report.trace"},
+      {{"data.cache.policy=lru"}, CudaPath::kStaged, "data.cache.policy"},
+      {{"compression.kind=qsgd", "precision.mode=fp16_mixed"}, CudaPath::kStaged, "compression.kind"},
+      {{"precision.mode=fp16_pure"}, CudaPath::kNone, "precision.mode"},
+      {{"precision.mode=fp8_mixed"}, CudaPath::kNone, "precision.mode"},
+      {{"precision.mode=tf32"}, CudaPath::kNone, "precision.mode"},
+      {{"sync.kind=local_sgd", "precision.mode=fp16_pure"}, CudaPath::kNone, "precision.mode"},
+      // Injected delays exist in the device loop only: with a staged-only feature they are refused.
+      {{"sync.kind=local_sgd", "cluster.stragglers.inject=true"}, CudaPath::kNone, "cluster.stragglers.inject"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> sets = c.sets;
+    // Validation here must not judge the (absent) GPU: parse on host, then set what only cuda accepts.
+    const auto inject = std::find(sets.begin(), sets.end(), "cluster.stragglers.inject=true");
+    const bool injected = inject != sets.end();
+    if (injected) sets.erase(inject);
+    sets.emplace_back("cluster.backend=host");
+    RunConfig config = parse_scenario(kScenario, "b.json", sets).runs.at(0).config;
+    config.cluster.stragglers.inject = injected;
+    const std::string label = c.sets.empty() ? std::string("default") : c.sets.front();
+    const CudaPathChoice got = choose_cuda_path(config);
+    EXPECT_EQ(cuda_path_name(got.path), std::string(cuda_path_name(c.path))) << label;
+    if (c.path == CudaPath::kDevice) {
+      EXPECT_TRUE(got.why.empty()) << label;
+      EXPECT_TRUE(got.refusals.empty()) << label;
+    } else if (c.path == CudaPath::kStaged) {
+      EXPECT_EQ(got.why.rfind(std::string(c.at) + ": ", 0), 0u) << label << ": " << got.why;
+      EXPECT_TRUE(got.refusals.empty()) << label;
+    } else {
+      ASSERT_FALSE(got.refusals.empty()) << label;
+      EXPECT_EQ(got.refusals[0].path, c.at) << label;
+      EXPECT_NE(got.refusals[0].message.find("does not run on cluster.backend \"cuda\" in this version"),
+                std::string::npos) << got.refusals[0].message;
+      EXPECT_NE(got.refusals[0].message.find("use \"host\""), std::string::npos) << got.refusals[0].message;
+    }
+    // Timing-only runs price on the host whatever the backend: never refused.
+    RunConfig t = config;
+    t.training.mode = "timing";
+    EXPECT_TRUE(cuda_staged_issues(t).empty()) << label;
+  }
+  // A model without a GPU model (quadratic, the transformer presets) is refused at model.kind, naming what runs.
+  RunConfig q = config_with("host");
+  q.model.kind = "quadratic";
+  const CudaPathChoice qc = choose_cuda_path(q);
+  EXPECT_EQ(qc.path, CudaPath::kNone);
+  ASSERT_EQ(qc.refusals.size(), 1u);
+  EXPECT_EQ(qc.refusals[0].path, "model.kind");
+  EXPECT_NE(qc.refusals[0].message.find("\"quadratic\""), std::string::npos) << qc.refusals[0].message;
+  EXPECT_NE(qc.refusals[0].message.find("\"mlp\", \"linear\""), std::string::npos) << qc.refusals[0].message;
+}
+
+// choose_backend against a probe (no GPU needed): the reason of each backend and cuda path.
+TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
+  CudaProbe gpu;
+  gpu.compiled = true;
+  gpu.device_count = 1;
+  gpu.devices.push_back({"NVIDIA H200", "9.0", 0, 132});
+  CudaProbe none;
+  none.compiled = true;
+  none.error = "CUDA driver version is insufficient for CUDA runtime version";
+  auto config = [](const std::string& backend, std::vector<std::string> sets) {
+    sets.emplace_back("cluster.backend=host");
+    RunConfig c = parse_scenario(kScenario, "b.json", sets).runs.at(0).config;
+    c.cluster.backend = backend;  // after validation, which would judge this machine's (absent) GPU
+    return c;
+  };
+  // cuda: the device loop, the staged path with the device loop's first issue, or none (refused: validation says).
+  BackendChoice d = choose_backend(config("cuda", {}), gpu);
+  EXPECT_EQ(d.backend, Backend::kCuda);
+  EXPECT_EQ(d.cuda_path, CudaPath::kDevice);
+  EXPECT_EQ(d.reason, "cluster.backend \"cuda\"");
+  BackendChoice st = choose_backend(config("cuda", {"sync.kind=local_sgd"}), gpu);
+  EXPECT_EQ(st.backend, Backend::kCuda);
+  EXPECT_EQ(st.cuda_path, CudaPath::kStaged);
+  EXPECT_EQ(st.reason.rfind("cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): "
+                            "sync.kind: \"local_sgd\" is not run by the device-resident cuda loop",
+                            0),
+            0u)
+      << st.reason;
+  BackendChoice r = choose_backend(config("cuda", {"precision.mode=fp8_mixed"}), gpu);
+  EXPECT_EQ(r.backend, Backend::kCuda);
+  EXPECT_EQ(r.cuda_path, CudaPath::kNone);
+  // auto takes only the device loop; for a configuration the staged path runs it says how to get it.
+  BackendChoice a = choose_backend(config("auto", {}), gpu);
+  BackendChoice al = choose_backend(config("auto", {"sync.kind=local_sgd"}), gpu);
+  BackendChoice ap = choose_backend(config("auto", {"precision.mode=fp8_mixed"}), gpu);
+  BackendChoice an = choose_backend(config("auto", {}), none);
+  if (kCudaRankLoopBuilt) {
+    EXPECT_EQ(a.backend, Backend::kCuda);
+    EXPECT_EQ(a.cuda_path, CudaPath::kDevice);
+    EXPECT_EQ(a.reason, "auto: a usable GPU (NVIDIA H200) and a configuration the cuda loop runs");
+    EXPECT_EQ(al.backend, Backend::kHost);
+    EXPECT_EQ(al.reason.rfind("auto: a GPU is usable, but the cuda loop does not run this configuration: sync.kind: ",
+                              0),
+              0u)
+        << al.reason;
+    EXPECT_NE(al.reason.find("cluster.backend \"cuda\" runs it on the staged path"), std::string::npos) << al.reason;
+    EXPECT_EQ(ap.backend, Backend::kHost);
+    EXPECT_EQ(ap.reason.find("staged"), std::string::npos) << ap.reason;
+    EXPECT_EQ(an.backend, Backend::kHost);
+    EXPECT_EQ(an.reason, "auto: no usable GPU (the device query says \"" + none.error + "\")");
+    EXPECT_FALSE(backend_issue("cuda", gpu).has_value());
+  } else {
+    for (const BackendChoice* c : {&a, &al, &ap, &an}) {
+      EXPECT_EQ(c->backend, Backend::kHost);
+      EXPECT_EQ(c->reason, "auto: this binary was built without CUDA");
+    }
+  }
+  ASSERT_TRUE(backend_issue("cuda", none).has_value());
+  EXPECT_NE(backend_issue("cuda", none)->find(none.error), std::string::npos) << *backend_issue("cuda", none);
+  EXPECT_FALSE(backend_issue("host", none).has_value());
+}
+
+// Validation with cluster.backend cuda lists what neither cuda path runs at its path (beside the GPU's absence here);
+// what the staged path runs is not refused.
 TEST(Backend, CudaValidationNamesTheUnsupportedPath) {
+  const size_t gpu_issue = cuda_usable(cuda_status()) && kCudaRankLoopBuilt ? 0u : 1u;
   try {
-    parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", "sync.kind=independent"});
+    parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", "precision.mode=fp16_pure"});
     FAIL() << "accepted";
   } catch (const ScenarioError& e) {
     bool found = false;
-    for (const ConfigIssue& i : e.issues()) found = found || i.path == "sync.kind";
+    for (const ConfigIssue& i : e.issues()) found = found || i.path == "precision.mode";
     EXPECT_TRUE(found);
-    EXPECT_EQ(e.issues().size(), cuda_usable(cuda_status()) ? 1u : 2u);
+    EXPECT_EQ(e.issues().size(), gpu_issue + 1);
+  }
+  for (const char* staged : {"sync.kind=independent", "sync.kind=local_sgd", "training.clip_grad_norm=1",
+                             "report.trace=true", "compression.kind=topk"}) {
+    try {
+      parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", staged});
+      EXPECT_EQ(gpu_issue, 0u) << staged << " accepted without a GPU";
+    } catch (const ScenarioError& e) {
+      ASSERT_EQ(e.issues().size(), gpu_issue) << staged << ": " << e.issues()[0].path;
+      EXPECT_EQ(e.issues()[0].path, "cluster.backend") << staged;
+    }
   }
 }
 
@@ -261,6 +409,12 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   EXPECT_EQ(r.backend_reason, want.reason);
   const json j = run_to_json(s.runs.at(0), r);
   EXPECT_EQ(j.at("backend_reason").get<std::string>(), want.reason);
+  // cuda_path: the loop on cuda (auto takes only the device loop), null on host.
+  if (want.backend == Backend::kCuda) {
+    EXPECT_EQ(j.at("cuda_path"), "device");
+  } else {
+    EXPECT_TRUE(j.at("cuda_path").is_null()) << j.at("cuda_path");
+  }
   EXPECT_EQ(j.at("timing").contains("model_error"), r.ranks_one_per_gpu);
   if (cuda_usable(cuda_status())) return;
   EXPECT_FALSE(r.ranks_one_per_gpu);
@@ -270,6 +424,11 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   EXPECT_EQ(f.disposition, "failed");
   EXPECT_NE(f.message.find("cluster.backend"), std::string::npos) << f.message;
   EXPECT_EQ(f.steps_completed, 0);
+  c.sync.kind = "local_sgd";  // a staged configuration: refused the same way, before any step
+  const RunResult g = run_training(c);
+  EXPECT_EQ(g.disposition, "failed");
+  EXPECT_NE(g.message.find("cluster.backend"), std::string::npos) << g.message;
+  EXPECT_EQ(g.steps_completed, 0);
 }
 
 TEST(Backend, CliRefusesCudaWithoutGpuWithExitTwoBeforeAnyRun) {

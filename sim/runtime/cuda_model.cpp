@@ -1,0 +1,274 @@
+// The staged cuda path's GPU model (cuda_model.h): the host mlp/linear model's tensors and init with forward,
+// backward and evaluation through kernels/cuda_dense.h (fp32) and kernels/cuda_dense_mixed.h (bf16/fp16 mixed), one
+// GPU workspace per rank. A new precision mode gets its branch in GpuDenseModel::forward / backward.
+#include "sim/runtime/cuda_model.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "kernels/cuda_dense.h"
+#include "kernels/cuda_dense_mixed.h"
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_runtime.h"
+#include "kernels/dense.h"
+#include "sim/core/error.h"
+#include "sim/runtime/device.h"
+
+namespace gs {
+namespace {
+
+// Which GPU stack the last forward ran (backward follows it, as the host model's last_forward_mixed).
+enum class GpuPath { kNone, kFp32, kFp32Scaled, kMixed };
+
+// One rank's device state. Bound to a device on its first forward/evaluate (the batch's rank); every call sets that
+// device in the calling thread first (evaluation may run on another thread than the rank's).
+struct GpuWorkspace final : Workspace {
+  int64_t max_rows = 0;
+  int device = -1;
+  std::optional<gpu::Stream> stream;
+  std::unique_ptr<gpu::BlasHandle> blas;
+  std::optional<gpu::DenseScratchGpu> scratch;
+  std::optional<gpu::MixedScratchGpu> mixed;
+  gpu::DeviceBuffer<float> params, grad, grad_scaled, x, y;
+  gpu::DeviceBuffer<int32_t> labels;
+  gpu::DeviceBuffer<double> loss_sum;                // one device double
+  gpu::DeviceBuffer<unsigned long long> counts;      // count_rounding's (underflow, non-finite), or count_correct's
+  const float* uploaded_params = nullptr;            // the host parameters the device copy was made from
+  GpuPath last = GpuPath::kNone;
+  int64_t last_rows = 0;
+
+  ~GpuWorkspace() override {
+    if (device >= 0) (void)cudaSetDevice(device);  // free on the device that owns the memory
+    blas.reset();
+  }
+};
+
+GpuWorkspace& as_gpu_workspace(Workspace& ws) {
+  auto* w = dynamic_cast<GpuWorkspace*>(&ws);
+  GS_EXPECT(w != nullptr, "cuda model: workspace was not made by this model");
+  return *w;
+}
+
+class GpuDenseModel final : public Model {
+ public:
+  GpuDenseModel(std::unique_ptr<Model> host, DenseStack stack, int device_count)
+      : host_(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)) {
+    GS_EXPECT(host_->num_params() == stack_.num_params(),
+              "cuda model: the host model's parameters are not its dense stack's");
+  }
+
+  const std::vector<TensorInfo>& tensors() const override { return host_->tensors(); }
+  bool classification() const override { return host_->classification(); }
+  void init_params(float* params, uint64_t seed) const override { host_->init_params(params, seed); }
+  double forward_flops_per_sample() const override { return host_->forward_flops_per_sample(); }
+  std::vector<LayerCost> layer_costs() const override { return host_->layer_costs(); }
+
+  // No device work here: the device is known at the first batch (its rank).
+  std::unique_ptr<Workspace> make_workspace(int64_t max_batch) const override {
+    GS_EXPECT(max_batch >= 1, fmt::format("cuda model: workspace for {} samples", max_batch));
+    auto ws = std::make_unique<GpuWorkspace>();
+    ws->max_rows = max_batch;
+    return ws;
+  }
+
+  double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const override {
+    GpuWorkspace& w = as_gpu_workspace(ws);
+    check_batch(batch, 0, batch.count, w.max_rows);
+    bind(w, batch.rank);
+    const cudaStream_t st = w.stream->get();
+    upload_params(w, params, true);
+    upload_batch(w, batch, 0, batch.count);
+    w.last_rows = batch.count;
+    if (p.mode == PrecisionMode::kFp32) {
+      w.last = p.loss_scale != 1.0f ? GpuPath::kFp32Scaled : GpuPath::kFp32;
+      gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, w.params.get(), w.x.get(), batch.count, targets(w),
+                                   labels(w), w.loss_sum.get());
+    } else if (p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp16Mixed) {
+      w.last = GpuPath::kMixed;
+      const FloatFormat f = p.mode == PrecisionMode::kFp16Mixed ? FloatFormat::kFp16 : FloatFormat::kBf16;
+      if (!w.mixed || w.mixed->format != f) w.mixed = gpu::make_mixed_scratch_gpu(stack_, w.max_rows, f, 1);
+      gpu::dense_stack_forward_mixed_gpu(*w.blas, *w.scratch, *w.mixed, stack_, w.params.get(), w.x.get(),
+                                         batch.count, targets(w), labels(w), w.loss_sum.get());
+    } else {
+      throw Error(fmt::format("cuda model: precision.mode {} has no GPU kernels in this version (fp32, bf16_mixed, "
+                              "fp16_mixed run)", precision_mode_name(p.mode)));
+    }
+    double loss = 0.0;
+    GS_CUDA_CHECK(cudaMemcpyAsync(&loss, w.loss_sum.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
+    GS_CUDA_CHECK(cudaStreamSynchronize(st));
+    return loss;
+  }
+
+  void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
+                const PrecisionPolicy& p) const override {
+    GpuWorkspace& w = as_gpu_workspace(ws);
+    GS_EXPECT(w.last != GpuPath::kNone && w.last_rows == batch.count,
+              "cuda model: backward needs the forward of the same batch first");
+    GS_CUDA_CHECK(cudaSetDevice(w.device));
+    const cudaStream_t st = w.stream->get();
+    const size_t n = stack_.num_params();
+    upload_params(w, params, false);  // a no-op after this batch's forward on the same parameters
+    GS_CUDA_CHECK(cudaMemcpyAsync(w.grad.get(), grad, n * sizeof(float), cudaMemcpyHostToDevice, st));
+    if (w.last == GpuPath::kFp32) {
+      gpu::dense_stack_backward_gpu(*w.blas, w.grad.get(), *w.scratch, stack_, w.params.get(), w.x.get(),
+                                    batch.count, targets(w), labels(w));
+    } else if (w.last == GpuPath::kFp32Scaled) {
+      // The gradient of loss_scale x the loss sum: the unscaled gradient into a zeroed buffer, times the scale, added.
+      GS_CUDA_CHECK(cudaMemsetAsync(w.grad_scaled.get(), 0, n * sizeof(float), st));
+      gpu::dense_stack_backward_gpu(*w.blas, w.grad_scaled.get(), *w.scratch, stack_, w.params.get(), w.x.get(),
+                                    batch.count, targets(w), labels(w));
+      gpu::scale(w.grad_scaled.get(), n, p.loss_scale, st);
+      gpu::count_rounding(FloatFormat::kFp32, w.grad_scaled.get(), n, w.counts.get(), st);  // [1]: non-finite
+      gpu::add_into(w.grad.get(), w.grad_scaled.get(), n, st);
+      unsigned long long c[2] = {0, 0};
+      GS_CUDA_CHECK(cudaMemcpyAsync(c, w.counts.get(), sizeof c, cudaMemcpyDeviceToHost, st));
+      GS_CUDA_CHECK(cudaStreamSynchronize(st));
+      w.precision.grad_nonfinite += c[1];
+    } else {
+      gpu::reset_counts(*w.mixed, st);
+      gpu::dense_stack_backward_mixed_gpu(*w.blas, w.grad.get(), *w.scratch, *w.mixed, stack_, batch.count,
+                                          targets(w), labels(w), p.loss_scale);
+      MixedCounters c;
+      gpu::counters_to_host(*w.mixed, c, st);  // synchronizes
+      w.precision.grad_values += c.grad_values;
+      w.precision.grad_underflow += c.grad_underflow;
+      w.precision.grad_nonfinite += c.grad_nonfinite;
+    }
+    GS_CUDA_CHECK(cudaMemcpyAsync(grad, w.grad.get(), n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    GS_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  // fp32 forward in chunks of the workspace's capacity (as the host model), loss sums added in double on the host.
+  EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {
+    GpuWorkspace& w = as_gpu_workspace(ws);
+    EvalSums sums;
+    if (batch.count == 0) return sums;
+    bind(w, batch.rank);
+    const cudaStream_t st = w.stream->get();
+    upload_params(w, params, true);
+    const int64_t out_dim = stack_.widths.back();
+    for (int64_t first = 0; first < batch.count; first += w.max_rows) {
+      const int64_t rows = std::min(w.max_rows, batch.count - first);
+      check_batch(batch, first, rows, w.max_rows);
+      upload_batch(w, batch, first, rows);
+      gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, w.params.get(), w.x.get(), rows, targets(w),
+                                   labels(w), w.loss_sum.get());
+      if (classification())
+        gpu::count_correct(w.counts.get(), w.scratch->pre.back().get(), w.labels.get(), rows, out_dim, st);
+      double loss = 0.0;
+      unsigned long long correct = 0;
+      GS_CUDA_CHECK(cudaMemcpyAsync(&loss, w.loss_sum.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
+      if (classification())
+        GS_CUDA_CHECK(cudaMemcpyAsync(&correct, w.counts.get(), sizeof correct, cudaMemcpyDeviceToHost, st));
+      GS_CUDA_CHECK(cudaStreamSynchronize(st));
+      sums.loss_sum += loss;
+      sums.correct += static_cast<int64_t>(correct);
+    }
+    w.last = GpuPath::kNone;  // the scratch now holds an evaluation chunk: no backward may follow
+    sums.count = batch.count;
+    return sums;
+  }
+
+ private:
+  // Sets the workspace's device in this thread; on first use picks it (rank % devices) and allocates.
+  void bind(GpuWorkspace& w, int rank) const {
+    if (w.device < 0) {
+      const int device = (rank < 0 ? 0 : rank) % device_count_;
+      GS_CUDA_CHECK(cudaSetDevice(device));
+      w.device = device;
+      const size_t n = stack_.num_params();
+      const auto rows = static_cast<size_t>(w.max_rows);
+      const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
+      w.stream.emplace();
+      w.blas = std::make_unique<gpu::BlasHandle>(w.stream->get());
+      w.scratch = gpu::make_dense_scratch_gpu(stack_, w.max_rows);
+      w.params = gpu::DeviceBuffer<float>(n, "parameters");
+      w.grad = gpu::DeviceBuffer<float>(n, "gradient");
+      w.grad_scaled = gpu::DeviceBuffer<float>(n, "scaled gradient");
+      w.x = gpu::DeviceBuffer<float>(rows * static_cast<size_t>(in_dim), "batch inputs");
+      if (classification()) {
+        w.labels = gpu::DeviceBuffer<int32_t>(rows, "batch labels");
+      } else {
+        w.y = gpu::DeviceBuffer<float>(rows * static_cast<size_t>(out_dim), "batch targets");
+      }
+      w.loss_sum = gpu::DeviceBuffer<double>(1, "loss sum");
+      w.counts = gpu::DeviceBuffer<unsigned long long>(2, "counts");
+    } else {
+      GS_CUDA_CHECK(cudaSetDevice(w.device));
+    }
+  }
+
+  // The parameters to the device. Forward and evaluation always copy (the strategy updates its buffers in place, so
+  // the same pointer may hold new values); backward only when its pointer is not its forward's.
+  void upload_params(GpuWorkspace& w, const float* params, bool always) const {
+    if (!always && w.uploaded_params == params) return;
+    GS_CUDA_CHECK(cudaMemcpyAsync(w.params.get(), params, stack_.num_params() * sizeof(float),
+                                  cudaMemcpyHostToDevice, w.stream->get()));
+    w.uploaded_params = params;
+  }
+
+  // Rows [first, first + rows) of the batch to the device buffers' start.
+  void upload_batch(GpuWorkspace& w, const Batch& batch, int64_t first, int64_t rows) const {
+    const cudaStream_t st = w.stream->get();
+    const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
+    const auto r = static_cast<size_t>(rows);
+    GS_CUDA_CHECK(cudaMemcpyAsync(w.x.get(), batch.x.data() + first * in_dim, r * static_cast<size_t>(in_dim) *
+                                  sizeof(float), cudaMemcpyHostToDevice, st));
+    if (classification()) {
+      GS_CUDA_CHECK(cudaMemcpyAsync(w.labels.get(), batch.labels.data() + first, r * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, st));
+    } else {
+      GS_CUDA_CHECK(cudaMemcpyAsync(w.y.get(), batch.y.data() + first * out_dim,
+                                    r * static_cast<size_t>(out_dim) * sizeof(float), cudaMemcpyHostToDevice, st));
+    }
+  }
+
+  const float* targets(const GpuWorkspace& w) const { return classification() ? nullptr : w.y.get(); }
+  const int32_t* labels(const GpuWorkspace& w) const { return classification() ? w.labels.get() : nullptr; }
+
+  // The host model's checks (mlp.cpp): shapes, sizes and label range (an out-of-range label would index past the
+  // logits on the device).
+  void check_batch(const Batch& batch, int64_t first, int64_t rows, int64_t max_rows) const {
+    const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
+    GS_EXPECT(rows <= max_rows, fmt::format("cuda model: batch of {} samples exceeds the workspace's {}", rows,
+                                            max_rows));
+    GS_EXPECT(batch.in_dim == in_dim,
+              fmt::format("cuda model: batch in_dim {} != model.layers[0] {}", batch.in_dim, in_dim));
+    GS_EXPECT(batch.x.size() >= static_cast<size_t>((first + rows) * in_dim),
+              "cuda model: batch.x shorter than count x in_dim");
+    if (!classification()) {
+      GS_EXPECT(batch.out_dim == out_dim,
+                fmt::format("cuda model: batch out_dim {} != the model's {} outputs (mse)", batch.out_dim, out_dim));
+      GS_EXPECT(batch.y.size() >= static_cast<size_t>((first + rows) * out_dim),
+                "cuda model: batch.y shorter than count x out_dim");
+    } else {
+      GS_EXPECT(batch.labels.size() >= static_cast<size_t>(first + rows), "cuda model: batch.labels shorter than count");
+      for (int64_t r = first; r < first + rows; ++r) {
+        const int32_t label = batch.labels[static_cast<size_t>(r)];
+        GS_EXPECT(label >= 0 && label < out_dim,
+                  fmt::format("cuda model: label {} of sample {} outside [0, {})", label, r, out_dim));
+      }
+    }
+  }
+
+  std::unique_ptr<Model> host_;
+  DenseStack stack_;
+  int device_count_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gpu_model(const RunConfig& config) {
+  if (config.model.kind != "mlp" && config.model.kind != "linear")
+    throw Error("model.kind: \"" + config.model.kind + "\" has no GPU model (mlp, linear)");
+  const CudaProbe& probe = cuda_status();
+  GS_EXPECT(cuda_usable(probe), "cuda model: no usable GPU (" + probe.error + ")");
+  return std::make_unique<GpuDenseModel>(make_model(config), dense_stack_from_config(config.model),
+                                         probe.device_count);
+}
+
+}  // namespace gs

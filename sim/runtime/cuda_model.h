@@ -1,0 +1,30 @@
+// The staged cuda path's model: the mlp / linear model (dense stack) with forward, backward and evaluation on the
+// GPU through kernels/cuda_dense*.h, behind the host Model interface, so the host rank loop and every sync strategy
+// run unchanged on cluster.backend "cuda" (device.h, choose_cuda_path). A new GPU precision mode is one branch in
+// cuda_model.cpp's forward/backward plus dropping its refusal from cuda_staged_issues.
+#pragma once
+#include <memory>
+
+#include "sim/config/run_config.h"
+#include "sim/model/model.h"
+
+namespace gs {
+
+// The GPU model of an mlp or linear configuration. Tensors, init_params (so linear's explicit initial values),
+// classification and the costs are the host model's (make_model); forward / backward / evaluate run on the GPU:
+//  - the device is the batch's rank modulo the device count (cudaSetDevice in the calling thread on every call), bound
+//    on the workspace's first use; each workspace owns a stream, a cuBLAS handle, the dense (and mixed) scratch and
+//    device copies of parameters, gradient and batch.
+//  - forward uploads the parameters and the batch, runs the forward, synchronizes and returns the loss SUM (double).
+//  - backward uploads the host `grad`, adds the batch's gradient on the device (fp32 GEMMs with beta 1, or the mixed
+//    stack's accumulation), and downloads the sum into `grad`: grad += gradient of the loss sum, as the host model.
+//    fp32 under a loss scale: the unscaled gradient times the scale (gpu::scale), then added; its non-finite values
+//    are counted in ws.precision.grad_nonfinite (the host counts the scaled intermediate tensors instead).
+//    bf16_mixed / fp16_mixed: ws.precision gets the mixed stack's rounding counts (gpu::counters_to_host).
+//  - evaluate runs the fp32 forward in chunks of the workspace's capacity (loss sum, correct count).
+// Precision modes: fp32 (any loss scale), bf16_mixed, fp16_mixed; others throw gs::Error (cuda_staged_issues refuses
+// them first). Built with the CUDA side only; without it this throws gs::Error. Throws gs::Error for a model kind other
+// than mlp / linear, and CUDA errors as gs::Error (GS_CUDA_CHECK).
+std::unique_ptr<Model> make_gpu_model(const RunConfig& config);
+
+}  // namespace gs
