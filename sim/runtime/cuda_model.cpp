@@ -1,6 +1,8 @@
 // The staged cuda path's GPU model (cuda_model.h): the host mlp/linear model's tensors and init with forward,
 // backward and evaluation through kernels/cuda_dense.h (fp32) and kernels/cuda_dense_mixed.h (bf16/fp16 mixed), one
-// GPU workspace per rank. A new precision mode gets its branch in GpuDenseModel::forward / backward.
+// GPU workspace per rank: fp32 and tf32 through the fp32 stack (tf32 as the handle's math mode), bf16_mixed,
+// fp16_mixed, fp16_pure and fp8_mixed through the mixed stack with the host model's MixedSpec. A new precision mode
+// gets its branch in GpuDenseModel::forward / backward.
 #include "sim/runtime/cuda_model.h"
 
 #include <algorithm>
@@ -47,6 +49,19 @@ struct GpuWorkspace final : Workspace {
   }
 };
 
+// The arithmetic of an emulated mode, as the host model maps it (sim/model/mlp.cpp mixed_spec): bf16 for bf16_mixed
+// and fp8_mixed (its non-GEMM tensors), fp16 for fp16_mixed and fp16_pure; fp8 GEMMs; fp16_pure's in-format gradient.
+MixedSpec mixed_spec(const PrecisionPolicy& p) {
+  MixedSpec m;
+  m.format = p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp8Mixed ? FloatFormat::kBf16
+                                                                                        : FloatFormat::kFp16;
+  m.fp8_gemm = p.mode == PrecisionMode::kFp8Mixed;
+  m.grad_in_format = p.mode == PrecisionMode::kFp16Pure;
+  m.loss_scale = p.loss_scale;
+  m.amax_history_len = p.amax_history_len;
+  return m;
+}
+
 GpuWorkspace& as_gpu_workspace(Workspace& ws) {
   auto* w = dynamic_cast<GpuWorkspace*>(&ws);
   GS_EXPECT(w != nullptr, "cuda model: workspace was not made by this model");
@@ -55,8 +70,8 @@ GpuWorkspace& as_gpu_workspace(Workspace& ws) {
 
 class GpuDenseModel final : public Model {
  public:
-  GpuDenseModel(std::unique_ptr<Model> host, DenseStack stack, int device_count)
-      : host_(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)) {
+  GpuDenseModel(std::unique_ptr<Model> host, DenseStack stack, int device_count, bool tf32)
+      : host_(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)), tf32_(tf32) {
     GS_EXPECT(host_->num_params() == stack_.num_params(),
               "cuda model: the host model's parameters are not its dense stack's");
   }
@@ -83,19 +98,23 @@ class GpuDenseModel final : public Model {
     upload_params(w, params, true);
     upload_batch(w, batch, 0, batch.count);
     w.last_rows = batch.count;
-    if (p.mode == PrecisionMode::kFp32) {
+    if (p.mode == PrecisionMode::kFp32 || p.mode == PrecisionMode::kTf32) {  // tf32: the handle's math mode (bind)
       w.last = p.loss_scale != 1.0f ? GpuPath::kFp32Scaled : GpuPath::kFp32;
       gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, w.params.get(), w.x.get(), batch.count, targets(w),
                                    labels(w), w.loss_sum.get());
-    } else if (p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp16Mixed) {
+    } else if (p.emulated()) {
       w.last = GpuPath::kMixed;
-      const FloatFormat f = p.mode == PrecisionMode::kFp16Mixed ? FloatFormat::kFp16 : FloatFormat::kBf16;
-      if (!w.mixed || w.mixed->format != f) w.mixed = gpu::make_mixed_scratch_gpu(stack_, w.max_rows, f, 1);
+      const MixedSpec spec = mixed_spec(p);
+      // Made once per workspace (the policy's mode is the run's): fp8's delayed scalings live on in it, as in the host
+      // model's scratch.
+      if (!w.mixed || w.mixed->spec.format != spec.format || w.mixed->spec.fp8_gemm != spec.fp8_gemm ||
+          w.mixed->spec.grad_in_format != spec.grad_in_format)
+        w.mixed = gpu::make_mixed_scratch_gpu(stack_, w.max_rows, spec, 1);
       gpu::dense_stack_forward_mixed_gpu(*w.blas, *w.scratch, *w.mixed, stack_, w.params.get(), w.x.get(),
                                          batch.count, targets(w), labels(w), w.loss_sum.get());
     } else {
-      throw Error(fmt::format("cuda model: precision.mode {} has no GPU kernels in this version (fp32, bf16_mixed, "
-                              "fp16_mixed run)", precision_mode_name(p.mode)));
+      throw Error(fmt::format("cuda model: precision.mode {} has no GPU forward in this version",
+                              precision_mode_name(p.mode)));
     }
     double loss = 0.0;
     GS_CUDA_CHECK(cudaMemcpyAsync(&loss, w.loss_sum.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
@@ -185,6 +204,7 @@ class GpuDenseModel final : public Model {
       const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
       w.stream.emplace();
       w.blas = std::make_unique<gpu::BlasHandle>(w.stream->get());
+      if (tf32_) gpu::set_tf32_math(*w.blas, true);  // fp32 GEMMs on TF32 tensor cores (forward, backward, evaluation)
       w.scratch = gpu::make_dense_scratch_gpu(stack_, w.max_rows);
       w.params = gpu::DeviceBuffer<float>(n, "parameters");
       w.grad = gpu::DeviceBuffer<float>(n, "gradient");
@@ -258,6 +278,7 @@ class GpuDenseModel final : public Model {
   std::unique_ptr<Model> host_;
   DenseStack stack_;
   int device_count_ = 1;
+  bool tf32_ = false;  // precision.mode tf32: every GEMM of the handle in TF32 math
 };
 
 }  // namespace
@@ -268,7 +289,7 @@ std::unique_ptr<Model> make_gpu_model(const RunConfig& config) {
   const CudaProbe& probe = cuda_status();
   GS_EXPECT(cuda_usable(probe), "cuda model: no usable GPU (" + probe.error + ")");
   return std::make_unique<GpuDenseModel>(make_model(config), dense_stack_from_config(config.model),
-                                         probe.device_count);
+                                         probe.device_count, config.precision.mode == "tf32");
 }
 
 }  // namespace gs

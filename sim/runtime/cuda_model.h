@@ -18,13 +18,15 @@ namespace gs {
 //  - forward uploads the parameters and the batch, runs the forward, synchronizes and returns the loss SUM (double).
 //  - backward uploads the host `grad`, adds the batch's gradient on the device (fp32 GEMMs with beta 1, or the mixed
 //    stack's accumulation), and downloads the sum into `grad`: grad += gradient of the loss sum, as the host model.
-//    fp32 under a loss scale: the unscaled gradient times the scale (gpu::scale), then added; its non-finite values
-//    are counted in ws.precision.grad_nonfinite (the host counts the scaled intermediate tensors instead).
-//    bf16_mixed / fp16_mixed: ws.precision gets the mixed stack's rounding counts (gpu::counters_to_host).
-//  - evaluate runs the fp32 forward in chunks of the workspace's capacity (loss sum, correct count).
-// Precision modes: fp32 (any loss scale), bf16_mixed, fp16_mixed; others throw gs::Error (cuda_staged_issues refuses
-// them first). Built with the CUDA side only; without it this throws gs::Error. Throws gs::Error for a model kind other
-// than mlp / linear, and CUDA errors as gs::Error (GS_CUDA_CHECK).
+//    fp32 / tf32 under a loss scale: the unscaled gradient times the scale (gpu::scale), then added; its non-finite
+//    values are counted in ws.precision.grad_nonfinite (the host counts the scaled intermediate tensors instead).
+//    bf16_mixed / fp16_mixed / fp16_pure / fp8_mixed: the mixed stack (kernels/cuda_dense_mixed.h) with the host
+//    model's MixedSpec; ws.precision gets its rounding counts (gpu::counters_to_host); fp8's delayed scalings live in
+//    the workspace (as the host model's scratch); fp16_pure's gradient is held in fp16 as the host's.
+//  - evaluate runs the fp32 forward in chunks of the workspace's capacity (loss sum, correct count); tf32: TF32 GEMMs,
+//    as every GEMM of its handle (the device loop's evaluation does the same).
+// Every precision mode runs. Built with the CUDA side only; without it this throws gs::Error. Throws gs::Error for a
+// model kind other than mlp / linear, and CUDA errors as gs::Error (GS_CUDA_CHECK).
 std::unique_ptr<Model> make_gpu_model(const RunConfig& config);
 
 }  // namespace gs

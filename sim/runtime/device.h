@@ -49,15 +49,15 @@ std::optional<std::string> backend_issue(const std::string& backend);
 // here may still run on cuda through the staged path (cuda_staged_issues). Pure: needs no GPU. Timing-only runs
 // (training.mode "timing") price the schedule on the host whatever the backend, so they have no issue here.
 // Runs: model.kind mlp | linear; data.kind fashion_mnist | teacher | inline without a node cache; sync.kind
-// allreduce with sync.staleness 0; precision.mode fp32 without a loss scaler, bf16_mixed, fp16_mixed;
+// allreduce with sync.staleness 0; precision.mode fp32 / tf32 without a loss scaler, bf16_mixed, fp16_mixed, fp8_mixed;
 // compression.kind none; training.clip_grad_norm 0; training.pitfall none; report.trace false.
 std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& config);
 
 // What the STAGED cuda path (the host rank loop and its sync strategies with the GPU model of cuda_model.h: forward,
 // backward and evaluation on the GPU, everything else on the host) does not run, one issue per JSON path ("... does
 // not run on cluster.backend \"cuda\" in this version (supported there: ...); use \"host\""), empty when it runs
-// the configuration. Pure. Refused: model.kind other than mlp | linear (no GPU model), precision.mode tf32 | fp16_pure
-// | fp8_mixed (no GPU kernels for them in this version), cluster.stragglers.inject (the device loop's only).
+// the configuration. Pure. Refused: model.kind other than mlp | linear (no GPU model), cluster.stragglers.inject (the
+// device loop's only). Every precision mode runs (fp16_pure, and a loss scaler under fp32 / tf32, only here).
 std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& config);
 
 // Which loop runs a configuration on cluster.backend "cuda": the device-resident loop when cuda_loop_issues is empty,

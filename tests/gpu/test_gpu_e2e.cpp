@@ -193,7 +193,8 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
 // - tf32 (TF32 tensor-op math for the fp32 GEMMs) against the host's fp32 (the host skips tf32 runs): inputs rounded
 //   to 10 mantissa bits (2^-11 relative, 2^-10 if the unit truncates) per GEMM operand: loss within 2e-2 relative
 //   per step, final eval loss within 2e-2.
-// fp16_pure is refused on cuda (its fp16 wire), checked by Backend.CudaLoopRefusesWhatItDoesNotRunAtThePath.
+// fp16_pure is not run by the device loop (its fp16 wire; Backend.CudaLoopRefusesWhatItDoesNotRunAtThePath): it runs
+// on the staged path (tests/gpu/test_gpu_staged.cpp, GpuStaged.Fp16PureMatchesHost).
 TEST(GpuEndToEnd, Fp8AndTf32OnCudaMatchHost) {
   const char* kScenario = R"({"name": "m", "model": {"kind": "mlp", "layers": [16, 32, 4]},
     "data": {"kind": "teacher", "batch_per_rank": 8, "prefetch": 0,

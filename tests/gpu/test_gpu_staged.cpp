@@ -138,6 +138,18 @@ TEST(GpuStagedModel, Bf16MixedMatchesHostEmulation) {
   expect_model_matches_host({"precision.mode=bf16_mixed"}, p, 0, 1e-2, 5e-2);
 }
 
+// fp16_pure (gradient held and accumulated in fp16) and fp8_mixed (first use: every delayed scale 1 on both, E4M3
+// operands, bf16 elsewhere) round at the host twin's points; fp16's 2^-11 and the bf16 tensors' 2^-8 relative steps
+// give the bf16 bounds again.
+TEST(GpuStagedModel, Fp16PureAndFp8MixedMatchHostEmulation) {
+  PrecisionPolicy pure;
+  pure.mode = PrecisionMode::kFp16Pure;
+  expect_model_matches_host({"precision.mode=fp16_pure"}, pure, 0, 1e-2, 5e-2);
+  PrecisionPolicy fp8;
+  fp8.mode = PrecisionMode::kFp8Mixed;
+  expect_model_matches_host({"precision.mode=fp8_mixed"}, fp8, 0, 1e-2, 5e-2);
+}
+
 // ---- Runs -----------------------------------------------------------------------------------------------------------
 
 // 2 ranks, 2 micro-batches of 8 per step, a small MLP, 20 SGD steps (the model and length of GpuEndToEnd's 8-rank
@@ -157,13 +169,16 @@ struct Pair {
   RunResult host, cuda;
 };
 
-Pair expect_staged_matches_host(const std::vector<std::string>& sets, double tol) {
-  auto make = [&](const std::string& backend) {
+// The staged cuda run of `cuda_sets` against the host run of `host_sets` (the same settings unless a mode the host
+// does not run, tf32, stands against its fp32).
+Pair expect_staged_matches_host(const std::vector<std::string>& cuda_sets, const std::vector<std::string>& host_sets,
+                                double tol) {
+  auto make = [&](const std::string& backend, const std::vector<std::string>& sets) {
     std::vector<std::string> s = sets;
     s.push_back("cluster.backend=" + backend);
     return parse_scenario(kRunScenario, "st.json", s).runs.at(0).config;
   };
-  Pair p{run_training(make("host")), run_training(make("cuda"))};
+  Pair p{run_training(make("host", host_sets)), run_training(make("cuda", cuda_sets))};
   EXPECT_EQ(p.host.disposition, "passed") << p.host.message;
   EXPECT_EQ(p.cuda.disposition, "passed") << p.cuda.message;
   EXPECT_EQ(p.cuda.backend, "cuda");
@@ -183,6 +198,10 @@ Pair expect_staged_matches_host(const std::vector<std::string>& sets, double tol
   EXPECT_EQ(p.cuda.replicas_identical, p.host.replicas_identical);
   EXPECT_EQ(p.cuda.steps_completed, p.host.steps_completed);
   return p;
+}
+
+Pair expect_staged_matches_host(const std::vector<std::string>& sets, double tol) {
+  return expect_staged_matches_host(sets, sets, tol);
 }
 
 // Top-k 10% with error feedback: the selected indices are a function of the gradient, so a near tie at the k-th
@@ -248,6 +267,40 @@ TEST(GpuStaged, NodeCacheMatchesHost) {
       EXPECT_EQ(p.cuda.data->steps[r][s].counts.hits, p.host.data->steps[r][s].counts.hits);
     }
   }
+}
+
+// fp16_pure runs only staged (the device loop has no fp16 rank-order all-reduce): fp16 weights and gradients, the
+// host strategies' fp16 wire. Its rounding steps are 2^-11 relative, finer than bf16's, so GpuEndToEnd's bf16 bound of
+// 2e-2 per step holds a fortiori; the counted gradient values depend on shapes only: equal.
+TEST(GpuStaged, Fp16PureMatchesHost) {
+  const Pair p = expect_staged_matches_host({"precision.mode=fp16_pure"}, 2e-2);
+  ASSERT_TRUE(p.cuda.precision && p.host.precision);
+  EXPECT_EQ(p.cuda.precision->mode, "fp16_pure");
+  EXPECT_EQ(p.cuda.precision->grad_values, p.host.precision->grad_values);
+  EXPECT_GT(p.cuda.precision->grad_values, 0u);
+}
+
+// tf32 under a static loss scale runs staged (the device loop has no loss-scale seed in its fp32 stack); the host
+// skips tf32, so it stands against the host's fp32 with the same scale: TF32 rounds GEMM inputs to 10 mantissa bits
+// (2^-11 relative, 2^-10 if the unit truncates), GpuEndToEnd.Fp8AndTf32OnCudaMatchHost's bound 2e-2 per step.
+TEST(GpuStaged, Tf32WithALossScaleFollowsHostFp32) {
+  const Pair p = expect_staged_matches_host({"precision.mode=tf32", "precision.loss_scale=static",
+                                             "precision.initial_scale=1024"},
+                                            {"precision.mode=fp32", "precision.loss_scale=static",
+                                             "precision.initial_scale=1024"},
+                                            2e-2);
+  ASSERT_TRUE(p.cuda.precision.has_value());
+  EXPECT_EQ(p.cuda.precision->mode, "tf32");
+  EXPECT_EQ(p.cuda.precision->loss_scale, "static");
+}
+
+// fp8_mixed with local SGD (the device loop runs fp8 with all-reduce only): delayed scalings per rank workspace as on
+// the host; a flipped bf16 rounding may change an amax and every later scale, so GpuEndToEnd's fp8 bound 1e-1.
+TEST(GpuStaged, Fp8MixedLocalSgdMatchesHost) {
+  const Pair p = expect_staged_matches_host({"precision.mode=fp8_mixed", "sync.kind=local_sgd", "sync.period=2"}, 1e-1);
+  ASSERT_TRUE(p.cuda.precision && p.host.precision);
+  EXPECT_EQ(p.cuda.precision->grad_values, p.host.precision->grad_values);
+  EXPECT_LT(p.cuda.series.back().train_loss, p.cuda.series.front().train_loss) << "it trains";
 }
 
 }  // namespace

@@ -200,7 +200,7 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
 
 // The cuda path of each configuration (issue 9: the same scenarios run on GPUs): the device-resident loop where it
 // runs the configuration, else the staged path (host rank loop + GPU model) for every feature the host loop runs on
-// an mlp/linear model in fp32, bf16_mixed or fp16_mixed, else refused at the path with "use host". The expected
+// an mlp/linear model in any precision mode, else refused at the path with "use host". The expected
 // paths follow from that rule applied to each setting, not from the functions under test.
 TEST(Backend, EachConfigurationTakesItsCudaPath) {
   struct Case {
@@ -224,10 +224,12 @@ TEST(Backend, EachConfigurationTakesItsCudaPath) {
       {{"report.trace=true"}, CudaPath::kStaged, "report.trace"},
       {{"data.cache.policy=lru"}, CudaPath::kStaged, "data.cache.policy"},
       {{"compression.kind=qsgd", "precision.mode=fp16_mixed"}, CudaPath::kStaged, "compression.kind"},
-      {{"precision.mode=fp16_pure"}, CudaPath::kNone, "precision.mode"},
-      {{"precision.mode=fp8_mixed"}, CudaPath::kNone, "precision.mode"},
-      {{"precision.mode=tf32"}, CudaPath::kNone, "precision.mode"},
-      {{"sync.kind=local_sgd", "precision.mode=fp16_pure"}, CudaPath::kNone, "precision.mode"},
+      {{"precision.mode=fp8_mixed"}, CudaPath::kDevice, ""},
+      {{"precision.mode=tf32"}, CudaPath::kDevice, ""},
+      {{"precision.mode=fp16_pure"}, CudaPath::kStaged, "precision.mode"},  // its fp16 wire is the host strategies'
+      {{"precision.mode=tf32", "precision.loss_scale=dynamic"}, CudaPath::kStaged, "precision.loss_scale"},
+      {{"sync.kind=local_sgd", "precision.mode=fp16_pure"}, CudaPath::kStaged, "sync.kind"},
+      {{"sync.kind=local_sgd", "precision.mode=fp8_mixed"}, CudaPath::kStaged, "sync.kind"},
       // Injected delays exist in the device loop only: with a staged-only feature they are refused.
       {{"sync.kind=local_sgd", "cluster.stragglers.inject=true"}, CudaPath::kNone, "cluster.stragglers.inject"},
   };
@@ -281,10 +283,12 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
   CudaProbe none;
   none.compiled = true;
   none.error = "CUDA driver version is insufficient for CUDA runtime version";
-  auto config = [](const std::string& backend, std::vector<std::string> sets) {
+  // Parsed on host, then the backend (and injected stragglers) set: validation would judge this machine's GPU.
+  auto config = [](const std::string& backend, std::vector<std::string> sets, bool inject = false) {
     sets.emplace_back("cluster.backend=host");
     RunConfig c = parse_scenario(kScenario, "b.json", sets).runs.at(0).config;
-    c.cluster.backend = backend;  // after validation, which would judge this machine's (absent) GPU
+    c.cluster.backend = backend;
+    c.cluster.stragglers.inject = inject;
     return c;
   };
   // cuda: the device loop, the staged path with the device loop's first issue, or none (refused: validation says).
@@ -300,13 +304,13 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
                             0),
             0u)
       << st.reason;
-  BackendChoice r = choose_backend(config("cuda", {"precision.mode=fp8_mixed"}), gpu);
+  BackendChoice r = choose_backend(config("cuda", {"sync.kind=local_sgd"}, true), gpu);
   EXPECT_EQ(r.backend, Backend::kCuda);
   EXPECT_EQ(r.cuda_path, CudaPath::kNone);
   // auto takes only the device loop; for a configuration the staged path runs it says how to get it.
   BackendChoice a = choose_backend(config("auto", {}), gpu);
   BackendChoice al = choose_backend(config("auto", {"sync.kind=local_sgd"}), gpu);
-  BackendChoice ap = choose_backend(config("auto", {"precision.mode=fp8_mixed"}), gpu);
+  BackendChoice ap = choose_backend(config("auto", {"sync.kind=local_sgd"}, true), gpu);
   BackendChoice an = choose_backend(config("auto", {}), none);
   if (kCudaRankLoopBuilt) {
     EXPECT_EQ(a.backend, Backend::kCuda);
@@ -338,17 +342,18 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
 // what the staged path runs is not refused.
 TEST(Backend, CudaValidationNamesTheUnsupportedPath) {
   const size_t gpu_issue = cuda_usable(cuda_status()) && kCudaRankLoopBuilt ? 0u : 1u;
-  try {
-    parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", "precision.mode=fp16_pure"});
+  try {  // injected delays exist in the device loop only; local_sgd runs staged
+    parse_scenario(kScenario, "b.json",
+                   {"cluster.backend=cuda", "sync.kind=local_sgd", "cluster.stragglers.inject=true"});
     FAIL() << "accepted";
   } catch (const ScenarioError& e) {
     bool found = false;
-    for (const ConfigIssue& i : e.issues()) found = found || i.path == "precision.mode";
+    for (const ConfigIssue& i : e.issues()) found = found || i.path == "cluster.stragglers.inject";
     EXPECT_TRUE(found);
     EXPECT_EQ(e.issues().size(), gpu_issue + 1);
   }
   for (const char* staged : {"sync.kind=independent", "sync.kind=local_sgd", "training.clip_grad_norm=1",
-                             "report.trace=true", "compression.kind=topk"}) {
+                             "report.trace=true", "compression.kind=topk", "precision.mode=fp16_pure"}) {
     try {
       parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", staged});
       EXPECT_EQ(gpu_issue, 0u) << staged << " accepted without a GPU";
