@@ -221,6 +221,7 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     ph[static_cast<size_t>(Phase::kCommunicate)] = alone.exposed_s - exposed_compress;
     double bytes = 0.0;  // on the wire (CommChain::wire_bytes), as the host communicator counts a measured step
     for (const CommChain& ch : c.chains) bytes += ch.wire_bytes;
+    bytes += c.served_bytes;  // a co-located server shard's pulls to the other workers (StepCost::add_served_bytes)
     m.times.bytes_sent = static_cast<uint64_t>(bytes);
   }
   const double step_all = n == 0 ? 0.0 : *std::max_element(end.begin(), end.end());

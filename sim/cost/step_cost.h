@@ -11,6 +11,8 @@
 //                                                                       // its collective if added first, else after
 //   in.cost->add_collective(CollectiveKind::kAllReduce, bytes);         // no range: after backward, not overlapped
 //   in.cost->add_p2p(bytes);                                            // push or pull to one peer (parameter server)
+//   in.cost->add_p2p_received(bytes);                                   // a pull: priced, counted by its sender
+//   in.cost->add_served_bytes(bytes);                                   // sent for others without waiting, unpriced
 //   in.cost->add_time(Phase::kOptimizer, seconds);                      // anything priced elsewhere
 //   in.cost->overlap_backward = false;  in.cost->deferred_steps = s;     // when chains may start / must end
 // Extend: a new kind of work is one more add_* here that prices into the same records.
@@ -43,7 +45,8 @@ struct CommChain {
   double bytes = 0.0;    // NCCL nBytes of its collectives
   // Bytes this rank puts on the wire: per collective nBytes x nccl-tests' bus-bandwidth factor (all-reduce
   // 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1; the host communicator's ring counts the same), plus
-  // each point-to-point transfer whole (a parameter server's push and pull).
+  // each point-to-point transfer it sends, whole (a parameter server worker's push; a pull is counted by the rank
+  // that sends it, add_p2p_received).
   double wire_bytes = 0.0;
   CollectiveCost chosen;  // the last collective's choice (algorithm, protocol) for the report
   bool has_collective = false;
@@ -62,6 +65,7 @@ class StepCost {
     synchronous = false;
     overlap_backward = true;
     deferred_steps = 0;
+    served_bytes = 0.0;
   }
   // A kernel: roofline time on the profile (compute_model.h), added to `phase`.
   void add_op(Phase phase, double flops, double bytes, Precision precision, double launches = 1.0,
@@ -100,6 +104,17 @@ class StepCost {
     ch.bytes += bytes;
     ch.wire_bytes += bytes;
   }
+  // A point-to-point transfer this rank receives and waits for (a parameter server's pull): priced like add_p2p,
+  // not counted in the rank's wire bytes (the sender counts it).
+  void add_p2p_received(double bytes, GradRange range = {}) {
+    CommChain& ch = chain(range);
+    ch.comm_s += coll_->p2p_s(bytes);
+    ch.bytes += bytes;
+  }
+  // Bytes this rank sends for other ranks without waiting on them: a co-located parameter-server shard sends the
+  // other workers' pulls. Counted in the step's wire bytes, not priced (server queueing is not modeled;
+  // parameter_server.cpp).
+  void add_served_bytes(double bytes) { served_bytes += bytes; }
   const HardwareProfile& hardware() const { return *hw_; }
 
   // Read by the modeled clock (cost_model.h).
@@ -114,6 +129,7 @@ class StepCost {
   // Delayed update (sync.staleness s): this step's chains may also run under the compute of the next s steps; the
   // modeled clock exposes only what does not fit (cost_model.h, defer_chains).
   int64_t deferred_steps = 0;
+  double served_bytes = 0.0;  // add_served_bytes: sent for others, not priced
 
  private:
   CommChain& chain(GradRange range) {

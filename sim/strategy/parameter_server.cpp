@@ -15,7 +15,12 @@
 // Co-located shards (default): rank r < P holds shard r, so its own slice does not cross the wire (push and pull
 // bytes 4n (P-1)/P); dedicated shards: 4n each way. The arithmetic is the same either way (shards are slices of one
 // buffer, updated in scheduler order); only the pricing differs. Server queueing and co-located contention for
-// the GPU are not modeled.
+// the GPU and for the link are not modeled: the modeled clock prices each worker's own push and pull only.
+// Bytes per rank and step (communication.bytes_sent_per_rank_per_step) count what the rank sends, as for a collective:
+// its push, plus, on a rank hosting co-located shard r, the pulls of the other N - 1 workers, 4n / P each (the pull a
+// worker receives is counted by the rank that sends it; a dedicated server is no rank). With one co-located shard
+// rank 0 sends (N - 1) x 4n and the others 4n each; with N co-located shards every rank sends 2 (N - 1)/N x 4n, ring
+// all-reduce's count. Each push and pull is counted once, so the sum over ranks is the traffic between ranks.
 //
 // Compressed pushes (compression.kind other than "none" and "powersgd"): each worker encodes its pushed gradient with
 // its own compressor instance, bucket by bucket (the all-reduce's buckets, or the whole model for scope "model"),
@@ -111,6 +116,7 @@ class ParameterServer final : public SyncStrategy {
       const double bytes = local_shard ? full_bytes * (shards_ - 1) / shards_ : full_bytes;
       wire_bytes_.push_back(bytes);
       p2p_s_.push_back(bytes > 0 ? coll.p2p_s(bytes) : 0.0);
+      served_bytes_.push_back(local_shard ? full_bytes * (ranks_ - 1) / shards_ : 0.0);
     }
     compressed_ = compression_.kind != "none";
     StepCost apply = s.cost_model->make_step_cost();
@@ -179,15 +185,16 @@ class ParameterServer final : public SyncStrategy {
   void abort() override { sched_.abort(); }
 
   // The report's "compression" object (reports/README.md), from the workers' pushes: collective "push", bytes per
-  // push (payload; on the wire: what crossed to other devices, push plus the dense pull after it, the figure of
-  // communication.bytes_sent_per_rank_per_step), error of each decoded push against the raw gradient.
+  // push (payload; on the wire: what crossed to other devices, push plus the dense pull after it, whose bytes a
+  // co-located shard host sends, so the mean equals the mean over ranks of communication.bytes_sent_per_rank_per_step;
+  // a dedicated server's pull is sent by no rank and left out), error of each decoded push against the raw gradient.
   json compression_report() const override {
     if (!compressed_) return nullptr;
     std::vector<double> payload, wire, enc, dec, err, res;
     for (const PushCodec& w : codec_) {
       for (const PushRecord& r : w.records) {
         payload.push_back(static_cast<double>(r.payload_bytes));
-        wire.push_back(r.wire_bytes + r.pull_bytes);
+        wire.push_back(r.wire_bytes + (dedicated_ ? 0.0 : r.pull_bytes));  // a dedicated server's pull: no rank's
         enc.push_back(r.compress_s);
         if (!std::isnan(r.relative_error)) err.push_back(r.relative_error);
         res.push_back(r.residual_norm);
@@ -252,8 +259,8 @@ class ParameterServer final : public SyncStrategy {
   // Timing-only (BSP only, refused otherwise at validation): every rank pushes, waits for the slowest (the step is
   // synchronous), the server applies and every rank pulls.
   bool price_depends_on_rank() const override {
-    for (double b : wire_bytes_)
-      if (b != wire_bytes_.front()) return true;
+    for (size_t r = 0; r < wire_bytes_.size(); ++r)
+      if (wire_bytes_[r] != wire_bytes_.front() || served_bytes_[r] != served_bytes_.front()) return true;
     return false;
   }
 
@@ -261,9 +268,11 @@ class ParameterServer final : public SyncStrategy {
     if (in.cost == nullptr) return;
     const double bytes = wire_bytes_[static_cast<size_t>(in.rank)];
     if (bytes > 0) {
-      in.cost->add_p2p(bytes);
-      in.cost->add_p2p(bytes);
+      in.cost->add_p2p(bytes);           // the push
+      in.cost->add_p2p_received(bytes);  // the pull (its sender counts its bytes)
     }
+    // A co-located shard sends the other workers' pulls (not priced: server queueing is not modeled).
+    in.cost->add_served_bytes(served_bytes_[static_cast<size_t>(in.rank)]);
     in.cost->add_time(Phase::kOptimizer, apply_s_);
     in.cost->synchronous = true;
   }
@@ -366,7 +375,8 @@ class ParameterServer final : public SyncStrategy {
     m.overlapped_s = 0.0;
     m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] += apply_s_;
     m.times.phase_s[static_cast<size_t>(Phase::kWait)] = wait_s;
-    m.times.bytes_sent = static_cast<uint64_t>(push_bytes + (done_ ? 0.0 : wire_bytes_[ri]));  // push (and pull)
+    // Sent: the push, and on a shard host the other workers' pulls of this clock (none after the end of the run).
+    m.times.bytes_sent = static_cast<uint64_t>(push_bytes + (done_ ? 0.0 : served_bytes_[ri]));
     if (done_) {
       m.times.step_s = t_pull - t0;
       return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
@@ -663,6 +673,7 @@ class ParameterServer final : public SyncStrategy {
   InteractionScheduler sched_;
   std::vector<std::pair<size_t, size_t>> shard_ranges_;
   std::vector<double> wire_bytes_, p2p_s_;  // per rank, each way
+  std::vector<double> served_bytes_;         // per rank and clock: the pulls its co-located shard sends to others
   double apply_s_ = 0.0;
   double shard_elems_ = 0.0;  // elements per shard
   ProgressSink sink_;

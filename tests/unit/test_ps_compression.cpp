@@ -69,8 +69,9 @@ TEST(StrategyPsCompression, TopkKeepingEveryValueEqualsUncompressedBspBitForBit)
 //   g3 = [.5, -1, 0, 0, 0, 1.5, 0, 0]    p3 = [2, 0, .5, -.5, 0, 1.5, 0, .25]     sent = [2, 0, 0, 0, 0, 1.5, 0, 0]
 //        e3 = [0, 0, .5, -.5, 0, 0, 0, .25] (norm .75)                  w3 = [-.5, .75, 0, -.5, -.5, -.375, .625, 0]
 // Every value is a short binary fraction, so float arithmetic is exact and the comparison is exact.
-// Bytes (dedicated server): a push is 2 x (4-byte index + 4-byte value) = 16 bytes, a pull 8 x 4 = 32 bytes; the
-// modeled communication of a step is the cost model's p2p(16) + p2p(32) (the last step pulls nothing).
+// Bytes (dedicated server): a push is 2 x (4-byte index + 4-byte value) = 16 bytes, sent by the worker; a pull 8 x 4 =
+// 32 bytes, sent by the server (no rank); the modeled communication of a step is the cost model's p2p(16) + p2p(32)
+// (the last step pulls nothing).
 TEST(StrategyPsCompression, TopkWithErrorFeedbackAppliesTheHandComputedUpdate) {
   std::vector<ConfigIssue> issues;
   RunConfig c = config_from_json(
@@ -118,7 +119,7 @@ TEST(StrategyPsCompression, TopkWithErrorFeedbackAppliesTheHandComputedUpdate) {
   const CollectiveModel& coll = cm.collectives();
   for (size_t t = 0; t < 3; ++t) {
     const bool pulls = t < 2;
-    EXPECT_EQ(steps[0][t].times.bytes_sent, pulls ? 48u : 16u) << t;
+    EXPECT_EQ(steps[0][t].times.bytes_sent, 16u) << t;  // the push; the dedicated server sends the pull
     EXPECT_DOUBLE_EQ(steps[0][t].times.phase_s[static_cast<size_t>(Phase::kCommunicate)],
                      coll.p2p_s(16) + (pulls ? coll.p2p_s(32) : 0.0)) << t;
   }
@@ -148,8 +149,13 @@ TEST(StrategyPsCompression, PushBytesFollowTheMessageFormula) {
       const json& cj = run["compression"];
       EXPECT_EQ(cj["payload_bytes_per_rank_per_step"].get<double>(), k.payload) << k.compression.dump();
       if (staleness == json(0)) {
-        EXPECT_NEAR(cj["wire_bytes_per_rank_per_step"].get<double>(), (8 * k.payload + 7 * 848.0) * 2.0 / 3.0 / 8.0,
-                    1e-9);
+        const double wire = (8 * k.payload + 7 * 848.0) * 2.0 / 3.0 / 8.0;
+        EXPECT_NEAR(cj["wire_bytes_per_rank_per_step"].get<double>(), wire, 1e-9);
+        // The same mean over ranks of what each sends (its pushes, and the pulls its shard sends to the other 2
+        // workers, 848 / 3 each), to the whole bytes each step is rounded down to.
+        double sent = 0.0;
+        for (const auto& b : run["communication"]["bytes_sent_per_rank_per_step"]) sent += b.get<double>() / 3.0;
+        EXPECT_NEAR(sent, wire, 1.0) << k.compression.dump();
       }
       EXPECT_EQ(cj["dense_bytes_per_rank_per_step"].get<double>(), 848.0);
       EXPECT_EQ(cj["compression_ratio"].get<double>(), 848.0 / k.payload);
@@ -340,7 +346,8 @@ TEST(StrategyPsPrecision, EachWorkerClipsItsOwnGradientBeforeItsPush) {
 // fp16_pure on the server (no master weights), one worker, SGD lr 1, one sample, dedicated server, w0 = 1:
 // a gradient of 1e-4 would give 0.9999 in fp32, but fp16 next to 1 is spaced 2^-11 below it, so the server's fp16
 // parameter rounds back to 1: the update is lost (the pitfall). A gradient of 2^-10 (exact in fp16) moves it to
-// 1 - 2^-10 exactly. Pushes and pulls carry 2 bytes per value: 2 + 2 bytes per step for this 1-parameter model.
+// 1 - 2^-10 exactly. Pushes and pulls carry 2 bytes per value: the worker sends its 2-byte push per step (the
+// dedicated server sends the pull).
 TEST(StrategyPsPrecision, Fp16PureServerStoresFp16AndLosesSmallUpdates) {
   std::vector<ConfigIssue> issues;
   RunConfig c = config_from_json(
@@ -378,7 +385,7 @@ TEST(StrategyPsPrecision, Fp16PureServerStoresFp16AndLosesSmallUpdates) {
     ps->step(in);
     EXPECT_EQ(ps->eval_params()[0], expected[t]) << "step " << t + 1;
   }
-  EXPECT_EQ(ps->modeled_rank_steps()[0][0].times.bytes_sent, 4u);
+  EXPECT_EQ(ps->modeled_rank_steps()[0][0].times.bytes_sent, 2u);  // its push; the dedicated server sends the pull
 }
 
 TEST(StrategyPsCompressionConfig, PowerSgdIsRefusedOnTheParameterServerOthersAreAccepted) {

@@ -1,5 +1,6 @@
 // The report's communication figures on both paths: timing-only runs write the bytes the modeled clock prices (ring
-// all-reduce 2(N-1)/N of the buffer per rank, parameter server push + pull), equal to what a full run measures; the
+// all-reduce 2(N-1)/N of the buffer per rank, parameter server pushes and the pulls a shard host sends), equal to what a
+// full run measures; the
 // parameter server's exposed communication is its push + pull. Extend: a new strategy's wire bytes are one more case.
 #include <gtest/gtest.h>
 
@@ -62,33 +63,40 @@ TEST(ReportCommunication, TimingOnlyGpt2AllReduceBytesAreSevenPerParameterOnEigh
   EXPECT_EQ(bytes_per_rank(run), std::vector<double>(8, 7.0 * 124439808.0));
 }
 
-// Parameter server (BSP): a worker pushes its fp32 gradient and pulls the parameters, 4n bytes each, except the share
-// of a shard it hosts itself: with P co-located shards (P-1)/P of each; a rank without a shard, or any rank with
-// dedicated servers, sends 2 x 4n. Timing-only prices each rank's own bytes per step (push + pull); the full run
-// measures the same, except that after the last clock's push the run is over and nobody pulls: over S = 3 steps
-// (3 pushes + 2 pulls) / 3 = 5/6 of push + pull per step.
-TEST(ReportCommunication, ParameterServerBytesArePushPlusPullOnBothPaths) {
+// Parameter server (BSP), bytes each rank SENDS per step (as for a collective): a worker's push, 4n bytes, except the
+// share of a shard it hosts itself (with P co-located shards (P-1)/P of it); a pull is sent by the rank hosting the
+// shard, 4n / P to each of the other N - 1 workers (a dedicated server is no rank: its pulls count nowhere). QA: with
+// one co-located shard rank 0 showed 0 bytes although it sends every worker's pull: (N - 1) x 4n. Timing-only prices
+// a step with both; the full run measures the same, except that after the last clock's push nobody pulls: over S = 3
+// steps the pulls are 2/3 per step. With N shards every rank sends 2 (N-1)/N x 4n, ring all-reduce's count.
+TEST(ReportCommunication, ParameterServerBytesArePushesAndServedPullsOnBothPaths) {
   const int ranks = 4;
-  const double full = 2.0 * 4.0 * kMlpParams;
+  const double B = 4.0 * kMlpParams;  // one dense push or pull
   struct Case {
     json sync;
-    std::vector<double> expected;
+    std::vector<double> push, pulls;  // per rank: its push, and the pulls it sends as a shard host
   };
   const std::vector<Case> cases = {
-      {{{"kind", "parameter_server"}}, std::vector<double>(4, full * 3.0 / 4.0)},  // a shard on every rank
-      {{{"kind", "parameter_server"}, {"dedicated", true}}, std::vector<double>(4, full)},
-      {{{"kind", "parameter_server"}, {"shards", 1}}, {0.0, full, full, full}},  // rank 0 holds the whole server
-      {{{"kind", "parameter_server"}, {"shards", 2}}, {full / 2, full / 2, full, full}},
+      {{{"kind", "parameter_server"}}, std::vector<double>(4, B * 3 / 4), std::vector<double>(4, B * 3 / 4)},
+      {{{"kind", "parameter_server"}, {"dedicated", true}}, std::vector<double>(4, B), std::vector<double>(4, 0.0)},
+      {{{"kind", "parameter_server"}, {"shards", 1}}, {0.0, B, B, B}, {3 * B, 0.0, 0.0, 0.0}},
+      {{{"kind", "parameter_server"}, {"shards", 2}}, {B / 2, B / 2, B, B}, {3 * B / 2, 3 * B / 2, 0.0, 0.0}},
   };
   for (const Case& k : cases) {
     const json timing = test::run_scenario_text(mlp_run(ranks, k.sync, true).dump())[0];
     const json run = test::run_scenario_text(mlp_run(ranks, k.sync, false).dump())[0];
-    EXPECT_EQ(bytes_per_rank(timing), k.expected) << k.sync.dump();
-    const std::vector<double> measured = bytes_per_rank(run);
-    ASSERT_EQ(measured.size(), k.expected.size());
-    for (size_t r = 0; r < measured.size(); ++r)
-      EXPECT_NEAR(measured[r], k.expected[r] * 5.0 / 6.0, 1e-9 * full) << k.sync.dump() << " rank " << r;
+    const std::vector<double> priced = bytes_per_rank(timing), measured = bytes_per_rank(run);
+    ASSERT_EQ(priced.size(), 4u);
+    ASSERT_EQ(measured.size(), 4u);
+    for (size_t r = 0; r < 4; ++r) {
+      EXPECT_EQ(priced[r], k.push[r] + k.pulls[r]) << k.sync.dump() << " rank " << r;
+      EXPECT_NEAR(measured[r], k.push[r] + k.pulls[r] * 2.0 / 3.0, 1e-9 * B) << k.sync.dump() << " rank " << r;
+    }
   }
+  // N co-located shards: the ring all-reduce's 2 (N-1)/N x 4n per rank.
+  const json ring = test::run_scenario_text(mlp_run(ranks, {{"kind", "allreduce"}}, true).dump())[0];
+  const json ps = test::run_scenario_text(mlp_run(ranks, {{"kind", "parameter_server"}}, true).dump())[0];
+  EXPECT_EQ(bytes_per_rank(ps), bytes_per_rank(ring));
 }
 
 double mean_ms(const json& dist) { return dist["all"]["mean_ms"].get<double>(); }
