@@ -65,6 +65,32 @@ bool is_overridden(const std::set<std::string>& overridden, const std::string& p
   return false;
 }
 
+// Removes a dotted path from a JSON object (nothing when it is not there).
+void erase_path(json& j, const std::string& path) {
+  json* cur = &j;
+  size_t start = 0;
+  while (cur->is_object()) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      cur->erase(key);
+      return;
+    }
+    if (!cur->contains(key)) return;
+    cur = &(*cur)[key];
+    start = dot + 1;
+  }
+}
+
+// A sweep value (or a --set value) at path: null means "not set", the field's default (as if the key were left out
+// of the file), for every field; anything else is set.
+void apply_value(json& j, const std::string& path, const json& value) {
+  if (value.is_null())
+    erase_path(j, path);
+  else
+    set_path(j, path, value);
+}
+
 std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 std::string leaf_of(const std::string& path) {
@@ -109,7 +135,7 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
       const auto& a = axes[ai];
       size_t pick = static_cast<size_t>(rest % static_cast<int64_t>(a.values.size()));
       rest /= static_cast<int64_t>(a.values.size());
-      for (size_t p = 0; p < a.paths.size(); ++p) set_path(cfg, a.paths[p], a.values[pick][p]);
+      for (size_t p = 0; p < a.paths.size(); ++p) apply_value(cfg, a.paths[p], a.values[pick][p]);
     }
     std::vector<ConfigIssue> run_issues;
     config_from_json(cfg, run_issues);
@@ -300,7 +326,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     }
     for (const auto& f : config_fields())
       if (f.path == path && f.type == FieldType::kString && !v.is_string()) v = value;  // --set name=2024
-    set_path(base, path, v);
+    apply_value(base, path, v);  // null (not a string field): back to the field's default
     overridden.insert(path);
   }
 
@@ -511,7 +537,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       const auto& a = s.axes[ai];
       for (size_t p = 0; p < a.paths.size(); ++p) {
         const json& v = a.values[pick[ai]][p];
-        set_path(cfg, a.paths[p], v);
+        apply_value(cfg, a.paths[p], v);  // null: the field's default
         swept[a.paths[p]] = v;
         id += "." + (leaves_unique ? leaf_of(a.paths[p]) : a.paths[p]) + "=" + value_text(v);
         where.emplace_back(a.paths[p], a.group < 0

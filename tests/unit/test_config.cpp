@@ -154,6 +154,41 @@ TEST(ConfigErrors, SetOnASectionReplacesItAndSaysWhyOtherwise) {
   EXPECT_NE(is[3].message.find("the sweep block is not a field of the runs"), std::string::npos) << is[3].message;
 }
 
+// QA: null in a zip's values was refused ("expected a number > 0, got null"), as in an axis. null in a sweep value
+// (axis or zip) or a --set value now means "not set": the field's default, as if the key were left out, for every
+// field. The defaults come from scenarios/README.md's field table (lr 0.05, compression.ratio 0.01, storage
+// "local_nvme").
+TEST(ConfigSweep, NullInASweepValueIsTheFieldsDefault) {
+  const std::string head = R"({"name": "n", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}, "storage": "nfs"}, )";
+  Scenario axis = parse_scenario(head + R"("training": {"steps": 3, "optimizer": {"lr": 0.3}},
+    "sweep": {"axes": {"training.optimizer.lr": [0.1, null], "data.storage": [null, "nfs"]}}})", "s.json");
+  ASSERT_EQ(axis.runs.size(), 4u);
+  EXPECT_DOUBLE_EQ(axis.runs[0].config.training.optimizer.lr, 0.1);
+  EXPECT_DOUBLE_EQ(axis.runs[2].config.training.optimizer.lr, 0.05);  // not the base's 0.3: the default
+  EXPECT_EQ(axis.runs[0].config.data.storage, json("local_nvme"));
+  EXPECT_EQ(axis.runs[1].config.data.storage, json("nfs"));
+  EXPECT_EQ(axis.runs[2].id, "n.lr=null.storage=null.r0");
+  EXPECT_TRUE(axis.runs[2].swept["training.optimizer.lr"].is_null());
+  // Zipped with a kind: the kind-specific field left unset under kind "none" (a base ratio would be refused there).
+  Scenario zip = parse_scenario(head + R"("training": {"steps": 3}, "compression": {"ratio": 0.5},
+    "sweep": {"zip": [{"compression.kind": ["none", "topk"], "compression.ratio": [null, 0.02]}]}})", "s.json");
+  ASSERT_EQ(zip.runs.size(), 2u);
+  EXPECT_EQ(zip.runs[0].config.compression.kind, "none");
+  EXPECT_DOUBLE_EQ(zip.runs[0].config.compression.ratio, 0.01);
+  EXPECT_DOUBLE_EQ(zip.runs[1].config.compression.ratio, 0.02);
+  // --set null: back to the default, whatever the file says.
+  Scenario set = parse_scenario(head + R"("training": {"steps": 3, "optimizer": {"lr": 0.3}}})", "s.json",
+                                {"training.optimizer.lr=null"});
+  EXPECT_DOUBLE_EQ(set.runs.at(0).config.training.optimizer.lr, 0.05);
+  // A field's default that breaks a rule of the run is still refused, at the sweep value: ranks null is 1 rank,
+  // against 2 straggler factors.
+  auto is = issues_of(head + R"("training": {"steps": 3}, "cluster": {"stragglers": {"factors": [1, 2]}},
+    "sweep": {"zip": [{"cluster.ranks": [2, null]}]}})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "cluster.stragglers.factors", "(sweep run n.ranks=null)")) << dump_issues(is);
+}
+
 TEST(ConfigSweep, GridZipRepeatsAndDescription) {
   std::string text = std::string(kGood).insert(
       1, R"("sweep": {"axes": {"training.accumulation_steps": [1, 2, 4, 8], "cluster.ranks": [1, 2, 4]},
