@@ -402,6 +402,24 @@ STALENESS_UNITS = {"versions": "staleness in versions (optimizer updates between
                    "clocks": "staleness in clocks (the writer's clock minus the clock of the parameters it read)"}
 
 
+def staleness_missing_reason(runs):
+    """Why no run of `runs` has a staleness histogram: no parameter-server run at all (lock-step strategies have no
+    staleness), only timing-only ones (training.mode "timing": nothing is applied, so nothing is measured), or
+    parameter-server runs that applied no gradient."""
+    ps = [r for r in runs if ((r.get("config") or {}).get("sync") or {}).get("kind") == "parameter_server"]
+    if not ps:
+        return "no parameter server run (the lock-step strategies have no staleness)"
+    timing = [r for r in ps if ((r.get("config") or {}).get("training") or {}).get("mode") == "timing"]
+    if len(timing) == len(ps):
+        return (f"the {len(ps)} parameter server run{'s are' if len(ps) > 1 else ' is'} timing-only (training.mode "
+                f"\"timing\"): no gradient is computed or applied, so there are no staleness measurements; run "
+                f"with training.mode \"train\" for them")
+    return (f"none of the {len(ps) - len(timing)} parameter server run{'s' if len(ps) - len(timing) > 1 else ''} that "
+            f"train{'s' if len(ps) - len(timing) == 1 else ''} applied a gradient (failed, skipped or interrupted "
+            f"before its first push was applied)" + (f"; {len(timing)} more are timing-only, with no staleness "
+                                                     f"measurements" if timing else ""))
+
+
 def fig_staleness(report, styles, out_dir, note, unit):
     """staleness_<unit>.png: the staleness histogram of the applied gradients in `unit` (versions or clocks), one
     step line per run that has a staleness object (parameter server runs), as the fraction of its applied gradients;
@@ -409,7 +427,7 @@ def fig_staleness(report, styles, out_dir, note, unit):
     name = f"staleness_{unit}.png"
     runs = [r for r in rl.drawn_runs(report) if rl.staleness_histogram(r, unit)[0]]
     if not runs:
-        return skipped(name, "no run has a staleness histogram (no parameter server run)")
+        return skipped(name, staleness_missing_reason(rl.drawn_runs(report)))
     fig, ax = new_figure(report, f"staleness of applied gradients ({unit})", note, width=9.0 + legend_room(runs))
     labels, caption = run_labels(report, runs)
     for run, label in zip(runs, labels):

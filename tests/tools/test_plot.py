@@ -839,6 +839,31 @@ def test_staleness_figures_draw_one_line_per_parameter_server_run(example, tmp_p
     assert plot.fig_staleness(example, plot.run_styles(example["runs"]), tmp_path, "", "clocks") is None
 
 
+def test_staleness_figure_says_what_is_missing(example, tmp_path, capsys):
+    """QA: a timing-only parameter-server report was told "no parameter server run". The note names what is
+    missing: no parameter-server run, only timing-only ones (which measure no staleness), or none that applied."""
+    def note_of(doc):
+        assert plot.fig_staleness(doc, plot.run_styles(doc["runs"]), tmp_path, "", "versions") is None
+        return capsys.readouterr().err
+
+    assert "no parameter server run (the lock-step strategies have no staleness)" in note_of(example)
+    timing = copy.deepcopy(example)
+    drawn = rl.drawn_runs(timing)
+    for run in drawn:  # every drawn run a timing-only parameter server run, as `--timing-only` writes them
+        run["config"]["sync"]["kind"] = "parameter_server"
+        run["config"]["training"]["mode"] = "timing"
+        run.pop("staleness", None)
+    err = note_of(timing)
+    assert f"the {len(drawn)} parameter server runs are timing-only" in err, err
+    assert "no staleness measurements" in err and "no parameter server run" not in err, err
+    # One of them trains but applied nothing (an empty histogram): said so, and the timing-only rest too.
+    drawn[0]["config"]["training"]["mode"] = "train"
+    drawn[0]["staleness"] = {"versions": {"values": [], "counts": []}, "clocks": {"values": [], "counts": []}}
+    err = note_of(timing)
+    assert "none of the 1 parameter server run that trains applied a gradient" in err, err
+    assert f"{len(drawn) - 1} more are timing-only" in err, err
+
+
 # ---- data cache figure -----------------------------------------------------------------------------------------------
 
 def epoch_entry(epoch, step_modeled_s, stall_modeled_s, step_measured_s, stall_measured_s, steps=10):
