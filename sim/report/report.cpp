@@ -108,6 +108,14 @@ json tool_json() {
   return j;
 }
 
+// SHA-256 of the --set values' bytes, each followed by a NUL: the lossless identity --resume compares (the report's
+// "overrides" replace invalid UTF-8 by U+FFFD, so two different byte strings can read alike there).
+static std::string overrides_sha256(const std::vector<std::string>& overrides) {
+  std::string bytes;
+  for (const auto& o : overrides) bytes += o + '\0';
+  return sha256_hex(bytes);
+}
+
 json context_json(const Scenario& scenario, const std::vector<std::string>& argv) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -122,6 +130,7 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
   c["scenario"] = scenario.raw;
   c["scenario_sha256"] = scenario.sha256;
   c["overrides"] = scenario.overrides;
+  c["overrides_sha256"] = overrides_sha256(scenario.overrides);
   // CUDA and NCCL: versions in their own encodings (13000 = 13.0, 22809 = 2.28.9), null when unknown (no CUDA in
   // the build, no driver, no NCCL linked); `gpus` lists the usable devices ([] without one).
   const CudaProbe& p = cuda_status();
@@ -505,7 +514,9 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   }
   remove_stale_temporaries(report_path());  // left by a writer killed mid-write
   // The journal's first line says which scenario (file hash and overrides) its runs belong to.
-  const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides}};
+  const std::string sets_sha = overrides_sha256(scenario.overrides);
+  const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides},
+                         {"overrides_sha256", sets_sha}};
   auto write_identity = [&] {
     std::filesystem::remove(journal_path(), ec);
     append_line(dump_valid_utf8(identity) + "\n");
@@ -514,13 +525,17 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     write_identity();
     return;
   }
-  auto check = [&](const json& sha, const json& sets, const std::string& where) {
+  // The overrides as written there (invalid UTF-8 replaced by U+FFFD), to compare with what was read back.
+  const json sets_written = json::parse(dump_valid_utf8(json(scenario.overrides)));
+  // `sets_fp`: the lossless overrides_sha256 when the file has one (this version), else the text is compared.
+  auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where) {
     if (sha != json(scenario.sha256))
       throw Error(where + ": its runs come from another scenario file or another version of " + scenario.path +
                   " (scenario sha256 differs); run without --resume or choose another --out");
-    if (sets != json(scenario.overrides))
+    if (sets_fp.is_string() ? sets_fp != json(sets_sha) : sets != sets_written)
       throw Error(where + ": written with --set " + bounded_dump(sets, 200) + ", now " +
-                  bounded_dump(json(scenario.overrides), 200) +
+                  bounded_dump(sets_written, 200) + (sets == sets_written ? " (the same text: they differ in bytes "
+                                                                            "that are not UTF-8)" : "") +
                   "; resume with the same overrides or choose another --out");
   };
   std::vector<json> found;
@@ -538,7 +553,8 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
                           : nullptr;
     bool has_runs = old.is_object() && old.contains("runs") && old["runs"].is_array() && !old["runs"].empty();
     if (sha != nullptr) {
-      check(*sha, old["context"].value("overrides", json::array()), report_path());
+      check(*sha, old["context"].value("overrides", json::array()), old["context"].value("overrides_sha256", json()),
+            report_path());
     } else if (has_runs) {
       throw Error(report_path() + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
                   "--resume or choose another --out");
@@ -578,7 +594,8 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
         if (!j.is_object() || !j.contains("journal"))
           throw Error(journal_path() + ": cannot tell which scenario wrote it (no header line); run without "
                       "--resume or choose another --out");
-        check(j.value("scenario_sha256", json()), j.value("overrides", json::array()), journal_path());
+        check(j.value("scenario_sha256", json()), j.value("overrides", json::array()),
+              j.value("overrides_sha256", json()), journal_path());
         journal_ok = true;
         continue;
       }

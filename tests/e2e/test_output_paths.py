@@ -1,6 +1,7 @@
 """QA faults on gradsweep's inputs and outputs: a FIFO, folder or device at report.json / runs.jsonl (refused by name
 before any run, never opened: a regression would block, so every call has a timeout), mistyped run fields read back by
 --resume, non-UTF-8 bytes in argv, unbounded error texts, NUL bytes in JSON and the --filter length cap."""
+import hashlib
 import json
 import os
 import signal
@@ -8,7 +9,7 @@ import subprocess
 
 import pytest
 
-from test_cli import BIN, scenario, write
+from test_cli import BIN, REPO, scenario, write
 
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
 
@@ -189,3 +190,37 @@ def test_first_signal_before_the_report_exits_at_once(tmp_path, sig, code):
     assert proc.returncode == code, err
     assert b"stopped by a signal before any run started; nothing was run" in err, err
     assert not out.exists(), list(out.iterdir())
+
+
+def test_resume_compares_set_values_by_their_bytes(tmp_path):
+    """QA: a --set value with bytes that are not UTF-8 is written to the report as U+FFFD, so --resume with the very
+    same bytes was refused (the text read back differs from the bytes given) and two different such bytes would read
+    alike. The report and the journal carry a SHA-256 of the --set bytes: the same bytes resume, other bytes are
+    refused, and a report without the fingerprint (older versions) is compared by its text."""
+    path = two_runs(tmp_path)
+    shipped = REPO / "scenarios" / "hardware" / "h100-sxm-8.json"
+    hw = tmp_path.as_posix().encode() + b"/hw"
+    os.makedirs(hw, exist_ok=True)
+    for name in (b"h\xff.json", b"h\xfe.json"):
+        with open(hw + b"/" + name, "wb") as f:
+            f.write(shipped.read_bytes())
+    same, other = b"cluster.hardware=" + hw + b"/h\xff.json", b"cluster.hardware=" + hw + b"/h\xfe.json"
+    out = tmp_path / "out"
+    p = gs("run", path, "--out", out, "--quiet", "--set", same)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((out / "report.json").read_text())
+    # The fingerprint is SHA-256 of each value's bytes followed by a NUL.
+    assert report["context"]["overrides_sha256"] == hashlib.sha256(same + b"\0").hexdigest()
+    p = gs("run", path, "--out", out, "--quiet", "--resume", "--set", same)
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads((out / "report.json").read_text())["runs"]) == 2
+    p = gs("run", path, "--out", out, "--quiet", "--resume", "--set", other)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "resume with the same overrides" in err, err
+    assert "the same text: they differ in bytes that are not UTF-8" in err, err
+    # An older report (no fingerprint, no journal): the text as written is compared, so the same bytes resume.
+    del report["context"]["overrides_sha256"]
+    (out / "report.json").write_text(json.dumps(report))
+    (out / "runs.jsonl").unlink()
+    p = gs("run", path, "--out", out, "--quiet", "--resume", "--set", same)
+    assert p.returncode == 0, p.stderr
