@@ -1,7 +1,6 @@
-// --filter's pattern matcher (sim/core/id_pattern.h): every pattern of its syntax finds the same ids as std::regex
-// (the independent reference) on ids shaped like gradsweep's, patterns that make std::regex backtrack for ever
-// end here (the test finishing is the check; ctest's timeout fails it otherwise), and what it does not accept is
-// refused by name and position.
+// --filter's matcher (sim/core/id_pattern.h): finds the ids std::regex (the reference) finds; patterns that make
+// std::regex backtrack for ever end here with the right answer; what it does not take is refused by position.
+// Extend: a new construct is one more pattern in FindsWhatStdRegexFinds.
 #include <gtest/gtest.h>
 
 #include <regex>
