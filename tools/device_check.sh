@@ -306,8 +306,18 @@ step cuda_scenario 60 cuda_scenario
 if [[ ${#gpu_benches[@]} -eq 0 || -z "${gpu_benches[0]}" ]]; then
   say "skip  gpu_benchmarks (no bench_gpu* targets in this version)"
 else
+  # bench_gpu: an estimated 10-20 s on an H200 (not measured yet): the setup of 64 Mi values, the memory-bound kernels,
+  # then the 3 MLP steps vs cuBLAS alone (about 1-2 s each with their setup); under its 60 s limit.
   for b in "${gpu_benches[@]}"; do
     step "$b" 60 "$build/$b" --benchmark_min_time=0.05s --benchmark_out="$logs/$b.json" --benchmark_out_format=json
+    # The ratios against the same run's baselines (of_copy, of_cublas; issue 9's targets >= 0.70) into the summary.
+    python3 - "$logs/$b.json" <<'PY' 2>/dev/null | sed 's/^/      /' | tee -a "$summary"
+import json, sys
+for r in json.load(open(sys.argv[1])).get("benchmarks", []):  # not a report: Google Benchmark's JSON
+    ratios = {k: r[k] for k in ("of_copy", "of_cublas") if k in r}
+    if ratios:
+        print(r["name"], " ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+PY
   done
 fi
 [[ $failed -eq 0 ]]

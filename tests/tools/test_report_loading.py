@@ -153,5 +153,7 @@ def test_no_tool_reads_a_report_file_but_through_report_lib():
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        offenders += [f"{path.name}:{i}" for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+        # A line marked "not a report" reads Google Benchmark's JSON (device_check.sh's benchmark ratios).
+        offenders += [f"{path.name}:{i}" for i, line in enumerate(text.splitlines(), 1)
+                      if pattern.search(line) and "# not a report" not in line]
     assert offenders == []
