@@ -1,10 +1,14 @@
 // The GPU communicators of gpu_communicator.h: LocalCommunicator (rank threads sharing one GPU; rank 0 reduces with
-// kernels between two host barriers) and NcclCommunicator (one NCCL communicator per rank, polled waits so aborts and
-// asynchronous NCCL errors end every wait). A new collective is added to both classes and to Communicator.
+// kernels between two host barriers; buckets started asynchronously are reduced on the communicator's stream once
+// every rank's compute stream has produced them) and NcclCommunicator (one NCCL communicator per rank, polled waits so
+// aborts and asynchronous NCCL errors end every wait). A new collective is added to both classes and to Communicator.
 #include "sim/comm/gpu_communicator.h"
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +49,15 @@ class LocalCommunicator final : public GpuCommunicator {
     stream_ = gpu::Stream();
     ptrs_ = gpu::DeviceBuffer<void*>(2 * static_cast<size_t>(ranks), "local communicator pointer table");
     staging_ = gpu::PinnedBuffer<void*>(2 * static_cast<size_t>(ranks), "local communicator pointer staging");
+    const size_t table = 2 * static_cast<size_t>(ranks);
+    bucket_ptrs_ = gpu::DeviceBuffer<void*>(kBucketTables * table, "local communicator bucket pointer tables");
+    bucket_staging_ = gpu::PinnedBuffer<void*>(kBucketTables * table, "local communicator bucket pointer staging");
+    for (size_t t = 0; t < kBucketTables; ++t) table_uploaded_.emplace_back(false);
+    for (int r = 0; r < ranks; ++r) done_.emplace_back(false);
+    ready_.resize(static_cast<size_t>(ranks));
+    in_flight_.assign(static_cast<size_t>(ranks), 0);
+    posted_.assign(static_cast<size_t>(ranks), 0);
+    in_sync_.assign(static_cast<size_t>(ranks), false);
   }
 
   int size() const override { return ranks_; }
@@ -115,10 +128,98 @@ class LocalCommunicator final : public GpuCommunicator {
     finish(rank, 0);
   }
 
-  void all_reduce_sum_start(int rank, float* buf, size_t count) override { all_reduce_sum(rank, buf, count); }
-  void all_reduce_wait(int rank) override { check_rank(rank); }
+  // Records "bucket final" on the rank's compute stream and posts the bucket under the mutex; the rank that posts it
+  // last enqueues its reduction on the communicator's stream (after every rank's event, in bucket order: bucket s is
+  // complete only once every rank posted s, and each rank posts in order, so s - 1 was complete and enqueued before).
+  // The rank returns without waiting for the other ranks or the GPU.
+  void all_reduce_sum_start(int rank, float* buf, size_t count) override {
+    check_rank(rank);
+    GS_EXPECT(count == 0 || buf != nullptr, "all_reduce_sum_start: null buffer");
+    GS_CUDA_CHECK(cudaSetDevice(device_));
+    Slot& slot = slots_[rank];
+    std::vector<gpu::Event>& events = ready_[static_cast<size_t>(rank)];
+    const size_t j = in_flight_[static_cast<size_t>(rank)]++;
+    if (j == events.size()) events.emplace_back(false);  // reused after all_reduce_wait: every wait on it is enqueued
+    events[j].record(slot.stream);                        // the legacy default stream when none was set
+    slot.stats.bytes_sent += ring_all_reduce_bytes(ranks_, count, sizeof(float));
+    slot.stats.calls += 1;
+    std::unique_lock<std::mutex> lock(mu_);
+    throw_if_failed_locked();
+    for (int r = 0; r < ranks_; ++r)
+      if (r != rank && in_sync_[static_cast<size_t>(r)])
+        fail_locked(lock, "rank " + std::to_string(rank) + " started an asynchronous all-reduce while rank " +
+                              std::to_string(r) + " called a synchronous collective");
+    const uint64_t seq = posted_[static_cast<size_t>(rank)]++;
+    PendingBucket& p = pending_[seq];
+    if (p.bufs.empty()) {
+      p.bufs.assign(static_cast<size_t>(ranks_), nullptr);
+      p.ready.assign(static_cast<size_t>(ranks_), nullptr);
+      p.counts.assign(static_cast<size_t>(ranks_), 0);
+    }
+    p.bufs[static_cast<size_t>(rank)] = buf;
+    p.ready[static_cast<size_t>(rank)] = events[j].get();
+    p.counts[static_cast<size_t>(rank)] = count;
+    if (++p.arrived < ranks_) return;
+    for (int r = 0; r < ranks_; ++r)
+      if (p.counts[static_cast<size_t>(r)] != count)
+        fail_locked(lock, "same collective on every rank: bucket " + std::to_string(seq) + " has count " +
+                              std::to_string(count) + " on rank " + std::to_string(rank) + " but " +
+                              std::to_string(p.counts[static_cast<size_t>(r)]) + " on rank " + std::to_string(r));
+    GS_EXPECT(seq == enqueued_, "local communicator: buckets complete in order");
+    try {
+      enqueue_bucket_locked(p, count);
+    } catch (const std::exception& e) {
+      fail_locked(lock, e.what());
+    }
+    pending_.erase(seq);
+    ++enqueued_;
+    lock.unlock();
+    cv_.notify_all();
+  }
 
-  void abort() override { barrier_.abort(); }
+  // Waits (host) until every rank posted the buckets this rank started, orders the compute stream after their
+  // reductions and returns once they are done. wait_s counts the time waiting for the other ranks' buckets (this
+  // rank's own compute stream is synchronized first, as before a barrier).
+  void all_reduce_wait(int rank) override {
+    check_rank(rank);
+    if (in_flight_[static_cast<size_t>(rank)] == 0) return;
+    GS_CUDA_CHECK(cudaSetDevice(device_));
+    Slot& slot = slots_[rank];
+    if (slot.stream_set) {
+      GS_CUDA_CHECK(cudaStreamSynchronize(slot.stream));
+    } else {
+      GS_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    gpu::Event& done = done_[static_cast<size_t>(rank)];
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        if (aborted_ || enqueued_ >= posted_[static_cast<size_t>(rank)]) return true;
+        for (int r = 0; r < ranks_; ++r)
+          if (in_sync_[static_cast<size_t>(r)]) return true;  // a rank went to a synchronous collective instead
+        return false;
+      });
+      throw_if_failed_locked();
+      if (enqueued_ < posted_[static_cast<size_t>(rank)])
+        fail_locked(lock, "rank " + std::to_string(rank) + " waits for asynchronous all-reduces that another rank "
+                          "did not start (it called a synchronous collective)");
+      done.record(stream_.get());  // after every reduction enqueued so far, this rank's included
+    }
+    slot.stats.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    GS_CUDA_CHECK(cudaStreamWaitEvent(slot.stream, done.get(), 0));
+    done.synchronize();
+    in_flight_[static_cast<size_t>(rank)] = 0;
+  }
+
+  void abort() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      aborted_ = true;
+    }
+    cv_.notify_all();
+    barrier_.abort();
+  }
 
   CommStats take_stats(int rank) override {
     check_rank(rank);
@@ -136,10 +237,24 @@ class LocalCommunicator final : public GpuCommunicator {
   // Publishes the call, waits for the rank's own queued work, meets the other ranks, checks that all called the same
   // collective, lets rank 0 do the work on the communicator's stream (waiting for it), and meets again. A failure in
   // rank 0's work aborts the barrier (the other ranks throw Aborted) and is rethrown in rank 0.
+  // Buckets this rank started asynchronously are waited for first; a rank that calls a synchronous collective while
+  // another started a bucket this rank never started makes both throw (instead of each waiting for the other).
   template <class Work>
   void run(int rank, Op op, size_t count, int root, const void* in, void* out, Work&& work) {
     check_rank(rank);
     GS_EXPECT(count == 0 || (in != nullptr && out != nullptr), std::string(collective_op_name(op)) + ": null buffer");
+    all_reduce_wait(rank);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      throw_if_failed_locked();
+      for (int r = 0; r < ranks_; ++r)
+        if (posted_[static_cast<size_t>(r)] > posted_[static_cast<size_t>(rank)])
+          fail_locked(lock, "rank " + std::to_string(rank) + " called " + collective_op_name(op) + " while rank " +
+                                std::to_string(r) + " started an asynchronous all-reduce");
+      in_sync_[static_cast<size_t>(rank)] = true;
+    }
+    cv_.notify_all();
+    SyncFlag clear{*this, rank};  // cleared once every rank reached this collective (or on a throw)
     GS_CUDA_CHECK(cudaSetDevice(device_));
     Slot& slot = slots_[rank];
     slot.op = op;
@@ -153,6 +268,7 @@ class LocalCommunicator final : public GpuCommunicator {
       GS_CUDA_CHECK(cudaDeviceSynchronize());
     }
     slot.stats.wait_s += barrier_.arrive_and_wait();
+    clear.now();
     for (int r = 0; r < ranks_; ++r) {
       const Slot& other = slots_[r];
       if (other.op != op || other.count != count || other.root != root) {
@@ -190,6 +306,68 @@ class LocalCommunicator final : public GpuCommunicator {
                                   stream_.get()));
   }
 
+  // Clears in_sync_[rank] under the mutex when now() is called or at scope exit.
+  struct SyncFlag {
+    LocalCommunicator& c;
+    int rank;
+    bool set = true;
+    void now() {
+      if (!set) return;
+      set = false;
+      std::lock_guard<std::mutex> lock(c.mu_);
+      c.in_sync_[static_cast<size_t>(rank)] = false;
+    }
+    ~SyncFlag() { now(); }
+  };
+
+  // One bucket's posts: every rank's buffer, its "bucket final" event and count.
+  struct PendingBucket {
+    std::vector<float*> bufs;
+    std::vector<cudaEvent_t> ready;
+    std::vector<size_t> counts;
+    int arrived = 0;
+  };
+
+  // Under mu_: throws Aborted after abort(), gs::Error with the recorded failure after a mismatch or a failed enqueue.
+  void throw_if_failed_locked() const {
+    if (!failure_.empty()) throw Error("local communicator: " + failure_);
+    if (aborted_) throw Aborted();
+  }
+  // Under mu_: records the failure, wakes every waiter (they throw it), aborts the barrier and throws it here.
+  [[noreturn]] void fail_locked(std::unique_lock<std::mutex>& lock, const std::string& why) {
+    if (failure_.empty()) failure_ = why;
+    aborted_ = true;
+    const std::string msg = failure_;
+    lock.unlock();
+    cv_.notify_all();
+    barrier_.abort();
+    throw Error("local communicator: " + msg);
+  }
+
+  // Under mu_: the communicator's stream waits for every rank's "bucket final" event, uploads the bucket's pointer
+  // table (one of kBucketTables, reused once its previous upload has run) and sums in rank order into every rank's
+  // buffer (the same kernel and order as all_reduce_sum: bit-identical results).
+  void enqueue_bucket_locked(const PendingBucket& p, size_t count) {
+    cudaStream_t s = stream_.get();
+    for (cudaEvent_t e : p.ready) GS_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0));
+    if (count == 0) return;
+    const size_t t = next_table_++ % kBucketTables;
+    const size_t n = 2 * static_cast<size_t>(ranks_);
+    table_uploaded_[t].synchronize();  // the staging's previous upload has run (never recorded: returns at once)
+    void** staging = bucket_staging_.get() + t * n;
+    for (int r = 0; r < ranks_; ++r) {
+      staging[r] = p.bufs[static_cast<size_t>(r)];
+      staging[ranks_ + r] = p.bufs[static_cast<size_t>(r)];
+    }
+    void** table = bucket_ptrs_.get() + t * n;
+    GS_CUDA_CHECK(cudaMemcpyAsync(table, staging, n * sizeof(void*), cudaMemcpyHostToDevice, s));
+    table_uploaded_[t].record(s);
+    gpu::sum_in_rank_order(reinterpret_cast<float* const*>(table + ranks_), reinterpret_cast<const float* const*>(table),
+                           ranks_, count, s);
+  }
+
+  static constexpr size_t kBucketTables = 64;
+
   const int ranks_;
   const int device_;
   Barrier barrier_;
@@ -197,6 +375,24 @@ class LocalCommunicator final : public GpuCommunicator {
   gpu::Stream stream_;
   gpu::DeviceBuffer<void*> ptrs_;
   gpu::PinnedBuffer<void*> staging_;
+  // Asynchronous buckets. Per rank (its own thread only): "bucket final" events of the buckets in flight, their number.
+  std::vector<std::vector<gpu::Event>> ready_;
+  std::vector<size_t> in_flight_;
+  std::vector<gpu::Event> done_;  // per rank: recorded on stream_ after its buckets' reductions
+  gpu::DeviceBuffer<void*> bucket_ptrs_;
+  gpu::PinnedBuffer<void*> bucket_staging_;
+  std::vector<gpu::Event> table_uploaded_;
+  size_t next_table_ = 0;
+  // Under mu_: the posts not yet complete (by bucket sequence number), buckets posted per rank and enqueued in all,
+  // ranks inside a synchronous collective's first barrier, abort and failure.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, PendingBucket> pending_;
+  std::vector<uint64_t> posted_;
+  uint64_t enqueued_ = 0;
+  std::vector<bool> in_sync_;
+  bool aborted_ = false;
+  std::string failure_;
 };
 
 // ---- nccl -----------------------------------------------------------------------------------------------------

@@ -20,9 +20,9 @@ class GpuCommunicator : public Communicator {
  public:
   // The stream the rank's compute kernels run on (set once per rank, before its first collective).
   virtual void set_compute_stream(int rank, cudaStream_t stream) = 0;
-  // Starts the sum all-reduce of one bucket buf[0..count) on the rank's communication stream, after the compute
-  // stream's work so far, and returns without waiting (nccl; local completes it before returning). Every rank starts
-  // the same buckets in the same order.
+  // Starts the sum all-reduce of one bucket buf[0..count) on a communication stream, after the compute stream's work
+  // so far, and returns without waiting. Every rank starts the same buckets in the same order; the buffer is not
+  // touched by the caller until all_reduce_wait.
   virtual void all_reduce_sum_start(int rank, float* buf, size_t count) = 0;
   // Returns once every bucket this rank started has been reduced (polling, so abort() and NCCL's asynchronous
   // errors end the wait); the compute stream is ordered after them.
@@ -33,10 +33,13 @@ class GpuCommunicator : public Communicator {
   virtual void group_end(int rank) { (void)rank; }
 };
 
-// `local`: `ranks` rank threads share GPU `device`. Every collective meets at a host barrier; rank 0 then reduces all
-// ranks' buffers with one kernel (sum_in_rank_order: ranks 0..N-1 in order, the host communicator's bits) on the
-// communicator's stream, and all ranks meet again. all_reduce_sum_start runs synchronously (one GPU: nothing to
-// overlap with across devices).
+// `local`: `ranks` rank threads share GPU `device`. Every synchronous collective meets at a host barrier; rank 0 then
+// reduces all ranks' buffers with one kernel (sum_in_rank_order: ranks 0..N-1 in order, the host communicator's bits)
+// on the communicator's stream, and all ranks meet again. all_reduce_sum_start records an event on the rank's compute
+// stream and returns; once every rank has started bucket b, the same kernel reduces it on the communicator's stream
+// after all ranks' events (buckets in start order), so a bucket's reduction overlaps the backward of earlier layers
+// and the sums are bit-identical to all_reduce_sum's. Starting a bucket that another rank meets with a synchronous
+// collective (or a different count) throws on every rank.
 std::unique_ptr<GpuCommunicator> make_local_communicator(int ranks, int device);
 
 // `nccl`: rank r on GPU devices[r] (distinct devices: NCCL forbids two ranks of one communicator on one GPU). One

@@ -1,8 +1,9 @@
 // The cuda backend's rank loop (run_training_cuda, rank_loop.h): one persistent thread per rank (World), cudaSetDevice
 // once per rank thread; per rank a compute stream with its cuBLAS handle, parameters / gradient / optimizer state in
 // DeviceBuffers, batches staged through two pinned slots and cudaMemcpyAsync. The flat gradient is all-reduced bucket
-// by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs; under nccl each bucket starts
-// as soon as the last micro-batch's backward has enqueued its layers, so it overlaps the rest of backward, as DDP),
+// by bucket (GpuCommunicator: nccl with one rank per GPU, local when ranks outnumber GPUs; each bucket starts as soon
+// as the last micro-batch's backward has enqueued its layers, so it overlaps the rest of backward, as DDP; under local
+// its reduction runs once every rank's backward has produced it),
 // waited for before the division by S and the optimizer; control values (samples, loss, stop, divergence) go through a host communicator.
 // bf16_mixed / fp16_mixed / fp8_mixed run the mixed stack (kernels/cuda_dense_mixed.h) on fp32 master weights; tf32
 // runs the fp32 stack with TF32 tensor-op GEMMs. The loss scaler (ScaledUpdate, precision_step.h) decides on the host
@@ -181,10 +182,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     GS_EXPECT(!opt.nesterov || opt.momentum > 0.0,
               "training.optimizer.nesterov: Nesterov momentum needs training.optimizer.momentum > 0");
     const bool inject = config.cluster.stragglers.inject;
-    // Buckets start during the last micro-batch's backward (DDP overlap) under nccl with sync.overlap. Not under local
-    // (its collectives are synchronous: starting one mid-backward only waits for the backward so far), nor with
-    // injected stragglers (the delay must come before any of the rank's communication, as the modeled clock has it).
-    const bool overlap = res.ranks_one_per_gpu && config.sync.overlap && !inject;
+    // Buckets start during the last micro-batch's backward (DDP overlap) with sync.overlap, under nccl and local (whose
+    // reduction of a bucket waits on the communication stream for every rank's "bucket final" event, in start order).
+    // Not with injected stragglers (the delay must come before any of the rank's communication, as the modeled clock
+    // has it).
+    const bool overlap = config.sync.overlap && !inject;
     std::atomic<bool> final_params_bad{false};
     // Precision: fp32 / tf32 (fp32 stack; tf32 with TF32 tensor-op GEMMs), or a mode of the mixed stack with the
     // host model's MixedSpec (sim/model/mlp.cpp mixed_spec): bf16_mixed, fp16_mixed, fp8_mixed (fp32 master weights
@@ -516,7 +518,8 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           const double comm_s = seconds_between(comm_begin, comm_end);
           const CommStats st = gcomm->take_stats(rank);
           clock.add(Phase::kCommunicate, comm_s);
-          // local: the host barriers inside the collectives are waiting for other ranks, not communication.
+          // local: the host time all_reduce_wait spends until every rank has started this rank's buckets is waiting
+          // for other ranks, not communication.
           if (!res.ranks_one_per_gpu) clock.move(Phase::kCommunicate, Phase::kWait, std::min(st.wait_s, comm_s));
           clock.add_bytes(st.bytes_sent);
         }

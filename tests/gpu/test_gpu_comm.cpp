@@ -1,5 +1,6 @@
 // GPU tests of the communicators (sim/comm/gpu_communicator.h): `local` with 8 rank threads on one GPU against a
-// serial reference (and against the host communicator, bit for bit), its other collectives, mismatch and abort; `nccl`
+// serial reference (and against the host communicator, bit for bit), its other collectives, its asynchronous buckets
+// (ordered after each rank's compute stream), mismatch and abort; `nccl`
 // with one rank per visible GPU (a one-GPU machine runs it with one rank) against the same reference.
 #include <gtest/gtest.h>
 
@@ -176,6 +177,75 @@ TEST(GpuLocalCommunicator, MismatchThrowsOnEveryRankAndAbortNeverHangs) {
     }
     EXPECT_TRUE(aborted) << "rank " << r << " did not leave with Aborted";
   }
+}
+
+// Asynchronous buckets of `local` (all_reduce_sum_start / all_reduce_wait): each rank produces bucket b on its compute
+// stream (a device copy queued behind 256 MiB of other copies, into a buffer poisoned with NaN) and starts it at once.
+// A reduction that did not wait for every rank's stream would sum NaN or stale values; the sums must be the serial
+// reference's bits (the same kernel and rank order as the synchronous all-reduce). Two rounds: the events and pointer
+// tables are reused.
+TEST(GpuLocalCommunicator, AsyncBucketsWaitForEveryRanksStreamAndSumInRankOrder) {
+  constexpr int kRanks = 4, kBuckets = 5;
+  constexpr size_t kCount = 100003;
+  constexpr size_t kFiller = size_t{16} << 20;  // floats: 64 MiB per copy
+  auto comm = make_local_communicator(kRanks, 0);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<std::vector<float>>> in(kBuckets);
+    for (int b = 0; b < kBuckets; ++b) in[b] = rank_inputs(kRanks, kCount, 500 + 10 * round + b);
+    std::vector<std::vector<std::vector<float>>> got(kBuckets, std::vector<std::vector<float>>(kRanks));
+    expect_no_errors(run_ranks(kRanks, [](int) { return 0; }, [&](int r) {
+      gpu::Stream stream;
+      comm->set_compute_stream(r, stream.get());
+      Dev<float> filler_a(kFiller), filler_b(kFiller);
+      std::vector<Dev<float>> src, dst;
+      for (int b = 0; b < kBuckets; ++b) {
+        src.emplace_back(in[b][r]);
+        dst.emplace_back(kCount);  // NaN until the rank's copy lands
+      }
+      for (int b = 0; b < kBuckets; ++b) {
+        for (int i = 0; i < 4; ++i)
+          GS_CUDA_CHECK(cudaMemcpyAsync(filler_b.get(), filler_a.get(), kFiller * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, stream.get()));
+        GS_CUDA_CHECK(cudaMemcpyAsync(dst[b].get(), src[b].get(), kCount * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream.get()));
+        comm->all_reduce_sum_start(r, dst[b].get(), kCount);
+      }
+      comm->all_reduce_wait(r);
+      for (int b = 0; b < kBuckets; ++b) got[b][r] = dst[b].host();
+      const CommStats st = comm->take_stats(r);
+      EXPECT_EQ(st.calls, static_cast<uint64_t>(kBuckets));
+      EXPECT_EQ(st.bytes_sent, kBuckets * (2ull * (kRanks - 1) * kCount * sizeof(float) / kRanks));
+    }));
+    for (int b = 0; b < kBuckets; ++b) {
+      const auto want = serial_sum(in[b], 0, kCount);
+      for (int r = 0; r < kRanks; ++r)
+        EXPECT_SAME_BITS(got[b][r], want, "round " + std::to_string(round) + " bucket " + std::to_string(b) +
+                                              " rank " + std::to_string(r));
+    }
+  }
+}
+
+// A bucket started with a different count on one rank, or met by a synchronous collective on another, makes every
+// rank throw (none waits forever for the others).
+TEST(GpuLocalCommunicator, AsyncMismatchThrowsOnEveryRank) {
+  constexpr int kRanks = 4;
+  Dev<float> bufs[kRanks] = {Dev<float>(16), Dev<float>(16), Dev<float>(16), Dev<float>(16)};
+  auto comm = make_local_communicator(kRanks, 0);
+  auto errors = run_ranks(kRanks, [](int) { return 0; }, [&](int r) {
+    comm->all_reduce_sum_start(r, bufs[r].get(), r == 2 ? 8 : 16);
+    comm->all_reduce_wait(r);
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(errors[r] != nullptr) << "count mismatch: rank " << r << " did not throw";
+  auto comm2 = make_local_communicator(kRanks, 0);
+  errors = run_ranks(kRanks, [](int) { return 0; }, [&](int r) {
+    if (r == 3) {
+      comm2->all_reduce_sum(r, bufs[r].get(), 16);
+      return;
+    }
+    comm2->all_reduce_sum_start(r, bufs[r].get(), 16);
+    comm2->all_reduce_wait(r);
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(errors[r] != nullptr) << "sync vs async: rank " << r << " did not throw";
 }
 
 TEST(GpuNcclCommunicator, OneRankPerGpuAllReduceAgainstSerialReference) {

@@ -112,6 +112,36 @@ TEST(GpuEndToEnd, EightRanksOnOneGpuMatchHostAndSerial) {
   EXPECT_EQ(cuda8.steps[3][5].bytes_sent, static_cast<uint64_t>(2.0 * 7 / 8 * params * 4));
 }
 
+// Under `local` each bucket's reduction starts once every rank's last backward has produced it (sync.overlap true, the
+// default), overlapping the backward of earlier layers; with sync.overlap false every bucket starts after the whole
+// backward. Both sum each bucket with the same kernel in rank order, so the runs are bit-identical step for step
+// (a reduction that read a bucket before a rank's backward had written it would change the bits). One bucket per
+// tensor (4 buckets), 2 micro-batches per step (buckets start during the last one only).
+TEST(GpuEndToEnd, LocalBucketOverlapIsBitIdenticalToReducingAfterBackward) {
+  if (cuda_status().device_count >= 8) GTEST_SKIP() << "8 ranks get a GPU each here: nccl, not local";
+  const char* kScenario = R"({"name": "o", "model": {"kind": "mlp", "layers": [16, 256, 256, 4]},
+    "data": {"kind": "teacher", "batch_per_rank": 64, "prefetch": 0,
+             "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 32768, "eval_samples": 256}},
+    "training": {"steps": 12, "eval_every": 6, "accumulation_steps": 2,
+                 "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9}},
+    "sync": {"bucket_mb": 0.000001, "first_bucket_mb": 0.000001},
+    "cluster": {"ranks": 8, "backend": "cuda", "hardware": "h200-1"}})";
+  auto run = [&](const char* overlap) {
+    return run_training(parse_scenario(kScenario, "o.json", {std::string("sync.overlap=") + overlap}).runs.at(0).config);
+  };
+  const RunResult over = run("true");
+  const RunResult after = run("false");
+  for (const RunResult* r : {&over, &after}) {
+    ASSERT_EQ(r->disposition, "passed") << r->message;
+    EXPECT_FALSE(r->ranks_one_per_gpu);
+    ASSERT_EQ(r->series.size(), 12u);
+  }
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(over.series[i].train_loss, after.series[i].train_loss) << "step " << i + 1;
+  ASSERT_TRUE(over.series.back().eval_loss && after.series.back().eval_loss);
+  EXPECT_EQ(*over.series.back().eval_loss, *after.series.back().eval_loss);
+  EXPECT_EQ(*over.series[5].eval_loss, *after.series[5].eval_loss);
+}
+
 // cluster.stragglers.inject: rank 0 computes 3x as long for real (a host delay of 2x its forward + backward), so its
 // backward phase holds at least twice rank 1's over the run.
 TEST(GpuEndToEnd, InjectedStragglerShowsOnTheMeasuredClock) {
