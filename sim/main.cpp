@@ -160,8 +160,9 @@ int main(int argc, char** argv) {
   run->add_flag("--timing-only", timing_only,
                 "price the schedule alone on the modeled clock: no arithmetic, no model memory (same as --set "
                 "training.mode=timing)");
-  run->add_option("--filter", filter, "run only the runs whose id this pattern finds: a regular-expression subset matched in linear time, at most 512 "
-                  "characters (scenarios/README.md)");
+  run->add_option("--filter", filter,
+                  "run only the runs whose id this pattern matches somewhere: RE2 syntax (linear-time matching), at "
+                  "most 512 characters (scenarios/README.md)");
   run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
   CLI::Option* resume_flag =
       run->add_flag("--resume", resume, "keep the runs already in the report; run the missing and interrupted ids");

@@ -6,7 +6,7 @@
 # `step NAME TIMEOUT_S command...` line below.
 #
 #   tools/device_check.sh --fetch-debs   here (Debian, apt): download the .deb files into device_debs/ (gitignored;
-#                                        ~15 MiB, carried to the device with carry ["device_debs"])
+#                                        ~20 MiB, carried to the device with carry ["device_debs"])
 #   tools/device_check.sh                on the device machine: the check (OUT defaults to ./device_out)
 #   tools/device_check.sh --rehearse     here, without a GPU: every step of the check from the same .deb files, with
 #                                        OUT a scratch folder unless set; the GPU tests must be skipped (exit 77)
@@ -21,7 +21,7 @@ debs="$root/device_debs"
 # The build's Debian packages (tools/setup.sh) and the runtime libraries they need that a CUDA image may lack.
 packages=(libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev zlib1g-dev librandom123-dev libgtest-dev libgmock-dev
           libbenchmark-dev libbenchmark1debian libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread
-          libgfortran5 libquadmath0 zlib1g)
+          libgfortran5 libquadmath0 zlib1g libre2-dev libre2-9 libssl-dev libssl3)
 
 mode=device
 case "${1:-}" in
@@ -135,6 +135,10 @@ unpack() {
     t=$(readlink "$l")
     if [[ $t == /* && -e "$prefix$t" ]]; then ln -sfn "$prefix$t" "$l"; fi
   done < <(find "$prefix" -type l)
+  # pkg-config files name absolute /usr paths (re2.pc: includedir=/usr/include): point them into the prefix, so
+  # pkg-config (CMake searches the prefix's pkgconfig folders first through CMAKE_PREFIX_PATH) hands out the carried
+  # RE2 and OpenSSL. Without pkg-config on the image, CMake finds RE2 by name under the prefix instead.
+  find "$prefix" -name '*.pc' -exec sed -i -E "s#^([A-Za-z_]+)=/usr#\1=$prefix/usr#" {} +
   ls "$prefix/usr/lib/x86_64-linux-gnu/cmake"
 }
 step unpack_debs 60 unpack || exit 1
@@ -166,8 +170,12 @@ configure() {
   # Proof that the build uses the carried packages, not ones that happen to be installed: every dependency's
   # location in the cache lies under the prefix.
   local bad=0 v
+  # RE2 comes through pkg-config (pkgcfg_lib_RE2_re2) or, without pkg-config on the image, by name (RE2_LIBRARY).
+  local re2_var=RE2_LIBRARY
+  grep -qE "^pkgcfg_lib_RE2_re2(:[A-Z]+)?=/" "$build/CMakeCache.txt" && re2_var=pkgcfg_lib_RE2_re2
   for v in fmt_DIR nlohmann_json_DIR CLI11_DIR GTest_DIR benchmark_DIR RANDOM123_INCLUDE_DIR CBLAS_INCLUDE_DIR \
-           ZLIB_INCLUDE_DIR BLAS_openblas_LIBRARY; do
+           ZLIB_INCLUDE_DIR BLAS_openblas_LIBRARY $re2_var OPENSSL_INCLUDE_DIR OPENSSL_CRYPTO_LIBRARY \
+           OPENSSL_CONFIGURATION_INCLUDE_DIR; do
     local val
     val=$(grep -E "^$v(:[A-Z]+)?=" "$build/CMakeCache.txt" | head -1 | cut -d= -f2-)
     echo "$v = $val"
@@ -193,12 +201,12 @@ for t in "${gpu_test_targets[@]}" "${gpu_benches[@]}"; do [[ -n "$t" ]] && targe
 say "      targets: ${targets[*]}"
 build_and_check() {
   ninja -C "$build" -j "$jobs" "${targets[@]}" || return 1
-  # The libraries the binary loads: all found, and fmt, OpenBLAS and its Fortran runtime the carried ones (zlib may be
-  # the image's own libz.so.1: zlib keeps its ABI).
+  # The libraries the binary loads: all found, and fmt, OpenBLAS and its Fortran runtime, RE2 and libcrypto the
+  # carried ones (zlib may be the image's own libz.so.1: zlib keeps its ABI).
   local bad=0 lib
   ldd "$build/gradsweep" | tee "$logs/ldd_gradsweep.txt"
   if grep -q "not found" "$logs/ldd_gradsweep.txt"; then echo "a library is missing"; bad=1; fi
-  for lib in libfmt libopenblas libgfortran; do
+  for lib in libfmt libopenblas libgfortran libre2 libcrypto; do
     grep "$lib" "$logs/ldd_gradsweep.txt" | grep -q -e "$prefix" -e "$runtime_libs" || { echo "$lib: not from the carried packages"; bad=1; }
   done
   return $bad

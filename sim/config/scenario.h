@@ -66,7 +66,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file_for_mes
 // "12 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks]" (x R [repeats] when repeats > 1).
 std::string describe_expansion(const Scenario& s);
 
-// SHA-256 of bytes, lowercase hex (FIPS 180-4).
+// SHA-256 of bytes (FIPS 180-4, computed by OpenSSL), 64 lowercase hex digits. Throws gs::Error if OpenSSL fails.
 std::string sha256_hex(const std::string& bytes);
 
 }  // namespace gs

@@ -46,9 +46,9 @@ std::string fmt_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
-// The --filter pattern over run ids; throws gs::Error when it is not a pattern IdPattern accepts or matches none of
-// the runs. IdPattern matches in time linear in the id (no backtracking), so no pattern can hang the tool; patterns
-// longer than kMaxFilterChars are refused first (a run id is never that long).
+// The --filter pattern over run ids (RE2 syntax); throws gs::Error when RE2 refuses it or it matches none of the
+// runs. RE2 matches in time linear in the id (no backtracking), so no pattern can hang the tool; patterns longer than
+// kMaxFilterChars are refused first (a run id is never that long).
 IdPattern make_filter(const std::string& f, const Scenario& s) {
   if (f.size() > kMaxFilterChars)
     throw Error(fmt::format("--filter: a pattern of at most {} characters is accepted, got {} characters (\"{}\")",
@@ -57,9 +57,8 @@ IdPattern make_filter(const std::string& f, const Scenario& s) {
   try {
     re.emplace(f);
   } catch (const Error& e) {
-    throw Error("--filter: not a pattern gradsweep accepts: \"" + bounded_text(f) + "\": " + e.what() +
-                " (accepted: literals, ., [classes], \\d \\w \\s, ^ $ \\b, groups, |, * + ? {n,m}; "
-                "scenarios/README.md)");
+    throw Error("--filter: not an RE2 pattern: \"" + bounded_text(f) + "\": " + e.what() +
+                " (syntax: RE2, matched somewhere in the run id; scenarios/README.md)");
   }
   for (const auto& r : s.runs)
     if (re->search(r.id)) return *re;

@@ -156,8 +156,8 @@ def test_filter_longer_than_512_characters_is_refused_not_crashed(tmp_path):
 
 
 def test_a_backtracking_filter_ends_with_the_right_answer(tmp_path):
-    """QA: --filter '(.*)*x' spun for ever in std::regex. The pattern is matched without backtracking: no id has an
-    'x' (none of the 2 runs match), every id ends in r0 (both match); timeouts fail the test if it hangs."""
+    """QA: --filter '(.*)*x' spun for ever in std::regex. RE2 matches without backtracking: no id has an 'x' (none of
+    the 2 runs match), every id ends in r0 (both match); timeouts fail the test if it hangs."""
     path = two_runs(tmp_path)
     ids = [line.split()[1] for line in gs("run", path, "--dry-run").stdout.decode().splitlines()[1:]]
     assert len(ids) == 2 and not any("x" in i for i in ids), ids
@@ -166,11 +166,11 @@ def test_a_backtracking_filter_ends_with_the_right_answer(tmp_path):
     assert p.returncode == 2 and '--filter "(.*)*x" matches none of the 2 run ids' in err, err
     p = gs("run", path, "--dry-run", "--filter", "((.*)*)*r0$", timeout=30)
     assert p.returncode == 0 and "2 of 2 runs match" in p.stdout.decode(), p.stderr
-    # What the matcher does not take is refused by name, before any run.
+    # What RE2 does not take is refused by name, with RE2's reason, before any run.
     p = gs("run", path, "--out", tmp_path / "out", "--filter", "(r)\\1", timeout=30)
     err = p.stderr.decode()
-    assert p.returncode == 2 and "--filter: not a pattern gradsweep accepts" in err, err
-    assert "backreference \\1 is not supported at character 4" in err, err
+    assert p.returncode == 2 and '--filter: not an RE2 pattern: "(r)\\1"' in err, err
+    assert "\\1 (backreferences are not supported" in err, err
     assert not (tmp_path / "out").exists()
 
 

@@ -249,9 +249,14 @@ TEST(ConfigFields, RoundTripThroughJson) {
   EXPECT_EQ(e.training.steps, 1000);
 }
 
+// sha256_hex (OpenSSL EVP) against the FIPS 180-2/180-4 example vectors (NIST's published digests: one block, the
+// empty message, two blocks, one million 'a'), so a wrong digest, wrong byte order or wrong hex case fails.
 TEST(ConfigHash, Sha256KnownAnswers) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   EXPECT_EQ(sha256_hex(std::string(1000, 'a')).substr(0, 16), "41edece42d63e8d9");
 }
 
