@@ -26,19 +26,6 @@ struct MlpWorkspace : Workspace {
   bool last_forward_mixed = false;  // which stack the last forward ran (backward follows it)
 };
 
-// The arithmetic of an emulated mode: its format, fp8 GEMMs, where gradients live.
-MixedSpec mixed_spec(const PrecisionPolicy& p) {
-  MixedSpec m;
-  m.format = p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp8Mixed ? FloatFormat::kBf16
-             : p.emulated()                                                            ? FloatFormat::kFp16
-                                                                                       : FloatFormat::kFp32;
-  m.fp8_gemm = p.mode == PrecisionMode::kFp8Mixed;
-  m.grad_in_format = p.mode == PrecisionMode::kFp16Pure;
-  m.loss_scale = p.loss_scale;
-  m.amax_history_len = p.amax_history_len;
-  return m;
-}
-
 MlpWorkspace& as_mlp_workspace(Workspace& ws) {
   auto* w = dynamic_cast<MlpWorkspace*>(&ws);
   GS_EXPECT(w != nullptr, "mlp: workspace was not made by this model");

@@ -60,6 +60,12 @@ struct PrecisionPolicy {
   }
 };
 
+struct MixedSpec;  // kernels/dense_mixed.h
+// The arithmetic of an emulated mode (kernels/dense_mixed.h), one mapping for the host model and both cuda paths:
+// bf16 for bf16_mixed and fp8_mixed (its non-GEMM tensors), fp16 for fp16_mixed and fp16_pure, fp32 otherwise;
+// fp8 GEMMs under fp8_mixed; fp16_pure's gradients held in fp16; the policy's loss scale and amax history length.
+MixedSpec mixed_spec(const PrecisionPolicy& policy);
+
 // The policy of a run's precision section (loss_scale starts at 1; the strategy's scaler sets it per step).
 PrecisionPolicy precision_policy(const PrecisionConfig& precision);
 

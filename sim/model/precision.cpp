@@ -2,6 +2,7 @@
 // holds and sends. A new mode is one PrecisionMode value, one row in kModes, and its arithmetic in kernels/dense_mixed.
 #include <string>
 
+#include "kernels/dense_mixed.h"
 #include "sim/core/error.h"
 #include "sim/model/model.h"
 
@@ -64,6 +65,18 @@ BytesPerParam bytes_per_param(PrecisionMode mode, int state_buffers) {
       break;
   }
   return b;
+}
+
+MixedSpec mixed_spec(const PrecisionPolicy& p) {
+  MixedSpec m;
+  m.format = p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp8Mixed ? FloatFormat::kBf16
+             : p.emulated()                                                            ? FloatFormat::kFp16
+                                                                                       : FloatFormat::kFp32;
+  m.fp8_gemm = p.mode == PrecisionMode::kFp8Mixed;
+  m.grad_in_format = p.mode == PrecisionMode::kFp16Pure;
+  m.loss_scale = p.loss_scale;
+  m.amax_history_len = p.amax_history_len;
+  return m;
 }
 
 }  // namespace gs

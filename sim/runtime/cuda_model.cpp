@@ -49,19 +49,6 @@ struct GpuWorkspace final : Workspace {
   }
 };
 
-// The arithmetic of an emulated mode, as the host model maps it (sim/model/mlp.cpp mixed_spec): bf16 for bf16_mixed
-// and fp8_mixed (its non-GEMM tensors), fp16 for fp16_mixed and fp16_pure; fp8 GEMMs; fp16_pure's in-format gradient.
-MixedSpec mixed_spec(const PrecisionPolicy& p) {
-  MixedSpec m;
-  m.format = p.mode == PrecisionMode::kBf16Mixed || p.mode == PrecisionMode::kFp8Mixed ? FloatFormat::kBf16
-                                                                                        : FloatFormat::kFp16;
-  m.fp8_gemm = p.mode == PrecisionMode::kFp8Mixed;
-  m.grad_in_format = p.mode == PrecisionMode::kFp16Pure;
-  m.loss_scale = p.loss_scale;
-  m.amax_history_len = p.amax_history_len;
-  return m;
-}
-
 GpuWorkspace& as_gpu_workspace(Workspace& ws) {
   auto* w = dynamic_cast<GpuWorkspace*>(&ws);
   GS_EXPECT(w != nullptr, "cuda model: workspace was not made by this model");

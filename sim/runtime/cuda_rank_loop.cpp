@@ -189,15 +189,12 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     const bool overlap = config.sync.overlap && !inject;
     std::atomic<bool> final_params_bad{false};
     // Precision: fp32 / tf32 (fp32 stack; tf32 with TF32 tensor-op GEMMs), or a mode of the mixed stack with the
-    // host model's MixedSpec (sim/model/mlp.cpp mixed_spec): bf16_mixed, fp16_mixed, fp8_mixed (fp32 master weights
+    // host model's MixedSpec (mixed_spec, sim/model/model.h): bf16_mixed, fp16_mixed, fp8_mixed (fp32 master weights
     // and optimizer state; fp8: E4M3/E5M2 GEMM operands with delayed scaling, bf16 elsewhere).
     const PrecisionMode mode = parse_precision_mode(config.precision.mode);
     const bool mixed = mode == PrecisionMode::kBf16Mixed || mode == PrecisionMode::kFp16Mixed ||
                        mode == PrecisionMode::kFp8Mixed;
-    MixedSpec mixed_spec;
-    mixed_spec.format = mode == PrecisionMode::kFp16Mixed ? FloatFormat::kFp16 : FloatFormat::kBf16;
-    mixed_spec.fp8_gemm = mode == PrecisionMode::kFp8Mixed;
-    mixed_spec.amax_history_len = config.precision.amax_history_len;
+    const MixedSpec spec = mixed_spec(precision_policy(config.precision));
     std::vector<MixedCounters> rank_counters(static_cast<size_t>(ranks));
     std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
     ScaledUpdate report_scaler(config.precision);  // rank 0's copy after the run (every rank's decides alike)
@@ -226,7 +223,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       int64_t capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
       gpu::DenseScratchGpu scratch = gpu::make_dense_scratch_gpu(stack, capacity);
       std::optional<gpu::MixedScratchGpu> mixed_scratch;
-      if (mixed) mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_spec, K);
+      if (mixed) mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, spec, K);
       ScaledUpdate scaled(config.precision);
       MixedCounters& counters = rank_counters[static_cast<size_t>(rank)];
       std::array<StagingSlot, 2> slots;
@@ -357,7 +354,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             if (mixed) {  // keeps this step's counts: read them, then start the new scratch's at its next micro-batch
               gpu::counters_to_host(*mixed_scratch, counters, cs);
               const int64_t done = mixed_scratch->backward_index;
-              gpu::MixedScratchGpu grown = gpu::make_mixed_scratch_gpu(stack, capacity, mixed_spec, K);
+              gpu::MixedScratchGpu grown = gpu::make_mixed_scratch_gpu(stack, capacity, spec, K);
               // fp8: the delayed scalings (scales and amax histories) go on; they do not depend on the rows.
               grown.fp8_state = std::move(mixed_scratch->fp8_state);
               grown.fp8_history = std::move(mixed_scratch->fp8_history);
