@@ -226,10 +226,6 @@ int main(int argc, char** argv) {
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
       print_notes(s);
       if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
-      if (dry_run) {
-        std::fputs(gs::dry_run_text(s, filter).c_str(), stdout);
-        return 0;
-      }
       gs::DriverOptions o;
       o.out_dir = out_dir;
       o.filter = filter;
@@ -237,6 +233,10 @@ int main(int argc, char** argv) {
       o.retry_failed = retry_failed;
       o.argv = args;
       o.quiet = quiet;
+      if (dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be
+        std::fputs(gs::dry_run_text(s, o).c_str(), stdout);
+        return 0;
+      }
       return gs::run_sweep(s, o);
     }
   } catch (const gs::ReportIoError& e) {

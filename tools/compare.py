@@ -525,8 +525,8 @@ def main(argv=None):
         return 2
     if baseline is not None and math.isnan(baseline.ttt_measured_s) and math.isnan(baseline.ttt_modeled_s):
         print(f"note: the baseline {baseline.id} has no time to target: no speedups", file=sys.stderr)
-    if args.format == "markdown" and baseline is not None:
-        print(f"baseline: {baseline.id}\n")
+    if args.format == "markdown":
+        print(f"baseline: {baseline.id}\n" if baseline is not None else "baseline: none (the reports have no runs)\n")
     print(table(rows, reports, args.format), end="")
     if args.pareto is not None:
         try:

@@ -1089,11 +1089,17 @@ def main(argv=None):
     for path, out_dir in zip(args.reports, output_dirs(args.reports, args.out)):
         try:
             report = rl.load_report(path)
+            if not report["runs"]:  # nothing to draw: an error like every other case that writes no figure
+                raise rl.ReportError(f"{path}: the report has no runs (nothing to draw)")
             heatmap_axes(report, args.x, args.y)
-            check_out_dir(out_dir)
-            jobs.append((path, out_dir, report))
         except rl.ReportError as e:
             errors.append(error_text(path, e))
+            continue
+        try:
+            check_out_dir(out_dir)
+            jobs.append((path, out_dir, report))
+        except rl.ReportError as e:  # the output folder's problem: named by it, not by the report
+            errors.append(str(e))
     if errors:
         for message in errors:
             print(f"error: {message}", file=sys.stderr)
@@ -1106,8 +1112,11 @@ def main(argv=None):
         try:
             for written in write_figures(report, out_dir, args.metric, args.x, args.y):
                 print(written)
-        except (rl.ReportError, OSError) as e:
+        except rl.ReportError as e:
             print(f"error: {error_text(path, e)}", file=sys.stderr)
+            status = 2
+        except OSError as e:  # writing a figure: the output folder is to blame, not the report
+            print(f"error: {out_dir}: cannot write figures there: {e}", file=sys.stderr)
             status = 2
     return status
 

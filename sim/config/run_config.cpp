@@ -1191,7 +1191,8 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     static std::map<std::string, Checked> checked;
     json key = config_to_json(c)["data"];
     key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
-    std::string cache_key = key.dump();
+    // replace: a string that is not UTF-8 (refused elsewhere) must not throw here and hide the other problems.
+    std::string cache_key = key.dump(-1, ' ', false, json::error_handler_t::replace);
     Checked result;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -92,7 +92,33 @@ void apply_value(json& j, const std::string& path, const json& value) {
     set_path(j, path, value);
 }
 
-std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string value_text(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The offset of the first byte of text that does not start or continue a well-formed UTF-8 character (RFC 3629:
+// no overlong forms, no surrogates, nothing above U+10FFFF); nullopt when text is UTF-8.
+std::optional<size_t> first_invalid_utf8(const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return i;
+    for (size_t k = 1; k < len; ++k) {
+      if (i + k >= n) return i + k;
+      const unsigned x = b[i + k];
+      if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return i + k;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
 
 std::string leaf_of(const std::string& path) {
   size_t dot = path.rfind('.');
@@ -124,9 +150,24 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
         if (i.path == p || i.path.rfind(p + "[", 0) == 0 || i.path.rfind(p + ".", 0) == 0) return true;
     return false;
   };
+  // Per-run rules on one field that read another (validate_config): with the read field swept, the problem belongs
+  // to the runs even where every run has it, so they name it ("(sweep runs ...)"), as for every per-run rule. A new
+  // rule of that kind adds a line here.
+  static const std::pair<const char*, const char*> kReads[] = {
+      {"cluster.hardware", "cluster.backend"},           // "detect" needs the cuda backend
+      {"cluster.stragglers.inject", "cluster.backend"},  // real delays need the cuda device loop
+  };
+  auto reads_swept = [&](const ConfigIssue& i) {
+    for (const auto& [at, reads] : kReads)
+      if (i.path == at)
+        for (const auto& a : axes)
+          for (const auto& p : a.paths)
+            if (p == reads) return true;
+    return false;
+  };
   std::set<std::string> open;  // keys of base problems not yet missing from some run
   std::set<std::string> dropped;
-  for (const auto& i : base_issues) (on_swept(i) ? dropped : open).insert(message_of(i));
+  for (const auto& i : base_issues) (on_swept(i) || reads_swept(i) ? dropped : open).insert(message_of(i));
   int64_t points = 1;
   for (const auto& a : axes) points *= static_cast<int64_t>(a.values.size());
   for (int64_t point = 0; point < points && !open.empty(); ++point) {
@@ -283,6 +324,13 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
                                          "run (an axis on that field is dropped); edit the file to change the sweep"});
       continue;
     }
+    if (auto bad = first_invalid_utf8(value)) {  // the config, its messages and the report are JSON text (UTF-8)
+      issues.push_back({"--set " + path,
+                        fmt::format("expected UTF-8 text (JSON text is UTF-8: the value goes into the report and its "
+                                    "messages), got byte 0x{:02X} at offset {} of the value",
+                                    static_cast<unsigned>(static_cast<unsigned char>(value[*bad])), *bad)});
+      continue;
+    }
     const std::vector<std::string> inside = section_fields(path);
     if (!inside.empty()) {  // a whole section: an object replaces it (its fields left out take their defaults)
       std::string examples;
@@ -378,14 +426,16 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
             std::vector<json> vals;
             if (!read_values(it.value(), where, vals, issues)) continue;
             for (size_t i = 0; i < vals.size(); ++i) {
-              for (size_t j = 0; j < i; ++j)
+              bool repeated = false;
+              for (size_t j = 0; j < i && !repeated; ++j)
                 if (vals[j] == vals[i]) {
                   issues.push_back({fmt::format("{}[{}]", where, i),
                                     fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
                                                 bounded_dump(vals[i]), j)});
-                  break;
+                  repeated = true;
                 }
-              a.values.push_back({vals[i]});
+              // One mistake, one problem: the repeat is not expanded, so it does not also give two runs one id.
+              if (!repeated) a.values.push_back({vals[i]});
             }
             if (!is_overridden(overridden, it.key())) s.axes.push_back(a);
           }

@@ -27,7 +27,20 @@ class Reader {
   Reader(const json& root, std::string file) : root_(root), file_(std::move(file)) {}
 
   // Records one problem; reading goes on so that every problem of the file is reported at once.
+  // A field inside a section that is there but is not an object ("fabric": []) is one problem, at the section.
   void fail(const std::string& path, const std::string& expected, const json* got) const {
+    for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+      const std::string section = path.substr(0, dot);
+      const json* s = find(section);
+      if (s == nullptr) break;
+      if (!s->is_object()) {
+        if (bad_sections_.insert(section).second)
+          problems_.push_back(fmt::format("{}: {}: expected an object (a section of the profile, as in "
+                                          "scenarios/hardware/h100-sxm-8.json), got {}",
+                                          file_, section, bounded_dump(*s, 80)));
+        return;
+      }
+    }
     const std::string g = got == nullptr ? "nothing" : bounded_dump(*got, 80);  // never the whole (deep) value
     problems_.push_back(fmt::format("{}: {}: expected {}, got {}", file_, path, expected, g));
   }
@@ -147,6 +160,7 @@ class Reader {
   std::string file_;
   mutable std::set<std::string> used_;  // paths read so far
   mutable std::vector<std::string> problems_;
+  mutable std::set<std::string> bad_sections_;  // sections already reported as not an object
 };
 
 bool is_path(const std::string& s) {

@@ -494,6 +494,105 @@ std::string dump_valid_utf8(const json& j, int indent = -1) {
 
 }  // namespace
 
+std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
+                                           const std::vector<std::string>& rerun, bool* journal_ok_out) {
+  const std::string report_path = dir + "/report.json", journal_path = dir + "/runs.jsonl";
+  // Opening a FIFO or device named report.json / runs.jsonl would block or never end: refuse them by name first.
+  for (const std::string& path : {report_path, journal_path}) {
+    if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);
+  }
+  const std::string sets_sha = overrides_sha256(scenario.overrides);
+  // The overrides as written there (invalid UTF-8 replaced by U+FFFD), to compare with what was read back.
+  const json sets_written = json::parse(dump_valid_utf8(json(scenario.overrides)));
+  // `sets_fp`: the lossless overrides_sha256 when the file has one (this version), else the text is compared.
+  auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where) {
+    if (sha != json(scenario.sha256))
+      throw Error(where + ": its runs come from another scenario file or another version of " + scenario.path +
+                  " (scenario sha256 differs); run without --resume or choose another --out");
+    if (sets_fp.is_string() ? sets_fp != json(sets_sha) : sets != sets_written)
+      throw Error(where + ": written with --set " + bounded_dump(sets, 200) + ", now " +
+                  bounded_dump(sets_written, 200) + (sets == sets_written ? " (the same text: they differ in bytes "
+                                                                            "that are not UTF-8)" : "") +
+                  "; resume with the same overrides or choose another --out");
+  };
+  std::vector<json> found;
+  std::error_code exists_ec;
+  if (std::filesystem::exists(report_path, exists_ec)) {
+    json old;
+    try {  // size-capped (kMaxReportFileBytes), depth-limited, regular files only
+      old = read_json_file(report_path, kMaxReportFileBytes);
+    } catch (const Error& e) {
+      throw Error("cannot resume from an unreadable report: " + std::string(e.what()));
+    }
+    const json* sha = old.is_object() && old.contains("context") && old["context"].is_object() &&
+                              old["context"].contains("scenario_sha256")
+                          ? &old["context"]["scenario_sha256"]
+                          : nullptr;
+    bool has_runs = old.is_object() && old.contains("runs") && old["runs"].is_array() && !old["runs"].empty();
+    if (sha != nullptr) {
+      check(*sha, old["context"].value("overrides", json::array()), old["context"].value("overrides_sha256", json()),
+            report_path);
+    } else if (has_runs) {
+      throw Error(report_path + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
+                  "--resume or choose another --out");
+    }
+    if (has_runs) {
+      size_t i = 0;
+      for (const auto& run : old["runs"]) {
+        if (auto problem = resumed_run_problem(run))
+          throw Error(fmt::format("{}: $.runs[{}]{}; run without --resume or choose another --out", report_path, i,
+                                  *problem));
+        found.push_back(run);
+        ++i;
+      }
+    }
+  }
+  bool journal_ok = false;
+  if (std::filesystem::exists(journal_path, exists_ec)) {
+    std::string text;
+    try {  // size-capped (kMaxReportFileBytes), regular files only
+      text = read_json_file_text(journal_path, kMaxReportFileBytes);
+    } catch (const Error& e) {
+      throw Error("cannot resume from an unreadable journal: " + std::string(e.what()));
+    }
+    std::istringstream jl(text);
+    std::string line;
+    bool first = true;
+    while (std::getline(jl, line)) {
+      if (line.empty()) continue;
+      json j;
+      try {
+        j = parse_json_text(line, journal_path);  // depth-limited like every JSON input
+      } catch (const Error&) {
+        continue;  // a line cut by a kill: that run is simply run again
+      }
+      if (first) {
+        first = false;
+        if (!j.is_object() || !j.contains("journal"))
+          throw Error(journal_path + ": cannot tell which scenario wrote it (no header line); run without "
+                      "--resume or choose another --out");
+        check(j.value("scenario_sha256", json()), j.value("overrides", json::array()),
+              j.value("overrides_sha256", json()), journal_path);
+        journal_ok = true;
+        continue;
+      }
+      if (resumed_run_problem(j)) continue;  // a mistyped line is skipped like a cut one: that run is run again
+      found.push_back(j);
+    }
+  }
+  std::map<std::string, json> runs;
+  for (const auto& run : found) {
+    const std::string disposition = run.contains("disposition") ? run["disposition"].get<std::string>() : "";
+    if (std::find(rerun.begin(), rerun.end(), disposition) != rerun.end()) {  // unfinished or retried: run again
+      runs.erase(run["id"].get<std::string>());
+      continue;
+    }
+    runs[run["id"].get<std::string>()] = run;
+  }
+  if (journal_ok_out != nullptr) *journal_ok_out = journal_ok;
+  return runs;
+}
+
 ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
                            const std::vector<std::string>& rerun)
     : dir_(std::move(dir)), header_(std::move(header)) {
@@ -514,9 +613,8 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
   }
   remove_stale_temporaries(report_path());  // left by a writer killed mid-write
   // The journal's first line says which scenario (file hash and overrides) its runs belong to.
-  const std::string sets_sha = overrides_sha256(scenario.overrides);
   const json identity = {{"journal", 1}, {"scenario_sha256", scenario.sha256}, {"overrides", scenario.overrides},
-                         {"overrides_sha256", sets_sha}};
+                         {"overrides_sha256", overrides_sha256(scenario.overrides)}};
   auto write_identity = [&] {
     std::filesystem::remove(journal_path(), ec);
     append_line(dump_valid_utf8(identity) + "\n");
@@ -525,92 +623,8 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     write_identity();
     return;
   }
-  // The overrides as written there (invalid UTF-8 replaced by U+FFFD), to compare with what was read back.
-  const json sets_written = json::parse(dump_valid_utf8(json(scenario.overrides)));
-  // `sets_fp`: the lossless overrides_sha256 when the file has one (this version), else the text is compared.
-  auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where) {
-    if (sha != json(scenario.sha256))
-      throw Error(where + ": its runs come from another scenario file or another version of " + scenario.path +
-                  " (scenario sha256 differs); run without --resume or choose another --out");
-    if (sets_fp.is_string() ? sets_fp != json(sets_sha) : sets != sets_written)
-      throw Error(where + ": written with --set " + bounded_dump(sets, 200) + ", now " +
-                  bounded_dump(sets_written, 200) + (sets == sets_written ? " (the same text: they differ in bytes "
-                                                                            "that are not UTF-8)" : "") +
-                  "; resume with the same overrides or choose another --out");
-  };
-  std::vector<json> found;
-  std::error_code exists_ec;
-  if (std::filesystem::exists(report_path(), exists_ec)) {
-    json old;
-    try {  // size-capped (kMaxReportFileBytes), depth-limited, regular files only
-      old = read_json_file(report_path(), kMaxReportFileBytes);
-    } catch (const Error& e) {
-      throw Error("cannot resume from an unreadable report: " + std::string(e.what()));
-    }
-    const json* sha = old.is_object() && old.contains("context") && old["context"].is_object() &&
-                              old["context"].contains("scenario_sha256")
-                          ? &old["context"]["scenario_sha256"]
-                          : nullptr;
-    bool has_runs = old.is_object() && old.contains("runs") && old["runs"].is_array() && !old["runs"].empty();
-    if (sha != nullptr) {
-      check(*sha, old["context"].value("overrides", json::array()), old["context"].value("overrides_sha256", json()),
-            report_path());
-    } else if (has_runs) {
-      throw Error(report_path() + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
-                  "--resume or choose another --out");
-    }
-    if (has_runs) {
-      size_t i = 0;
-      for (const auto& run : old["runs"]) {
-        if (auto problem = resumed_run_problem(run))
-          throw Error(fmt::format("{}: $.runs[{}]{}; run without --resume or choose another --out", report_path(), i,
-                                  *problem));
-        found.push_back(run);
-        ++i;
-      }
-    }
-  }
   bool journal_ok = false;
-  if (std::filesystem::exists(journal_path(), exists_ec)) {
-    std::string text;
-    try {  // size-capped (kMaxReportFileBytes), regular files only
-      text = read_json_file_text(journal_path(), kMaxReportFileBytes);
-    } catch (const Error& e) {
-      throw Error("cannot resume from an unreadable journal: " + std::string(e.what()));
-    }
-    std::istringstream jl(text);
-    std::string line;
-    bool first = true;
-    while (std::getline(jl, line)) {
-      if (line.empty()) continue;
-      json j;
-      try {
-        j = parse_json_text(line, journal_path());  // depth-limited like every JSON input
-      } catch (const Error&) {
-        continue;  // a line cut by a kill: that run is simply run again
-      }
-      if (first) {
-        first = false;
-        if (!j.is_object() || !j.contains("journal"))
-          throw Error(journal_path() + ": cannot tell which scenario wrote it (no header line); run without "
-                      "--resume or choose another --out");
-        check(j.value("scenario_sha256", json()), j.value("overrides", json::array()),
-              j.value("overrides_sha256", json()), journal_path());
-        journal_ok = true;
-        continue;
-      }
-      if (resumed_run_problem(j)) continue;  // a mistyped line is skipped like a cut one: that run is run again
-      found.push_back(j);
-    }
-  }
-  for (const auto& run : found) {
-    const std::string disposition = run.contains("disposition") ? run["disposition"].get<std::string>() : "";
-    if (std::find(rerun.begin(), rerun.end(), disposition) != rerun.end()) {  // unfinished or retried: run again
-      runs_.erase(run["id"].get<std::string>());
-      continue;
-    }
-    runs_[run["id"].get<std::string>()] = run;
-  }
+  runs_ = resumable_runs(dir_, scenario, rerun, &journal_ok);  // the checks a --resume --dry-run makes too
   if (journal_ok) {
     // A line cut by a kill or a full disk ends without a newline: cut it off, or the next appended line would be
     // glued to it and lost to the next --resume.

@@ -32,6 +32,15 @@ json model_error_json(const std::vector<std::vector<StepTimes>>& measured,
 json tool_json();
 json context_json(const Scenario& scenario, const std::vector<std::string>& argv);
 
+// The runs a --resume into dir keeps, by id (those whose disposition is not in `rerun`), read from report.json and
+// the journal runs.jsonl without writing anything; none when the folder or both files are absent. Throws gs::Error
+// exactly as ReportWriter's resume does (another scenario or other --set values, an unreadable file, a report run
+// that is not a run) and ReportIoError for a FIFO or device in their place. journal_ok (optional): whether the
+// journal's header line matched this scenario. --resume --dry-run shows its answer.
+std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
+                                           const std::vector<std::string>& rerun = {"interrupted"},
+                                           bool* journal_ok = nullptr);
+
 class ReportWriter {
  public:
   // dir: the report folder (created). resume: keep the runs already in the journal/report (their ids are done(),

@@ -94,10 +94,19 @@ std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& c) {
     refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
   // Every precision mode has GPU forward/backward (kernels/cuda_dense*.h: fp32, tf32, the mixed stack's bf16_mixed,
   // fp16_mixed, fp16_pure, fp8_mixed); a new mode without them is refused here.
-  // Real straggler delays are injected by the device-resident loop only (the host loop models them).
-  if (c.cluster.stragglers.inject)
-    refuse("cluster.stragglers.inject", "injecting straggler delays for real (the device-resident cuda loop's feature)",
-           "false on the staged path, which runs this configuration");
+  // Real straggler delays are injected by the device-resident loop only; the host rank loop (host backend and the
+  // staged path) models them on the modeled clock only, so "host" is no way out: name what keeps this configuration
+  // off the device loop, and say false.
+  if (c.cluster.stragglers.inject) {
+    const std::vector<ConfigIssue> loop = cuda_loop_issues(c);
+    const std::string off = loop.empty() ? std::string()
+                                         : " (this configuration is kept off it by " + loop.front().path + ": " +
+                                               loop.front().message + ")";
+    out.push_back({"cluster.stragglers.inject",
+                   "injecting straggler delays for real runs only on the device-resident cuda loop" + off +
+                       "; neither the staged cuda path nor the host backend injects them (both model stragglers on "
+                       "the modeled clock): set false, or change what keeps the run off the device loop"});
+  }
   return out;
 }
 

@@ -47,7 +47,8 @@ std::optional<std::string> backend_issue(const std::string& backend);
 // What the DEVICE-RESIDENT cuda loop (cuda_rank_loop.cpp) does not run, one issue per JSON path ("... is not run by
 // the device-resident cuda loop (it runs: ...)"), empty when it runs the configuration. A configuration with issues
 // here may still run on cuda through the staged path (cuda_staged_issues). Pure: needs no GPU. Timing-only runs
-// (training.mode "timing") price the schedule on the host whatever the backend, so they have no issue here.
+// (training.mode "timing") price the schedule on the host and have no issue here (cluster.backend "cuda" still
+// needs a usable GPU: backend_issue).
 // Runs: model.kind mlp | linear; data.kind fashion_mnist | teacher | inline without a node cache; sync.kind
 // allreduce with sync.staleness 0; precision.mode fp32 / tf32 without a loss scaler, bf16_mixed, fp16_mixed, fp8_mixed;
 // compression.kind none; training.clip_grad_norm 0; training.pitfall none; report.trace false.

@@ -79,21 +79,52 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-std::string dry_run_text(const Scenario& s, const std::string& filter) {
+namespace {
+// done: the ids a --resume keeps (nullptr: not a resume).
+std::string dry_run_listing(const Scenario& s, const std::string& filter, const std::map<std::string, json>* done,
+                            const std::string& dir) {
   const IdPattern re = make_filter(filter, s);
   std::string out = describe_expansion(s) + "\n";
-  size_t kept = 0;
+  size_t kept = 0, kept_done = 0;
   for (const auto& r : s.runs) {
     if (!re.search(r.id)) continue;
     ++kept;
     std::string values;
     for (const auto& a : s.axes)
-      for (const auto& p : a.paths) values += (values.empty() ? "" : " ") + p + "=" + r.swept[p].dump();
-    out += fmt::format("  [{}] {}  {}{}\n", r.index, r.id, values,
-                       s.repeats > 1 ? fmt::format(" repeat={} seed={}", r.repeat, r.config.training.seed) : "");
+      for (const auto& p : a.paths)
+        values += (values.empty() ? "" : " ") + p + "=" + r.swept[p].dump(-1, ' ', false, json::error_handler_t::replace);
+    std::string mark;
+    if (done != nullptr) {
+      const bool is_done = done->count(r.id) > 0;
+      kept_done += is_done ? 1 : 0;
+      mark = is_done ? "  (done: kept)" : "  (runs)";
+    }
+    out += fmt::format("  [{}] {}  {}{}{}\n", r.index, r.id, values,
+                       s.repeats > 1 ? fmt::format(" repeat={} seed={}", r.repeat, r.config.training.seed) : "", mark);
   }
   if (!filter.empty()) out += fmt::format("{} of {} runs match --filter {}\n", kept, s.runs.size(), filter);
+  if (done != nullptr)
+    out += fmt::format("--resume into {}: {} to run, {} already done (kept)\n", dir, kept - kept_done, kept_done);
   return out;
+}
+}  // namespace
+
+std::string dry_run_text(const Scenario& s, const std::string& filter) {
+  return dry_run_listing(s, filter, nullptr, "");
+}
+
+std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
+  if (!o.resume) return dry_run_text(s, o.filter);
+  const std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
+  std::vector<std::string> rerun = {"interrupted"};  // as run_sweep's resume
+  if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
+  std::map<std::string, json> done;
+  try {
+    done = resumable_runs(dir, s, rerun);
+  } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
+    throw Error(e.what());
+  }
+  return dry_run_listing(s, o.filter, &done, dir);
 }
 
 int run_sweep(const Scenario& s, const DriverOptions& o) {

@@ -33,6 +33,10 @@ int run_sweep(const Scenario& scenario, const DriverOptions& options);
 void install_stop_handlers();
 
 // The --dry-run text: the expansion as a product, then each run's id and swept values (those the filter keeps).
+// With --resume (resume.resume true): what that resume would do, checked as it would check it without writing:
+// each listed run marked "done (kept)" or "runs", then the count of each; throws gs::Error / ReportIoError where
+// the resume would be refused (another scenario or other --set values in resume.out_dir, unreadable files).
 std::string dry_run_text(const Scenario& scenario, const std::string& filter);
+std::string dry_run_text(const Scenario& scenario, const DriverOptions& resume);
 
 }  // namespace gs

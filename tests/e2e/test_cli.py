@@ -319,3 +319,28 @@ def test_timing_only_prices_a_7b_model_without_its_memory_and_plots_draw_it(tmp_
     names = sorted(f.name for f in plots.glob("*.png"))
     assert "step_breakdown_modeled.png" in names and "throughput_vs_ranks.png" in names, names
     assert "loss_vs_step.png" not in names and "timing-only" in p.stderr
+
+
+def test_resume_dry_run_shows_kept_and_rerun_ids_and_is_refused_as_the_resume_is(tmp_path):
+    """QA6 F6: `--resume --dry-run` listed every run with exit 0. It marks the runs the resume keeps (done) and the
+    ones it runs, and is refused with the real resume's message when the folder holds other --set values."""
+    path = write(tmp_path, scenario(steps=5))
+    out = tmp_path / "out"
+    p = run("run", path, "--out", out, "--quiet", "--filter", "accumulation_steps=1", "--set", "training.steps=4")
+    assert p.returncode == 0, p.stderr
+    before = (out / "report.json").read_bytes(), (out / "runs.jsonl").read_bytes()
+    p = run("run", path, "--out", out, "--resume", "--dry-run", "--set", "training.steps=4")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    for ranks in (1, 2):
+        assert any(f"e2e.accumulation_steps=1.ranks={ranks}.r0" in l and l.endswith("(done: kept)") for l in lines)
+        assert any(f"e2e.accumulation_steps=2.ranks={ranks}.r0" in l and l.endswith("(runs)") for l in lines)
+    assert lines[-1] == f"--resume into {out}: 2 to run, 2 already done (kept)"
+    # Without the --set the folder was written with, the resume is refused; the dry run says the same, exit 2.
+    dry = run("run", path, "--out", out, "--resume", "--dry-run")
+    assert dry.returncode == 2
+    assert 'written with --set ["training.steps=4"], now []' in dry.stderr
+    assert ((out / "report.json").read_bytes(), (out / "runs.jsonl").read_bytes()) == before
+    real = run("run", path, "--out", out, "--resume")
+    assert real.returncode == 2
+    assert real.stderr == dry.stderr

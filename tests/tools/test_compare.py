@@ -463,3 +463,14 @@ def test_a_run_that_did_not_reach_a_set_target_gets_no_throughput_speedup():
     assert (rows[1].speedup_measured, rows[1].speedup_basis) == (pytest.approx(2.0 / 1.6), "time_to_target")
     assert math.isnan(rows[2].speedup_measured) and math.isnan(rows[2].speedup_modeled)
     assert rows[2].speedup_basis == ""
+
+
+def test_markdown_of_a_report_with_no_runs_starts_with_a_baseline_line(tmp_path):
+    """QA6 F9: docs/compare.md says Markdown output starts with a `baseline:` line; with no runs it printed none."""
+    doc = json.loads((REPO_ROOT / OLD).read_text())
+    doc["runs"] = []
+    empty = tmp_path / "noruns.json"
+    empty.write_text(json.dumps(doc))
+    result = run_compare(empty)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("baseline: none (the reports have no runs)\n"), result.stdout

@@ -1074,3 +1074,27 @@ def test_guide_figures_refuses_an_unknown_scenario_name():
     assert result.returncode == 2, result.stderr
     assert 'unknown scenario "nosuch"' in result.stderr and f"valid names: {' '.join(names)}" in result.stderr
     assert "total:" not in result.stdout
+
+
+def test_a_report_with_no_runs_is_an_error_that_writes_nothing(run_plot, example_copy, tmp_path):
+    """QA6 F9: `runs: []` wrote no figure yet exited 0; it is an error (exit 2) naming the report, like every other
+    input with nothing to draw."""
+    doc = json.loads(example_copy.read_text())
+    doc["runs"] = []
+    example_copy.write_text(json.dumps(doc))
+    result = run_plot(example_copy)
+    assert result.returncode == 2, result.stderr
+    assert f"error: {example_copy}: the report has no runs" in result.stderr
+    assert "no figure written" in result.stderr
+    assert not pngs_under(tmp_path)
+
+
+def test_an_output_folder_that_cannot_be_made_is_named_not_the_report(run_plot, example_copy, tmp_path):
+    """QA6 F9: `--out /proc/...` (a folder no one can create, root included) blamed the report file; the message names
+    the output folder and not the report."""
+    target = "/proc/gradsweep_no_such_folder/figs"
+    result = run_plot(example_copy, "--out", target)
+    assert result.returncode == 2, result.stderr
+    assert f"error: {target}: cannot write figures there" in result.stderr
+    assert f"error: {example_copy}" not in result.stderr
+    assert "Traceback" not in result.stderr

@@ -132,6 +132,49 @@ TEST(Backend, DetectOnHostIsRefusedNamingTheField) {
   }
 }
 
+// QA6 F3: "detect" on the base with cluster.backend swept is a per-run rule: it names the runs it refuses, as every
+// rule checked on expanded runs does. The host run is refused wherever this runs; the auto run only without a
+// usable GPU (then auto runs on host).
+TEST(Backend, DetectWithASweptBackendNamesTheRuns) {
+  std::string swept = std::string(kScenario).insert(1, R"("sweep": {"axes": {"cluster.backend": ["host", "auto"]}},)");
+  try {
+    parse_scenario(swept, "b.json", {"cluster.hardware=detect"});
+    FAIL() << "cluster.hardware detect was accepted on a host run";
+  } catch (const ScenarioError& e) {
+    ASSERT_EQ(e.issues().size(), 1u) << e.what();
+    EXPECT_EQ(e.issues()[0].path, "cluster.hardware");
+    const std::string& m = e.issues()[0].message;
+    const bool gpu = cuda_usable(cuda_status()) && kCudaRankLoopBuilt;
+    EXPECT_NE(m.find(gpu ? "(sweep run b.backend=host)" : "(sweep runs b.backend=host, b.backend=auto)"),
+              std::string::npos) << m;
+  }
+}
+
+// QA6 F8 (docs/device.md says so): a timing-only run has no model to refuse, but cluster.backend "cuda" still needs a
+// usable GPU (and a CUDA build); host and auto take it anywhere.
+TEST(Backend, TimingOnlyOnCudaStillNeedsAUsableGpu) {
+  const std::vector<std::string> timing = {"training.mode=timing"};
+  for (const char* b : {"host", "auto"}) {
+    std::vector<std::string> sets = timing;
+    sets.push_back(std::string("cluster.backend=") + b);
+    EXPECT_NO_THROW(parse_scenario(kScenario, "b.json", sets)) << b;
+  }
+  std::vector<std::string> sets = timing;
+  sets.emplace_back("cluster.backend=cuda");
+  if (cuda_usable(cuda_status()) && kCudaRankLoopBuilt) {
+    EXPECT_NO_THROW(parse_scenario(kScenario, "b.json", sets));
+    return;
+  }
+  try {
+    parse_scenario(kScenario, "b.json", sets);
+    FAIL() << "cuda accepted without a usable GPU";
+  } catch (const ScenarioError& e) {
+    ASSERT_EQ(e.issues().size(), 1u) << e.what();
+    EXPECT_EQ(e.issues()[0].path, "cluster.backend");
+    EXPECT_EQ(e.issues()[0].message, *backend_issue("cuda"));
+  }
+}
+
 // What the device-resident cuda loop does not run: one issue per setting, at its JSON path, naming that loop; the
 // default configuration (mlp, teacher, allreduce, fp32, sgd) has none, nor does a timing-only run.
 TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
@@ -254,11 +297,22 @@ TEST(Backend, EachConfigurationTakesItsCudaPath) {
     } else {
       ASSERT_FALSE(got.refusals.empty()) << label;
       EXPECT_EQ(got.refusals[0].path, c.at) << label;
-      EXPECT_NE(got.refusals[0].message.find("does not run on cluster.backend \"cuda\" in this version"),
-                std::string::npos) << got.refusals[0].message;
-      EXPECT_NE(got.refusals[0].message.find("use \"host\""), std::string::npos) << got.refusals[0].message;
+      if (std::string(c.at) == "cluster.stragglers.inject") {
+        // QA6 F2: host refuses inject too, so the advice is false, and the line names what keeps the run off the
+        // device loop (the case's first setting).
+        const std::string& m = got.refusals[0].message;
+        const std::string first = c.sets.front().substr(0, c.sets.front().find('='));
+        EXPECT_NE(m.find("kept off it by " + first + ": "), std::string::npos) << m;
+        EXPECT_NE(m.find("set false"), std::string::npos) << m;
+        EXPECT_EQ(m.find("use \"host\""), std::string::npos) << m;
+        EXPECT_EQ(m.find("runs this configuration"), std::string::npos) << m;
+      } else {
+        EXPECT_NE(got.refusals[0].message.find("does not run on cluster.backend \"cuda\" in this version"),
+                  std::string::npos) << got.refusals[0].message;
+        EXPECT_NE(got.refusals[0].message.find("use \"host\""), std::string::npos) << got.refusals[0].message;
+      }
     }
-    // Timing-only runs price on the host whatever the backend: never refused.
+    // Timing-only runs are priced on the host: no path refusal (the GPU's absence is backend_issue's).
     RunConfig t = config;
     t.training.mode = "timing";
     EXPECT_TRUE(cuda_staged_issues(t).empty()) << label;
@@ -272,6 +326,15 @@ TEST(Backend, EachConfigurationTakesItsCudaPath) {
   EXPECT_EQ(qc.refusals[0].path, "model.kind");
   EXPECT_NE(qc.refusals[0].message.find("\"quadratic\""), std::string::npos) << qc.refusals[0].message;
   EXPECT_NE(qc.refusals[0].message.find("\"mlp\", \"linear\""), std::string::npos) << qc.refusals[0].message;
+  // QA6 F2: quadratic with inject: two refusals, and the inject line does not claim the staged path runs this
+  // configuration; it names model.kind as what keeps the run off the device loop.
+  q.cluster.stragglers.inject = true;
+  const CudaPathChoice qi = choose_cuda_path(q);
+  ASSERT_EQ(qi.refusals.size(), 2u);
+  EXPECT_EQ(qi.refusals[1].path, "cluster.stragglers.inject");
+  EXPECT_NE(qi.refusals[1].message.find("kept off it by model.kind: \"quadratic\""), std::string::npos)
+      << qi.refusals[1].message;
+  EXPECT_EQ(qi.refusals[1].message.find("runs this configuration"), std::string::npos) << qi.refusals[1].message;
 }
 
 // choose_backend against a probe (no GPU needed): the reason of each backend and cuda path.

@@ -112,6 +112,29 @@ TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
   EXPECT_TRUE(has_issue(is, "--set nonsense", "dotted.path=value")) << dump_issues(is);
 }
 
+// QA6 F1: a --set value holding bytes that are not UTF-8 threw nlohmann's "invalid UTF-8 byte" (no path) and hid every
+// other problem. Each such value is named by its --set key with the first bad byte and its offset in the value.
+TEST(ConfigErrors, SetValueThatIsNotUtf8IsNamedAndTheOtherProblemsStillListed) {
+  const std::string path_value = "/tmp/fm\xff" "dir";         // 0xFF at offset 7
+  const std::string metric_value = "eval_\xe2\x82" "accuracy";  // a 3-byte sequence cut after 2 bytes: offset 7
+  auto is = issues_of(kGood, {"data.path=" + path_value, "training.target.metric=" + metric_value,
+                              "model={\"kind\": \"linear\xc0\xaf\"}", "training.steps=0"});
+  EXPECT_TRUE(has_issue(is, "--set data.path", "expected UTF-8 text")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "--set data.path", "got byte 0xFF at offset 7 of the value")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "--set training.target.metric", "got byte 0x61 at offset 7 of the value"))
+      << dump_issues(is);
+  // 0xC0 0xAF is an overlong "/" (RFC 3629 forbids it): 0xC0 never starts a character, at offset 16.
+  EXPECT_TRUE(has_issue(is, "--set model", "got byte 0xC0 at offset 16 of the value")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.steps", ">= 1")) << dump_issues(is);
+  // Valid multi-byte UTF-8 (U+00E9, U+20AC, U+1F600) is a plain string value: not refused as text; the field's own
+  // check (no such hardware profile) sees the value byte for byte.
+  const std::string name = "caf\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+  auto ok = issues_of(kGood, {"cluster.hardware=" + name});
+  ASSERT_EQ(ok.size(), 1u) << dump_issues(ok);
+  EXPECT_EQ(ok[0].path, "cluster.hardware") << dump_issues(ok);
+  EXPECT_NE(ok[0].message.find(name), std::string::npos) << dump_issues(ok);
+}
+
 // QA: --set description=... and --set 'model={...}' said "unknown key". A section takes a JSON object that replaces
 // it (fields left out take their defaults; an axis inside it is dropped, as for a field), anything else says what a
 // section expects; description and the sweep block are refused with the reason.
@@ -748,7 +771,10 @@ TEST(ConfigErrors, DuplicateKeysDeepNestingAndHugeNumbers) {
 
 TEST(ConfigErrors, RepeatedSweepValuesAndZipPaths) {
   auto twice = issues_of(std::string(kGood).insert(1, R"("sweep": {"axes": {"cluster.ranks": [1, 2, 1.0]}},)"));
-  EXPECT_TRUE(has_issue(twice, "sweep.axes[\"cluster.ranks\"][2]", "repeats the value at [0]")) << dump_issues(twice);
+  EXPECT_TRUE(has_issue(twice, "sweep.axes[\"cluster.ranks\"][2]", "1.0 repeats the value at [0]"))
+      << dump_issues(twice);
+  // QA6 F9: one mistake, one problem (not also "two runs would share the id").
+  EXPECT_EQ(twice.size(), 1u) << dump_issues(twice);
   auto zip = issues_of(std::string(kGood).insert(
       1, R"("sweep": {"zip": [{"cluster.ranks": [1, 2]}, {"training.optimizer.lr": [0.1, -1]}]},)"));
   EXPECT_TRUE(has_issue(zip, "sweep.zip[1][\"training.optimizer.lr\"][1]", "> 0")) << dump_issues(zip);

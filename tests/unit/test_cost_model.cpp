@@ -127,6 +127,36 @@ TEST(HardwareProfile, MissingOrMistypedFieldsSayTheFormat) {
   }
 }
 
+// QA6 F9: "fabric": [] said "got nothing" for each of the section's fields; a section that is there but is not an
+// object is one problem at the section, showing what it got. Another section's problem is still listed.
+TEST(HardwareProfile, ASectionThatIsNotAnObjectIsOneProblem) {
+  std::ifstream in(hardware_dir() + "/h100-sxm-8.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str());
+  j["fabric"] = nlohmann::json::array();
+  j["nccl"] = 7;
+  j["compute"].erase("hbm_TBps");
+  try {
+    parse_hardware_profile(j.dump(), "my.json");
+    FAIL() << "accepted";
+  } catch (const ProfileError& e) {
+    std::string all;
+    for (const auto& p : e.problems()) all += p + "\n";
+    const std::string tail = ": expected an object (a section of the profile, as in scenarios/hardware/h100-sxm-8.json)";
+    const std::vector<std::string> want = {"my.json: fabric" + tail + ", got []", "my.json: nccl" + tail + ", got 7"};
+    for (const auto& w : want) {
+      size_t n = 0;
+      for (const auto& p : e.problems()) n += p == w;
+      EXPECT_EQ(n, 1u) << w << "\n" << all;
+    }
+    ASSERT_EQ(e.problems().size(), 3u) << all;  // + compute.hbm_TBps missing
+    EXPECT_EQ(all.find("fabric."), std::string::npos) << all;
+    EXPECT_EQ(all.find("nccl."), std::string::npos) << all;
+  }
+}
+
 TEST(HardwareProfile, UnknownKeysAreRefusedWithTheirPath) {
   std::ifstream in(hardware_dir() + "/h100-sxm-8.json");
   ASSERT_TRUE(in.good());
