@@ -1191,8 +1191,10 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     static std::map<std::string, Checked> checked;
     json key = config_to_json(c)["data"];
     key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
-    // replace: a string that is not UTF-8 (refused elsewhere) must not throw here and hide the other problems.
-    std::string cache_key = key.dump(-1, ' ', false, json::error_handler_t::replace);
+    // CBOR, not dump(): a --set string that is not UTF-8 (a folder named so) is kept byte for byte and does not throw
+    // (dump() throws type_error 316, which hid every other problem); two such paths stay two keys.
+    const std::vector<std::uint8_t> cbor = json::to_cbor(key);
+    const std::string cache_key(cbor.begin(), cbor.end());
     Checked result;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -96,30 +96,6 @@ std::string value_text(const json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// The offset of the first byte of text that does not start or continue a well-formed UTF-8 character (RFC 3629:
-// no overlong forms, no surrogates, nothing above U+10FFFF); nullopt when text is UTF-8.
-std::optional<size_t> first_invalid_utf8(const std::string& text) {
-  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = b[i];
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-    else return i;
-    for (size_t k = 1; k < len; ++k) {
-      if (i + k >= n) return i + k;
-      const unsigned x = b[i + k];
-      if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return i + k;
-    }
-    i += len;
-  }
-  return std::nullopt;
-}
-
 std::string leaf_of(const std::string& path) {
   size_t dot = path.rfind('.');
   return dot == std::string::npos ? path : path.substr(dot + 1);
@@ -322,13 +298,6 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     if (path == "sweep" || path.rfind("sweep.", 0) == 0) {
       issues.push_back({"--set " + path, "the sweep block is not a field of the runs: --set fixes a field for every "
                                          "run (an axis on that field is dropped); edit the file to change the sweep"});
-      continue;
-    }
-    if (auto bad = first_invalid_utf8(value)) {  // the config, its messages and the report are JSON text (UTF-8)
-      issues.push_back({"--set " + path,
-                        fmt::format("expected UTF-8 text (JSON text is UTF-8: the value goes into the report and its "
-                                    "messages), got byte 0x{:02X} at offset {} of the value",
-                                    static_cast<unsigned>(static_cast<unsigned char>(value[*bad])), *bad)});
       continue;
     }
     const std::vector<std::string> inside = section_fields(path);
