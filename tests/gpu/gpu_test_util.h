@@ -12,8 +12,22 @@
 #include <vector>
 
 #include "kernels/cuda_runtime.h"
+#include "sim/config/scenario.h"
 
 namespace gs::test {
+
+// The small run the end-to-end GPU tests train on both backends: an MLP 16-32-4 on the teacher task (4096 training,
+// 256 evaluation samples), 2 ranks of 2 micro-batches of 8 samples, SGD lr 0.1 momentum 0.9, 20 steps with an
+// evaluation every 10, hardware h200-1; `sets` are --set overrides applied on top (backend, precision, steps, ...).
+inline RunConfig small_mlp_config(const std::vector<std::string>& sets) {
+  const char* kScenario = R"({"name": "m", "model": {"kind": "mlp", "layers": [16, 32, 4]},
+    "data": {"kind": "teacher", "batch_per_rank": 8, "prefetch": 0,
+             "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 4096, "eval_samples": 256}},
+    "training": {"steps": 20, "eval_every": 10, "accumulation_steps": 2,
+                 "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
+    "cluster": {"ranks": 2, "hardware": "h200-1"}})";
+  return parse_scenario(kScenario, "m.json", sets).runs.at(0).config;
+}
 
 // The sizes every kernel runs over: empty, one element, odd, and past 2^24 (index and grid arithmetic).
 inline const std::vector<size_t>& kernel_sizes() {

@@ -16,6 +16,7 @@
 #include "sim/config/scenario.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace gs {
 namespace {
@@ -169,15 +170,10 @@ TEST(GpuEndToEnd, InjectedStragglerShowsOnTheMeasuredClock) {
 // fp16_mixed with dynamic scaling from 2^24 (loss gradient x 2^24 / 8 overflows fp16): both backends skip the first
 // steps and back off by 0.5 each, the same number of times within one, and train on; final eval losses within 5e-2.
 TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
-  const char* kScenario = R"({"name": "m", "model": {"kind": "mlp", "layers": [16, 32, 4]},
-    "data": {"kind": "teacher", "batch_per_rank": 8, "prefetch": 0,
-             "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 4096, "eval_samples": 256}},
-    "training": {"steps": 40, "eval_every": 20, "accumulation_steps": 2,
-                 "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
-    "cluster": {"ranks": 2, "hardware": "h200-1"}})";
   auto make = [&](const std::string& backend, std::vector<std::string> sets) {
+    for (const char* s : {"training.steps=40", "training.eval_every=20"}) sets.emplace_back(s);
     sets.push_back("cluster.backend=" + backend);
-    return parse_scenario(kScenario, "m.json", sets).runs.at(0).config;
+    return test::small_mlp_config(sets);
   };
   const RunResult host = run_training(make("host", {"precision.mode=bf16_mixed"}));
   const RunResult cuda = run_training(make("cuda", {"precision.mode=bf16_mixed"}));
@@ -226,16 +222,9 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
 // fp16_pure is not run by the device loop (its fp16 wire; Backend.CudaLoopRefusesWhatItDoesNotRunAtThePath): it runs
 // on the staged path (tests/gpu/test_gpu_staged.cpp, GpuStaged.Fp16PureMatchesHost).
 TEST(GpuEndToEnd, Fp8AndTf32OnCudaMatchHost) {
-  const char* kScenario = R"({"name": "m", "model": {"kind": "mlp", "layers": [16, 32, 4]},
-    "data": {"kind": "teacher", "batch_per_rank": 8, "prefetch": 0,
-             "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 4096, "eval_samples": 256}},
-    "training": {"steps": 40, "eval_every": 20, "accumulation_steps": 2,
-                 "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
-    "cluster": {"ranks": 2, "hardware": "h200-1"}})";
   auto make = [&](const std::string& backend, const std::string& mode) {
-    return parse_scenario(kScenario, "m.json", {"cluster.backend=" + backend, "precision.mode=" + mode})
-        .runs.at(0)
-        .config;
+    return test::small_mlp_config({"training.steps=40", "training.eval_every=20", "cluster.backend=" + backend,
+                                   "precision.mode=" + mode});
   };
   struct Case {
     const char* mode;

@@ -16,6 +16,7 @@
 #include "sim/runtime/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace gs {
 namespace {
@@ -152,18 +153,12 @@ TEST(GpuStagedModel, Fp16PureAndFp8MixedMatchHostEmulation) {
 
 // ---- Runs -----------------------------------------------------------------------------------------------------------
 
-// 2 ranks, 2 micro-batches of 8 per step, a small MLP, 20 SGD steps (the model and length of GpuEndToEnd's 8-rank
-// test). Host and staged cuda run the same loop and strategy code on host buffers; only forward / backward differ, by
+// test::small_mlp_config: 2 ranks, 2 micro-batches of 8 per step, a small MLP, 20 SGD steps (the model and length of
+// GpuEndToEnd's 8-rank test). Host and staged cuda run the same loop and strategy code on host buffers; only forward / backward differ, by
 // the GEMMs' summation order (a relative 2e-6 per GEMM output, see expect_model_matches_host). Over 20 steps at lr 0.1
 // with momentum 0.9 those differences stay below 1e-4 relative in the train loss (the bound GpuEndToEnd uses for
 // the same model and steps between backends); a lost micro-batch, a skipped strategy step or a wrong scale moves it
 // by far more than 1e-2.
-const char* kRunScenario = R"({"name": "st", "model": {"kind": "mlp", "layers": [16, 32, 4]},
-  "data": {"kind": "teacher", "batch_per_rank": 8, "prefetch": 0,
-           "teacher": {"in_dim": 16, "hidden": 24, "out_dim": 4, "train_samples": 4096, "eval_samples": 256}},
-  "training": {"steps": 20, "eval_every": 10, "accumulation_steps": 2,
-               "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
-  "cluster": {"ranks": 2, "hardware": "h200-1"}})";
 
 struct Pair {
   RunResult host, cuda;
@@ -176,7 +171,7 @@ Pair expect_staged_matches_host(const std::vector<std::string>& cuda_sets, const
   auto make = [&](const std::string& backend, const std::vector<std::string>& sets) {
     std::vector<std::string> s = sets;
     s.push_back("cluster.backend=" + backend);
-    return parse_scenario(kRunScenario, "st.json", s).runs.at(0).config;
+    return test::small_mlp_config(s);
   };
   Pair p{run_training(make("host", host_sets)), run_training(make("cuda", cuda_sets))};
   EXPECT_EQ(p.host.disposition, "passed") << p.host.message;
