@@ -550,38 +550,44 @@ void gemm(const BlasHandle& blas, float* c, const float* a, const float* b, int6
                               &alpha, b, std::max(ldb, 1), a, std::max(lda, 1), &beta, c, ni));
 }
 
-void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
-                int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, float alpha, float beta) {
-  GS_EXPECT_GPU(storage == FloatFormat::kFp16 || storage == FloatFormat::kBf16,
-                "gemm_mixed: storage fp16 or bf16 (fp8 GEMMs through cuBLASLt are not implemented)");
+namespace {
+
+// The row-major GEMM of gemm_mixed / gemm_mixed_scaled through cublasGemmEx (format operands, fp32 output and
+// compute); alpha and beta point to host or device scalars as the handle's pointer mode says. Nothing for m or n 0.
+void gemm_ex(cublasHandle_t h, FloatFormat storage, float* c, const void* a, const void* b, int64_t m, int64_t n,
+             int64_t k, Transpose trans_a, Transpose trans_b, const float* alpha, const float* beta) {
   const int mi = checked_dim(m, "gemm: m fits in int"), ni = checked_dim(n, "gemm: n fits in int"),
             ki = checked_dim(k, "gemm: k fits in int");
   if (mi == 0 || ni == 0) return;
   const cudaDataType_t t = storage == FloatFormat::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
   const int lda = trans_a == Transpose::kYes ? mi : ki;
   const int ldb = trans_b == Transpose::kYes ? ki : ni;
-  GS_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(blas.get()), op_of(trans_b), op_of(trans_a), ni, mi, ki,
-                               &alpha, b, t, std::max(ldb, 1), a, t, std::max(lda, 1), &beta, c, CUDA_R_32F, ni,
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  GS_CUBLAS_CHECK(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), ni, mi, ki, alpha, b, t, std::max(ldb, 1), a, t,
+                               std::max(lda, 1), beta, c, CUDA_R_32F, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void gemm_mixed(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
+                int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, float alpha, float beta) {
+  GS_EXPECT_GPU(storage == FloatFormat::kFp16 || storage == FloatFormat::kBf16,
+                "gemm_mixed: storage fp16 or bf16 (fp8 GEMMs through cuBLASLt are not implemented)");
+  gemm_ex(static_cast<cublasHandle_t>(blas.get()), storage, c, a, b, m, n, k, trans_a, trans_b, &alpha, &beta);
 }
 
 void gemm_mixed_scaled(const BlasHandle& blas, FloatFormat storage, float* c, const void* a, const void* b, int64_t m,
                        int64_t n, int64_t k, Transpose trans_a, Transpose trans_b, const float* alpha_beta) {
   GS_EXPECT_GPU(storage == FloatFormat::kFp16 || storage == FloatFormat::kBf16,
                 "gemm_mixed_scaled: storage fp16 or bf16");
-  const int mi = checked_dim(m, "gemm: m fits in int"), ni = checked_dim(n, "gemm: n fits in int"),
-            ki = checked_dim(k, "gemm: k fits in int");
-  if (mi == 0 || ni == 0) return;
-  const cudaDataType_t t = storage == FloatFormat::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
-  const int lda = trans_a == Transpose::kYes ? mi : ki;
-  const int ldb = trans_b == Transpose::kYes ? ki : ni;
   const auto h = static_cast<cublasHandle_t>(blas.get());
   GS_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
-  const cublasStatus_t st = cublasGemmEx(h, op_of(trans_b), op_of(trans_a), ni, mi, ki, alpha_beta, b, t,
-                                         std::max(ldb, 1), a, t, std::max(lda, 1), alpha_beta + 1, c, CUDA_R_32F, ni,
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  GS_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));  // the handle's other calls pass host scalars
-  GS_CUBLAS_CHECK(st);
+  try {
+    gemm_ex(h, storage, c, a, b, m, n, k, trans_a, trans_b, alpha_beta, alpha_beta + 1);
+  } catch (...) {
+    cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST);  // the handle's other calls pass host scalars
+    throw;
+  }
+  GS_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
 }
 
 void set_tf32_math(const BlasHandle& blas, bool on) {
