@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "sim/config/run_config.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 #include "sim/runtime/rank_loop.h"
 
 extern "C" void openblas_set_num_threads(int);

@@ -57,7 +57,7 @@ MixedScratchGpu make_mixed_scratch_gpu(const DenseStack& stack, int64_t max_rows
                                        int64_t micro_batches);
 // Any mode of MixedSpec (as the host model maps precision.mode, sim/model/mlp.cpp): format kBf16 or kFp16;
 // grad_in_format (fp16_pure); fp8_gemm with format kBf16 (fp8_mixed; amax_history_len >= 1), fp8 scalings at scale 1
-// with empty histories. Throws gs::Error for another combination.
+// with empty histories. Throws gpu::CudaError for another combination.
 MixedScratchGpu make_mixed_scratch_gpu(const DenseStack& stack, int64_t max_rows, const MixedSpec& spec,
                                        int64_t micro_batches);
 

@@ -11,7 +11,7 @@ namespace gs::gpu {
 namespace {
 
 [[noreturn]] void fail(const char* file, int line, const char* call, const std::string& what) {
-  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + what);
+  throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + what);
 }
 
 std::string mib(size_t bytes) {
@@ -59,7 +59,7 @@ void* device_alloc(size_t bytes, const char* what) {
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     const auto [free_bytes, total_bytes] = memory_info();
-    throw Error(std::string("out of GPU memory: ") + what + " asked for " + mib(bytes) + ", " + mib(free_bytes) +
+    throw CudaError(std::string("out of GPU memory: ") + what + " asked for " + mib(bytes) + ", " + mib(free_bytes) +
                 " free of " + mib(total_bytes) + " on the device");
   }
   check_cuda(err, "cudaMalloc", __FILE__, __LINE__);
@@ -75,7 +75,7 @@ void* pinned_alloc(size_t bytes, const char* what) {
   const cudaError_t err = cudaMallocHost(&p, bytes);
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    throw Error(std::string("out of pinned host memory: ") + what + " asked for " + mib(bytes));
+    throw CudaError(std::string("out of pinned host memory: ") + what + " asked for " + mib(bytes));
   }
   check_cuda(err, "cudaMallocHost", __FILE__, __LINE__);
   return p;

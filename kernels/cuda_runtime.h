@@ -1,19 +1,26 @@
 // RAII owners of CUDA resources (device buffers from cudaMalloc, pinned host buffers, streams, events, cuBLAS
-// handles) and the error checks that turn CUDA, cuBLAS and NCCL failures into gs::Error. Host C++ (no nvcc needed);
+// handles) and the error checks that turn CUDA, cuBLAS and NCCL failures into CudaError. Host C++ (no nvcc needed);
 // defined in kernels/cuda_runtime.cpp, built only with the CUDA side. A new resource type gets one class here.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
-#include "sim/core/error.h"
-
 namespace gs::gpu {
 
-// Throws gs::Error "file:line: call: cudaErrorName (error string)" when err != cudaSuccess; clears the error state
+// Every CUDA, cuBLAS and NCCL failure and every failed GS_EXPECT_GPU on the CUDA side: what() is the user-facing
+// message ("file:line: call: error"). kernels/ includes nothing of sim/, so this is its own type; callers catch
+// std::exception (a run ends "failed" with the message).
+class CudaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws CudaError "file:line: call: cudaErrorName (error string)" when err != cudaSuccess; clears the error state
 // first so the next call does not see a stale non-sticky error.
 void check_cuda(cudaError_t err, const char* call, const char* file, int line);
 // The same for cuBLAS status codes (cublasStatus_t passed as int so this header needs no cuBLAS include).
@@ -26,7 +33,7 @@ bool device_usable(std::string* why = nullptr);
 // Bytes free and total on the current device (cudaMemGetInfo); {0, 0} when the query fails.
 std::pair<size_t, size_t> memory_info();
 
-// Allocates `bytes` on the current device with cudaMalloc (never managed memory). Out of memory throws gs::Error
+// Allocates `bytes` on the current device with cudaMalloc (never managed memory). Out of memory throws gpu::CudaError
 // naming the bytes asked for, the bytes free and the total, and `what` (the buffer's purpose).
 void* device_alloc(size_t bytes, const char* what);
 void device_free(void* p) noexcept;
@@ -152,14 +159,15 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 
 }  // namespace gs::gpu
 
-// GS_CUDA_CHECK(call): runs a CUDA runtime call and throws gs::Error naming the call and CUDA's error string.
+// GS_CUDA_CHECK(call): runs a CUDA runtime call and throws gpu::CudaError naming the call and CUDA's error string.
 #define GS_CUDA_CHECK(call) ::gs::gpu::check_cuda((call), #call, __FILE__, __LINE__)
-// GS_EXPECT_GPU(cond, message): throws gs::Error "file:line: cond: message" (the CUDA side's GS_EXPECT; it does not
-// depend on the sim library).
+// GS_EXPECT_GPU(cond, message): throws gpu::CudaError "file:line: cond: message" (the CUDA side's GS_EXPECT; it
+// does not depend on the sim library).
 #define GS_EXPECT_GPU(cond, message)                                                                         \
   do {                                                                                                       \
     if (!(cond))                                                                                             \
-      throw ::gs::Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #cond ": " + (message)); \
+      throw ::gs::gpu::CudaError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #cond ": " +  \
+                                 (message));                                                                 \
   } while (0)
 // GS_CUBLAS_CHECK(call): the same for cuBLAS.
 #define GS_CUBLAS_CHECK(call) ::gs::gpu::check_cublas(static_cast<int>(call), #call, __FILE__, __LINE__)

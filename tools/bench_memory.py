@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the memory estimate (sim/runtime/memory.h): for three model sizes, each run in a fresh child process,
+"""Benchmark of the memory estimate (sim/app/memory.h): for three model sizes, each run in a fresh child process,
 the estimate the report records (runs[].memory) against the child's peak resident memory minus the peak of the same
 child running zero steps of the smallest model (`gradsweep run --dry-run`: loads, validates, builds nothing of the
 run). Prints one line per model and a verdict; exit 1 when an estimate is off by more than 25%. Figures go to

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 
 namespace gs {
 

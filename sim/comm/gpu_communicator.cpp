@@ -19,7 +19,7 @@
 
 #include "kernels/cuda_kernels.h"
 #include "sim/comm/collective_op.h"
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 
 namespace gs {
 

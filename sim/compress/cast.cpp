@@ -9,7 +9,7 @@
 #include "kernels/nvtx.h"
 #include "sim/compress/compressor.h"
 #include "sim/core/error.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 
 namespace gs {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/nvtx.h"
 #include "kernels/rng.h"
 #include "sim/compress/compressor.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 
 namespace gs {
 namespace {

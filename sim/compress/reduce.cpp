@@ -8,7 +8,7 @@
 #include "kernels/nvtx.h"
 #include "sim/core/error.h"
 #include "sim/cost/step_cost.h"
-#include "sim/report/summary.h"
+#include "sim/core/summary.h"
 
 namespace gs {
 

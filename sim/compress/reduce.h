@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/compress/compressor.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 
 namespace gs {
 

@@ -188,7 +188,7 @@ struct RunConfig {
 constexpr int64_t kTraceMaxParams = 10000;
 constexpr int64_t kMaxRanks = 1024;
 // Limits on runs with arithmetic, refused at validation with the limit named (absurd settings, not this machine's
-// memory: that is the run-time memory check, sim/runtime/memory.h).
+// memory: that is the run-time memory check, sim/app/memory.h).
 constexpr double kMaxParams = 4294967296.0;         // parameters per replica (16 GiB of fp32)
 constexpr double kMaxSteps = 1e9;                   // optimizer steps, also when given as epochs
 constexpr double kMaxTeacherWeights = 1073741824.0;  // teacher weights hidden x (in_dim + out_dim) (4 GiB)

@@ -25,7 +25,7 @@
 
 #include "sim/cost/collective_model.h"
 #include "sim/cost/compute_model.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 
 namespace gs {
 

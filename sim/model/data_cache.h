@@ -12,7 +12,7 @@
 #include "sim/config/run_config.h"
 #include "sim/model/dataset.h"
 #include "sim/model/loader.h"
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 
 namespace gs {
 

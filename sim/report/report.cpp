@@ -23,7 +23,7 @@
 
 #include "sim/core/error.h"
 #include "sim/core/json_io.h"
-#include "sim/report/summary.h"
+#include "sim/core/summary.h"
 #include "sim/runtime/cuda_probe.h"
 #include "sim/runtime/device.h"
 

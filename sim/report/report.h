@@ -9,7 +9,7 @@
 
 #include "sim/config/scenario.h"
 #include "sim/report/file_io.h"
-#include "sim/runtime/rank_loop.h"
+#include "sim/runtime/run_result.h"
 
 namespace gs {
 

@@ -10,7 +10,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/cost/step_cost.h"
 #include "sim/cost/storage_model.h"
-#include "sim/runtime/rank_loop.h"
+#include "sim/runtime/run_result.h"
 
 namespace gs {
 

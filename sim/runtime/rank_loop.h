@@ -5,16 +5,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "sim/config/run_config.h"
-#include "sim/cost/step_cost.h"
-#include "sim/model/loader.h"
-#include "sim/model/model.h"
-#include "sim/runtime/clock.h"
+#include "sim/runtime/run_result.h"
 
 namespace gs {
 struct ParameterRead;
@@ -23,85 +17,6 @@ struct ParameterRead;
 namespace gs {
 
 class Dataset;
-
-// One point of the convergence series, recorded after optimizer step `step` (1-based).
-struct SeriesPoint {
-  int64_t step = 0;
-  double measured_s = 0.0;               // training time so far (rank 0's steps; evaluation excluded)
-  double modeled_s = 0.0;                // the same on the modeled clock (cost model, cluster.hardware)
-  double train_loss = 0.0;               // mean per-sample loss over the step's samples (all ranks, micro-batches)
-  std::optional<double> eval_loss;       // at evaluation steps
-  std::optional<double> eval_accuracy;   // at evaluation steps, classification only
-};
-
-// What the precision section did in a run (report key "precision"; reports/README.md).
-struct PrecisionResult {
-  std::string mode;                                             // precision.mode
-  std::string loss_scale;                                       // resolved: none | static | dynamic
-  std::vector<std::pair<int64_t, double>> loss_scale_trajectory;  // (step, scale after it) at changes; (0, initial)
-  double final_loss_scale = 1.0;
-  std::vector<int64_t> skipped_steps;                           // 1-based optimizer steps skipped by the scaler
-  uint64_t grad_values = 0;                                     // gradient values rounded to the gradient format
-  uint64_t grad_underflow = 0;                                  // nonzero values that became zero
-  uint64_t grad_nonfinite = 0;                                  // values that were or became inf/NaN
-  std::vector<std::optional<int64_t>> first_nonfinite_step;     // per rank: first step whose local gradient held inf/NaN
-  BytesPerParam bytes;
-};
-
-// One rank's data in one optimizer step: where its samples came from and what the loader's work costs on the
-// modeled clock (storage reads and peer fetches, before any overlap with compute).
-struct DataStepRecord {
-  DataCounts counts;
-  double fetch_modeled_s = 0.0;
-};
-
-// The input pipeline of a run (report key "data"; reports/README.md).
-struct DataResult {
-  std::string storage;                      // the storage profile's name ("custom" for an object of numbers)
-  int64_t prefetch = 0;                     // data.prefetch (micro-batches)
-  std::string cache_policy = "none";
-  int64_t cache_capacity_samples = 0;       // per node
-  int64_t ranks_per_node = 1;
-  int64_t steps_per_epoch = 0;              // 0: the dataset has no epochs
-  std::vector<int64_t> max_queue_depth;     // per rank: the most finished micro-batches its queue ever held
-  std::vector<std::vector<DataStepRecord>> steps;  // [rank][step]
-};
-
-struct RunResult {
-  std::string disposition = "passed";  // passed | diverged | failed | skipped | interrupted | timeout
-  std::string message;
-  int64_t divergence_step = 0;          // diverged: the step whose result was the first non-finite quantity
-  std::string divergence_quantity;      // diverged: parameters | train_loss | gradient
-  int64_t steps_planned = 0;
-  int64_t steps_completed = 0;
-  double wall_s = 0.0;
-  int64_t num_params = 0;
-  std::string backend;                        // the device backend the run used ("host" or "cuda")
-  std::string backend_reason;                 // why that backend (choose_backend, sim/runtime/device.h)
-  // cuda backend: the loop that ran it, "device" (cuda_rank_loop.cpp) or "staged" (the host loop with the GPU model,
-  // cuda_model.h); empty on host (report key cuda_path).
-  std::string cuda_path;
-  // cuda backend: every rank had a GPU of its own (the nccl communicator), so the modeled clock's per-phase relative
-  // error is meaningful and reported (timing.model_error); false on host and under the local communicator.
-  bool ranks_one_per_gpu = false;
-  double samples_trained = 0.0;               // over all ranks and steps
-  std::vector<std::vector<StepTimes>> steps;  // [rank][step]
-  // Modeled clock (sim/cost/cost_model.h): [rank][step] phase times, and per rank and step the communication hidden
-  // behind backward vs exposed; the chains (buckets) of rank 0's first step with their chosen algorithm.
-  std::vector<std::vector<StepTimes>> modeled_steps;
-  std::vector<std::vector<double>> modeled_exposed_s, modeled_overlapped_s;
-  std::vector<CommChain> modeled_chains;
-  std::string hardware;  // the profile's name
-  std::vector<SeriesPoint> series;
-  bool classification = false;
-  bool replicas_identical = true;             // the strategy's claim
-  json compression;                           // the strategy's compression_report() (null: uncompressed)
-  std::vector<float> trace_initial;           // report.trace: parameters before step 1
-  std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
-  std::optional<PrecisionResult> precision;   // filled for every run that started training
-  json staleness;  // free-running strategies' staleness_report() (report key "staleness"); null otherwise
-  std::optional<DataResult> data;             // filled for every run that started training
-};
 
 struct RunHooks {
   // Called by rank 0 after every optimizer step (step is 1-based).

@@ -5,7 +5,7 @@
 
 #include "kernels/nvtx.h"
 #include "sim/core/error.h"
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 
 namespace gs {
 

@@ -4,7 +4,7 @@
 // s = SSP (Ho et al. 2013: a worker starts clock c only when every worker has finished clock c - s - 1), "inf" =
 // asynchronous (every push applied on arrival, with its own mean gradient at learning rate lr / N: N pushes are one
 // step's worth). Budget: the run ends when steps x ranks pushes are applied.
-// Every push and pull is one turn of InteractionScheduler (sim/runtime/scheduler.h) at the worker's modeled time, so
+// Every push and pull is one turn of InteractionScheduler (sim/comm/scheduler.h) at the worker's modeled time, so
 // the order, and with it every bit of the result, follows the modeled clock. Extend: a new server rule is a change
 // in apply_push / may_start; pricing lives in the constructor and record_step.
 //
@@ -54,8 +54,8 @@
 #include "sim/compress/compressor.h"
 #include "sim/core/error.h"
 #include "sim/optim/optimizer.h"
-#include "sim/report/summary.h"
-#include "sim/runtime/scheduler.h"
+#include "sim/core/summary.h"
+#include "sim/comm/scheduler.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {

@@ -17,7 +17,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/model/model.h"
 #include "sim/optim/precision_step.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 
 namespace gs {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "sim/comm/gpu_communicator.h"
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace gs {

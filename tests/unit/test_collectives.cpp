@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "sim/comm/communicator.h"
-#include "sim/runtime/barrier.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/barrier.h"
+#include "sim/core/clock.h"
 
 namespace gs {
 namespace {

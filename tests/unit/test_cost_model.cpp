@@ -16,7 +16,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/model.h"
-#include "sim/runtime/memory.h"
+#include "sim/app/memory.h"
 #include "sim/runtime/rank_loop.h"
 
 namespace gs {

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "sim/config/run_config.h"
-#include "sim/runtime/scheduler.h"
+#include "sim/comm/scheduler.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 #include "tests/unit/scenario_helpers.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "sim/report/report.h"
-#include "sim/report/summary.h"
+#include "sim/core/summary.h"
 
 namespace gs {
 namespace {

@@ -1,6 +1,6 @@
 // InteractionScheduler (scheduler.h): one mutex, one condition variable, a state per rank. The grant rule is the
 // whole algorithm (may_grant); everything else moves a rank between states and notifies.
-#include "sim/runtime/scheduler.h"
+#include "sim/comm/scheduler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 
 namespace gs {
 

@@ -22,7 +22,7 @@
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/report/file_io.h"
-#include "sim/runtime/driver.h"
+#include "sim/app/driver.h"
 #include "sim/strategy/strategy.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // Barrier: generation counter + arrival counter. The last arrival resets the count and bumps the generation; the
 // others spin (yielding the core) for a short while, then sleep on a condition variable until the generation moves.
-#include "sim/runtime/barrier.h"
+#include "sim/core/barrier.h"
 
 #include <chrono>
 #include <thread>

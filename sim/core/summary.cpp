@@ -1,5 +1,5 @@
 // Timing summaries (see summary.h).
-#include "sim/report/summary.h"
+#include "sim/core/summary.h"
 
 #include <algorithm>
 #include <cmath>

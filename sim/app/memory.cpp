@@ -1,7 +1,7 @@
 // Memory estimate of a run (memory.h): one term per component, from the allocations the code makes (named beside
 // each term), and the fit check with the largest setting that would fit. A new allocation that grows with a setting
 // gets its term here.
-#include "sim/runtime/memory.h"
+#include "sim/app/memory.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "sim/cost/hardware_profile.h"
-#include "sim/runtime/clock.h"
+#include "sim/core/clock.h"
 #include "sim/runtime/rank_loop.h"
 
 namespace gs {

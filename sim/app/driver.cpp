@@ -1,5 +1,5 @@
 // The sweep driver (see driver.h): filter, resume, progress on stderr, report writing, signals.
-#include "sim/runtime/driver.h"
+#include "sim/app/driver.h"
 
 #include <unistd.h>
 
@@ -16,7 +16,7 @@
 #include "sim/core/json_io.h"
 #include "sim/model/model.h"
 #include "sim/report/report.h"
-#include "sim/runtime/memory.h"
+#include "sim/app/memory.h"
 #include "sim/runtime/rank_loop.h"
 
 extern "C" void openblas_set_num_threads(int);
