@@ -44,13 +44,14 @@
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/runtime/run_monitor.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
 namespace {
 
-constexpr int64_t kEvalChunk = 1024;  // evaluation rows per forward (as the host loop)
+constexpr int64_t kEvalChunk = kEvalChunkRows;  // evaluation rows per forward (as the host loop)
 // The per-step control values all-reduced on the host by every rank.
 enum : size_t { kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kControlCount };
 
@@ -167,8 +168,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     res.classification = classification;
     res.replicas_identical = true;  // every rank applies the same update to the same all-reduced gradient
     res.steps.assign(static_cast<size_t>(ranks), {});
-    const int64_t eval_every = config.training.eval_every;
-    const double timeout_s = config.training.run_timeout_s;
+    RunMonitor monitor(config, hooks, res, total, wall0);  // series, evaluation records, stops, outcomes
     std::vector<float> init(n);
     model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
 
@@ -306,8 +306,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         StepCost& cost = modeled.cost(step, rank);
         cost.clear();
         double ctl[kControlCount] = {};
-        if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[kCtlStop] = 1.0;
-        if (rank == 0 && timeout_s > 0 && now_s() - wall0 > timeout_s) ctl[kCtlTimeout] = 1.0;
+        if (rank == 0) {
+          const StopReading reading = monitor.read_stop();
+          ctl[kCtlStop] = reading.stop ? 1.0 : 0.0;
+          ctl[kCtlTimeout] = reading.timed_out ? 1.0 : 0.0;
+        }
         gpu::find_nonfinite(params.get(), n, flags.get(), cs);
         GS_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), cs));
         GS_CUDA_CHECK(cudaMemsetAsync(loss_sums.get(), 0, loss_sums.bytes(), cs));
@@ -478,11 +481,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];
         // Under a mixed mode or a loss scaler an inf/NaN gradient is the scaler's (skip and back off), not a divergence.
         const bool grad_bad = ctl[kCtlBadGrad] > 0;
-        const char* non_finite = ctl[kCtlBadParams] > 0                     ? "parameters"
-                                 : !std::isfinite(train_loss)             ? "train_loss"
-                                 : grad_bad && !scaled.handles_nonfinite() ? "gradient"
-                                                                          : nullptr;
-        const bool diverged = non_finite != nullptr;
+        const NonFinite non_finite = ctl[kCtlBadParams] > 0                     ? NonFinite::kParameters
+                                     : !std::isfinite(train_loss)             ? NonFinite::kTrainLoss
+                                     : grad_bad && !scaled.handles_nonfinite() ? NonFinite::kGradient
+                                                                              : NonFinite::kNone;
+        const bool diverged = non_finite != NonFinite::kNone;
         // The scaler's decision, the same on every rank (the flag is the all-reduced gradient's): a skipped step runs
         // no optimizer and does not count as an update (GradScaler.step).
         const float unscale = scaled.unscale_factor();  // this step's scale, before decide() updates it
@@ -523,37 +526,31 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         clock.end_step();
         if (rank == 0) {
           trained_s += clock.steps().back().step_s;
-          SeriesPoint pt;
-          pt.step = step + 1;
-          pt.measured_s = trained_s;
-          pt.train_loss = train_loss;
-          res.series.push_back(pt);
-          res.samples_trained += ctl[kCtlSamples];
-          res.steps_completed = step + 1;
+          monitor.record(step + 1, trained_s, train_loss, ctl[kCtlSamples]);
           if (step > 0) modeled.model_step(step - 1);
         }
-        const bool last = step + 1 == total;
-        const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
-        const bool timed_out = ctl[kCtlTimeout] > 0;
-        const bool stop_now = ctl[kCtlStop] > 0 || timed_out;
+        StopReading reading;
+        reading.stop = ctl[kCtlStop] > 0;
+        reading.timed_out = ctl[kCtlTimeout] > 0;
+        // Every rank saw the same control values, so every rank stops at the same step without a barrier (rank 0
+        // records the outcome).
+        const bool stop_here = diverged || (reading.any() && step + 1 < total);
         if (rank == 0) {
-          if (want_eval) {
+          if (!diverged && monitor.eval_due(step + 1)) {
             GS_NVTX_RANGE(kEval);
             auto [loss, acc] = evaluate();
-            res.series.back().eval_loss = loss;
-            res.series.back().eval_accuracy = acc;
+            monitor.record_eval(EvalResult{loss, acc});
           }
           if (diverged) {
-            mark_diverged(res, step, non_finite, train_loss,
-                          ctl[kCtlBadParams] > 0 ? fmt::format("{:.0f} ranks hold some", ctl[kCtlBadParams])
-                                                 : std::string("the all-reduced gradient holds inf or NaN"));
-          } else if (stop_now && !last) {
-            mark_stopped(res, step + 1, total, timed_out, timeout_s);
+            monitor.diverged(step, non_finite, train_loss,
+                             ctl[kCtlBadParams] > 0 ? fmt::format("{:.0f} ranks hold some", ctl[kCtlBadParams])
+                                                    : std::string("the all-reduced gradient holds inf or NaN"));
+          } else {
+            monitor.stop_after(step + 1, reading);
           }
-          if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
+          monitor.step_done(step + 1, train_loss);
         }
-        // Every rank saw the same control values, so every rank stops at the same step without a barrier.
-        if (diverged || (stop_now && !last)) break;
+        if (stop_here) break;
       }
       if (rank == 0) {  // the last update can overflow after the last loss was computed
         gpu::find_nonfinite(params.get(), n, flags.get(), cs);
@@ -592,7 +589,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     res.data = std::move(data_result);
     res.compression = nullptr;
     res.staleness = nullptr;
-    if (res.disposition == "passed" && final_params_bad.load()) mark_final_parameters_nonfinite(res);
+    monitor.final_parameters_checked(final_params_bad.load() ? 1 : 0);
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of host memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

@@ -33,13 +33,13 @@
 #include "sim/runtime/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
+#include "sim/runtime/run_monitor.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
 namespace {
 
-constexpr int64_t kEvalChunk = 1024;
 // The per-step control values all-reduced by every rank (see rank_main).
 // kCtlGradSamples is the divisor behind the gradient: the samples, except under training.pitfall zero_grad_in_loop
 // (the last micro-batch's) and mean_of_means (K per rank, each micro-batch pre-divided by its size).
@@ -54,13 +54,12 @@ size_t count_non_finite(const float* x, size_t n) {
   return bad;
 }
 
-// Evaluates params on the whole evaluation set in chunks; returns (mean loss, accuracy or nullopt).
-std::pair<double, std::optional<double>> evaluate(const Model& model, const Dataset& data, const float* params,
-                                                  Workspace& ws, Batch& chunk) {
+// Evaluates params on the whole evaluation set in chunks of kEvalChunkRows (the host backend's evaluator).
+EvalResult evaluate(const Model& model, const Dataset& data, const float* params, Workspace& ws, Batch& chunk) {
   const Batch& e = data.eval_set();
   EvalSums total;
-  for (int64_t start = 0; start < e.count; start += kEvalChunk) {
-    int64_t n = std::min(kEvalChunk, e.count - start);
+  for (int64_t start = 0; start < e.count; start += kEvalChunkRows) {
+    int64_t n = std::min(kEvalChunkRows, e.count - start);
     chunk.rank = e.rank;
     chunk.count = n;
     chunk.in_dim = e.in_dim;
@@ -73,11 +72,14 @@ std::pair<double, std::optional<double>> evaluate(const Model& model, const Data
     total.correct += s.correct;
     total.count += s.count;
   }
-  if (total.count == 0) return {std::nan(""), std::nullopt};
-  double loss = total.loss_sum / static_cast<double>(total.count);
-  std::optional<double> acc;
-  if (model.classification()) acc = static_cast<double>(total.correct) / static_cast<double>(total.count);
-  return {loss, acc};
+  EvalResult r;
+  if (total.count == 0) {
+    r.loss = std::nan("");
+    return r;
+  }
+  r.loss = total.loss_sum / static_cast<double>(total.count);
+  if (model.classification()) r.accuracy = static_cast<double>(total.correct) / static_cast<double>(total.count);
+  return r;
 }
 
 // The report's precision object: rank 0's scaler (under all-reduce every rank's is the same), counts over all ranks.
@@ -124,7 +126,7 @@ namespace {
 // training.mode "timing": no arithmetic, no parameters, no data. Every rank's step is the same schedule (the model's
 // declared layers for K micro-batches of data.batch_per_rank samples, then what the strategy prices), recorded once;
 // the modeled clock adds stragglers and the synchronous wait per step. One thread: nothing here needs the others.
-void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& res) {
+void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& res, double wall0_s) {
   const int ranks = static_cast<int>(config.cluster.ranks);
   const int64_t K = config.training.accumulation_steps;
   const int64_t b = config.data.batch_per_rank;
@@ -174,8 +176,7 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   for (auto& r : res.modeled_steps) r.reserve(static_cast<size_t>(total));
   res.series.reserve(static_cast<size_t>(total));
   double modeled_total_s = 0.0;
-  const double timeout_s = config.training.run_timeout_s;
-  const double t0 = now_s();
+  RunMonitor monitor(config, hooks, res, total, wall0_s);
   std::vector<double> rank_clock_s(static_cast<size_t>(ranks), 0.0);
   GS_NVTX_RANGE(kMeasure);
   for (int64_t step = 0; step < total; ++step) {
@@ -193,62 +194,14 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
       res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
     }
     modeled_total_s += m[0].times.step_s;
-    SeriesPoint pt;
-    pt.step = step + 1;
-    pt.modeled_s = modeled_total_s;
-    pt.train_loss = std::nan("");  // nothing is trained
-    res.series.push_back(pt);
-    res.samples_trained += in.global_samples;
-    res.steps_completed = step + 1;
-    if (hooks.on_step) hooks.on_step(step + 1, total, pt.train_loss);
-    if (timeout_s > 0 && step + 1 < total && now_s() - t0 > timeout_s) {
-      mark_stopped(res, step + 1, total, true, timeout_s);
-      break;
-    }
-    if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed) && step + 1 < total) {
-      mark_stopped(res, step + 1, total, false, timeout_s);
-      break;
-    }
+    const double nothing_trained = std::nan("");
+    monitor.record(step + 1, 0.0, nothing_trained, in.global_samples, modeled_total_s);
+    monitor.step_done(step + 1, nothing_trained);
+    if (monitor.stop_after(step + 1, monitor.read_stop())) break;
   }
 }
 
 }  // namespace
-
-void mark_stopped(RunResult& res, int64_t steps_done, int64_t total, bool timed_out, double timeout_s) {
-  res.disposition = timed_out ? "timeout" : "interrupted";
-  res.message = timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed", steps_done,
-                                        total, timeout_s)
-                          : fmt::format("stopped after step {} of {}", steps_done, total);
-}
-
-void mark_diverged(RunResult& res, int64_t step, const char* quantity, double train_loss, const std::string& detail) {
-  res.disposition = "diverged";
-  res.divergence_quantity = quantity;
-  const std::string paren = detail.empty() ? std::string() : " (" + detail + ")";
-  if (res.divergence_quantity == "parameters") {
-    // The parameters entering this step came from the previous step's update.
-    res.divergence_step = step;
-    res.message = step == 0 ? "the initial parameters are non-finite"
-                            : fmt::format("diverged at step {}: the first non-finite quantity is the parameters after "
-                                          "its update{}", step, paren);
-  } else if (res.divergence_quantity == "gradient") {
-    res.divergence_step = step + 1;
-    res.message = fmt::format("diverged at step {}: the first non-finite quantity is the gradient ({}training loss "
-                              "{:.6g})", step + 1, detail.empty() ? std::string() : detail + "; ", train_loss);
-  } else {
-    res.divergence_step = step + 1;
-    res.message = fmt::format("diverged at step {}: the first non-finite quantity is the training loss ({}; the "
-                              "parameters entering the step were finite)", step + 1, train_loss);
-  }
-}
-
-void mark_final_parameters_nonfinite(RunResult& res) {
-  res.disposition = "diverged";
-  res.divergence_step = res.steps_completed;
-  res.divergence_quantity = "parameters";
-  res.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its update",
-                            res.steps_completed);
-}
 
 RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   RunResult res;
@@ -291,7 +244,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
   if (config.training.mode == "timing") {
     double t0 = now_s();
     try {
-      run_timing_only(config, hooks, res);
+      run_timing_only(config, hooks, res, t0);
     } catch (const std::exception& e) {
       res.disposition = "failed";
       res.message = e.what();
@@ -349,8 +302,6 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.replicas_identical = strategy->replicas_identical_in(total);
     res.steps.assign(static_cast<size_t>(ranks), {});
     const bool trace = config.report.trace;
-    const int64_t eval_every = config.training.eval_every;
-    const double timeout_s = config.training.run_timeout_s;
 
     // Initial parameters: identical on every rank (written once per distinct buffer).
     std::vector<float> init(n);
@@ -385,55 +336,32 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::atomic<bool> stop_all{false};
     double trained_s = 0.0;  // rank 0's cumulative step time
 
-    // Free-running: the strategy calls this inside its serialized section, in modeled-time order, once per `ranks`
-    // applied gradients. It records the series point, evaluates the server's parameters when due, and decides
-    // whether the run goes on (divergence, stop request, time limit).
-    std::unique_ptr<Workspace> progress_ws;
-    Batch progress_chunk;
-    double eval_spent_s = 0.0;  // measured time spent evaluating (excluded from measured_s, as for lockstep runs)
+    // The end of every step (series, evaluation, stop, outcome): rank 0's in lockstep runs, the strategy's progress
+    // points in free-running ones. Evaluation is serialized (between barriers, or inside the strategy's turns).
+    std::unique_ptr<Workspace> eval_ws;
+    Batch eval_chunk;
+    RunMonitor monitor(config, hooks, res, total, wall0);
+    monitor.set_evaluator([&](const float* p) {
+      if (!eval_ws) eval_ws = model->make_workspace(kEvalChunkRows);
+      return evaluate(*model, *data, p, *eval_ws, eval_chunk);
+    });
     const double train_start_s = now_s();
     if (!lockstep) {
+      // Free-running: the strategy calls this inside its serialized section, in modeled-time order, once per `ranks`
+      // applied gradients; false ends the run (divergence, stop request, time limit). Measured training time leaves
+      // the evaluations out, as lockstep runs' does.
       strategy->set_progress_sink([&](const ProgressPoint& p) {
-        SeriesPoint pt;
-        pt.step = p.step;
-        pt.measured_s = now_s() - train_start_s - eval_spent_s;
-        pt.modeled_s = p.modeled_s;
-        pt.train_loss = p.train_loss;
-        res.samples_trained += p.samples;
-        res.steps_completed = p.step;
+        monitor.record(p.step, now_s() - train_start_s - monitor.eval_spent_s(), p.train_loss, p.samples,
+                       p.modeled_s);
         const size_t bad = count_non_finite(p.params, n);
         const bool diverged = bad > 0 || !std::isfinite(p.train_loss);
-        const bool last = p.step >= total;
-        if (!diverged && (last || (eval_every > 0 && p.step % eval_every == 0))) {
-          const double e0 = now_s();
-          if (!progress_ws) progress_ws = model->make_workspace(kEvalChunk);
-          auto [loss, acc] = evaluate(*model, *data, p.params, *progress_ws, progress_chunk);
-          pt.eval_loss = loss;
-          pt.eval_accuracy = acc;
-          eval_spent_s += now_s() - e0;
-        }
-        res.series.push_back(pt);
-        if (hooks.on_step) hooks.on_step(p.step, total, p.train_loss);
+        if (!diverged && monitor.eval_due(p.step)) monitor.evaluate(p.params);
+        monitor.step_done(p.step, p.train_loss);
         if (diverged) {
-          res.disposition = "diverged";
-          res.divergence_step = p.step;
-          res.divergence_quantity = bad > 0 ? "parameters" : "train_loss";
-          res.message = bad > 0 ? fmt::format("diverged at step {}: the first non-finite quantity is the server's "
-                                              "parameters ({} values)", p.step, bad)
-                                : fmt::format("diverged at step {}: the first non-finite quantity is the training "
-                                              "loss ({})", p.step, p.train_loss);
+          monitor.diverged_at_progress(p.step, bad, p.train_loss);
           return false;
         }
-        if (last) return true;
-        if (timeout_s > 0 && now_s() - wall0 > timeout_s) {
-          mark_stopped(res, p.step, total, true, timeout_s);
-          return false;
-        }
-        if (hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) {
-          mark_stopped(res, p.step, total, false, timeout_s);
-          return false;
-        }
-        return true;
+        return !monitor.stop_after(p.step, monitor.read_stop());
       });
     }
 
@@ -443,8 +371,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
       int64_t ws_capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
       std::unique_ptr<Workspace> ws = model->make_workspace(ws_capacity);
-      std::unique_ptr<Workspace> eval_ws;
-      Batch batch, eval_chunk;
+      Batch batch;
       std::vector<float> grad(n);
       std::vector<float> micro_grad(mean_of_means ? n : 0);  // mean_of_means: one micro-batch's gradient sum
       PrecisionPolicy precision = base_policy;
@@ -472,8 +399,11 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         // request and of the run's time limit (so every rank makes the same stop decision at the same step), and
         // the non-finite parameters entering the step and gradient entries of this step (divergence).
         double ctl[kControlCount] = {};
-        if (rank == 0 && hooks.stop != nullptr && hooks.stop->load(std::memory_order_relaxed)) ctl[kCtlStop] = 1.0;
-        if (rank == 0 && timeout_s > 0 && now_s() - wall0 > timeout_s) ctl[kCtlTimeout] = 1.0;
+        if (rank == 0) {
+          const StopReading reading = monitor.read_stop();
+          ctl[kCtlStop] = reading.stop ? 1.0 : 0.0;
+          ctl[kCtlTimeout] = reading.timed_out ? 1.0 : 0.0;
+        }
         const float* params = strategy->params(rank);
         precision.loss_scale = strategy->loss_scale(rank);
         ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
@@ -494,7 +424,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           {
             GS_NVTX_RANGE(kForward);
             PhaseTimer t(clock, Phase::kForward);
-            ctl[1] += model->forward(params, batch, *ws, precision);
+            ctl[kCtlLossSum] += model->forward(params, batch, *ws, precision);
           }
           {
             GS_NVTX_RANGE(kBackward);
@@ -516,7 +446,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           counters.grad_underflow += ws->precision.grad_underflow;
           counters.grad_nonfinite += ws->precision.grad_nonfinite;
           ws->precision = {};
-          ctl[0] += static_cast<double>(batch.count);
+          ctl[kCtlSamples] += static_cast<double>(batch.count);
           grad_samples += static_cast<double>(batch.count);
           cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
           price_precision_micro_batch(cost, precision.mode, static_cast<double>(n));  // format casts
@@ -541,7 +471,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         if (mean_of_means) grad_samples = static_cast<double>(K);
         ctl[kCtlGradSamples] = grad_samples;
         const double local_samples = grad_samples;
-        const double local_loss_sum = ctl[1];
+        const double local_loss_sum = ctl[kCtlLossSum];
         if (!lockstep) {  // free-running: no control all-reduce; the strategy owns progress, stops and divergence
           StepInput in;
           in.rank = rank;
@@ -567,15 +497,15 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         }
         const double global_samples = ctl[kCtlGradSamples];
         // Every rank sees the same S, so every rank stops here together.
-        if (ctl[0] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
-        const double train_loss = ctl[1] / ctl[0];  // every micro-batch's samples, also under a pitfall
+        if (ctl[kCtlSamples] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
+        const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];  // every micro-batch's samples, also under a pitfall
         // The first non-finite quantity of the step, in the order computed: the parameters entering it (the last
         // update's result), the loss (forward), the gradient (backward). A diverged step applies no update.
-        const char* non_finite = ctl[kCtlBadParams] > 0  ? "parameters"
-                                 : !std::isfinite(train_loss) ? "train_loss"
-                                 : ctl[kCtlBadGrad] > 0       ? "gradient"
-                                                              : nullptr;
-        const bool diverged = non_finite != nullptr;
+        const NonFinite non_finite = ctl[kCtlBadParams] > 0      ? NonFinite::kParameters
+                                     : !std::isfinite(train_loss) ? NonFinite::kTrainLoss
+                                     : ctl[kCtlBadGrad] > 0       ? NonFinite::kGradient
+                                                                  : NonFinite::kNone;
+        const bool diverged = non_finite != NonFinite::kNone;
         if (!diverged) {
           StepInput in;
           in.rank = rank;
@@ -593,20 +523,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         clock.end_step();
         if (rank == 0) {
           trained_s += clock.steps().back().step_s;
-          SeriesPoint pt;
-          pt.step = step + 1;
-          pt.measured_s = trained_s;
-          pt.train_loss = train_loss;
-          res.series.push_back(pt);
-          res.samples_trained += ctl[0];
-          res.steps_completed = step + 1;
+          monitor.record(step + 1, trained_s, train_loss, ctl[kCtlSamples]);
           if (step > 0) modeled.model_step(step - 1);
         }
-        const bool last = step + 1 == total;
-        const bool want_eval = !diverged && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
-        const bool timed_out = ctl[kCtlTimeout] > 0;
-        const bool stop_now = ctl[kCtlStop] > 0 || timed_out;
-        if (trace || want_eval || stop_now || diverged) {
+        const bool want_eval = !diverged && monitor.eval_due(step + 1);
+        StopReading reading;
+        reading.stop = ctl[kCtlStop] > 0;
+        reading.timed_out = ctl[kCtlTimeout] > 0;
+        if (trace || want_eval || reading.any() || diverged) {
           comm->barrier(rank);  // parameters of this step are final everywhere
           if (rank == 0) {
             if (trace) {
@@ -619,25 +543,23 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
             }
             if (want_eval) {
               GS_NVTX_RANGE(kEval);
-              if (!eval_ws) eval_ws = model->make_workspace(kEvalChunk);
-              auto [loss, acc] = evaluate(*model, *data, strategy->eval_params(), *eval_ws, eval_chunk);
-              res.series.back().eval_loss = loss;
-              res.series.back().eval_accuracy = acc;
+              monitor.evaluate(strategy->eval_params());
             }
+            bool stop = diverged;
             if (diverged) {
               const double count = ctl[kCtlBadParams] > 0 ? ctl[kCtlBadParams] : ctl[kCtlBadGrad];
-              mark_diverged(res, step, non_finite, train_loss, fmt::format("{:.0f} values over all ranks", count));
-            } else if (stop_now && !last) {
-              mark_stopped(res, step + 1, total, timed_out, timeout_s);
+              monitor.diverged(step, non_finite, train_loss, fmt::format("{:.0f} values over all ranks", count));
+            } else {
+              stop = monitor.stop_after(step + 1, reading);
             }
-            if (diverged || (stop_now && !last)) stop_all.store(true);
-            if (hooks.on_step) hooks.on_step(step + 1, total, train_loss);
+            if (stop) stop_all.store(true);
+            monitor.step_done(step + 1, train_loss);
           }
           comm->barrier(rank);
           comm->take_stats(rank);
           if (stop_all.load()) break;
-        } else if (rank == 0 && hooks.on_step) {
-          hooks.on_step(step + 1, total, train_loss);
+        } else if (rank == 0) {
+          monitor.step_done(step + 1, train_loss);
         }
       }
       res.steps[static_cast<size_t>(rank)] = clock.steps();
@@ -673,8 +595,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.data = std::move(data_result);
     res.compression = strategy->compression_report();
     // The last update can overflow after the last loss was computed.
-    if (res.disposition == "passed" && count_non_finite(strategy->eval_params(), n) > 0)
-      mark_final_parameters_nonfinite(res);
+    monitor.final_parameters_checked(count_non_finite(strategy->eval_params(), n));
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

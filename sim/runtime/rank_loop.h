@@ -40,17 +40,6 @@ int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch);
 // limit; hooks.stop as "interrupted".
 RunResult run_training(const RunConfig& config, const RunHooks& hooks = {});
 
-// Run outcomes, one wording for the host and cuda loops (every report says a stop or a divergence the same way).
-// A stop at the step boundary after `steps_done` of `total` steps: disposition "timeout" (training.run_timeout_s =
-// `timeout_s` passed) or "interrupted" (hooks.stop).
-void mark_stopped(RunResult& res, int64_t steps_done, int64_t total, bool timed_out, double timeout_s);
-// A lock-step loop's divergence found at 0-based `step`: `quantity` is "parameters" (the parameters entering the step,
-// i.e. after step's update; at step 0 the initial ones), "gradient" (the reduced gradient) or "train_loss".
-// `detail` says how much was non-finite ("12 values over all ranks"); it is left out where empty.
-void mark_diverged(RunResult& res, int64_t step, const char* quantity, double train_loss, const std::string& detail);
-// The last update's parameters are non-finite although every step's checks passed (the run was "passed").
-void mark_final_parameters_nonfinite(RunResult& res);
-
 // The cuda backend's rank loop (sim/runtime/cuda_rank_loop.cpp, built with the CUDA side only): what run_training
 // runs when the backend resolves to cuda. Same contract and RunResult fields as the host loop for the configurations
 // cuda_loop_issues (device.h) accepts; `reason` goes to RunResult::backend_reason. CUDA and NCCL errors end the run as
