@@ -84,21 +84,51 @@ void BM_memcpy(benchmark::State& state) {
       false);
 }
 
-void BM_sign_pack(benchmark::State& state) {
+void BM_sign_encode(benchmark::State& state) {
   const int64_t n = state.range(0);
   const auto& x = input(n);
-  std::vector<uint8_t> bits(gs::sign_packed_bytes(x.size()));
-  run(state, n, [&] { benchmark::DoNotOptimize(gs::sign_pack(bits.data(), x.data(), x.size())); });
+  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
+  run(state, n, [&] { benchmark::DoNotOptimize(gs::sign_encode(msg.data(), x.data(), x.size())); });
 }
 
-void BM_sign_unpack_add(benchmark::State& state) {
+// One value in ten an exact zero (dead ReLU units, border pixels): the message carries the zero plane too.
+const std::vector<float>& input_with_zeros(int64_t n) {
+  static std::map<int64_t, std::vector<float>> cache;
+  auto& v = cache[n];
+  if (v.empty()) {
+    v = input(n);
+    for (size_t i = 0; i < v.size(); i += 10) v[i] = 0.0f;
+  }
+  return v;
+}
+
+void BM_sign_encode_10pct_zeros(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input_with_zeros(n);
+  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
+  run(state, n, [&] { benchmark::DoNotOptimize(gs::sign_encode(msg.data(), x.data(), x.size())); });
+}
+
+void BM_sign_decode_add(benchmark::State& state) {
   const int64_t n = state.range(0);
   const auto& x = input(n);
-  std::vector<uint8_t> bits(gs::sign_packed_bytes(x.size()));
-  const float scale = gs::sign_pack(bits.data(), x.data(), x.size());
+  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
+  gs::sign_encode(msg.data(), x.data(), x.size());
   std::vector<float> out(x.size(), 0.0f);
   run(state, n, [&] {
-    gs::sign_unpack_add(out.data(), bits.data(), out.size(), scale);
+    gs::sign_decode_add(out.data(), msg.data(), out.size());
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_sign_decode_add_10pct_zeros(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto& x = input_with_zeros(n);
+  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
+  gs::sign_encode(msg.data(), x.data(), x.size());
+  std::vector<float> out(x.size(), 0.0f);
+  run(state, n, [&] {
+    gs::sign_decode_add(out.data(), msg.data(), out.size());
     benchmark::ClobberMemory();
   });
 }
@@ -106,13 +136,13 @@ void BM_sign_unpack_add(benchmark::State& state) {
 void BM_sign_vote_4_ranks(benchmark::State& state) {
   const int64_t n = state.range(0);
   const auto& x = input(n);
-  std::vector<std::vector<uint8_t>> bits(4, std::vector<uint8_t>(gs::sign_packed_bytes(x.size())));
+  std::vector<std::vector<uint8_t>> msgs(4, std::vector<uint8_t>(gs::sign_encoded_bytes(x.size(), x.size())));
   std::vector<const uint8_t*> ptrs;
   for (int r = 0; r < 4; ++r) {
     std::vector<float> xr(x.begin(), x.end());
     std::rotate(xr.begin(), xr.begin() + r * 1000, xr.end());
-    gs::sign_pack(bits[r].data(), xr.data(), xr.size());
-    ptrs.push_back(bits[r].data());
+    gs::sign_encode(msgs[r].data(), xr.data(), xr.size());
+    ptrs.push_back(msgs[r].data());
   }
   std::vector<float> out(x.size());
   run(state, n, [&] {
@@ -124,7 +154,7 @@ void BM_sign_vote_4_ranks(benchmark::State& state) {
 void BM_onebit_encode(benchmark::State& state) {
   const int64_t n = state.range(0);
   const auto& x = input(n);
-  std::vector<uint8_t> wire(gs::onebit_encoded_bytes(x.size()));
+  std::vector<uint8_t> wire(gs::onebit_encoded_bytes(x.size(), x.size()));
   run(state, n, [&] {
     gs::onebit_encode(wire.data(), x.data(), x.size());
     benchmark::ClobberMemory();
@@ -134,7 +164,7 @@ void BM_onebit_encode(benchmark::State& state) {
 void BM_onebit_decode_add(benchmark::State& state) {
   const int64_t n = state.range(0);
   const auto& x = input(n);
-  std::vector<uint8_t> wire(gs::onebit_encoded_bytes(x.size()));
+  std::vector<uint8_t> wire(gs::onebit_encoded_bytes(x.size(), x.size()));
   gs::onebit_encode(wire.data(), x.data(), x.size());
   std::vector<float> out(x.size(), 0.0f);
   run(state, n, [&] {
@@ -262,8 +292,10 @@ void sizes(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_memcpy)->Apply(sizes);
-BENCHMARK(BM_sign_pack)->Apply(sizes);
-BENCHMARK(BM_sign_unpack_add)->Apply(sizes);
+BENCHMARK(BM_sign_encode)->Apply(sizes);
+BENCHMARK(BM_sign_encode_10pct_zeros)->Apply(sizes);
+BENCHMARK(BM_sign_decode_add)->Apply(sizes);
+BENCHMARK(BM_sign_decode_add_10pct_zeros)->Apply(sizes);
 BENCHMARK(BM_sign_vote_4_ranks)->Apply(sizes);
 BENCHMARK(BM_onebit_encode)->Apply(sizes);
 BENCHMARK(BM_onebit_decode_add)->Apply(sizes);

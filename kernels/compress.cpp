@@ -390,12 +390,12 @@ GS_CLONES size_t threshold_select(const float* x, size_t n, float tau, uint32_t*
     const size_t count = std::min(kBlock, n - i);
     if (count == kBlock) {
       uint32_t hit = 0;
-      for (size_t j = 0; j < kBlock; ++j) hit |= static_cast<uint32_t>(std::fabs(x[i + j]) >= tau);
+      for (size_t j = 0; j < kBlock; ++j) hit |= static_cast<uint32_t>(threshold_keep(x[i + j], tau));
       if (!hit) continue;
     }
     for (size_t j = 0; j < count; ++j) {
       idx[out] = static_cast<uint32_t>(i + j);
-      out += std::fabs(x[i + j]) >= tau;
+      out += threshold_keep(x[i + j], tau);
     }
   }
   return out;
@@ -599,58 +599,63 @@ GS_CLONES void terngrad_decode_add(float* out, const uint8_t* in, size_t n) {
 
 namespace {
 
-// Packs negative_bit(p_i) into bits (8 values per byte, the last byte's unused bits 0) and accumulates, in double,
-// sum |p_i| (abs_sum), and sum and count of the negative values (when wanted). One pass over p: each chunk of 1024
-// values is packed and summed while it is in L1.
+// Packs negative_bit(p_i) into `bits` and zero_bit(p_i) into `zeros` (8 values per byte, the last byte's unused bits
+// 0) and accumulates, in double, sum |p_i| (abs_sum), and sum and count of the negative values and the count of the
+// zeros. One pass over p: each chunk of 1024 values is packed and summed while it is in L1.
 struct SignSums {
   double abs_sum = 0.0;
   double negative_sum = 0.0;
   size_t negative_count = 0;
+  size_t zero_count = 0;
 };
 
 #if GS_HAVE_AVX2_DISPATCH
-// The AVX2 body of pack_signs for whole chunks of 1024 values: 8 bits per compare + movemask, sums in two float
-// accumulators per quantity (per-lane counts <= 64 per chunk, exact). Returns the values done.
+// The AVX2 body of pack_signs for whole chunks of 1024 values: 8 bits per compare + movemask, counts by popcount of
+// the masks, sums in two float accumulators per quantity (flushed to double per chunk). Returns the values done.
 template <bool kNegatives>
-__attribute__((target("avx2"))) size_t pack_signs_avx2(uint8_t* bits, const float* p, size_t n, SignSums* sums) {
+__attribute__((target("avx2,popcnt"))) size_t pack_signs_avx2(uint8_t* bits, uint8_t* zeros, const float* p,
+                                                                size_t n, SignSums* sums) {
   constexpr size_t kChunk = 1024;
   const __m256 zero = _mm256_setzero_ps();
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 one = _mm256_set1_ps(1.0f);
   size_t i = 0;
   for (; i + kChunk <= n; i += kChunk) {
-    __m256 abs0 = zero, abs1 = zero, neg0 = zero, neg1 = zero, cnt0 = zero, cnt1 = zero;
+    __m256 abs0 = zero, abs1 = zero, neg0 = zero, neg1 = zero;
+    size_t negatives = 0, zero_count = 0;
     const float* pc = p + i;
     uint8_t* bc = bits + i / 8;
+    uint8_t* zc = zeros + i / 8;
     for (size_t j = 0; j < kChunk; j += 16) {
       const __m256 v0 = _mm256_loadu_ps(pc + j), v1 = _mm256_loadu_ps(pc + j + 8);
       const __m256 m0 = _mm256_cmp_ps(v0, zero, _CMP_LT_OQ), m1 = _mm256_cmp_ps(v1, zero, _CMP_LT_OQ);
+      const __m256 z0 = _mm256_cmp_ps(v0, zero, _CMP_EQ_OQ), z1 = _mm256_cmp_ps(v1, zero, _CMP_EQ_OQ);
       const int mask = _mm256_movemask_ps(m0) | (_mm256_movemask_ps(m1) << 8);
-      const uint16_t two = static_cast<uint16_t>(mask);
+      const int zmask = _mm256_movemask_ps(z0) | (_mm256_movemask_ps(z1) << 8);
+      const uint16_t two = static_cast<uint16_t>(mask), ztwo = static_cast<uint16_t>(zmask);
       std::memcpy(bc + j / 8, &two, 2);
+      std::memcpy(zc + j / 8, &ztwo, 2);
+      zero_count += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(zmask)));
       abs0 = _mm256_add_ps(abs0, _mm256_and_ps(v0, abs_mask));
       abs1 = _mm256_add_ps(abs1, _mm256_and_ps(v1, abs_mask));
       if constexpr (kNegatives) {
+        negatives += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(mask)));
         neg0 = _mm256_add_ps(neg0, _mm256_and_ps(m0, v0));
         neg1 = _mm256_add_ps(neg1, _mm256_and_ps(m1, v1));
-        cnt0 = _mm256_add_ps(cnt0, _mm256_and_ps(m0, one));
-        cnt1 = _mm256_add_ps(cnt1, _mm256_and_ps(m1, one));
       }
     }
-    float a[8], ng[8], c[8];
+    float a[8], ng[8];
     _mm256_storeu_ps(a, _mm256_add_ps(abs0, abs1));
     _mm256_storeu_ps(ng, _mm256_add_ps(neg0, neg1));
-    _mm256_storeu_ps(c, _mm256_add_ps(cnt0, cnt1));
-    double sa = 0.0, sn = 0.0, sc = 0.0;
+    double sa = 0.0, sn = 0.0;
     for (int l = 0; l < 8; ++l) {
       sa += a[l];
       sn += ng[l];
-      sc += c[l];
     }
     sums->abs_sum += sa;
+    sums->zero_count += zero_count;
     if constexpr (kNegatives) {
       sums->negative_sum += sn;
-      sums->negative_count += static_cast<size_t>(sc);
+      sums->negative_count += negatives;
     }
   }
   return i;
@@ -658,53 +663,60 @@ __attribute__((target("avx2"))) size_t pack_signs_avx2(uint8_t* bits, const floa
 #endif
 
 template <bool kNegatives>
-SignSums pack_signs(uint8_t* bits, const float* p, size_t n) {
+SignSums pack_signs(uint8_t* bits, uint8_t* zeros, const float* p, size_t n) {
   SignSums sums;
   size_t i = 0;
 #if GS_HAVE_AVX2_DISPATCH
-  if (kBestDrawIsa != DrawIsa::kPortable) i = pack_signs_avx2<kNegatives>(bits, p, n, &sums);
+  if (kBestDrawIsa != DrawIsa::kPortable) i = pack_signs_avx2<kNegatives>(bits, zeros, p, n, &sums);
 #endif
 #if GS_HAVE_SSE2
-  // Chunks of 1024 values: bits by movemask of (v < 0), sums in float lanes (per-chunk counts <= 256 per lane, exact),
-  // flushed to double per chunk.
+  // Chunks of 1024 values: bits by movemask of (v < 0) and (v == 0), counts by bit counts of the masks, sums in float
+  // lanes flushed to double per chunk.
   constexpr size_t kChunk = 1024;
   const __m128 zero = _mm_setzero_ps();
   const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
-  const __m128 one = _mm_set1_ps(1.0f);
   for (; i + kChunk <= n; i += kChunk) {
-    __m128 abs0 = zero, abs1 = zero, neg0 = zero, neg1 = zero, cnt0 = zero, cnt1 = zero;
+    __m128 abs0 = zero, abs1 = zero, neg0 = zero, neg1 = zero;
+    size_t negatives = 0, zero_count = 0;
     const float* pc = p + i;
     uint8_t* bc = bits + i / 8;
+    uint8_t* zc = zeros + i / 8;
     for (size_t j = 0; j < kChunk; j += 8) {
       const __m128 v0 = _mm_loadu_ps(pc + j), v1 = _mm_loadu_ps(pc + j + 4);
       const __m128 m0 = _mm_cmplt_ps(v0, zero), m1 = _mm_cmplt_ps(v1, zero);
-      bc[j / 8] = static_cast<uint8_t>(_mm_movemask_ps(m0) | (_mm_movemask_ps(m1) << 4));
+      const __m128 z0 = _mm_cmpeq_ps(v0, zero), z1 = _mm_cmpeq_ps(v1, zero);
+      const uint8_t byte = static_cast<uint8_t>(_mm_movemask_ps(m0) | (_mm_movemask_ps(m1) << 4));
+      const uint8_t zbyte = static_cast<uint8_t>(_mm_movemask_ps(z0) | (_mm_movemask_ps(z1) << 4));
+      bc[j / 8] = byte;
+      zc[j / 8] = zbyte;
+      zero_count += static_cast<size_t>(__builtin_popcount(zbyte));
       abs0 = _mm_add_ps(abs0, _mm_and_ps(v0, abs_mask));
       abs1 = _mm_add_ps(abs1, _mm_and_ps(v1, abs_mask));
       if constexpr (kNegatives) {
+        negatives += static_cast<size_t>(__builtin_popcount(byte));
         neg0 = _mm_add_ps(neg0, _mm_and_ps(m0, v0));
         neg1 = _mm_add_ps(neg1, _mm_and_ps(m1, v1));
-        cnt0 = _mm_add_ps(cnt0, _mm_and_ps(m0, one));
-        cnt1 = _mm_add_ps(cnt1, _mm_and_ps(m1, one));
       }
     }
-    float a[4], ng[4], c[4];
+    float a[4], ng[4];
     _mm_storeu_ps(a, _mm_add_ps(abs0, abs1));
     _mm_storeu_ps(ng, _mm_add_ps(neg0, neg1));
-    _mm_storeu_ps(c, _mm_add_ps(cnt0, cnt1));
     sums.abs_sum += (static_cast<double>(a[0]) + a[1]) + (static_cast<double>(a[2]) + a[3]);
+    sums.zero_count += zero_count;
     if constexpr (kNegatives) {
       sums.negative_sum += (static_cast<double>(ng[0]) + ng[1]) + (static_cast<double>(ng[2]) + ng[3]);
-      sums.negative_count += static_cast<size_t>(c[0] + c[1] + c[2] + c[3]);
+      sums.negative_count += negatives;
     }
   }
 #endif
   // Tail (and the portable path): one value at a time.
-  for (size_t b = i / 8; b < (n + 7) / 8; ++b) bits[b] = 0;
+  for (size_t b = i / 8; b < (n + 7) / 8; ++b) bits[b] = zeros[b] = 0;
   for (; i < n; ++i) {
     const float v = p[i];
     bits[i / 8] = static_cast<uint8_t>(bits[i / 8] | negative_bit(v) << (i % 8));
+    zeros[i / 8] = static_cast<uint8_t>(zeros[i / 8] | zero_bit(v) << (i % 8));
     sums.abs_sum += std::fabs(v);
+    sums.zero_count += zero_bit(v);
     if (v < 0.0f) {
       sums.negative_sum += v;
       ++sums.negative_count;
@@ -713,42 +725,74 @@ SignSums pack_signs(uint8_t* bits, const float* p, size_t n) {
   return sums;
 }
 
-// out[i] += value[bit i] for two values, 8 per byte through a 16-entry table of 4-value nibbles (vectorizes as one
-// 4-wide add per nibble).
-inline void unpack_add(float* out, const uint8_t* bits, size_t n, float v0, float v1) {
+// out[i] += value of (sign bit, zero bit) of value i: v_pos, v_neg, or v_zero. 8 values per byte through 16-entry
+// tables of 4-value nibbles (vectorizes as one 4-wide add per nibble); without a zero plane (zeros == nullptr) only
+// the sign table is read.
+inline void unpack_add(float* out, const uint8_t* bits, const uint8_t* zeros, size_t n, float v_pos, float v_neg,
+                       float v_zero) {
   float table[16][4];
   for (int t = 0; t < 16; ++t)
-    for (int j = 0; j < 4; ++j) table[t][j] = (t >> j) & 1 ? v1 : v0;
+    for (int j = 0; j < 4; ++j) table[t][j] = (t >> j) & 1 ? v_neg : v_pos;
   const size_t full = n / 8;
-  for (size_t b = 0; b < full; ++b) {
-    const uint32_t byte = bits[b];
-    float* o = out + 8 * b;
-    const float* lo = table[byte & 15u];
-    const float* hi = table[byte >> 4];
-    for (int j = 0; j < 4; ++j) o[j] += lo[j];
-    for (int j = 0; j < 4; ++j) o[4 + j] += hi[j];
+  if (zeros == nullptr) {
+    for (size_t b = 0; b < full; ++b) {
+      const uint32_t byte = bits[b];
+      float* o = out + 8 * b;
+      const float* lo = table[byte & 15u];
+      const float* hi = table[byte >> 4];
+      for (int j = 0; j < 4; ++j) o[j] += lo[j];
+      for (int j = 0; j < 4; ++j) o[4 + j] += hi[j];
+    }
+    for (size_t i = 8 * full; i < n; ++i) out[i] += (bits[i / 8] >> (i % 8)) & 1u ? v_neg : v_pos;
+    return;
   }
-  for (size_t i = 8 * full; i < n; ++i) out[i] += (bits[i / 8] >> (i % 8)) & 1u ? v1 : v0;
+  for (size_t b = 0; b < full; ++b) {
+    const uint32_t byte = bits[b], zbyte = zeros[b];
+    float* o = out + 8 * b;
+    if (zbyte == 0) {
+      const float* lo = table[byte & 15u];
+      const float* hi = table[byte >> 4];
+      for (int j = 0; j < 4; ++j) o[j] += lo[j];
+      for (int j = 0; j < 4; ++j) o[4 + j] += hi[j];
+    } else {
+      for (int j = 0; j < 8; ++j) o[j] += (zbyte >> j) & 1u ? v_zero : ((byte >> j) & 1u ? v_neg : v_pos);
+    }
+  }
+  for (size_t i = 8 * full; i < n; ++i)
+    out[i] += (zeros[i / 8] >> (i % 8)) & 1u ? v_zero : ((bits[i / 8] >> (i % 8)) & 1u ? v_neg : v_pos);
 }
+
+uint32_t message_zero_count(const uint8_t* in, size_t header_bytes) { return load_u32(in + header_bytes - 4); }
 
 }  // namespace
 
-size_t sign_packed_bytes(size_t n) { return (n + 7) / 8; }
+size_t sign_plane_bytes(size_t n) { return (n + 7) / 8; }
 
-GS_CLONES float sign_pack(uint8_t* bits, const float* p, size_t n) {
-  if (n == 0) return 0.0f;
-  const SignSums sums = pack_signs<false>(bits, p, n);
-  return static_cast<float>(sums.abs_sum / static_cast<double>(n));
+size_t sign_encoded_bytes(size_t n, size_t zeros) {
+  return kSignHeaderBytes + sign_plane_bytes(n) * (zeros > 0 ? 2 : 1);
 }
 
-GS_CLONES void sign_unpack_add(float* out, const uint8_t* bits, size_t n, float scale) {
-  unpack_add(out, bits, n, scale, -scale);
+GS_CLONES size_t sign_encode(uint8_t* out, const float* p, size_t n) {
+  const size_t plane = sign_plane_bytes(n);
+  const SignSums sums = pack_signs<false>(out + kSignHeaderBytes, out + kSignHeaderBytes + plane, p, n);
+  const float scale = n ? static_cast<float>(sums.abs_sum / static_cast<double>(n)) : 0.0f;
+  std::memcpy(out, &scale, 4);
+  store_u32(out + 4, static_cast<uint32_t>(sums.zero_count));
+  return sign_encoded_bytes(n, sums.zero_count);
 }
 
-GS_CLONES void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n) {
-  // Negative votes per value, counted 8 values at a time: each sign byte expands (table) to 8 one-byte counters in a
-  // uint64, added across ranks (no carry between bytes while ranks < 256). Little-endian: byte j of word w is the
-  // count of value 8 w + j, so the words read back as a uint8 array.
+GS_CLONES void sign_decode_add(float* out, const uint8_t* in, size_t n) {
+  float scale;
+  std::memcpy(&scale, in, 4);
+  const uint8_t* bits = in + kSignHeaderBytes;
+  const uint8_t* zeros = message_zero_count(in, kSignHeaderBytes) ? bits + sign_plane_bytes(n) : nullptr;
+  unpack_add(out, bits, zeros, n, sign_decode(0, 0, scale), sign_decode(1, 0, scale), sign_decode(0, 1, scale));
+}
+
+GS_CLONES void sign_vote(float* out, const uint8_t* const* msgs, int ranks, size_t n) {
+  // Negative and zero votes per value, counted 8 values at a time: each plane byte expands (table) to 8 one-byte
+  // counters in a uint64, added across ranks (no carry between bytes while ranks < 256). Little-endian: byte j of
+  // word w is the count of value 8 w + j, so the words read back as a uint8 array.
   static const std::vector<uint64_t> expand = [] {
     std::vector<uint64_t> t(256, 0);
     for (uint32_t b = 0; b < 256; ++b)
@@ -756,53 +800,82 @@ GS_CLONES void sign_vote(float* out, const uint8_t* const* bits, int ranks, size
         if (b >> j & 1u) t[b] |= uint64_t{1} << (8 * j);
     return t;
   }();
+  const size_t plane = sign_plane_bytes(n);
+  std::vector<const uint8_t*> bits(static_cast<size_t>(ranks)), zeros(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    bits[static_cast<size_t>(r)] = msgs[r] + kSignHeaderBytes;
+    zeros[static_cast<size_t>(r)] = message_zero_count(msgs[r], kSignHeaderBytes) ? msgs[r] + kSignHeaderBytes + plane
+                                                                                   : nullptr;
+  }
   constexpr size_t kChunk = 1024;  // values per chunk
-  uint64_t words[kChunk / 8];
-  uint8_t counts[kChunk];
-  uint16_t wide[kChunk];
+  uint64_t words[kChunk / 8], zwords[kChunk / 8];
+  uint8_t counts[kChunk], zcounts[kChunk];
+  uint16_t wide[kChunk], zwide[kChunk];
   for (size_t i0 = 0; i0 < n; i0 += kChunk) {
     const size_t count = std::min(kChunk, n - i0);
     const size_t bytes = (count + 7) / 8;
     if (ranks < 256) {
       std::fill(words, words + bytes, uint64_t{0});
+      std::fill(zwords, zwords + bytes, uint64_t{0});
       for (int r = 0; r < ranks; ++r) {
-        const uint8_t* b = bits[r] + i0 / 8;
+        const uint8_t* b = bits[static_cast<size_t>(r)] + i0 / 8;
         for (size_t w = 0; w < bytes; ++w) words[w] += expand[b[w]];
+        if (const uint8_t* z = zeros[static_cast<size_t>(r)]) {
+          z += i0 / 8;
+          for (size_t w = 0; w < bytes; ++w) zwords[w] += expand[z[w]];
+        }
       }
       std::memcpy(counts, words, bytes * 8);
-      for (size_t j = 0; j < count; ++j) wide[j] = counts[j];
+      std::memcpy(zcounts, zwords, bytes * 8);
+      for (size_t j = 0; j < count; ++j) {
+        wide[j] = counts[j];
+        zwide[j] = zcounts[j];
+      }
     } else {
       std::fill(wide, wide + kChunk, uint16_t{0});
+      std::fill(zwide, zwide + kChunk, uint16_t{0});
       for (int r = 0; r < ranks; ++r) {
-        const uint8_t* b = bits[r] + i0 / 8;
+        const uint8_t* b = bits[static_cast<size_t>(r)] + i0 / 8;
         for (size_t j = 0; j < count; ++j) wide[j] = static_cast<uint16_t>(wide[j] + ((b[j / 8] >> (j % 8)) & 1u));
+        if (const uint8_t* z = zeros[static_cast<size_t>(r)]) {
+          z += i0 / 8;
+          for (size_t j = 0; j < count; ++j)
+            zwide[j] = static_cast<uint16_t>(zwide[j] + ((z[j / 8] >> (j % 8)) & 1u));
+        }
       }
     }
-    for (size_t j = 0; j < count; ++j) {
-      const int twice = 2 * static_cast<int>(wide[j]);
-      out[i0 + j] = twice > ranks ? -1.0f : (twice < ranks ? 1.0f : 0.0f);
-    }
+    for (size_t j = 0; j < count; ++j) out[i0 + j] = sign_vote_value(wide[j], zwide[j], ranks);
   }
 }
 
-size_t onebit_encoded_bytes(size_t n) { return 8 + (n + 7) / 8; }
+size_t onebit_encoded_bytes(size_t n, size_t zeros) {
+  return kOnebitHeaderBytes + sign_plane_bytes(n) * (zeros > 0 ? 2 : 1);
+}
 
-GS_CLONES void onebit_encode(uint8_t* out, const float* p, size_t n) {
-  const SignSums sums = pack_signs<true>(out + 8, p, n);
-  // sum of the values >= 0 = sum |p| + sum of the negatives (|v| = -v there).
-  const size_t positive_count = n - sums.negative_count;
+GS_CLONES size_t onebit_encode(uint8_t* out, const float* p, size_t n) {
+  const size_t plane = sign_plane_bytes(n);
+  const SignSums sums = pack_signs<true>(out + kOnebitHeaderBytes, out + kOnebitHeaderBytes + plane, p, n);
+  // sum of the positive values = sum |p| + sum of the negatives (|v| = -v there; zeros add nothing to either).
+  const size_t positive_count = n - sums.negative_count - sums.zero_count;
   const double positive_sum = sums.abs_sum + sums.negative_sum;
-  const float mean_positive = positive_count ? static_cast<float>(positive_sum / positive_count) : 0.0f;
-  const float mean_negative = sums.negative_count ? static_cast<float>(sums.negative_sum / sums.negative_count) : 0.0f;
+  float mean_positive = positive_count ? static_cast<float>(positive_sum / static_cast<double>(positive_count)) : 0.0f;
+  float mean_negative =
+      sums.negative_count ? static_cast<float>(sums.negative_sum / static_cast<double>(sums.negative_count)) : 0.0f;
+  if (!std::isfinite(sums.abs_sum)) mean_positive = mean_negative = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(out, &mean_positive, 4);
   std::memcpy(out + 4, &mean_negative, 4);
+  store_u32(out + 8, static_cast<uint32_t>(sums.zero_count));
+  return onebit_encoded_bytes(n, sums.zero_count);
 }
 
 GS_CLONES void onebit_decode_add(float* out, const uint8_t* in, size_t n) {
   float mean_positive, mean_negative;
   std::memcpy(&mean_positive, in, 4);
   std::memcpy(&mean_negative, in + 4, 4);
-  unpack_add(out, in + 8, n, mean_positive, mean_negative);
+  const uint8_t* bits = in + kOnebitHeaderBytes;
+  const uint8_t* zeros = message_zero_count(in, kOnebitHeaderBytes) ? bits + sign_plane_bytes(n) : nullptr;
+  unpack_add(out, bits, zeros, n, onebit_decode(0, 0, mean_positive, mean_negative),
+             onebit_decode(1, 0, mean_positive, mean_negative), onebit_decode(0, 1, mean_positive, mean_negative));
 }
 
 // ---- PowerSGD helpers -----------------------------------------------------------------------------------------------

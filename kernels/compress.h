@@ -36,9 +36,10 @@ DrawIsa compress_draw_best_isa();
 // per-thread, grows to the size of the boundary bucket. k < 2^32 and n < 2^32.
 size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx);
 
-// Threshold: writes the indices i with |x[i]| >= tau (float comparison), ascending, and returns their count. idx
-// must have room for n entries (the loop writes one slot ahead of the count, branch-free). NaN values never compare
-// >= tau, so they are never selected; tau NaN selects nothing.
+// Threshold: writes the indices i with threshold_keep(x[i], tau) (compress_math.h: nonzero and |x| >= tau, or NaN),
+// ascending, and returns their count. idx must have room for n entries (the loop writes one slot ahead of the count,
+// branch-free). Exact zeros are never selected (tau 0 selects the nonzeros), NaN and inf values always are (tau NaN
+// selects only NaNs).
 size_t threshold_select(const float* x, size_t n, float tau, uint32_t* idx);
 
 // DGC's sampled threshold (Lin et al., ICLR 2018, "Deep Gradient Compression", section 3.1 / appendix: "sample 0.1% to
@@ -85,35 +86,48 @@ void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t seed, uint
 // out[i] += decoded value i of a TernGrad encoding.
 void terngrad_decode_add(float* out, const uint8_t* in, size_t n);
 
-// ---- signSGD (Bernstein et al., ICML 2018) --------------------------------------------------------------------------
+// ---- signSGD (Bernstein et al., ICML 2018) and 1-bit SGD (Seide et al., Interspeech 2014): ternary sign messages ---
+//
+// sign(0) = 0: an exact zero (+0 or -0) sends neither sign, decodes to 0 and does not vote. A message is
+//   header | sign plane | zero plane (present only when the header's zero count is > 0)
+// with each plane ceil(n / 8) bytes, bit i % 8 of byte i / 8 for value i (unused high bits of the last byte 0): the
+// sign plane holds negative_bit(p_i) (1 for p < 0), the zero plane zero_bit(p_i) (1 for p == 0). So a bucket
+// without exact zeros costs 1 bit per value, one with zeros 2 bits per value (compress_math.h for the element math).
+// Headers, little-endian: signSGD fp32 scale, uint32 zero count (kSignHeaderBytes); 1-bit SGD fp32 mean of the
+// positive values, fp32 mean of the negative values, uint32 zero count (kOnebitHeaderBytes). A NaN is neither
+// negative nor zero (its sign bit is 0) and makes the scale, or both means, NaN: every value of the bucket then
+// decodes to a non-finite value (so a loss scaler or the divergence check sees it); an inf does the same.
+// The encoders write both planes into `out` (room for the *_encoded_bytes(n, n) maximum) and return the message's
+// bytes; the zero plane's bytes past the returned size are written but are not part of the message.
 
-// Bytes of n packed sign bits: ceil(n / 8).
-size_t sign_packed_bytes(size_t n);
+// Bytes of one bit plane of n values: ceil(n / 8).
+size_t sign_plane_bytes(size_t n);
 
-// Packs bit i = negative_bit(p_i) (1 for p_i < 0; +0, -0 and NaN give 0) into bits[0..ceil(n/8)), bit i % 8 of byte
-// i / 8 (unused high bits of the last byte are 0), and returns the scale mean |p_i| (accumulated in double; 0 when
-// n == 0), the scaled-sign compressor (||p||_1 / d) sign(p) of EF-signSGD (Karimireddy et al., ICML 2019).
-float sign_pack(uint8_t* bits, const float* p, size_t n);
+// Bytes of a signSGD message of n values of which `zeros` are exact zeros: 8 + plane (+ plane when zeros > 0).
+size_t sign_encoded_bytes(size_t n, size_t zeros);
 
-// out[i] += bit i ? -scale : +scale (a 0 bit, including a sent 0, decodes as +scale).
-void sign_unpack_add(float* out, const uint8_t* bits, size_t n, float scale);
+// Encodes p[0..n): scale = mean |p_i| over all n values (accumulated in double; 0 when n == 0), the scaled-sign
+// compressor (||p||_1 / d) sign(p) of EF-signSGD (Karimireddy et al., ICML 2019), with sign(0) = 0. Returns the bytes.
+size_t sign_encode(uint8_t* out, const float* p, size_t n);
 
-// Majority vote of `ranks` packed sign vectors (signSGD with majority vote, Bernstein et al. 2018, Algorithm 2):
-// out[i] = +1 when more ranks sent + than -, -1 when more sent -, and 0 on a tie (so sign(0) = 0 can appear only with
-// an even number of ranks). Overwrites out (it does not add); the caller applies the learning rate / scale.
-void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n);
+// out[i] += decoded value i of a signSGD message (sign_decode: -scale, +scale, or 0 * scale for a zero).
+void sign_decode_add(float* out, const uint8_t* in, size_t n);
 
-// ---- 1-bit SGD (Seide et al., Interspeech 2014, "1-Bit Stochastic Gradient Descent ...") -------------------------
+// Majority vote of `ranks` signSGD messages (msgs[r]; Bernstein et al. 2018, Algorithm 2): out[i] = +1 when more
+// ranks sent + than -, -1 when more sent -, 0 on a tie; zeros do not vote (sign_vote_value). Overwrites out (it does
+// not add); the caller applies the learning rate / scale.
+void sign_vote(float* out, const uint8_t* const* msgs, int ranks, size_t n);
 
-// Bytes of one 1-bit encoding: 8 (fp32 mean of the values >= 0, fp32 mean of the values < 0) + ceil(n / 8).
-size_t onebit_encoded_bytes(size_t n);
+// Bytes of a 1-bit SGD message: 12 + plane (+ plane when zeros > 0).
+size_t onebit_encoded_bytes(size_t n, size_t zeros);
 
-// Encodes p[0..n) as the two fp32 means (of the values with bit 0: p >= 0 and NaN; of the values with bit 1: p < 0,
-// accumulated in double; an empty group's mean is 0), then the bits as sign_pack writes them. Seide et al. quantize
-// at threshold 0 and reconstruct each group by its mean (per column there; here one pair per tensor or bucket).
-void onebit_encode(uint8_t* out, const float* p, size_t n);
+// Encodes p[0..n) as the mean of the positive values (p > 0, and NaN), the mean of the negative values (p < 0),
+// accumulated in double (an empty group's mean is 0; both NaN when the bucket holds a NaN or inf), the zero count and
+// the planes. Seide et al. quantize at threshold 0 and reconstruct each group by its mean (per column there; here one
+// pair per tensor or bucket); exact zeros form a third group that decodes to 0. Returns the bytes.
+size_t onebit_encode(uint8_t* out, const float* p, size_t n);
 
-// out[i] += bit i ? mean_negative : mean_positive.
+// out[i] += decoded value i of a 1-bit message (onebit_decode).
 void onebit_decode_add(float* out, const uint8_t* in, size_t n);
 
 // ---- PowerSGD helpers (Vogels et al., NeurIPS 2019, Algorithm 1) ----------------------------------------------------

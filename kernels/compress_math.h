@@ -4,6 +4,7 @@
 #pragma once
 #include <math.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -19,6 +20,14 @@ GS_HD inline uint32_t magnitude_key(float x) {
   uint32_t bits;
   memcpy(&bits, &x, sizeof bits);
   return bits & 0x7fffffffu;
+}
+
+// Threshold selection of one value (the threshold compressor and DGC): kept when it is not an exact zero and
+// |x| >= tau, and always when it is NaN. So an exact zero is never sent (it carries nothing: an all-zero bucket sends
+// an empty message whatever tau is) and a non-finite value always is (inf passes any finite tau; NaN compares false,
+// so it is kept explicitly): the overflow shows in the reduced gradient instead of hiding in a residual.
+GS_HD inline bool threshold_keep(float x, float tau) {
+  return x != 0.0f && (fabsf(x) >= tau || magnitude_key(x) > 0x7f800000u);
 }
 
 // ---- Draws --------------------------------------------------------------------------------------------------------
@@ -120,10 +129,37 @@ GS_HD inline float terngrad_decode(uint32_t code, float scale) {
   return code == 1u ? scale : (code == 2u ? -scale : 0.0f * scale);
 }
 
-// ---- Sign and 1-bit -----------------------------------------------------------------------------------------------
+// ---- Sign and 1-bit (ternary: sign(0) = 0) ------------------------------------------------------------------------
 
-// Sign bit on the wire (signSGD and 1-bit SGD): 1 when p < 0, else 0. So +0, -0 and NaN all send 0, which decodes
-// as the positive value (signSGD: +scale; 1-bit SGD: the positive mean).
+// Header bytes of the ternary sign messages (kernels/compress.h): signSGD fp32 scale + uint32 zero count; 1-bit SGD
+// fp32 positive mean + fp32 negative mean + uint32 zero count. The planes follow.
+constexpr size_t kSignHeaderBytes = 8;
+constexpr size_t kOnebitHeaderBytes = 12;
+
+// Sign plane bit of one value (signSGD and 1-bit SGD): 1 when p < 0, else 0 (+0, -0 and NaN give 0).
 GS_HD inline uint32_t negative_bit(float p) { return p < 0.0f ? 1u : 0u; }
+
+// Zero plane bit of one value: 1 for an exact zero (+0 or -0; a subnormal is not zero), else 0. A value with its zero
+// bit set sends neither sign: sign(0) = 0 (it decodes to 0 and does not vote).
+GS_HD inline uint32_t zero_bit(float p) { return p == 0.0f ? 1u : 0u; }
+
+// Decoded signSGD value: -scale, +scale, or 0 * scale for a zero (0, or NaN when the scale is non-finite: a NaN or
+// inf anywhere in the bucket makes every decoded value non-finite, so the overflow shows).
+GS_HD inline float sign_decode(uint32_t negative, uint32_t zero, float scale) {
+  return zero ? 0.0f * scale : (negative ? -scale : scale);
+}
+
+// Decoded 1-bit SGD value: the negative group's mean, the positive group's mean, or 0 * mean_positive for a zero (0
+// for finite means; the encoder makes both means NaN when the bucket holds a NaN or inf).
+GS_HD inline float onebit_decode(uint32_t negative, uint32_t zero, float mean_positive, float mean_negative) {
+  return zero ? 0.0f * mean_positive : (negative ? mean_negative : mean_positive);
+}
+
+// Majority vote of one value over `ranks` ternary signs (Bernstein et al. 2018, Algorithm 2, with sign(0) = 0):
+// negatives ranks sent -, zeros sent nothing, the rest sent +; +1, -1, or 0 on a tie (all zeros included).
+GS_HD inline float sign_vote_value(int negatives, int zeros, int ranks) {
+  const int positives = ranks - negatives - zeros;
+  return positives > negatives ? 1.0f : (positives < negatives ? -1.0f : 0.0f);
+}
 
 }  // namespace gs

@@ -739,7 +739,7 @@ struct TopkClass {
 struct ThresholdClass {
   const float* x;
   float tau;
-  __device__ uint32_t operator()(size_t i) const { return fabsf(x[i]) >= tau ? 1u : 0u; }
+  __device__ uint32_t operator()(size_t i) const { return threshold_keep(x[i], tau) ? 1u : 0u; }
   __device__ uint32_t ties() const { return 0u; }
 };
 
@@ -1162,69 +1162,93 @@ struct TernDecodeOp {
   }
 };
 
-// Thread per byte of sign bits: bit j of byte b = negative_bit(p[8 b + j]); unused high bits 0.
+// Thread per plane byte: bit j of byte b of the sign plane = negative_bit(p[8 b + j]), of the zero plane
+// zero_bit(p[8 b + j]); unused high bits 0.
 struct SignPackOp {
   uint8_t* bits;
+  uint8_t* zeros;
   const float* p;
   uint64_t n;
   __device__ void operator()(size_t b) const {
-    uint32_t byte = 0;
+    uint32_t byte = 0, zbyte = 0;
     for (int j = 0; j < 8; ++j) {
       const uint64_t i = 8 * static_cast<uint64_t>(b) + j;
-      if (i < n) byte |= negative_bit(p[i]) << j;
+      if (i < n) {
+        byte |= negative_bit(p[i]) << j;
+        zbyte |= zero_bit(p[i]) << j;
+      }
     }
     bits[b] = static_cast<uint8_t>(byte);
+    zeros[b] = static_cast<uint8_t>(zbyte);
   }
 };
 
+// Per element: |p|, the negative value (or 0), negative count, zero count.
 struct SignTerms {
   const float* p;
-  __device__ Sums<3> operator()(size_t i) const {
+  __device__ Sums<4> operator()(size_t i) const {
     const float v = p[i];
     const bool neg = v < 0.0f;
-    return Sums<3>{{static_cast<double>(fabsf(v)), neg ? static_cast<double>(v) : 0.0, neg ? 1.0 : 0.0}};
+    return Sums<4>{{static_cast<double>(fabsf(v)), neg ? static_cast<double>(v) : 0.0, neg ? 1.0 : 0.0,
+                    zero_bit(v) ? 1.0 : 0.0}};
   }
 };
 
-__global__ void sign_scale_kernel(float* scale, const Sums<3>* s, uint64_t n) {
-  *scale = static_cast<float>(s->v[0] / static_cast<double>(n));
+__device__ inline void store_u32_device(uint8_t* p, uint32_t v) { memcpy(p, &v, sizeof v); }
+__device__ inline uint32_t load_u32_device(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
 }
 
-__global__ void onebit_means_kernel(uint8_t* out, const Sums<3>* s, uint64_t n) {
+__global__ void sign_header_kernel(uint8_t* out, const Sums<4>* s, uint64_t n) {
+  store_float(out, n ? static_cast<float>(s->v[0] / static_cast<double>(n)) : 0.0f);
+  store_u32_device(out + 4, static_cast<uint32_t>(s->v[3]));
+}
+
+__global__ void onebit_header_kernel(uint8_t* out, const Sums<4>* s, uint64_t n) {
   const uint64_t negative_count = static_cast<uint64_t>(s->v[2]);
-  const uint64_t positive_count = n - negative_count;
+  const uint64_t zero_count = static_cast<uint64_t>(s->v[3]);
+  const uint64_t positive_count = n - negative_count - zero_count;
   const double positive_sum = s->v[0] + s->v[1];
-  store_float(out, positive_count ? static_cast<float>(positive_sum / static_cast<double>(positive_count)) : 0.0f);
-  store_float(out + 4,
-              negative_count ? static_cast<float>(s->v[1] / static_cast<double>(negative_count)) : 0.0f);
+  float mean_positive = positive_count ? static_cast<float>(positive_sum / static_cast<double>(positive_count)) : 0.0f;
+  float mean_negative = negative_count ? static_cast<float>(s->v[1] / static_cast<double>(negative_count)) : 0.0f;
+  if (!isfinite(s->v[0])) mean_positive = mean_negative = __int_as_float(0x7fffffff);
+  store_float(out, mean_positive);
+  store_float(out + 4, mean_negative);
+  store_u32_device(out + 8, static_cast<uint32_t>(zero_count));
 }
 
-struct UnpackAddOp {
+// out[i] += decoded value i of a sign (onebit false) or 1-bit (onebit true) message.
+struct SignDecodeOp {
   float* out;
-  const uint8_t* bits;
-  const float* scale;  // sign: +scale / -scale
-  const uint8_t* means;  // 1-bit: (mean_positive, mean_negative); used when scale is null
+  const uint8_t* in;
+  uint64_t plane;  // bytes of one plane
+  bool onebit;
   __device__ void operator()(size_t i) const {
-    const bool one = (bits[i / 8] >> (i % 8)) & 1u;
-    float v;
-    if (scale) {
-      v = one ? -*scale : *scale;
-    } else {
-      v = one ? load_float(means + 4) : load_float(means);
-    }
+    const size_t header = onebit ? kOnebitHeaderBytes : kSignHeaderBytes;
+    const uint32_t zero_count = load_u32_device(in + header - 4);
+    const uint32_t neg = (in[header + i / 8] >> (i % 8)) & 1u;
+    const uint32_t zero = zero_count ? (in[header + plane + i / 8] >> (i % 8)) & 1u : 0u;
+    const float v = onebit ? onebit_decode(neg, zero, load_float(in), load_float(in + 4))
+                           : sign_decode(neg, zero, load_float(in));
     out[i] = out[i] + v;
   }
 };
 
 struct VoteOp {
   float* out;
-  const uint8_t* const* bits;
+  const uint8_t* const* msgs;
   int ranks;
+  uint64_t plane;
   __device__ void operator()(size_t i) const {
-    int count = 0;
-    for (int r = 0; r < ranks; ++r) count += (bits[r][i / 8] >> (i % 8)) & 1u;
-    const int twice = 2 * count;
-    out[i] = twice > ranks ? -1.0f : (twice < ranks ? 1.0f : 0.0f);
+    int negatives = 0, zeros = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const uint8_t* m = msgs[r];
+      negatives += (m[kSignHeaderBytes + i / 8] >> (i % 8)) & 1u;
+      if (load_u32_device(m + 4) != 0) zeros += (m[kSignHeaderBytes + plane + i / 8] >> (i % 8)) & 1u;
+    }
+    out[i] = sign_vote_value(negatives, zeros, ranks);
   }
 };
 
@@ -1284,37 +1308,36 @@ void terngrad_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t s
   launch_map(n, TernDecodeOp{out, in}, stream, "terngrad_decode_add");
 }
 
-void sign_pack(uint8_t* bits, float* scale, const float* p, size_t n, Scratch& scratch, cudaStream_t stream) {
-  if (n == 0) {
-    store_value_kernel<<<1, 1, 0, stream>>>(scale, 0.0f);
-    check_launch("sign_pack");
-    return;
-  }
-  launch_map((n + 7) / 8, SignPackOp{bits, p, n}, stream, "sign_pack bits");
-  auto* partial = static_cast<Sums<3>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<3>)));
-  launch_sums<3>(n, SignTerms{p}, partial, partial + kReduceBlocks, stream, "sign_pack sums");
-  sign_scale_kernel<<<1, 1, 0, stream>>>(scale, partial + kReduceBlocks, n);
-  check_launch("sign_pack scale");
+void sign_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream) {
+  const uint64_t plane = (n + 7) / 8;
+  launch_map(plane, SignPackOp{out + kSignHeaderBytes, out + kSignHeaderBytes + plane, p, n}, stream,
+             "sign_encode planes");
+  auto* partial = static_cast<Sums<4>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<4>)));
+  launch_sums<4>(n, SignTerms{p}, partial, partial + kReduceBlocks, stream, "sign_encode sums");
+  sign_header_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks, n);
+  check_launch("sign_encode header");
 }
 
-void sign_unpack_add(float* out, const uint8_t* bits, size_t n, const float* scale, cudaStream_t stream) {
-  launch_map(n, UnpackAddOp{out, bits, scale, nullptr}, stream, "sign_unpack_add");
+void sign_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream) {
+  launch_map(n, SignDecodeOp{out, in, (n + 7) / 8, false}, stream, "sign_decode_add");
 }
 
-void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n, cudaStream_t stream) {
-  launch_map(n, VoteOp{out, bits, ranks}, stream, "sign_vote");
+void sign_vote(float* out, const uint8_t* const* msgs, int ranks, size_t n, cudaStream_t stream) {
+  launch_map(n, VoteOp{out, msgs, ranks, (n + 7) / 8}, stream, "sign_vote");
 }
 
 void onebit_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream) {
-  launch_map((n + 7) / 8, SignPackOp{out + 8, p, n}, stream, "onebit_encode bits");
-  auto* partial = static_cast<Sums<3>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<3>)));
-  launch_sums<3>(n, SignTerms{p}, partial, partial + kReduceBlocks, stream, "onebit_encode sums");
-  onebit_means_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks, n);
-  check_launch("onebit_encode means");
+  const uint64_t plane = (n + 7) / 8;
+  launch_map(plane, SignPackOp{out + kOnebitHeaderBytes, out + kOnebitHeaderBytes + plane, p, n}, stream,
+             "onebit_encode planes");
+  auto* partial = static_cast<Sums<4>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<4>)));
+  launch_sums<4>(n, SignTerms{p}, partial, partial + kReduceBlocks, stream, "onebit_encode sums");
+  onebit_header_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks, n);
+  check_launch("onebit_encode header");
 }
 
 void onebit_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream) {
-  launch_map(n, UnpackAddOp{out, in + 8, nullptr, in}, stream, "onebit_decode_add");
+  launch_map(n, SignDecodeOp{out, in, (n + 7) / 8, true}, stream, "onebit_decode_add");
 }
 
 // ---- PowerSGD orthogonalization -------------------------------------------------------------------------------

@@ -145,8 +145,8 @@ void sum_to_double(double* out, const float* x, size_t n, Scratch& scratch, cuda
 // (11, 12, 8 bits; histograms in shared memory), then one tiled compaction (per-tile counts, a scan over tiles, a
 // block scan inside each tile). Returns min(k, n) (known without synchronizing). k, n < 2^32.
 size_t topk_select(const float* x, size_t n, size_t k, uint32_t* idx, Scratch& scratch, cudaStream_t stream);
-// Threshold: idx = the ascending indices i with |x[i]| >= tau; *count (device uint32) = their number. idx has room
-// for n entries.
+// Threshold: idx = the ascending indices i with threshold_keep(x[i], tau) (as gs::threshold_select: nonzero and
+// |x| >= tau, or NaN); *count (device uint32) = their number. idx has room for n entries.
 void threshold_select(const float* x, size_t n, float tau, uint32_t* idx, uint32_t* count, Scratch& scratch,
                       cudaStream_t stream);
 // DGC's sampled threshold, exactly as gs::sampled_threshold (same strata, same Philox draws, exact k-th of the
@@ -180,13 +180,16 @@ void qsgd_decode_add(float* out, const uint8_t* in, size_t n, int s, cudaStream_
 void terngrad_encode(uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream_id, Scratch& scratch,
                      cudaStream_t stream);
 void terngrad_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream);
-// signSGD: bits as gs::sign_pack (bit for bit); *scale (device float) = mean |p| accumulated in double (0 for n 0).
-void sign_pack(uint8_t* bits, float* scale, const float* p, size_t n, Scratch& scratch, cudaStream_t stream);
-// out[i] += bit i ? -scale : +scale, scale read from the device.
-void sign_unpack_add(float* out, const uint8_t* bits, size_t n, const float* scale, cudaStream_t stream);
-// Majority vote as gs::sign_vote; bits is a DEVICE array of `ranks` device pointers.
-void sign_vote(float* out, const uint8_t* const* bits, int ranks, size_t n, cudaStream_t stream);
-// 1-bit SGD encode / decode-add as gs::onebit_encode / onebit_decode_add (bits bit for bit; means in double).
+// signSGD message as gs::sign_encode into out (device, room for sign_encoded_bytes(n, n)): header (scale = mean |p|
+// accumulated in double in another order than the host's: compare within a relative bound; the zero count exact)
+// and both planes bit for bit (the zero plane written whether or not the count is 0, as the host does).
+void sign_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream);
+// out[i] += decoded value i of a signSGD message (device bytes), as gs::sign_decode_add.
+void sign_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream);
+// Majority vote as gs::sign_vote; msgs is a DEVICE array of `ranks` device pointers to signSGD messages.
+void sign_vote(float* out, const uint8_t* const* msgs, int ranks, size_t n, cudaStream_t stream);
+// 1-bit SGD encode / decode-add as gs::onebit_encode / onebit_decode_add (planes and zero count bit for bit; means in
+// double in another order; both NaN when the bucket holds a NaN or inf).
 void onebit_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream);
 void onebit_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream);
 

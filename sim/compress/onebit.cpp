@@ -1,5 +1,6 @@
 // `onebit`: 1-bit SGD (Seide et al. 2014): sign bits with the bucket's positive and negative means as the two
-// reconstruction values (kernels/compress.h onebit_encode); payloads all-gathered, decoded, summed.
+// reconstruction values, exact zeros a third group that decodes to 0 (kernels/compress.h onebit_encode: 1 bit per
+// value, 2 when the bucket holds exact zeros); payloads all-gathered, decoded, summed.
 #include "kernels/compress.h"
 #include "sim/compress/compressor.h"
 
@@ -10,8 +11,8 @@ class OneBit final : public Compressor {
  public:
   WireCollective collective() const override { return WireCollective::kAllGather; }
   void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    payload.resize(onebit_encoded_bytes(job.n));
-    onebit_encode(payload.data(), job.p, job.n);
+    payload.resize(onebit_encoded_bytes(job.n, job.n));
+    payload.resize(onebit_encode(payload.data(), job.p, job.n));
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
     onebit_decode_add(out, payload, job.n);

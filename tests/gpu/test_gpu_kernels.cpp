@@ -536,76 +536,79 @@ TEST_F(GpuKernels, QsgdAndTernGradEncodeAndDecodeAsHostBitForBit) {
   }
 }
 
-TEST_F(GpuKernels, SignOneBitAndVoteAsHost) {
+// Compares a GPU ternary sign message with the host's: header floats within rel (NaN where the host's is NaN), the zero
+// count and both planes bit for bit.
+void expect_same_message(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, size_t header, int floats,
+                         double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (int j = 0; j < floats; ++j) {
+    float g, w;
+    std::memcpy(&g, got.data() + 4 * j, 4);
+    std::memcpy(&w, want.data() + 4 * j, 4);
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << what << " header float " << j;
+    } else {
+      EXPECT_NEAR(g, w, rel * std::fabs(w)) << what << " header float " << j;
+    }
+  }
+  EXPECT_TRUE(std::equal(got.begin() + 4 * floats, got.end(), want.begin() + 4 * floats))
+      << what << ": zero count and planes";
+}
+
+TEST_F(GpuKernels, TernarySignOneBitAndVoteAsHost) {
   for (size_t n : kernel_sizes()) {
     auto rng = fresh_rng(n + 43);
     auto p = test::normals(n, rng);
-    if (n > 2) {
-      p[0] = -0.0f;
-      p[1] = NAN;
-    }
+    // Exact zeros (+0, -0), a subnormal, and for the NaN run a NaN.
+    for (size_t i = 5; i < n; i += 7) p[i] = (i % 2) ? 0.0f : -0.0f;
+    if (n > 2) p[1] = 1e-45f;
+    auto with_nan = p;
+    if (n > 2) with_nan[0] = NAN;
     const auto acc0 = test::normals(n, rng);
-    Dev<float> d_p(p);
-    // signSGD: bits exact; the scale's double sum runs in another order (relative 1e-6: float rounding of a double
-    // sum that differs in its last bits).
-    std::vector<uint8_t> bits(sign_packed_bytes(n));
-    const float scale = sign_pack(bits.data(), p.data(), n);
-    Dev<uint8_t> d_bits(bits.size());
-    Dev<float> d_scale(1);
-    gpu::sign_pack(d_bits.get(), d_scale.get(), d_p.get(), n, scratch_, s());
-    EXPECT_SAME_BITS(d_bits.host(), bits, "sign bits n " + std::to_string(n));
-    // The NaN makes both scales NaN (checked); the value check runs on a NaN-free copy.
-    EXPECT_EQ(std::isnan(test::read_one(d_scale.get())), std::isnan(scale)) << "sign scale NaN n " << n;
-    auto clean = p;
-    for (auto& v : clean) v = std::isnan(v) ? 0.5f : v;
-    Dev<float> d_clean(clean);
-    std::vector<uint8_t> clean_bits(bits.size());
-    const float clean_scale = sign_pack(clean_bits.data(), clean.data(), n);
-    gpu::sign_pack(d_bits.get(), d_scale.get(), d_clean.get(), n, scratch_, s());
-    EXPECT_NEAR(test::read_one(d_scale.get()), clean_scale, 1e-6 * std::fabs(clean_scale)) << "sign scale n " << n;
-    auto out = acc0;
-    sign_unpack_add(out.data(), bits.data(), n, 0.25f);
-    Dev<float> d_out(acc0), d_quarter(std::vector<float>{0.25f});
-    Dev<uint8_t> d_hbits(bits);
-    gpu::sign_unpack_add(d_out.get(), d_hbits.get(), n, d_quarter.get(), s());
-    EXPECT_SAME_BITS(d_out.host(), out, "sign unpack_add");
-
-    // 1-bit: bits exact (with the NaN), means relative 1e-6 on the NaN-free copy; decode of the host's message exact.
-    std::vector<uint8_t> msg(onebit_encoded_bytes(n));
-    onebit_encode(msg.data(), p.data(), n);
-    Dev<uint8_t> d_msg(msg.size());
-    gpu::onebit_encode(d_msg.get(), d_p.get(), n, scratch_, s());
-    auto got = d_msg.host();
-    EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), msg.begin() + 8)) << "1-bit bits n " << n;
-    onebit_encode(msg.data(), clean.data(), n);
-    gpu::onebit_encode(d_msg.get(), d_clean.get(), n, scratch_, s());
-    got = d_msg.host();
-    EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), msg.begin() + 8)) << "1-bit bits (NaN-free) n " << n;
-    for (int j = 0; j < 2; ++j) {
-      float g, w;
-      std::memcpy(&g, got.data() + 4 * j, 4);
-      std::memcpy(&w, msg.data() + 4 * j, 4);
-      EXPECT_NEAR(g, w, 1e-6 * std::fabs(w)) << "1-bit mean " << j << " n " << n;
+    for (const auto* in : {&p, &with_nan}) {
+      const std::string tag = std::string(in == &p ? "" : "NaN ") + "n " + std::to_string(n);
+      Dev<float> d_p(*in);
+      // signSGD: planes and zero count exact; the scale's double sum runs in another order (relative 1e-6).
+      std::vector<uint8_t> msg(sign_encoded_bytes(n, n));
+      sign_encode(msg.data(), in->data(), n);
+      Dev<uint8_t> d_msg(msg.size());
+      gpu::sign_encode(d_msg.get(), d_p.get(), n, scratch_, s());
+      expect_same_message(d_msg.host(), msg, kSignHeaderBytes, 1, 1e-6, "sign " + tag);
+      auto out = acc0;
+      sign_decode_add(out.data(), msg.data(), n);
+      Dev<uint8_t> d_hmsg(msg);
+      Dev<float> d_out(acc0);
+      gpu::sign_decode_add(d_out.get(), d_hmsg.get(), n, s());
+      EXPECT_SAME_BITS(d_out.host(), out, "sign decode_add " + tag);
+      // 1-bit: the same, two means.
+      std::vector<uint8_t> wire(onebit_encoded_bytes(n, n));
+      onebit_encode(wire.data(), in->data(), n);
+      Dev<uint8_t> d_wire(wire.size());
+      gpu::onebit_encode(d_wire.get(), d_p.get(), n, scratch_, s());
+      expect_same_message(d_wire.host(), wire, kOnebitHeaderBytes, 2, 1e-6, "1-bit " + tag);
+      out = acc0;
+      onebit_decode_add(out.data(), wire.data(), n);
+      Dev<uint8_t> d_hwire(wire);
+      Dev<float> d_out2(acc0);
+      gpu::onebit_decode_add(d_out2.get(), d_hwire.get(), n, s());
+      EXPECT_SAME_BITS(d_out2.host(), out, "1-bit decode_add " + tag);
     }
-    out = acc0;
-    onebit_decode_add(out.data(), msg.data(), n);
-    Dev<uint8_t> d_hmsg(msg);
-    Dev<float> d_out2(acc0);
-    gpu::onebit_decode_add(d_out2.get(), d_hmsg.get(), n, s());
-    EXPECT_SAME_BITS(d_out2.host(), out, "1-bit decode_add");
 
-    // Majority vote over 1, 2, 3 and 8 ranks' sign vectors.
+    // Majority vote over 1, 2, 3 and 8 ranks' messages, zeros on some ranks (they do not vote).
     for (int ranks : {1, 2, 3, 8}) {
-      std::vector<std::vector<uint8_t>> rank_bits(ranks, std::vector<uint8_t>(sign_packed_bytes(n)));
+      std::vector<std::vector<uint8_t>> msgs(ranks, std::vector<uint8_t>(sign_encoded_bytes(n, n)));
       std::vector<const uint8_t*> host_ptrs;
-      std::vector<Dev<uint8_t>> dev_bits;
+      std::vector<Dev<uint8_t>> dev_msgs;
       std::vector<const uint8_t*> dev_ptrs;
       for (int r = 0; r < ranks; ++r) {
-        for (auto& b : rank_bits[r]) b = static_cast<uint8_t>(rng());
-        host_ptrs.push_back(rank_bits[r].data());
-        dev_bits.emplace_back(rank_bits[r]);
+        auto v = test::normals(n, rng);
+        if (r % 2 == 1)
+          for (size_t i = static_cast<size_t>(r); i < n; i += 3) v[i] = 0.0f;
+        sign_encode(msgs[r].data(), v.data(), n);
+        host_ptrs.push_back(msgs[r].data());
+        dev_msgs.emplace_back(msgs[r]);
       }
-      for (auto& d : dev_bits) dev_ptrs.push_back(d.get());
+      for (auto& d : dev_msgs) dev_ptrs.push_back(d.get());
       std::vector<float> want(n);
       sign_vote(want.data(), host_ptrs.data(), ranks, n);
       Dev<const uint8_t*> d_ptrs(dev_ptrs);

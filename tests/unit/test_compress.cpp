@@ -387,8 +387,10 @@ TEST(CompressReport, BytesRatioAndCollectivePerKind) {
       {{{"kind", "randomk"}, {"k", 5}, {"shared_indices", true}}, 5 * 4, "all_gather"},
       {{{"kind", "qsgd"}, {"levels", 4}}, 4 + std::ceil(n * 4 / 8), "all_gather"},  // 3 level bits + sign
       {{{"kind", "terngrad"}}, 4 + std::ceil(n / 4), "all_gather"},
-      {{{"kind", "signsgd"}}, 4 + std::ceil(n / 8), "all_gather"},
-      {{{"kind", "onebit"}}, 8 + std::ceil(n / 8), "all_gather"},
+      // Ternary sign messages (kernels/compress.h): header (scale + zero count; 1-bit: two means + zero count) and one
+      // bit plane, as the gradient below has no exact zero.
+      {{{"kind", "signsgd"}}, 8 + std::ceil(n / 8), "all_gather"},
+      {{{"kind", "onebit"}}, 12 + std::ceil(n / 8), "all_gather"},
   };
   for (const auto& k : kinds) {
     Harness h(k.c, 2, 10, 4, true);
@@ -401,6 +403,42 @@ TEST(CompressReport, BytesRatioAndCollectivePerKind) {
     // Ring conventions: all-reduce 2(N-1)/N of the payload, all-gather (N-1)/N of both ranks' payloads; with N = 2
     // and equal payloads both are one payload.
     EXPECT_EQ(rep["wire_bytes_per_rank_per_step"].get<double>(), k.payload_bytes) << k.c.dump();
+  }
+  // With exact zeros the sign messages carry the zero plane too: 2 bits per value, counted.
+  for (const auto& [kind, header] : std::vector<std::pair<std::string, double>>{{"signsgd", 8}, {"onebit", 12}}) {
+    Harness h({{"kind", kind}}, 2, 10, 4, true);
+    std::vector<float> g(h.n, 1.0f);
+    g[3] = 0.0f;
+    h.step({g, g}, 2.0, 0);
+    EXPECT_EQ(h.red->report()["payload_bytes_per_rank_per_step"].get<double>(), header + 2 * std::ceil(n / 8)) << kind;
+  }
+}
+
+// ---- sign(0) = 0 through the pipeline: a coordinate with an exact zero gradient does not move ------------------------
+
+TEST(CompressSignZeros, ZerosNeitherMoveNorOutvote) {
+  // 3 ranks, 3 coordinates: (0, 0, -2) on coordinate 0, all zeros on coordinate 1, +1 everywhere on coordinate 2.
+  // Majority vote: coordinate 0 is -1 (the two zeros do not vote; 1-bit codes sent them as + and won 2 to 1),
+  // coordinate 1 is 0, coordinate 2 is +1; times the summed scales sum_r mean |g_r|.
+  const std::vector<std::vector<float>> g = {{0, 0, 1}, {0, 0, 1}, {-2, 0, 1}};
+  Harness vote({{"kind", "signsgd"}, {"vote", true}, {"measure_error", false}}, 3, 3, 1, false);
+  auto out = vote.step(g, 1.0, 0);
+  const float scales = 1.0f / 3 + 1.0f / 3 + 1.0f;
+  EXPECT_EQ(out[0], (std::vector<float>{-scales, 0.0f, scales}));
+  // Without vote the decoded messages are summed: coordinate 1 stays exactly 0, coordinate 0 gets only rank 2's -1.
+  Harness sum({{"kind", "signsgd"}, {"measure_error", false}}, 3, 3, 1, false);
+  out = sum.step(g, 1.0, 0);
+  EXPECT_EQ(out[0], (std::vector<float>{-1.0f, 0.0f, 1.0f / 3 + 1.0f / 3 + 1.0f}));
+  // 1-bit SGD: zeros decode to 0 and stay out of the positive mean (rank 0: mean of {1} is 1, not (0 + 0 + 1) / 3).
+  Harness one({{"kind", "onebit"}, {"measure_error", false}}, 3, 3, 1, false);
+  out = one.step(g, 1.0, 0);
+  EXPECT_EQ(out[0], (std::vector<float>{-2.0f, 0.0f, 3.0f}));
+  // EF-signSGD on one rank over 3 steps: the zero coordinate sends 0, keeps a zero residual, never drifts.
+  Harness ef({{"kind", "signsgd"}, {"error_feedback", true}, {"measure_error", false}}, 1, 3, 1, false);
+  for (int t = 0; t < 3; ++t) {
+    auto o = ef.step({{0.0f, 3.0f, -1.0f}}, 1.0, t)[0];
+    EXPECT_EQ(o[0], 0.0f) << "step " << t;
+    EXPECT_EQ(ef.red->residual(0)[0], 0.0f) << "step " << t;
   }
 }
 

@@ -138,7 +138,7 @@ TEST(CompressThreshold, SelectsMagnitudesAtOrAboveTau) {
     const size_t got = threshold_select(x.data(), x.size(), tau, idx.data());
     std::vector<uint32_t> want;
     for (size_t i = 0; i < x.size(); ++i)
-      if (std::fabs(x[i]) >= tau) want.push_back(static_cast<uint32_t>(i));
+      if (x[i] != 0.0f && std::fabs(x[i]) >= tau) want.push_back(static_cast<uint32_t>(i));  // zeros never sent
     ASSERT_EQ(got, want.size());
     EXPECT_TRUE(std::equal(want.begin(), want.end(), idx.begin()));
   }
@@ -148,6 +148,20 @@ TEST(CompressThreshold, SelectsMagnitudesAtOrAboveTau) {
   ASSERT_EQ(threshold_select(small, 5, 1.5f, idx), 2u);
   EXPECT_EQ(idx[0], 0u);
   EXPECT_EQ(idx[1], 1u);
+  // tau 0 selects the nonzeros (a zero carries nothing), an all-zero input selects nothing; NaN and inf are always
+  // selected (so a non-finite gradient shows in the reduced gradient), a subnormal is a nonzero.
+  const float odd[] = {0.0f, -0.0f, 1e-45f, std::numeric_limits<float>::quiet_NaN(),
+                       -std::numeric_limits<float>::infinity(), 0.25f};
+  uint32_t oi[6];
+  ASSERT_EQ(threshold_select(odd, 6, 0.0f, oi), 4u);
+  EXPECT_EQ(oi[0], 2u);
+  EXPECT_EQ(oi[1], 3u);
+  ASSERT_EQ(threshold_select(odd, 6, 1.0f, oi), 2u);
+  EXPECT_EQ(oi[0], 3u);
+  EXPECT_EQ(oi[1], 4u);
+  const std::vector<float> zero(40, 0.0f);
+  std::vector<uint32_t> zi(40);
+  EXPECT_EQ(threshold_select(zero.data(), 40, 0.0f, zi.data()), 0u);
 }
 
 TEST(CompressSampledThreshold, AllSamplesGiveTheExactQuantile) {
@@ -478,42 +492,84 @@ TEST(CompressTernGrad, ZerosAndNonFiniteScale) {
   EXPECT_TRUE(std::isnan(o2[3])) << "a zero decodes to 0 * inf";
 }
 
-// ---- signSGD, majority vote, 1-bit ----------------------------------------------------------------------------------
+// ---- signSGD, majority vote, 1-bit (ternary: sign(0) = 0) ----------------------------------------------------------
 
-TEST(CompressSign, PackRoundTripAndScale) {
+// Reference decoding of value i of a message, bit by bit from the layout documented in compress.h.
+struct SignRef {
+  uint32_t neg, zero;
+};
+SignRef sign_bits_at(const uint8_t* msg, size_t header, size_t n, size_t i) {
+  uint32_t zeros;
+  std::memcpy(&zeros, msg + header - 4, 4);
+  const size_t plane = (n + 7) / 8;
+  return {(msg[header + i / 8] >> (i % 8)) & 1u, zeros ? (msg[header + plane + i / 8] >> (i % 8)) & 1u : 0u};
+}
+
+TEST(CompressSign, TernaryRoundTripScaleAndHonestBytes) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{1023}, size_t{1024}, size_t{1025},
                    size_t{5001}}) {
-    std::vector<float> p = normals(n, 30 + n);
-    if (n > 3) {
-      p[0] = 0.0f;
-      p[1] = -0.0f;
-      p[2] = std::numeric_limits<float>::quiet_NaN();
-    }
-    std::vector<uint8_t> bits(sign_packed_bytes(n) + 1, 0xee);
-    ASSERT_EQ(sign_packed_bytes(n), (n + 7) / 8);
-    const float scale = sign_pack(bits.data(), p.data(), n);
-    double abs_sum = 0.0;
-    for (float v : p) abs_sum += std::fabs(v);
-    if (n > 3) {
-      // NaN makes the mean NaN; check the rest on the other values.
-      EXPECT_TRUE(std::isnan(scale));
-    } else {
+    for (bool with_zeros : {false, true}) {
+      std::vector<float> p = normals(n, 30 + n);
+      size_t zeros = 0;
+      if (with_zeros && n > 3) {
+        p[0] = 0.0f;
+        p[1] = -0.0f;
+        p[2] = 1e-45f;  // the smallest subnormal: not zero, it sends +
+        p[n - 1] = 0.0f;
+        zeros = 3;
+      }
+      std::vector<uint8_t> msg(sign_encoded_bytes(n, n) + 1, 0xee);
+      ASSERT_EQ(sign_encoded_bytes(n, n), 8 + 2 * ((n + 7) / 8));
+      const size_t bytes = sign_encode(msg.data(), p.data(), n);
+      // Honest bytes: one plane without zeros, two with.
+      EXPECT_EQ(bytes, 8 + (zeros ? 2 : 1) * ((n + 7) / 8)) << n;
+      uint32_t zc;
+      std::memcpy(&zc, msg.data() + 4, 4);
+      EXPECT_EQ(zc, zeros) << n;
+      float scale;
+      std::memcpy(&scale, msg.data(), 4);
+      double abs_sum = 0.0;
+      for (float v : p) abs_sum += std::fabs(v);
       EXPECT_NEAR(scale, n ? abs_sum / n : 0.0, 1e-6 * (n ? abs_sum / n : 1.0));
+      for (size_t i = 0; i < n; ++i) {
+        const SignRef r = sign_bits_at(msg.data(), 8, n, i);
+        ASSERT_EQ(r.neg, p[i] < 0 ? 1u : 0u) << i;
+        ASSERT_EQ(r.zero, p[i] == 0 ? 1u : 0u) << i;
+      }
+      if (n % 8) {
+        EXPECT_EQ(msg[8 + n / 8] >> (n % 8), 0) << "unused bits are 0";
+      }
+      EXPECT_EQ(msg[sign_encoded_bytes(n, n)], 0xee) << "wrote past the end";
+      std::vector<float> out(n, 0.25f);
+      sign_decode_add(out.data(), msg.data(), n);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[i], p[i] == 0 ? 0.25f : (p[i] < 0 ? 0.25f - scale : 0.25f + scale)) << i;
     }
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ((bits[i / 8] >> (i % 8)) & 1, p[i] < 0 ? 1 : 0) << i;
-    if (n % 8) {
-      EXPECT_EQ(bits[n / 8] >> (n % 8), 0) << "unused bits are 0";
-    }
-    EXPECT_EQ(bits[sign_packed_bytes(n)], 0xee) << "wrote past the end";
-    std::vector<float> out(n, 0.25f);
-    sign_unpack_add(out.data(), bits.data(), n, 2.0f);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], p[i] < 0 ? -1.75f : 2.25f) << i;
   }
-  const std::vector<float> p = normals(3001, 9);
-  std::vector<uint8_t> bits(sign_packed_bytes(p.size()));
-  double abs_sum = 0.0;
-  for (float v : p) abs_sum += std::fabs(v);
-  EXPECT_NEAR(sign_pack(bits.data(), p.data(), p.size()), abs_sum / p.size(), 1e-6);
+}
+
+TEST(CompressSign, ZeroAllZeroAndNonFiniteInputs) {
+  // An exact zero decodes to 0 (the old 1-bit code sent it as +scale); an all-zero bucket decodes to zeros.
+  const float p[] = {2.0f, 0.0f, -4.0f, -0.0f};
+  std::vector<uint8_t> msg(sign_encoded_bytes(4, 4));
+  sign_encode(msg.data(), p, 4);
+  std::vector<float> out(4, 0.0f);
+  sign_decode_add(out.data(), msg.data(), 4);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, 0.0f, -1.5f, 0.0f}));  // scale = (2 + 4) / 4
+  const std::vector<float> zero(9, 0.0f);
+  std::vector<uint8_t> zmsg(sign_encoded_bytes(9, 9));
+  EXPECT_EQ(sign_encode(zmsg.data(), zero.data(), 9), 8u + 2 * 2);
+  std::vector<float> zout(9, 0.0f);
+  sign_decode_add(zout.data(), zmsg.data(), 9);
+  for (float v : zout) EXPECT_EQ(v, 0.0f);
+  // NaN or inf anywhere: every decoded value is non-finite (zeros too: 0 * scale).
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const float q[] = {1.0f, bad, 0.0f, -1.0f};
+    sign_encode(msg.data(), q, 4);
+    std::vector<float> o(4, 0.0f);
+    sign_decode_add(o.data(), msg.data(), 4);
+    for (float v : o) EXPECT_FALSE(std::isfinite(v)) << bad;
+  }
 }
 
 TEST(CompressSign, CaseBC11ErrorFeedbackSignSgd) {
@@ -526,10 +582,10 @@ TEST(CompressSign, CaseBC11ErrorFeedbackSignSgd) {
   for (size_t step = 0; step < c["input"]["steps"].get<size_t>(); ++step) {
     std::vector<float> p(d);
     for (size_t i = 0; i < d; ++i) p[i] = g[i] + e[i];
-    std::vector<uint8_t> bits(sign_packed_bytes(d));
-    const float scale = sign_pack(bits.data(), p.data(), d);
+    std::vector<uint8_t> msg(sign_encoded_bytes(d, d));
+    sign_encode(msg.data(), p.data(), d);
     std::vector<float> sent(d, 0.0f);
-    sign_unpack_add(sent.data(), bits.data(), d, scale);
+    sign_decode_add(sent.data(), msg.data(), d);
     for (size_t i = 0; i < d; ++i) {
       EXPECT_EQ(sent[i], c["expected"]["sent"][step][i].get<float>()) << step << " " << i;
       e[i] = p[i] - sent[i];
@@ -537,106 +593,139 @@ TEST(CompressSign, CaseBC11ErrorFeedbackSignSgd) {
   }
 }
 
-TEST(CompressSign, MajorityVoteAndTies) {
-  // Rank r's sign of value i is negative when bit (i + r) % 3 == 0 of a fixed pattern; the reference counts votes.
+TEST(CompressSign, MajorityVoteTiesAndZerosThatDoNotVote) {
+  // Rank r's values are normals with a pattern of exact zeros; the reference counts +, - and zero votes.
   const size_t n = 2100;
   for (int ranks : {1, 2, 3, 4, 5, 8}) {
     std::vector<std::vector<float>> p(ranks, std::vector<float>(n));
-    std::vector<std::vector<uint8_t>> bits(ranks, std::vector<uint8_t>(sign_packed_bytes(n)));
+    std::vector<std::vector<uint8_t>> msgs(ranks, std::vector<uint8_t>(sign_encoded_bytes(n, n)));
     std::vector<const uint8_t*> ptrs;
     for (int r = 0; r < ranks; ++r) {
       p[r] = normals(n, 500 + r);
-      sign_pack(bits[r].data(), p[r].data(), n);
-      ptrs.push_back(bits[r].data());
+      if (r % 2 == 1)
+        for (size_t i = r; i < n; i += 5) p[r][i] = 0.0f;  // odd ranks have zeros
+      sign_encode(msgs[r].data(), p[r].data(), n);
+      ptrs.push_back(msgs[r].data());
     }
     std::vector<float> out(n, 7.0f);
     sign_vote(out.data(), ptrs.data(), ranks, n);
     size_t ties = 0;
     for (size_t i = 0; i < n; ++i) {
       int votes = 0;
-      for (int r = 0; r < ranks; ++r) votes += p[r][i] < 0 ? -1 : 1;
+      for (int r = 0; r < ranks; ++r) votes += p[r][i] < 0 ? -1 : (p[r][i] > 0 ? 1 : 0);
       ASSERT_EQ(out[i], votes > 0 ? 1.0f : (votes < 0 ? -1.0f : 0.0f)) << ranks << " " << i;
       ties += votes == 0;
     }
-    if (ranks % 2 == 0) {
-      EXPECT_GT(ties, 0u) << "even ranks must produce sign(0) = 0 somewhere";
-    } else {
-      EXPECT_EQ(ties, 0u);
+    if (ranks >= 2) {
+      EXPECT_GT(ties, 0u) << "zeros not voting (or an even split) give sign(0) = 0 somewhere";
     }
   }
-  // 300 ranks (the wide-counter path): value i negative on ranks r < (i % 301), so the vote is -1 when more than
-  // 150 ranks are negative, 0 at exactly 150, +1 below.
+  // A rank with nothing to say does not outvote the others: ranks {0, 0, -1} vote -1 (with 1-bit codes the two
+  // zeros sent + and won 2 to 1); {0, 0} is a tie, 0.
+  {
+    const float z[] = {0.0f}, m[] = {-1.0f};
+    std::vector<std::vector<uint8_t>> b(3, std::vector<uint8_t>(sign_encoded_bytes(1, 1)));
+    sign_encode(b[0].data(), z, 1);
+    sign_encode(b[1].data(), z, 1);
+    sign_encode(b[2].data(), m, 1);
+    const uint8_t* three[] = {b[0].data(), b[1].data(), b[2].data()};
+    float o = 7.0f;
+    sign_vote(&o, three, 3, 1);
+    EXPECT_EQ(o, -1.0f);
+    sign_vote(&o, three, 2, 1);
+    EXPECT_EQ(o, 0.0f);
+  }
+  // 300 ranks (the wide-counter path): value i negative on ranks r < (i % 301), zero on the last (i % 7) ranks, so
+  // the vote compares neg = i % 301 with pos = 300 - neg - zeros (zeros taken from the positive ranks' end).
   {
     const size_t m = 1500;
     const int many = 300;
-    std::vector<std::vector<uint8_t>> b(many, std::vector<uint8_t>(sign_packed_bytes(m)));
+    std::vector<std::vector<uint8_t>> b(many, std::vector<uint8_t>(sign_encoded_bytes(m, m)));
     std::vector<const uint8_t*> ptrs;
     for (int r = 0; r < many; ++r) {
       std::vector<float> v(m);
-      for (size_t i = 0; i < m; ++i) v[i] = static_cast<size_t>(r) < i % 301 ? -1.0f : 1.0f;
-      sign_pack(b[r].data(), v.data(), m);
+      for (size_t i = 0; i < m; ++i) {
+        const size_t neg = i % 301, zeros = std::min<size_t>(i % 7, many - neg);
+        v[i] = static_cast<size_t>(r) < neg ? -1.0f : (static_cast<size_t>(r) >= many - zeros ? 0.0f : 1.0f);
+      }
+      sign_encode(b[r].data(), v.data(), m);
       ptrs.push_back(b[r].data());
     }
     std::vector<float> out(m);
     sign_vote(out.data(), ptrs.data(), many, m);
     for (size_t i = 0; i < m; ++i) {
-      const size_t neg = i % 301;
-      ASSERT_EQ(out[i], neg > 150 ? -1.0f : (neg == 150 ? 0.0f : 1.0f)) << i;
+      const long neg = static_cast<long>(i % 301);
+      const long zeros = std::min<long>(static_cast<long>(i % 7), many - neg);
+      const long pos = many - neg - zeros;
+      ASSERT_EQ(out[i], pos > neg ? 1.0f : (pos < neg ? -1.0f : 0.0f)) << i;
     }
   }
-  // Two ranks that disagree everywhere: all ties.
-  const float a[] = {1, -1, 2}, b[] = {-1, 1, -2};
-  uint8_t ba[1], bb[1];
-  sign_pack(ba, a, 3);
-  sign_pack(bb, b, 3);
-  const uint8_t* both[] = {ba, bb};
-  float out[3];
-  sign_vote(out, both, 2, 3);
-  EXPECT_EQ(out[0], 0.0f);
-  EXPECT_EQ(out[1], 0.0f);
-  EXPECT_EQ(out[2], 0.0f);
 }
 
-TEST(CompressOnebit, GroupMeansAndRoundTrip) {
+TEST(CompressOnebit, GroupMeansZerosAndRoundTrip) {
+  // Exact zeros are their own group: they decode to 0 and stay out of the positive mean.
   const float p[] = {1.0f, 3.0f, -2.0f, 0.0f, -4.0f};
-  std::vector<uint8_t> wire(onebit_encoded_bytes(5));
-  ASSERT_EQ(wire.size(), 9u);
-  onebit_encode(wire.data(), p, 5);
+  std::vector<uint8_t> wire(onebit_encoded_bytes(5, 5));
+  ASSERT_EQ(wire.size(), 14u);
+  EXPECT_EQ(onebit_encode(wire.data(), p, 5), 14u);  // 12 header + 2 planes of 1 byte
   std::vector<float> out(5, 0.0f);
   onebit_decode_add(out.data(), wire.data(), 5);
-  const float pos = 4.0f / 3.0f, neg = -3.0f;  // means of {1, 3, 0} and {-2, -4}
-  const std::vector<float> want = {pos, pos, neg, pos, neg};
+  const float pos = 2.0f, neg = -3.0f;  // means of {1, 3} and {-2, -4}
+  const std::vector<float> want = {pos, pos, neg, 0.0f, neg};
   EXPECT_EQ(out, want);
   // Large input against double references of the two group means (the sum of the decoded vector equals the sum of
   // the input up to rounding: means preserve each group's sum).
   for (size_t n : {size_t{1}, size_t{1024}, size_t{100001}}) {
-    const std::vector<float> x = normals(n, 77 + n);
-    std::vector<uint8_t> w(onebit_encoded_bytes(n));
-    onebit_encode(w.data(), x.data(), n);
+    std::vector<float> x = normals(n, 77 + n);
+    for (size_t i = 3; i < n; i += 11) x[i] = (i % 2) ? 0.0f : -0.0f;
+    std::vector<uint8_t> w(onebit_encoded_bytes(n, n));
+    const size_t bytes = onebit_encode(w.data(), x.data(), n);
     double sp = 0, sn = 0;
-    size_t cp = 0, cn = 0;
+    size_t cp = 0, cn = 0, cz = 0;
     for (float v : x) {
       if (v < 0) {
         sn += v;
         ++cn;
-      } else {
+      } else if (v > 0) {
         sp += v;
         ++cp;
+      } else {
+        ++cz;
       }
     }
+    EXPECT_EQ(bytes, 12 + (cz ? 2 : 1) * ((n + 7) / 8)) << n;
     std::vector<float> y(n, 0.0f);
     onebit_decode_add(y.data(), w.data(), n);
     const double mp = cp ? sp / cp : 0.0, mn = cn ? sn / cn : 0.0;
-    for (size_t i = 0; i < n; ++i)
-      ASSERT_NEAR(y[i], x[i] < 0 ? mn : mp, 1e-6 * std::fabs(x[i] < 0 ? mn : mp)) << i;
+    for (size_t i = 0; i < n; ++i) {
+      if (x[i] == 0) {
+        ASSERT_EQ(y[i], 0.0f) << i;
+      } else {
+        ASSERT_NEAR(y[i], x[i] < 0 ? mn : mp, 1e-6 * std::fabs(x[i] < 0 ? mn : mp)) << i;
+      }
+    }
   }
-  // All-positive input: the negative mean is 0 (empty group).
+  // All-positive input: the negative mean is 0 (empty group); all-zero input: both 0, everything decodes to 0.
   const float pos_only[] = {2.0f, 4.0f};
-  onebit_encode(wire.data(), pos_only, 2);
+  EXPECT_EQ(onebit_encode(wire.data(), pos_only, 2), 13u);
   float means[2];
   std::memcpy(means, wire.data(), 8);
   EXPECT_EQ(means[0], 3.0f);
   EXPECT_EQ(means[1], 0.0f);
+  const float zeros[] = {0.0f, -0.0f, 0.0f};
+  onebit_encode(wire.data(), zeros, 3);
+  std::vector<float> zo(3, 0.0f);
+  onebit_decode_add(zo.data(), wire.data(), 3);
+  for (float v : zo) EXPECT_EQ(v, 0.0f);
+  // NaN or inf: both means NaN, every value (zeros included) decodes non-finite.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    const float q[] = {1.0f, bad, 0.0f, -1.0f};
+    onebit_encode(wire.data(), q, 4);
+    std::vector<float> o(4, 0.0f);
+    onebit_decode_add(o.data(), wire.data(), 4);
+    for (float v : o) EXPECT_FALSE(std::isfinite(v)) << bad;
+  }
 }
 
 // ---- PowerSGD helpers -----------------------------------------------------------------------------------------------
