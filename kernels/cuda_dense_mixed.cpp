@@ -49,6 +49,13 @@ void fp8_quantize(MixedScratchGpu& m, int64_t l, int which, uint16_t* q, const f
                        fp8_state(m, l, which), fp8_history(m, l, which),
                        static_cast<uint32_t>(m.spec.amax_history_len), counts, st);
 }
+// The output of an fp8 GEMM with beta = 0, zeroed first: in device pointer mode cuBLAS cannot see on the host that
+// beta is 0, and beta x C over a C that holds NaN or inf (uninitialised memory, or a previous step's overflow) would
+// be NaN. One write of the output, on the stream of the GEMM.
+void zero_fp8_gemm_output(float* c, int64_t count, cudaStream_t st) {
+  if (count > 0) GS_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(count) * sizeof(float), st));
+}
+
 // alpha/beta of GEMM `gemm` (0 forward, 1 weight gradient, 2 input gradient) of layer l from operands a and b.
 const float* fp8_scalars(MixedScratchGpu& m, int64_t l, int gemm, int a, int b, float beta, cudaStream_t st) {
   float* ab = m.fp8_scalars.get() + 2 * (3 * l + gemm);
@@ -184,6 +191,7 @@ void dense_stack_forward_mixed_gpu(const BlasHandle& blas, DenseScratchGpu& s, M
       beta = 1.0f;
     }
     if (m.spec.fp8_gemm) {
+      if (beta == 0.0f) zero_fp8_gemm_output(z, rows * out, st);
       gemm_mixed_scaled(blas, FloatFormat::kBf16, z, m.a_enc[l].get(), m.w_enc[l].get(), rows, out, in,
                         Transpose::kNo, Transpose::kYes, fp8_scalars(m, l, 0, 0, 1, beta, st));
     } else {
@@ -246,6 +254,7 @@ void dense_stack_backward_mixed_gpu(const BlasHandle& blas, float* grad, DenseSc
       fp8_quantize(m, l, 2, m.dz_enc.get(), dz, rows * out, m.counts.get() + 2 * slot, st);
       ++slot;
       m.grad_values += static_cast<uint64_t>(rows * out);
+      zero_fp8_gemm_output(dw, out * in, st);
       gemm_mixed_scaled(blas, FloatFormat::kBf16, dw, m.dz_enc.get(), m.a_enc[l].get(), out, in, rows,
                         Transpose::kYes, Transpose::kNo, fp8_scalars(m, l, 1, 2, 0, 0.0f, st));
     } else {
@@ -270,6 +279,7 @@ void dense_stack_backward_mixed_gpu(const BlasHandle& blas, float* grad, DenseSc
     if (after_layer) after_layer(l);
     if (l == 0) break;
     if (fp8) {
+      zero_fp8_gemm_output(da, rows * in, st);
       gemm_mixed_scaled(blas, FloatFormat::kBf16, da, m.dz_enc.get(), m.w_enc[l].get(), rows, in, out,
                         Transpose::kNo, Transpose::kNo, fp8_scalars(m, l, 2, 2, 1, 0.0f, st));
       round_in_place(f, da, rows * in, st);

@@ -4,11 +4,21 @@
 
 #include <cublas_v2.h>
 
+#include <mutex>
 #include <string>
 
 namespace gs::gpu {
 
 namespace {
+
+std::mutex& sticky_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::string& sticky_message() {
+  static std::string message;
+  return message;
+}
 
 [[noreturn]] void fail(const char* file, int line, const char* call, const std::string& what) {
   throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + what);
@@ -23,7 +33,43 @@ std::string mib(size_t bytes) {
 void check_cuda(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return;
   (void)cudaGetLastError();  // clear a non-sticky error so later calls do not report it again
-  fail(file, line, call, std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")");
+  const std::string what = std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")";
+  if (is_sticky_cuda_error(err)) {
+    const std::string where = std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + what;
+    record_sticky_cuda_error(where);
+    fail(file, line, call, what + "; a sticky CUDA error: the GPU context of this process is lost, so every later "
+                                  "cuda run of this process fails with it");
+  }
+  fail(file, line, call, what);
+}
+
+bool is_sticky_cuda_error(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorHardwareStackError:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string sticky_cuda_error() {
+  std::lock_guard<std::mutex> lock(sticky_mutex());
+  return sticky_message();
+}
+
+void record_sticky_cuda_error(const std::string& message) {
+  std::lock_guard<std::mutex> lock(sticky_mutex());
+  if (sticky_message().empty()) sticky_message() = message;
 }
 
 void check_cublas(int status, const char* call, const char* file, int line) {
@@ -122,8 +168,13 @@ float Event::elapsed_ms(const Event& start, const Event& stop) {
 BlasHandle::BlasHandle(cudaStream_t stream) : stream_(stream) {
   cublasHandle_t h = nullptr;
   GS_CUBLAS_CHECK(cublasCreate(&h));
+  // A constructor that throws runs no destructor: destroy the handle here when binding it to the stream fails.
+  const cublasStatus_t bound = cublasSetStream(h, stream);
+  if (bound != CUBLAS_STATUS_SUCCESS) {
+    (void)cublasDestroy(h);
+    check_cublas(static_cast<int>(bound), "cublasSetStream(h, stream)", __FILE__, __LINE__);
+  }
   h_ = h;
-  GS_CUBLAS_CHECK(cublasSetStream(h, stream));
 }
 BlasHandle::~BlasHandle() {
   if (h_) (void)cublasDestroy(static_cast<cublasHandle_t>(h_));
@@ -131,6 +182,9 @@ BlasHandle::~BlasHandle() {
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes) GS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void copy_to_device_async(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes) GS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
 }
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes) GS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));

@@ -21,8 +21,19 @@ class CudaError : public std::runtime_error {
 };
 
 // Throws CudaError "file:line: call: cudaErrorName (error string)" when err != cudaSuccess; clears the error state
-// first so the next call does not see a stale non-sticky error.
+// first so the next call does not see a stale non-sticky error. A sticky error (is_sticky_cuda_error) is recorded
+// for the process (sticky_cuda_error) and its message says that the GPU context is lost.
 void check_cuda(cudaError_t err, const char* call, const char* file, int line);
+
+// True for the CUDA errors that corrupt the context for the rest of the process (CUDA Runtime API, cudaError_t: "the
+// process is left in an inconsistent state and any further CUDA work will return the same error"): an illegal or
+// misaligned address, a launch failure, an illegal instruction or PC, a hardware stack error, a device assert, a
+// launch timeout, an uncorrectable ECC or NVLink error. Pure.
+bool is_sticky_cuda_error(cudaError_t err);
+// The first sticky error this process met ("file:line: call: cudaErrorName (...)"), or "" when none. Thread-safe.
+std::string sticky_cuda_error();
+// Records `message` as the process's sticky error unless one is recorded already (check_cuda calls it).
+void record_sticky_cuda_error(const std::string& message);
 // The same for cuBLAS status codes (cublasStatus_t passed as int so this header needs no cuBLAS include).
 void check_cublas(int status, const char* call, const char* file, int line);
 
@@ -153,9 +164,13 @@ class BlasHandle {
   cudaStream_t stream_ = nullptr;
 };
 
-// Copies (synchronous on the null stream; for tests and setup, not the step loop).
+// Copies (synchronous on the legacy default stream; for tests and setup, not the step loop). A non-blocking stream
+// (Stream) does not wait for them: data read on such a stream goes up with copy_to_device_async on that stream.
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
+// Host-to-device copy ordered on `stream` (cudaMemcpyAsync; from pageable memory the source may be reused once this
+// returns, CUDA stages it).
+void copy_to_device_async(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
 }  // namespace gs::gpu
 

@@ -42,8 +42,8 @@ struct alignas(64) Slot {
 
 class LocalCommunicator final : public GpuCommunicator {
  public:
-  LocalCommunicator(int ranks, int device)
-      : ranks_(ranks), device_(device), barrier_(ranks), slots_(ranks) {
+  LocalCommunicator(int ranks, int device, double deadline_s)
+      : ranks_(ranks), device_(device), deadline_s_(deadline_s), barrier_(ranks, deadline_s), slots_(ranks) {
     GS_EXPECT(ranks >= 1, "a communicator needs at least one rank, got " + std::to_string(ranks));
     GS_CUDA_CHECK(cudaSetDevice(device_));
     stream_ = gpu::Stream();
@@ -191,15 +191,24 @@ class LocalCommunicator final : public GpuCommunicator {
       GS_CUDA_CHECK(cudaDeviceSynchronize());
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const WaitDeadline deadline(deadline_s_);
     gpu::Event& done = done_[static_cast<size_t>(rank)];
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        if (aborted_ || enqueued_ >= posted_[static_cast<size_t>(rank)]) return true;
-        for (int r = 0; r < ranks_; ++r)
-          if (in_sync_[static_cast<size_t>(r)]) return true;  // a rank went to a synchronous collective instead
-        return false;
-      });
+      try {
+        deadline.wait(
+            cv_, lock,
+            [&] {
+              if (aborted_ || enqueued_ >= posted_[static_cast<size_t>(rank)]) return true;
+              for (int r = 0; r < ranks_; ++r)
+                if (in_sync_[static_cast<size_t>(r)]) return true;  // a rank went to a synchronous collective instead
+              return false;
+            },
+            "local communicator: rank " + std::to_string(rank) + "'s wait for the other ranks to start its " +
+                std::to_string(posted_[static_cast<size_t>(rank)] - enqueued_) + " asynchronous all-reduce(s)");
+      } catch (const DeadlineExceeded& e) {
+        fail_locked(lock, e.what());
+      }
       throw_if_failed_locked();
       if (enqueued_ < posted_[static_cast<size_t>(rank)])
         fail_locked(lock, "rank " + std::to_string(rank) + " waits for asynchronous all-reduces that another rank "
@@ -208,7 +217,22 @@ class LocalCommunicator final : public GpuCommunicator {
     }
     slot.stats.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     GS_CUDA_CHECK(cudaStreamWaitEvent(slot.stream, done.get(), 0));
-    done.synchronize();
+    // The reductions themselves, polled under the same deadline (a GPU that stopped making progress ends the wait).
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done.get());
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) {
+        abort();
+        gpu::check_cuda(q, "cudaEventQuery(local all-reduce done)", __FILE__, __LINE__);
+      }
+      if (deadline.expired()) {
+        std::unique_lock<std::mutex> lock(mu_);
+        fail_locked(lock, "local communicator: rank " + std::to_string(rank) +
+                              "'s asynchronous all-reduces on the GPU did not complete within the wait deadline (" +
+                              std::to_string(deadline_s_) + " s)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
     in_flight_[static_cast<size_t>(rank)] = 0;
   }
 
@@ -370,6 +394,7 @@ class LocalCommunicator final : public GpuCommunicator {
 
   const int ranks_;
   const int device_;
+  const double deadline_s_;  // of every wait (WaitDeadline); the barrier's too
   Barrier barrier_;
   std::vector<Slot> slots_;
   gpu::Stream stream_;
@@ -409,8 +434,12 @@ void check_nccl(ncclResult_t r, const char* call, const char* file, int line) {
 
 class NcclCommunicator final : public GpuCommunicator {
  public:
-  explicit NcclCommunicator(const std::vector<int>& devices)
-      : ranks_(static_cast<int>(devices.size())), devices_(devices), barrier_(ranks_), ranks_state_(ranks_) {
+  NcclCommunicator(const std::vector<int>& devices, double deadline_s)
+      : ranks_(static_cast<int>(devices.size())),
+        devices_(devices),
+        deadline_s_(deadline_s),
+        barrier_(ranks_, deadline_s),
+        ranks_state_(ranks_) {
     GS_EXPECT(ranks_ >= 1, "the nccl communicator needs at least one GPU");
     for (size_t a = 0; a < devices.size(); ++a) {
       for (size_t b = a + 1; b < devices.size(); ++b) {
@@ -430,10 +459,33 @@ class NcclCommunicator final : public GpuCommunicator {
     }
   }
 
+  // Teardown from the thread that made the communicators (ncclCommInitAll): after an abort, or with work still
+  // pending on any rank (a rank that threw between a start and its wait), every communicator not yet aborted is
+  // aborted (ncclCommAbort does not wait for work whose peers may be gone; ncclCommDestroy would). Otherwise every
+  // communicator is finalized inside one group (one thread manages them all, which NCCL requires to be grouped:
+  // "Destroying a communicator", NCCL user guide) and then destroyed.
   ~NcclCommunicator() override {
+    bool clean = !aborted_.load(std::memory_order_acquire);
+    for (int r = 0; r < ranks_; ++r)
+      if (ranks_state_[r].pending) clean = false;
+    if (!clean) {
+      abort_all();
+      return;
+    }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    bool finalized = ncclGroupStart() == ncclSuccess;
+    for (int r = 0; r < ranks_ && finalized; ++r) {
+      (void)cudaSetDevice(devices_[r]);
+      finalized = ncclCommFinalize(comms_[r]) == ncclSuccess;
+    }
+    finalized = ncclGroupEnd() == ncclSuccess && finalized;
+    if (!finalized) {  // nothing left to flush cleanly: abort instead of a destroy that could wait
+      abort_all();
+      return;
+    }
+#endif
     for (int r = 0; r < ranks_; ++r) {
-      if (!comms_[r]) continue;
-      if (ranks_state_[r].aborted) continue;  // ncclCommAbort already freed it
+      if (!comms_[r] || ranks_state_[r].aborted.load()) continue;
       (void)cudaSetDevice(devices_[r]);
       (void)ncclCommDestroy(comms_[r]);
     }
@@ -508,6 +560,7 @@ class NcclCommunicator final : public GpuCommunicator {
     GS_CUDA_CHECK(cudaSetDevice(devices_[rank]));
     st.done.record(st.comm_stream.get());
     const auto t0 = std::chrono::steady_clock::now();
+    const WaitDeadline deadline(deadline_s_);
     for (;;) {
       const cudaError_t q = cudaEventQuery(st.done.get());
       if (q == cudaSuccess) break;
@@ -524,6 +577,11 @@ class NcclCommunicator final : public GpuCommunicator {
       if (aborted_.load(std::memory_order_acquire)) {
         abort_rank(rank);
         throw Aborted();
+      }
+      if (deadline.expired()) {
+        abort_rank(rank);
+        deadline.fail("nccl: rank " + std::to_string(rank) + "'s collectives on GPU " +
+                      std::to_string(devices_[rank]));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -542,10 +600,10 @@ class NcclCommunicator final : public GpuCommunicator {
     GS_NCCL_CHECK(ncclGroupEnd());
   }
 
-  void abort() override {
-    aborted_.store(true, std::memory_order_release);
-    barrier_.abort();
-  }
+  // Callable from any thread (the world's abort hook runs on the failing rank's): aborts every rank's NCCL
+  // communicator not yet aborted, which ends NCCL kernels still waiting for peers, so no rank's later cudaFree or
+  // synchronization waits for them, and wakes every rank waiting in a collective (they throw Aborted).
+  void abort() override { abort_all(); }
 
   CommStats take_stats(int rank) override {
     check_rank(rank);
@@ -561,7 +619,7 @@ class NcclCommunicator final : public GpuCommunicator {
     gpu::Event ready{false};
     gpu::Event done{false};
     bool pending = false;
-    bool aborted = false;
+    std::atomic<bool> aborted{false};  // ncclCommAbort called (exactly once: exchange), from any thread
     CommStats stats;
   };
 
@@ -581,19 +639,29 @@ class NcclCommunicator final : public GpuCommunicator {
     return st;
   }
 
-  // Aborts this rank's NCCL communicator (unblocks its kernels) and every other rank.
+  // Called by rank `rank` on an error in its wait: aborts every communicator (its own first) and every rank.
   void abort_rank(int rank) {
-    RankState& st = ranks_state_[rank];
-    if (!st.aborted) {
-      st.aborted = true;
-      (void)ncclCommAbort(comms_[rank]);
+    abort_one(rank);
+    abort_all();
+  }
+  void abort_one(int r) {
+    if (comms_[r] && !ranks_state_[r].aborted.exchange(true)) {
+      (void)cudaSetDevice(devices_[r]);
+      (void)ncclCommAbort(comms_[r]);
     }
+  }
+  void abort_all() {
     aborted_.store(true, std::memory_order_release);
     barrier_.abort();
+    int device = -1;
+    const bool restore = cudaGetDevice(&device) == cudaSuccess;
+    for (int r = 0; r < ranks_; ++r) abort_one(r);
+    if (restore) (void)cudaSetDevice(device);  // the calling rank thread's device stays current
   }
 
   const int ranks_;
   std::vector<int> devices_;
+  const double deadline_s_;  // of every wait (WaitDeadline); the barrier's too
   Barrier barrier_;
   std::vector<RankState> ranks_state_;
   std::vector<ncclComm_t> comms_;
@@ -604,15 +672,16 @@ class NcclCommunicator final : public GpuCommunicator {
 
 }  // namespace
 
-std::unique_ptr<GpuCommunicator> make_local_communicator(int ranks, int device) {
-  return std::make_unique<LocalCommunicator>(ranks, device);
+std::unique_ptr<GpuCommunicator> make_local_communicator(int ranks, int device, double deadline_s) {
+  return std::make_unique<LocalCommunicator>(ranks, device, deadline_s);
 }
 
-std::unique_ptr<GpuCommunicator> make_nccl_communicator(const std::vector<int>& devices) {
+std::unique_ptr<GpuCommunicator> make_nccl_communicator(const std::vector<int>& devices, double deadline_s) {
 #if defined(GRADSWEEP_HAVE_NCCL)
-  return std::make_unique<NcclCommunicator>(devices);
+  return std::make_unique<NcclCommunicator>(devices, deadline_s);
 #else
   (void)devices;
+  (void)deadline_s;
   throw Error("the nccl communicator needs NCCL, and this build has none (GRADSWEEP_HAVE_NCCL unset)");
 #endif
 }

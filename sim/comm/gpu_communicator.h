@@ -40,13 +40,18 @@ class GpuCommunicator : public Communicator {
 // after all ranks' events (buckets in start order), so a bucket's reduction overlaps the backward of earlier layers
 // and the sums are bit-identical to all_reduce_sum's. Starting a bucket that another rank meets with a synchronous
 // collective (or a different count) throws on every rank.
-std::unique_ptr<GpuCommunicator> make_local_communicator(int ranks, int device);
+// deadline_s (both factories): every wait inside a collective (the host barriers, the wait for other ranks' buckets,
+// the polled GPU completion) ends after that many seconds with a DeadlineExceeded error and aborts every rank, so a
+// hang ends the run as failed (wait_deadline_s in sim/core/barrier.h: training.run_timeout_s, or 600 s); 0: none.
+std::unique_ptr<GpuCommunicator> make_local_communicator(int ranks, int device,
+                                                         double deadline_s = kDefaultWaitDeadlineS);
 
 // `nccl`: rank r on GPU devices[r] (distinct devices: NCCL forbids two ranks of one communicator on one GPU). One
 // NCCL communicator per rank, created once here (ncclCommInitAll) and destroyed with this object. Sums are NCCL's
 // (ring/tree order): equal to the host's for 1 or 2 ranks, within rounding otherwise. Throws gs::Error when built
 // without NCCL or when NCCL fails.
-std::unique_ptr<GpuCommunicator> make_nccl_communicator(const std::vector<int>& devices);
+std::unique_ptr<GpuCommunicator> make_nccl_communicator(const std::vector<int>& devices,
+                                                        double deadline_s = kDefaultWaitDeadlineS);
 
 // True when this build links NCCL.
 bool nccl_compiled();

@@ -70,8 +70,8 @@ void sum_tile_in_rank_order(T* __restrict acc, const Slot* slots, int ranks, siz
 
 class HostCommunicator final : public Communicator {
  public:
-  explicit HostCommunicator(int ranks)
-      : ranks_(checked_ranks(ranks)), barrier_(ranks), slots_(ranks), stats_(ranks) {}
+  HostCommunicator(int ranks, double deadline_s)
+      : ranks_(checked_ranks(ranks)), barrier_(ranks, deadline_s), slots_(ranks), stats_(ranks) {}
 
   int size() const override { return ranks_; }
 
@@ -204,8 +204,8 @@ class HostCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_host_communicator(int ranks) {
-  return std::make_unique<HostCommunicator>(ranks);
+std::unique_ptr<Communicator> make_host_communicator(int ranks, double deadline_s) {
+  return std::make_unique<HostCommunicator>(ranks, deadline_s);
 }
 
 }  // namespace gs

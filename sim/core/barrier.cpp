@@ -3,6 +3,7 @@
 #include "sim/core/barrier.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 namespace gs {
@@ -20,7 +21,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Barrier::Barrier(int parties) : parties_(parties) {
+double wait_deadline_s(double run_timeout_s) { return run_timeout_s > 0.0 ? run_timeout_s : kDefaultWaitDeadlineS; }
+
+WaitDeadline::WaitDeadline(double seconds)
+    : seconds_(seconds),
+      at_(std::chrono::steady_clock::now() +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(seconds > 0.0 ? seconds : 0.0))) {}
+
+void WaitDeadline::fail(const std::string& what) const {
+  char s[32], d[32];
+  std::snprintf(s, sizeof s, "%g", seconds_);
+  std::snprintf(d, sizeof d, "%g", kDefaultWaitDeadlineS);
+  throw DeadlineExceeded(what + " did not complete within " + s + " s (the wait deadline: training.run_timeout_s, or " +
+                         d + " s when it is 0): a rank or the GPU stopped making progress, so the run was aborted");
+}
+
+Barrier::Barrier(int parties, double deadline_s) : parties_(parties), deadline_s_(deadline_s) {
   GS_EXPECT(parties >= 1, "a barrier needs at least one party, got " + std::to_string(parties));
 }
 
@@ -57,8 +74,22 @@ double Barrier::arrive_and_wait() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    cv_.wait(lock, [&] { return released() || aborted_.load(std::memory_order_seq_cst); });
+    auto woken = [&] { return released() || aborted_.load(std::memory_order_seq_cst); };
+    bool timed_out = false;
+    if (deadline_s_ > 0.0) {
+      timed_out = !cv_.wait_until(lock, t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                  std::chrono::duration<double>(deadline_s_)),
+                                  woken);
+    } else {
+      cv_.wait(lock, woken);
+    }
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (timed_out) {
+      lock.unlock();
+      abort();  // every other waiter throws Aborted; this one reports the hang
+      WaitDeadline(deadline_s_).fail("a barrier of " + std::to_string(parties_) + " ranks (" +
+                                     std::to_string(arrived_.load()) + " arrived)");
+    }
   }
   // A generation that completed counts even if an abort raced with it; the next arrival will throw.
   if (!released()) throw Aborted();

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -137,9 +138,10 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     std::vector<int> device_of(static_cast<size_t>(ranks), 0);
     if (res.ranks_one_per_gpu)
       for (int r = 0; r < ranks; ++r) device_of[static_cast<size_t>(r)] = r;
-    std::unique_ptr<GpuCommunicator> gcomm =
-        res.ranks_one_per_gpu ? make_nccl_communicator(device_of) : make_local_communicator(ranks, 0);
-    std::unique_ptr<Communicator> control = make_host_communicator(ranks);
+    const double deadline_s = wait_deadline_s(config.training.run_timeout_s);  // of every wait in a collective
+    std::unique_ptr<GpuCommunicator> gcomm = res.ranks_one_per_gpu ? make_nccl_communicator(device_of, deadline_s)
+                                                                   : make_local_communicator(ranks, 0, deadline_s);
+    std::unique_ptr<Communicator> control = make_host_communicator(ranks, deadline_s);
 
     // The modeled clock: the host loop's cost model, and the all-reduce strategy made timing-only (it prices the
     // bucket collectives and the optimizer; it holds no buffers and is only asked to price).
@@ -235,6 +237,16 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       gpu::Event comm_begin, comm_end, opt_begin, opt_end;
       std::optional<DeviceEvalSet> eval;
       compute.synchronize();
+      // Declared after the rank's device buffers, so it runs first when a throw unwinds this rank: the communicators
+      // are aborted (nccl: every rank's ncclCommAbort, ending NCCL kernels whose peers are gone) before those
+      // buffers' cudaFree, which waits for the device.
+      struct AbortOnThrow {
+        GpuCommunicator& comm;
+        int uncaught = std::uncaught_exceptions();
+        ~AbortOnThrow() {
+          if (std::uncaught_exceptions() > uncaught) comm.abort();
+        }
+      } abort_on_throw{*gcomm};
 
       Loader loader(*data, config, nullptr, rank, total, config.data.prefetch);
       std::vector<DataStepRecord>& data_steps = data_result.steps[static_cast<size_t>(rank)];
@@ -252,14 +264,16 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         if (!eval) {
           eval.emplace();
           eval->count = e.count;
+          // Uploaded on the compute stream that reads it (a synchronous cudaMemcpy would run on the legacy stream,
+          // which the non-blocking compute stream does not wait for).
           eval->x = gpu::DeviceBuffer<float>(e.x.size(), "evaluation inputs");
-          gpu::copy_to_device(eval->x.get(), e.x.data(), e.x.size() * sizeof(float));
+          gpu::copy_to_device_async(eval->x.get(), e.x.data(), e.x.size() * sizeof(float), cs);
           if (classification) {
             eval->labels = gpu::DeviceBuffer<int32_t>(e.labels.size(), "evaluation labels");
-            gpu::copy_to_device(eval->labels.get(), e.labels.data(), e.labels.size() * sizeof(int32_t));
+            gpu::copy_to_device_async(eval->labels.get(), e.labels.data(), e.labels.size() * sizeof(int32_t), cs);
           } else {
             eval->y = gpu::DeviceBuffer<float>(e.y.size(), "evaluation targets");
-            gpu::copy_to_device(eval->y.get(), e.y.data(), e.y.size() * sizeof(float));
+            gpu::copy_to_device_async(eval->y.get(), e.y.data(), e.y.size() * sizeof(float), cs);
           }
           const auto chunks = static_cast<size_t>((e.count + kEvalChunk - 1) / kEvalChunk);
           eval->chunk_loss = gpu::DeviceBuffer<double>(std::max<size_t>(chunks, 1), "evaluation loss sums");

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
+#include <utility>
 
 #include "sim/core/error.h"
 #include "sim/optim/loss_scaler.h"
@@ -186,12 +188,20 @@ std::optional<std::string> detected_hardware_profile(const std::string& gpu_name
     }
   }
   auto has = [&](const char* word) { return std::find(words.begin(), words.end(), word) != words.end(); };
-  if (has("H200")) return std::string(gpu_count == 1 ? "h200-1" : "h200-sxm-8");
+  // The family's profile for exactly this many GPUs (gpus_per_node = gpu_count), or none: a profile for more GPUs
+  // than the machine has would price a node it does not have and let more ranks than GPUs pass unremarked.
+  auto of = [&](std::initializer_list<std::pair<int, const char*>> shipped) -> std::optional<std::string> {
+    for (const auto& [count, name] : shipped)
+      if (count == gpu_count) return std::string(name);
+    return std::nullopt;
+  };
+  if (has("NVL")) return std::nullopt;  // H100 NVL, H200 NVL (PCIe cards with NVLink bridges): no profile shipped
+  if (has("H200")) return of({{1, "h200-1"}, {2, "h200-sxm-2"}, {4, "h200-sxm-4"}, {8, "h200-sxm-8"}});
   if (has("H100")) {
-    if (has("NVL")) return std::nullopt;
-    return std::string(has("PCIE") ? "h100-pcie-8" : "h100-sxm-8");
+    if (has("PCIE")) return of({{8, "h100-pcie-8"}});
+    return of({{1, "h100-sxm-1"}, {2, "h100-sxm-2"}, {4, "h100-sxm-4"}, {8, "h100-sxm-8"}});
   }
-  if (has("A100") && (has("SXM4") || has("SXM"))) return std::string("a100-sxm-8");
+  if (has("A100") && (has("SXM4") || has("SXM"))) return of({{8, "a100-sxm-8"}});
   return std::nullopt;
 }
 
@@ -204,7 +214,9 @@ std::string resolve_hardware(const RunConfig& config) {
   const std::string& name = p.devices.front().name;
   if (auto profile = detected_hardware_profile(name, p.device_count)) return *profile;
   throw Error("cluster.hardware: \"detect\" found " + std::to_string(p.device_count) + " x \"" + name +
-              "\", which no shipped profile describes: name a profile from `gradsweep list` or a profile file");
+              "\", which no shipped profile describes (detect takes a profile for exactly that many GPUs of that "
+              "kind: H200 1, 2, 4, 8; H100 SXM 1, 2, 4, 8; H100 PCIe 8; A100 SXM 8): name a profile from `gradsweep "
+              "list` or a profile file");
 }
 
 const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "host"; }

@@ -94,11 +94,13 @@ BackendChoice choose_backend(const RunConfig& config);
 Backend resolve_backend(const RunConfig& config);
 const char* backend_name(Backend b);
 
-// cluster.hardware "detect": the shipped profile (scenarios/hardware/NAME.json) for `gpu_count` GPUs named
-// `gpu_name` (cudaDeviceProp::name, e.g. "NVIDIA H200"), or nullopt when no shipped profile describes that GPU. The
-// name is split into words at spaces and dashes: H200 -> h200-1 (one GPU) or h200-sxm-8 (more); H100 -> h100-pcie-8
-// with the word PCIe, nullopt with NVL, else h100-sxm-8 (SXM5, "80GB HBM3"); A100 -> a100-sxm-8 with SXM/SXM4 (PCIe:
-// nullopt). Other names (GH200, L40S, ...) -> nullopt. Pure.
+// cluster.hardware "detect": the shipped profile (scenarios/hardware/NAME.json) for exactly `gpu_count` GPUs named
+// `gpu_name` (cudaDeviceProp::name, e.g. "NVIDIA H200"), or nullopt when no shipped profile describes that many of
+// that GPU (a profile of more GPUs would price a node the machine does not have). The name is split into words at
+// spaces and dashes: H200 -> h200-1, h200-sxm-2, h200-sxm-4, h200-sxm-8 (1, 2, 4, 8 GPUs; 2 and 4 are partitions of
+// an HGX board on its NVSwitch); H100 with the word PCIe -> h100-pcie-8 (8 GPUs), other H100 (SXM5, "80GB HBM3") ->
+// h100-sxm-1/2/4/8; A100 with SXM/SXM4 -> a100-sxm-8 (8 GPUs); the word NVL (H100 NVL, H200 NVL), other counts and
+// other names (GH200, L40S, A100 PCIe, ...) -> nullopt. Pure.
 std::optional<std::string> detected_hardware_profile(const std::string& gpu_name, int gpu_count);
 
 // cluster.hardware resolved: itself, or for "detect" the profile of this machine's GPUs (device 0's name, the device

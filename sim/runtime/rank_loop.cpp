@@ -19,6 +19,9 @@
 #include <fmt/format.h>
 
 #include "kernels/convert.h"
+#if defined(GRADSWEEP_HAVE_CUDA)
+#include "kernels/cuda_runtime.h"
+#endif
 #include "kernels/nvtx.h"
 #include "sim/comm/communicator.h"
 #include "sim/core/error.h"
@@ -223,6 +226,21 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     BackendChoice choice;
     try {
       choice = choose_backend(config);
+#if defined(GRADSWEEP_HAVE_CUDA)
+      // After a sticky CUDA error (an illegal address, ...) every later CUDA call of this process fails: say so once,
+      // naming the first error, instead of each later run failing with a confusing error of its own.
+      if (choice.backend == Backend::kCuda) {
+        const std::string sticky = gpu::sticky_cuda_error();
+        if (!sticky.empty()) {
+          res.disposition = "failed";
+          res.message = "not run on cuda: an earlier cuda run of this process hit a sticky CUDA error, which leaves the "
+                        "GPU context unusable for the rest of the process: " + sticky +
+                        " (run the sweep again with --resume --retry-failed, in a new process, to run it)";
+          res.backend_reason = choice.reason;
+          return res;
+        }
+      }
+#endif
       if (choice.backend == Backend::kCuda) resolve_backend(config);  // throws where cuda cannot run this config
     } catch (const std::exception& e) {
       res.disposition = "failed";

@@ -16,6 +16,9 @@
 
 #include <gtest/gtest.h>
 
+#if defined(GRADSWEEP_HAVE_CUDA)
+#include "kernels/cuda_runtime.h"
+#endif
 #include "sim/config/scenario.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/report/report.h"
@@ -88,11 +91,20 @@ TEST(Backend, DetectMapsGpuNamesToShippedProfiles) {
   };
   const Case cases[] = {
       {"NVIDIA H200", 1, "h200-1", "H200"},
+      {"NVIDIA H200", 2, "h200-sxm-2", "H200"},  // 2 or 4 H200s are not an 8-GPU node
+      {"NVIDIA H200", 4, "h200-sxm-4", "H200"},
       {"NVIDIA H200", 8, "h200-sxm-8", "H200"},
+      {"NVIDIA H200", 3, std::nullopt, ""},      // no 3-GPU profile: refused, not priced as 4 or 8
+      {"NVIDIA H200", 16, std::nullopt, ""},
+      {"NVIDIA H200 NVL", 2, std::nullopt, ""},  // the PCIe card with NVLink bridges: no profile
+      {"NVIDIA H100 80GB HBM3", 1, "h100-sxm-1", "H100"},
+      {"NVIDIA H100 80GB HBM3", 2, "h100-sxm-2", "H100"},
+      {"NVIDIA H100 80GB HBM3", 4, "h100-sxm-4", "H100"},
       {"NVIDIA H100 80GB HBM3", 8, "h100-sxm-8", "H100"},
-      {"NVIDIA H100 PCIe", 2, "h100-pcie-8", "H100"},
+      {"NVIDIA H100 PCIe", 8, "h100-pcie-8", "H100"},
+      {"NVIDIA H100 PCIe", 2, std::nullopt, ""},  // only the 8-GPU PCIe profile is shipped
       {"NVIDIA A100-SXM4-80GB", 8, "a100-sxm-8", "A100"},
-      {"NVIDIA A100-SXM4-40GB", 1, "a100-sxm-8", "A100"},
+      {"NVIDIA A100-SXM4-40GB", 1, std::nullopt, ""},  // only the 8-GPU A100 profile is shipped
       {"NVIDIA A100 80GB PCIe", 1, std::nullopt, ""},   // no PCIe A100 profile is shipped
       {"NVIDIA H100 NVL", 2, std::nullopt, ""},         // nor an NVL one
       {"NVIDIA GH200 480GB", 1, std::nullopt, ""},      // GH200 is not H200 (word match, not substring)
@@ -106,6 +118,7 @@ TEST(Backend, DetectMapsGpuNamesToShippedProfiles) {
     const auto profile = load_hardware_profile(*c.profile);  // the file exists and parses
     EXPECT_EQ(profile->name, *c.profile);
     EXPECT_NE(profile->gpu.find(c.gpu_word), std::string::npos) << profile->gpu;
+    EXPECT_EQ(profile->gpus_per_node, c.count) << *c.profile;  // the profile describes as many GPUs as were found
   }
   // The one-GPU H200 profile describes one GPU per node; the 8-GPU ones eight.
   EXPECT_EQ(load_hardware_profile("h200-1")->gpus_per_node, 1);
@@ -498,6 +511,46 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   EXPECT_NE(g.message.find("cluster.backend"), std::string::npos) << g.message;
   EXPECT_EQ(g.steps_completed, 0);
 }
+
+#if defined(GRADSWEEP_HAVE_CUDA)
+// A sticky CUDA error (an illegal address, a launch failure, ...) loses the process's GPU context: check_cuda names it
+// as such and records the first one; every later cuda run of the process then fails naming it, before touching the
+// GPU, while host runs go on. The sticky set is the one CUDA's cudaError_t documentation marks as corrupting the
+// context; an out-of-memory or an invalid argument is not in it. (ctest runs each test in its own process.)
+TEST(Backend, StickyCudaErrorIsNamedAndFailsTheLaterCudaRuns) {
+  for (cudaError_t e : {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorMisalignedAddress,
+                        cudaErrorIllegalInstruction, cudaErrorHardwareStackError, cudaErrorAssert,
+                        cudaErrorECCUncorrectable, cudaErrorInvalidPc, cudaErrorLaunchTimeout})
+    EXPECT_TRUE(gpu::is_sticky_cuda_error(e)) << cudaGetErrorName(e);
+  for (cudaError_t e : {cudaSuccess, cudaErrorMemoryAllocation, cudaErrorInvalidValue, cudaErrorNotReady,
+                        cudaErrorInsufficientDriver, cudaErrorNoDevice, cudaErrorLaunchOutOfResources})
+    EXPECT_FALSE(gpu::is_sticky_cuda_error(e)) << cudaGetErrorName(e);
+  // A non-sticky error is reported and not recorded.
+  EXPECT_THROW(gpu::check_cuda(cudaErrorInvalidValue, "cudaMemcpyAsync(x)", "k.cu", 1), gpu::CudaError);
+  EXPECT_EQ(gpu::sticky_cuda_error(), "");
+  try {
+    gpu::check_cuda(cudaErrorIllegalAddress, "cudaStreamSynchronize(s)", "kernels/k.cu", 7);
+    ADD_FAILURE() << "no CudaError";
+  } catch (const gpu::CudaError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("kernels/k.cu:7: cudaStreamSynchronize(s): cudaErrorIllegalAddress"), std::string::npos) << m;
+    EXPECT_NE(m.find("sticky CUDA error"), std::string::npos) << m;
+  }
+  const std::string first = gpu::sticky_cuda_error();
+  EXPECT_EQ(first.rfind("kernels/k.cu:7: cudaStreamSynchronize(s): cudaErrorIllegalAddress", 0), 0u) << first;
+  EXPECT_THROW(gpu::check_cuda(cudaErrorLaunchFailure, "later", "k.cu", 9), gpu::CudaError);
+  EXPECT_EQ(gpu::sticky_cuda_error(), first);  // the first one is kept
+  RunConfig cuda = config_with("host");  // validation would refuse cuda without a GPU; run_training is what is tested
+  cuda.cluster.backend = "cuda";
+  const RunResult r = run_training(cuda);
+  EXPECT_EQ(r.disposition, "failed");
+  EXPECT_NE(r.message.find("sticky CUDA error"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find(first), std::string::npos) << r.message;
+  EXPECT_EQ(r.steps_completed, 0);
+  const RunResult h = run_training(config_with("host"));
+  EXPECT_EQ(h.disposition, "passed") << h.message;
+}
+#endif
 
 TEST(Backend, CliRefusesCudaWithoutGpuWithExitTwoBeforeAnyRun) {
   if (cuda_usable(cuda_status())) GTEST_SKIP() << "a GPU is usable here";

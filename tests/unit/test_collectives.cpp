@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -448,6 +450,86 @@ TEST(CollectivesBarrier, AbortWakesWaitersAndLaterArrivals) {
   EXPECT_THROW(waiter.get(), Aborted);
   EXPECT_THROW(sleeper.get(), Aborted);
   EXPECT_THROW(barrier.arrive_and_wait(), Aborted);
+}
+
+// Deadlines (the GPU backend's communicators and the cuda loop's control communicator): a wait that outlasts its
+// deadline aborts every rank and throws DeadlineExceeded, so a hang ends the run as failed instead of never.
+TEST(CollectivesDeadline, DefaultIsTheRunTimeoutOrTenMinutes) {
+  EXPECT_EQ(wait_deadline_s(0.0), 600.0);
+  EXPECT_EQ(kDefaultWaitDeadlineS, 600.0);
+  EXPECT_EQ(wait_deadline_s(30.0), 30.0);  // no single wait outlasts the whole run's limit
+  EXPECT_TRUE(WaitDeadline(0.0).none());
+  EXPECT_FALSE(WaitDeadline(0.0).expired());  // none never expires
+}
+
+TEST(CollectivesDeadline, ConditionWaitThrowsPastItsDeadlineAndReturnsOnTime) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+  {  // never notified: throws once the deadline passed (not before), naming the wait and the deadline
+    std::unique_lock<std::mutex> lock(mu);
+    const auto t0 = std::chrono::steady_clock::now();
+    const WaitDeadline d(0.05);
+    try {
+      d.wait(cv, lock, [&] { return ready; }, "rank 1's wait for the other ranks");
+      ADD_FAILURE() << "no DeadlineExceeded";
+    } catch (const DeadlineExceeded& e) {
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank 1's wait for the other ranks did not complete within 0.05 s"), std::string::npos) << m;
+      EXPECT_NE(m.find("training.run_timeout_s"), std::string::npos) << m;
+    }
+    EXPECT_TRUE(lock.owns_lock());  // the caller's locked section goes on (it records the failure)
+  }
+  // Notified well before the deadline: returns, no throw.
+  auto setter = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(10ms);
+    {
+      std::lock_guard<std::mutex> g(mu);
+      ready = true;
+    }
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  EXPECT_NO_THROW(WaitDeadline(30.0).wait(cv, lock, [&] { return ready; }, "w"));
+  EXPECT_TRUE(ready);
+}
+
+TEST(CollectivesDeadline, BarrierPastItsDeadlineAbortsTheOthers) {
+  Barrier barrier(3, 0.1);  // the third party never comes
+  auto a = std::async(std::launch::async, [&] { barrier.arrive_and_wait(); });
+  auto b = std::async(std::launch::async, [&] { barrier.arrive_and_wait(); });
+  ASSERT_EQ(a.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(b.wait_for(10s), std::future_status::ready);
+  int deadline = 0, aborted = 0;
+  for (auto* f : {&a, &b}) {
+    try {
+      f->get();
+      ADD_FAILURE() << "a waiter returned from a barrier its third party never reached";
+    } catch (const DeadlineExceeded& e) {
+      ++deadline;
+      EXPECT_NE(std::string(e.what()).find("a barrier of 3 ranks"), std::string::npos) << e.what();
+    } catch (const Aborted&) {
+      ++aborted;
+    }
+  }
+  EXPECT_GE(deadline, 1);  // the first to hit it reports the hang; the other is aborted (or hit it too)
+  EXPECT_EQ(deadline + aborted, 2);
+  EXPECT_TRUE(barrier.aborted());
+  EXPECT_THROW(barrier.arrive_and_wait(), Aborted);
+  // A barrier that completes in time is unaffected by its deadline.
+  Barrier quick(2, 5.0);
+  auto c = std::async(std::launch::async, [&] { return quick.arrive_and_wait(); });
+  EXPECT_NO_THROW(quick.arrive_and_wait());
+  EXPECT_NO_THROW(c.get());
+}
+
+TEST(CollectivesDeadline, HostCommunicatorWithADeadlineEndsAHungCollective) {
+  // The cuda loop's control communicator: rank 1 never calls the all-reduce (a rank stuck elsewhere).
+  auto comm = make_host_communicator(2, 0.1);
+  double v = 1.0;
+  EXPECT_THROW(comm->all_reduce_sum(0, &v, 1), DeadlineExceeded);
+  EXPECT_THROW(comm->all_reduce_sum(1, &v, 1), Aborted);  // every later call of every rank
 }
 
 TEST(CollectivesBarrier, RejectsZeroParties) {
