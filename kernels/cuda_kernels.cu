@@ -448,20 +448,6 @@ struct BroadcastRowsOp {
   __device__ void operator()(size_t i) const { y[i] = row[static_cast<int64_t>(i) % cols]; }
 };
 
-// As the host's count_correct: the first index holding the row's maximum (strict > while scanning).
-struct CountCorrectOp {
-  unsigned long long* correct;
-  const float* logits;
-  const int32_t* labels;
-  int64_t classes;
-  __device__ void operator()(size_t r) const {
-    const float* z = logits + static_cast<int64_t>(r) * classes;
-    int64_t best = 0;
-    for (int64_t j = 1; j < classes; ++j) best = z[j] > z[best] ? j : best;
-    if (best == labels[r]) atomicAdd(correct, 1ull);
-  }
-};
-
 struct BiasGradOp {
   float* grad_bias;
   const float* dy;
@@ -490,43 +476,152 @@ struct ActBackwardOp {
   }
 };
 
-struct CrossEntropyRowsOp {
-  float* row_loss;
-  const float* logits;
-  const int32_t* labels;
-  int64_t classes;
-  __device__ void operator()(size_t r) const {
-    row_loss[r] = softmax_cross_entropy_row(logits + static_cast<int64_t>(r) * classes, labels[r], classes);
-  }
-};
-
-struct CrossEntropyGradOp {
-  float* dlogits;
-  const float* logits;
-  const int32_t* labels;
-  int64_t classes;
-  __device__ void operator()(size_t r) const {
-    const int64_t off = static_cast<int64_t>(r) * classes;
-    softmax_cross_entropy_grad_row(dlogits + off, logits + off, labels[r], classes);
-  }
-};
-
-struct MseRowsOp {
-  float* row_loss;
-  const float* y_hat;
-  const float* y;
-  int64_t cols;
-  __device__ void operator()(size_t r) const {
-    const int64_t off = static_cast<int64_t>(r) * cols;
-    row_loss[r] = mse_row(y_hat + off, y + off, cols);
-  }
-};
-
 struct MseGradOp {
   float* dy_hat;
   const float* y_hat;
   const float* y;
   __device__ void operator()(size_t i) const { dy_hat[i] = y_hat[i] - y[i]; }
+};
+
+// ---- Row kernels (losses, count-correct): one warp per row ------------------------------------------------------
+// Lanes load a row's elements coalesced (lane l takes j = l, l + 32, ...) and compute their terms in parallel; sums
+// are added by lane 0 in index order from a 32-value staging buffer per warp, so every row sum has the host twin's
+// order and bits (dense_math.h: log_sum_exp_row, mse_row); maxima and the arg-max are order-free reductions with the
+// host scan's step (max_scan_step; the first maximal index). A block holds kRowsPerBlock rows (one per warp).
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kThreads / kWarp;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(static_cast<int64_t>(kMaxBlocks),
+                                                 std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock)));
+}
+
+// max over z[0..n) as log_sum_exp_row's scan (m = z[0], then max_scan_step in order): every lane starts from z[0]
+// (a NaN there stays, as in the scan) and the lanes' maxima combine with the same step. The same on every lane.
+__device__ float warp_row_max(const float* z, int64_t n, int lane) {
+  float m = z[0];
+  for (int64_t j = lane; j < n; j += kWarp) m = max_scan_step(m, z[j]);
+  for (int off = kWarp / 2; off > 0; off >>= 1) m = max_scan_step(m, __shfl_xor_sync(kFullMask, m, off));
+  return __shfl_sync(kFullMask, m, 0);
+}
+
+// sum_{j < n} term(j) added in index order from 0 (the host loop's order and rounding), the terms computed by the
+// lanes in parallel 32 at a time; buf is this warp's 32 floats of shared memory. The same on every lane.
+template <class Term>
+__device__ float warp_row_ordered_sum(int64_t n, int lane, float* buf, const Term& term) {
+  float s = 0.0f;
+  for (int64_t base = 0; base < n; base += kWarp) {
+    const int64_t j = base + lane;
+    if (j < n) buf[lane] = term(j);
+    __syncwarp();
+    if (lane == 0) {
+      const int count = static_cast<int>(n - base < kWarp ? n - base : kWarp);
+      for (int k = 0; k < count; ++k) s += buf[k];
+    }
+    __syncwarp();
+  }
+  return __shfl_sync(kFullMask, s, 0);
+}
+
+// log_sum_exp_row of row z (n >= 1) on every lane of the warp: the same bits as the host twin given the same expf/logf.
+__device__ float warp_log_sum_exp(const float* z, int64_t n, int lane, float* buf) {
+  const float m = warp_row_max(z, n, lane);
+  const float s = warp_row_ordered_sum(n, lane, buf, [&](int64_t j) { return math_exp(z[j] - m); });
+  return m + math_log(s);
+}
+
+// Grid-stride over rows, one warp each; f(row, lane, buf) with the warp's staging buffer.
+template <class F>
+__global__ void rows_kernel(int64_t rows, F f) {
+  __shared__ float staging[kRowsPerBlock][kWarp];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    f(r, lane, staging[warp]);
+  }
+}
+
+template <class F>
+void launch_rows(int64_t rows, const F& f, cudaStream_t stream, const char* what) {
+  if (rows <= 0) return;  // a row of 0 columns is still written (mse: 0), as by the host loop
+  rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(rows, f);
+  check_launch(what);
+}
+
+// As the host's count_correct: the first index holding the row's maximum (strict > while scanning; z[0] NaN: 0).
+struct CountCorrectRow {
+  unsigned long long* correct;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  __device__ void operator()(int64_t r, int lane, float*) const {
+    const float* z = logits + r * classes;
+    float best_v = z[0];
+    int64_t best = 0;
+    for (int64_t j = lane; j < classes; j += kWarp) {  // this lane's first maximum (its indices increase)
+      if (z[j] > best_v) {
+        best_v = z[j];
+        best = j;
+      }
+    }
+    for (int off = kWarp / 2; off > 0; off >>= 1) {  // the larger value, the lower index on a tie
+      const float v = __shfl_xor_sync(kFullMask, best_v, off);
+      const long long i = __shfl_xor_sync(kFullMask, static_cast<long long>(best), off);
+      if (v > best_v || (v == best_v && i < best)) {
+        best_v = v;
+        best = i;
+      }
+    }
+    if (lane == 0 && best == labels[r]) atomicAdd(correct, 1ull);
+  }
+};
+
+struct CrossEntropyRow {
+  float* row_loss;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  __device__ void operator()(int64_t r, int lane, float* buf) const {
+    const float* z = logits + r * classes;
+    const float lse = warp_log_sum_exp(z, classes, lane, buf);
+    if (lane == 0) row_loss[r] = lse - z[labels[r]];
+  }
+};
+
+// softmax_cross_entropy_grad_row: dz[j] = exp(z[j] - lse), then dz[label] - 1 (the same two roundings); dz may alias
+// z (each lane reads z[j] before writing dz[j], and lse is computed before any write).
+struct CrossEntropyGradRow {
+  float* dlogits;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  __device__ void operator()(int64_t r, int lane, float* buf) const {
+    const float* z = logits + r * classes;
+    float* dz = dlogits + r * classes;
+    const float lse = warp_log_sum_exp(z, classes, lane, buf);
+    const int64_t label = labels[r];
+    __syncwarp();  // every lane has read z for lse before any lane overwrites it in place
+    for (int64_t j = lane; j < classes; j += kWarp) {
+      float v = math_exp(z[j] - lse);
+      if (j == label) v -= 1.0f;
+      dz[j] = v;
+    }
+  }
+};
+
+struct MseRow {
+  float* row_loss;
+  const float* y_hat;
+  const float* y;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int lane, float* buf) const {
+    const float* a = y_hat + r * cols;
+    const float* b = y + r * cols;
+    const float s = warp_row_ordered_sum(cols, lane, buf, [&](int64_t j) { return squared_error_term(a[j], b[j]); });
+    if (lane == 0) row_loss[r] = 0.5f * s;
+  }
 };
 
 struct FloatTerm {
@@ -603,7 +698,7 @@ void broadcast_rows(float* y, const float* row, int64_t rows, int64_t cols, cuda
 void count_correct(unsigned long long* correct, const float* logits, const int32_t* labels, int64_t rows,
                    int64_t classes, cudaStream_t stream) {
   GS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(unsigned long long), stream));
-  launch_map(static_cast<size_t>(rows), CountCorrectOp{correct, logits, labels, classes}, stream, "count_correct");
+  launch_rows(rows, CountCorrectRow{correct, logits, labels, classes}, stream, "count_correct");
 }
 
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
@@ -625,18 +720,17 @@ void activation_backward(float* dx, const float* dy, const float* x, int64_t n, 
 
 void softmax_cross_entropy_rows(float* row_loss, const float* logits, const int32_t* labels, int64_t rows,
                                 int64_t classes, cudaStream_t stream) {
-  launch_map(static_cast<size_t>(rows), CrossEntropyRowsOp{row_loss, logits, labels, classes}, stream,
-             "softmax_cross_entropy_rows");
+  launch_rows(rows, CrossEntropyRow{row_loss, logits, labels, classes}, stream, "softmax_cross_entropy_rows");
 }
 
 void softmax_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* labels, int64_t rows,
                                     int64_t classes, cudaStream_t stream) {
-  launch_map(static_cast<size_t>(rows), CrossEntropyGradOp{dlogits, logits, labels, classes}, stream,
-             "softmax_cross_entropy_backward");
+  launch_rows(rows, CrossEntropyGradRow{dlogits, logits, labels, classes}, stream,
+              "softmax_cross_entropy_backward");
 }
 
 void mse_rows(float* row_loss, const float* y_hat, const float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
-  launch_map(static_cast<size_t>(rows), MseRowsOp{row_loss, y_hat, y, cols}, stream, "mse_rows");
+  launch_rows(rows, MseRow{row_loss, y_hat, y, cols}, stream, "mse_rows");
 }
 
 void mse_backward(float* dy_hat, const float* y_hat, const float* y, int64_t n, cudaStream_t stream) {

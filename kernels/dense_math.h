@@ -47,11 +47,27 @@ GS_HD inline T gelu_derivative(T x) {
   return cdf + x * pdf;
 }
 
-// log(sum_j exp(z_j)) over z[0..n), n >= 1, computed as m + log(sum exp(z_j - m)) with m = max z (no overflow).
+// One step of a row's max scan: a later value replaces m only when strictly greater, so a NaN never replaces m and a
+// NaN first value stays. The GPU's warp-per-row kernels reduce with the same step (the result does not depend on the
+// order, up to the sign of a zero maximum, which no use below can see).
+template <class T>
+GS_HD inline T max_scan_step(T m, T v) {
+  return v > m ? v : m;
+}
+
+// One term of the MSE sum: (y_hat - y)^2, rounded after the difference and after the product.
+template <class T>
+GS_HD inline T squared_error_term(T y_hat, T y) {
+  T d = y_hat - y;
+  return d * d;
+}
+
+// log(sum_j exp(z_j)) over z[0..n), n >= 1, computed as m + log(sum exp(z_j - m)) with m = max z (no overflow). The
+// sum runs in index order j = 0, 1, ... (the GPU kernel computes the terms in parallel and adds them in this order).
 template <class T>
 GS_HD inline T log_sum_exp_row(const T* z, int64_t n) {
   T m = z[0];
-  for (int64_t j = 1; j < n; ++j) m = z[j] > m ? z[j] : m;
+  for (int64_t j = 1; j < n; ++j) m = max_scan_step(m, z[j]);
   T s = T(0);
   for (int64_t j = 0; j < n; ++j) s += math_exp(z[j] - m);
   return m + math_log(s);
@@ -73,13 +89,11 @@ GS_HD inline void softmax_cross_entropy_grad_row(T* dz, const T* z, int32_t labe
 
 // Per-sample MSE as gradsweep defines it (DESIGN.md section 3): 0.5 * ||y_hat - y||^2 over n outputs. Its gradient
 // with respect to y_hat is y_hat - y.
+// The sum runs in index order (as log_sum_exp_row's).
 template <class T>
 GS_HD inline T mse_row(const T* y_hat, const T* y, int64_t n) {
   T s = T(0);
-  for (int64_t j = 0; j < n; ++j) {
-    T d = y_hat[j] - y[j];
-    s += d * d;
-  }
+  for (int64_t j = 0; j < n; ++j) s += squared_error_term(y_hat[j], y[j]);
   return T(0.5) * s;
 }
 

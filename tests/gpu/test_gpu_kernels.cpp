@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -354,6 +355,71 @@ TEST_F(GpuKernels, BroadcastRowsAndCountCorrectMatchHost) {
     EXPECT_EQ(test::read_one(d_correct.get()),
               static_cast<unsigned long long>(count_correct(logits.data(), labels.data(), rows, cols)))
         << "count_correct n " << n;
+  }
+}
+
+// The warp-per-row kernels on rows wider than a warp (1, 31, 32, 33, 100, 1000 columns: partial and several 32-value
+// chunks): MSE row losses bit for bit (the terms in parallel, added in index order as the host's mse_row);
+// count_correct picks the host scan's index on every row, with tied maxima, +0/-0 ties, a NaN first logit (the scan
+// keeps index 0: nothing compares greater than NaN) and NaNs elsewhere (never picked); cross-entropy rows and their
+// gradient within the expf/logf bounds of BiasActivationsAndLossesMatchHost (the same order, so at any width).
+TEST_F(GpuKernels, RowKernelsOnWideRowsMatchHost) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t cols : {1, 31, 32, 33, 100, 1000}) {
+    const int64_t rows = 37;
+    const size_t total = static_cast<size_t>(rows * cols);
+    auto rng = fresh_rng(static_cast<size_t>(cols) + 41);
+    auto z = test::normals(total, rng, 3.0f);
+    const auto target = test::normals(total, rng);
+    for (size_t i = 0; i < total; i += 3) z[i] = std::round(z[i]);  // tied maxima
+    if (cols > 2) {
+      z[0] = nan;                          // row 0: a NaN first: index 0
+      z[static_cast<size_t>(cols) + 1] = nan;  // row 1: a NaN inside: never picked
+      for (int64_t j = 0; j < cols; ++j) z[static_cast<size_t>(2 * cols + j)] = j % 2 ? -0.0f : 0.0f;  // row 2: +-0
+    }
+    // Labels: the host scan's pick of each row (count_correct of that row with that label is 1).
+    std::vector<int32_t> labels(static_cast<size_t>(rows), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int32_t j = 0; j < cols; ++j)
+        if (count_correct(z.data() + r * cols, &j, 1, cols) == 1) labels[static_cast<size_t>(r)] = j;
+    if (cols > 2) {
+      EXPECT_EQ(labels[0], 0);  // the NaN-first row: the scan never moves
+      EXPECT_EQ(labels[2], 0);  // all zeros: the first one
+    }
+    Dev<float> d_z(z), d_target(target);
+    Dev<int32_t> d_labels(labels);
+    Dev<unsigned long long> d_correct(1);
+    gpu::count_correct(d_correct.get(), d_z.get(), d_labels.get(), rows, cols, s());
+    EXPECT_EQ(test::read_one(d_correct.get()), static_cast<unsigned long long>(rows)) << "count_correct cols " << cols;
+    std::vector<int32_t> shifted = labels;  // one label off on every row but the NaN-first one: only that counts
+    for (int64_t r = 1; r < rows; ++r)
+      shifted[static_cast<size_t>(r)] = static_cast<int32_t>((labels[static_cast<size_t>(r)] + 1) % cols);
+    Dev<int32_t> d_shifted(shifted);
+    gpu::count_correct(d_correct.get(), d_z.get(), d_shifted.get(), rows, cols, s());
+    EXPECT_EQ(test::read_one(d_correct.get()),
+              static_cast<unsigned long long>(count_correct(z.data(), shifted.data(), rows, cols)))
+        << "count_correct shifted cols " << cols;
+
+    std::vector<float> mse_r(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) mse_r[r] = mse_row(z.data() + r * cols, target.data() + r * cols, cols);
+    Dev<float> d_mse(static_cast<size_t>(rows));
+    gpu::mse_rows(d_mse.get(), d_z.get(), d_target.get(), rows, cols, s());
+    EXPECT_SAME_BITS(d_mse.host(), mse_r, "mse rows cols " + std::to_string(cols));
+
+    // Cross-entropy on rows without NaN (rows 3..): expf/logf differ by a few ulp between libms.
+    const int64_t first = cols > 2 ? 3 : 0, n_rows = rows - first;
+    std::vector<float> zc(z.begin() + first * cols, z.end());
+    std::vector<int32_t> lc(labels.begin() + first, labels.end());
+    std::vector<float> ce(static_cast<size_t>(n_rows)), dl(zc.size());
+    for (int64_t r = 0; r < n_rows; ++r) ce[r] = softmax_cross_entropy_row(zc.data() + r * cols, lc[r], cols);
+    softmax_cross_entropy_backward(dl.data(), zc.data(), lc.data(), n_rows, cols);
+    Dev<float> d_zc(zc), d_ce(static_cast<size_t>(n_rows));
+    Dev<int32_t> d_lc(lc);
+    gpu::softmax_cross_entropy_rows(d_ce.get(), d_zc.get(), d_lc.get(), n_rows, cols, s());
+    // The same summation order as the host: only the terms' expf (and logf) differ, by a few ulp, at any width.
+    EXPECT_LE(test::max_relative_error(d_ce.host(), ce, 1.0), 1e-5) << "cross-entropy cols " << cols;
+    gpu::softmax_cross_entropy_backward(d_zc.get(), d_zc.get(), d_lc.get(), n_rows, cols, s());  // in place
+    EXPECT_LE(test::max_relative_error(d_zc.host(), dl, 1.0), 4e-6) << "cross-entropy backward cols " << cols;
   }
 }
 
