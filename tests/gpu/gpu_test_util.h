@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <random>
@@ -30,8 +31,20 @@ inline RunConfig small_mlp_config(const std::vector<std::string>& sets) {
 }
 
 // The sizes every kernel runs over: empty, one element, odd, and past 2^24 (index and grid arithmetic).
+// GRADSWEEP_GPU_SIZES=small keeps 0, 1 and 1001, =large only 2^24 + 3 (the device check runs the large ones last, as
+// a run of their own); unset or anything else: all four.
 inline const std::vector<size_t>& kernel_sizes() {
-  static const std::vector<size_t> sizes = {0, 1, 1001, (size_t{1} << 24) + 3};
+  static const std::vector<size_t> sizes = [] {
+    const std::vector<size_t> small = {0, 1, 1001};
+    const size_t large = (size_t{1} << 24) + 3;
+    const char* which = std::getenv("GRADSWEEP_GPU_SIZES");
+    const std::string w = which ? which : "";
+    if (w == "small") return small;
+    if (w == "large") return std::vector<size_t>{large};
+    std::vector<size_t> all = small;
+    all.push_back(large);
+    return all;
+  }();
   return sizes;
 }
 
