@@ -245,8 +245,8 @@ void count_rounding(FloatFormat f, const float* in, size_t n, unsigned long long
   check_launch("count_rounding");
 }
 
-void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream) {
-  GS_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream, bool accumulate) {
+  if (!accumulate) GS_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
   launch_map(n, NonfiniteOp{x, flag}, stream, "find_nonfinite");
 }
 

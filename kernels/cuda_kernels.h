@@ -46,7 +46,8 @@ void round_through_format(FloatFormat f, float* out, const float* in, size_t n, 
 // rounding to f; counts (device, 2 x uint64) are overwritten. Host twin: count_rounding.
 void count_rounding(FloatFormat f, const float* in, size_t n, unsigned long long* counts, cudaStream_t stream);
 // *flag = 1 when some x[i] (i < n) is inf or NaN, else 0 (device int, overwritten): the loss scaler's check.
-void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream);
+// accumulate: *flag is not reset first, so several ranges OR into one flag (set it to 0 once before them).
+void find_nonfinite(const float* x, size_t n, int* flag, cudaStream_t stream, bool accumulate = false);
 // x[i] *= factor (the loss scaler's unscale; host twin scale_gradient).
 void scale(float* x, size_t n, float factor, cudaStream_t stream);
 // x[i] = x[i] / divisor (IEEE division: the all-reduce strategy's averaging by the step's sample count S, host twin

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/error.h"
 #include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
 #include "sim/model/model.h"
@@ -197,9 +198,9 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
         if (t - last_print < 0.2 && step != total) return;
         last_print = t;
         double eta = (t - run0) / static_cast<double>(step) * static_cast<double>(total - step);
-        std::fprintf(stderr, "\r\033[K[%zu/%zu] %s step %lld/%lld loss %.4g ETA %s", i + 1, todo.size(),
-                     spec.id.c_str(), static_cast<long long>(step), static_cast<long long>(total), loss,
-                     fmt_duration(eta).c_str());
+        std::fprintf(stderr, "\r\033[K[%zu/%zu] %s step %lld/%lld loss %s ETA %s", i + 1, todo.size(),
+                     spec.id.c_str(), static_cast<long long>(step), static_cast<long long>(total),
+                     format_number(loss, 4).c_str(), fmt_duration(eta).c_str());
       };
     }
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.

@@ -301,6 +301,19 @@ bool as_int(const json& j, int64_t& out) {
 
 std::string show(const json& j) { return bounded_dump(j, 60); }
 
+// Number fields the arithmetic holds as float32 (the optimizer's and loss scaler's scalars, clipping, the threshold
+// compressor's tau): a value that would round to inf there, or, for a field that must be > 0, to 0, is refused with
+// the field's path like any other out-of-range value. (true: the field must be > 0.)
+const std::map<std::string, bool>& float32_fields() {
+  static const std::map<std::string, bool> fields = {
+      {"training.optimizer.lr", true},     {"training.optimizer.weight_decay", false},
+      {"training.optimizer.eps", true},    {"training.schedule.min_lr", false},
+      {"training.clip_grad_norm", false},  {"precision.initial_scale", true},
+      {"precision.growth_factor", false},  {"precision.backoff_factor", true},
+      {"compression.tau", false}};
+  return fields;
+}
+
 class Reader {
  public:
   Reader(const json& j, std::vector<ConfigIssue>& issues) : j_(j), issues_(issues) {}
@@ -329,6 +342,11 @@ class Reader {
     if (!v.is_number()) return add(f, v, std::string("a number") + (r.empty() ? "" : " " + r));
     double x = v.get<double>();
     if (!std::isfinite(x) || !in_range(f, x)) return add(f, v, "a number " + r);
+    if (const auto it = float32_fields().find(f.path); it != float32_fields().end()) {
+      const std::string problem = float32_range_problem(x, it->second);
+      if (!problem.empty())
+        return add(f, v, std::string("a number") + (r.empty() ? "" : " " + r) + " that fits float32 (" + problem + ")");
+    }
     ref = x;
   }
   void read(bool& ref, const json& v, const FieldInfo& f) {

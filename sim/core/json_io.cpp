@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +190,19 @@ std::string bounded_dump_impl(const Json& j, size_t max_chars) {
 std::string bounded_dump(const nlohmann::json& j, size_t max_chars) { return bounded_dump_impl(j, max_chars); }
 std::string bounded_dump(const nlohmann::ordered_json& j, size_t max_chars) {
   return bounded_dump_impl(j, max_chars);
+}
+
+std::string float32_range_problem(double x, bool nonzero_required) {
+  // A double rounds to a finite float iff |x| < 2^128 - 2^103 (float's largest value plus half an ulp; the tie rounds
+  // to the even 2^128, that is inf). The cast is only made once the value is known to fit.
+  const double limit = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+  if (!std::isfinite(x) || std::fabs(x) >= limit)
+    return fmt::format("{} is outside float32's range (magnitudes up to {:.8g}) and would become {} as a float32",
+                       format_number(x), 3.4028234663852886e38, x < 0 ? "-inf" : "inf");
+  if (nonzero_required && x != 0.0 && static_cast<float>(x) == 0.0f)
+    return fmt::format("{} rounds to 0 as a float32, whose smallest positive value is {:.8g}", format_number(x),
+                       1.401298464324817e-45);
+  return "";
 }
 
 }  // namespace gs

@@ -55,6 +55,11 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& file)
 // read_json_file_text + parse_json_text.
 nlohmann::json read_json_file(const std::string& file, std::uint64_t max_bytes = kMaxJsonFileBytes);
 
+// Why a JSON number cannot be held as a float32 (inline samples, explicit initial weights, optimizer and loss-scaler
+// scalars): "" when x rounds to a finite float, else "<x> is outside float32's range (...) and would become inf as a
+// float32". With nonzero_required (a field that must be > 0), also a value that rounds to 0 in float32.
+std::string float32_range_problem(double x, bool nonzero_required = false);
+
 // JSON text of j cut to at most max_chars characters ("..." at the end when cut). Walks only as far as it prints, so
 // a huge or deeply nested value costs O(max_chars) and recurses at most max_chars levels.
 std::string bounded_dump(const nlohmann::json& j, size_t max_chars = 60);

@@ -43,7 +43,10 @@ std::vector<float> parse_row(const json& row, int64_t width, const std::string& 
   std::vector<float> out(row.size());
   for (size_t i = 0; i < row.size(); ++i) {
     if (!row[i].is_number()) fail(idx(path, i) + ": expected a number, got " + kind_of(row[i]));
-    out[i] = row[i].get<float>();
+    // Samples are float32: a value past its range would silently become inf.
+    const std::string problem = float32_range_problem(row[i].get<double>());
+    if (!problem.empty()) fail(idx(path, i) + ": " + problem);
+    out[i] = static_cast<float>(row[i].get<double>());
   }
   return out;
 }

@@ -15,15 +15,18 @@
 namespace gs {
 namespace {
 
+// The explicit initial values are float32 parameters: a value past float32's range is refused (it would be inf).
 float number_at(const json& v, const std::string& path) {
   if (!v.is_number()) throw Error(fmt::format("{}: expected a number, got {}", path, bounded_dump(v)));
-  return v.get<float>();
+  const std::string problem = float32_range_problem(v.get<double>());
+  if (!problem.empty()) throw Error(fmt::format("{}: {}", path, problem));
+  return static_cast<float>(v.get<double>());
 }
 
 // model.initial_weights: `out` rows of `in` numbers ([[w_00, ..., w_0,in-1], ...]); a bare number when in = out = 1.
 std::vector<float> parse_weights(const json& j, int64_t in, int64_t out) {
   const std::string path = "model.initial_weights";
-  if (j.is_number() && in == 1 && out == 1) return {j.get<float>()};
+  if (j.is_number() && in == 1 && out == 1) return {number_at(j, path)};
   const std::string expected = fmt::format("expected {} row{} of {} number{} (layers [{}, {}])", out,
                                            out == 1 ? "" : "s", in, in == 1 ? "" : "s", in, out);
   if (!j.is_array() || static_cast<int64_t>(j.size()) != out) {
@@ -44,7 +47,7 @@ std::vector<float> parse_weights(const json& j, int64_t in, int64_t out) {
 // model.initial_bias: `out` numbers; a bare number when out = 1.
 std::vector<float> parse_bias(const json& j, int64_t out) {
   const std::string path = "model.initial_bias";
-  if (j.is_number() && out == 1) return {j.get<float>()};
+  if (j.is_number() && out == 1) return {number_at(j, path)};
   if (!j.is_array() || static_cast<int64_t>(j.size()) != out) {
     throw Error(fmt::format("{}: expected {} number{} (the last width of model.layers), got {}", path, out,
                             out == 1 ? "" : "s", bounded_dump(j)));

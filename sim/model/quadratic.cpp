@@ -127,6 +127,11 @@ std::unique_ptr<Model> make_quadratic(const RunConfig& config) {
   if (m.initial_w.is_null()) throw Error("model.initial_w: expected a list of numbers (the starting point), got null");
   std::vector<double> w0 = parse_row(m.initial_w, "model.initial_w");
   if (w0.empty()) throw Error("model.initial_w: expected at least 1 number, got []");
+  for (size_t i = 0; i < w0.size(); ++i) {  // the parameters are float32 (a, b stay double: the gradient's math)
+    const std::string problem = float32_range_problem(w0[i]);
+    if (!problem.empty())
+      throw Error(fmt::format("model.initial_w{}: {}", m.initial_w.is_array() ? fmt::format("[{}]", i) : "", problem));
+  }
   const int64_t ranks = config.cluster.ranks;
   auto a = parse_rows(m.a, "model.a", w0.size(), ranks);
   auto b = parse_rows(m.b, "model.b", w0.size(), ranks);

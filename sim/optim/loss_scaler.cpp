@@ -36,10 +36,13 @@ LossScaler::LossScaler(const LossScalerSettings& settings)
   trajectory_.emplace_back(0, static_cast<double>(scale_));
 }
 
-bool LossScaler::update(bool found_nonfinite, int64_t step) {
+bool LossScaler::update(bool found_nonfinite, int64_t step, SkipCause cause) {
   if (!active()) return true;
   const float before = scale_;
-  if (found_nonfinite) skipped_.push_back(step);
+  if (found_nonfinite) {
+    skipped_.push_back(step);
+    ++(cause == SkipCause::kLoss ? skipped_loss_ : skipped_gradient_);
+  }
   if (settings_.kind == LossScaleKind::kDynamic) {
     if (found_nonfinite) {
       scale_ = scale_ * static_cast<float>(settings_.backoff_factor);
@@ -59,6 +62,10 @@ bool LossScaler::update(bool found_nonfinite, int64_t step) {
   return !found_nonfinite;
 }
 
+bool LossScaler::exhausted() const {
+  return settings_.kind == LossScaleKind::kDynamic && !std::isfinite(static_cast<float>(1.0 / static_cast<double>(scale_)));
+}
+
 GradientScan scan_gradient(const float* g, size_t begin, size_t end, bool want_norm) {
   GradientScan s;
   uint32_t bad = 0;
@@ -68,6 +75,9 @@ GradientScan scan_gradient(const float* g, size_t begin, size_t end, bool want_n
     bad |= static_cast<uint32_t>((u & 0x7fffffffu) >= 0x7f800000u);  // inf or NaN (a loop the compiler vectorizes)
   }
   s.nonfinite = bad != 0;
+  if (s.nonfinite) {  // the count, only when there is something to count (a second pass over a bad gradient)
+    for (size_t i = begin; i < end; ++i) s.nonfinite_values += !std::isfinite(g[i]);
+  }
   if (want_norm) {
     double sum = 0.0;
     for (size_t i = begin; i < end; ++i) {
@@ -89,7 +99,8 @@ float clip_coefficient(float total_norm, double max_norm) {
   return coef < 1.0f ? coef : (coef == coef ? 1.0f : coef);  // NaN stays NaN, as torch.clamp
 }
 
-GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step) {
+GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step,
+                                      bool loss_nonfinite) {
   GradientStepResult r;
   const bool clip = max_norm > 0.0;
   if (!scaler.active() && !clip) return r;  // fp32 without clipping: the gradient is untouched
@@ -100,7 +111,9 @@ GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, do
   }
   const GradientScan scan = scan_gradient(g, 0, n, clip);
   r.nonfinite = scan.nonfinite;
-  r.applied = scaler.update(scan.nonfinite, step);
+  r.nonfinite_values = scan.nonfinite_values;
+  const bool loss_bad = loss_nonfinite && scaler.active();
+  r.applied = scaler.update(scan.nonfinite || loss_bad, step, loss_bad ? SkipCause::kLoss : SkipCause::kGradient);
   if (clip) {
     r.grad_norm = static_cast<float>(std::sqrt(scan.sum_squares));
     if (r.applied) scale_gradient(g, 0, n, clip_coefficient(r.grad_norm, max_norm));

@@ -27,10 +27,21 @@ struct LossScalerSettings {
 // backoff_*); auto is dynamic under fp16_mixed and none otherwise.
 LossScalerSettings loss_scaler_settings(const PrecisionConfig& precision);
 
+// Why a scaler skipped an accumulation window: its training loss was inf/NaN (checked first: the forward comes
+// before the backward), or its averaged gradient held an inf/NaN.
+enum class SkipCause { kLoss, kGradient };
+
 // The loss scale and its schedule. kind none: scale 1, never skips. static: the initial scale forever; a step with
-// a non-finite gradient is skipped (DeepSpeed's static scale). dynamic: GradScaler's _amp_update_scale_:
+// a non-finite loss or gradient is skipped (DeepSpeed's static scale). dynamic: GradScaler's _amp_update_scale_:
 //   non-finite -> scale *= backoff, growth tracker = 0, step skipped;
 //   finite     -> tracker += 1; when tracker == growth_interval: scale *= growth (kept only if finite), tracker = 0.
+// One update() per optimizer step (torch.amp: one scaler.update() per effective batch, however many micro-batches).
+// A non-finite loss is handled like a non-finite gradient (torch's backward of an inf loss gives inf/NaN gradients,
+// which its found_inf check sees): skipped, backed off, tracker reset.
+// The scaler cannot recover once a dynamic scale has backed off below 2^-128: torch's unscale factor
+// float(1 / double(scale)) is then inf, so every later gradient unscales to inf/NaN, every step is skipped and the
+// scale only backs off further (to 0). exhausted() says so, and the run diverges there. A static scale never changes,
+// so it never gives up: every non-finite window is skipped, and the report counts them.
 // Not thread-safe: one owner calls update() once per optimizer step.
 class LossScaler {
  public:
@@ -41,12 +52,18 @@ class LossScaler {
   // scale of a run is a power of two unless initial_scale is not).
   float scale() const { return scale_; }
 
-  // Records the outcome of optimizer step `step` (1-based): found_nonfinite = the (reduced) gradient held an inf or
-  // NaN. Returns true when the optimizer step is to be applied, false when it is skipped. Updates the scale.
-  bool update(bool found_nonfinite, int64_t step);
+  // Records the outcome of optimizer step `step` (1-based): found_nonfinite = the window's loss or (reduced)
+  // gradient held an inf or NaN, `cause` which of them (kLoss when both). Returns true when the optimizer step is to
+  // be applied, false when it is skipped. Updates the scale.
+  bool update(bool found_nonfinite, int64_t step, SkipCause cause = SkipCause::kGradient);
 
   int64_t growth_tracker() const { return growth_tracker_; }
   int64_t skipped_steps() const { return static_cast<int64_t>(skipped_.size()); }
+  int64_t skipped_for_loss() const { return skipped_loss_; }          // windows skipped for a non-finite loss
+  int64_t skipped_for_gradient() const { return skipped_gradient_; }  // ... for a non-finite gradient (finite loss)
+  // True when the dynamic scale has backed off so far that its reciprocal overflows float (scale < 2^-128, or 0):
+  // no later step can be applied, so the run cannot recover.
+  bool exhausted() const;
   const std::vector<int64_t>& skipped_step_list() const { return skipped_; }  // 1-based, increasing
   // (step, scale after that step) at each change, starting with (0, initial scale).
   const std::vector<std::pair<int64_t, double>>& trajectory() const { return trajectory_; }
@@ -55,15 +72,18 @@ class LossScaler {
   LossScalerSettings settings_;
   float scale_;
   int64_t growth_tracker_ = 0;
+  int64_t skipped_loss_ = 0;
+  int64_t skipped_gradient_ = 0;
   std::vector<int64_t> skipped_;
   std::vector<std::pair<int64_t, double>> trajectory_;
 };
 
 // ---- Gradient steps between the reduction and the optimizer ------------------------------------------------------
 
-// What a scan of a gradient range found: any inf/NaN, and the sum of squares (in double) of its values.
+// What a scan of a gradient range found: any inf/NaN (and how many), and the sum of squares (in double) of its values.
 struct GradientScan {
   bool nonfinite = false;
+  size_t nonfinite_values = 0;
   double sum_squares = 0.0;
 };
 
@@ -79,8 +99,9 @@ float clip_coefficient(float total_norm, double max_norm);
 
 // What one optimizer step's gradient pipeline did (for the report and tests).
 struct GradientStepResult {
-  bool applied = true;      // false: skipped (non-finite gradient under a scaler)
+  bool applied = true;      // false: skipped (non-finite loss or gradient under a scaler)
   bool nonfinite = false;   // the gradient held an inf or NaN
+  size_t nonfinite_values = 0;  // how many of its values (after unscaling)
   float grad_norm = 0.0f;   // global L2 norm after unscaling (before clipping); 0 when not computed
 };
 
@@ -88,6 +109,10 @@ struct GradientStepResult {
 // unscale by 1/scale (if the scaler is active), check for inf/NaN, clip to max_norm (> 0) by global norm, update the
 // scaler. When the result says applied, the caller runs its optimizer on g. Order as torch's recipe:
 // scaler.unscale_(opt); clip_grad_norm_(params, max_norm); scaler.step(opt); scaler.update().
-GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step);
+// loss_nonfinite: the window's training loss (over the scaler's scope) was inf/NaN; under an active scaler the step is
+// then skipped like one with a non-finite gradient (SkipCause::kLoss). Without a scaler it is ignored here (the rank
+// loop counts such a loss as a divergence before any update).
+GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step,
+                                      bool loss_nonfinite = false);
 
 }  // namespace gs

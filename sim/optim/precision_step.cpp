@@ -10,10 +10,12 @@ PrecisionStep::PrecisionStep(const RunConfig& config)
       clip_grad_norm_(config.training.clip_grad_norm),
       store_fp16_(config.precision.mode == "fp16_pure") {}
 
-GradientStepResult PrecisionStep::before_update(float* g, size_t n, int64_t step) {
+GradientStepResult PrecisionStep::before_update(float* g, size_t n, int64_t step, bool loss_nonfinite) {
   round_gradient(g, 0, n);
-  const GradientStepResult r = unscale_check_clip(g, n, scaler_, clip_grad_norm_, step);
+  const GradientStepResult r = unscale_check_clip(g, n, scaler_, clip_grad_norm_, step, loss_nonfinite);
   if (r.applied) ++updates_;
+  averaged_nonfinite_values_ += r.nonfinite_values;
+  if (r.nonfinite && !first_nonfinite_averaged_) first_nonfinite_averaged_ = step;
   return r;
 }
 
@@ -41,9 +43,12 @@ float ScaledUpdate::unscale_factor() const {
   return scaler_.active() ? static_cast<float>(1.0 / static_cast<double>(scaler_.scale())) : 1.0f;
 }
 
-bool ScaledUpdate::decide(bool nonfinite, int64_t step) {
+bool ScaledUpdate::decide(bool nonfinite, int64_t step, bool loss_nonfinite) {
   if (nonfinite && handles_nonfinite_ && !first_nonfinite_) first_nonfinite_ = step;
-  const bool applied = scaler_.active() ? scaler_.update(nonfinite, step) : true;
+  const bool loss_bad = loss_nonfinite && scaler_.active();
+  const bool applied = scaler_.active() ? scaler_.update(nonfinite || loss_bad, step,
+                                                         loss_bad ? SkipCause::kLoss : SkipCause::kGradient)
+                                        : true;
   if (applied) ++updates_;
   return applied;
 }

@@ -27,9 +27,15 @@ class PrecisionStep {
   // On the averaged gradient g[0, n) that every participant of the scope holds identically: unscale, non-finite
   // check, clip, scaler update (step = 1-based optimizer step). The caller applies its optimizer only when the result
   // says applied, with t = update_count() (updates applied so far including this one: skipped steps do not count, as
-  // GradScaler.step does not call optimizer.step()).
-  GradientStepResult before_update(float* g, size_t n, int64_t step);
+  // GradScaler.step does not call optimizer.step()). loss_nonfinite: the window's training loss over the scope was
+  // inf/NaN; an active scaler skips the step for it (SkipCause::kLoss), as for a non-finite gradient.
+  GradientStepResult before_update(float* g, size_t n, int64_t step, bool loss_nonfinite = false);
   int64_t update_count() const { return updates_; }
+  // What the checks of before_update found in the averaged gradient (after unscaling): inf/NaN values summed over
+  // every check, and the first (1-based) step whose averaged gradient held one. Checked where a scaler or clipping
+  // runs; the report's averaged_grad_nonfinite_values / first_nonfinite_averaged_step.
+  uint64_t averaged_nonfinite_values() const { return averaged_nonfinite_values_; }
+  std::optional<int64_t> first_nonfinite_averaged_step() const { return first_nonfinite_averaged_; }
 
   // fp16_pure: the averaged gradient g[begin, end) becomes an fp16 tensor (the host all-reduce summed fp32 copies of
   // the ranks' fp16 gradients in rank order; the sum divided by S is rounded to fp16 here). A no-op otherwise.
@@ -51,6 +57,8 @@ class PrecisionStep {
   double clip_grad_norm_;
   bool store_fp16_;
   int64_t updates_ = 0;
+  uint64_t averaged_nonfinite_values_ = 0;
+  std::optional<int64_t> first_nonfinite_averaged_;
 };
 
 // The loss-scale decisions of a loop that unscales and checks the averaged gradient where it lives and decides on
@@ -69,8 +77,10 @@ class ScaledUpdate {
   // scaler (as the host loop's check_nonfinite). Without a scaler such a step is applied as it is.
   bool handles_nonfinite() const { return handles_nonfinite_; }
   // After the check of 1-based optimizer step `step`: whether the optimizer runs. Updates the scaler (if active),
-  // the update count and the first non-finite step.
-  bool decide(bool nonfinite, int64_t step);
+  // the update count and the first non-finite step. nonfinite: the averaged gradient held an inf/NaN;
+  // loss_nonfinite: the step's training loss (every rank's) was inf/NaN, which an active scaler skips for
+  // (SkipCause::kLoss) as PrecisionStep::before_update does.
+  bool decide(bool nonfinite, int64_t step, bool loss_nonfinite = false);
   int64_t update_count() const { return updates_; }
   std::optional<int64_t> first_nonfinite_step() const { return first_nonfinite_; }
   const LossScaler& scaler() const { return scaler_; }

@@ -200,6 +200,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     std::vector<MixedCounters> rank_counters(static_cast<size_t>(ranks));
     std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
     ScaledUpdate report_scaler(config.precision);  // rank 0's copy after the run (every rank's decides alike)
+    // The local gradient's check before the all-reduce, where the host loop checks it (check_nonfinite there): a
+    // reduced-precision mode or a loss scaler.
+    const bool check_local = precision_policy(config.precision).emulated() ||
+                             loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
+    uint64_t averaged_nonfinite = 0;  // rank 0's count of inf/NaN values in all-reduced gradients
     double trained_s = 0.0;
     World world(ranks);
 
@@ -232,8 +237,12 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       for (StagingSlot& s : slots) s.reserve(capacity, in_dim, out_dim, classification);
       gpu::DeviceBuffer<double> loss_sums(static_cast<size_t>(K), "micro-batch loss sums");
       gpu::PinnedBuffer<double> loss_host(static_cast<size_t>(K), "micro-batch loss sums");
-      gpu::DeviceBuffer<int> flags(2, "non-finite flags");  // [0] parameters entering the step, [1] local gradient
-      gpu::PinnedBuffer<int> flags_host(2, "non-finite flags");
+      // Non-finite flags: [0] parameters entering the step, [1] the all-reduced gradient, [2] this rank's local
+      // gradient (each bucket checked just before its all-reduce starts; the report's first_nonfinite_step).
+      gpu::DeviceBuffer<int> flags(3, "non-finite flags");
+      gpu::PinnedBuffer<int> flags_host(3, "non-finite flags");
+      gpu::DeviceBuffer<unsigned long long> nonfinite_count(2, "non-finite count");
+      gpu::PinnedBuffer<unsigned long long> nonfinite_count_host(2, "non-finite count");
       gpu::Event comm_begin, comm_end, opt_begin, opt_end;
       std::optional<DeviceEvalSet> eval;
       compute.synchronize();
@@ -326,6 +335,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           ctl[kCtlTimeout] = reading.timed_out ? 1.0 : 0.0;
         }
         gpu::find_nonfinite(params.get(), n, flags.get(), cs);
+        GS_CUDA_CHECK(cudaMemsetAsync(flags.get() + 2, 0, sizeof(int), cs));
         GS_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), cs));
         GS_CUDA_CHECK(cudaMemsetAsync(loss_sums.get(), 0, loss_sums.bytes(), cs));
         if (mixed) gpu::reset_counts(*mixed_scratch, cs);
@@ -338,6 +348,8 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           for (; next_bucket < buckets.size() && buckets[next_bucket].begin >= first_final; ++next_bucket) {
             const Bucket& b = buckets[next_bucket];
             GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+            // The local gradient's check, in stream order before the in-place all-reduce overwrites the bucket.
+            if (check_local) gpu::find_nonfinite(grad.get() + b.begin, b.end - b.begin, flags.get() + 2, cs, true);
             gcomm->all_reduce_sum_start(rank, grad.get() + b.begin, b.end - b.begin);
           }
         };
@@ -471,7 +483,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         // the step's loss sums and flags to the host.
         gpu::find_nonfinite(grad.get(), n, flags.get() + 1, cs);
         GS_CUDA_CHECK(cudaMemcpyAsync(loss_host.get(), loss_sums.get(), loss_sums.bytes(), cudaMemcpyDeviceToHost, cs));
-        GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), 2 * sizeof(int), cudaMemcpyDeviceToHost, cs));
+        GS_CUDA_CHECK(cudaMemcpyAsync(flags_host.get(), flags.get(), 3 * sizeof(int), cudaMemcpyDeviceToHost, cs));
         for (StagingSlot& s : slots) s.harvest(clock);
         compute.synchronize();  // loss sums and flags are on the host now
         if (mixed) gpu::counters_to_host(*mixed_scratch, counters, cs);
@@ -486,6 +498,15 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         for (int64_t k = 0; k < K; ++k) ctl[kCtlLossSum] += loss_host[static_cast<size_t>(k)];  // micro-batch order
         ctl[kCtlBadParams] = flags_host[0] != 0 ? 1.0 : 0.0;
         ctl[kCtlBadGrad] = flags_host[1] != 0 ? 1.0 : 0.0;
+        if (check_local && flags_host[2] != 0 && !first_nonfinite[static_cast<size_t>(rank)])
+          first_nonfinite[static_cast<size_t>(rank)] = step + 1;
+        if (flags_host[1] != 0 && rank == 0) {  // how many values (rare: only on a step whose sum holds one)
+          gpu::count_rounding(FloatFormat::kFp32, grad.get(), n, nonfinite_count.get(), cs);
+          GS_CUDA_CHECK(cudaMemcpyAsync(nonfinite_count_host.get(), nonfinite_count.get(), 2 * sizeof(unsigned long long),
+                                        cudaMemcpyDeviceToHost, cs));
+          compute.synchronize();
+          averaged_nonfinite += nonfinite_count_host[1];
+        }
         {
           PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
           control->all_reduce_sum(rank, ctl, kControlCount);
@@ -493,17 +514,23 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         }
         if (ctl[kCtlSamples] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
         const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];
-        // Under a mixed mode or a loss scaler an inf/NaN gradient is the scaler's (skip and back off), not a divergence.
+        // Under a mixed mode or a loss scaler an inf/NaN gradient is the scaler's (skip and back off), not a divergence;
+        // under an active scaler so is an inf/NaN loss (the window is skipped, as the host loop's strategies do).
         const bool grad_bad = ctl[kCtlBadGrad] > 0;
-        const NonFinite non_finite = ctl[kCtlBadParams] > 0                     ? NonFinite::kParameters
-                                     : !std::isfinite(train_loss)             ? NonFinite::kTrainLoss
-                                     : grad_bad && !scaled.handles_nonfinite() ? NonFinite::kGradient
-                                                                              : NonFinite::kNone;
-        const bool diverged = non_finite != NonFinite::kNone;
-        // The scaler's decision, the same on every rank (the flag is the all-reduced gradient's): a skipped step runs
-        // no optimizer and does not count as an update (GradScaler.step).
+        const bool loss_bad = !std::isfinite(train_loss);
+        NonFinite non_finite = ctl[kCtlBadParams] > 0                             ? NonFinite::kParameters
+                               : loss_bad && !scaled.scaler().active()           ? NonFinite::kTrainLoss
+                               : grad_bad && !scaled.handles_nonfinite()         ? NonFinite::kGradient
+                                                                                 : NonFinite::kNone;
+        bool diverged = non_finite != NonFinite::kNone;
+        // The scaler's decision, the same on every rank (the flag is the all-reduced gradient's, the loss every
+        // rank's): a skipped step runs no optimizer and does not count as an update (GradScaler.step).
         const float unscale = scaled.unscale_factor();  // this step's scale, before decide() updates it
-        const bool apply = !diverged && scaled.decide(grad_bad, step + 1);
+        const bool apply = !diverged && scaled.decide(grad_bad, step + 1, loss_bad);
+        if (!diverged && scaled.scaler().exhausted()) {  // backed off past 2^-128: it cannot recover (every rank alike)
+          non_finite = NonFinite::kLossScale;
+          diverged = true;
+        }
         if (apply) {
           GS_NVTX_RANGE(kOptimizer);
           opt_begin.record(cs);
@@ -555,7 +582,9 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
             auto [loss, acc] = evaluate();
             monitor.record_eval(EvalResult{loss, acc});
           }
-          if (diverged) {
+          if (non_finite == NonFinite::kLossScale) {
+            monitor.diverged(step + 1, non_finite, train_loss, fmt::format("all {} ranks' scalers", ranks));
+          } else if (diverged) {
             monitor.diverged(step, non_finite, train_loss,
                              ctl[kCtlBadParams] > 0 ? fmt::format("{:.0f} ranks hold some", ctl[kCtlBadParams])
                                                     : std::string("the all-reduced gradient holds inf or NaN"));
@@ -573,7 +602,6 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
         final_params_bad.store(flags_host[0] != 0);
       }
       res.steps[static_cast<size_t>(rank)] = clock.steps();
-      first_nonfinite[static_cast<size_t>(rank)] = scaled.first_nonfinite_step();
       if (rank == 0) report_scaler = scaled;
       data_result.max_queue_depth[static_cast<size_t>(rank)] = static_cast<int64_t>(loader.max_queue_depth());
     };
@@ -592,6 +620,11 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     p.loss_scale_trajectory = report_scaler.scaler().trajectory();
     p.final_loss_scale = report_scaler.scaler().scale();
     p.skipped_steps = report_scaler.scaler().skipped_step_list();
+    p.skipped_nonfinite_loss = report_scaler.scaler().skipped_for_loss();
+    p.skipped_nonfinite_gradient = report_scaler.scaler().skipped_for_gradient();
+    // The averaged (all-reduced) gradient's checks: every step's flag, and on a flagged step the count of its values.
+    p.averaged_grad_nonfinite = averaged_nonfinite;
+    p.first_nonfinite_averaged_step = report_scaler.first_nonfinite_step();
     for (const MixedCounters& c : rank_counters) {
       p.grad_values += c.grad_values;
       p.grad_underflow += c.grad_underflow;

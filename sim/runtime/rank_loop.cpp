@@ -46,9 +46,21 @@ namespace {
 // The per-step control values all-reduced by every rank (see rank_main).
 // kCtlGradSamples is the divisor behind the gradient: the samples, except under training.pitfall zero_grad_in_loop
 // (the last micro-batch's) and mean_of_means (K per rank, each micro-batch pre-divided by its size).
+// kCtlScalerExhausted counts the ranks whose loss scaler cannot recover after the previous step (LossScaler::exhausted).
 enum : size_t {
-  kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kCtlGradSamples, kControlCount
+  kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kCtlGradSamples, kCtlScalerExhausted,
+  kControlCount
 };
+
+// Ranks (of `ranks`) whose loss scaler cannot recover (LossScaler::exhausted) after the run's last step.
+int exhausted_scalers(const SyncStrategy& strategy, int ranks) {
+  int count = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const PrecisionStep* ps = strategy.precision_step(r);
+    count += ps != nullptr && ps->scaler().exhausted() ? 1 : 0;
+  }
+  return count;
+}
 
 // Number of non-finite values in x[0..n) (divergence checks; one pass, no branches in the loop).
 size_t count_non_finite(const float* x, size_t n) {
@@ -99,6 +111,10 @@ PrecisionResult precision_result(const RunConfig& config, const SyncStrategy& st
     p.loss_scale_trajectory = ps->scaler().trajectory();
     p.final_loss_scale = ps->scaler().scale();
     p.skipped_steps = ps->scaler().skipped_step_list();
+    p.skipped_nonfinite_loss = ps->scaler().skipped_for_loss();
+    p.skipped_nonfinite_gradient = ps->scaler().skipped_for_gradient();
+    p.averaged_grad_nonfinite = ps->averaged_nonfinite_values();
+    p.first_nonfinite_averaged_step = ps->first_nonfinite_averaged_step();
   }
   for (const PrecisionCounters& c : counters) {
     p.grad_values += c.grad_values;
@@ -339,8 +355,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
 
     // Precision bookkeeping per rank (each rank writes only its own entry).
     const PrecisionPolicy base_policy = precision_policy(config.precision);
-    const bool check_nonfinite =
-        base_policy.emulated() || loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
+    // Under an active loss scaler a non-finite loss or gradient is the scaler's to handle (it skips the window and
+    // backs off), not a divergence; the run diverges when the scaler cannot recover (LossScaler::exhausted).
+    const bool scaler_active = loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
+    const bool check_nonfinite = base_policy.emulated() || scaler_active;
     std::vector<PrecisionCounters> rank_counters(static_cast<size_t>(ranks));
     std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
     // Known pitfalls (docs/pitfalls.md). zero_grad_in_loop: the article's loop zeroes the gradient before every
@@ -372,11 +390,18 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         monitor.record(p.step, now_s() - train_start_s - monitor.eval_spent_s(), p.train_loss, p.samples,
                        p.modeled_s);
         const size_t bad = count_non_finite(p.params, n);
-        const bool diverged = bad > 0 || !std::isfinite(p.train_loss);
+        // Under a loss scaler a worker with a non-finite loss skipped its push (its scaler's to handle); the run
+        // diverges when a worker's scaler cannot recover.
+        const bool loss_bad = !scaler_active && !std::isfinite(p.train_loss);
+        const bool diverged = bad > 0 || p.scaler_exhausted_rank >= 0 || loss_bad;
         if (!diverged && monitor.eval_due(p.step)) monitor.evaluate(p.params);
         monitor.step_done(p.step, p.train_loss);
         if (diverged) {
-          monitor.diverged_at_progress(p.step, bad, p.train_loss);
+          if (bad == 0 && p.scaler_exhausted_rank >= 0)
+            monitor.diverged(p.step, NonFinite::kLossScale, p.train_loss,
+                             fmt::format("worker {}'s scaler", p.scaler_exhausted_rank));
+          else
+            monitor.diverged_at_progress(p.step, bad, p.train_loss);
           return false;
         }
         return !monitor.stop_after(p.step, monitor.read_stop());
@@ -425,6 +450,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         const float* params = strategy->params(rank);
         precision.loss_scale = strategy->loss_scale(rank);
         ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
+        if (const PrecisionStep* ps = strategy->precision_step(rank))  // this rank's scaler after the last step
+          ctl[kCtlScalerExhausted] = ps->scaler().exhausted() ? 1.0 : 0.0;
         DataStepRecord data_step;
         double grad_samples = 0.0;
         for (int64_t k = 0; k < K; ++k) {
@@ -498,6 +525,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           in.local_samples = local_samples;
           in.global_samples = local_samples;
           in.local_loss_sum = local_loss_sum;
+          in.loss_nonfinite = !std::isfinite(local_loss_sum);  // free-running: the worker's own loss
           in.total_steps = total;
           in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, std::min(step, total - 1),
                                 total);
@@ -518,11 +546,15 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
         if (ctl[kCtlSamples] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
         const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];  // every micro-batch's samples, also under a pitfall
         // The first non-finite quantity of the step, in the order computed: the parameters entering it (the last
-        // update's result), the loss (forward), the gradient (backward). A diverged step applies no update.
-        const NonFinite non_finite = ctl[kCtlBadParams] > 0      ? NonFinite::kParameters
-                                     : !std::isfinite(train_loss) ? NonFinite::kTrainLoss
-                                     : ctl[kCtlBadGrad] > 0       ? NonFinite::kGradient
-                                                                  : NonFinite::kNone;
+        // update's result), a scaler that cannot recover (LossScaler::exhausted after the last skip), the loss
+        // (forward), the gradient (backward). A diverged step applies no update. Under an active scaler a non-finite
+        // loss or gradient is the scaler's: the strategy skips the window (StepInput::loss_nonfinite).
+        const bool loss_nonfinite = !std::isfinite(train_loss);
+        const NonFinite non_finite = ctl[kCtlBadParams] > 0               ? NonFinite::kParameters
+                                     : ctl[kCtlScalerExhausted] > 0       ? NonFinite::kLossScale
+                                     : loss_nonfinite && !scaler_active   ? NonFinite::kTrainLoss
+                                     : ctl[kCtlBadGrad] > 0               ? NonFinite::kGradient
+                                                                          : NonFinite::kNone;
         const bool diverged = non_finite != NonFinite::kNone;
         if (!diverged) {
           StepInput in;
@@ -533,6 +565,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
           in.global_samples = global_samples;
           in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, step, total);
           in.local_loss_sum = local_loss_sum;
+          in.loss_nonfinite = loss_nonfinite;  // every rank's loss (the control all-reduce's)
           in.total_steps = total;
           in.clock = &clock;
           in.cost = &cost;
@@ -564,7 +597,10 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
               monitor.evaluate(strategy->eval_params());
             }
             bool stop = diverged;
-            if (diverged) {
+            if (non_finite == NonFinite::kLossScale) {
+              monitor.diverged(step, non_finite, train_loss,
+                               fmt::format("{:.0f} of {} ranks' scalers", ctl[kCtlScalerExhausted], ranks));
+            } else if (diverged) {
               const double count = ctl[kCtlBadParams] > 0 ? ctl[kCtlBadParams] : ctl[kCtlBadGrad];
               monitor.diverged(step, non_finite, train_loss, fmt::format("{:.0f} values over all ranks", count));
             } else {
@@ -612,8 +648,12 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
     res.data = std::move(data_result);
     res.compression = strategy->compression_report();
-    // The last update can overflow after the last loss was computed.
+    // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
     monitor.final_parameters_checked(count_non_finite(strategy->eval_params(), n));
+    if (res.disposition == "passed")
+      if (const int gave_up = exhausted_scalers(*strategy, ranks); gave_up > 0)
+        monitor.diverged(res.steps_completed, NonFinite::kLossScale, std::nan(""),
+                         fmt::format("{} of {} ranks' scalers", gave_up, ranks));
   } catch (const std::bad_alloc&) {
     res.disposition = "failed";
     res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);

@@ -13,6 +13,7 @@ namespace gs {
 const char* non_finite_name(NonFinite q) {
   switch (q) {
     case NonFinite::kParameters: return "parameters";
+    case NonFinite::kLossScale: return "loss_scale";
     case NonFinite::kTrainLoss: return "train_loss";
     case NonFinite::kGradient: return "gradient";
     case NonFinite::kNone: break;
@@ -80,14 +81,22 @@ void RunMonitor::diverged(int64_t step, NonFinite q, double train_loss, const st
     res_.message = step == 0 ? "the initial parameters are non-finite"
                              : fmt::format("diverged at step {}: the first non-finite quantity is the parameters after "
                                            "its update{}", step, paren);
+  } else if (q == NonFinite::kLossScale) {
+    // The scaler backed off past recovery at the skip of step `step` (seen by the next step's control values, after
+    // the run, or at once by the cuda loop).
+    res_.divergence_step = step;
+    res_.message = fmt::format("diverged at step {}: the loss scaler skipped that step's update and its scale backed "
+                               "off below 2^-128, whose reciprocal (the unscale factor) overflows float, so every "
+                               "later step would be skipped: it cannot recover{}", step, paren);
   } else if (q == NonFinite::kGradient) {
     res_.divergence_step = step + 1;
     res_.message = fmt::format("diverged at step {}: the first non-finite quantity is the gradient ({}training loss "
-                               "{:.6g})", step + 1, detail.empty() ? std::string() : detail + "; ", train_loss);
+                               "{})", step + 1, detail.empty() ? std::string() : detail + "; ",
+                               format_number(train_loss, 6));
   } else {
     res_.divergence_step = step + 1;
     res_.message = fmt::format("diverged at step {}: the first non-finite quantity is the training loss ({}; the "
-                               "parameters entering the step were finite)", step + 1, train_loss);
+                               "parameters entering the step were finite)", step + 1, format_number(train_loss));
   }
 }
 
@@ -98,7 +107,7 @@ void RunMonitor::diverged_at_progress(int64_t step, size_t bad_params, double tr
   res_.message = bad_params > 0 ? fmt::format("diverged at step {}: the first non-finite quantity is the server's "
                                               "parameters ({} values)", step, bad_params)
                                 : fmt::format("diverged at step {}: the first non-finite quantity is the training "
-                                              "loss ({})", step, train_loss);
+                                              "loss ({})", step, format_number(train_loss));
 }
 
 void RunMonitor::final_parameters_checked(size_t bad_params) {

@@ -30,9 +30,12 @@ struct StopReading {
 };
 
 // The first non-finite quantity of a lockstep step, in the order computed: the parameters entering the step (the
-// last update's result), the training loss (forward), the gradient (backward).
-enum class NonFinite { kNone, kParameters, kTrainLoss, kGradient };
-const char* non_finite_name(NonFinite q);  // "parameters" | "train_loss" | "gradient" (report key divergence.quantity)
+// last update's result), a loss scaler that cannot recover (kLossScale: LossScaler::exhausted after the skip of the
+// previous step), the training loss (forward), the gradient (backward). Under an active scaler a non-finite loss or
+// gradient is the scaler's (the window is skipped), not a divergence.
+enum class NonFinite { kNone, kParameters, kLossScale, kTrainLoss, kGradient };
+// "parameters" | "loss_scale" | "train_loss" | "gradient" (report key divergence.quantity)
+const char* non_finite_name(NonFinite q);
 
 class RunMonitor {
  public:
@@ -64,7 +67,9 @@ class RunMonitor {
 
   // Outcomes. A lockstep step (0-based `step`) whose first non-finite quantity is `q`; `detail` says how much was
   // non-finite ("12 values over all ranks"), left out where empty. Divergence step: the step whose result was
-  // non-finite (the parameters entering step t are step t - 1's update; at step 0 the initial parameters).
+  // non-finite (the parameters entering step t are step t - 1's update; at step 0 the initial parameters); for
+  // kLossScale `step` is the 1-based step whose skip exhausted the scaler. Numbers print as format_number does (NaN,
+  // inf, -inf).
   void diverged(int64_t step, NonFinite q, double train_loss, const std::string& detail);
   // A free-running strategy's progress point `step` (1-based) whose server parameters (`bad_params` values) or train
   // loss are non-finite.

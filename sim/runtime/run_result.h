@@ -34,6 +34,10 @@ struct PrecisionResult {
   std::vector<std::pair<int64_t, double>> loss_scale_trajectory;  // (step, scale after it) at changes; (0, initial)
   double final_loss_scale = 1.0;
   std::vector<int64_t> skipped_steps;                           // 1-based optimizer steps skipped by the scaler
+  int64_t skipped_nonfinite_loss = 0;      // of those, windows whose training loss was inf/NaN
+  int64_t skipped_nonfinite_gradient = 0;  // ... whose loss was finite and averaged gradient held an inf/NaN
+  uint64_t averaged_grad_nonfinite = 0;    // inf/NaN values the scaler's checks found in the averaged gradient
+  std::optional<int64_t> first_nonfinite_averaged_step;  // first step whose averaged gradient held an inf/NaN
   uint64_t grad_values = 0;                                     // gradient values rounded to the gradient format
   uint64_t grad_underflow = 0;                                  // nonzero values that became zero
   uint64_t grad_nonfinite = 0;                                  // values that were or became inf/NaN
@@ -64,7 +68,7 @@ struct RunResult {
   std::string disposition = "passed";  // passed | diverged | failed | skipped | interrupted | timeout
   std::string message;
   int64_t divergence_step = 0;          // diverged: the step whose result was the first non-finite quantity
-  std::string divergence_quantity;      // diverged: parameters | train_loss | gradient
+  std::string divergence_quantity;      // diverged: parameters | loss_scale | train_loss | gradient
   int64_t steps_planned = 0;
   int64_t steps_completed = 0;
   double wall_s = 0.0;

@@ -129,7 +129,7 @@ class AllReduce final : public SyncStrategy {
       compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock, in.cost);
       GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
-      deliver(in.rank, in.grad, in.lr, in.step);
+      deliver(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);
       return;
     }
     {
@@ -146,16 +146,18 @@ class AllReduce final : public SyncStrategy {
     PhaseTimer t(clock, Phase::kOptimizer);
     const float s = static_cast<float>(in.global_samples);
     for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-    deliver(in.rank, in.grad, in.lr, in.step);
+    deliver(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);
   }
 
   // The averaged gradient g of `step` has arrived on `rank`: applied now (s = 0), or checked now and applied s steps
   // later through the ring.
-  void deliver(int rank, float* g, double lr, int64_t step) {
-    if (staleness_ == 0) return apply_update(rank, g, lr, step);
+  // loss_nonfinite: the step's training loss (every rank's) was inf/NaN: an active scaler skips it as a non-finite
+  // gradient.
+  void deliver(int rank, float* g, double lr, int64_t step, bool loss_nonfinite) {
+    if (staleness_ == 0) return apply_update(rank, g, lr, step, loss_nonfinite);
     PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
     // Unscale / check / clip with this step's loss scale; the scaler decides now whether this gradient counts.
-    const bool ok = ps.before_update(g, n_, step + 1).applied;
+    const bool ok = ps.before_update(g, n_, step + 1, loss_nonfinite).applied;
     Ring& ring = ring_[static_cast<size_t>(rank)];
     const size_t slot = static_cast<size_t>(step) % staleness_;  // holds the gradient of step - s
     std::vector<float>& old = ring.grad[slot];
@@ -171,9 +173,9 @@ class AllReduce final : public SyncStrategy {
 
   // The optimizer-update part of a replicated step on the averaged gradient g: loss-scale unscale / check / skip and
   // clipping (PrecisionStep), then the rank's optimizer, then fp16 storage rounding (fp16_pure).
-  void apply_update(int rank, float* g, double lr, int64_t step) {
+  void apply_update(int rank, float* g, double lr, int64_t step, bool loss_nonfinite) {
     PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
-    if (!ps.before_update(g, n_, step + 1).applied) return;  // skipped: inf/NaN under a loss scaler
+    if (!ps.before_update(g, n_, step + 1, loss_nonfinite).applied) return;  // skipped: inf/NaN under a loss scaler
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     opt.step(params(rank), g, 0, n_, lr, ps.update_count());
     ps.after_update(params(rank), opt, 0, n_);

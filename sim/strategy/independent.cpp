@@ -32,7 +32,7 @@ class Independent final : public SyncStrategy {
     float inv = static_cast<float>(in.local_samples);
     for (size_t i = 0; i < n_; ++i) in.grad[i] /= inv;
     PrecisionStep& ps = precision_[static_cast<size_t>(in.rank)];
-    if (!ps.before_update(in.grad, n_, in.step + 1).applied) return;  // this rank's scaler skips the step
+    if (!ps.before_update(in.grad, n_, in.step + 1, in.local_loss_nonfinite()).applied) return;  // skips (own scaler)
     Optimizer& opt = *optimizers_[static_cast<size_t>(in.rank)];
     opt.step(params(in.rank), in.grad, 0, n_, in.lr, ps.update_count());
     ps.after_update(params(in.rank), opt, 0, n_);

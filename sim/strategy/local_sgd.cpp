@@ -107,13 +107,13 @@ class LocalSgd final : public SyncStrategy {
       PhaseTimer t(clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.global_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-      apply(in.rank, in.grad, in.lr, in.step);
+      apply(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);  // every rank's loss: all ranks skip together
     } else if (in.local_samples > 0) {  // a rank without samples this step has nothing to learn from
       GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.local_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-      apply(in.rank, in.grad, in.lr, in.step);
+      apply(in.rank, in.grad, in.lr, in.step, in.local_loss_nonfinite());  // a local step: this rank's own loss
     }
     const bool average = !warmup && averages_after(in.step);
     if (average) this->average(in.rank, clock);
@@ -124,9 +124,9 @@ class LocalSgd final : public SyncStrategy {
   // True when the parameters are averaged after 0-based step t: local steps H, 2H, ... after the warm-up.
   bool averages_after(int64_t t) const { return t >= warmup_ && (t + 1 - warmup_) % period_ == 0; }
 
-  void apply(int rank, float* g, double lr, int64_t step) {
+  void apply(int rank, float* g, double lr, int64_t step, bool loss_nonfinite) {
     PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
-    if (!ps.before_update(g, n_, step + 1).applied) return;  // this rank's scaler skips the step
+    if (!ps.before_update(g, n_, step + 1, loss_nonfinite).applied) return;  // this rank's scaler skips the step
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     opt.step(params(rank), g, 0, n_, lr, ps.update_count());
     ps.after_update(params(rank), opt, 0, n_);

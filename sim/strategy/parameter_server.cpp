@@ -38,8 +38,9 @@
 // rounds the averaged gradient to fp16 and stores its parameters and optimizer state in fp16.
 // Mixed precision (bf16_mixed, fp16_mixed): the server holds fp32 master weights; each worker computes in the format
 // and keeps its OWN loss scaler (DESIGN.md section 3), which unscales and checks the worker's gradient before the push.
-// A worker whose gradient has an inf/NaN skips its push (it sends an 8-byte notice instead, so clocks and the budget
-// still count it) and backs off only its own scale; the server averages the pushes that arrived over their samples
+// A worker whose loss or gradient has an inf/NaN skips its push (it sends an 8-byte notice instead, so clocks and the
+// budget still count it) and backs off only its own scale (a worker's scaler that cannot recover, LossScaler::exhausted,
+// ends the run as diverged); the server averages the pushes that arrived over their samples
 // (BSP) or applies nothing for it (SSP/async). The staleness report counts skipped pushes per worker.
 // Gradient clipping (training.clip_grad_norm) is per worker, before the push, on the worker's own mean gradient
 // (after unscaling), as local clipping in DGC (Lin et al. 2018); it is not the clipping of the averaged gradient that
@@ -307,10 +308,10 @@ class ParameterServer final : public SyncStrategy {
       if (clip_ && in.local_samples > 0) {
         const float ls = static_cast<float>(in.local_samples);
         for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / ls;
-        skip = !precision_[ri].before_update(in.grad, n_, c + 1).applied;
+        skip = !precision_[ri].before_update(in.grad, n_, c + 1, in.local_loss_nonfinite()).applied;
         for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] * ls;
       } else {
-        skip = !precision_[ri].before_update(in.grad, n_, c + 1).applied;
+        skip = !precision_[ri].before_update(in.grad, n_, c + 1, in.local_loss_nonfinite()).applied;
       }
       clock.add(Phase::kOptimizer, now_s() - a);
       StepCost unscale = cost_model_->make_step_cost();
@@ -346,6 +347,9 @@ class ParameterServer final : public SyncStrategy {
       m.times.bytes_sent = static_cast<uint64_t>(push_bytes);
       return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
     }
+    // Inside the turn: a worker whose scaler cannot recover (its own thread updated it before the turn) ends the run
+    // at the next progress point.
+    if (exhausted_rank_ < 0 && precision_[ri].scaler().exhausted()) exhausted_rank_ = r;
     {
       const double a = now_s();
       if (!server_ready_) {  // the first event of the run: every worker still holds the initial parameters
@@ -622,6 +626,7 @@ class ParameterServer final : public SyncStrategy {
       p.train_loss = group_samples_ > 0 ? group_loss_ / group_samples_ : 0.0;
       p.samples = group_samples_;
       p.params = server_.data();
+      p.scaler_exhausted_rank = exhausted_rank_;
       group_pushes_ = 0;
       group_loss_ = group_samples_ = 0.0;
       if (sink_ && !sink_(p)) done_ = true;
@@ -677,6 +682,7 @@ class ParameterServer final : public SyncStrategy {
   double apply_s_ = 0.0;
   double shard_elems_ = 0.0;  // elements per shard
   ProgressSink sink_;
+  int exhausted_rank_ = -1;  // the first worker whose loss scaler cannot recover (written and read inside turns)
 
   // Compressed pushes. One record per push of a worker.
   struct PushRecord {

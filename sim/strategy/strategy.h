@@ -4,6 +4,7 @@
 // gradients) fit without touching the rank loop. A new strategy is one file plus one line in kStrategies
 // (registry.cpp).
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -49,6 +50,7 @@ struct ProgressPoint {
   double train_loss = 0.0;   // mean per-sample loss over the samples of those gradients
   double samples = 0.0;      // samples behind those gradients
   const float* params = nullptr;  // the server's parameters after it (valid during the call)
+  int scaler_exhausted_rank = -1;  // a worker whose loss scaler cannot recover (LossScaler::exhausted), or -1
 };
 // Returns false to end the run (divergence, stop request, time limit): the strategy then ends every rank's loop.
 using ProgressSink = std::function<bool(const ProgressPoint&)>;
@@ -73,6 +75,12 @@ struct StepInput {
   double global_samples = 0.0;    // S: samples of this step over all ranks and micro-batches
   double lr = 0.0;                // learning rate of this step (schedule applied)
   double local_loss_sum = 0.0;    // sum of the rank's per-sample losses of this step (free-running strategies)
+  // The step's training loss is inf/NaN: lockstep strategies get every rank's (the loss all-reduced in the step's
+  // control values), free-running ones their own. Under an active loss scaler the step is then skipped like one with
+  // a non-finite gradient (PrecisionStep::before_update); a scope of one rank (independent, local SGD's local steps)
+  // uses local_loss_nonfinite() instead. Without a scaler the rank loop diverges before calling step().
+  bool loss_nonfinite = false;
+  bool local_loss_nonfinite() const { return !std::isfinite(local_loss_sum); }
   int64_t total_steps = 0;        // the run's planned optimizer steps
   PhaseClock* clock = nullptr;    // the rank's clock: attribute communicate / optimizer time and bytes
   StepCost* cost = nullptr;       // the rank's modeled step: add what the strategy does (see sim/cost/step_cost.h)

@@ -119,6 +119,18 @@ def test_bad_staleness_and_local_sgd_fields_exit_2_with_their_paths(tmp_path):
     assert run("validate", write(tmp_path, good, "good.json")).returncode == 0
 
 
+def test_inline_number_past_float32_range_exits_2_naming_file_and_path(tmp_path):
+    """1e39 in data.inline would be inf in float32: refused before any run, with the file and the JSON path."""
+    bad = {"name": "f32", "model": {"kind": "linear", "layers": [1, 1], "bias": False, "loss": "mse"},
+           "data": {"kind": "inline", "ranks": [[{"x": [[1.0]], "y": [[1.0]]}, {"x": [[1.0]], "y": [[1e39]]}]]},
+           "cluster": {"ranks": 1}, "training": {"steps": 2, "optimizer": {"kind": "sgd", "lr": 0.1}}}
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, bad), "--out", out)
+    assert p.returncode == 2, p.stderr
+    assert "s.json" in p.stderr and "data.ranks[0][1].y[0][0]: 1e+39 is outside float32's range" in p.stderr, p.stderr
+    assert not out.exists()
+
+
 def test_syntax_error_names_line_and_column(tmp_path):
     p = run("validate", write(tmp_path, '{"name": "x",\n "model": {"kind": }\n}'))
     assert p.returncode == 2

@@ -205,6 +205,9 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
   EXPECT_EQ(c16.precision->loss_scale_trajectory[0], (std::pair<int64_t, double>(0, 16777216.0)));
   EXPECT_EQ(c16.precision->loss_scale_trajectory[1], (std::pair<int64_t, double>(1, 8388608.0)));
   for (const auto& first : c16.precision->first_nonfinite_step) EXPECT_EQ(first, std::optional<int64_t>(1));
+  EXPECT_EQ(c16.precision->first_nonfinite_averaged_step, std::optional<int64_t>(1));
+  EXPECT_GT(c16.precision->averaged_grad_nonfinite, 0u);
+  EXPECT_EQ(c16.precision->skipped_nonfinite_gradient, static_cast<int64_t>(cs.size()));
   ASSERT_TRUE(c16.series.back().eval_loss && h16.series.back().eval_loss);
   EXPECT_LE(relative(*c16.series.back().eval_loss, *h16.series.back().eval_loss), 5e-2);
 }
@@ -269,6 +272,43 @@ TEST(GpuEndToEnd, DetectTakesTheGpusProfile) {
   }
   EXPECT_NE(r.hardware, "detect");
   EXPECT_TRUE(r.ranks_one_per_gpu || !nccl_compiled());
+}
+
+// A non-finite training loss under a dynamic scaler skips the window and the run goes on, on the device loop
+// (fp16_mixed) and on the staged path (fp32 with a scaler), as on the host (tests/unit/test_precision.cpp,
+// NonFiniteLoss.*): linear y_hat = w x (x = 1), mse, SGD lr 0.5, w0 = 0, 2 ranks x K = 2 one-sample micro-batches with
+// y = 1, except rank 0's second micro-batch of step 2 (y = 3e19: loss 4.5e38 is inf in float). Scale 1024, growth
+// every 2 clean steps: [[0, 1024], [2, 512], [4, 1024]]; w: 0.5, 0.5 (skipped), 0.75, 0.875; evaluation on y = 1:
+// 0.5 (0.875 - 1)^2 = 2^-7. Every value is exact in fp16 and fp32.
+TEST(GpuEndToEnd, NonFiniteLossSkipsTheWindowOnDeviceLoopAndStagedPath) {
+  std::string ranks = "[";
+  for (int r = 0; r < 2; ++r) {
+    ranks += r ? ", [" : "[";
+    for (int i = 0; i < 8; ++i)
+      ranks += std::string(i ? ", " : "") + "{\"x\": [[1]], \"y\": [[" + (r == 0 && i == 3 ? "3e19" : "1") + "]]}";
+    ranks += "]";
+  }
+  ranks += "]";
+  const std::string text = R"({"name": "l", "model": {"kind": "linear", "layers": [1, 1], "bias": false, "loss": "mse",
+    "initial_weights": [[0]]}, "data": {"kind": "inline", "ranks": )" + ranks + R"(, "eval": {"x": [[1]], "y": [[1]]}},
+    "cluster": {"ranks": 2, "backend": "cuda", "hardware": "h200-1"},
+    "training": {"steps": 4, "accumulation_steps": 2, "eval_every": 0, "optimizer": {"kind": "sgd", "lr": 0.5}},
+    "precision": {"loss_scale": "dynamic", "initial_scale": 1024, "growth_interval": 2}})";
+  for (const char* mode : {"fp16_mixed", "fp32"}) {
+    SCOPED_TRACE(mode);
+    const RunConfig c = parse_scenario(text, "l.json", {std::string("precision.mode=") + mode}).runs.at(0).config;
+    const RunResult r = run_training(c);
+    ASSERT_EQ(r.disposition, "passed") << r.message;
+    EXPECT_EQ(r.cuda_path, std::string(mode) == "fp32" ? "staged" : "device");
+    ASSERT_TRUE(r.precision);
+    EXPECT_EQ(r.precision->skipped_steps, (std::vector<int64_t>{2}));
+    EXPECT_EQ(r.precision->skipped_nonfinite_loss, 1);
+    EXPECT_EQ(r.precision->skipped_nonfinite_gradient, 0);
+    const std::vector<std::pair<int64_t, double>> traj = {{0, 1024.0}, {2, 512.0}, {4, 1024.0}};
+    EXPECT_EQ(r.precision->loss_scale_trajectory, traj);
+    ASSERT_TRUE(r.series.back().eval_loss);
+    EXPECT_EQ(*r.series.back().eval_loss, std::ldexp(1.0, -7));
+  }
 }
 
 }  // namespace

@@ -42,6 +42,33 @@ std::string dump_issues(const std::vector<ConfigIssue>& issues) {
 const char* kGood = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
   "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3}})";
 
+// Number fields the arithmetic holds as float32 refuse a value that would become inf there (or 0, for a field that
+// must be > 0), with the field's path; the same value as a double would pass the field's own range. Initial weights
+// of the linear and quadratic models too.
+TEST(ConfigErrors, NumbersPastFloat32RangeAreRefusedWithTheirPath) {
+  auto is = issues_of(kGood, {"training.optimizer.lr=1e39", "training.optimizer.weight_decay=5e38",
+                              "training.optimizer.kind=adam", "training.optimizer.eps=1e-50",
+                              "precision.growth_factor=1e39", "training.clip_grad_norm=1e300"});
+  EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "that fits float32 (1e+39 is outside float32's range"))
+      << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.optimizer.weight_decay", "would become inf as a float32")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.optimizer.eps", "1e-50 rounds to 0 as a float32")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "precision.growth_factor", "outside float32's range")) << dump_issues(is);
+  EXPECT_TRUE(has_issue(is, "training.clip_grad_norm", "outside float32's range")) << dump_issues(is);
+  // 1e-50 is allowed where 0 is (clipping's max norm must be > 0 only when on: 0 means off, so no nonzero rule).
+  EXPECT_NO_THROW(parse_scenario(kGood, "good.json", {"training.optimizer.weight_decay=1e-50"}));
+  const char* linear = R"({"name": "t", "model": {"kind": "linear", "layers": [1, 2], "bias": true,
+    "initial_weights": [[1], [-1e39]], "initial_bias": [2e39, 0]},
+    "data": {"kind": "inline", "ranks": [[{"x": [[1]], "y": [[1, 1]]}]]}, "cluster": {"ranks": 1},
+    "training": {"steps": 1}})";
+  is = issues_of(linear);
+  EXPECT_TRUE(has_issue(is, "model.initial_weights[1][0]", "outside float32's range")) << dump_issues(is);
+  const char* quadratic = R"({"name": "t", "model": {"kind": "quadratic", "initial_w": [0, 4e38], "a": [1, 1],
+    "b": [0, 0]}, "data": {"kind": "none"}, "cluster": {"ranks": 1}, "training": {"steps": 1}})";
+  is = issues_of(quadratic);
+  EXPECT_TRUE(has_issue(is, "model.initial_w[1]", "outside float32's range")) << dump_issues(is);
+}
+
 TEST(ConfigErrors, SyntaxErrorNamesFileLineAndColumn) {
   try {
     parse_scenario("{\n  \"name\": \"x\",\n  \"model\": {\"kind\": \"mlp\",}\n}", "s.json");

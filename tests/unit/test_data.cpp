@@ -2,6 +2,7 @@
 // IDX parsing on small files written here, the inline format and its errors, and the "none" dataset. A new dataset
 // joins the sharding test when it is indexable.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 #include <zlib.h>
 
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <string>
@@ -633,6 +635,30 @@ TEST(DataInline, BadShapesNameThePath) {
   auto c = inline_config(1, 1, json::parse(R"([[ {"x": [[1, 2]], "y": [[1]]} ]])"));
   c.data.eval = json::parse(R"({"x": [[1]], "y": [[1]]})");
   expect_error([&] { make_dataset(c); }, "data.eval.x[0]: expected 2 numbers");
+}
+
+// Inline samples are float32: 1e39 (above float32's largest value 3.4028235e38) would become inf and is refused with
+// its path; 3.4028235e38 itself (a float32 value) and 3.4028235677973362e38 (just below the midpoint 2^128 - 2^103
+// to the next power of two, so it rounds down to float32's largest value) are accepted; the midpoint itself rounds to
+// inf (a tie, to the even 2^128) and is refused; -1e39 too, in x as in y and in data.eval.
+TEST(DataInline, NumbersPastFloat32RangeAreRefusedWithTheirPath) {
+  auto make = [](const std::string& text) {
+    return [=] { make_dataset(inline_config(1, 1, json::parse(text))); };
+  };
+  expect_error(make(R"([[ {"x": [[1]], "y": [[1e39]]} ]])"), "data.ranks[0][0].y[0][0]: 1e+39 is outside float32's range");
+  expect_error(make(R"([[ {"x": [[1]], "y": [[1]]}, {"x": [[-1e39]], "y": [[1]]} ]])"),
+               "data.ranks[0][1].x[0][0]: -1e+39 is outside float32's range");
+  expect_error(make(R"([[ {"x": [[1]], "y": [[3.4028235677973366e38]]} ]])"), "would become inf");
+  expect_error(make(R"([[ {"x": [[1]], "y": [[1]]}, {"x": [[-1e39]], "y": [[1]]} ]])"), "would become -inf");
+  const auto d = make_dataset(inline_config(1, 1, json::parse(
+                                                      R"([[ {"x": [[3.4028235e38]], "y": [[3.4028235677973362e38]]} ]])")));
+  Batch b;
+  d->micro_batch(0, 0, 0, b);
+  EXPECT_EQ(b.x, std::vector<float>{std::numeric_limits<float>::max()});
+  EXPECT_EQ(b.y, std::vector<float>{std::numeric_limits<float>::max()});
+  auto c = inline_config(1, 1, json::parse(R"([[ {"x": [[1]], "y": [[1]]} ]])"));
+  c.data.eval = json::parse(R"({"x": [[1]], "y": [[-1e300]]})");
+  expect_error([&] { make_dataset(c); }, "data.eval.y[0][0]: -1e+300 is outside float32's range");
 }
 
 // ---- none and the registry ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 
 #include "tests/unit/cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -256,6 +257,224 @@ TEST(LossScaling, NonFiniteMicroBatchSkipsTheWholeAccumulatedStep) {
   EXPECT_EQ(p["skipped_step_list"], json::array({2}));
   EXPECT_EQ(p["loss_scale_trajectory"], json::parse("[[0, 1024.0], [2, 512.0]]"));
   EXPECT_EQ(test::params_after(runs[0], 1, 0)[0], test::params_after(runs[0], 0, 0)[0]);
+}
+
+// ---- A non-finite loss under a loss scaler: the window is skipped, as for a non-finite gradient (torch.amp) ---------
+
+// The windows of these runs: linear y_hat = w x (x = 1, one output, no bias), mse (per-sample gradient w - y), SGD lr
+// 0.5, w0 = 0, 2 ranks x K = 2 micro-batches of one sample with y = 1, 4 steps. Rank 0's second micro-batch of step
+// 2 has y = 3e19: its loss 0.5 (w - y)^2 = 4.5e38 overflows float to inf, while its scaled gradient (w - y) x 1024 =
+// -3.1e22 stays finite in fp32, so only the loss tells the scaler. Every value below is exact in float (powers of two).
+constexpr double kHugeTarget = 3e19;
+
+json inf_loss_ranks(int ranks, int steps, int K, int bad_rank, std::vector<int> bad_steps) {
+  json out = json::array();
+  for (int r = 0; r < ranks; ++r) {
+    json row = json::array();
+    for (int t = 1; t <= steps; ++t)
+      for (int k = 0; k < K; ++k) {
+        const bool bad = r == bad_rank && k == K - 1 &&
+                         std::find(bad_steps.begin(), bad_steps.end(), t) != bad_steps.end();
+        row.push_back(sample({bad ? kHugeTarget : 1.0}));
+      }
+    out.push_back(row);
+  }
+  return out;
+}
+
+// The scenario of inf_loss_ranks with a sync section and precision (dynamic scale 1024, growth every 2 clean steps).
+json inf_loss_scenario(const json& sync, const json& precision, int steps = 4, std::vector<int> bad_steps = {2}) {
+  json s = json::parse(linear_run({{0.0}}, precision, 0.0, 0.5, 2, 2, steps, inf_loss_ranks(2, steps, 2, 0, bad_steps)));
+  s["sync"] = sync;
+  s["data"]["eval"] = sample({1.0});  // eval loss 0.5 (w - 1)^2: the final w of free-running runs, which have no trace
+  return s;
+}
+
+const json kDynamic1024 = {{"mode", "fp32"}, {"loss_scale", "dynamic"}, {"initial_scale", 1024.0},
+                           {"growth_interval", 2}};
+
+// Synchronous (every rank skips step 2 together): GradScaler with growth_interval 2 gives scale 1024 (step 1: tracker
+// 1), 512 at step 2 (skip: backoff, tracker 0), step 3 tracker 1, 1024 at step 4 (tracker 2 -> growth). A tracker
+// not reset by the skip would grow at step 3 instead. Updates (mean gradient g = w - 1 over the 4 samples):
+// w1 = 0 - 0.5 (-1) = 0.5; w2 = w1 (skipped); w3 = 0.5 - 0.5 (-0.5) = 0.75; w4 = 0.75 - 0.5 (-0.25) = 0.875.
+void expect_synchronous_skip(const json& run, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(run["disposition"], "passed") << run["message"];
+  const json& p = run["precision"];
+  EXPECT_EQ(p["skipped_steps"].get<int>(), 1);
+  EXPECT_EQ(p["skipped_step_list"], json::array({2}));
+  EXPECT_EQ(p["skipped_nonfinite_loss"].get<int>(), 1);
+  EXPECT_EQ(p["skipped_nonfinite_gradient"].get<int>(), 0);
+  EXPECT_EQ(p["loss_scale_trajectory"], json::parse("[[0, 1024.0], [2, 512.0], [4, 1024.0]]"));
+  EXPECT_EQ(p["averaged_grad_nonfinite_values"].get<int>(), 0);  // the gradient itself stayed finite
+  EXPECT_TRUE(p["first_nonfinite_averaged_step"].is_null());
+  EXPECT_TRUE(run["convergence"]["series"][1]["train_loss"].is_null());  // inf in the series (JSON null)
+  const float expected[4] = {0.5f, 0.5f, 0.75f, 0.875f};
+  for (size_t step = 0; step < 4; ++step)
+    for (size_t rank = 0; rank < 2; ++rank)
+      EXPECT_EQ(test::params_after(run, step, rank)[0], expected[step]) << "step " << step + 1 << " rank " << rank;
+}
+
+json run_one(const json& scenario) {
+  Scenario sc = parse_scenario(scenario.dump(), "<test>", {});
+  EXPECT_EQ(sc.runs.size(), 1u);
+  return run_to_json(sc.runs[0], run_training(sc.runs[0].config));
+}
+
+TEST(NonFiniteLoss, SkipsTheWindowUnderEverySynchronousStrategy) {
+  expect_synchronous_skip(run_one(inf_loss_scenario({{"kind", "allreduce"}}, kDynamic1024)), "allreduce");
+  // bf16 wire: every gradient here (powers of two, and -3.1e22) is a bf16 value, so the cast changes nothing.
+  json bf16 = inf_loss_scenario({{"kind", "allreduce"}}, kDynamic1024);
+  bf16["compression"] = {{"kind", "bf16"}};
+  expect_synchronous_skip(run_one(bf16), "allreduce, bf16 cast compression");
+  // local SGD whose warm-up covers the run: every step is a synchronous all-reduce step on per-rank scalers.
+  expect_synchronous_skip(
+      run_one(inf_loss_scenario({{"kind", "local_sgd"}, {"period", 2}, {"warmup_steps", 4}}, kDynamic1024)),
+      "local_sgd warm-up");
+  // fp16_mixed: the huge target's fp16 gradient overflows too; the loss is checked first, so it counts as a loss skip.
+  json fp16 = inf_loss_scenario({{"kind", "allreduce"}}, {{"mode", "fp16_mixed"}, {"loss_scale", "dynamic"},
+                                                           {"initial_scale", 1024.0}, {"growth_interval", 2}});
+  const json r16 = run_one(fp16);
+  EXPECT_EQ(r16["disposition"], "passed") << r16["message"];
+  EXPECT_EQ(r16["precision"]["skipped_nonfinite_loss"].get<int>(), 1);
+  EXPECT_EQ(r16["precision"]["skipped_nonfinite_gradient"].get<int>(), 0);
+  EXPECT_EQ(r16["precision"]["first_nonfinite_averaged_step"].get<int>(), 2);
+  EXPECT_EQ(test::params_after(r16, 1, 0)[0], test::params_after(r16, 0, 0)[0]);
+}
+
+// Delayed all-reduce (staleness 1): the step-t update applies step t - 1's averaged gradient, and the skip drops the
+// gradient of step 2 from the ring. Steps: 1 applies nothing (w = 0), 2 applies step 1's g = -1 (w = 0.5), 3 would
+// apply step 2's (skipped: w stays 0.5), 4 applies step 3's gradient, computed at w2 = 0.5: g = -0.5, w = 0.75.
+TEST(NonFiniteLoss, DelayedAllReduceDropsTheSkippedGradientFromTheRing) {
+  const json run = run_one(inf_loss_scenario({{"kind", "allreduce"}, {"staleness", 1}}, kDynamic1024));
+  EXPECT_EQ(run["disposition"], "passed") << run["message"];
+  EXPECT_EQ(run["precision"]["skipped_step_list"], json::array({2}));
+  EXPECT_EQ(run["precision"]["skipped_nonfinite_loss"].get<int>(), 1);
+  const float expected[4] = {0.0f, 0.5f, 0.5f, 0.75f};
+  for (size_t step = 0; step < 4; ++step) EXPECT_EQ(test::params_after(run, step, 1)[0], expected[step]) << step + 1;
+}
+
+// Per-rank scalers: only rank 0's loss is inf, so only rank 0 skips; rank 1 goes on with its own data (g = w - 1).
+// independent: rank 0: 0.5, 0.5, 0.75, 0.875 (scales 1024, 512, 512, 1024); rank 1: 0.5, 0.75, 0.875, 0.9375.
+// local SGD (no warm-up, period 2): the same until the average after step 2: (0.5 + 0.75) / 2 = 0.625 on both; step 3:
+// g = -0.375, w = 0.8125; step 4: g = -0.1875, w = 0.90625, averaged (equal).
+TEST(NonFiniteLoss, PerRankScalersSkipOnlyTheRankWhoseLossIsNonFinite) {
+  const json ind = run_one(inf_loss_scenario({{"kind", "independent"}}, kDynamic1024));
+  EXPECT_EQ(ind["disposition"], "passed") << ind["message"];
+  EXPECT_EQ(ind["precision"]["skipped_step_list"], json::array({2}));  // rank 0's scaler
+  EXPECT_EQ(ind["precision"]["skipped_nonfinite_loss"].get<int>(), 1);
+  const float r0[4] = {0.5f, 0.5f, 0.75f, 0.875f}, r1[4] = {0.5f, 0.75f, 0.875f, 0.9375f};
+  for (size_t step = 0; step < 4; ++step) {
+    EXPECT_EQ(test::params_after(ind, step, 0)[0], r0[step]) << "independent rank 0 step " << step + 1;
+    EXPECT_EQ(test::params_after(ind, step, 1)[0], r1[step]) << "independent rank 1 step " << step + 1;
+  }
+  const json local = run_one(inf_loss_scenario({{"kind", "local_sgd"}, {"period", 2}}, kDynamic1024));
+  EXPECT_EQ(local["disposition"], "passed") << local["message"];
+  const float avg[4] = {0.5f, 0.625f, 0.8125f, 0.90625f};
+  for (size_t step = 0; step < 4; ++step)
+    for (size_t rank = 0; rank < 2; ++rank)
+      EXPECT_EQ(test::params_after(local, step, rank)[0], avg[step]) << "local_sgd step " << step + 1 << " rank " << rank;
+}
+
+// Parameter server (BSP, 2 workers): worker 0 skips its push of clock 2; the server averages the push
+// that arrived (worker 1's, g = 0.5 - 1): w = 0.75, then 0.875, 0.9375. The final eval loss 0.5 (w - 1)^2 = 2^-9.
+TEST(NonFiniteLoss, ParameterServerWorkerSkipsItsPushAndTheRunGoesOn) {
+  json s = inf_loss_scenario({{"kind", "parameter_server"}, {"staleness", 0}}, kDynamic1024);
+  s["report"]["trace"] = false;
+  const json run = run_one(s);
+  EXPECT_EQ(run["disposition"], "passed") << run["message"];
+  EXPECT_EQ(run["staleness"]["skipped_pushes_per_rank"], json::array({1, 0}));
+  EXPECT_EQ(run["precision"]["skipped_nonfinite_loss"].get<int>(), 1);
+  EXPECT_EQ(run["convergence"]["final"]["eval_loss"].get<double>(), std::ldexp(1.0, -9));
+}
+
+// A static scale skips the window too and never gives up; without a scaler the inf loss is a divergence (message
+// with "inf"). A NaN loss prints "NaN": cross-entropy of the logits [inf, 0] (x = 3e38, w = [[2], [0]]) is
+// logsumexp - z_0 with z - max(z) = [inf - inf, -inf], a NaN whose sign bit x86 sets (printed "-nan" before).
+TEST(NonFiniteLoss, StaticScaleSkipsAndNoScalerDivergesWithTheLossPrinted) {
+  const json st = run_one(inf_loss_scenario({{"kind", "allreduce"}},
+                                            {{"mode", "fp32"}, {"loss_scale", "static"}, {"initial_scale", 1024.0}}));
+  EXPECT_EQ(st["disposition"], "passed") << st["message"];
+  EXPECT_EQ(st["precision"]["skipped_step_list"], json::array({2}));
+  EXPECT_EQ(st["precision"]["loss_scale_trajectory"], json::parse("[[0, 1024.0]]"));
+  const json none = run_one(inf_loss_scenario({{"kind", "allreduce"}}, {{"mode", "fp32"}, {"loss_scale", "none"}}));
+  EXPECT_EQ(none["disposition"], "diverged");
+  EXPECT_EQ(none["divergence"], json::parse(R"({"step": 2, "quantity": "train_loss"})"));
+  EXPECT_NE(none["message"].get<std::string>().find("training loss (inf;"), std::string::npos) << none["message"];
+
+  json nan = json::parse(linear_run({{2.0}, {0.0}}, {{"mode", "fp32"}}, 0.0, 0.5, 1, 1, 1,
+                                    json::array({json::array({json{{"x", {{3e38}}}, {"y", {0}}}})})));
+  nan["model"]["loss"] = "cross_entropy";
+  const json r = run_one(nan);
+  EXPECT_EQ(r["disposition"], "diverged");
+  const std::string m = r["message"].get<std::string>();
+  EXPECT_NE(m.find("training loss (NaN;"), std::string::npos) << m;
+  EXPECT_EQ(m.find("nan"), std::string::npos) << m;
+}
+
+// The scaler cannot recover once the dynamic scale's reciprocal overflows float (torch's unscale factor
+// float(1 / double(scale)) is then inf, so every later gradient unscales to inf/NaN and every step is skipped): from
+// 2^-125 with backoff 0.5, steps 2, 3, 4 (inf loss on rank 0 from step 2 on) back it off to 2^-126, 2^-127, 2^-128,
+// and 2^128 is past float's largest value (2^128 - 2^104). The run diverges with quantity loss_scale at step 4 (seen
+// by step 5's control values, before any update there).
+TEST(NonFiniteLoss, DivergesWhenTheDynamicScaleCanNoLongerBeUnscaled) {
+  json precision = {{"mode", "fp32"}, {"loss_scale", "dynamic"}, {"initial_scale", std::ldexp(1.0, -125)}};
+  const json run = run_one(inf_loss_scenario({{"kind", "allreduce"}}, precision, 6, {2, 3, 4, 5, 6}));
+  EXPECT_EQ(run["disposition"], "diverged") << run["message"];
+  EXPECT_EQ(run["divergence"], json::parse(R"({"step": 4, "quantity": "loss_scale"})"));
+  EXPECT_EQ(run["precision"]["skipped_step_list"], json::array({2, 3, 4}));
+  EXPECT_EQ(run["precision"]["skipped_nonfinite_loss"].get<int>(), 3);
+  EXPECT_EQ(run["precision"]["final_loss_scale"].get<double>(), std::ldexp(1.0, -128));
+  EXPECT_EQ(test::params_after(run, 3, 0)[0], 0.5f);  // step 1's update only
+  EXPECT_NE(run["message"].get<std::string>().find("cannot recover"), std::string::npos) << run["message"];
+  // The same run's last skip at the last step: found after the run.
+  const json last = run_one(inf_loss_scenario({{"kind", "allreduce"}}, precision, 4, {2, 3, 4}));
+  EXPECT_EQ(last["disposition"], "diverged") << last["message"];
+  EXPECT_EQ(last["divergence"], json::parse(R"({"step": 4, "quantity": "loss_scale"})"));
+}
+
+// LossScaler's cause counts and exhaustion by hand (GradScaler's rule): a loss skip and a gradient skip back off alike.
+TEST(LossScaler, CountsSkipsByCauseAndIsExhaustedWhenItsReciprocalOverflows) {
+  LossScalerSettings s;
+  s.kind = LossScaleKind::kDynamic;
+  s.initial_scale = std::ldexp(1.0, -126);
+  LossScaler scaler(s);
+  EXPECT_FALSE(scaler.update(true, 1, SkipCause::kLoss));
+  EXPECT_EQ(scaler.scale(), std::ldexp(1.0f, -127));
+  EXPECT_FALSE(scaler.exhausted());  // 1 / 2^-127 = 2^127 is a float
+  EXPECT_FALSE(scaler.update(true, 2, SkipCause::kGradient));
+  EXPECT_EQ(scaler.scale(), std::ldexp(1.0f, -128));
+  EXPECT_TRUE(scaler.exhausted());  // 2^128 is not
+  EXPECT_EQ(scaler.skipped_for_loss(), 1);
+  EXPECT_EQ(scaler.skipped_for_gradient(), 1);
+  LossScalerSettings st = s;
+  st.kind = LossScaleKind::kStatic;
+  LossScaler fixed(st);
+  fixed.update(true, 1, SkipCause::kLoss);
+  EXPECT_FALSE(fixed.exhausted());  // a static scale never gives up
+  // unscale_check_clip: a finite gradient with a non-finite loss is skipped for the loss, the gradient untouched
+  // but unscaled (x 1/1024).
+  LossScalerSettings d;
+  d.kind = LossScaleKind::kDynamic;
+  d.initial_scale = 1024.0;
+  LossScaler dyn(d);
+  std::vector<float> g = {2048.0f, -1024.0f};
+  const GradientStepResult r = unscale_check_clip(g.data(), g.size(), dyn, 0.0, 1, true);
+  EXPECT_FALSE(r.applied);
+  EXPECT_FALSE(r.nonfinite);
+  EXPECT_EQ(g, (std::vector<float>{2.0f, -1.0f}));
+  EXPECT_EQ(dyn.skipped_for_loss(), 1);
+  EXPECT_EQ(dyn.scale(), 512.0f);
+  // ScaledUpdate (the cuda loop's decisions) takes the loss the same way.
+  PrecisionConfig pc;
+  pc.mode = "fp16_mixed";
+  pc.loss_scale = "dynamic";
+  pc.initial_scale = 1024.0;
+  ScaledUpdate u(pc);
+  EXPECT_FALSE(u.decide(false, 1, true));
+  EXPECT_EQ(u.loss_scale(), 512.0f);
+  EXPECT_EQ(u.scaler().skipped_for_loss(), 1);
+  EXPECT_EQ(u.update_count(), 0);
 }
 
 // ---- Rounding points of the emulated modes --------------------------------------------------------------------------
