@@ -267,8 +267,7 @@ void dense_stack_backward_mixed_gpu(const BlasHandle& blas, float* grad, DenseSc
     accumulate(m, grad + stack.weight_offset(l), dw, out * in, back, st);
     if (stack.bias) {
       float* db = m.b_q.get();
-      GS_CUDA_CHECK(cudaMemsetAsync(db, 0, static_cast<size_t>(out) * sizeof(float), st));
-      add_bias_grad(db, dz, rows, out, st);
+      bias_grad(db, dz, rows, out, st);  // the micro-batch's sum first (PyTorch's order), then rounded and accumulated
       if (fp8) {
         round_in_place(f, db, out, st);
       } else {

@@ -448,14 +448,16 @@ struct BroadcastRowsOp {
   __device__ void operator()(size_t i) const { y[i] = row[static_cast<int64_t>(i) % cols]; }
 };
 
+// One thread per column: the micro-batch's column sum in PyTorch's CPU order (torch_column_sum, dense_math.h, as
+// the host), then written (accumulate false) or added to the gradient (true).
 struct BiasGradOp {
   float* grad_bias;
   const float* dy;
   int64_t rows, cols;
+  bool accumulate;
   __device__ void operator()(size_t j) const {
-    float acc = grad_bias[j];
-    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + static_cast<int64_t>(j)];
-    grad_bias[j] = acc;
+    const float s = torch_column_sum(dy, rows, cols, static_cast<int64_t>(j));
+    grad_bias[j] = accumulate ? grad_bias[j] + s : s;
   }
 };
 
@@ -706,8 +708,12 @@ void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStrea
   launch_map(static_cast<size_t>(rows * cols), AddBiasOp{y, bias, cols}, stream, "add_bias");
 }
 
+void bias_grad(float* db, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream) {
+  launch_map(static_cast<size_t>(cols), BiasGradOp{db, dy, rows, cols, false}, stream, "bias_grad");
+}
+
 void add_bias_grad(float* grad_bias, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream) {
-  launch_map(static_cast<size_t>(cols), BiasGradOp{grad_bias, dy, rows, cols}, stream, "add_bias_grad");
+  launch_map(static_cast<size_t>(cols), BiasGradOp{grad_bias, dy, rows, cols, true}, stream, "add_bias_grad");
 }
 
 void activation_forward(float* out, const float* in, int64_t n, Activation act, cudaStream_t stream) {

@@ -119,7 +119,9 @@ void count_correct(unsigned long long* correct, const float* logits, const int32
                    int64_t classes, cudaStream_t stream);
 // y[r, :] += bias[:] (rows x cols).
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
-// grad_bias[j] += sum_r dy[r, j], rows summed in order 0..rows-1 (as the host loop).
+// db[j] = sum_r dy[r, j] in PyTorch's CPU order (torch_column_sum, as the host's bias_grad); db is overwritten.
+void bias_grad(float* db, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream);
+// grad_bias[j] += that sum: the micro-batch summed first, then added (as the host's add_bias_grad).
 void add_bias_grad(float* grad_bias, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream);
 // out[i] = act(in[i]); out may alias in.
 void activation_forward(float* out, const float* in, int64_t n, Activation act, cudaStream_t stream);

@@ -50,11 +50,13 @@ void add_bias(T* y, const T* bias, int64_t rows, int64_t cols) {
 }
 
 template <class T>
+void bias_grad(T* db, const T* dy, int64_t rows, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) db[j] = torch_column_sum(dy, rows, cols, j);
+}
+
+template <class T>
 void add_bias_grad(T* grad_bias, const T* dy, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* dr = dy + r * cols;
-    for (int64_t j = 0; j < cols; ++j) grad_bias[j] += dr[j];
-  }
+  for (int64_t j = 0; j < cols; ++j) grad_bias[j] += torch_column_sum(dy, rows, cols, j);
 }
 
 template <class T>
@@ -215,6 +217,7 @@ void dense_stack_backward(T* grad, DenseScratch<T>& scratch, const DenseStack& s
   template void gemm<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, Transpose, Transpose, T, T);            \
   template void broadcast_rows<T>(T*, const T*, int64_t, int64_t);                                                 \
   template void add_bias<T>(T*, const T*, int64_t, int64_t);                                                       \
+  template void bias_grad<T>(T*, const T*, int64_t, int64_t);                                                      \
   template void add_bias_grad<T>(T*, const T*, int64_t, int64_t);                                                  \
   template void activation_forward<T>(T*, const T*, int64_t, Activation);                                          \
   template void activation_backward<T>(T*, const T*, const T*, int64_t, Activation);                               \

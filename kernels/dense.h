@@ -28,7 +28,13 @@ void broadcast_rows(T* y, const T* row, int64_t rows, int64_t cols);
 template <class T>
 void add_bias(T* y, const T* bias, int64_t rows, int64_t cols);
 
-// grad_bias[j] += sum_r dy[r, j] (column sums of dy, rows x cols): the bias gradient of y = x W^T + b.
+// db[j] = sum_r dy[r, j] (column sums of dy, rows x cols): one micro-batch's bias gradient of y = x W^T + b, summed
+// in PyTorch's CPU order (torch_column_sum, dense_math.h). db is overwritten.
+template <class T>
+void bias_grad(T* db, const T* dy, int64_t rows, int64_t cols);
+
+// grad_bias[j] += bias_grad(dy)[j]: the micro-batch is summed first, then added (one rounding per column), as
+// PyTorch's AccumulateGrad adds each backward's bias gradient into .grad.
 template <class T>
 void add_bias_grad(T* grad_bias, const T* dy, int64_t rows, int64_t cols);
 
@@ -101,7 +107,8 @@ double dense_stack_forward(DenseScratch<T>& scratch, const DenseStack& stack, co
 
 // After dense_stack_forward on the same inputs: grad[0..num_params()) += gradient of that loss sum with respect to
 // the parameters (accumulates; never clears). Uses scratch's gradient buffers. Standard backpropagation: per layer
-// dW += dZ^T A, db += colsum(dZ), dA_prev = dZ W, dZ_prev = dA_prev * act'(Z_prev).
+// dW += dZ^T A, db += colsum(dZ) (the micro-batch's column sums first, then added), dA_prev = dZ W,
+// dZ_prev = dA_prev * act'(Z_prev).
 template <class T>
 void dense_stack_backward(T* grad, DenseScratch<T>& scratch, const DenseStack& stack, const T* params, const T* x,
                           int64_t rows, const T* y, const int32_t* labels);

@@ -97,4 +97,72 @@ GS_HD inline T mse_row(const T* y_hat, const T* y, int64_t n) {
   return T(0.5) * s;
 }
 
+// ---- Column sums in PyTorch's CPU order (the bias gradient dy.sum(0)) ----------------------------------------------
+// PyTorch sums a contiguous rows x cols tensor over dim 0 with its cascade sum (aten/src/ATen/native/cpu/
+// SumKernel.cpp, 1.13 to 2.x, AVX2 build: 8 floats per vector): each column is summed by multi_row_sum (runs of
+// 16 rows summed in order, the run sums cascaded through 4 levels) or by row_sum (4 interleaved multi_row_sums,
+// rows r = k mod 4, then the leftover rows into the first, then the 4 partials in order), depending on where the
+// column falls in its vector grouping. These functions reproduce that order element by element, so the host and
+// the CUDA twin give the bits PyTorch's CPU gives (docs/parity.md).
+
+// ceil(log2(x)), 1 for x <= 2 (ATen's utils::CeilLog2).
+GS_HD inline int64_t torch_ceil_log2(int64_t x) {
+  if (x <= 2) return 1;
+  int64_t bits = 0;
+  for (uint64_t v = static_cast<uint64_t>(x - 1); v != 0; v >>= 1) ++bits;
+  return bits;
+}
+
+// multi_row_sum over x[0], x[stride], ..., x[(count-1) stride].
+template <class T>
+GS_HD inline T torch_cascade_sum(const T* x, int64_t count, int64_t stride) {
+  constexpr int64_t kLevels = 4;
+  const int64_t q = torch_ceil_log2(count) / kLevels;
+  const int64_t power = q > 4 ? q : 4;
+  const int64_t step = int64_t(1) << power;
+  const int64_t mask = step - 1;
+  T acc[kLevels] = {T(0), T(0), T(0), T(0)};
+  int64_t i = 0;
+  while (i + step <= count) {
+    for (int64_t j = 0; j < step; ++j, ++i) acc[0] += x[i * stride];
+    for (int64_t j = 1; j < kLevels; ++j) {
+      acc[j] += acc[j - 1];
+      acc[j - 1] = T(0);
+      if ((i & (mask << (j * power))) != 0) break;
+    }
+  }
+  for (; i < count; ++i) acc[0] += x[i * stride];
+  for (int64_t j = 1; j < kLevels; ++j) acc[0] += acc[j];
+  return acc[0];
+}
+
+// row_sum: 4 interleaved cascade sums, the leftover elements into the first, then the partials in order.
+template <class T>
+GS_HD inline T torch_row_sum(const T* x, int64_t count, int64_t stride) {
+  const int64_t n4 = count / 4;
+  T p[4];
+  for (int64_t k = 0; k < 4; ++k) p[k] = torch_cascade_sum(x + k * stride, n4, 4 * stride);
+  for (int64_t i = 4 * n4; i < count; ++i) p[0] += x[i * stride];
+  for (int64_t k = 1; k < 4; ++k) p[0] += p[k];
+  return p[0];
+}
+
+// Sum over r < rows of dy[r * cols + j]: column j of dy.sum(0) as PyTorch's CPU computes it. cols >= 8: columns in
+// whole groups of 32 take multi_row_sum, the rest row_sum; 2..7 columns: whole groups of 4 take multi_row_sum, the
+// rest row_sum; one column with rows >= 8 is an inner reduction over 8 vector lanes (lane l sums rows l mod 8 by
+// row_sum; the scalar leftover rows, then the lanes in order).
+template <class T>
+GS_HD inline T torch_column_sum(const T* dy, int64_t rows, int64_t cols, int64_t j) {
+  if (cols == 1 && rows >= 8) {
+    const int64_t vectors = rows / 8;
+    T acc = T(0);
+    for (int64_t r = 8 * vectors; r < rows; ++r) acc += dy[r];
+    for (int64_t lane = 0; lane < 8; ++lane) acc += torch_row_sum(dy + lane, vectors, 8);
+    return T(0) + acc;
+  }
+  const int64_t cascaded = cols >= 8 ? cols / 32 * 32 : cols / 4 * 4;
+  const T s = j < cascaded ? torch_cascade_sum(dy + j, rows, cols) : torch_row_sum(dy + j, rows, cols);
+  return T(0) + s;  // the output starts at zero and the sum is added to it (+0 for an all -0 column, as PyTorch)
+}
+
 }  // namespace gs

@@ -223,8 +223,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
     }
     if (stack.bias) {
       float* db = m.b_q.data();
-      std::fill(db, db + out, 0.0f);
-      add_bias_grad(db, dz, rows, out);
+      bias_grad(db, dz, rows, out);  // the micro-batch's sum first (PyTorch's order), then rounded and accumulated
       if (spec.fp8_gemm) {
         round_in_place(f, db, static_cast<size_t>(out));
       } else {

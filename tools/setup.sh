@@ -14,6 +14,7 @@ packages=(
   libopenblas-dev zlib1g-dev librandom123-dev libre2-dev libssl-dev
   dataset-fashion-mnist
   python3 python3-venv python3-pip python3-matplotlib python3-numpy python3-jsonschema python3-pytest
+  python3-torch
 )
 ((fuzz)) && packages+=(clang libclang-rt-dev)
 

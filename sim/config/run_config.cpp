@@ -137,6 +137,11 @@ void visit_fields(V& v, RunConfig& c) {
   v(o.beta1, F("training.optimizer.beta1", "adam, adamw: beta1").at_least(0).below(1));
   v(o.beta2, F("training.optimizer.beta2", "adam, adamw: beta2").at_least(0).below(1));
   v(o.eps, F("training.optimizer.eps", "adam, adamw: epsilon").above(0));
+  v(o.first_moment, F("training.optimizer.first_moment", "adam, adamw: the first moment's update as PyTorch >= 2.0 "
+                                                         "(lerp: exp_avg.lerp_(grad, 1 - beta1)) or 1.13 (mul_add: "
+                                                         "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)) writes it; "
+                                                         "they differ in the last bit (docs/parity.md)")
+                        .one_of({"lerp", "mul_add"}));
   auto& s = tr.schedule;
   v(s.kind, F("training.schedule.kind", "learning-rate schedule").one_of({"constant", "step", "warmup_cosine"}));
   v(s.step_size, F("training.schedule.step_size", "step: decay every n optimizer steps").at_least(1));
@@ -542,6 +547,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
       {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
       {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
+      {"training.optimizer.first_moment", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
       {"training.schedule.step_size", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.gamma", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.warmup_steps", "training.schedule.kind", "constant", {"warmup_cosine"}},

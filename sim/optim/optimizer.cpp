@@ -51,7 +51,8 @@ class Adam : public Optimizer {
     GS_EXPECT(t >= 1, "optimizer step count t is 1-based (Adam's bias correction)");
     GS_EXPECT(end <= m_.size(), "optimizer range ends past the parameter count");
     const AdamScalars s =
-        adam_scalars(lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, decoupled_, t);
+        adam_scalars(lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, decoupled_, t,
+                     config_.first_moment == "lerp");
     for (size_t i = begin; i < end; ++i) adam_element(params[i], grad[i], m_[i], v_[i], s);
   }
 

@@ -540,7 +540,8 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           const int64_t t = scaled.update_count();  // updates applied including this one
           if (adam) {
             const AdamScalars s =
-                adam_scalars(lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.kind == "adamw", t);
+                adam_scalars(lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.kind == "adamw", t,
+                             opt.first_moment == "lerp");
             gpu::adam_update(params.get(), grad.get(), state_a.get(), state_b.get(), n, s, cs);
           } else {
             SgdScalars s;

@@ -257,7 +257,8 @@ TEST_F(GpuKernels, BiasActivationsAndLossesMatchHost) {
     const size_t total = static_cast<size_t>(rows * cols);
     auto rng = fresh_rng(n + 23);
     const auto y0 = test::normals(total, rng, 3.0f), bias = test::normals(static_cast<size_t>(cols), rng);
-    // Bias forward and its gradient (rows added in order, as the host loop): exact.
+    // Bias forward and its gradient (the micro-batch's column sums in PyTorch's CPU order, then added, as the host
+    // loop): exact.
     auto y = y0;
     add_bias(y.data(), bias.data(), rows, cols);
     Dev<float> d_y(y0), d_bias(bias);
@@ -268,6 +269,10 @@ TEST_F(GpuKernels, BiasActivationsAndLossesMatchHost) {
     Dev<float> d_gb(bias), d_y0(y0);
     gpu::add_bias_grad(d_gb.get(), d_y0.get(), rows, cols, s());
     EXPECT_SAME_BITS(d_gb.host(), gb, "add_bias_grad n " + std::to_string(n));
+    std::vector<float> db(static_cast<size_t>(cols));
+    bias_grad(db.data(), y0.data(), rows, cols);
+    gpu::bias_grad(d_gb.get(), d_y0.get(), rows, cols, s());
+    EXPECT_SAME_BITS(d_gb.host(), db, "bias_grad n " + std::to_string(n));
 
     // Activations: ReLU exact; GELU through erff/expf (CUDA's erff/expf are within 2 ulp, glibc's within 1):
     // relative 1e-6 with an absolute floor of 1e-30 for the far negative tail.

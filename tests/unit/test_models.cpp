@@ -160,6 +160,68 @@ TEST(ModelsDense, ElementMathClosedForms) {
   EXPECT_DOUBLE_EQ(mse_row(yh, y, 2), 2.5);
 }
 
+// The bias gradient of a micro-batch is summed first and then added to the accumulated gradient (PyTorch's
+// AccumulateGrad): with 1 already accumulated, two rows of 2^-24 sum to 2^-23 and survive; added one at a time each
+// would round away (1 + 2^-24 is a tie that rounds to 1).
+TEST(ModelsDense, BiasGradSumsTheMicroBatchFirst) {
+  const float tiny = std::ldexp(1.0f, -24);
+  float grad = 1.0f;
+  const float dy[] = {tiny, tiny};
+  add_bias_grad(&grad, dy, 2, 1);
+  EXPECT_EQ(grad, 1.0f + std::ldexp(1.0f, -23));
+  float db = 5.0f;
+  bias_grad(&db, dy, 2, 1);  // overwrites
+  EXPECT_EQ(db, std::ldexp(1.0f, -23));
+}
+
+// PyTorch's CPU order for dy.sum(0) (SumKernel.cpp), worked by hand on inputs where it differs from a running sum.
+TEST(ModelsDense, BiasGradFollowsPyTorchsCascadeOrder) {
+  const float tiny = std::ldexp(1.0f, -24);
+  // 2 columns: row_sum, 4 interleaved partials. 8 rows: p_k = x_k + x_{k+4}; column 0 holds x0 = 1, x4 = -1,
+  // x1 = 2^-24: p0 = 0, p1 = 2^-24, total 2^-24 (a running sum loses the 2^-24 to the 1 and ends at 0).
+  {
+    std::vector<float> dy(8 * 2, 0.0f);
+    dy[0 * 2] = 1.0f;
+    dy[4 * 2] = -1.0f;
+    dy[1 * 2] = tiny;
+    dy[3 * 2 + 1] = 3.0f;
+    float db[2];
+    bias_grad(db, dy.data(), 8, 2);
+    EXPECT_EQ(db[0], tiny);
+    EXPECT_EQ(db[1], 3.0f);
+  }
+  // 32 columns: multi_row_sum, runs of 16 rows. 33 rows: (x32) + ((rows 0-15) + (rows 16-31)); column 5 holds
+  // x0 = 1, x16 = x17 = 2^-24: the second run sums to 2^-23 first and survives: 1 + 2^-23 (a running sum gives 1).
+  {
+    const int64_t rows = 33, cols = 32;
+    std::vector<float> dy(static_cast<size_t>(rows * cols), 0.0f);
+    dy[0 * cols + 5] = 1.0f;
+    dy[16 * cols + 5] = tiny;
+    dy[17 * cols + 5] = tiny;
+    std::vector<float> db(cols);
+    bias_grad(db.data(), dy.data(), rows, cols);
+    EXPECT_EQ(db[5], 1.0f + 2 * tiny);
+    // 40 columns: 32 take multi_row_sum, 32..39 row_sum (4 partials of rows k mod 4, leftover row 32 into the first):
+    // column 35 with x0 = 1, x4 = -1, x1 = 2^-24 gives 2^-24 again.
+    const int64_t wide = 40;
+    std::vector<float> dz(static_cast<size_t>(rows * wide), 0.0f);
+    dz[0 * wide + 35] = 1.0f;
+    dz[4 * wide + 35] = -1.0f;
+    dz[1 * wide + 35] = tiny;
+    std::vector<float> dbw(wide);
+    bias_grad(dbw.data(), dz.data(), rows, wide);
+    EXPECT_EQ(dbw[35], tiny);
+  }
+  // An all -0 column sums to +0 (the output starts at +0, as PyTorch's).
+  {
+    const float dy[] = {-0.0f, -0.0f, -0.0f};
+    float db = 1.0f;
+    bias_grad(&db, dy, 3, 1);
+    EXPECT_EQ(db, 0.0f);
+    EXPECT_FALSE(std::signbit(db));
+  }
+}
+
 TEST(ModelsDense, GemmTransposes) {
   // a = [[1,2],[3,4]], b = [[5,6],[7,8]].
   const double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};

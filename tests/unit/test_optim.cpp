@@ -155,6 +155,141 @@ TEST(OptimAll, SubRangesEqualWholeBitwise) {
   }
 }
 
+// PyTorch's rounding, op by op, as an independent reference: every op rounds its exact result once to float; the
+// fused ones (add_ with alpha, addcmul_, lerp_) round a*b + c once. The exact values are formed in long double (a
+// float product is exact in its 64-bit mantissa; the sum rounds there first, which differs from one rounding only
+// at an exact float midpoint, a case these random inputs do not hit).
+float fused(float a, float b, float c) {
+  return static_cast<float>(static_cast<long double>(a) * static_cast<long double>(b) + static_cast<long double>(c));
+}
+float twice(float a, float b, float c) {
+  const float p = a * b;
+  return p + c;
+}
+
+struct SgdRef {
+  float w, buf;
+};
+// torch 1.13/2.x _single_tensor_sgd on one element; `fma` chooses the reference's rounding of the fused ops.
+SgdRef sgd_reference(float w, float g, float buf, float lr, float momentum, float wd, bool nesterov, bool first,
+                     float (*fma)(float, float, float)) {
+  float d = wd != 0.0f ? fma(wd, w, g) : g;
+  if (momentum != 0.0f) {
+    if (first) {
+      buf = d;
+    } else {
+      const float m = buf * momentum;
+      buf = m + d;  // .add_(d, alpha=1): the product by 1 is exact, one rounding either way
+    }
+    d = nesterov ? fma(momentum, buf, d) : buf;
+  }
+  return {fma(-lr, d, w), buf};
+}
+
+// Every element of a random SGD step equals the one-rounding reference, and the test tells the forms apart: the
+// twice-rounded reference differs in some elements (else the inputs could not catch a regression).
+TEST(OptimSgd, RoundsOnceWherePyTorchFuses) {
+  const size_t n = 20000;
+  std::vector<float> w(n), g(n), buf(n);
+  fill_normal(w.data(), n, 11, Purpose::kInit, 0, 0);
+  fill_normal(g.data(), n, 11, Purpose::kInit, 1, 0);
+  fill_normal(buf.data(), n, 11, Purpose::kInit, 2, 0);
+  struct Case { double lr, momentum, wd; bool nesterov; };
+  for (const Case c : {Case{0.1, 0.0, 0.0, false}, Case{0.1, 0.9, 0.0, false}, Case{0.03, 0.9, 0.01, true},
+                       Case{0.7, 0.5, 0.3, false}}) {
+    for (int64_t t : {1, 2}) {
+      auto opt = make_optimizer(sgd(c.lr, c.momentum, c.nesterov, c.wd), n);
+      if (c.momentum != 0.0 && t == 2) *opt->state()[0] = buf;  // a buffer from an earlier step
+      std::vector<float> p = w;
+      opt->step(p.data(), g.data(), 0, n, c.lr, t);
+      size_t differ_from_twice = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float b0 = t == 2 ? buf[i] : 0.0f;
+        const SgdRef once = sgd_reference(w[i], g[i], b0, static_cast<float>(c.lr), static_cast<float>(c.momentum),
+                                          static_cast<float>(c.wd), c.nesterov, t == 1, fused);
+        const SgdRef two = sgd_reference(w[i], g[i], b0, static_cast<float>(c.lr), static_cast<float>(c.momentum),
+                                         static_cast<float>(c.wd), c.nesterov, t == 1, twice);
+        ASSERT_EQ(p[i], once.w) << "lr " << c.lr << " momentum " << c.momentum << " t " << t << " element " << i;
+        if (c.momentum != 0.0) {
+          ASSERT_EQ((*opt->state()[0])[i], once.buf) << "element " << i;
+        }
+        differ_from_twice += p[i] != two.w;
+      }
+      EXPECT_GT(differ_from_twice, n / 100) << "lr " << c.lr << ": the inputs do not tell one rounding from two";
+    }
+  }
+}
+
+// Adam and AdamW, both first-moment forms (lerp: PyTorch >= 2.0; mul_add: 1.13), against the op-by-op reference.
+TEST(OptimAdam, RoundsOnceWherePyTorchFusesInBothForms) {
+  const size_t n = 20000;
+  std::vector<float> w(n), g(n), m0(n), v0(n);
+  fill_normal(w.data(), n, 12, Purpose::kInit, 0, 0);
+  fill_normal(g.data(), n, 12, Purpose::kInit, 1, 0);
+  fill_normal(m0.data(), n, 12, Purpose::kInit, 2, 0);
+  fill_normal(v0.data(), n, 12, Purpose::kInit, 3, 0);
+  for (float& x : m0) x *= 0.1f;
+  for (float& x : v0) x = x * x * 0.01f;
+  const double lr = 0.003, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.02;
+  const int64_t t = 3;
+  for (const char* kind : {"adam", "adamw"}) {
+    for (const char* form : {"lerp", "mul_add"}) {
+      OptimizerConfig c = adam(kind, lr, wd);
+      c.first_moment = form;
+      auto opt = make_optimizer(c, n);
+      *opt->state()[0] = m0;
+      *opt->state()[1] = v0;
+      std::vector<float> p = w;
+      opt->step(p.data(), g.data(), 0, n, lr, t);
+      const bool decoupled = std::string(kind) == "adamw";
+      const auto bc1 = 1.0 - std::pow(b1, 3.0), bc2 = 1.0 - std::pow(b2, 3.0);
+      const auto neg_step = static_cast<float>(-(lr / bc1));
+      const auto bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+      size_t differ_from_twice = 0;
+      for (size_t i = 0; i < n; ++i) {
+        auto ref = [&](float (*fma)(float, float, float)) {
+          float wi = w[i], gi = g[i], m = m0[i], v = v0[i];
+          if (decoupled) wi = wi * static_cast<float>(1.0 - lr * wd);
+          else gi = fma(static_cast<float>(wd), wi, gi);
+          if (std::string(form) == "lerp") {  // weight 0.1 < 0.5: self + weight*(end - self)
+            m = fma(static_cast<float>(1.0 - b1), gi - m, m);
+          } else {
+            m = fma(static_cast<float>(1.0 - b1), gi, m * static_cast<float>(b1));
+          }
+          v = fma(static_cast<float>(1.0 - b2) * gi, gi, v * static_cast<float>(b2));
+          const float denom = std::sqrt(v) / bc2_sqrt + static_cast<float>(eps);
+          wi = wi + (neg_step * m) / denom;
+          return std::vector<float>{wi, m, v};
+        };
+        const auto once = ref(fused), two = ref(twice);
+        ASSERT_EQ(p[i], once[0]) << kind << " " << form << " element " << i;
+        ASSERT_EQ((*opt->state()[0])[i], once[1]) << kind << " " << form << " m, element " << i;
+        ASSERT_EQ((*opt->state()[1])[i], once[2]) << kind << " " << form << " v, element " << i;
+        differ_from_twice += (*opt->state()[0])[i] != two[1] || (*opt->state()[1])[i] != two[2];
+      }
+      EXPECT_GT(differ_from_twice, n / 100) << kind << " " << form;
+    }
+  }
+}
+
+// PyTorch's lerp is exact at both ends and takes its second form for weights >= 0.5.
+TEST(OptimAdam, LerpFormsAndEnds) {
+  auto opt_state = [](double beta1, float m, float g) {
+    OptimizerConfig c = adam("adam", 0.001);
+    c.beta1 = beta1;
+    auto opt = make_optimizer(c, 1);
+    (*opt->state()[0])[0] = m;
+    float w = 0.0f;
+    opt->step(&w, &g, 0, 1, 0.001, 1);
+    return (*opt->state()[0])[0];
+  };
+  EXPECT_EQ(opt_state(0.0, 3.0f, -7.25f), -7.25f);  // weight 1: the end exactly
+  // weight 1 - 0.3 = 0.7 >= 0.5: end - (end - self)*(1 - weight), one rounding: fma(-(g - m), 0.3f, g).
+  const float m = 0.1f, g = 1.3f;
+  const float expected = fused(-(g - m), 1.0f - static_cast<float>(1.0 - 0.3), g);
+  EXPECT_EQ(opt_state(0.3, m, g), expected);
+}
+
 TEST(OptimAll, UnknownKindNamesThePath) {
   OptimizerConfig c;
   c.kind = "lamb";

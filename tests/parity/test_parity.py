@@ -1,0 +1,94 @@
+"""gradsweep against PyTorch 1.13 (CPU, gloo, one process per rank; stock torch.optim, clip_grad_norm_, DDP comm
+hooks, PeriodicModelAverager): every parameter of every rank after every step, from the same initial weights (the
+trace's) and the same micro-batches. Expected: bit for bit on 2 ranks; on 4 ranks bit for bit once torch sums the
+ranks in gradsweep's rank order (a comm hook), and within a few ulps with gloo's own order. Where gradsweep differs
+on purpose, the test asserts the documented difference (docs/parity.md)."""
+import numpy as np
+import pytest
+
+from parity_lib import replay_max, run_gradsweep, scenario, torch
+
+SGD_CASES = {
+    "sgd": {"kind": "sgd", "lr": 0.1},
+    "momentum": {"kind": "sgd", "lr": 0.07, "momentum": 0.9},
+    "nesterov_wd": {"kind": "sgd", "lr": 0.03, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+}
+ADAM_CASES = {
+    "adam_1.13": {"kind": "adam", "lr": 0.003, "weight_decay": 0.01, "first_moment": "mul_add"},
+    "adamw_1.13": {"kind": "adamw", "lr": 0.003, "weight_decay": 0.05, "first_moment": "mul_add"},
+    "adam_2.x": {"kind": "adam", "lr": 0.003, "first_moment": "lerp"},
+    "adamw_2.x": {"kind": "adamw", "lr": 0.01, "weight_decay": 0.1, "first_moment": "lerp"},
+}
+
+
+@pytest.mark.parametrize("name", list(SGD_CASES) + list(ADAM_CASES))
+def test_optimizers_on_two_ranks_are_bit_identical(tmp_path, name):
+    opt = SGD_CASES.get(name) or ADAM_CASES[name]
+    run = run_gradsweep(tmp_path, scenario(name.replace(".", "_"), optimizer=opt, steps=8))
+    diffs, _ = replay_max(run)
+    assert diffs.max() == 0.0, f"{name}: per-step max differences {diffs}"
+
+
+@pytest.mark.parametrize("name", ["momentum", "adamw_1.13"])
+def test_four_ranks_differ_only_by_the_summation_order(tmp_path, name):
+    opt = SGD_CASES.get(name) or ADAM_CASES[name]
+    run = run_gradsweep(tmp_path, scenario(name.replace(".", "_") + "_4", ranks=4, optimizer=opt, steps=6))
+    ordered, _ = replay_max(run, sum_order="rank")
+    assert ordered.max() == 0.0, f"rank-order sum: {ordered}"
+    stock, _ = replay_max(run)  # gloo's ring order: a few ulps apart, no more
+    scale = np.abs(np.array(run["trace"]["params"], dtype=np.float64)).max()
+    assert stock.max() <= 1e-5 * scale, f"gloo order: {stock}"
+
+
+def test_accumulation_with_no_sync_sums_each_micro_batch_first(tmp_path):
+    # K = 4 micro-batches of 32 samples, widths 40 (bias columns 0-31 take PyTorch's multi_row_sum, 32-39 its
+    # row_sum): weights and biases accumulate micro-batch sums, as DDP under no_sync does.
+    cfg = scenario("accumulate", K=4, batch=32, layers=(8, 40, 3), steps=5,
+                   optimizer={"kind": "sgd", "lr": 0.05, "momentum": 0.9})
+    run = run_gradsweep(tmp_path, cfg)
+    diffs, _ = replay_max(run)
+    assert diffs.max() == 0.0, diffs
+
+
+def test_clip_grad_norm_differs_only_by_the_norm_summed_in_double(tmp_path):
+    cfg = scenario("clip", optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.9}, clip=0.05, steps=6)
+    run = run_gradsweep(tmp_path, cfg)
+    same_norm, _ = replay_max(run, clip_norm="double")
+    assert same_norm.max() == 0.0, f"with gradsweep's norm: {same_norm}"
+    stock, _ = replay_max(run)  # torch's norm of per-tensor float norms: the coefficient moves by an ulp or so
+    assert stock.max() <= 1e-6, f"stock clip_grad_norm_: {stock}"
+
+
+@pytest.mark.parametrize("schedule", [
+    {"kind": "step", "step_size": 3, "gamma": 0.1},
+    {"kind": "warmup_cosine", "warmup_steps": 3, "min_lr": 0.01},
+    {"kind": "warmup_cosine", "warmup_steps": 0, "min_lr": 0.0},
+], ids=["steplr", "warmup_cosine", "cosine"])
+def test_schedules_match_torchs_schedulers(tmp_path, schedule):
+    cfg = scenario("sched", optimizer={"kind": "sgd", "lr": 0.2, "momentum": 0.5}, schedule=schedule, steps=10)
+    run = run_gradsweep(tmp_path, cfg)
+    diffs, lrs = replay_max(run)
+    assert diffs.max() == 0.0, f"lr per step (torch) {lrs}: {diffs}"
+
+
+def test_post_local_sgd_matches_periodic_model_averager(tmp_path):
+    cfg = scenario("local", optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.9}, steps=9,
+                   sync={"kind": "local_sgd", "period": 3, "warmup_steps": 2})
+    run = run_gradsweep(tmp_path, cfg)
+    diffs, _ = replay_max(run)
+    assert diffs.max() == 0.0, diffs
+    # The replicas differ between averages (so the comparison is per rank) and agree after step 2 + 3.
+    p = np.array(run["trace"]["params"], dtype=np.float32)
+    assert (p[3, 0] != p[3, 1]).any() and (p[4, 0] == p[4, 1]).all()
+
+
+@pytest.mark.parametrize("kind", ["fp16", "bf16"])
+def test_cast_hooks_arithmetic(tmp_path, kind):
+    cfg = scenario(f"cast_{kind}", optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.9}, steps=6,
+                   compression={"kind": kind, "divide": "pre"})
+    run = run_gradsweep(tmp_path, cfg)
+    diffs, _ = replay_max(run, sum_order="rank")
+    assert diffs.max() == 0.0, diffs
+    if kind == "fp16":  # the stock fp16_compress_hook (gloo's fp16 all-reduce): on 2 ranks the order cannot matter
+        stock, _ = replay_max(run)
+        assert stock.max() == 0.0, stock

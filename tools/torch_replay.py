@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Replays one gradsweep run in PyTorch and compares every parameter after every step with the run's trace.
+
+    tools/torch_replay.py REPORT RUN_ID [--tolerance X] [--sum-order stock|rank] [--clip-norm stock|double]
+
+The run must carry a trace (report.trace true) and its data must be replayable: inline data (the samples are in the
+run's configuration). It trains the same model (mlp / linear: torch.nn.Linear layers, weight [out, in], bias [out],
+ReLU between them) from the trace's initial parameters in PyTorch on CPU, one process per rank
+(torch.distributed with gloo), as DistributedDataParallel with the comm hook that matches the run's strategy:
+
+  sync allreduce, no compression   DDP's own all-reduce (--sum-order rank: a hook that sums the ranks in rank order,
+                                   gradsweep's order, instead of gloo's)
+  compression fp16                 ddp_comm_hooks.default_hooks.fp16_compress_hook (--sum-order rank: its arithmetic
+                                   with a rank-order fp16 sum)
+  compression bf16                 bf16_compress_hook's arithmetic (cast to bf16, divide by N, sum in bf16 in rank
+                                   order, cast back); gloo has no bf16 sum
+  sync local_sgd                   post_localSGD_hook (PostLocalSGDState with start_localSGD_iter = warmup,
+                                   post_local_gradient_allreduce False) and PeriodicModelAverager(period H,
+                                   warmup_steps = warmup + H - 1): the phase mapping of docs/parity.md
+
+with the micro-batches of every step (no_sync on all but the last), the loss as gradsweep defines it (mse: 0.5 per
+sample times the squared error summed; cross_entropy: summed), divided by K x b per micro-batch (DDP then divides by
+N), torch.optim.SGD / Adam / AdamW (first_moment lerp: PyTorch 2's Adam on 1.13's ops), torch.nn.utils.
+clip_grad_norm_ (--clip-norm double: the norm summed in double as gradsweep does) and torch's StepLR / LinearLR +
+CosineAnnealingLR schedules. It prints, per step, the largest |torch - gradsweep| over every parameter of every rank
+and exits 1 when one exceeds --tolerance (2 when the run cannot be replayed). docs/parity.md has the table of what
+matches bit for bit and why the rest differs.
+"""
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+DEFAULT_TOLERANCE = 1e-5
+
+
+class Unsupported(Exception):
+    """The run uses something this replay does not reproduce (the message says what)."""
+
+
+def load_run(report_path, run_id):
+    with open(report_path, encoding="utf-8") as f:
+        report = json.load(f)
+    for run in report.get("runs", []):
+        if run.get("id") == run_id:
+            return run
+    ids = ", ".join(r.get("id", "?") for r in report.get("runs", []))
+    raise Unsupported(f"{report_path}: no run with id {run_id!r} (runs: {ids})")
+
+
+def check_replayable(cfg, run):
+    """The reasons this replay cannot reproduce the run (empty when it can)."""
+    why = []
+    model, data, sync, comp = cfg["model"], cfg["data"], cfg["sync"], cfg["compression"]
+    if model["kind"] not in ("mlp", "linear"):
+        why.append(f"model.kind {model['kind']} (mlp and linear are replayed)")
+    if model["kind"] == "mlp" and model["activation"] != "relu":
+        why.append("model.activation gelu (relu is replayed)")
+    if data["kind"] != "inline":
+        why.append(f"data.kind {data['kind']} (inline data is replayed)")
+    if sync["kind"] not in ("allreduce", "local_sgd"):
+        why.append(f"sync.kind {sync['kind']} (allreduce and local_sgd are replayed)")
+    if sync["kind"] == "allreduce" and sync.get("staleness", 0) != 0:
+        why.append("sync.staleness > 0")
+    if comp["kind"] not in ("none", "fp16", "bf16"):
+        why.append(f"compression.kind {comp['kind']} (none, fp16, bf16 are replayed)")
+    if comp["kind"] in ("fp16", "bf16") and comp.get("error_feedback"):
+        why.append("compression.error_feedback")
+    if cfg["precision"]["mode"] != "fp32":
+        why.append(f"precision.mode {cfg['precision']['mode']} (fp32 is replayed)")
+    if cfg["training"]["pitfall"] != "none":
+        why.append(f"training.pitfall {cfg['training']['pitfall']}")
+    if not run.get("trace"):
+        why.append("the run has no trace (set report.trace true)")
+    return why
+
+
+def tensor_shapes(cfg):
+    """gradsweep's parameter table of an mlp / linear model: (name, shape) in flat-buffer order."""
+    widths, bias = cfg["model"]["layers"], cfg["model"]["bias"]
+    out = []
+    for l in range(len(widths) - 1):
+        out.append((f"layer{l}.weight", (widths[l + 1], widths[l])))
+        if bias:
+            out.append((f"layer{l}.bias", (widths[l + 1],)))
+    return out
+
+
+def inline_batches(cfg):
+    """Per rank, its list of micro-batches as (x float32 [b, in], y float32 [b, out] or int64 labels [b])."""
+    classification = cfg["model"]["loss"] == "cross_entropy"
+    in_dim = cfg["model"]["layers"][0]
+    out = []
+    for rank_list in cfg["data"]["ranks"]:
+        batches = []
+        for mb in rank_list:
+            y = mb["y"]
+            x = np.array(mb["x"], dtype=np.float32) if "x" in mb else np.ones((len(y), in_dim), np.float32)
+            y = np.array(y, dtype=np.int64) if classification else np.array(y, dtype=np.float32)
+            batches.append((x, y))
+        out.append(batches)
+    return out
+
+
+def build_model(torch, cfg):
+    widths, bias = cfg["model"]["layers"], cfg["model"]["bias"]
+    layers = []
+    for l in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[l], widths[l + 1], bias=bias))
+        if l + 2 < len(widths):
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def flat_params(torch, model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+
+
+def load_flat(torch, model, flat):
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(torch.from_numpy(np.ascontiguousarray(flat[offset:offset + n])).reshape(p.shape))
+            offset += n
+    if offset != flat.size:
+        raise Unsupported(f"the trace has {flat.size} parameters, the model {offset}")
+
+
+def make_schedule(torch, opt, cfg, total):
+    s = cfg["training"]["schedule"]
+    if s["kind"] == "constant":
+        return None
+    if s["kind"] == "step":
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=s["step_size"], gamma=s["gamma"])
+    warmup = s["warmup_steps"]
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total - warmup), eta_min=s["min_lr"])
+    if warmup == 0:
+        return cosine
+    # gradsweep: lr = base (t + 1) / warmup for t < warmup: LinearLR from 1/warmup to 1 over warmup - 1 steps.
+    linear = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0,
+                                               total_iters=max(1, warmup - 1))
+    return torch.optim.lr_scheduler.SequentialLR(opt, [linear, cosine], milestones=[warmup])
+
+
+def make_adam2(torch):
+    """torch.optim.Adam / AdamW as PyTorch >= 2.0 writes the first moment (exp_avg.lerp_(grad, 1 - beta1)), built
+    from 1.13's ops; everything else is 1.13's _single_tensor_adam(w) op for op."""
+
+    class Adam2(torch.optim.Optimizer):
+        def __init__(self, params, lr, betas, eps, weight_decay, decoupled):
+            super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+            self.decoupled = decoupled
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                beta1, beta2 = group["betas"]
+                lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    grad = p.grad
+                    st = self.state[p]
+                    if not st:
+                        st["step"] = 0
+                        st["exp_avg"] = torch.zeros_like(p)
+                        st["exp_avg_sq"] = torch.zeros_like(p)
+                    st["step"] += 1
+                    step = st["step"]
+                    if self.decoupled:
+                        p.mul_(1 - lr * wd)
+                    elif wd != 0:
+                        grad = grad.add(p, alpha=wd)
+                    st["exp_avg"].lerp_(grad, 1 - beta1)
+                    st["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad.conj(), value=1 - beta2)
+                    bias_correction1 = 1 - beta1 ** step
+                    bias_correction2 = 1 - beta2 ** step
+                    step_size = lr / bias_correction1
+                    denom = (st["exp_avg_sq"].sqrt() / math.sqrt(bias_correction2)).add_(eps)
+                    p.addcdiv_(st["exp_avg"], denom, value=-step_size)
+
+    return Adam2
+
+
+def make_optimizer(torch, params, cfg):
+    o = cfg["training"]["optimizer"]
+    if o["kind"] == "sgd":
+        return torch.optim.SGD(params, lr=o["lr"], momentum=o["momentum"], nesterov=o["nesterov"],
+                               weight_decay=o["weight_decay"])
+    betas = (o["beta1"], o["beta2"])
+    if o.get("first_moment", "lerp") == "lerp" and not torch.__version__.startswith("1."):
+        cls = torch.optim.AdamW if o["kind"] == "adamw" else torch.optim.Adam
+        return cls(params, lr=o["lr"], betas=betas, eps=o["eps"], weight_decay=o["weight_decay"])
+    if o.get("first_moment", "lerp") == "lerp":
+        return make_adam2(torch)(params, o["lr"], betas, o["eps"], o["weight_decay"], o["kind"] == "adamw")
+    cls = torch.optim.AdamW if o["kind"] == "adamw" else torch.optim.Adam
+    return cls(params, lr=o["lr"], betas=betas, eps=o["eps"], weight_decay=o["weight_decay"])
+
+
+def rank_order_sum(torch, dist, tensor, world):
+    """tensor summed over the ranks in rank order 0, 1, ..., N-1 (gradsweep's host all-reduce), on every rank."""
+    parts = [torch.empty_like(tensor) for _ in range(world)]
+    dist.all_gather(parts, tensor)
+    acc = parts[0].clone()
+    for p in parts[1:]:
+        acc += p
+    return acc
+
+
+def make_hook(torch, dist, cfg, world, sum_order):
+    """The DDP comm hook that matches the run (None: DDP's own all-reduce)."""
+    kind = cfg["compression"]["kind"]
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as hooks
+
+    def done(t):
+        fut = torch.futures.Future()
+        fut.set_result(t)
+        return fut
+
+    if kind == "none":
+        if sum_order == "stock":
+            return None, None
+
+        def rank_order_allreduce(state, bucket):
+            buf = bucket.buffer()
+            return done(rank_order_sum(torch, dist, buf, world).div_(world))
+
+        return rank_order_allreduce, None
+    if kind == "fp16" and sum_order == "stock":
+        return hooks.fp16_compress_hook, None
+    wire = torch.float16 if kind == "fp16" else torch.bfloat16
+
+    def cast_hook(state, bucket):
+        # fp16_compress_hook / bf16_compress_hook: buffer.to(wire).div_(N), all-reduce (sum) in the wire format, then
+        # copied back into the fp32 bucket; the sum here runs in rank order in the wire format.
+        buf = bucket.buffer()
+        compressed = buf.to(wire).div_(world)
+        bits = compressed.view(torch.float16)  # gloo moves no bf16: gather the same 16 bits as fp16 (no arithmetic)
+        parts = [torch.empty_like(bits) for _ in range(world)]
+        dist.all_gather(parts, bits)
+        parts = [p.view(wire) for p in parts]
+        acc = parts[0].clone()
+        for p in parts[1:]:
+            acc += p
+        buf.copy_(acc)
+        return done(buf)
+
+    return cast_hook, None
+
+
+def clip_double(torch, params, max_norm):
+    """clip_grad_norm_ with gradsweep's norm: the sum of squares in double over the flat gradient, then torch's
+    clip_coef = max_norm / (norm + 1e-6) clamped to 1, in float."""
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.detach().reshape(-1) for g in grads]).numpy().astype(np.float64)
+    s = float(np.cumsum(flat * flat)[-1]) if flat.size else 0.0  # a running sum in flat order, as gradsweep's
+    norm = torch.tensor(math.sqrt(s), dtype=torch.float32)
+    coef = torch.tensor(max_norm, dtype=torch.float32) / (norm + 1e-6)
+    coef = torch.clamp(coef, max=1.0)
+    for g in grads:
+        g.detach().mul_(coef)
+    return norm
+
+
+def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_norm):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        model = build_model(torch, cfg)
+        load_flat(torch, model, init)
+        sync = cfg["sync"]
+        ddp = DDP(model, bucket_cap_mb=sync["bucket_mb"])
+        hook, _ = make_hook(torch, dist, cfg, world, sum_order)
+        averager = None
+        if sync["kind"] == "local_sgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as pl
+            from torch.distributed.algorithms.model_averaging import averagers
+            warmup, period = sync["warmup_steps"], sync["period"]
+            state = pl.PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=warmup,
+                                         post_local_gradient_allreduce=False)
+            ddp.register_comm_hook(state, pl.post_localSGD_hook)
+            averager = averagers.PeriodicModelAverager(period=period, warmup_steps=warmup + period - 1)
+        elif hook is not None:
+            ddp.register_comm_hook(None, hook)
+        opt = make_optimizer(torch, ddp.parameters(), cfg)
+        sched = make_schedule(torch, opt, cfg, steps)
+        batches = inline_batches(cfg)[rank]
+        K = cfg["training"]["accumulation_steps"]
+        classification = cfg["model"]["loss"] == "cross_entropy"
+        clip = cfg["training"]["clip_grad_norm"]
+        out = np.empty((steps, init.size), np.float32)
+        lrs = []
+        for t in range(steps):
+            opt.zero_grad()
+            for k in range(K):
+                x, y = batches[(t * K + k) % len(batches)]
+                b = x.shape[0]
+                ctx = ddp.no_sync() if k + 1 < K else contextlib.nullcontext()
+                with ctx:
+                    pred = ddp(torch.from_numpy(x))
+                    if classification:
+                        loss = torch.nn.functional.cross_entropy(pred, torch.from_numpy(y), reduction="sum")
+                    else:
+                        loss = 0.5 * ((pred - torch.from_numpy(y)) ** 2).sum()
+                    (loss / (K * b)).backward()
+            if clip > 0:
+                if clip_norm == "double":
+                    clip_double(torch, list(ddp.parameters()), clip)
+                else:
+                    torch.nn.utils.clip_grad_norm_(ddp.parameters(), clip)
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            if averager is not None:
+                averager.average_parameters(ddp.parameters())
+            if sched is not None:
+                sched.step()
+            out[t] = flat_params(torch, model)
+        np.save(os.path.join(out_dir, f"rank{rank}.npy"), out)
+        np.save(os.path.join(out_dir, f"lr{rank}.npy"), np.array(lrs, np.float64))
+    finally:
+        dist.destroy_process_group()
+
+
+def replay(run, sum_order="stock", clip_norm="stock"):
+    """Trains the run in PyTorch. Returns (torch_params [steps, ranks, n], gradsweep_params [steps, ranks, n],
+    lrs [steps]) as float32 arrays. Raises Unsupported with every reason the run cannot be replayed."""
+    cfg = run["config"]
+    why = check_replayable(cfg, run)
+    if why:
+        raise Unsupported("cannot replay this run: " + "; ".join(why))
+    import torch
+    import torch.multiprocessing as mp
+
+    trace = run["trace"]
+    init = np.array(trace["initial"], dtype=np.float32)
+    want = np.array(trace["params"], dtype=np.float32)  # [steps, ranks, n]
+    steps, world = want.shape[0], want.shape[1]
+    if world != cfg["cluster"]["ranks"]:
+        raise Unsupported(f"the trace has {world} ranks, cluster.ranks is {cfg['cluster']['ranks']}")
+    with tempfile.TemporaryDirectory(prefix="torch_replay_") as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        # fork: the ranks start in a fraction of a second (no re-import of torch); no process group exists yet here.
+        mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm),
+                           nprocs=world, join=True, start_method="fork")
+        got = np.stack([np.load(os.path.join(tmp, f"rank{r}.npy")) for r in range(world)], axis=1)
+        lrs = np.load(os.path.join(tmp, "lr0.npy"))
+    return got, want, lrs
+
+
+def max_differences(got, want):
+    """Per step, the largest |got - want| over every rank and parameter (NaN where either is NaN)."""
+    d = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    return d.reshape(d.shape[0], -1).max(axis=1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("report", help="report.json of a gradsweep run")
+    ap.add_argument("run_id", help="the run's id in that report")
+    ap.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                    help=f"largest allowed |torch - gradsweep| per parameter (default {DEFAULT_TOLERANCE}; 0: bit for bit)")
+    ap.add_argument("--sum-order", choices=["stock", "rank"], default="stock",
+                    help="stock: DDP's own all-reduce (gloo's order); rank: sum the ranks in rank order")
+    ap.add_argument("--clip-norm", choices=["stock", "double"], default="stock",
+                    help="stock: torch.nn.utils.clip_grad_norm_; double: the norm summed in double as gradsweep")
+    args = ap.parse_args(argv)
+    try:
+        run = load_run(args.report, args.run_id)
+        got, want, _ = replay(run, args.sum_order, args.clip_norm)
+    except (Unsupported, OSError, json.JSONDecodeError, KeyError) as e:
+        print(f"torch_replay: {e}", file=sys.stderr)
+        return 2
+    diffs = max_differences(got, want)
+    worst = 0.0
+    for t, d in enumerate(diffs):
+        print(f"step {t + 1}: max |torch - gradsweep| = {d:.3g}")
+        worst = max(worst, d) if not math.isnan(d) else math.inf
+    ok = worst <= args.tolerance
+    print(f"{'ok' if ok else 'FAILED'}: largest difference {worst:.3g} over {len(diffs)} steps "
+          f"(tolerance {args.tolerance:g})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
