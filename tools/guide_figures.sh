@@ -6,7 +6,7 @@
 #   tools/guide_figures.sh [NAME...]        # default: every scenario below; NAME: async_ps, compression, ...
 #
 # Environment: GRADSWEEP (the binary, default build/gradsweep), PYTHON (default .venv/bin/python), OUT (the reports,
-# default /tmp/gradsweep-guide; each scenario's report is OUT/NAME/PROFILE/report.json), IMG (default docs/img).
+# default /tmp/gradsweep-guide; each scenario's report is OUT/NAME/PROFILE/report.json, an earlier one moved aside), IMG (default docs/img).
 # Prints each scenario's wall time; docs/strategies.md lists the total on the 2-core development machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +62,7 @@ for line in "${SCENARIOS[@]}"; do
   for profile in $profiles; do
     dir="$OUT/$name/$profile"
     run_start=$SECONDS
-    "$GRADSWEEP" run "scenarios/strategies/$name.json" --hardware "$profile" --out "$dir" --quiet
+    "$GRADSWEEP" run "scenarios/strategies/$name.json" --hardware "$profile" --out "$dir" --overwrite --quiet
     echo "$name on $profile: $((SECONDS - run_start)) s"
     reports+=("$dir/report.json")
   done

@@ -1,14 +1,19 @@
 // The sweep driver (see driver.h): filter, resume, progress on stderr, report writing, signals.
 #include "sim/app/driver.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -47,6 +52,42 @@ std::string fmt_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
+// The run id cut in its middle to at most `max` characters ("abc...xyz"; the whole id when it fits).
+std::string middle_cut(const std::string& id, size_t max) {
+  if (id.size() <= max) return id;
+  if (max < 5) return id.substr(0, max);
+  const size_t keep = max - 3, head = (keep + 1) / 2, tail = keep - head;
+  return id.substr(0, head) + "..." + id.substr(id.size() - tail);
+}
+
+// " modeled step 12.3 ms, 4.56e+05 samples/s" of a run's report entry (what it has of the two; "" without either).
+std::string modeled_summary(const json& run) {
+  std::string out;
+  const json* modeled = run.contains("timing") && run["timing"].is_object() && run["timing"].contains("modeled")
+                            ? &run["timing"]["modeled"] : nullptr;
+  if (modeled != nullptr && modeled->is_object() && modeled->contains("step")) {
+    const json& all = (*modeled)["step"].value("all", json::object());
+    if (all.contains("mean_ms") && all["mean_ms"].is_number())
+      out += fmt::format(" modeled step {:.4g} ms", all["mean_ms"].get<double>());
+  }
+  if (run.contains("throughput") && run["throughput"].is_object() &&
+      run["throughput"].value("modeled_samples_per_s", json()).is_number())
+    out += fmt::format("{} {:.4g} samples/s", out.empty() ? "" : ",",
+                       run["throughput"]["modeled_samples_per_s"].get<double>());
+  return out;
+}
+
+// Columns of the terminal on stderr: its window size, else $COLUMNS, else 80.
+size_t terminal_columns() {
+  winsize ws{};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS"); c != nullptr) {
+    const long v = std::strtol(c, nullptr, 10);
+    if (v > 0) return static_cast<size_t>(v);
+  }
+  return 80;
+}
+
 // The --filter pattern over run ids (RE2 syntax); throws gs::Error when RE2 refuses it or it matches none of the
 // runs. RE2 matches in time linear in the id (no backtracking), so no pattern can hang the tool; patterns longer than
 // kMaxFilterChars are refused first (a run id is never that long).
@@ -63,11 +104,48 @@ IdPattern make_filter(const std::string& f, const Scenario& s) {
   }
   for (const auto& r : s.runs)
     if (re->search(r.id)) return *re;
-  throw Error(fmt::format("--filter \"{}\" matches none of the {} run ids (see --dry-run)", bounded_text(f),
-                          s.runs.size()));
+  std::string examples;
+  for (size_t i = 0; i < s.runs.size() && i < 3; ++i) examples += (i ? ", " : "") + s.runs[i].id;
+  if (s.runs.size() > 3) examples += ", ...";
+  throw Error(fmt::format("--filter \"{}\": 0 of {} runs match; ids look like {} (--dry-run lists them all; a --set "
+                          "on a swept path changes the ids, so give --dry-run the same --set values)",
+                          bounded_text(f), s.runs.size(), bounded_text(examples, 300)));
 }
 
 }  // namespace
+
+std::string fit_progress_line(const ProgressLine& p, size_t width) {
+  const size_t max = width > 1 ? width - 1 : 1;
+  const std::string count = fmt::format("[{}/{}]", p.run, p.runs);
+  // The step right-aligned to the total's digits, and room kept for a loss of up to 10 characters: the id keeps
+  // one length through a run, so refreshes do not jitter.
+  const std::string steps = fmt::format("{:>{}}/{}", p.step, std::to_string(p.total).size(), p.total);
+  const std::string loss_value = format_number(p.loss, 4);
+  const std::string loss = p.timing_only ? "timing-only" : "loss " + loss_value;
+  const size_t loss_room = p.timing_only || loss_value.size() >= 10 ? 0 : 10 - loss_value.size();
+  const std::string run_eta = fmt_duration(p.run_eta_s), sweep_eta = fmt_duration(p.sweep_eta_s);
+  // Longest to shortest; {id} is cut in the middle to what is left, down to `min_id` characters.
+  struct Form {
+    std::string fixed;  // with "{}" where the id goes ("" when it has none)
+    size_t min_id;
+  };
+  const Form forms[] = {
+      {fmt::format("{} {{}} step {} {} ETA {} (sweep {})", count, steps, loss, run_eta, sweep_eta), 20},
+      {fmt::format("{} {{}} {} {} ETA {}/{}", count, steps, loss, run_eta, sweep_eta), 10},
+      {fmt::format("{} {} {} ETA {}/{}", count, steps, loss, run_eta, sweep_eta), 0},
+  };
+  for (const auto& f : forms) {
+    const bool with_id = f.fixed.find("{}") != std::string::npos;
+    const size_t fixed = f.fixed.size() - (with_id ? 2 : 0);
+    if (fixed > max) continue;
+    if (!with_id) return f.fixed;
+    const size_t room = max - fixed > loss_room ? max - fixed - loss_room : 0;
+    if (room < std::min(f.min_id, p.id.size())) continue;
+    return fmt::format(fmt::runtime(f.fixed), middle_cut(p.id, room));
+  }
+  const std::string last = forms[2].fixed;
+  return last.substr(0, max);
+}
 
 void install_stop_handlers() {
   static bool installed = false;
@@ -81,6 +159,37 @@ void install_stop_handlers() {
 }
 
 namespace {
+// The refusal of a sweep without --resume into a folder that holds runs: what is there, whose, and the three ways on.
+std::string replace_refusal(const ExistingReport& e, const Scenario& s, const DriverOptions& o) {
+  const IdPattern re = make_filter(o.filter, s);
+  const size_t finished = e.runs - e.interrupted;
+  std::string held = e.runs == 0 ? "a report.json"
+                                 : fmt::format("a report of {} run{} ({} finished{})", e.runs, e.runs == 1 ? "" : "s",
+                                               finished, e.interrupted ? fmt::format(", {} interrupted", e.interrupted)
+                                                                       : std::string());
+  std::string whose;
+  if (e.mismatch.empty()) {
+    whose = " of this scenario (the same file and --set values)";
+  } else {
+    whose = (e.scenario_name.empty() ? std::string() : fmt::format(" of scenario \"{}\"", e.scenario_name)) +
+            " that --resume cannot continue: " + e.mismatch;
+  }
+  std::string out = fmt::format("{} already holds {}{}.\nThis sweep would replace it, so nothing was run. Choose one:\n",
+                                e.dir, held, whose);
+  if (e.mismatch.empty()) {
+    size_t to_run = 0;
+    for (const auto& r : s.runs) to_run += re.search(r.id) && e.kept.count(r.id) == 0 ? 1 : 0;
+    out += fmt::format("  --resume      keep its {} finished run{} and run the {} missing or interrupted one{}{}\n",
+                       e.kept.size(), e.kept.size() == 1 ? "" : "s", to_run, to_run == 1 ? "" : "s",
+                       o.filter.empty() ? "" : " that --filter keeps");
+  }
+  out += "  --out DIR     write this sweep's report into another folder\n";
+  out += fmt::format("  --overwrite   first move its report.json, runs.jsonl and figures (*.png) into "
+                     "{}/replaced-<date>-<time>/ (nothing is deleted)", e.dir);
+  if (!e.mismatch.empty()) out += "\n(--resume continues only a report of the same scenario file and --set values)";
+  return out;
+}
+
 // done: the ids a --resume keeps (nullptr: not a resume).
 std::string dry_run_listing(const Scenario& s, const std::string& filter, const std::map<std::string, json>* done,
                             const std::string& dir) {
@@ -115,8 +224,22 @@ std::string dry_run_text(const Scenario& s, const std::string& filter) {
 }
 
 std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
-  if (!o.resume) return dry_run_text(s, o.filter);
   const std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
+  if (!o.resume) {  // refused where the run would be; with --overwrite, what it would move aside
+    std::optional<ExistingReport> found;
+    try {
+      found = existing_report(dir, s);
+    } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
+      throw Error(e.what());
+    }
+    std::string text = dry_run_text(s, o.filter);
+    if (found && !o.overwrite) throw Error(replace_refusal(*found, s, o));
+    if (found)
+      text += fmt::format("--overwrite: would first move the {} run{} in {} (report.json, runs.jsonl, figures) into "
+                          "{}/replaced-<date>-<time>/\n",
+                          found->runs, found->runs == 1 ? "" : "s", dir, dir);
+    return text;
+  }
   std::vector<std::string> rerun = {"interrupted"};  // as run_sweep's resume
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
   std::map<std::string, json> done;
@@ -141,23 +264,24 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
   header["axes"] = axes;
   header["repeats"] = s.repeats;
-  std::error_code status_ec;  // never open it here: a FIFO named report.json would block (ReportWriter refuses it)
-  bool replacing = !o.resume && std::filesystem::is_regular_file(dir + "/report.json", status_ec);
   std::vector<std::string> rerun = {"interrupted"};
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
   std::optional<ReportWriter> made;
   try {
-    made.emplace(dir, s, header, o.resume, rerun);
+    made.emplace(dir, s, header, o.resume, rerun,
+                 o.overwrite ? ReportWriter::ExistingRuns::kMoveAside : ReportWriter::ExistingRuns::kRefuse);
     made->flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
     g_report_open.store(true);
   } catch (ReportIoError& e) {
     e.before_any_run = true;  // main says that nothing was run
     throw;
+  } catch (const ReportInTheWay& e) {  // a report is never replaced: say how to go on
+    throw Error(replace_refusal(e.existing, s, o));
   }
   ReportWriter& writer = *made;
-  if (replacing && !o.quiet)
-    std::fprintf(stderr, "gradsweep: replacing the runs of the existing %s/report.json (--resume keeps them)\n",
-                 dir.c_str());
+  if (!writer.moved_aside().empty())  // said even with --quiet: where the previous runs are now
+    std::fprintf(stderr, "gradsweep: --overwrite: moved the previous report of %s into %s/\n", dir.c_str(),
+                 writer.moved_aside().c_str());
 
   std::vector<const RunSpec*> todo;
   for (const auto& r : s.runs)
@@ -181,8 +305,13 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     stop_run = static_cast<size_t>(run_n);
     stop_step = static_cast<int64_t>(step_n);
   }
+  // Test fault step_delay_ms=N: each optimizer step of a run waits N ms in the progress hook (a run long enough for
+  // the live line to refresh, whatever the machine's speed).
+  int step_delay_ms = 0;
+  if (auto f = test_fault("step_delay_ms")) step_delay_ms = std::atoi(f->c_str());
   int exit_code = 0;
   double sweep0 = now_s();
+  double finished_s = 0.0;  // wall time of the runs of this sweep finished so far
   for (size_t i = 0; i < todo.size(); ++i) {
     const RunSpec& spec = *todo[i];
     if (g_stop.load()) break;
@@ -190,17 +319,28 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     RunHooks hooks;
     hooks.stop = &g_stop;
     double run0 = now_s();
-    if (tty || stop_run == i + 1) {
+    if (tty || stop_run == i + 1 || step_delay_ms > 0) {
       hooks.on_step = [&](int64_t step, int64_t total, double loss) {
         if (stop_run == i + 1 && step == stop_step) ::raise(SIGSTOP);
+        if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
         if (!tty) return;
         double t = now_s();
         if (t - last_print < 0.2 && step != total) return;
         last_print = t;
-        double eta = (t - run0) / static_cast<double>(step) * static_cast<double>(total - step);
-        std::fprintf(stderr, "\r\033[K[%zu/%zu] %s step %lld/%lld loss %s ETA %s", i + 1, todo.size(),
-                     spec.id.c_str(), static_cast<long long>(step), static_cast<long long>(total),
-                     format_number(loss, 4).c_str(), fmt_duration(eta).c_str());
+        ProgressLine line;
+        line.run = i + 1;
+        line.runs = todo.size();
+        line.id = spec.id;
+        line.step = step;
+        line.total = total;
+        line.loss = loss;
+        line.timing_only = spec.config.training.mode == "timing";
+        const double run_total_s = (t - run0) / static_cast<double>(step) * static_cast<double>(total);
+        line.run_eta_s = run_total_s - (t - run0);
+        // The runs still to come take as long as the mean run so far (the finished ones and this one, projected).
+        const double mean_run_s = (finished_s + run_total_s) / static_cast<double>(i + 1);
+        line.sweep_eta_s = line.run_eta_s + mean_run_s * static_cast<double>(todo.size() - i - 1);
+        std::fprintf(stderr, "\r\033[K%s", fit_progress_line(line, terminal_columns()).c_str());
       };
     }
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
@@ -237,14 +377,17 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
       throw;
     }
     if (res.disposition == "failed") exit_code = 1;
+    finished_s += now_s() - run0;
     if (!o.quiet) {
       const json& fin = run["convergence"]["final"];
       std::string metrics;
       if (!fin["eval_accuracy"].is_null()) metrics += fmt::format(" eval_accuracy {:.4f}", fin["eval_accuracy"].get<double>());
-      if (!fin["eval_loss"].is_null()) metrics += fmt::format(" eval_loss {:.4g}", fin["eval_loss"].get<double>());
-      if (!fin["train_loss"].is_null()) metrics += fmt::format(" train_loss {:.4g}", fin["train_loss"].get<double>());
-      std::fprintf(stderr, "%s[%zu/%zu] %s %s in %.1fs:%s%s\n", tty ? "\r\033[K" : "", i + 1, todo.size(),
-                   spec.id.c_str(), res.disposition.c_str(), res.wall_s, metrics.c_str(),
+      if (!fin["eval_loss"].is_null()) metrics += " eval_loss " + format_number(fin["eval_loss"].get<double>(), 4);
+      if (!fin["train_loss"].is_null()) metrics += " train_loss " + format_number(fin["train_loss"].get<double>(), 4);
+      // Timing-only runs train nothing: their result is the modeled step and throughput.
+      if (spec.config.training.mode == "timing") metrics += modeled_summary(run) + " (timing-only: no loss or accuracy)";
+      std::fprintf(stderr, "%s[%zu/%zu] %s %s in %.1fs%s%s%s\n", tty ? "\r\033[K" : "", i + 1, todo.size(),
+                   spec.id.c_str(), res.disposition.c_str(), res.wall_s, metrics.empty() ? "" : ":", metrics.c_str(),
                    res.message.empty() ? "" : (" (" + res.message + ")").c_str());
     }
   }

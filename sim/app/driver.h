@@ -18,15 +18,31 @@ struct DriverOptions {
   std::string filter;                // IdPattern searched in run ids ("" = all), <= kMaxFilterChars
   bool resume = false;               // run only ids not yet in the report (and the interrupted ones)
   bool retry_failed = false;         // with resume: also rerun failed, diverged and timeout runs
+  bool overwrite = false;            // not resume: move runs already in out_dir aside (move_report_aside)
   std::vector<std::string> argv;     // recorded in the report's context
   bool quiet = false;                // no progress output
 };
 
 // Returns the process exit code: 0 when every run that ran passed or diverged, 1 when one failed, 130/143 when
-// interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, another writer) and
+// interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, another writer, runs
+// already in the folder without --resume or --overwrite: the text says how to go on) and
 // ReportIoError when the report cannot be written (unwritable folder, disk full): the sweep stops there, the
 // previous report.json stays intact and the runs journaled so far are kept for --resume.
 int run_sweep(const Scenario& scenario, const DriverOptions& options);
+
+// One refresh of the live progress line on a terminal (README, "Progress").
+struct ProgressLine {
+  size_t run = 1, runs = 1;        // this run's position i of N runs to run
+  std::string id;                  // its run id
+  int64_t step = 0, total = 0;     // optimizer steps done and planned
+  double loss = 0.0;               // the last train loss (NaN: none)
+  bool timing_only = false;        // training.mode "timing": no loss to show
+  double run_eta_s = -1, sweep_eta_s = -1;  // seconds left in this run and in the whole sweep (< 0: unknown)
+};
+// The line fitted into `width` terminal columns: at most width - 1 characters, so that a refresh ("\r\033[K" + it)
+// never wraps and redraws in place. It keeps i/N, the step, the loss and both ETAs, and shortens the run id in the
+// middle ("abc...xyz"), then drops the words "step" and "sweep", then the id; below about 36 columns it is cut.
+std::string fit_progress_line(const ProgressLine& p, size_t width);
 
 // Installs the SIGINT/SIGTERM handlers (idempotent): before run_sweep opens the report a signal exits at once with
 // 128 + signal; afterwards the first one is a stop request (see above). main calls it before loading a scenario.
@@ -36,6 +52,8 @@ void install_stop_handlers();
 // With --resume (resume.resume true): what that resume would do, checked as it would check it without writing:
 // each listed run marked "done (kept)" or "runs", then the count of each; throws gs::Error / ReportIoError where
 // the resume would be refused (another scenario or other --set values in resume.out_dir, unreadable files).
+// Without --resume it is refused as the run would be where the folder holds runs, and with --overwrite it says
+// what would be moved aside.
 std::string dry_run_text(const Scenario& scenario, const std::string& filter);
 std::string dry_run_text(const Scenario& scenario, const DriverOptions& resume);
 

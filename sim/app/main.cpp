@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
 
   std::string scenario_file, out_dir, filter, hardware, validate_hardware;
   std::vector<std::string> sets;
-  bool dry_run = false, resume = false, retry_failed = false, quiet = false, timing_only = false;
+  bool dry_run = false, resume = false, retry_failed = false, quiet = false, timing_only = false, overwrite = false;
   CLI::App* run = app.add_subcommand("run", "run a scenario's sweep and write its report");
   run->add_option("scenario", scenario_file, "scenario file (default: scenarios/quickstart.json)");
   run->add_option("--out", out_dir, "report folder (default: reports/<scenario name>)");
@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
       run->add_flag("--resume", resume, "keep the runs already in the report; run the missing and interrupted ids");
   run->add_flag("--retry-failed", retry_failed, "with --resume: also rerun failed, diverged and timed-out runs")
       ->needs(resume_flag);
+  run->add_flag("--overwrite", overwrite,
+                "when the report folder holds runs: move its report.json, runs.jsonl and figures into "
+                "replaced-<date>-<time>/ inside it, then run (without it such a folder is refused)")
+      ->excludes(resume_flag);
   run->add_flag("--quiet", quiet, "no progress on stderr");
 
   std::string validate_file;
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
       o.filter = filter;
       o.resume = resume;
       o.retry_failed = retry_failed;
+      o.overwrite = overwrite;
       o.argv = args;
       o.quiet = quiet;
       if (dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be

@@ -160,11 +160,11 @@ void install_test_faults() {
       faulty.stop_in_write.push_back(parse_counted(k, v));
     } else if (k == "unwritable") {
       faulty.unwritable.push_back(v);
-    } else if (k != "stop_at" && k != "stop_before_report") {
+    } else if (k != "stop_at" && k != "stop_before_report" && k != "step_delay_ms") {
       throw Error("GRADSWEEP_TEST_FAULTS: unknown fault \"" + k +
-                  "\"; expected disk_full, unwritable, stop_in_write, stop_at or stop_before_report");
+                  "\"; expected disk_full, unwritable, stop_in_write, stop_at, stop_before_report or step_delay_ms");
     }
-    any = any || (k != "stop_at" && k != "stop_before_report");
+    any = any || (k != "stop_at" && k != "stop_before_report" && k != "step_delay_ms");
   }
   installed = true;
   if (any) set_file_ops(&faulty);

@@ -50,6 +50,8 @@ FileOps* set_file_ops(FileOps* ops);
 //                          process stops itself (SIGSTOP) so a test can send signals at a known step
 //   stop_before_report=1   read by main: after loading the scenario, before the report is opened, the process stops
 //                          itself (SIGSTOP) so a test can signal it while no run is in progress
+//   step_delay_ms=N        read by the driver: every optimizer step waits N ms (rank 0's progress hook), so a test
+//                          sees the live progress line refresh whatever the machine's speed
 // Installs the file faults (idempotent); throws gs::Error for a malformed value.
 void install_test_faults();
 // The value of one GRADSWEEP_TEST_FAULTS entry ("stop_at" -> "2:5"), or nullopt.

@@ -497,6 +497,21 @@ std::string dump_valid_utf8(const json& j, int indent = -1) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
+// Why runs fingerprinted (sha, sets, sets_fp) do not belong to this scenario and its --set values, or nothing.
+// `sets_fp`: the lossless overrides_sha256 when the file has one (this version), else the text is compared.
+std::optional<std::string> fingerprint_mismatch(const Scenario& scenario, const json& sha, const json& sets,
+                                                const json& sets_fp) {
+  if (sha != json(scenario.sha256))
+    return "its runs come from another scenario file or another version of " + scenario.path +
+           " (scenario sha256 differs)";
+  // The overrides as written there (invalid UTF-8 replaced by U+FFFD), to compare with what was read back.
+  const json sets_written = json::parse(dump_valid_utf8(json(scenario.overrides)));
+  if (sets_fp.is_string() ? sets_fp != json(overrides_sha256(scenario.overrides)) : sets != sets_written)
+    return "written with --set " + bounded_dump(sets, 200) + ", now " + bounded_dump(sets_written, 200) +
+           (sets == sets_written ? " (the same text: they differ in bytes that are not UTF-8)" : "");
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
@@ -506,19 +521,11 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
   for (const std::string& path : {report_path, journal_path}) {
     if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);
   }
-  const std::string sets_sha = overrides_sha256(scenario.overrides);
-  // The overrides as written there (invalid UTF-8 replaced by U+FFFD), to compare with what was read back.
-  const json sets_written = json::parse(dump_valid_utf8(json(scenario.overrides)));
-  // `sets_fp`: the lossless overrides_sha256 when the file has one (this version), else the text is compared.
   auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where) {
-    if (sha != json(scenario.sha256))
-      throw Error(where + ": its runs come from another scenario file or another version of " + scenario.path +
-                  " (scenario sha256 differs); run without --resume or choose another --out");
-    if (sets_fp.is_string() ? sets_fp != json(sets_sha) : sets != sets_written)
-      throw Error(where + ": written with --set " + bounded_dump(sets, 200) + ", now " +
-                  bounded_dump(sets_written, 200) + (sets == sets_written ? " (the same text: they differ in bytes "
-                                                                            "that are not UTF-8)" : "") +
-                  "; resume with the same overrides or choose another --out");
+    if (auto why = fingerprint_mismatch(scenario, sha, sets, sets_fp))
+      throw Error(where + ": " + *why +
+                  (why->rfind("written with --set", 0) == 0 ? "; resume with the same overrides or choose another --out"
+                                                            : "; run without --resume or choose another --out"));
   };
   std::vector<json> found;
   std::error_code exists_ec;
@@ -598,9 +605,133 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
   return runs;
 }
 
+std::optional<ExistingReport> existing_report(const std::string& dir, const Scenario& scenario) {
+  const std::string report_path = dir + "/report.json", journal_path = dir + "/runs.jsonl";
+  for (const std::string& path : {report_path, journal_path}) {
+    if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);
+  }
+  ExistingReport e;
+  e.dir = dir;
+  std::map<std::string, std::string> last;  // run id -> its last disposition (the journal's lines come later)
+  bool unreadable = false;                  // a file there that is not a report we can read: it is kept too
+  auto note = [&](const std::string& why) {
+    if (e.mismatch.empty()) e.mismatch = why;
+  };
+  auto take = [&](const json& run) {
+    if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) return;
+    const auto d = run.find("disposition");
+    last[run["id"].get<std::string>()] = d != run.end() && d->is_string() ? d->get<std::string>() : "";
+  };
+  std::error_code ec;
+  if (std::filesystem::exists(report_path, ec)) {
+    json old;
+    try {
+      old = read_json_file(report_path, kMaxReportFileBytes);
+    } catch (const Error& x) {
+      unreadable = true;
+      note(std::string("it cannot be read as a gradsweep report: ") + x.what());
+    }
+    if (!unreadable && !(old.is_object() && old.contains("runs") && old["runs"].is_array())) {
+      unreadable = true;
+      note(report_path + " is not a gradsweep report (no runs list)");
+    }
+    if (!unreadable) {
+      if (old.contains("scenario_name") && old["scenario_name"].is_string())
+        e.scenario_name = old["scenario_name"].get<std::string>();
+      for (const auto& run : old["runs"]) take(run);
+      const json ctx = old.contains("context") && old["context"].is_object() ? old["context"] : json::object();
+      if (ctx.contains("scenario_sha256")) {
+        if (auto why = fingerprint_mismatch(scenario, ctx["scenario_sha256"], ctx.value("overrides", json::array()),
+                                            ctx.value("overrides_sha256", json())))
+          note(*why);
+      } else if (!old["runs"].empty()) {
+        note("cannot tell which scenario wrote it (no context.scenario_sha256)");
+      }
+    }
+  }
+  if (std::filesystem::exists(journal_path, ec)) {
+    std::string text;
+    try {
+      text = read_json_file_text(journal_path, kMaxReportFileBytes);
+    } catch (const Error& x) {
+      unreadable = true;
+      note(std::string("its journal cannot be read: ") + x.what());
+    }
+    std::istringstream jl(text);
+    std::string line;
+    bool first = true;
+    while (std::getline(jl, line)) {
+      if (line.empty()) continue;
+      json j;
+      try {
+        j = parse_json_text(line, journal_path);
+      } catch (const Error&) {
+        continue;  // a line cut by a kill
+      }
+      if (first) {
+        first = false;
+        if (j.is_object() && j.contains("journal")) {
+          if (auto why = fingerprint_mismatch(scenario, j.value("scenario_sha256", json()),
+                                              j.value("overrides", json::array()), j.value("overrides_sha256", json())))
+            note(*why);
+          continue;
+        }
+        note("cannot tell which scenario wrote its journal (no header line)");
+      }
+      take(j);
+    }
+  }
+  if (last.empty() && !unreadable) return std::nullopt;  // nothing that a new report would lose
+  e.runs = last.size();
+  for (const auto& [id, d] : last) e.interrupted += d == "interrupted" ? 1 : 0;
+  if (e.mismatch.empty()) {
+    try {
+      e.kept = resumable_runs(dir, scenario);
+    } catch (const Error& x) {  // a run a --resume cannot read back
+      e.mismatch = x.what();
+    }
+  }
+  return e;
+}
+
+std::string move_report_aside(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  std::string aside = dir + "/replaced-" + stamp;
+  std::error_code ec;
+  for (int k = 2; fs::exists(aside, ec) || fs::is_symlink(aside, ec); ++k)
+    aside = dir + "/replaced-" + stamp + "-" + std::to_string(k);
+  if (file_ops().mkdirs(aside) != 0)
+    throw ReportIoError("cannot create " + aside + " to move the previous report into: " + std::strerror(errno));
+  // report.json first: once it is gone the folder no longer looks finished; the journal and figures follow.
+  std::vector<std::string> names = {"report.json", "runs.jsonl"};
+  std::vector<std::string> figures;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::error_code type_ec;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file(type_ec) && name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0)
+      figures.push_back(name);
+  }
+  std::sort(figures.begin(), figures.end());
+  names.insert(names.end(), figures.begin(), figures.end());
+  for (const auto& name : names) {
+    const std::string from = dir + "/" + name;
+    if (!fs::exists(fs::symlink_status(from, ec))) continue;
+    if (file_ops().rename(from, aside + "/" + name) != 0)
+      throw ReportIoError("cannot move " + from + " into " + aside + ": " + std::strerror(errno) +
+                          " (what was moved so far is there)");
+  }
+  return aside;
+}
+
 ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
-                           const std::vector<std::string>& rerun)
+                           const std::vector<std::string>& rerun, ExistingRuns existing)
     : dir_(std::move(dir)), header_(std::move(header)) {
+
   std::error_code ec;
   if (file_ops().mkdirs(dir_) != 0)
     throw ReportIoError("cannot create the report folder " + dir_ + ": " + std::strerror(errno));
@@ -625,6 +756,12 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     append_line(dump_valid_utf8(identity) + "\n");
   };
   if (!resume) {
+    // A report is never replaced: runs already here are refused or moved aside, under the lock.
+    if (auto found = existing_report(dir_, scenario)) {
+      if (existing == ExistingRuns::kRefuse)
+        throw ReportInTheWay(dir_ + " holds runs that a new report would replace", std::move(*found));
+      moved_aside_ = move_report_aside(dir_);
+    }
     write_identity();
     return;
   }

@@ -4,7 +4,9 @@
 // at the end, so a killed sweep leaves a valid report and --resume picks up from the journal.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/config/scenario.h"
@@ -41,15 +43,47 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
                                            const std::vector<std::string>& rerun = {"interrupted"},
                                            bool* journal_ok = nullptr);
 
+// What a sweep without --resume would replace in a report folder: the runs that report.json and the journal
+// runs.jsonl hold there, whose they are and what a --resume would keep (reports/README.md, "A report is never
+// replaced"). existing_report reads without writing and returns none when nothing would be lost (neither file, or
+// files that hold no run); throws ReportIoError for a FIFO or device in their place.
+struct ExistingReport {
+  std::string dir;
+  size_t runs = 0;              // distinct run ids over report.json and runs.jsonl
+  size_t interrupted = 0;       // of them, the ones whose last record is `interrupted`
+  std::string scenario_name;    // report.json's scenario_name ("" when it has none or cannot be read)
+  std::string mismatch;         // why a --resume would refuse these runs ("" when it would keep them)
+  std::map<std::string, json> kept;  // the runs a plain --resume keeps, by id (empty when mismatch is set)
+};
+std::optional<ExistingReport> existing_report(const std::string& dir, const Scenario& scenario);
+
+// Moves report.json, runs.jsonl and the figures beside them (*.png) from dir into a new folder
+// dir/replaced-YYYYMMDD-HHMMSS (local time; "-2", "-3", ... when that exists) and returns that folder's path.
+// Nothing is deleted. Throws ReportIoError when a file cannot be moved (what moved so far stays in the new folder).
+std::string move_report_aside(const std::string& dir);
+
+// Thrown by a ReportWriter that is not resuming when the folder holds runs (ExistingRuns::kRefuse): nothing was
+// written or moved. The driver turns it into the refusal that says how to go on.
+class ReportInTheWay : public Error {
+ public:
+  ReportInTheWay(const std::string& what, ExistingReport e) : Error(what), existing(std::move(e)) {}
+  ExistingReport existing;
+};
+
 class ReportWriter {
  public:
+  // Without resume, what to do with runs already in the folder: refuse (ReportInTheWay), or move them aside
+  // (move_report_aside; --overwrite). A folder whose files hold no run is written over either way.
+  enum class ExistingRuns { kRefuse, kMoveAside };
   // dir: the report folder (created). resume: keep the runs already in the journal/report (their ids are done(),
   // except those whose disposition is in `rerun`: `interrupted`, and with --retry-failed also failed, diverged and
   // timeout); otherwise start empty. The journal's first line records the scenario's sha256 and overrides; resuming
   // throws gs::Error when report.json or the journal belongs to another scenario or overrides, or when it cannot
-  // tell. Throws ReportIoError when the folder cannot be created or written.
+  // tell. Without resume a folder holding runs is refused or moved aside (`existing`; moved_aside() names where).
+  // Throws ReportIoError when the folder cannot be created or written.
   ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
-               const std::vector<std::string>& rerun = {"interrupted"});
+               const std::vector<std::string>& rerun = {"interrupted"},
+               ExistingRuns existing = ExistingRuns::kRefuse);
   ReportWriter(const ReportWriter&) = delete;
   ReportWriter& operator=(const ReportWriter&) = delete;
   // Ids already in the report (resume).
@@ -68,11 +102,14 @@ class ReportWriter {
   std::string report_path() const { return dir_ + "/report.json"; }
   std::string journal_path() const { return dir_ + "/runs.jsonl"; }
   size_t size() const { return runs_.size(); }
+  // Where the runs the folder held went (move_report_aside), or "" when nothing was moved.
+  const std::string& moved_aside() const { return moved_aside_; }
 
  private:
   void append_line(const std::string& line);  // appends and fdatasyncs one journal line
 
   std::string dir_;
+  std::string moved_aside_;
   json header_;
   std::map<std::string, json> runs_;  // by id
   double last_flush_s_ = 0.0;     // when report.json was last written (steady clock, s)

@@ -128,13 +128,20 @@ def test_disk_full_or_unwritable_folder_leaves_the_previous_report_intact(tmp_pa
     before = (out / "report.json").read_bytes()
     for faults, needle in [("disk_full=report.json:1", os.strerror(28)), (f"unwritable={out}", os.strerror(13))]:
         env = dict(os.environ, GRADSWEEP_TEST_FAULTS=faults)
-        for extra in ([], ["--resume"]):
+        for extra in ([], ["--resume"], ["--overwrite"]):
             p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet", *extra], env=env,
                                capture_output=True, text=True, timeout=300)
-            assert p.returncode == 3, (faults, extra, p.stderr)
-            assert needle in p.stderr and str(out) in p.stderr, p.stderr
-            assert (out / "report.json").read_bytes() == before, (faults, extra)
+            # Without --resume or --overwrite the folder's runs are refused before anything is written.
+            assert p.returncode == (2 if not extra else 3), (faults, extra, p.stderr)
+            assert (needle if extra else "--overwrite") in p.stderr and str(out) in p.stderr, p.stderr
+            aside = sorted(out.glob("replaced-*"))
+            kept = aside[-1] / "report.json" if extra == ["--overwrite"] and aside else out / "report.json"
+            assert kept.read_bytes() == before, (faults, extra)  # moved aside whole, or left in place
             assert not list(out.glob("report.json.tmp.*"))
+            if aside:  # put it back for the next case
+                for f in aside[-1].iterdir():
+                    f.replace(out / f.name)
+                aside[-1].rmdir()
     # A folder that cannot be created: exit 3 before any run, nothing created.
     new = tmp_path / "new" / "deeper"
     env = dict(os.environ, GRADSWEEP_TEST_FAULTS=f"unwritable={tmp_path / 'new'}")

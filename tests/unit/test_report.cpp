@@ -1,16 +1,23 @@
 // Report pieces: timing summaries against numpy's definitions, time to target, atomic writes, the journal and
-// resume (a truncated journal line is simply run again).
+// resume (a truncated journal line is simply run again), and a report that a fresh writer never replaces.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "sim/report/report.h"
 #include "sim/core/summary.h"
 
 namespace gs {
 namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 TEST(ReportSummary, PercentilesMatchNumpyLinear) {
   // numpy.percentile([4, 1, 3, 2, 10], [50, 95, 99]) = 3, 8.8, 9.76; mean 4; sample stdev sqrt(12.5).
@@ -163,9 +170,24 @@ TEST_F(ReportFiles, ResumeRefusesAReportOfAnotherScenario) {
   Scenario changed = s;
   changed.sha256 = std::string(64, 'b');
   EXPECT_THROW(ReportWriter(dir_.string(), changed, header, true), Error);
-  // Without --resume the old runs are dropped.
-  ReportWriter fresh(dir_.string(), changed, header, false);
+  // Without --resume the old runs are never dropped: refused (nothing written), or moved aside with --overwrite.
+  const std::string report_before = slurp(dir_ / "report.json"), journal_before = slurp(dir_ / "runs.jsonl");
+  try {
+    ReportWriter refused(dir_.string(), changed, header, false);
+    ADD_FAILURE() << "a fresh writer replaced a report that holds a run";
+  } catch (const ReportInTheWay& e) {
+    EXPECT_EQ(e.existing.runs, 1u);
+    EXPECT_NE(e.existing.mismatch.find("scenario sha256 differs"), std::string::npos) << e.existing.mismatch;
+  }
+  EXPECT_EQ(slurp(dir_ / "report.json"), report_before);
+  EXPECT_EQ(slurp(dir_ / "runs.jsonl"), journal_before);
+  ReportWriter fresh(dir_.string(), changed, header, false, {"interrupted"}, ReportWriter::ExistingRuns::kMoveAside);
   EXPECT_FALSE(fresh.done("x.r0"));
+  const std::filesystem::path aside = fresh.moved_aside();
+  EXPECT_EQ(aside.parent_path(), dir_);
+  EXPECT_EQ(aside.filename().string().rfind("replaced-", 0), 0u) << aside;
+  EXPECT_EQ(slurp(aside / "report.json"), report_before);
+  EXPECT_EQ(slurp(aside / "runs.jsonl"), journal_before);
 }
 
 TEST_F(ReportFiles, ResumeChecksTheJournalWhenTheReportCannotTell) {
