@@ -4,7 +4,7 @@ A new table column is one entry in TABLE_COLUMNS (OPTIONAL: shown only when some
 metric one entry in DIFF_METRICS.
 
     python tools/compare.py REPORT... [--baseline RUN_ID|NAME] [--format markdown|csv] [--pareto PNG]
-                                      [--clock measured|modeled] [--diff | --table]
+                                      [--clock auto|measured|modeled] [--diff | --table]
 
 Table mode (several scenarios, or one report): one row per run with the swept values as columns, time to target on
 both clocks, final eval accuracy, bytes on the wire per rank and step, modeled exposed communication per step, the
@@ -17,6 +17,7 @@ flagged. docs/compare.md describes the columns, the defaults and the errors.
 import argparse
 import csv
 import io
+import json
 import math
 import sys
 import textwrap
@@ -48,11 +49,15 @@ class Row:
 
 
 def run_status(run):
-    """"reached", "not reached" or "no target" for passed runs; the disposition (diverged, failed, skipped, timeout,
-    interrupted) otherwise."""
+    """"reached", "not reached" or "no target" for passed runs, "timing-only (no accuracy)" for passed timing-only
+    runs (training.mode "timing": nothing is trained, so a target is never reached); the disposition (diverged,
+    failed, skipped) otherwise, with the steps it got to when it stopped part-way ("interrupted at 66 of 468
+    steps", rl.unfinished_text)."""
     disposition = run.get("disposition", "?")
     if disposition != "passed":
-        return disposition
+        return rl.unfinished_text(run)
+    if rl.timing_only(run):
+        return "timing-only (no accuracy)"
     ttt = run.get("time_to_target")
     if not ttt:
         return "no target"
@@ -64,8 +69,9 @@ exposed_communication_ms = rl.exposed_communication_ms  # the report's exposed (
 
 
 def has_target(run):
-    """True when the run's configuration sets a target (its report has a time_to_target object)."""
-    return bool(run.get("time_to_target"))
+    """True when the run's configuration sets a target (its report has a time_to_target object) that it can reach:
+    a timing-only run computes no accuracy or loss, so its target does not count."""
+    return bool(run.get("time_to_target")) and not rl.timing_only(run)
 
 
 def modeled_wait_ms(run):
@@ -141,10 +147,11 @@ def pick_baseline(rows, selector):
     4. an id contains it as a substring.
     Rules 2-4 must single out one run id (the first row with it wins), else ReportError lists the candidates; no
     match at all is a ReportError listing the runs. Without a selector: the first row that reached the target (time
-    to target on either clock), else the first row."""
+    to target on either clock), else the first finished row (rl.finished), else the first row."""
     if selector is None:
-        reached = [r for r in rows if not (math.isnan(r.ttt_measured_s) and math.isnan(r.ttt_modeled_s))]
-        return (reached or rows)[0] if rows else None
+        done = [r for r in rows if rl.finished(r.run)]
+        reached = [r for r in done if not (math.isnan(r.ttt_measured_s) and math.isnan(r.ttt_modeled_s))]
+        return (reached or done or rows)[0] if rows else None
     for row in rows:
         if row.id == selector:
             return row
@@ -172,13 +179,16 @@ def throughput(row, clock):
 
 def set_speedups(rows, baseline):
     """Speedup on each clock = the baseline's time to target / the run's when both reached the target; when neither
-    the run nor the baseline sets a target (timing-only scenarios), the run's throughput / the baseline's (samples/s;
-    speedup_basis "throughput"); else NaN (a target is set but one of them did not reach it)."""
+    the run nor the baseline has a target it can reach (no target, or timing-only runs: has_target), the run's
+    throughput / the baseline's (samples/s; speedup_basis "throughput"); else NaN (a target is set but one of them
+    did not reach it, or one of them did not finish: rl.finished)."""
     if baseline is None:
         return
     baseline.baseline = True
     for row in rows:
         bases = set()
+        if not (rl.finished(row.run) and rl.finished(baseline.run)):
+            continue  # a run stopped part-way is no data to rank
         for clock in ("measured", "modeled"):
             ttt = row.ttt_measured_s if clock == "measured" else row.ttt_modeled_s
             base_ttt = baseline.ttt_measured_s if clock == "measured" else baseline.ttt_modeled_s
@@ -245,6 +255,10 @@ THROUGHPUT_MARK = "*"
 FOOTNOTES = {
     "throughput": f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's on that clock): "
                   "neither run sets a target, so there is no time to target",
+    "timing_only": "timing-only runs (training.mode \"timing\") compute no loss or accuracy, so they never reach a "
+                   "target: they are ranked by throughput (the speedup column; modeled step times in docs/compare.md)",
+    "unfinished": f"`{MISSING}` in every metric of a run that did not finish (interrupted, timeout, failed, "
+                  "skipped): what it recorded is not data to compare; its status says where it stopped",
     "no_speedup": f"`{MISSING}` speedup: a target is set, but the run or the baseline has no time to target on that "
                   "clock (not reached, diverged, failed, or no modeled clock)",
 }
@@ -289,15 +303,19 @@ def table(rows, reports, fmt):
                 md.append(MISSING)
                 cs.append("")
         for _, name, get, fmt_md in columns:
-            value = get(row)
+            value = get(row) if rl.finished(row.run) else math.nan
+            if not rl.finished(row.run):
+                notes.add("unfinished")
             text = fmt_md(value)
             if name in SPEEDUPS and row.speedup_basis == "throughput" and text != MISSING:
                 text += THROUGHPUT_MARK
                 notes.add("throughput")
-            elif name in SPEEDUPS and text == MISSING and has_target(row.run):
+            elif name in SPEEDUPS and text == MISSING and has_target(row.run) and rl.finished(row.run):
                 notes.add("no_speedup")
             md.append(text)
             cs.append(csv_number(value))
+        if rl.timing_only(row.run):
+            notes.add("timing_only")
         md.append(row.status)
         cs.append(row.status)
         cs.append(row.speedup_basis)
@@ -344,9 +362,50 @@ def pareto_front(points):
     return front
 
 
-def write_pareto(rows, reports, path, clock):
-    """Final eval accuracy against time to target (`clock`), the Pareto front marked and joined; runs without both
-    values are named in a note. Returns how many runs were placed."""
+def pareto_clock(rows, clock="auto"):
+    """The clock of the Pareto plot: `clock` when given; "auto": the modeled clock when some finished run reached the
+    target on it (the clock this tool's guide reads: the host's measured clock is rank threads sharing its cores),
+    else the measured one."""
+    if clock != "auto":
+        return clock
+    modeled = any(rl.finished(r.run) and not math.isnan(r.ttt_modeled_s) for r in rows)
+    return "modeled" if modeled else "measured"
+
+
+def differing_paths(rows):
+    """{report id: the swept paths whose values differ between its rows}, in axis order: what tells its runs apart."""
+    out = {}
+    for row in rows:
+        out.setdefault(id(row.report), []).append(row)
+    result = {}
+    for key, group in out.items():
+        paths = []
+        for row in group:
+            for p in rl.swept_order(row.run, row.report.get("axes")):
+                if p not in paths:
+                    paths.append(p)
+        result[key] = [p for p in paths if len({json.dumps((r.run.get("swept") or {}).get(p), sort_keys=True)
+                                                 for r in group}) > 1]
+    return result
+
+
+def point_label(row, paths):
+    """A run's label in the Pareto key: its values of `paths` ("kind=topk ratio=0.01"), objects by the keys that
+    differ along their axis, each value at most 40 characters; the run id when no path differs."""
+    swept = row.run.get("swept") or {}
+    axes = row.report.get("axes")
+    short = rl.short_paths(paths)
+    text = " ".join(f"{short[p]}={rl.label_value(swept[p], limit=40, among=rl.axis_values_of(p, axes))}"
+                    for p in paths if p in swept)
+    return text or row.id
+
+
+def pareto_figure(rows, reports, clock):
+    """The Pareto figure: final eval accuracy against time to target on `clock` of the finished runs that have both,
+    the Pareto front marked and joined. Each point carries a number (by time to target; points at one place share a
+    label "3,7"), and a key beside the axes gives each number's swept values that differ between the runs
+    (differing_paths), uncut. Runs without both values, or that did not finish, are named in a note; a measured
+    clock of host-backend runs says it is the host's time. Returns (figure, placed rows in key order)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -355,41 +414,64 @@ def write_pareto(rows, reports, path, clock):
     for row in rows:
         t = row.ttt_measured_s if clock == "measured" else row.ttt_modeled_s
         acc = rl.metric_value(row.run, "eval_accuracy")
-        (left_out if math.isnan(t) or math.isnan(acc) else placed).append((row, t, acc))
+        if not rl.finished(row.run) or math.isnan(t) or math.isnan(acc):
+            left_out.append(row)
+        else:
+            placed.append((row, t, acc))
+    placed.sort(key=lambda p: (p[1], -p[2]))
     points = [(t, acc) for _, t, acc in placed]
     front = pareto_front(points)
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
+    paths = differing_paths([row for row, _, _ in placed])
     several = len(reports) > 1
+    key_lines = []
+    for k, (row, _, _) in enumerate(placed, start=1):
+        label = point_label(row, paths[id(row.report)])
+        if several:
+            label = f"{row.report.get('scenario_name', '')}: {label}"
+        key_lines.append(f"{k:>2}  {label}" + (" (baseline)" if row.baseline else "") + (
+            "  [front]" if k - 1 in front else ""))
+    key_width = min(6.0, 0.065 * max((len(line) for line in key_lines), default=0) + 0.3)
+    fig = plt.figure(figsize=(8 + key_width, 5.5), dpi=110, layout="constrained")
+    grid = fig.add_gridspec(1, 2, width_ratios=[8, max(key_width, 0.01)])
+    ax = fig.add_subplot(grid[0, 0])
+    key_ax = fig.add_subplot(grid[0, 1])
+    key_ax.axis("off")
     off = [i for i in range(len(points)) if i not in front]
     ax.scatter([points[i][0] for i in off], [points[i][1] for i in off], color="#8c8c8c", label="dominated", zorder=2)
     ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color="#c44e52", marker="o",
             drawstyle="steps-post", label="Pareto front", zorder=3)
-    captions = []
-    for (row, t, acc) in placed:  # labels: the swept values only; the title names them
-        label = rl.swept_text(row.run, axes=row.report.get("axes"), names=False) or row.id
-        caption = rl.swept_caption(row.run, axes=row.report.get("axes"))
-        if caption and caption not in captions:
-            captions.append(caption)
-        if several:
-            label = f"{row.report.get('scenario_name', '')}: {label}"
-        ax.annotate(rl.shorten(label) + (" (baseline)" if row.baseline else ""), (t, acc), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
+    # One number per place: points that coincide (repeats, equal runs) share it as "3,7".
+    places = {}
+    for k, (t, acc) in enumerate(points, start=1):
+        places.setdefault((float(f"{t:.6g}"), float(f"{acc:.6g}")), []).append(k)
+    for (t, acc), numbers in places.items():
+        ax.annotate(",".join(map(str, numbers)), (t, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if key_lines:
+        key_ax.text(0.0, 1.0, "runs (number: swept values that differ)\n" + "\n".join(key_lines), fontsize=7,
+                    family="monospace", va="top", ha="left", transform=key_ax.transAxes)
     ax.set_xlabel(f"time to target (s, {clock})")
-    ax.set_ylabel("final eval accuracy")
-    title = f"time to target ({clock}) against final eval accuracy"
-    if captions:
-        title += "\nlabels: " + rl.shorten("; ".join(captions), 100)
-    ax.set_title(title, fontsize=10)
+    ax.set_ylabel("final eval accuracy (fraction correct)")
+    title = f"time to target ({clock} clock) against final eval accuracy"
+    host = rl.host_clock_note(reports[0], [row.run for row, _, _ in placed]) if clock == "measured" else ""
+    if host:
+        title += "\n" + textwrap.fill(host, 110)
+    ax.set_title(title, fontsize=10 if not host else 8)
     if points:
         ax.legend(loc="lower right")
     if left_out:
-        note = "not placed (no time to target or accuracy): " + "; ".join(
-            f"{row.id} ({row.status})" for row, _, _ in left_out[:6])
+        note = "not placed (unfinished, or no time to target or accuracy on this clock): " + "; ".join(
+            f"{row.id} ({row.status})" for row in left_out[:6])
         if len(left_out) > 6:
             note += f"; ... and {len(left_out) - 6} more"
-        fig.text(0.01, 0.01, textwrap.fill(rl.shorten(note, 300), 130), fontsize=7, va="bottom")
-        fig.subplots_adjust(bottom=0.18)
-    fig.savefig(path)
+        fig.text(0.01, -0.01, textwrap.fill(rl.shorten(note, 400), 130), fontsize=7, va="top")
+    return fig, [row for row, _, _ in placed]
+
+
+def write_pareto(rows, reports, path, clock):
+    """Writes pareto_figure to path; returns how many runs were placed."""
+    import matplotlib.pyplot as plt
+    fig, placed = pareto_figure(rows, reports, clock)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return len(placed)
 
@@ -428,8 +510,9 @@ def relative_change(old, new):
 
 def diff(old_doc, new_doc, fmt):
     """Run-by-run comparison by id: per run a status row (old and new status; "changed" when they differ), then one
-    row per metric that either run has, with old, new and (new - old) / old. A run in only one report gets one status
-    row with "absent" on the other side and "only in old"/"only in new"."""
+    row per metric that either run has, with old, new and (new - old) / old (no metric rows when either did not
+    finish). A run in only one report gets one status row with "absent" on the other side and "only in old"/"only in
+    new"."""
     old_runs = {r["id"]: r for r in old_doc["runs"]}
     new_runs = {r["id"]: r for r in new_doc["runs"]}
     ids = list(old_runs) + [i for i in new_runs if i not in old_runs]
@@ -446,6 +529,8 @@ def diff(old_doc, new_doc, fmt):
         changed = "changed" if status[0] != status[1] else ""
         md.append([run_id, "status", *status, changed])
         cs.append([run_id, "status", *status, changed])
+        if not (rl.finished(old) and rl.finished(new)):
+            continue  # a run stopped part-way on one side: its status row says so, its numbers are no data
         for name, get, fmt_md in DIFF_METRICS:
             a, b = get(old), get(new)
             if all(math.isnan(x) or (name in OPTIONAL and x == 0) for x in (a, b)):
@@ -479,8 +564,9 @@ def parse_args(argv):
     parser.add_argument("--format", choices=("markdown", "csv"), default="markdown", help="output (default markdown)")
     parser.add_argument("--pareto", type=Path, metavar="PNG",
                         help="table mode: also write a Pareto plot (time to target against final eval accuracy)")
-    parser.add_argument("--clock", choices=("measured", "modeled"), default="measured",
-                        help="the time to target of the Pareto plot (default measured)")
+    parser.add_argument("--clock", choices=("auto", "measured", "modeled"), default="auto",
+                        help="the time to target of the Pareto plot (default auto: the modeled clock when runs have "
+                             "it, else the measured one, which on the host backend is this machine's time)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--diff", action="store_true",
                       help="compare two reports run by run (default when exactly two reports share a scenario name)")
@@ -530,11 +616,13 @@ def main(argv=None):
     print(table(rows, reports, args.format), end="")
     if args.pareto is not None:
         try:
-            placed = write_pareto(rows, reports, args.pareto, args.clock)
+            clock = pareto_clock(rows, args.clock)
+            placed = write_pareto(rows, reports, args.pareto, clock)
         except (OSError, ValueError) as e:
             print(f"error: {args.pareto}: cannot write the Pareto plot: {e}", file=sys.stderr)
             return 2
-        print(f"note: {args.pareto}: {placed} of {len(rows)} runs placed", file=sys.stderr)
+        print(f"note: {args.pareto}: {placed} of {len(rows)} runs placed (time to target on the {clock} clock)",
+              file=sys.stderr)
     return 0
 
 

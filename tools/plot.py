@@ -8,7 +8,13 @@ data cache's capacity, step time and data-stall share against it.
 
 One function per figure (fig_*); a new figure is one function plus one line in write_figures. Each strategy has a hue
 family (a sequential colormap: Blues, Oranges, ...; the same in every figure of a report); its runs take shades of it
-from dark to light in run order, and a marker each. Train curves are solid, eval curves dashed.
+from dark to light in run order, a marker each and, where a figure draws one curve per run, a dash each: no two runs
+share color, marker and dash (run_styles). Train curves are solid, eval curves dashed.
+
+What is drawn is data: only finished runs (passed, diverged; report_lib.finished) are drawn, the others are named
+under the figure with how far they got; the heatmap draws one panel per value of the sweep axes it does not show (it
+never averages over them) and names the --x and --y to give past MAX_FACETS panels; every axis names its unit;
+figures of the measured clock of host-backend runs say that it is the host's time, not a GPU's.
 
 Every figure fits in MAX_WIDTH_PX x MAX_HEIGHT_PX, however many runs or axis values a report has: past
 MAX_LEGEND_RUNS runs a curve legend names the strategies (and, for one strategy, a color bar gives the run order)
@@ -17,6 +23,7 @@ label parts are cut to report_lib.LABEL_CHARS characters. Every report and argum
 written.
 """
 import argparse
+import itertools
 import json
 import math
 import os
@@ -29,6 +36,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless; must precede the pyplot import
 import matplotlib.colors  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.cm import ScalarMappable  # noqa: E402
@@ -48,6 +56,12 @@ DARKEST, LIGHTEST, SINGLE = 0.9, 0.35, 0.75
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p", "d", "8"]
 TRAIN_LINESTYLE = "-"
 EVAL_LINESTYLE = "--"  # reserved for eval curves
+# Line styles of figures that draw one kind of curve per run (accuracy, staleness): the k-th run of a strategy takes
+# DASHES[k % 3], so neighbouring shades of one family differ in dash as well as in marker.
+DASHES = ["-", "-.", ":"]
+# Colors of series that are not runs of a strategy (throughput lines, data-cache curves): tab10's ten, then tab20's
+# ten light variants; past twenty, series_styles changes the marker too.
+SERIES_COLORS = [matplotlib.colors.to_hex(plt.get_cmap("tab20")(i)) for i in list(range(0, 20, 2)) + list(range(1, 20, 2))]
 # Fixed phase colors for the step breakdown, in rl.PHASES order.
 PHASE_COLORS = {"data": "#9e9e9e", "forward": "#4c72b0", "backward": "#55a868", "compress": "#8172b2",
                 "communicate": "#c44e52", "optimizer": "#ccb974", "wait": "#e0e0e0"}
@@ -61,15 +75,16 @@ LOWER_IS_BETTER = {"eval_loss", "train_loss", "time_to_target_s", "step_p50_ms",
 DPI = 110
 MAX_WIDTH_PX, MAX_HEIGHT_PX = 2400, 1800
 MAX_WIDTH_IN, MAX_HEIGHT_IN = MAX_WIDTH_PX / DPI - 0.3, MAX_HEIGHT_PX / DPI - 0.3
-# Past this many runs a curve legend lists the strategies, not the runs.
-MAX_LEGEND_RUNS = 12
+# Past this many runs a curve legend lists the strategies, not the runs (up to it, every run has an entry, outside the
+# axes past 4 runs, and its own color x marker x dash: run_styles).
+MAX_LEGEND_RUNS = 24
 # Past this many bars the step breakdown averages repeats and draws horizontal bars in a height-capped figure.
 MAX_VERTICAL_BARS = 16
 BAR_ROW_IN = 0.25  # height of one horizontal bar
 LABEL_ROW_IN = 0.14  # closest spacing of tick labels (7 pt) that stays legible; denser rows label every k-th bar
 NOTE_LINES = 6  # longest note strip under a figure
 
-Style = namedtuple("Style", "color marker family")
+Style = namedtuple("Style", "color marker family dash")
 
 
 # ---- styles ---------------------------------------------------------------------------------------------------------
@@ -96,19 +111,38 @@ def strategy_colors(runs):
 
 def run_styles(runs):
     """{run id: Style}: the k-th of n runs of a strategy (in run index order) takes shade k of n from dark to light
-    in the strategy's family, and the k-th marker."""
+    in the strategy's family, the k-th marker (shifted by 5 for each time the families have cycled, past 8
+    strategies) and dash k % 3 (DASHES). No two runs share color, marker and dash: a combination already taken moves
+    on to the next marker."""
     families = strategy_families(runs)
     members = {}
     for run in sorted(runs, key=lambda r: r.get("index", 0)):
         members.setdefault(rl.strategy_label(run), []).append(run)
-    styles = {}
-    for label, group in members.items():
+    styles, taken = {}, set()
+    for s_index, (label, group) in enumerate(members.items()):
         n = len(group)
+        cycle = s_index // len(FAMILIES)
         for k, run in enumerate(group):
             shade = SINGLE if n == 1 else DARKEST - (DARKEST - LIGHTEST) * k / (n - 1)
-            styles[run["id"]] = Style(family_color(families[label], shade), MARKERS[k % len(MARKERS)],
-                                      families[label])
+            color = family_color(families[label], shade)
+            candidates = [(color, MARKERS[(k + 5 * cycle + m) % len(MARKERS)], DASHES[(k + cycle + d) % len(DASHES)])
+                          for d in range(len(DASHES)) for m in range(len(MARKERS))]
+            combo = next((c for c in candidates if c not in taken), candidates[0])
+            taken.add(combo)
+            styles[run["id"]] = Style(combo[0], combo[1], families[label], combo[2])
     return styles
+
+
+def series_styles(n):
+    """n (color, marker, dash) combinations, no two alike: SERIES_COLORS first, then the next marker with the colors
+    again, then the next dash, for series that are not runs (one per combination of other swept values)."""
+    out = []
+    for i in range(n):
+        color = SERIES_COLORS[i % len(SERIES_COLORS)]
+        marker = MARKERS[(i // len(SERIES_COLORS)) % len(MARKERS)]
+        dash = DASHES[(i // (len(SERIES_COLORS) * len(MARKERS))) % len(DASHES)]
+        out.append((color, marker, dash))
+    return out
 
 
 def single_strategy(runs):
@@ -176,9 +210,10 @@ def note_lines(note, width):
     return lines
 
 
-def new_figure(report, title, note, width=9.0, height=5.5):
-    """A figure with one axes titled with the report's name; `note`, when given, goes in a text strip below it.
-    Width and height (the note's strip included) are capped at MAX_WIDTH_IN and MAX_HEIGHT_IN."""
+def new_figure(report, title, note, width=9.0, height=5.5, subtitle=""):
+    """A figure with one axes titled with the report's name; `subtitle` (e.g. rl.host_clock_note) goes under the title
+    in a smaller font; `note`, when given, goes in a text strip below the axes. Width and height (the note's strip
+    included) are capped at MAX_WIDTH_IN and MAX_HEIGHT_IN."""
     width = min(width, MAX_WIDTH_IN)
     lines = note_lines(note, width)
     strip = 0.15 * len(lines) + 0.05 if lines else 0.0
@@ -192,6 +227,8 @@ def new_figure(report, title, note, width=9.0, height=5.5):
         note_ax.text(0.0, 1.0, "\n".join(lines), fontsize=7, color="#555555", va="top", ha="left",
                      transform=note_ax.transAxes)
     ax.set_title(f"{rl.shorten(report['scenario_name'], 40)}: {title}")
+    if subtitle:
+        ax.set_title(ax.get_title() + "\n" + textwrap.fill(subtitle, width=int(width * 13)), fontsize=9)
     return fig, ax
 
 
@@ -233,7 +270,8 @@ def run_legend(ax, report, runs, styles, keys=(), caption=None):
     place = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if len(runs) > 4 else {"loc": "best"}
     strategy = single_strategy(runs)
     title = axis_caption(rl.shorten(strategy), None, caption) if strategy else caption
-    ax.legend(handles=handles, fontsize=7, title=title, title_fontsize=7, **place)
+    ax.legend(handles=handles, fontsize=7 if len(handles) <= 16 else 6, title=title, title_fontsize=7,
+              handlelength=3.0, **place)
 
 
 def strategy_legend(ax, report, runs, styles, keys=()):
@@ -313,7 +351,7 @@ def draw_loss(ax, report, styles, x_key):
                 any_diverged = True
                 ax.plot(fx[-1], fy[-1], marker="x", markersize=10, color=style.color, linestyle="none")
     maybe_log_scale(ax, all_y)
-    ax.set_ylabel("loss")
+    ax.set_ylabel(f"loss ({rl.loss_unit(runs)})")
     ax.grid(alpha=0.3)
     run_legend(ax, report, runs, styles, style_keys(any_eval, any_diverged), caption)
 
@@ -332,7 +370,7 @@ def fig_loss_vs_step(report, styles, out_dir, note):
         return skipped("loss_vs_step.png", "no run has a loss (timing-only runs train nothing)")
     fig, ax = new_figure(report, "loss vs step", note, width=9.0 + legend_room(rl.drawn_runs(report)))
     draw_loss(ax, report, styles, "step")
-    ax.set_xlabel("optimizer step")
+    ax.set_xlabel("optimizer step (count)")
     integer_ticks(ax.xaxis)
     return save(fig, out_dir / "loss_vs_step.png")
 
@@ -342,7 +380,8 @@ def fig_loss_vs_time(report, styles, out_dir, note):
         return skipped("loss_vs_time.png", "no run with a convergence series")
     if not has_loss(report):
         return skipped("loss_vs_time.png", "no run has a loss (timing-only runs train nothing)")
-    fig, ax = new_figure(report, "loss vs measured time", note, width=9.0 + legend_room(rl.drawn_runs(report)))
+    fig, ax = new_figure(report, "loss vs measured time", note, width=9.0 + legend_room(rl.drawn_runs(report)),
+                         subtitle=rl.host_clock_note(report, rl.drawn_runs(report)))
     draw_loss(ax, report, styles, "measured_s")
     ax.set_xlabel("measured time (s)")
     return save(fig, out_dir / "loss_vs_time.png")
@@ -361,9 +400,9 @@ def draw_accuracy(ax, report, styles, runs, x_of):
     many = len(runs) > MAX_LEGEND_RUNS
     for run, label in zip(runs, labels):
         style = styles[run["id"]]
-        # Only eval curves here, so they need no dashes to tell them from train curves.
+        # Only eval curves here: dashes are free to tell neighbouring shades apart (run_styles).
         x, y = finite_xy(x_of(run), rl.series(run, "eval_accuracy")[1])
-        ax.plot(x, y, color=style.color, marker=style.marker, linestyle=TRAIN_LINESTYLE, markersize=3 if many else 4,
+        ax.plot(x, y, color=style.color, marker=style.marker, linestyle=style.dash, markersize=3 if many else 4,
                 linewidth=1.0 if many else 1.3, label=None if many else label + disposition_suffix([run]))
         ttt = run.get("time_to_target")
         if ttt and ttt.get("metric") == "eval_accuracy":
@@ -372,7 +411,7 @@ def draw_accuracy(ax, report, styles, runs, x_of):
         ax.axhline(value, color="black", linewidth=0.8, linestyle=":")
         ax.annotate(f"target {value:g}", (0.01, value), xycoords=("axes fraction", "data"), fontsize=7,
                     va="bottom", ha="left")
-    ax.set_ylabel("eval accuracy")
+    ax.set_ylabel("eval accuracy (fraction correct)")
     ax.grid(alpha=0.3)
     run_legend(ax, report, runs, styles, caption=caption)
 
@@ -381,7 +420,8 @@ def fig_accuracy_vs_time(report, styles, out_dir, note):
     runs = accuracy_runs(report, lambda r: rl.series(r, "measured_s")[1])
     if not runs:
         return skipped("accuracy_vs_time.png", "no run has eval_accuracy")
-    fig, ax = new_figure(report, "eval accuracy vs measured time", note, width=9.0 + legend_room(runs))
+    fig, ax = new_figure(report, "eval accuracy vs measured time", note, width=9.0 + legend_room(runs),
+                         subtitle=rl.host_clock_note(report, runs))
     draw_accuracy(ax, report, styles, runs, lambda r: rl.series(r, "measured_s")[1])
     ax.set_xlabel("measured time (s)")
     return save(fig, out_dir / "accuracy_vs_time.png")
@@ -396,6 +436,22 @@ def fig_accuracy_vs_modeled_time(report, styles, out_dir, note):
     draw_accuracy(ax, report, styles, runs, lambda r: rl.series(r, "modeled_s")[1])
     ax.set_xlabel("modeled time (s)")
     return save(fig, out_dir / "accuracy_vs_modeled_time.png")
+
+
+def staleness_ticks(ax, largest):
+    """The staleness axis: linear with integer ticks up to 10; beyond, linear up to 10 and logarithmic after
+    (asynchronous runs reach many clocks), ticked at 0, 1, 2, 5, 10, 20, 50, ... up to `largest`, so a log axis shows
+    every decade."""
+    if largest <= 10:
+        integer_ticks(ax.xaxis)
+        return
+    ax.set_xscale("symlog", linthresh=10)
+    ticks, decade = [0, 1, 2, 5], 10
+    while decade <= largest * 1.05:
+        ticks += [t for t in (decade, 2 * decade, 5 * decade) if t <= largest * 1.05]
+        decade *= 10
+    ax.set_xticks(ticks, labels=[f"{t:,}" for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 
 
 STALENESS_UNITS = {"versions": "staleness in versions (optimizer updates between the read and the apply)",
@@ -433,11 +489,11 @@ def fig_staleness(report, styles, out_dir, note, unit):
     for run, label in zip(runs, labels):
         style = styles[run["id"]]
         x, y = rl.staleness_histogram(run, unit)
-        ax.step(x, y, where="mid", color=style.color, marker=style.marker, markersize=3, linewidth=1.2,
-                label=label + disposition_suffix([run]))
-    ax.set_xscale("symlog", linthresh=10)
+        ax.step(x, y, where="mid", color=style.color, marker=style.marker, linestyle=style.dash, markersize=3,
+                linewidth=1.2, label=label + disposition_suffix([run]))
+    staleness_ticks(ax, max(max(rl.staleness_histogram(r, unit)[0]) for r in runs))
     ax.set_xlabel(STALENESS_UNITS[unit])
-    ax.set_ylabel("fraction of applied gradients")
+    ax.set_ylabel("share of applied gradients (fraction)")
     ax.grid(alpha=0.3)
     run_legend(ax, report, runs, styles, caption=caption)
     return save(fig, out_dir / name)
@@ -506,10 +562,13 @@ def fig_step_breakdown(report, styles, out_dir, note, clock="measured"):
         title += f", mean of {repeats} repeats"
     n = len(rows)
     horizontal = n > MAX_VERTICAL_BARS
+    subtitle = rl.host_clock_note(report, runs) if clock == "measured" else ""
+    if subtitle and any(phases_of is rl.measured_phases and rl.modeled_phases(r) for r in runs):
+        subtitle += " (step_breakdown_modeled.png)"
     if horizontal:
-        fig, ax = new_figure(report, title, note, width=11.0, height=2.2 + BAR_ROW_IN * n)
+        fig, ax = new_figure(report, title, note, width=11.0, height=2.2 + BAR_ROW_IN * n, subtitle=subtitle)
     else:
-        fig, ax = new_figure(report, title, note, width=max(7.0, 0.9 * n + 3.0))
+        fig, ax = new_figure(report, title, note, width=max(7.0, 0.9 * n + 3.0), subtitle=subtitle)
     position = np.arange(n)
     base = np.zeros(n)
     for phase, means in phase_means(rows, phases_of).items():
@@ -591,7 +650,7 @@ def fig_throughput_vs_ranks(report, styles, out_dir, note):
                           f"{'/'.join(map(str, json.loads(v) or ['?']))}" for a, v in zip(others, key))
         ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.3, color=cmap(i % cmap.N),
                 label=(label[:60] or None) if legend else None)
-    ax.set_xlabel("ranks")
+    ax.set_xlabel("cluster.ranks (ranks)")
     ax.set_ylabel(rl.METRICS[metric])
     integer_ticks(ax.xaxis)
     ax.grid(alpha=0.3)
@@ -600,8 +659,8 @@ def fig_throughput_vs_ranks(report, styles, out_dir, note):
     return save(fig, out_dir / "throughput_vs_ranks.png")
 
 
-def heatmap_matrix(report, x_axis, y_axis, metric):
-    """The heatmap grid of `metric` over two sweep axes, from passed runs only.
+def heatmap_matrix(report, x_axis, y_axis, metric, runs=None):
+    """The heatmap grid of `metric` over two sweep axes, from passed runs only (of `runs`, default every run).
 
     Returns (values, counts, labels): values[i][j] is the mean metric of the passed runs at y value i and x value j
     (NaN when there is none, or the metric is null for all of them); counts[i][j] how many runs that mean covers;
@@ -614,7 +673,7 @@ def heatmap_matrix(report, x_axis, y_axis, metric):
     counts = np.zeros((len(ys), len(xs)), dtype=int)
     passed = np.zeros((len(ys), len(xs)), dtype=int)
     others = [[set() for _ in xs] for _ in ys]
-    for run in report["runs"]:
+    for run in report["runs"] if runs is None else runs:
         xv, yv = rl.run_axis_value(run, x_axis), rl.run_axis_value(run, y_axis)
         if xv not in xs or yv not in ys:
             continue
@@ -629,7 +688,7 @@ def heatmap_matrix(report, x_axis, y_axis, metric):
             others[i][j].add(run.get("disposition", "?"))
     with np.errstate(invalid="ignore", divide="ignore"):
         values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    reached = metric == "time_to_target_s"
+    reached = metric in ("time_to_target_s", "modeled_time_to_target_s")
 
     def label(i, j):
         if passed[i, j] == 0:
@@ -653,22 +712,60 @@ def cell_format(values):
     return lambda v: f"{v:,.{decimals}f}"
 
 
+# Most panels of one heatmap: one per combination of the values of the axes it does not draw.
+MAX_FACETS = 12
+
+
+class TooManyPanels(rl.ReportError):
+    """A heatmap whose undrawn axes have more value combinations than MAX_FACETS panels; the text says which --x and
+    --y to give."""
+
+
+def facet_axes(report, x_axis, y_axis):
+    """The sweep axes a heatmap of x_axis by y_axis draws one panel per value of: every other axis with more than one
+    value (a heatmap never averages over an axis it does not show)."""
+    return [a for a in report.get("axes") or [] if a is not x_axis and a is not y_axis and len(a["values"]) > 1]
+
+
+def panel_count(facets):
+    return math.prod(len(a["values"]) for a in facets) if facets else 1
+
+
 def heatmap_axes(report, x_name=None, y_name=None):
-    """(x axis, y axis) of the heatmap: the named axes (rl.find_axis), the first unnamed ones filling in; None (no
-    heatmap) when neither is named and the sweep has fewer than two axes. Raises ReportError for a name that is no
-    axis of the report, or when the two would be missing or the same."""
+    """(x axis, y axis, facet axes) of the heatmap: the named axes (rl.find_axis), unnamed ones filled in with the
+    first axes of the sweep, or, when that would need more than MAX_FACETS panels, with the axes of the most values;
+    the facets are every other axis with several values (facet_axes). None (no heatmap) when neither is named and the
+    sweep has fewer than two axes. Raises ReportError for a name that is no axis of the report, or when the two would
+    be missing or the same, and TooManyPanels when the undrawn axes need more than MAX_FACETS panels."""
     axes = report.get("axes") or []
     if x_name is None and y_name is None and len(axes) < 2:
         return None
-    x_axis = rl.find_axis(report, x_name) if x_name is not None else None
-    y_axis = rl.find_axis(report, y_name) if y_name is not None else None
-    rest = [a for a in axes if a is not x_axis and a is not y_axis]
-    x_axis = x_axis or (rest.pop(0) if rest else None)
-    y_axis = y_axis or (rest.pop(0) if rest else None)
+    x_named = rl.find_axis(report, x_name) if x_name is not None else None
+    y_named = rl.find_axis(report, y_name) if y_name is not None else None
+
+    def fill(order):
+        rest = [a for a in order if a is not x_named and a is not y_named]
+        x_axis = x_named or (rest.pop(0) if rest else None)
+        y_axis = y_named or (rest.pop(0) if rest else None)
+        return x_axis, y_axis
+
+    x_axis, y_axis = fill(axes)
+    if x_axis is not None and y_axis is not None and x_axis is not y_axis and \
+            panel_count(facet_axes(report, x_axis, y_axis)) > MAX_FACETS and (x_named is None or y_named is None):
+        x_axis, y_axis = fill(sorted(axes, key=lambda a: -len(a["values"])))  # stable: sweep order among equals
     if x_axis is None or y_axis is None or x_axis is y_axis:
         known = ", ".join(rl.axis_name(a) for a in axes) or "none"
         raise rl.ReportError(f"a heatmap needs two different sweep axes (--x, --y; axes: {known})")
-    return x_axis, y_axis
+    facets = facet_axes(report, x_axis, y_axis)
+    if panel_count(facets) > MAX_FACETS:
+        counts = " x ".join(f"{rl.axis_name(a)} ({len(a['values'])} values)" for a in facets)
+        biggest = sorted(axes, key=lambda a: -len(a["values"]))[:2]
+        raise TooManyPanels(
+            f"a heatmap of {rl.axis_name(x_axis)} by {rl.axis_name(y_axis)} needs one panel per combination of the "
+            f"axes it does not draw, {counts}: {panel_count(facets)} panels, more than {MAX_FACETS} (it never "
+            f"averages over an axis it does not show); give --x and --y two axes of many values (e.g. --x "
+            f"{rl.axis_name(biggest[0])} --y {rl.axis_name(biggest[1])}) or sweep fewer axes")
+    return x_axis, y_axis, facets
 
 
 def tick_every(count, cell_in, text_in):
@@ -677,34 +774,20 @@ def tick_every(count, cell_in, text_in):
     return max(1, math.ceil(text_in / max(cell_in, 1e-6))) if count > 1 else 1
 
 
-def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None):
-    if not report["runs"]:
-        return skipped("heatmap", "the report has no runs")
-    axes = heatmap_axes(report, x_name, y_name)
-    if axes is None:
-        return skipped("heatmap", f"the sweep has {len(report.get('axes') or [])} axis(es), a heatmap needs two")
-    x_axis, y_axis = axes
-    values, counts, labels = heatmap_matrix(report, x_axis, y_axis, metric)
-    title = f"{rl.METRICS[metric]}, passed runs"
-    if counts.max(initial=0) > 1:
-        title += " (mean per cell)"
+def facet_title(facets, combo):
+    """A panel's title: the values of the undrawn axes it holds, "bucket_mb=25, accumulation_steps=4"."""
+    names = rl.short_paths([rl.axis_name(a) for a in facets])
+    return ", ".join(f"{names[rl.axis_name(a)]}={rl.axis_value_text(a, v)}" for a, v in zip(facets, combo))
+
+
+def draw_heatmap_panel(ax, values, labels, x_axis, y_axis, metric, fontsize, norm, cell_w, cell_h):
+    """One heatmap panel: cells colored on the shared `norm` (NaN cells hatched and labelled with why), numbers in
+    them at `fontsize` (0: none), ticks thinned to fit cells of cell_w x cell_h inches. Returns the image."""
     xs, ys = x_axis["values"], y_axis["values"]
-    fig, ax = new_figure(report, title, note, width=max(6.0, 1.2 * len(xs) + 3.0),
-                         height=max(4.5, 0.8 * len(ys) + 2.5))
-    # Cell size once the figure is capped: smaller cells get smaller numbers, and none below a legible size.
-    width, height = fig.get_size_inches()
-    cell_w, cell_h = (width - 3.0) / len(xs), (height - 2.5) / len(ys)
-    fontsize = 9 if cell_w >= 0.9 and cell_h >= 0.45 else 7 if cell_w >= 0.55 and cell_h >= 0.3 else 0
-    if fontsize == 0:
-        title += "; values by color only"
-        ax.set_title(f"{rl.shorten(report['scenario_name'], 40)}: {title}")
     cmap = plt.get_cmap("viridis_r" if metric in LOWER_IS_BETTER else "viridis").copy()
     cmap.set_bad("white")
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, origin="lower", aspect="auto")
-    if not np.all(np.isnan(values)):
-        fig.colorbar(image, ax=ax, label=rl.METRICS[metric])
-    finite = values[~np.isnan(values)]
-    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, origin="lower", aspect="auto")
+    middle = (norm.vmin + norm.vmax) / 2 if norm.vmin is not None else 0.0
     fmt = cell_format(values)
     for i in range(len(ys)):
         for j in range(len(xs)):
@@ -732,8 +815,75 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
     ax.set_xticklabels(x_texts[::x_every], rotation=30 if x_rotate else 0, ha="right" if x_rotate else "center")
     ax.set_yticks(range(0, len(ys), y_every))
     ax.set_yticklabels(y_texts[::y_every])
-    ax.set_xlabel(rl.shorten(rl.axis_name(x_axis), 80))
-    ax.set_ylabel(rl.shorten(rl.axis_name(y_axis), 80))
+    ax.set_xlabel(rl.shorten(rl.axis_name(x_axis), 80) + " (swept values)")
+    ax.set_ylabel(rl.shorten(rl.axis_name(y_axis), 80) + " (swept values)")
+    return image
+
+
+def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None):
+    """The metric over two sweep axes, passed runs only: one panel per combination of the values of the other axes
+    (facet_axes; at most MAX_FACETS, else skipped with a note naming --x and --y), one color scale for all panels,
+    repeats averaged per cell."""
+    if not report["runs"]:
+        return skipped("heatmap", "the report has no runs")
+    try:
+        axes = heatmap_axes(report, x_name, y_name)
+    except TooManyPanels as e:
+        return skipped(f"heatmap_{metric}.png", str(e))
+    if axes is None:
+        return skipped("heatmap", f"the sweep has {len(report.get('axes') or [])} axis(es), a heatmap needs two")
+    x_axis, y_axis, facets = axes
+    combos = list(itertools.product(*[a["values"] for a in facets])) if facets else [()]
+    panels = []
+    for combo in combos:
+        runs = [r for r in report["runs"] if all(rl.run_axis_value(r, a) == v for a, v in zip(facets, combo))]
+        panels.append((combo, *heatmap_matrix(report, x_axis, y_axis, metric, runs)))
+    title = f"{rl.METRICS[metric]}, passed runs"
+    if max(int(c.max(initial=0)) for _, _, c, _ in panels) > 1:
+        title += " (mean of the repeats per cell)"
+    if facets:
+        title += "; one panel per " + " x ".join(rl.shorten(rl.axis_name(a), 40) for a in facets)
+    xs, ys = x_axis["values"], y_axis["values"]
+    n = len(panels)
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    if n == 1:
+        fig, ax = new_figure(report, title, note, width=max(6.0, 1.2 * len(xs) + 3.0),
+                             height=max(4.5, 0.8 * len(ys) + 2.5))
+        grid = [ax]
+        width, height = fig.get_size_inches()
+        cell_w, cell_h = (width - 3.0) / len(xs), (height - 2.5) / len(ys)
+    else:
+        panel_w, panel_h = max(3.6, 1.0 * len(xs) + 1.6), max(3.0, 0.6 * len(ys) + 1.6)
+        width = min(ncols * panel_w + 1.2, MAX_WIDTH_IN)
+        lines = note_lines(note, width)
+        height = min(nrows * panel_h + 0.8, MAX_HEIGHT_IN - 0.15 * len(lines))
+        fig, ax_grid = plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", squeeze=False)
+        grid = list(ax_grid.flat)
+        for extra in grid[n:]:
+            extra.axis("off")
+        fig.suptitle(f"{rl.shorten(report['scenario_name'], 40)}: {title}", fontsize=10)
+        if lines:
+            fig.text(0.0, -0.01, "\n".join(lines), fontsize=7, color="#555555", va="top", ha="left")
+        cell_w = ((width - 1.2) / ncols - 1.6) / len(xs)
+        cell_h = ((height - 0.8) / nrows - 1.6) / len(ys)
+    fontsize = 9 if cell_w >= 0.9 and cell_h >= 0.45 else 7 if cell_w >= 0.55 and cell_h >= 0.3 else 0
+    if fontsize == 0:
+        title += "; values by color only"
+        if n == 1:
+            grid[0].set_title(f"{rl.shorten(report['scenario_name'], 40)}: {title}")
+        else:
+            fig.suptitle(f"{rl.shorten(report['scenario_name'], 40)}: {title}", fontsize=10)
+    finite = np.concatenate([v[np.isfinite(v)] for _, v, _, _ in panels])
+    norm = matplotlib.colors.Normalize(float(finite.min()), float(finite.max())) if finite.size else \
+        matplotlib.colors.Normalize()
+    image = None
+    for ax, (combo, values, _, labels) in zip(grid, panels):
+        image = draw_heatmap_panel(ax, values, labels, x_axis, y_axis, metric, fontsize, norm, cell_w, cell_h)
+        if facets:
+            ax.set_title(rl.shorten(facet_title(facets, combo), 60), fontsize=9)
+    if finite.size:
+        fig.colorbar(image, ax=grid[:n], label=rl.METRICS[metric])
     return save(fig, out_dir / f"heatmap_{metric}.png")
 
 
@@ -785,7 +935,7 @@ def fig_data_cache(report, styles, out_dir, note):
     ax_t.set_xlabel(xlabel)
     ax_t.set_ylabel("mean step time, modeled (ms)")
     ax_s.set_xlabel(xlabel)
-    ax_s.set_ylabel("share of step time lost to data stalls")
+    ax_s.set_ylabel("share of step time lost to data stalls (fraction)")
     ax_s.set_ylim(-0.02, 1.02)
     keys = [Line2D([], [], color="#555555", linestyle="-", label="modeled clock"),
             Line2D([], [], color="#555555", linestyle=EVAL_LINESTYLE, label="measured clock (this host)")]
@@ -862,7 +1012,8 @@ def fig_summary(reports, paths, out_path):
     by_id = [{r["id"]: r for r in rep["runs"]} for rep in reports]
     labels, reference = rl.summary_labels(first, runs)
     all_runs = [r for rep in reports for r in rep["runs"]]
-    with_target = any(r.get("time_to_target") for r in all_runs)
+    # Timing-only runs have no accuracy, so never a time to target: they are ranked by modeled throughput.
+    with_target = any(r.get("time_to_target") and not rl.timing_only(r) for r in all_runs)
     n, k = len(runs), len(reports)
     group_h = 0.8
     bar_h = group_h / k
@@ -883,6 +1034,10 @@ def fig_summary(reports, paths, out_path):
             run = lookup.get(base["id"])
             if run is None:
                 ax_t.text(0, y[i], " not in this report", fontsize=6, va="center", color="#777777")
+                continue
+            if not rl.finished(run):  # stopped part-way (or never ran): no bar is data
+                for ax in (ax_t, ax_s, ax_a):
+                    ax.text(0, y[i], f" {rl.unfinished_text(run)}: not drawn", fontsize=6, va="center", color=color)
                 continue
             if with_target:
                 value = rl.metric_value(run, "modeled_time_to_target_s") * 1e3
@@ -931,7 +1086,7 @@ def fig_summary(reports, paths, out_path):
     if target is not None:
         ax_a.axvline(target, color="black", linestyle=":", linewidth=0.9)
         ax_a.text(target, n - 0.5, f"target {target:g} ", fontsize=6, ha="right", va="bottom")
-    ax_a.set_xlabel("final eval accuracy")
+    ax_a.set_xlabel("final eval accuracy (fraction correct)")
     ax_a.set_title("final eval accuracy (higher is better)", fontsize=9)
     ax_a.grid(axis="x", alpha=0.3)
     ax_t.set_yticks(y_mid, labels=[textwrap.fill(label, 28) for label in labels], fontsize=7)
@@ -1054,7 +1209,8 @@ def parse_args(argv):
     parser.add_argument("--out", type=Path, help="folder for the figures (default: beside each report)")
     parser.add_argument("--metric", choices=sorted(rl.METRICS),
                         help="heatmap metric (default: eval_accuracy when present, else train_loss)")
-    parser.add_argument("--x", help="heatmap x axis: dotted path, its last component, or index (default: first axis)")
+    parser.add_argument("--x", help="heatmap x axis: dotted path, its last component, or index (default: first axis; "
+                                    "the other axes get a panel per value, at most 12 panels)")
     parser.add_argument("--y", help="heatmap y axis (default: second axis)")
     parser.add_argument("--summary", type=Path, metavar="PNG",
                         help="write only one summary figure of one scenario's runs (time to target, modeled step, "
@@ -1091,7 +1247,11 @@ def main(argv=None):
             report = rl.load_report(path)
             if not report["runs"]:  # nothing to draw: an error like every other case that writes no figure
                 raise rl.ReportError(f"{path}: the report has no runs (nothing to draw)")
-            heatmap_axes(report, args.x, args.y)
+            try:
+                heatmap_axes(report, args.x, args.y)
+            except TooManyPanels:
+                if args.x is not None or args.y is not None:  # asked for: refused; by default: a note, no heatmap
+                    raise
         except rl.ReportError as e:
             errors.append(error_text(path, e))
             continue

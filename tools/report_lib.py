@@ -14,16 +14,19 @@ SCHEMA_PATH = REPO_ROOT / "reports" / "schema.json"
 SUPPORTED_SCHEMA_VERSION = 1
 
 DISPOSITIONS = ("passed", "diverged", "failed", "skipped", "interrupted", "timeout")
-# Runs whose convergence series is worth drawing (failed/skipped/timeout runs are listed, not drawn).
-DRAWN_DISPOSITIONS = ("passed", "diverged", "interrupted")
+# Finished runs: the only ones drawn and ranked as data (a diverged run ran until it diverged, which is its result).
+# interrupted and timeout runs stopped part-way (a run stopped in its first epoch looks nothing like a finished one),
+# failed and skipped runs have no data: every figure and table lists them as not drawn, with their step count.
+DRAWN_DISPOSITIONS = ("passed", "diverged")
+FINISHED_DISPOSITIONS = DRAWN_DISPOSITIONS
 # Phases of a step in the order they happen (and the order of stacked bars).
 PHASES = ("data", "forward", "backward", "compress", "communicate", "optimizer", "wait")
 
 # Scalar metrics of one run, by name: (description with unit, getter).
 METRICS = {
-    "eval_accuracy": "final eval accuracy",
-    "eval_loss": "final eval loss",
-    "train_loss": "final train loss",
+    "eval_accuracy": "final eval accuracy (fraction correct)",
+    "eval_loss": "final eval loss (the model's loss)",
+    "train_loss": "final train loss (the model's loss)",
     "samples_per_s": "throughput (samples/s, measured)",
     "time_to_target_s": "time to target (s, measured)",
     "step_p50_ms": "step time p50 (ms, measured)",
@@ -352,8 +355,31 @@ def has_series(run):
     return bool(((run.get("convergence") or {}).get("series")))
 
 
+def finished(run):
+    """True for a run that ran to its end (passed) or to its divergence: the runs figures and tables treat as data."""
+    return run.get("disposition") in FINISHED_DISPOSITIONS
+
+
+def steps_text(run):
+    """"66 of 468 steps" (steps_completed of config.training.steps), or "" when the report lacks either."""
+    done = run.get("steps_completed")
+    total = ((run.get("config") or {}).get("training") or {}).get("steps")
+    if isinstance(done, int) and isinstance(total, int) and not isinstance(done, bool):
+        return f"{done} of {total} steps"
+    return ""
+
+
+def unfinished_text(run):
+    """What a run that is not drawn as data is: "interrupted at 66 of 468 steps", "timeout at ...", "failed"."""
+    disposition = str(run.get("disposition", "?"))
+    steps = steps_text(run)
+    if disposition in ("interrupted", "timeout") and steps:
+        return f"{disposition} at {steps}"
+    return disposition
+
+
 def drawn_runs(report):
-    """Runs whose convergence is drawn: passed, diverged or interrupted, with a non-empty series."""
+    """Runs whose convergence is drawn: finished (passed or diverged), with a non-empty series."""
     return [r for r in report["runs"] if r.get("disposition") in DRAWN_DISPOSITIONS and has_series(r)]
 
 
@@ -367,11 +393,13 @@ def undrawn_note(report, limit=6):
     """A short text listing runs that are not drawn and why ("" when every run is drawn)."""
     lines = []
     for r in undrawn_runs(report):
-        why = r.get("disposition", "?")
+        why = unfinished_text(r)
         if r.get("message"):
             why += f": {shorten(r['message'], 100)}"
-        elif why in DRAWN_DISPOSITIONS:
+        elif finished(r):
             why += ": no convergence series"
+        else:
+            why += ": not finished, so not drawn as data"
         lines.append(f"{r.get('id', '?')} ({why})")
     if len(lines) > limit:
         lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
@@ -382,6 +410,37 @@ def series(run, key):
     """(x, y) float lists of a series field (measured_s, train_loss, ...) against the step; null -> NaN."""
     points = (run.get("convergence") or {}).get("series") or []
     return [p["step"] for p in points], [num(p.get(key)) for p in points]
+
+
+# The unit of each model.loss (model.loss; the cross-entropy uses the natural logarithm).
+LOSS_UNITS = {"cross_entropy": "cross-entropy, nats", "mse": "mean squared error, squared output units"}
+
+
+def loss_unit(runs):
+    """The unit of the loss the runs report: LOSS_UNITS of their config.model.loss, several joined by " / " when they
+    differ; "the model's loss" when no run names one."""
+    kinds = sorted({str(((r.get("config") or {}).get("model") or {}).get("loss")) for r in runs} - {"None"})
+    return " / ".join(LOSS_UNITS.get(k, k) for k in kinds) or "the model's loss"
+
+
+def timing_only(run):
+    """True for a run of training.mode "timing": the schedule priced on the modeled clock, no arithmetic, so no loss
+    and no accuracy (its time to target is never reached)."""
+    return ((run.get("config") or {}).get("training") or {}).get("mode") == "timing"
+
+
+def host_clock_note(report, runs):
+    """The note a measured-clock figure of host-backend runs carries: the measured clock is this machine's (rank
+    threads on its CPU cores), not a GPU's; "" when no run of `runs` is on the host backend."""
+    host = [r for r in runs if r.get("backend", "host") == "host"]
+    if not host:
+        return ""
+    ranks = max((((r.get("config") or {}).get("cluster") or {}).get("ranks") or 1) for r in host)
+    cores = (report.get("context") or {}).get("cores")
+    where = f"{ranks} rank thread{'s' if ranks != 1 else ''} on {cores} core{'s' if cores != 1 else ''}" \
+        if isinstance(cores, int) else f"{ranks} rank thread{'s' if ranks != 1 else ''}"
+    return (f"measured clock: this host's time (host backend, {where}), not a GPU's; "
+            "waits include thread preemption. The modeled clock prices the GPU node")
 
 
 def compressed(run):
@@ -544,13 +603,13 @@ def capacity_axis(report):
 
 def data_curves(report, axis):
     """Curves over the capacity axis: {label: [(capacity, run), ...] sorted by capacity}, one curve per combination
-    of the other swept values (e.g. storage x policy), for runs that have data totals; label "a=x, b=y" from the
+    of the other swept values (e.g. storage x policy), for finished runs that have data totals; label "a=x, b=y" from the
     short names of the other swept paths in the report's axis order ("" when there are none)."""
     path = axis["paths"][0]
     curves = {}
     for run in report["runs"]:
         swept = run.get("swept") or {}
-        if path not in swept or data_totals(run) is None:
+        if path not in swept or data_totals(run) is None or not finished(run):
             continue
         others = [p for p in swept_order(run, report.get("axes")) if p != path]
         names = short_paths(others)
