@@ -1,8 +1,8 @@
 // GPU microbenchmarks (Google Benchmark, manual timing by CUDA events) of the memory-bound kernels of
 // kernels/cuda_kernels.h on 64 Mi fp32 values against the device-to-device copy bandwidth measured first in the same
-// run (counter of_copy = kernel GB/s / copy GB/s; issue 9's target >= 0.70), and top-k of 1% of 64 Mi values (compare
+// run (counter of_copy = kernel GB/s / copy GB/s; target >= 0.70), and top-k of 1% of 64 Mi values (compare
 // with bench/topk_torch.py on the same GPU), and the forward + backward of dense stacks (bf16_mixed and fp32) against
-// their GEMMs through cuBLAS alone (counter of_cublas; issue 9's target >= 0.70). Without a usable GPU it prints SKIP
+// their GEMMs through cuBLAS alone (counter of_cublas; target >= 0.70). Without a usable GPU it prints SKIP
 // and exits 0. A new kernel gets one BENCHMARK line below with the bytes it must move. Run: bench_gpu
 // --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -152,7 +152,7 @@ void BM_TopK1Percent(benchmark::State& bs) {
 }
 
 // ---- GEMM phases of MLP steps against cuBLAS alone ------------------------------------------------------------------
-// Issue 9: the forward + backward of a dense stack with widths >= 4096 and >= 1024 rows per rank should reach >= 70%
+// The GEMM target: the forward + backward of a dense stack with widths >= 4096 and >= 1024 rows per rank should reach >= 70%
 // of the GEMM rate cuBLAS reaches alone on the same shapes. The step (kernels/cuda_dense_mixed.h for bf16_mixed,
 // kernels/cuda_dense.h for fp32) runs its GEMMs plus everything between them (format casts, bias, activation,
 // rounding counts, accumulation into the fp32 gradient); the baseline runs only its GEMMs, through cublasGemmEx (bf16

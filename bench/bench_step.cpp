@@ -19,7 +19,7 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace {
 
-// One workload of the anchors (/work/shared/anchors/torch_ddp.py) as a run configuration.
+// One workload of the anchors (bench/peers/torch_ddp.py) as a run configuration.
 struct Workload {
   std::string name;
   int64_t steps;   // optimizer steps per run

@@ -87,7 +87,7 @@ GS_HD inline void softmax_cross_entropy_grad_row(T* dz, const T* z, int32_t labe
   dz[label] -= T(1);
 }
 
-// Per-sample MSE as gradsweep defines it (DESIGN.md section 3): 0.5 * ||y_hat - y||^2 over n outputs. Its gradient
+// Per-sample MSE as gradsweep defines it (docs/design.md, section 2): 0.5 * ||y_hat - y||^2 over n outputs. Its gradient
 // with respect to y_hat is y_hat - y.
 // The sum runs in index order (as log_sum_exp_row's).
 template <class T>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of timing-only runs (issue 3): each transformer preset alone (target < 2 s per run) and a 1,000-run
+# Benchmark of timing-only runs: each transformer preset alone (target < 2 s per run) and a 1,000-run
 # timing-only sweep with its report written (target < 60 s on the 2-core CI machine). Prints the seconds and the
 # ratio to each target; exit 1 when a target is missed. Usage: tools/bench_timing_only.sh [path/to/gradsweep]
 set -euo pipefail

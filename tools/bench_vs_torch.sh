@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
 # End-to-end step time of the anchors' fmnist workload (MLP 784-512-512-10, batch 32 per rank, 4 ranks): gradsweep's
-# bench_step against PyTorch DDP (anchors/torch_ddp.py, gloo), alternated ROUNDS times in one session; medians, ratio.
-# Usage: tools/bench_vs_torch.sh [ROUNDS]  (default 3; GRADSWEEP_BUILD_DIR: build folder, GRADSWEEP_ANCHORS: anchors)
+# bench_step against PyTorch DDP (bench/peers/torch_ddp.py, gloo), alternated ROUNDS times in one run; medians, ratio.
+# Usage: tools/bench_vs_torch.sh [ROUNDS]  (default 3; GRADSWEEP_BUILD_DIR: build folder, GRADSWEEP_ANCHORS: another
+# folder holding torch_ddp.py)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${GRADSWEEP_BUILD_DIR:-$root/build}
 rounds=${1:-3}
 python=/usr/bin/python3  # Debian's python3-torch lives in the system Python
-anchors=${GRADSWEEP_ANCHORS:-}
-if [[ -z "$anchors" ]]; then
-  for d in "$root/shared/anchors" "$root/../shared/anchors" /work/shared/anchors; do
-    [[ -f "$d/torch_ddp.py" ]] && { anchors=$d; break; }
-  done
-fi
-[[ -n "$anchors" && -f "$anchors/torch_ddp.py" ]] || {
-  echo "bench_vs_torch: torch_ddp.py not found; set GRADSWEEP_ANCHORS to the anchors folder" >&2; exit 1; }
+anchors=${GRADSWEEP_ANCHORS:-$root/bench/peers}
+[[ -f "$anchors/torch_ddp.py" ]] || {
+  echo "bench_vs_torch: $anchors/torch_ddp.py not found; set GRADSWEEP_ANCHORS to a folder holding it" >&2; exit 1; }
 "$python" -c 'import torch' 2>/dev/null || {
   echo "bench_vs_torch: $python cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_vs_torch: ROUNDS must be a positive integer, got '$rounds'" >&2; exit 1; }

@@ -1,4 +1,4 @@
-// Gradient compressors (DESIGN.md section 3, issue 4): the interface every compressor implements, the per-bucket job
+// Gradient compressors (docs/design.md, section 2): the interface every compressor implements, the per-bucket job
 // the compressed reduction hands it, and the registry. A new compressor is one file under sim/compress/ plus one line
 // in kCompressors (sim/compress/registry.cpp) and its name in the compression.kind choices (sim/config/run_config.cpp).
 #pragma once

@@ -1063,7 +1063,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("compression.kind", "powersgd needs all-reduces of its factors between the workers, which a parameter server "
                             "does not do: with sync.kind \"parameter_server\" use another compressor (e.g. topk)");
   {
-    // Parameter server: what this version supports (DESIGN.md section 3; sim/strategy/parameter_server.cpp).
+    // Parameter server: what this version supports (docs/design.md, section 2; sim/strategy/parameter_server.cpp).
     const SyncConfig& sy = c.sync;
     const bool ps = sy.kind == "parameter_server";
     if (sy.kind == "allreduce" && sy.staleness > 0 && sy.staleness != kStalenessInf && c.training.epochs == 0 &&

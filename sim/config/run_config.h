@@ -139,7 +139,7 @@ struct SyncConfig {
   std::string ordering = "modeled";  // parameter_server: interactions in modeled-time order, or real (threads race)
 };
 
-// Gradient compression (DESIGN.md section 3; sim/compress/). Fields other than kind apply to some kinds only
+// Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only
 // (check_kind_specific in run_config.cpp refuses the others).
 struct CompressionConfig {
   std::string kind = "none";        // registry: sim/compress/registry.cpp

@@ -25,7 +25,7 @@ struct OverlapResult {
 OverlapResult schedule_chains(double compute_end_s, const std::vector<double>& ready_s,
                               const std::vector<double>& duration_s);
 
-// Delayed update (sync.staleness s > 0, DESIGN.md section 3): the chains of step t may run under the compute of steps
+// Delayed update (sync.staleness s > 0, docs/design.md, section 2): the chains of step t may run under the compute of steps
 // t+1..t+s, so a step's communication is exposed only where, in steady state, it does not fit: past the window of s
 // more steps of compute (latency: comm_end_s - compute_end_s - s * step_compute_s) or where the communication stream
 // is busier than the compute stream (throughput: total chain duration - step_compute_s, the bound that s cannot

@@ -33,7 +33,7 @@ struct Batch {
   std::vector<int32_t> labels;   // count (classification / cross_entropy)
 };
 
-// Precision modes (precision.mode; DESIGN.md section 3). Append only.
+// Precision modes (precision.mode; docs/design.md, section 2). Append only.
 enum class PrecisionMode { kFp32, kTf32, kBf16Mixed, kFp16Mixed, kFp16Pure, kFp8Mixed };
 
 // precision.mode's string <-> enum. Throws gs::Error naming precision.mode for an unknown name.

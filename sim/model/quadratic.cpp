@@ -1,5 +1,5 @@
 // The `quadratic` model: rank r's objective f_r(w) = 0.5 * sum_i a_ri (w_i - b_ri)^2, one "sample" per rank and
-// micro-batch (DESIGN.md section 3). It ignores x and y and uses Batch::rank and Batch::count. A test bed for sync
+// micro-batch (docs/design.md, section 2). It ignores x and y and uses Batch::rank and Batch::count. A test bed for sync
 // strategies with closed-form answers (e.g. the minimizer of sum_r f_r is the a-weighted mean of the b_r).
 #include <string>
 #include <vector>

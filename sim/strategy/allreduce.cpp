@@ -1,4 +1,4 @@
-// `allreduce`: bulk-synchronous data parallelism (DESIGN.md section 3). Each rank's local gradient sum is all-reduced
+// `allreduce`: bulk-synchronous data parallelism (docs/design.md, section 2). Each rank's local gradient sum is all-reduced
 // (sum, in rank order, bucket by bucket in reverse layer order), divided by the step's total sample count S, and every
 // rank applies the same optimizer step, so replicas stay bit-identical.
 // With cluster.share_identical (host backend) the ranks hold one shared parameter buffer and optimizer: each rank
@@ -273,7 +273,7 @@ class AllReduce final : public SyncStrategy {
   }
 
   // The configuration the reduction follows: under fp16_pure without a compressor the gradients are fp16 already, so
-  // the wire is the fp16 cast (sum in fp16 in rank order, DESIGN.md section 3); otherwise the run's own.
+  // the wire is the fp16 cast (sum in fp16 in rank order, docs/design.md, section 2); otherwise the run's own.
   static RunConfig wire_config(const RunConfig& c) {
     RunConfig w = c;
     if (w.precision.mode == "fp16_pure" && w.compression.kind == "none") w.compression.kind = "fp16";

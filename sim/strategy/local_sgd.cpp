@@ -1,4 +1,4 @@
-// `local_sgd`: local SGD with periodic parameter averaging (DESIGN.md section 3), with an optional synchronous warm-up
+// `local_sgd`: local SGD with periodic parameter averaging (docs/design.md, section 2), with an optional synchronous warm-up
 // (post-local SGD, Lin et al. 2020). Extend here: another averaging rule (e.g. a schedule of periods) is a change to
 // averages_after(); another thing to average is one more all-reduce in average().
 //

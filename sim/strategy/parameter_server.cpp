@@ -1,4 +1,4 @@
-// `parameter_server` (DESIGN.md section 3): the server owns the parameters (sharded over sync.shards shards) and the
+// `parameter_server` (docs/design.md, section 2): the server owns the parameters (sharded over sync.shards shards) and the
 // optimizer; each worker computes a gradient on the parameters it last pulled, pushes it, and pulls again.
 // sync.staleness 0 = BSP (the server sums a clock's pushes in rank order, divides by their samples, applies once),
 // s = SSP (Ho et al. 2013: a worker starts clock c only when every worker has finished clock c - s - 1), "inf" =
@@ -37,10 +37,10 @@
 // fp16_pure (no master weights, the common mistake): pushes and pulls carry fp16 values (2 bytes each), the server
 // rounds the averaged gradient to fp16 and stores its parameters and optimizer state in fp16.
 // Mixed precision (bf16_mixed, fp16_mixed): the server holds fp32 master weights; each worker computes in the format
-// and keeps its OWN loss scaler (DESIGN.md section 3), which unscales and checks the worker's gradient before the push.
-// A worker whose loss or gradient has an inf/NaN skips its push (it sends an 8-byte notice instead, so clocks and the
-// budget still count it) and backs off only its own scale (a worker's scaler that cannot recover, LossScaler::exhausted,
-// ends the run as diverged); the server averages the pushes that arrived over their samples
+// and keeps its OWN loss scaler (docs/design.md, section 2), which unscales and checks the worker's gradient before the
+// push. A worker whose loss or gradient has an inf/NaN skips its push (it sends an 8-byte notice instead, so clocks and
+// the budget still count it) and backs off only its own scale (a worker's scaler that cannot recover,
+// LossScaler::exhausted, ends the run as diverged); the server averages the pushes that arrived over their samples
 // (BSP) or applies nothing for it (SSP/async). The staleness report counts skipped pushes per worker.
 // Gradient clipping (training.clip_grad_norm) is per worker, before the push, on the worker's own mean gradient
 // (after unscaling), as local clipping in DGC (Lin et al. 2018); it is not the clipping of the averaged gradient that

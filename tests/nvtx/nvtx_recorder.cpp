@@ -1,21 +1,24 @@
 // An NVTX tool for tests: loaded by NVTX through NVTX_INJECTION64_PATH, it records every range pushed and popped, per
-// thread and domain, with its nesting path ("run/measure/step"), and writes a summary to $GRADSWEEP_NVTX_RECORD at
-// exit. A new kind of record is one more callback below (the NVTX callback tables: nvtxDetail/nvtxTypes.h).
+// thread and domain, with its nesting path ("run/measure/step") and how long it was open (steady clock, from the
+// push to its pop), and writes a summary to $GRADSWEEP_NVTX_RECORD at exit. A new kind of record is one more callback below (the NVTX callback tables: nvtxDetail/nvtxTypes.h).
 //
 // Output, one tab-separated record a line:
 //   domain  NAME                                   a domain created (nvtxDomainCreateA)
 //   string  DOMAIN  NAME                           a registered string (nvtxDomainRegisterStringA)
 //   thread  NVTX_NAME  COMM                        nvtxNameOsThreadA, and the kernel's name of that thread then
-//   range   THREAD  DOMAIN  PATH  COUNT  PAYLOADS  PAYLOAD_SUM  UNREGISTERED
+//   range   THREAD  DOMAIN  PATH  COUNT  PAYLOADS  PAYLOAD_SUM  UNREGISTERED  TOTAL_NS  MAX_NS
 //                                                  pushes of PATH on threads named THREAD (nvtxNameOsThreadA, else
 //                                                  "comm:" + kernel name); PAYLOADS of them carried a uint64 payload
-//                                                  adding up to PAYLOAD_SUM; UNREGISTERED used no registered string
+//                                                  adding up to PAYLOAD_SUM; UNREGISTERED used no registered string;
+//                                                  the popped ones were open TOTAL_NS nanoseconds together, the
+//                                                  longest MAX_NS
 //   open    THREAD  DOMAIN  PATH                   a range still open at exit
 //   error   TEXT                                   a pop with nothing pushed, an unknown handle, ...
 #include <nvtx3/nvToolsExt.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,8 +40,19 @@ struct String {
   std::string domain, text;
 };
 struct Totals {
-  uint64_t count = 0, payloads = 0, payload_sum = 0, unregistered = 0;
+  uint64_t count = 0, payloads = 0, payload_sum = 0, unregistered = 0, total_ns = 0, max_ns = 0;
 };
+// One open range: its name, where its totals are, and when it was pushed.
+struct Open {
+  std::string name;
+  Totals* totals;
+  uint64_t start_ns;
+};
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 
 std::mutex g_mu;
 std::vector<std::unique_ptr<Domain>>* g_domains;  // handles are pointers to these (never freed: tools outlive main)
@@ -46,7 +60,7 @@ std::vector<std::unique_ptr<String>>* g_strings;
 std::map<uint32_t, std::string>* g_thread_names;                                    // tid -> NVTX name
 std::vector<std::pair<std::string, std::string>>* g_named;                          // (NVTX name, comm)
 std::map<std::tuple<std::string, std::string, std::string>, Totals>* g_ranges;    // (thread, domain, path)
-std::map<std::pair<uint32_t, std::string>, std::vector<std::string>>* g_stacks;   // (tid, domain) -> names
+std::map<std::pair<uint32_t, std::string>, std::vector<Open>>* g_stacks;          // (tid, domain) -> open ranges
 std::vector<std::string>* g_errors;
 
 uint32_t tid() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
@@ -97,16 +111,17 @@ void push(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   bool registered = false;
   std::string name = message_of(a, &registered);
   auto& stack = (*g_stacks)[{t, dom}];
-  stack.push_back(name);
   std::string path;
-  for (const auto& s : stack) path += (path.empty() ? "" : "/") + s;
-  Totals& tot = (*g_ranges)[{thread_label(t), dom, path}];
+  for (const auto& s : stack) path += s.name + "/";
+  path += name;
+  Totals& tot = (*g_ranges)[{thread_label(t), dom, path}];  // std::map: the reference stays valid
   ++tot.count;
   if (a != nullptr && a->payloadType == NVTX_PAYLOAD_TYPE_UNSIGNED_INT64) {
     ++tot.payloads;
     tot.payload_sum += a->payload.ullValue;
   }
   if (!registered) ++tot.unregistered;
+  stack.push_back(Open{name, &tot, now_ns()});  // the clock read last: the recorder's own work is not counted
 }
 
 void pop(nvtxDomainHandle_t d) {
@@ -118,6 +133,10 @@ void pop(nvtxDomainHandle_t d) {
     g_errors->push_back("pop with no open range on thread " + thread_label(t) + " in domain " + dom);
     return;
   }
+  const uint64_t open_ns = now_ns() - stack.back().start_ns;
+  Totals& tot = *stack.back().totals;
+  tot.total_ns += open_ns;
+  if (open_ns > tot.max_ns) tot.max_ns = open_ns;
   stack.pop_back();
 }
 
@@ -172,13 +191,14 @@ void write_record() {
   for (const auto& s : *g_strings) std::fprintf(f, "string\t%s\t%s\n", s->domain.c_str(), s->text.c_str());
   for (const auto& [name, comm] : *g_named) std::fprintf(f, "thread\t%s\t%s\n", name.c_str(), comm.c_str());
   for (const auto& [key, t] : *g_ranges)
-    std::fprintf(f, "range\t%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\n", std::get<0>(key).c_str(), std::get<1>(key).c_str(),
-                 std::get<2>(key).c_str(), static_cast<unsigned long long>(t.count),
+    std::fprintf(f, "range\t%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\n", std::get<0>(key).c_str(),
+                 std::get<1>(key).c_str(), std::get<2>(key).c_str(), static_cast<unsigned long long>(t.count),
                  static_cast<unsigned long long>(t.payloads), static_cast<unsigned long long>(t.payload_sum),
-                 static_cast<unsigned long long>(t.unregistered));
+                 static_cast<unsigned long long>(t.unregistered), static_cast<unsigned long long>(t.total_ns),
+                 static_cast<unsigned long long>(t.max_ns));
   for (const auto& [key, stack] : *g_stacks) {
     std::string p;
-    for (const auto& s : stack) p += (p.empty() ? "" : "/") + s;
+    for (const auto& s : stack) p += (p.empty() ? "" : "/") + s.name;
     if (!stack.empty()) std::fprintf(f, "open\t%s\t%s\t%s\n", thread_label(key.first).c_str(), key.second.c_str(), p.c_str());
   }
   for (const auto& e : *g_errors) std::fprintf(f, "error\t%s\n", e.c_str());
@@ -206,7 +226,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(N
   g_thread_names = new std::map<uint32_t, std::string>();
   g_named = new std::vector<std::pair<std::string, std::string>>();
   g_ranges = new std::map<std::tuple<std::string, std::string, std::string>, Totals>();
-  g_stacks = new std::map<std::pair<uint32_t, std::string>, std::vector<std::string>>();
+  g_stacks = new std::map<std::pair<uint32_t, std::string>, std::vector<Open>>();
   g_errors = new std::vector<std::string>();
   auto fp = [](auto f) { return reinterpret_cast<NvtxFunctionPointer>(f); };
   bool ok = true;

@@ -1,4 +1,4 @@
-// The exact cases from public bug reports (../shared/cases/strategy_cases.json), for the tests that check them.
+// The exact cases from public bug reports (tests/data/strategy_cases.json), for the tests that check them.
 // One loader for every test file; a new case is read by its id.
 #pragma once
 #include <fstream>
@@ -8,11 +8,9 @@
 
 namespace gs {
 
-// The case with this id from ../shared/cases when the checkout sits beside shared/, else from the copy kept in
-// tests/data; null when neither file can be read or no case has the id.
+// The case with this id from tests/data/strategy_cases.json; null when the file cannot be read or no case has the id.
 inline nlohmann::json load_case(const std::string& id) {
-  std::ifstream in(std::string(GRADSWEEP_SHARED_DIR) + "/cases/strategy_cases.json");
-  if (!in) in.open(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
+  std::ifstream in(std::string(GRADSWEEP_SOURCE_DIR) + "/tests/data/strategy_cases.json");
   if (!in) return nullptr;
   nlohmann::json all = nlohmann::json::parse(in);
   for (const auto& c : all)

@@ -224,7 +224,7 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
     EXPECT_TRUE(cuda_loop_issues(t).empty()) << set;
   }
   // bf16_mixed, fp16_mixed and fp8_mixed run on cuda with any loss scaler (issue: mixed precision on the cuda loop;
-  // issue 9: fp8_mixed), tf32 with none; a loss scaler under fp32 or tf32 is not run by the device loop (the GPU fp32
+  // fp8_mixed), tf32 with none; a loss scaler under fp32 or tf32 is not run by the device loop (the GPU fp32
   // stack has no loss-scale seed) nor is fp16_pure (above: its fp16 wire): both go staged.
   for (const char* mode : {"bf16_mixed", "fp16_mixed", "fp8_mixed"}) {
     for (const char* ls : {"auto", "none", "static", "dynamic"}) {
@@ -254,7 +254,7 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
   EXPECT_EQ(cuda_loop_issues(q)[0].path, "model.kind");
 }
 
-// The cuda path of each configuration (issue 9: the same scenarios run on GPUs): the device-resident loop where it
+// The cuda path of each configuration (the same scenarios run on GPUs): the device-resident loop where it
 // runs the configuration, else the staged path (host rank loop + GPU model) for every feature the host loop runs on
 // an mlp/linear model in any precision mode, else refused at the path with "use host". The expected
 // paths follow from that rule applied to each setting, not from the functions under test.

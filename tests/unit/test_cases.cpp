@@ -1,4 +1,4 @@
-// Cases BC01, BC02, BC04 of ../shared/cases/strategy_cases.json as scenario-level tests: inline data, the linear
+// Cases BC01, BC02, BC04 of tests/data/strategy_cases.json as scenario-level tests: inline data, the linear
 // model (per-sample loss 0.5*(w*x - y)^2, x = 1), one SGD step, and the parameter trace. Expected values are the
 // cases' own; "wrong_value"s are the numbers a buggy normalization gives.
 #include <gtest/gtest.h>

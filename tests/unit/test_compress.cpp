@@ -1,4 +1,4 @@
-// The compression pipeline (sim/compress/): cases BC05, BC10, BC11, BC13, BC14 of ../shared/cases/strategy_cases.json
+// The compression pipeline (sim/compress/): cases BC05, BC10, BC11, BC13, BC14 of tests/data/strategy_cases.json
 // through CompressedReduction on real rank threads; the error-feedback invariant for every lossy compressor; DGC's
 // own invariant against an independent re-computation; PowerSGD on a low-rank gradient; bytes on the wire; config
 // refusals; the 4-rank convergence sweep. Expected values come from the cases, from math, or from a reference

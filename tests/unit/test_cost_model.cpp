@@ -25,8 +25,7 @@ namespace {
 constexpr double kMiB = 1048576.0;
 constexpr double kGiB = 1073741824.0;
 
-// Published 8-GPU all-reduce bus bandwidths (nccl-tests all_reduce_perf, large messages), GB/s, as gathered in
-// issue 3 of this project:
+// Published 8-GPU all-reduce bus bandwidths (nccl-tests all_reduce_perf, large messages), GB/s:
 // - 8x H100 SXM, NCCL_ALGO=Ring: about 360-370 (NVIDIA DGX H100 nccl-tests runs; midpoint 365).
 // - 8x H100/H200 SXM with NVLink SHARP (NVLS, NCCL >= 2.17 default): about 480.
 // - 8x A100 SXM 80GB (NVLink 3, ring): about 235.

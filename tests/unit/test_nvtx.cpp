@@ -1,7 +1,8 @@
 // NVTX ranges of a host-backend run, seen by a real NVTX tool: the gradsweep binary runs with NVTX_INJECTION64_PATH
 // pointing at tests/nvtx/nvtx_recorder.cpp, which records every push/pop with its nesting path per thread. The
 // expected counts follow from the scenario (steps, micro-batches, eval cadence, the MLP's tensor sizes), not from the
-// code under test. Skipped when the build has no NVTX3 headers (the ranges compile to nothing there).
+// code under test; the recorded durations must nest (a child inside its parent, every rank's run inside the process). Skipped when the build has no NVTX3 headers (the ranges compile to nothing there).
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Range {
-  uint64_t count = 0, payloads = 0, payload_sum = 0, unregistered = 0;
+  uint64_t count = 0, payloads = 0, payload_sum = 0, unregistered = 0, total_ns = 0, max_ns = 0;
 };
 
 struct Record {
@@ -56,8 +57,9 @@ Record read_record(const fs::path& path) {
     if (f[0] == "domain" && f.size() == 2) r.domains.push_back(f[1]);
     if (f[0] == "string" && f.size() == 3) r.strings.insert({f[1], f[2]});
     if (f[0] == "thread" && f.size() == 3) r.thread_comm[f[1]] = f[2];
-    if (f[0] == "range" && f.size() == 8)
-      r.ranges[{f[1], f[2], f[3]}] = Range{std::stoull(f[4]), std::stoull(f[5]), std::stoull(f[6]), std::stoull(f[7])};
+    if (f[0] == "range" && f.size() == 10)
+      r.ranges[{f[1], f[2], f[3]}] = Range{std::stoull(f[4]), std::stoull(f[5]), std::stoull(f[6]),
+                                           std::stoull(f[7]), std::stoull(f[8]), std::stoull(f[9])};
     if (f[0] == "open") r.open.push_back(line);
     if (f[0] == "error") r.errors.push_back(line);
   }
@@ -81,6 +83,7 @@ class NvtxRanges : public ::testing::Test {
   }
 
   // Runs the binary on `scenario` with the recorder attached (or, with `tool` false, without it); returns the record.
+  // wall_ns_: how long the whole process took, on the steady clock.
   Record run(const std::string& scenario, const std::vector<std::string>& sets, bool tool = true) {
 #if defined(GRADSWEEP_NVTX_RECORDER)
     const fs::path file = dir_ / "scenario.json", record = dir_ / "record.tsv", log = dir_ / "log.txt";
@@ -90,7 +93,10 @@ class NvtxRanges : public ::testing::Test {
                       "' --out '" + (dir_ / "out").string() + "' --quiet";
     for (const auto& s : sets) cmd += " --set '" + s + "'";
     cmd += " > '" + log.string() + "' 2>&1";
+    const auto t0 = std::chrono::steady_clock::now();
     const int rc = std::system(cmd.c_str());
+    wall_ns_ = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     std::stringstream text;
     text << std::ifstream(log).rdbuf();
     EXPECT_EQ(rc, 0) << cmd << "\n" << text.str();
@@ -104,6 +110,7 @@ class NvtxRanges : public ::testing::Test {
   }
 
   fs::path dir_;
+  uint64_t wall_ns_ = 0;
 };
 
 // MLP 16-32-4: tensors W1 (16x32), b1 (32), W2 (32x4), b2 (4): 676 parameters, 2704 bytes of fp32 gradient.
@@ -165,6 +172,35 @@ TEST_F(NvtxRanges, RankThreadsNestRunMeasureStepMicroStepForwardBackward) {
   for (const auto& [k, v] : r.ranges)
     if (std::get<0>(k).rfind("comm:", 0) == 0 && std::get<2>(k) == "run" && v.count == 1) driver_run = true;
   EXPECT_TRUE(driver_run);
+}
+
+TEST_F(NvtxRanges, DurationsNestInsideTheirParentsAndTheProcess) {
+  // Every range was open a positive time; a range's pushes lie inside its parent's, so the time of all children of a
+  // path adds up to at most the parent's time; the longest push is at most their sum; and no rank thread's `run` lasts
+  // longer than the whole process, timed from outside.
+  Record r = run(kScenario, {"cluster.share_identical=false"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  ASSERT_GT(wall_ns_, 0u);
+  for (const std::string rank : {"rank 0", "rank 1"}) {
+    std::map<std::string, Range> got = r.of(rank);
+    ASSERT_FALSE(got.empty()) << rank;
+    std::map<std::string, uint64_t> children_ns;
+    for (const auto& [path, v] : got) {
+      EXPECT_GT(v.total_ns, 0u) << rank << " " << path;
+      EXPECT_LE(v.max_ns, v.total_ns) << rank << " " << path;
+      EXPECT_GE(v.max_ns * v.count, v.total_ns) << rank << " " << path << ": the longest push times the count";
+      const size_t slash = path.rfind('/');
+      if (slash != std::string::npos) children_ns[path.substr(0, slash)] += v.total_ns;
+    }
+    for (const auto& [parent, ns] : children_ns) {
+      ASSERT_TRUE(got.count(parent)) << rank << " " << parent;
+      EXPECT_LE(ns, got[parent].total_ns) << rank << ": the children of " << parent << " outlast it";
+    }
+    EXPECT_LE(got["run"].total_ns, wall_ns_) << rank << ": a rank's run range outlasts the process";
+    // Six steps, each with its forward and backward passes inside: the steps take most of the measured part.
+    EXPECT_GE(got["run/measure/step"].total_ns, got["run/measure/step/micro_step/forward"].total_ns +
+                                                    got["run/measure/step/micro_step/backward"].total_ns);
+  }
 }
 
 TEST_F(NvtxRanges, SharedReductionIsOneCommunicateRangePerStep) {

@@ -1,4 +1,4 @@
-// The modeled-time scheduler and the parameter server (DESIGN.md section 3, issue 7): turns in modeled-time order
+// The modeled-time scheduler and the parameter server (docs/design.md, section 2): turns in modeled-time order
 // whatever the threads do; BSP equals all-reduce; the SSP bound on every read; bit-identical asynchronous runs under
 // random thread delays; asynchrony beats a synchronous all-reduce with a straggler. Suites start with "Strategy" so
 // tools/sanitize.sh tsan runs them.

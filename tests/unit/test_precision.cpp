@@ -1,5 +1,5 @@
 // Precision modes and loss scaling: cases BC07 (clip after unscaling) and BC08 (GradScaler schedule) of
-// ../shared/cases/strategy_cases.json, a run with a forced overflow at a known step, accumulation with a non-finite
+// tests/data/strategy_cases.json, a run with a forced overflow at a known step, accumulation with a non-finite
 // micro-batch, and the rounding points of the emulated modes on tiny linear models whose results follow from the
 // formats' definitions (fp16 underflow without a scale, bf16 input rounding, fp16_pure updates that vanish, fp8 scaling).
 #include <gtest/gtest.h>

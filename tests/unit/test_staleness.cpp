@@ -1,5 +1,5 @@
-// Delayed all-reduce (sync.staleness, sync.overlap) and local SGD (DESIGN.md section 3, issue 7 stage 1): the delayed
-// recursion on a quadratic, exact; case BC16 of ../shared/cases; local SGD with H = 1 against all-reduce; post-local
+// Delayed all-reduce (sync.staleness, sync.overlap) and local SGD (docs/design.md, section 2): the delayed
+// recursion on a quadratic, exact; case BC16 of tests/data/strategy_cases.json; local SGD with H = 1 against all-reduce; post-local
 // SGD's warm-up; validation of the new fields; the modeled clock of deferred and non-overlapped communication.
 // Reference values come from recursions written here (in double, with their exactness checked), never from the code.
 #include <gtest/gtest.h>

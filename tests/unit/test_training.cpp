@@ -1,4 +1,4 @@
-// Training semantics end to end (DESIGN.md section 3): N ranks x K micro-batches x b samples equals one rank with
+// Training semantics end to end (docs/design.md, section 2): N ranks x K micro-batches x b samples equals one rank with
 // one batch of N*K*b samples; replicas stay bit-identical; sharing identical state changes nothing; runs reproduce
 // bit for bit; divergence and failures end runs cleanly.
 #include <gtest/gtest.h>
