@@ -266,6 +266,18 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   header["repeats"] = s.repeats;
   std::vector<std::string> rerun = {"interrupted"};
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
+  // A report is never replaced: said before anything else is tried on the folder (the writer checks again under
+  // its lock).
+  if (!o.resume && !o.overwrite) {
+    std::optional<ExistingReport> found;
+    try {
+      found = existing_report(dir, s);
+    } catch (ReportIoError& e) {
+      e.before_any_run = true;
+      throw;
+    }
+    if (found) throw Error(replace_refusal(*found, s, o));
+  }
   std::optional<ReportWriter> made;
   try {
     made.emplace(dir, s, header, o.resume, rerun,

@@ -209,8 +209,8 @@ def test_run_that_does_not_fit_memory_is_skipped_with_estimate_and_largest_fitti
     # Room for one rank but not for four: the 4-rank run is skipped (not started), the sweep goes on.
     available = (est1 + est4) // 2
     env = dict(os.environ, GRADSWEEP_MEMORY_AVAILABLE_BYTES=str(available))
-    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], env=env, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet", "--overwrite"], env=env,
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     skipped, ran = load_valid(out)["runs"]
     assert skipped["disposition"] == "skipped" and skipped["steps_completed"] == 0
