@@ -138,8 +138,9 @@ def reference_binary(ref, cache_root, cuda):
 
 
 def run_scenario(binary, scenario, out_dir):
-    r = subprocess.run([str(binary), "run", str(scenario), "--out", str(out_dir), "--quiet"], capture_output=True,
-                       text=True)
+    # --overwrite: a --keep folder of an earlier comparison is moved aside, never compared again as if it were new.
+    r = subprocess.run([str(binary), "run", str(scenario), "--out", str(out_dir), "--quiet", "--overwrite"],
+                       capture_output=True, text=True)
     report = pathlib.Path(out_dir) / "report.json"
     if not report.exists():
         sys.stderr.write(f"golden: {binary} wrote no report for {scenario} (exit {r.returncode}):\n{r.stderr[-3000:]}")
