@@ -256,7 +256,7 @@ FOOTNOTES = {
     "throughput": f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's on that clock): "
                   "neither run sets a target, so there is no time to target",
     "timing_only": "timing-only runs (training.mode \"timing\") compute no loss or accuracy, so they never reach a "
-                   "target: they are ranked by throughput (the speedup column; modeled step times in docs/compare.md)",
+                   "target: they are ranked by throughput (the speedup column)",
     "unfinished": f"`{MISSING}` in every metric of a run that did not finish (interrupted, timeout, failed, "
                   "skipped): what it recorded is not data to compare; its status says where it stopped",
     "no_speedup": f"`{MISSING}` speedup: a target is set, but the run or the baseline has no time to target on that "
@@ -463,7 +463,7 @@ def pareto_figure(rows, reports, clock):
             f"{row.id} ({row.status})" for row in left_out[:6])
         if len(left_out) > 6:
             note += f"; ... and {len(left_out) - 6} more"
-        fig.text(0.01, -0.01, textwrap.fill(rl.shorten(note, 400), 130), fontsize=7, va="top")
+        fig.text(0.01, -0.01, textwrap.fill(rl.shorten(note, 1200), 130), fontsize=7, va="top")
     return fig, [row for row, _, _ in placed]
 
 
@@ -609,7 +609,7 @@ def main(argv=None):
     except rl.ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if baseline is not None and math.isnan(baseline.ttt_measured_s) and math.isnan(baseline.ttt_modeled_s):
+    if baseline is not None and not any(r.speedup_basis for r in rows if r is not baseline):
         print(f"note: the baseline {baseline.id} has no time to target: no speedups", file=sys.stderr)
     if args.format == "markdown":
         print(f"baseline: {baseline.id}\n" if baseline is not None else "baseline: none (the reports have no runs)\n")

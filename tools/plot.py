@@ -134,15 +134,11 @@ def run_styles(runs):
 
 
 def series_styles(n):
-    """n (color, marker, dash) combinations, no two alike: SERIES_COLORS first, then the next marker with the colors
-    again, then the next dash, for series that are not runs (one per combination of other swept values)."""
-    out = []
-    for i in range(n):
-        color = SERIES_COLORS[i % len(SERIES_COLORS)]
-        marker = MARKERS[(i // len(SERIES_COLORS)) % len(MARKERS)]
-        dash = DASHES[(i // (len(SERIES_COLORS) * len(MARKERS))) % len(DASHES)]
-        out.append((color, marker, dash))
-    return out
+    """n (color, marker, dash) combinations for series that are not runs (one per combination of other swept values):
+    the i-th takes SERIES_COLORS[i % 20], MARKERS[i % 14] and DASHES[i % 3], so no two of the first 420 are alike and
+    two series drawn on top of each other still show both markers and dashes."""
+    return [(SERIES_COLORS[i % len(SERIES_COLORS)], MARKERS[i % len(MARKERS)], DASHES[i % len(DASHES)])
+            for i in range(n)]
 
 
 def single_strategy(runs):
@@ -564,7 +560,7 @@ def fig_step_breakdown(report, styles, out_dir, note, clock="measured"):
     horizontal = n > MAX_VERTICAL_BARS
     subtitle = rl.host_clock_note(report, runs) if clock == "measured" else ""
     if subtitle and any(phases_of is rl.measured_phases and rl.modeled_phases(r) for r in runs):
-        subtitle += " (step_breakdown_modeled.png)"
+        subtitle += ": step_breakdown_modeled.png"
     if horizontal:
         fig, ax = new_figure(report, title, note, width=11.0, height=2.2 + BAR_ROW_IN * n, subtitle=subtitle)
     else:
@@ -642,14 +638,13 @@ def fig_throughput_vs_ranks(report, styles, out_dir, note):
     if len(lines) > MAX_LEGEND_RUNS:
         title += f" ({len(lines)} combinations of the other axes)"
     fig, ax = new_figure(report, title, note, width=9.0 + (2.5 if legend else 0))
-    cmap = plt.get_cmap("tab20" if len(lines) > 10 else "tab10")
-    for i, (key, points) in enumerate(sorted(lines.items())):
+    for (key, points), (color, marker, dash) in zip(sorted(lines.items()), series_styles(len(lines))):
         xs = sorted(points)
         ys = [float(np.mean(points[x])) for x in xs]
         label = ", ".join(f"{rl.axis_name(a).split('.')[-1]}="
                           f"{'/'.join(map(str, json.loads(v) or ['?']))}" for a, v in zip(others, key))
-        ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.3, color=cmap(i % cmap.N),
-                label=(label[:60] or None) if legend else None)
+        ax.plot(xs, ys, marker=marker, linestyle=dash, markersize=5, markerfacecolor="none", linewidth=1.3,
+                color=color, label=(label[:60] or None) if legend else None)
     ax.set_xlabel("cluster.ranks (ranks)")
     ax.set_ylabel(rl.METRICS[metric])
     integer_ticks(ax.xaxis)
@@ -845,7 +840,7 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
         title += "; one panel per " + " x ".join(rl.shorten(rl.axis_name(a), 40) for a in facets)
     xs, ys = x_axis["values"], y_axis["values"]
     n = len(panels)
-    ncols = min(n, 3)
+    ncols = min(3, math.ceil(math.sqrt(n)))  # 4 panels: 2 x 2
     nrows = math.ceil(n / ncols)
     if n == 1:
         fig, ax = new_figure(report, title, note, width=max(6.0, 1.2 * len(xs) + 3.0),
@@ -909,8 +904,6 @@ def fig_data_cache(report, styles, out_dir, note):
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(width, 5.5), layout="constrained")
     fig.suptitle(f"{rl.shorten(report['scenario_name'], 40)}: step time and data-stall share vs cache capacity "
                  "(last epoch)")
-    colors = plt.get_cmap("tab10")
-
     def color_key(label):
         return ", ".join(part for part in label.split(", ") if not part.startswith("policy="))
 
@@ -919,7 +912,7 @@ def fig_data_cache(report, styles, out_dir, note):
     for label, points in curves.items():
         policy = next((run["data"]["cache"]["policy"] for _, run in points
                        if run["data"]["cache"]["policy"] != "none"), "none")
-        color = colors(groups.index(color_key(label)) % 10)
+        color = SERIES_COLORS[groups.index(color_key(label)) % len(SERIES_COLORS)]
         marker = POLICY_MARKERS.get(policy, "o")
         x = [c for c, _ in points]
         values = [rl.last_epoch_data(run) for _, run in points]

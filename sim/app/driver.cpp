@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -74,6 +75,33 @@ std::string modeled_summary(const json& run) {
       run["throughput"].value("modeled_samples_per_s", json()).is_number())
     out += fmt::format("{} {:.4g} samples/s", out.empty() ? "" : ",",
                        run["throughput"]["modeled_samples_per_s"].get<double>());
+  return out;
+}
+
+// text in lines of at most width - 1 characters, broken at spaces, every line after the first indented by `indent`
+// spaces; a word longer than a whole line (a long path or run id) is broken where the line ends.
+std::string wrap_to(const std::string& text, size_t width, size_t indent) {
+  const size_t max = width > 1 ? width - 1 : 1;
+  if (text.size() <= max) return text;
+  indent = std::min(indent, max / 2);
+  std::string out, line, word;
+  auto room = [&] { return max - (out.empty() ? 0 : indent); };
+  auto end_line = [&] {
+    out += (out.empty() ? "" : "\n" + std::string(indent, ' ')) + line;
+    line.clear();
+  };
+  std::istringstream in(text);
+  while (in >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > room()) end_line();
+    while (line.empty() && word.size() > room()) {  // longer than a line: break it
+      const size_t cut = room();
+      line = word.substr(0, cut);
+      word = word.substr(cut);
+      end_line();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) end_line();
   return out;
 }
 
@@ -302,10 +330,15 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   install_stop_handlers();  // idempotent; main installs them before loading the scenario
 
   const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
+  // On a terminal the lines that stay are wrapped to its width too (a word longer than the line keeps its own line).
+  auto say = [&](const std::string& text, size_t indent) {
+    std::fprintf(stderr, "%s\n", tty ? wrap_to(text, terminal_columns(), indent).c_str() : text.c_str());
+  };
   if (!o.quiet)
-    std::fprintf(stderr, "gradsweep: %s; %zu to run%s -> %s\n", describe_expansion(s).c_str(), todo.size(),
-                 o.resume ? fmt::format(" ({} already in the report)", writer.size()).c_str() : "",
-                 writer.report_path().c_str());
+    say(fmt::format("gradsweep: {}; {} to run{} -> {}", describe_expansion(s), todo.size(),
+                    o.resume ? fmt::format(" ({} already in the report)", writer.size()) : std::string(),
+                    writer.report_path()),
+        11);
   // Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step so a test can signal it there.
   size_t stop_run = 0;
   int64_t stop_step = 0;
@@ -398,15 +431,18 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
       if (!fin["train_loss"].is_null()) metrics += " train_loss " + format_number(fin["train_loss"].get<double>(), 4);
       // Timing-only runs train nothing: their result is the modeled step and throughput.
       if (spec.config.training.mode == "timing") metrics += modeled_summary(run) + " (timing-only: no loss or accuracy)";
-      std::fprintf(stderr, "%s[%zu/%zu] %s %s in %.1fs%s%s%s\n", tty ? "\r\033[K" : "", i + 1, todo.size(),
-                   spec.id.c_str(), res.disposition.c_str(), res.wall_s, metrics.empty() ? "" : ":", metrics.c_str(),
-                   res.message.empty() ? "" : (" (" + res.message + ")").c_str());
+      if (tty) std::fputs("\r\033[K", stderr);  // the live line's place
+      const std::string count = fmt::format("[{}/{}] ", i + 1, todo.size());
+      say(fmt::format("{}{} {} in {:.1f}s{}{}{}", count, spec.id, res.disposition, res.wall_s, metrics.empty() ? "" : ":",
+                      metrics, res.message.empty() ? "" : " (" + res.message + ")"),
+          count.size());
     }
   }
   writer.flush();
   if (!o.quiet)
-    std::fprintf(stderr, "gradsweep: wrote %s (%zu runs) in %s\n", writer.report_path().c_str(), writer.size(),
-                 fmt_duration(now_s() - sweep0).c_str());
+    say(fmt::format("gradsweep: wrote {} ({} runs) in {}", writer.report_path(), writer.size(),
+                    fmt_duration(now_s() - sweep0)),
+        11);
   int sig = g_signal.load();
   if (sig != 0) return 128 + sig;
   return exit_code;

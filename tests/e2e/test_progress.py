@@ -1,6 +1,6 @@
 """The live progress line under a pseudo-terminal (python's pty module) of 80 and 40 columns: every refresh fits the
 width (so it redraws in place instead of leaving a line behind), keeps i/N, the step, the loss and the ETA of the run
-and of the whole sweep, and cuts a long run id in its middle; a --filter that matches no run says how many runs there
+and of the whole sweep, and cuts a long run id in its middle; the lines that stay are wrapped to the width; a --filter that matches no run says how many runs there
 are and what their ids look like."""
 import fcntl
 import os
@@ -82,8 +82,11 @@ def test_the_live_line_fits_the_terminal_and_redraws_in_place(tmp_path, columns)
     code, output = run_in_pty(["run", path, "--out", tmp_path / "out"], columns)
     assert code == 0, output
     live = [(text, end) for text, end in frames(output) if LIVE.match(text) and "ETA" in text]
-    finished = [text for text, end in frames(output) if LIVE.match(text) and " passed in " in text]
+    finished = [text for text, end in frames(output) if "passed in " in text]
     assert len(finished) == 3, output
+    # The lines that stay (the sweep's first line, each finished run, the last line) are wrapped to the width too.
+    assert all(len(text) <= columns - 1 for text, _ in frames(output)), [t for t, _ in frames(output)
+                                                                        if len(t) > columns - 1]
     assert len(live) >= 6, output  # 30 steps of 50 ms each, refreshed every 0.2 s
     ids = [f"{NAME}.lr=0.1.momentum=0.9.r0", f"{NAME}.lr=0.05.momentum=0.8.r0", f"{NAME}.lr=0.02.momentum=0.0.r0"]
     assert all(len(i) > 60 for i in ids)  # longer than what an 80-column line leaves beside i/N, step, loss and ETA

@@ -208,6 +208,40 @@ def test_run_styles_stay_distinct_when_strategy_families_repeat():
     assert len(set(plot.series_styles(45))) == 45
 
 
+def test_throughput_lines_that_coincide_still_show_apart(example, tmp_path, monkeypatch):
+    """QA (scenarios/scaling.json): lines of bucket sizes 25 and 100 MB have the same throughput and were drawn on top
+    of each other with one marker and line style: the later hid the earlier."""
+    template = next(r for r in example["runs"] if r["disposition"] == "passed")
+    doc = copy.deepcopy(example)
+    values = {"cluster.ranks": [1, 2, 4], "cluster.hardware": ["h100-sxm-8", "h100-pcie-8"],
+              "sync.bucket_mb": [25, 100], "training.accumulation_steps": [1, 4]}
+    doc["axes"] = [{"paths": [p], "values": [[v] for v in vs]} for p, vs in values.items()]
+    doc["runs"] = []
+    for combo in itertools.product(*values.values()):
+        run = copy.deepcopy(template)
+        index = len(doc["runs"])
+        run.update(id=f"s.{index}.r0", index=index, swept=dict(zip(values, combo)))
+        # The bucket size changes nothing here: pairs of lines coincide.
+        rate = 10.0 * combo[0] * (1 + combo[3]) * (2 if combo[1] == "h100-sxm-8" else 1)
+        run["throughput"] = {"samples_per_s": None, "modeled_samples_per_s": rate}
+        doc["runs"].append(run)
+    fig = figure_of(monkeypatch, lambda: plot.fig_throughput_vs_ranks(doc, {}, tmp_path, ""))
+    try:
+        lines = fig.axes[0].get_lines()
+        assert len(lines) == 8
+        assert len({(line.get_color(), line.get_marker(), line.get_linestyle()) for line in lines}) == 8
+        # Each coinciding pair differs in marker and in dash, not only in a color the upper line covers.
+        by_y = {}
+        for line in lines:
+            by_y.setdefault(tuple(line.get_ydata()), []).append(line)
+        pairs = [group for group in by_y.values() if len(group) > 1]
+        assert len(pairs) == 4
+        for a, b in pairs:
+            assert a.get_marker() != b.get_marker() and a.get_linestyle() != b.get_linestyle()
+    finally:
+        close_after(fig)
+
+
 # ---- the Pareto plot: numbered points, a key of the values that differ -----------------------------------------------
 
 def test_pareto_points_are_numbered_and_keyed_by_the_swept_values_that_differ(example):

@@ -1,5 +1,7 @@
 // Scenario loading and validation: every kind of bad input is refused with its path and what was expected, all
 // problems at once; sweep expansion (axes, zip, repeats, overrides); stable run ids.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -146,7 +148,9 @@ TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
 TEST(ConfigErrors, DataPathThatIsNotUtf8IsUsableAndTheOtherProblemsStillListed) {
   const std::string dataset = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::is_directory(dataset)) GTEST_SKIP() << dataset << " is not installed";
-  const std::string link = (std::filesystem::temp_directory_path() / "gs_fm\xff" "dir").string();
+  // One name per process: test runs of other checkouts on this machine make and remove theirs at the same time.
+  const std::string link =
+      (std::filesystem::temp_directory_path() / ("gs_fm\xff" "dir" + std::to_string(::getpid()))).string();
   std::error_code ec;
   std::filesystem::remove(link, ec);
   std::filesystem::create_directory_symlink(dataset, link);
