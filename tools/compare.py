@@ -590,13 +590,13 @@ def main(argv=None):
                                      "(add --table for a table of both reports)")
             old, new = reports
             if old["scenario_name"] != new["scenario_name"]:
-                print(f"note: scenario names differ ({old['scenario_name']}, {new['scenario_name']}); runs are "
-                      "matched by id, which starts with the scenario name", file=sys.stderr)
+                rl.say(f"note: scenario names differ ({old['scenario_name']}, {new['scenario_name']}); runs are "
+                       "matched by id, which starts with the scenario name")
             for key in ("scenario_sha256", "overrides"):
                 a, b = (old.get("context") or {}).get(key), (new.get("context") or {}).get(key)
                 if a != b:
-                    print(f"note: context.{key} differs (old {a}, new {b}): the runs may differ in more than the "
-                          "code", file=sys.stderr)
+                    rl.say(f"note: context.{key} differs (old {a}, new {b}): the runs may differ in more than the "
+                           "code")
             if args.format == "markdown":
                 print(f"old: {describe(args.reports[0], old)}\nnew: {describe(args.reports[1], new)}\n")
             print(diff(old, new, args.format), end="")
@@ -607,10 +607,10 @@ def main(argv=None):
         if args.pareto is not None and not args.pareto.parent.is_dir():
             raise rl.ReportError(f"--pareto {args.pareto}: {args.pareto.parent} is not a folder")
     except rl.ReportError as e:
-        print(f"error: {e}", file=sys.stderr)
+        rl.say(f"error: {e}")
         return 2
     if baseline is not None and not any(r.speedup_basis for r in rows if r is not baseline):
-        print(f"note: the baseline {baseline.id} has no time to target: no speedups", file=sys.stderr)
+        rl.say(f"note: the baseline {baseline.id} has no time to target: no speedups")
     if args.format == "markdown":
         print(f"baseline: {baseline.id}\n" if baseline is not None else "baseline: none (the reports have no runs)\n")
     print(table(rows, reports, args.format), end="")
@@ -619,10 +619,9 @@ def main(argv=None):
             clock = pareto_clock(rows, args.clock)
             placed = write_pareto(rows, reports, args.pareto, clock)
         except (OSError, ValueError) as e:
-            print(f"error: {args.pareto}: cannot write the Pareto plot: {e}", file=sys.stderr)
+            rl.say(f"error: {args.pareto}: cannot write the Pareto plot: {e}")
             return 2
-        print(f"note: {args.pareto}: {placed} of {len(rows)} runs placed (time to target on the {clock} clock)",
-              file=sys.stderr)
+        rl.say(f"note: {args.pareto}: {placed} of {len(rows)} runs placed (time to target on the {clock} clock)")
     return 0
 
 

@@ -1116,13 +1116,13 @@ def summary_main(summary, report_paths):
             errors.append(f"--summary {summary}: {problem}")
     if errors:
         for message in errors:
-            print(f"error: {message}", file=sys.stderr)
-        print("error: no figure written", file=sys.stderr)
+            rl.say(f"error: {message}")
+        rl.say("error: no figure written")
         return 2
     try:
         written = fig_summary(reports, report_paths, Path(summary))
     except (OSError, ValueError) as e:
-        print(f"error: {summary}: cannot write the summary figure: {e}", file=sys.stderr)
+        rl.say(f"error: {summary}: cannot write the summary figure: {e}")
         return 2
     print(written)
     return 0
@@ -1149,7 +1149,7 @@ def summary_path_problem(path):
 
 
 def skipped(name, why):
-    print(f"note: {name} not written: {why}", file=sys.stderr)
+    rl.say(f"note: {name} not written: {why}")
     return None
 
 
@@ -1255,21 +1255,21 @@ def main(argv=None):
             errors.append(str(e))
     if errors:
         for message in errors:
-            print(f"error: {message}", file=sys.stderr)
-        print("error: no figure written", file=sys.stderr)
+            rl.say(f"error: {message}")
+        rl.say("error: no figure written")
         return 2
     status = 0
     for path, out_dir, report in jobs:
         if rl.undrawn_runs(report):
-            print(f"{path}: {rl.undrawn_note(report)}", file=sys.stderr)
+            rl.say(f"{path}: {rl.undrawn_note(report)}")
         try:
             for written in write_figures(report, out_dir, args.metric, args.x, args.y):
                 print(written)
         except rl.ReportError as e:
-            print(f"error: {error_text(path, e)}", file=sys.stderr)
+            rl.say(f"error: {error_text(path, e)}")
             status = 2
         except OSError as e:  # writing a figure: the output folder is to blame, not the report
-            print(f"error: {out_dir}: cannot write figures there: {e}", file=sys.stderr)
+            rl.say(f"error: {out_dir}: cannot write figures there: {e}")
             status = 2
     return status
 

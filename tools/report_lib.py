@@ -6,7 +6,10 @@ axes, and the scalar metrics that figures and comparisons use. Plotting code doe
 import json
 import math
 import os
+import shutil
 import stat
+import sys
+import textwrap
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +37,18 @@ METRICS = {
     "modeled_time_to_target_s": "time to target (s, modeled)",
     "modeled_step_p50_ms": "step time p50 (ms, modeled)",
 }
+
+
+def say(text, stream=None):
+    """Prints a note or error line on stderr (or `stream`); on a terminal wrapped to its width, continuation lines
+    indented by two spaces, so no line wraps by itself (a long path is broken where the line ends)."""
+    stream = sys.stderr if stream is None else stream
+    text = str(text)
+    if stream.isatty():
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        text = "\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=True,
+                                        break_on_hyphens=False) or line for line in text.split("\n"))
+    print(text, file=stream)
 
 
 class ReportError(Exception):

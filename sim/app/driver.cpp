@@ -319,9 +319,14 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     throw Error(replace_refusal(e.existing, s, o));
   }
   ReportWriter& writer = *made;
+  const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
+  // On a terminal the lines that stay are wrapped to its width too (wrap_to).
+  auto say = [&](const std::string& text, size_t indent) {
+    std::fprintf(stderr, "%s\n", tty ? wrap_to(text, terminal_columns(), indent).c_str() : text.c_str());
+  };
   if (!writer.moved_aside().empty())  // said even with --quiet: where the previous runs are now
-    std::fprintf(stderr, "gradsweep: --overwrite: moved the previous report of %s into %s/\n", dir.c_str(),
-                 writer.moved_aside().c_str());
+    say(fmt::format("gradsweep: --overwrite: moved the previous report of {} into {}/", dir, writer.moved_aside()),
+        11);
 
   std::vector<const RunSpec*> todo;
   for (const auto& r : s.runs)
@@ -329,11 +334,6 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
 
   install_stop_handlers();  // idempotent; main installs them before loading the scenario
 
-  const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
-  // On a terminal the lines that stay are wrapped to its width too (a word longer than the line keeps its own line).
-  auto say = [&](const std::string& text, size_t indent) {
-    std::fprintf(stderr, "%s\n", tty ? wrap_to(text, terminal_columns(), indent).c_str() : text.c_str());
-  };
   if (!o.quiet)
     say(fmt::format("gradsweep: {}; {} to run{} -> {}", describe_expansion(s), todo.size(),
                     o.resume ? fmt::format(" ({} already in the report)", writer.size()) : std::string(),

@@ -405,3 +405,28 @@ def test_the_summary_ranks_timing_only_runs_by_throughput(example, tmp_path, mon
         assert "not reached" not in [t.get_text().strip() for t in ax_t.texts]
     finally:
         close_after(fig)
+
+
+# ---- notes on a terminal ---------------------------------------------------------------------------------------------
+
+def test_notes_are_wrapped_to_the_terminal_and_left_whole_elsewhere(monkeypatch):
+    import io
+    import os
+    import shutil
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    text = ("note: heatmap_eval_accuracy.png not written: a heatmap of cluster.hardware by cluster.ranks needs one "
+            "panel per combination; /tmp/a/very/long/path/that/is/longer/than/the/line/of/forty/columns/report.json")
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size((40, 24)))
+    out = Terminal()
+    rl.say(text, out)
+    lines = out.getvalue().rstrip("\n").split("\n")
+    assert len(lines) > 3 and all(len(line) <= 39 for line in lines), lines
+    assert all(line.startswith("  ") for line in lines[1:])
+    assert "".join(line.strip() for line in lines).replace(" ", "") == text.replace(" ", "")
+    plain = io.StringIO()  # a file or a pipe: one line, as written
+    rl.say(text, plain)
+    assert plain.getvalue() == text + "\n"
