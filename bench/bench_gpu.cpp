@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -395,6 +396,91 @@ BENCHMARK(BM_Fp8QuantizeDelayedE4M3)->UseManualTime()->Unit(benchmark::kMillisec
 // GEMM phases of MLP steps vs cuBLAS alone (args: width, rows per rank); about 1 s each on an H200, setup included.
 BENCHMARK(BM_MlpStepBf16Mixed)->Args({4096, 1024})->Args({4096, 4096})->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MlpStepFp32)->Args({4096, 1024})->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// GEMM sweep for `gradsweep calibrate --gemm` (docs/cost-model.md): one bf16 GEMM C = A B (bf16 operands and result,
+// fp32 compute, CUBLAS_GEMM_DEFAULT) per shape, m = the tokens of a micro-batch, n x k the transformer presets'
+// matrices (q/k/v, projection, MLP, vocabulary head) and the published cuBLASLt sweep's squares. Counters m, n, k
+// and TFLOPS (2 m n k over the median iteration), the JSON calibrate reads: bench_gpu --benchmark_filter=Gemm
+// --benchmark_format=json > gemm.json. Written without a GPU here: compiled, never run.
+void BM_GemmBf16(benchmark::State& bs) {
+  const int64_t m = bs.range(0), n = bs.range(1), k = bs.range(2);
+  static DeviceBuffer<uint16_t>* a = nullptr;
+  static DeviceBuffer<uint16_t>* b = nullptr;
+  static DeviceBuffer<uint16_t>* c = nullptr;
+  constexpr size_t kMax = size_t{1} << 30;  // elements per operand: 2 GiB of bf16 (802816 x 768 is 0.6 G)
+  const size_t need = static_cast<size_t>(std::max({m * k, k * n, m * n}));
+  if (need > kMax) {
+    bs.SkipWithError("shape too large for the sweep's buffers");
+    return;
+  }
+  if (a == nullptr) {
+    a = new DeviceBuffer<uint16_t>(kMax, "gemm A");
+    b = new DeviceBuffer<uint16_t>(kMax, "gemm B");
+    c = new DeviceBuffer<uint16_t>(kMax, "gemm C");
+    constexpr size_t kBlock = size_t{1} << 24;  // one random block, copied over the whole buffer
+    std::vector<uint16_t> host(kBlock);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (auto& v : host) {  // bf16 of uniform values in [-1, 1): the top half of the float's bits
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      const float f = static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, sizeof bits);
+      v = static_cast<uint16_t>(bits >> 16);
+    }
+    for (size_t off = 0; off < kMax; off += kBlock) {
+      gs::gpu::copy_to_device(a->get() + off, host.data(), kBlock * sizeof(uint16_t));
+      gs::gpu::copy_to_device(b->get() + off, host.data(), kBlock * sizeof(uint16_t));
+    }
+  }
+  State& s = state();
+  static gs::gpu::BlasHandle blas{s.stream.get()};
+  auto h = static_cast<cublasHandle_t>(blas.get());
+  const float one = 1.0f, zero = 0.0f;
+  // Row-major C (m x n) = A (m x k) B (k x n): column-major C^T = B^T A^T.
+  auto op = [&](cudaStream_t) {
+    GS_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                 static_cast<int>(k), &one, b->get(), CUDA_R_16BF, static_cast<int>(n), a->get(),
+                                 CUDA_R_16BF, static_cast<int>(k), &zero, c->get(), CUDA_R_16BF, static_cast<int>(n),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  gs::gpu::Event start, stop;
+  for (int w = 0; w < 3; ++w) op(s.stream.get());  // warm-up (cuBLAS picks and loads its kernel)
+  s.stream.synchronize();
+  std::vector<double> times;
+  for (auto _ : bs) {
+    start.record(s.stream.get());
+    op(s.stream.get());
+    stop.record(s.stream.get());
+    stop.synchronize();
+    const double secs = gs::gpu::Event::elapsed_ms(start, stop) / 1e3;
+    times.push_back(secs);
+    bs.SetIterationTime(secs);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times.empty() ? 0.0 : times[times.size() / 2];
+  bs.counters["m"] = static_cast<double>(m);
+  bs.counters["n"] = static_cast<double>(n);
+  bs.counters["k"] = static_cast<double>(k);
+  bs.counters["TFLOPS"] = median > 0 ? flops / median / 1e12 : 0.0;
+}
+
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t sq : {1024, 2048, 4096, 8192, 16384}) b->Args({sq, sq, sq});
+  b->Args({802816, 192, 768});
+  // m = 8192 tokens (4 x 2048) against each preset width's matrices: q/k/v (3d x d), projection (d x d), MLP up and
+  // down (4d x d, d x 4d), and the 50368-word head.
+  for (int64_t d : {768, 1024, 1536, 2048, 2560, 4096}) {
+    b->Args({8192, 3 * d, d});
+    b->Args({8192, d, d});
+    b->Args({8192, 4 * d, d});
+    b->Args({8192, d, 4 * d});
+    b->Args({8192, 50368, d});
+  }
+}
+BENCHMARK(BM_GemmBf16)->Apply(gemm_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   std::string why;

@@ -18,7 +18,9 @@
 
 #include "sim/compress/compressor.h"
 #include "sim/config/scenario.h"
+#include "sim/cost/calibrate.h"
 #include "sim/cost/hardware_profile.h"
+#include "sim/cost/price.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/report/file_io.h"
@@ -186,10 +188,39 @@ int main(int argc, char** argv) {
   CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes, hardware profiles");
   CLI::App* fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");
 
+  std::string price_hw = "h100-sxm-8", price_op = "all_reduce", price_bytes = "1K:8G", price_algo, price_dtype = "fp32";
+  int price_ranks = 0;
+  bool price_as_json = false;
+  CLI::App* price = app.add_subcommand("price", "print the modeled clock's collective times as nccl-tests prints them "
+                                                "(size, count, type, time, algbw, busbw, algorithm, protocol)");
+  price->add_option("--hardware", price_hw, "hardware profile: a name from `gradsweep list` or a profile file");
+  price->add_option("--op", price_op, "all_reduce | all_gather | reduce_scatter | broadcast");
+  price->add_option("--ranks", price_ranks, "communicator size (default: the profile's GPUs)");
+  price->add_option("--bytes", price_bytes, "SIZE or MIN:MAX[:FACTOR], K/M/G binary as nccl-tests (default 1K:8G:2)");
+  price->add_option("--algo", price_algo, "force an algorithm as NCCL_ALGO does: ring | tree | nvls");
+  price->add_option("--dtype", price_dtype, "element type: fp32 | fp16 | bf16 | fp64 | fp8 | int8 | uint8 | int32");
+  price->add_flag("--json", price_as_json, "the same rows as JSON");
+
+  gs::CalibrateRequest cal;
+  CLI::App* calibrate = app.add_subcommand("calibrate", "write a hardware profile from your own nccl-tests and GEMM "
+                                                        "measurements, printing the fit's error per point");
+  calibrate->add_option("--base", cal.base, "profile to start from (name or file)")->required();
+  calibrate->add_option("--nccl-tests", cal.nccl_files,
+                        "nccl-tests output, text or -J JSON; [OP[:ALGO]=]FILE when the file does not say which "
+                        "collective it measured (e.g. all_gather=ag.txt, all_reduce:ring=ring.txt)")
+      ->type_name("FILE...");
+  calibrate->add_option("--gemm", cal.gemm_files,
+                        "GEMM sweep: bench_gpu --benchmark_filter=Gemm --benchmark_format=json (cuda build), or "
+                        "{\"precision\", \"shapes\": [[m, n, k, TFLOPS], ...]}")
+      ->type_name("FILE");
+  calibrate->add_option("--name", cal.name, "the new profile's name (default: the output file's name)");
+  calibrate->add_option("--out", cal.out, "profile file to write (refused if it exists)")->required();
+
   if (argc > 1 && argv[1][0] != '-') {
     std::string cmd = argv[1];
-    if (cmd != "run" && cmd != "validate" && cmd != "list" && cmd != "fields") {
-      std::fprintf(stderr, "gradsweep: unknown command \"%s\"; commands: run, validate, list, fields (see --help)\n",
+    if (cmd != "run" && cmd != "validate" && cmd != "list" && cmd != "fields" && cmd != "price" && cmd != "calibrate") {
+      std::fprintf(stderr, "gradsweep: unknown command \"%s\"; commands: run, validate, list, fields, price, "
+                   "calibrate (see --help)\n",
                    cmd.c_str());
       return kExitBadInput;
     }
@@ -212,6 +243,33 @@ int main(int argc, char** argv) {
     }
     if (fields->parsed()) {
       print_fields();
+      return 0;
+    }
+    if (price->parsed()) {
+      gs::PriceRequest r;
+      r.hardware = price_hw;
+      r.op = gs::collective_kind_from_name(price_op);
+      r.ranks = price_ranks;
+      gs::parse_size_range(price_bytes, r);
+      r.algo = gs::nccl_algo_from_name(price_algo);
+      r.dtype = gs::data_type_from_name(price_dtype);
+      const auto rows = gs::price_rows(r);
+      if (price_as_json)
+        std::printf("%s\n", gs::price_json(r, rows).dump(2).c_str());
+      else
+        std::fputs(gs::price_table(r, rows).c_str(), stdout);
+      return 0;
+    }
+    if (calibrate->parsed()) {
+      if (std::filesystem::exists(cal.out)) {
+        std::fprintf(stderr, "gradsweep: --out %s exists; calibrate writes a new profile file: give another path\n",
+                     cal.out.c_str());
+        return kExitBadInput;
+      }
+      const gs::CalibrateResult res = gs::calibrate(cal);
+      gs::write_file_atomic(cal.out, res.profile_text);
+      std::fputs(res.report.c_str(), stdout);
+      std::printf("\nwrote %s (use it as --hardware %s or cluster.hardware)\n", cal.out.c_str(), cal.out.c_str());
       return 0;
     }
     if (validate->parsed()) {

@@ -49,7 +49,8 @@ void visit_fields(V& v, RunConfig& c) {
   v(c.name, F("name", "scenario name: the report folder and the prefix of run ids"));
   auto& m = c.model;
   v(m.kind, F("model.kind", "model (see `gradsweep list`)")
-                .one_of({"mlp", "linear", "quadratic", "gpt2-small", "gpt2-xl", "llama-7b"}));
+                .one_of({"mlp", "linear", "quadratic", "gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m",
+                        "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}));
   v(m.layers, F("model.layers", "mlp: widths [in, hidden..., out]; linear: [in, out]").at_least(1).at_most(1 << 20));
   v(m.activation, F("model.activation", "mlp: hidden activation").one_of({"relu", "gelu"}));
   v(m.loss, F("model.loss", "per-sample loss: softmax cross-entropy, or mse = 0.5*||y_hat - y||^2")
@@ -60,7 +61,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
   v(m.b, F("model.b", "quadratic: minimizers b_ri, one row per rank or one row for all"));
   v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
-  v(m.sequence_length, F("model.sequence_length", "gpt2-small, gpt2-xl, llama-7b: tokens per sample (0: the preset's context)")
+  v(m.sequence_length, F("model.sequence_length", "gpt2-small, gpt2-xl, llama-7b, mpt-125m, mpt-350m, mpt-760m, "
+                                                  "mpt-1b, mpt-3b, mpt-7b: tokens per sample (0: the preset's "
+                                                  "context)")
                            .at_least(0).at_most(1 << 20));
 
   auto& d = c.data;
@@ -102,6 +105,9 @@ void visit_fields(V& v, RunConfig& c) {
                                      "host").one_of({"auto", "host", "cuda"}));
   v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list`, the "
                                        "path of a profile file, or detect (cuda backend: the detected GPU's profile)"));
+  v(cl.nccl_algo, F("cluster.nccl_algo", "modeled clock: the NCCL algorithm collectives use where it serves them, as "
+                                         "NCCL_ALGO does (auto: NCCL's choice; nvls needs a profile with NVLink "
+                                         "SHARP)").one_of({"auto", "ring", "tree", "nvls"}));
   v(cl.share_identical, F("cluster.share_identical",
                           "in-process ranks share provably identical state (results are the same either way)"));
   v(cl.stragglers.factors, F("cluster.stragglers.factors",
@@ -508,7 +514,8 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.a", "model.kind", "mlp", {"quadratic"}},
       {"model.b", "model.kind", "mlp", {"quadratic"}},
       {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
-      {"model.sequence_length", "model.kind", "mlp", {"gpt2-small", "gpt2-xl", "llama-7b"}},
+      {"model.sequence_length", "model.kind", "mlp",
+       {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
       {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
@@ -979,7 +986,8 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("precision.loss_scale", "the quadratic model has no loss scaling: expected \"auto\" or \"none\", got \"" +
                                     c.precision.loss_scale + "\"");
   const bool timing = c.training.mode == "timing";
-  const bool preset = m.kind == "gpt2-small" || m.kind == "gpt2-xl" || m.kind == "llama-7b";
+  const bool preset = m.kind == "gpt2-small" || m.kind == "gpt2-xl" || m.kind == "llama-7b" ||
+                      m.kind.rfind("mpt-", 0) == 0;
   if (preset && !timing)
     add("training.mode", "model.kind \"" + m.kind + "\" is a shape preset: expected \"timing\" (--timing-only)");
   if (timing && c.training.epochs > 0)
@@ -1154,6 +1162,15 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     }
   } else {
     check_profile(c.cluster.hardware);
+    if (c.cluster.nccl_algo == "nvls") {
+      try {
+        if (!load_hardware_profile(c.cluster.hardware)->nvls)
+          add("cluster.nccl_algo", fmt::format("nvls needs NVLink SHARP, and hardware profile \"{}\" has none "
+                                               "(fabric.nvls false): ring or tree", c.cluster.hardware));
+      } catch (const std::exception&) {
+        // the profile's own problems are listed under cluster.hardware above
+      }
+    }
   }
   {
     const json& f = c.cluster.stragglers.factors;

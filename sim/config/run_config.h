@@ -100,6 +100,7 @@ struct ClusterConfig {
   int64_t ranks = 1;
   std::string backend = "auto";        // auto | host | cuda
   std::string hardware = "h100-sxm-8"; // hardware profile of the modeled clock (cost-model issue)
+  std::string nccl_algo = "auto";      // auto | ring | tree | nvls: the modeled clock's NCCL algorithm (NCCL_ALGO)
   bool share_identical = true;         // in-process ranks may share provably identical state (results unchanged)
   StragglerConfig stragglers;
 };

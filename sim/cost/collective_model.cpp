@@ -4,12 +4,20 @@
 #include "sim/cost/collective_model.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <limits>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
 
 namespace gs {
 
-CollectiveModel::CollectiveModel(const HardwareProfile& hw, int ranks)
-    : ranks_(ranks),
+CollectiveModel::CollectiveModel(const HardwareProfile& hw, int ranks, std::optional<NcclAlgo> forced)
+    : hw_(&hw),
+      ranks_(ranks),
+      forced_(forced),
       p2p_latency_s_(hw.p2p_latency_us * 1e-6),
       p2p_bw_Bps_(hw.nccl_bw_GBps() * 1e9) {
   if (ranks <= 1) return;
@@ -67,6 +75,18 @@ double CollectiveModel::busbw_factor(CollectiveKind kind, int ranks) {
   }
 }
 
+bool CollectiveModel::available(CollectiveKind kind, NcclAlgo algo) const {
+  for (size_t p = 0; p < kNcclProtoCount; ++p)
+    if (algbw_GBps(kind, algo, static_cast<NcclProto>(p)) > 0) return true;
+  return false;
+}
+
+CollectiveCost CollectiveModel::finish(CollectiveCost c, CollectiveKind kind, double bytes) const {
+  c.algbw_GBps = c.time_s > 0 ? bytes / c.time_s / 1e9 : 0.0;
+  c.busbw_GBps = c.algbw_GBps * busbw_factor(kind, ranks_);
+  return c;
+}
+
 CollectiveCost CollectiveModel::cost(CollectiveKind kind, double bytes, NcclAlgo algo, NcclProto proto) const {
   CollectiveCost c;
   c.algo = algo;
@@ -77,28 +97,120 @@ CollectiveCost CollectiveModel::cost(CollectiveKind kind, double bytes, NcclAlgo
     c.time_s = -1.0;
     return c;
   }
-  // ncclTopoGetAlgoTime: time_us = lat + nBytes / (1000 * bw_GBps).
-  c.time_s = (latency_us(kind, algo, proto) + bytes / (1000.0 * bw)) * 1e-6;
-  c.algbw_GBps = bytes / c.time_s / 1e9;
-  c.busbw_GBps = c.algbw_GBps * busbw_factor(kind, ranks_);
-  return c;
+  // ncclTopoGetAlgoTime: time_us = lat + nBytes / (1000 * bw_GBps); plus the fitted launch cost and latency scale.
+  c.time_s = (hw_->launch_us[idx(kind)] + hw_->latency_scale * latency_us(kind, algo, proto) +
+              bytes / (1000.0 * bw)) * 1e-6;
+  return finish(c, kind, bytes);
+}
+
+CollectiveCost CollectiveModel::tuner_choice(CollectiveKind kind, double bytes, std::optional<NcclAlgo> only) const {
+  CollectiveCost out;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (size_t a = 0; a < kNcclAlgoCount; ++a) {
+    if (only && static_cast<size_t>(*only) != a) continue;
+    for (size_t p = 0; p < kNcclProtoCount; ++p) {
+      const double bw = bw_[idx(kind)][a][p];
+      if (bw <= 0) continue;
+      const double us = lat_[idx(kind)][a][p] + bytes / (1000.0 * bw);
+      if (us < best_us) {
+        best_us = us;
+        out.algo = static_cast<NcclAlgo>(a);
+        out.proto = static_cast<NcclProto>(p);
+      }
+    }
+  }
+  out.time_s = std::isinf(best_us) ? -1.0 : 0.0;
+  return out;
+}
+
+double CollectiveModel::curve_time_s(const BusbwCurve& c, CollectiveKind kind, double bytes, bool* inside) const {
+  const double f = busbw_factor(kind, ranks_);
+  auto t = [&](size_t i) { return c.bytes[i] * f / (c.busbw_GBps[i] * 1e9); };  // nccl-tests: busbw = S f / t
+  const size_t n = c.bytes.size();
+  *inside = bytes >= c.bytes.front() && bytes <= c.bytes.back();
+  if (bytes <= c.bytes.front()) {
+    // Below the table: the latency and bandwidth of its first two points (t = alpha + S / beta); where the time
+    // does not grow between them, the first point's time (latency-bound).
+    const double dt = t(1) - t(0);
+    if (dt <= 0) return t(0);
+    const double beta = (c.bytes[1] - c.bytes[0]) / dt;
+    const double alpha = t(0) - c.bytes[0] / beta;
+    return alpha > 0 ? alpha + bytes / beta : t(0);
+  }
+  if (bytes >= c.bytes.back()) {
+    // Above the table: the last point's time plus the rest at the bandwidth between its last two points (bounded
+    // to [1, 2] x the last point's algbw, so that two noisy points cannot make it unbounded).
+    const double algbw_last = c.bytes[n - 1] / t(n - 1);
+    const double dt = t(n - 1) - t(n - 2);
+    double beta = dt > 0 ? (c.bytes[n - 1] - c.bytes[n - 2]) / dt : 2.0 * algbw_last;
+    beta = std::clamp(beta, algbw_last, 2.0 * algbw_last);
+    return t(n - 1) + (bytes - c.bytes[n - 1]) / beta;
+  }
+  // Inside: busbw linear in log size between the two points around it (log time is then linear in log size too).
+  size_t i = static_cast<size_t>(std::upper_bound(c.bytes.begin(), c.bytes.end(), bytes) - c.bytes.begin());
+  if (i >= n) i = n - 1;
+  const double x0 = std::log(c.bytes[i - 1]), x1 = std::log(c.bytes[i]);
+  const double w = (std::log(bytes) - x0) / (x1 - x0);
+  const double busbw = std::exp((1.0 - w) * std::log(c.busbw_GBps[i - 1]) + w * std::log(c.busbw_GBps[i]));
+  return bytes * f / (busbw * 1e9);
+}
+
+CollectiveCost CollectiveModel::with_algo(CollectiveKind kind, double bytes, NcclAlgo algo) const {
+  CollectiveCost out;
+  out.algo = algo;
+  if (ranks_ <= 1) return out;
+  if (!available(kind, algo)) {
+    out.time_s = -1.0;
+    return out;
+  }
+  const BusbwCurve& curve = hw_->curves[idx(kind)][static_cast<size_t>(algo)];
+  if (!curve.empty()) {
+    out = tuner_choice(kind, bytes, algo);  // the protocol NCCL would take with this algorithm
+    bool inside = false;
+    out.time_s = curve_time_s(curve, kind, bytes, &inside);
+    out.source = inside ? CostSource::kCurve : CostSource::kCurveExtended;
+    return finish(out, kind, bytes);
+  }
+  out.time_s = std::numeric_limits<double>::infinity();
+  for (size_t p = 0; p < kNcclProtoCount; ++p) {
+    CollectiveCost c = cost(kind, bytes, algo, static_cast<NcclProto>(p));
+    if (c.time_s >= 0 && c.time_s < out.time_s) out = c;
+  }
+  return out;
 }
 
 CollectiveCost CollectiveModel::best(CollectiveKind kind, double bytes) const {
   CollectiveCost out;
   if (ranks_ <= 1) return out;
+  if (forced_ && available(kind, *forced_)) return with_algo(kind, bytes, *forced_);
+  const BusbwCurve& def = hw_->curves[idx(kind)][kCurveDefault];
+  if (!def.empty()) {
+    out = tuner_choice(kind, bytes, std::nullopt);
+    bool inside = false;
+    out.time_s = curve_time_s(def, kind, bytes, &inside);
+    out.source = inside ? CostSource::kCurve : CostSource::kCurveExtended;
+    return finish(out, kind, bytes);
+  }
   out.time_s = std::numeric_limits<double>::infinity();
-  for (size_t a = 0; a < kNcclAlgoCount; ++a)
-    for (size_t p = 0; p < kNcclProtoCount; ++p) {
-      CollectiveCost c = cost(kind, bytes, static_cast<NcclAlgo>(a), static_cast<NcclProto>(p));
-      if (c.time_s >= 0 && c.time_s < out.time_s) out = c;
-    }
+  for (size_t a = 0; a < kNcclAlgoCount; ++a) {
+    CollectiveCost c = with_algo(kind, bytes, static_cast<NcclAlgo>(a));
+    if (c.time_s >= 0 && c.time_s < out.time_s) out = c;
+  }
   return out;
 }
 
 double CollectiveModel::p2p_s(double bytes) const {
   if (bytes <= 0) return 0.0;
   return p2p_latency_s_ + bytes / p2p_bw_Bps_;
+}
+
+std::optional<NcclAlgo> nccl_algo_from_name(const std::string& name) {
+  std::string n;
+  for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (n.empty() || n == "auto") return std::nullopt;
+  for (size_t a = 0; a < kNcclAlgoCount; ++a)
+    if (n == kNcclAlgoNames[a]) return static_cast<NcclAlgo>(a);
+  throw Error(fmt::format("unknown NCCL algorithm \"{}\"; expected auto, ring, tree or nvls", name));
 }
 
 }  // namespace gs

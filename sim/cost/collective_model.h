@@ -1,9 +1,13 @@
-// NCCL-style collective and point-to-point costs on one node of a hardware profile. The formulas follow NCCL's own
-// tuning model (src/graph/tuning.cc, ncclTopoTuneModel / ncclTopoGetAlgoTime); a new collective is one CollectiveKind
-// plus its steps and nccl-tests bus-bandwidth factor here.
+// NCCL-style collective and point-to-point costs on one node of a hardware profile. Where the profile carries a
+// measured bus-bandwidth curve (nccl-tests' all_reduce_perf table, per collective and algorithm) a call is priced
+// from it, interpolated in log size; elsewhere by NCCL's own tuning model (src/graph/tuning.cc, ncclTopoTuneModel /
+// ncclTopoGetAlgoTime) with the profile's fitted latency scale and per-collective launch cost. A new collective is
+// one CollectiveKind plus its steps and nccl-tests bus-bandwidth factor here.
 #pragma once
 #include <array>
 #include <cstddef>
+#include <optional>
+#include <string>
 
 #include "sim/cost/hardware_profile.h"
 
@@ -11,8 +15,16 @@ namespace gs {
 
 enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kCount };
 constexpr size_t kCollectiveKindCount = static_cast<size_t>(CollectiveKind::kCount);
-constexpr std::array<const char*, kCollectiveKindCount> kCollectiveKindNames = {"all_reduce", "all_gather",
-                                                                                "reduce_scatter", "broadcast"};
+static_assert(kCollectiveKindCount == kProfileCollectiveCount, "profile curves follow CollectiveKind's order");
+constexpr std::array<const char*, kCollectiveKindCount> kCollectiveKindNames = kProfileCollectiveNames;
+
+// Where a priced time came from.
+enum class CostSource {
+  kModel,          // the analytic model (no curve for this collective and algorithm)
+  kCurve,          // interpolated between two measured points
+  kCurveExtended,  // beyond the measured sizes: the curve's end latency or bandwidth carried on
+};
+constexpr std::array<const char*, 3> kCostSourceNames = {"model", "curve", "curve+ext"};
 
 // The priced collective: time and the algorithm/protocol that gives it.
 struct CollectiveCost {
@@ -21,44 +33,67 @@ struct CollectiveCost {
   NcclProto proto = NcclProto::kSimple;
   double algbw_GBps = 0.0;  // bytes / time_s (nccl-tests' algbw)
   double busbw_GBps = 0.0;  // algbw x busbw_factor (nccl-tests' busbw)
+  CostSource source = CostSource::kModel;
 };
 
 class CollectiveModel {
  public:
-  // ranks: the communicator size (one rank per GPU of one node).
-  CollectiveModel(const HardwareProfile& hw, int ranks);
+  // ranks: the communicator size (one rank per GPU of one node). forced: every collective that algorithm serves
+  // uses it (cluster.nccl_algo, like NCCL_ALGO); the others keep NCCL's choice.
+  CollectiveModel(const HardwareProfile& hw, int ranks, std::optional<NcclAlgo> forced = std::nullopt);
 
   // nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): all-reduce 2(n-1)/n, all-gather and reduce-scatter
   // (n-1)/n, broadcast 1.
   static double busbw_factor(CollectiveKind kind, int ranks);
 
-  // NCCL's modeled algorithm bandwidth (GB/s) and latency (us) of one algorithm/protocol; bandwidth 0 when NCCL would
-  // not use that combination here (NVLS without NVLink SHARP, LL128 off PCIe, tree for non-all-reduce, ...).
+  // NCCL's modeled algorithm bandwidth (GB/s) and latency (us) of one algorithm/protocol, NCCL's constants as they
+  // are (the tuner's ranking); bandwidth 0 when NCCL would not use that combination here (NVLS without NVLink SHARP,
+  // LL128 off NVLink, tree for non-all-reduce, ...).
   double algbw_GBps(CollectiveKind kind, NcclAlgo algo, NcclProto proto) const {
     return bw_[idx(kind)][static_cast<size_t>(algo)][static_cast<size_t>(proto)];
   }
   double latency_us(CollectiveKind kind, NcclAlgo algo, NcclProto proto) const {
     return lat_[idx(kind)][static_cast<size_t>(algo)][static_cast<size_t>(proto)];
   }
-  // Time of one call moving `bytes` (NCCL's nBytes: the buffer of all-reduce and broadcast, the whole gathered output
-  // of all-gather, the whole input of reduce-scatter) with one algorithm/protocol: latency + bytes / algbw
-  // (ncclTopoGetAlgoTime). time_s < 0 when unavailable. One rank: 0 s.
+  // Whether NCCL has this algorithm for this collective here (some protocol has bandwidth).
+  bool available(CollectiveKind kind, NcclAlgo algo) const;
+  // Analytic time of one call moving `bytes` (NCCL's nBytes: the buffer of all-reduce and broadcast, the whole
+  // gathered output of all-gather, the whole input of reduce-scatter) with one algorithm/protocol:
+  // launch_us[kind] + latency_scale x NCCL's latency + bytes / algbw (ncclTopoGetAlgoTime plus the fitted terms).
+  // time_s < 0 when unavailable. One rank: 0 s.
   CollectiveCost cost(CollectiveKind kind, double bytes, NcclAlgo algo, NcclProto proto) const;
-  // The lowest predicted time over every available algorithm and protocol, as NCCL chooses.
+  // One call with one algorithm, as NCCL_ALGO=<algo> runs it: the profile's measured curve for that collective
+  // and algorithm when it has one, else the analytic model's fastest protocol. time_s < 0 when unavailable.
+  CollectiveCost with_algo(CollectiveKind kind, double bytes, NcclAlgo algo) const;
+  // The call as NCCL runs it by default: the forced algorithm where it serves this collective; else the profile's
+  // "default" curve when it has one (algorithm and protocol: what NCCL's tuner ranks first by its own constants);
+  // else the fastest of with_algo over the algorithms.
   CollectiveCost best(CollectiveKind kind, double bytes) const;
   // Point-to-point send of `bytes` to one peer (a parameter server's push or pull): p2p latency + bytes / NCCL's
   // per-GPU link bandwidth.
   double p2p_s(double bytes) const;
+  double p2p_latency_s() const { return p2p_latency_s_; }
+  double p2p_bandwidth_Bps() const { return p2p_bw_Bps_; }
   int ranks() const { return ranks_; }
 
  private:
   static size_t idx(CollectiveKind k) { return static_cast<size_t>(k); }
+  // NCCL's tuner ranking (unscaled constants): the algorithm and protocol it picks for this call.
+  CollectiveCost tuner_choice(CollectiveKind kind, double bytes, std::optional<NcclAlgo> only) const;
+  // The curve's time for `bytes` (seconds) and whether it is inside the measured sizes.
+  double curve_time_s(const BusbwCurve& c, CollectiveKind kind, double bytes, bool* inside) const;
+  CollectiveCost finish(CollectiveCost c, CollectiveKind kind, double bytes) const;
   using Table = std::array<std::array<std::array<double, kNcclProtoCount>, kNcclAlgoCount>, kCollectiveKindCount>;
+  const HardwareProfile* hw_;
   int ranks_;
+  std::optional<NcclAlgo> forced_;
   double p2p_latency_s_;
   double p2p_bw_Bps_;
   Table bw_{};   // GB/s, algorithm bandwidth
   Table lat_{};  // us
 };
+
+// Parses an NCCL_ALGO-style name (ring, tree, nvls; any case); nullopt for "auto" or "". Throws gs::Error otherwise.
+std::optional<NcclAlgo> nccl_algo_from_name(const std::string& name);
 
 }  // namespace gs

@@ -77,12 +77,13 @@ Precision compute_precision(const std::string& mode) {
 CostModel::CostModel(const RunConfig& config, const Model& model)
     : CostModel(load_hardware_profile(config.cluster.hardware), static_cast<int>(config.cluster.ranks),
                 model.layer_costs(), config.cluster.stragglers, static_cast<uint64_t>(config.training.seed),
-                compute_precision(config.precision.mode)) {}
+                compute_precision(config.precision.mode), nccl_algo_from_name(config.cluster.nccl_algo)) {}
 
 CostModel::CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
-                     StragglerConfig stragglers, uint64_t seed, Precision precision)
+                     StragglerConfig stragglers, uint64_t seed, Precision precision,
+                     std::optional<NcclAlgo> nccl_algo)
     : hw_(std::move(hw)),
-      coll_(*hw_, ranks),
+      coll_(*hw_, ranks, nccl_algo),
       layers_(std::move(layers)),
       stragglers_(std::move(stragglers)),
       seed_(seed),
@@ -101,14 +102,32 @@ CostModel::CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::
 }
 
 void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) const {
+  const HardwareProfile& hw = *hw_;
   const double b = static_cast<double>(samples);
+  const double launch_s = hw.launch_overhead_us * 1e-6;
   double fwd = 0.0, bwd = 0.0;
   for (const auto& l : layers_) {
     const double params = static_cast<double>(l.param_end - l.param_begin);
-    fwd += op_time_s(*hw_, b * l.forward_flops_per_sample, 4.0 * params + b * l.activation_bytes_per_sample,
-                     precision_, l.kernels);
-    bwd += op_time_s(*hw_, 2.0 * b * l.forward_flops_per_sample,
-                     12.0 * params + 2.0 * b * l.activation_bytes_per_sample, precision_, 2.0 * l.kernels);
+    // Backward: input and weight gradients (twice the forward's GEMM FLOPs), fused attention's backward at
+    // kAttentionBackwardFactor x its forward (FlashAttention-2 recomputes the attention matrix), twice the
+    // forward's memory-bound traffic, and the fp32 gradient accumulated (read + written, 8 bytes a parameter).
+    if (!l.gemms.empty()) {
+      double g = 0.0;
+      for (const LayerGemm& s : l.gemms) g += gemm_shape_time_s(hw, b * s.rows_per_sample, s.n, s.k, precision_);
+      const double attn = b * l.attention_flops_per_sample;
+      const double ew = b * l.elementwise_bytes_per_sample;
+      fwd += g + attention_time_s(hw, attn, precision_) + memory_time_s(hw, ew) + l.kernels * launch_s;
+      bwd += 2.0 * g + attention_time_s(hw, kAttentionBackwardFactor * attn, precision_) +
+             memory_time_s(hw, 2.0 * ew + 8.0 * params) + 2.0 * l.kernels * launch_s;
+    } else {
+      // Shape unknown: the declared FLOPs as GEMM work whose operands are the weights and the activations.
+      const double flops = b * l.forward_flops_per_sample;
+      const double act = b * l.activation_bytes_per_sample;
+      const double operands = 4.0 * params + act;
+      fwd += gemm_time_s(hw, flops, operands, precision_) + memory_time_s(hw, act) + l.kernels * launch_s;
+      bwd += gemm_time_s(hw, 2.0 * flops, 2.0 * operands, precision_) + memory_time_s(hw, 2.0 * act + 8.0 * params) +
+             2.0 * l.kernels * launch_s;
+    }
   }
   cost.add_time(Phase::kForward, fwd);
   cost.add_time(Phase::kBackward, bwd);

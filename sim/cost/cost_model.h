@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,22 +59,28 @@ void carry_rank_clocks(std::vector<ModeledStep>& steps, std::vector<double>& ran
 // fp16_* -> fp16, fp8_mixed -> fp8).
 Precision compute_precision(const std::string& precision_mode);
 
+// Fused attention's backward over its forward FLOPs (FlashAttention-2, Dao 2023, section 3: five matrix products
+// against the forward's two, the attention matrix recomputed).
+constexpr double kAttentionBackwardFactor = 2.5;
+
 class CostModel {
  public:
   // Loads config.cluster.hardware (throws gs::Error as load_hardware_profile) and the model's layer costs.
   CostModel(const RunConfig& config, const Model& model);
   // Same from parts (tests).
   CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
-            StragglerConfig stragglers, uint64_t seed, Precision precision = Precision::kFp32);
+            StragglerConfig stragglers, uint64_t seed, Precision precision = Precision::kFp32,
+            std::optional<NcclAlgo> nccl_algo = std::nullopt);
 
   const HardwareProfile& hardware() const { return *hw_; }
   const CollectiveModel& collectives() const { return coll_; }
   StepCost make_step_cost() const { return StepCost(hw_.get(), &coll_); }
 
-  // Prices forward and backward of one micro-batch of `samples` per layer: forward flops = samples x declared, bytes
-  // = 4 x params (weights read) + samples x activation bytes; backward 2x forward FLOPs (input and weight gradients)
-  // and 12 x params (weights read, gradient read and written) + 2 x activation bytes; the layer's kernels forward,
-  // twice as many backward.
+  // Prices forward and backward of one micro-batch of `samples` per layer (compute_model.h's terms, summed):
+  // forward = its GEMMs (declared shapes with rows x samples, or the declared FLOPs as GEMM work over the weights
+  // and activations) + fused attention + memory-bound traffic (elementwise bytes, or activation bytes) + its kernels'
+  // launches; backward = 2 x the GEMMs + kAttentionBackwardFactor x the attention + 2 x the traffic + 8 bytes per
+  // parameter (fp32 gradient read and written) + twice the launches.
   void add_micro_batch(StepCost& cost, int64_t samples, bool last) const;
   // Optimizer step over `params` fp32 parameters, including the division by S: SGD reads p, g (and momentum) and
   // writes p (and momentum); Adam/AdamW read p, g, m, v and write p, m, v.

@@ -113,6 +113,45 @@ class Reader {
     }
     return v->get<bool>();
   }
+  // An optional number: `fallback` when the key is absent, else checked as number().
+  double optional_number(const std::string& path, double min, double max, double fallback) const {
+    used_.insert(path);
+    if (find(path) == nullptr) return fallback;
+    return number(path, min, max);
+  }
+  // A measured curve {"value": [[bytes, busbw_GBps], ...], "source": "..."}: at least two points, sizes > 0 and
+  // strictly increasing, busbw > 0.
+  BusbwCurve curve(const std::string& path) const {
+    BusbwCurve c;
+    const std::string what = "[[bytes, busbw_GBps], ...] (nccl-tests' size and busbw columns)";
+    const json* v = sourced(path, what);
+    if (v == nullptr) return c;
+    if (!v->is_array() || v->size() < 2) {
+      fail(path + ".value", "at least two points " + what, v);
+      return c;
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& pt = (*v)[i];
+      const std::string at = fmt::format("{}.value[{}]", path, i);
+      if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() || pt[0].get<double>() <= 0 ||
+          pt[1].get<double>() <= 0) {
+        fail(at, "[bytes > 0, busbw_GBps > 0]", &pt);
+        return BusbwCurve{};
+      }
+      if (!c.bytes.empty() && pt[0].get<double>() <= c.bytes.back()) {
+        fail(at, fmt::format("a size above the previous point's {} bytes (sizes strictly increasing)", c.bytes.back()),
+             &pt);
+        return BusbwCurve{};
+      }
+      c.bytes.push_back(pt[0].get<double>());
+      c.busbw_GBps.push_back(pt[1].get<double>());
+    }
+    if (const json* s = find(path + ".source"); s != nullptr && s->is_string()) c.source = s->get<std::string>();
+    return c;
+  }
+  // Marks a section as known although none of its members may be read (an empty or mistyped section is not also
+  // "no such key"); its members are still checked one by one.
+  void known(const std::string& path) const { used_.insert(path + ".\x01"); }
   std::array<double, kNcclProtoCount> triple(const std::string& path) const {
     std::array<double, kNcclProtoCount> out{};
     const json* v = sourced(path, "[LL, LL128, Simple] in microseconds");
@@ -215,9 +254,14 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   p.gpus_per_node = r.integer("gpus_per_node", 1, 1024);
   for (size_t i = 0; i < kPrecisionCount; ++i)
     p.peak_tflops[i] = r.number(std::string("compute.peak_tflops.") + kPrecisionNames[i], 1e-6, 1e9);
-  p.achievable_fraction = r.number("compute.achievable_fraction", 1e-6, 1.0);
+  for (size_t i = 0; i < kPrecisionCount; ++i)
+    p.gemm_efficiency[i] = r.number(std::string("compute.gemm_efficiency.") + kPrecisionNames[i], 1e-6, 1.0);
+  p.gemm_half_gflop = r.number("compute.gemm_half_gflop", 0.0, 1e9);
+  p.gemm_half_intensity = r.number("compute.gemm_half_intensity", 0.0, 1e9);
+  p.attention_efficiency = r.number("compute.attention_efficiency", 1e-6, 1.0);
   p.hbm_TBps = r.number("compute.hbm_TBps", 1e-6, 1e6);
   p.hbm_achievable_fraction = r.number("compute.hbm_achievable_fraction", 1e-6, 1.0);
+  p.sustained_fraction = r.number("compute.sustained_fraction", 1e-6, 1.0);
   p.launch_overhead_us = r.number("compute.launch_overhead_us", 0.0, 1e6);
   std::optional<std::string> fabric = r.str("fabric.kind");
   if (fabric && *fabric != "nvlink" && *fabric != "pcie") {
@@ -244,6 +288,33 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   p.per_channel_max_tree_ll128_GBps = r.number("nccl.per_channel_max_tree_ll128_GBps", 1e-6, 1e6);
   p.ll128 = r.boolean("nccl.ll128").value_or(false);
   p.p2p_latency_us = r.number("nccl.p2p_latency_us", 0.0, 1e6);
+  p.latency_scale = r.optional_number("nccl.latency_scale", 0.0, 1e3, 1.0);
+  for (size_t c = 0; c < kProfileCollectiveCount; ++c)
+    p.launch_us[c] = r.optional_number(std::string("nccl.launch_us.") + kProfileCollectiveNames[c], 0.0, 1e6, 0.0);
+  if (const json* cs = r.find("collectives"); cs != nullptr) {
+    r.known("collectives");
+    if (!cs->is_object()) {
+      r.fail("collectives", "an object {\"all_reduce\": {\"default\": <curve>, \"ring\": ...}, ...}", cs);
+    } else {
+      for (size_t c = 0; c < kProfileCollectiveCount; ++c) {
+        const std::string base = std::string("collectives.") + kProfileCollectiveNames[c];
+        const json* kind = r.find(base);
+        if (kind == nullptr) continue;
+        r.known(base);
+        if (!kind->is_object()) {
+          r.fail(base, "an object of curves by algorithm (default, ring, tree, nvls)", kind);
+          continue;
+        }
+        for (size_t a = 0; a < kCurveSlotCount; ++a) {
+          const std::string path = base + "." + kCurveSlotNames[a];
+          if (r.find(path) == nullptr) continue;
+          if (a == static_cast<size_t>(NcclAlgo::kNvls) && nvls && !*nvls)
+            r.fail(path, "no nvls curve: fabric.nvls is false", r.find(path));
+          p.curves[c][a] = r.curve(path);
+        }
+      }
+    }
+  }
   r.check_unknown_keys();
   if (!r.problems().empty()) throw ProfileError(r.problems());
   return p;

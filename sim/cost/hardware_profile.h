@@ -35,6 +35,26 @@ constexpr size_t kNcclProtoCount = static_cast<size_t>(NcclProto::kCount);
 constexpr std::array<const char*, kNcclAlgoCount> kNcclAlgoNames = {"tree", "ring", "nvls"};
 constexpr std::array<const char*, kNcclProtoCount> kNcclProtoNames = {"LL", "LL128", "Simple"};
 
+// Collectives a profile can carry measured curves and launch overheads for (collective_model.h's CollectiveKind,
+// same order).
+constexpr size_t kProfileCollectiveCount = 4;
+constexpr std::array<const char*, kProfileCollectiveCount> kProfileCollectiveNames = {"all_reduce", "all_gather",
+                                                                                      "reduce_scatter", "broadcast"};
+// A curve's algorithm slot: forced with NCCL_ALGO (tree, ring, nvls: NcclAlgo's order), or NCCL's own choice at
+// each size ("default", what all_reduce_perf measures without NCCL_ALGO).
+constexpr size_t kCurveDefault = kNcclAlgoCount;
+constexpr size_t kCurveSlotCount = kNcclAlgoCount + 1;
+constexpr std::array<const char*, kCurveSlotCount> kCurveSlotNames = {"tree", "ring", "nvls", "default"};
+
+// A measured bus-bandwidth curve (nccl-tests' busbw column against its size column), sizes strictly increasing.
+// Empty: no measurement, the analytic model prices that collective and algorithm.
+struct BusbwCurve {
+  std::vector<double> bytes;       // NCCL's nBytes of the call (nccl-tests' "size")
+  std::vector<double> busbw_GBps;  // nccl-tests' busbw at that size
+  std::string source;
+  bool empty() const { return bytes.empty(); }
+};
+
 struct HardwareProfile {
   std::string name;         // e.g. "h100-sxm-8"
   std::string description;
@@ -42,12 +62,16 @@ struct HardwareProfile {
   std::string arch;         // hopper | ampere
   std::string file;         // where it was read from
   int gpus_per_node = 1;
-  // Compute.
-  std::array<double, kPrecisionCount> peak_tflops{};  // dense, per GPU
-  double achievable_fraction = 1.0;                   // of peak_tflops on real ops
+  // Compute (compute_model.h).
+  std::array<double, kPrecisionCount> peak_tflops{};      // dense, per GPU
+  std::array<double, kPrecisionCount> gemm_efficiency{};  // of peak_tflops that large GEMMs reach (cuBLAS)
+  double gemm_half_gflop = 0.0;       // a GEMM of this many GFLOP reaches half of gemm_efficiency (size falloff)
+  double gemm_half_intensity = 0.0;   // FLOP/byte at which a GEMM reaches half of it (skinny falloff); 0: none
+  double attention_efficiency = 1.0;  // of the 16-bit peak that fused (FlashAttention-style) attention reaches
   double hbm_TBps = 0.0;
-  double hbm_achievable_fraction = 1.0;
-  double launch_overhead_us = 0.0;                    // per kernel launch
+  double hbm_achievable_fraction = 1.0;  // of hbm_TBps that streaming (STREAM-like) kernels reach
+  double sustained_fraction = 1.0;    // of the microbenchmark rates a training loop sustains (fitted end to end)
+  double launch_overhead_us = 0.0;    // per kernel launch
   // Intra-node fabric.
   std::string fabric;                // nvlink | pcie
   double link_GBps_per_direction = 0.0;  // datasheet, per GPU
@@ -64,6 +88,12 @@ struct HardwareProfile {
   double per_channel_max_tree_ll128_GBps = 0.0;
   bool ll128 = false;
   double p2p_latency_us = 0.0;
+  // Fitted to measured curves (gradsweep calibrate): NCCL's tuning latencies are meant to rank algorithms, so the
+  // analytic model multiplies them by latency_scale and adds a per-collective launch / enqueue cost.
+  double latency_scale = 1.0;
+  std::array<double, kProfileCollectiveCount> launch_us{};
+  // Measured curves: curves[collective][slot] (slot: kCurveSlotNames).
+  std::array<std::array<BusbwCurve, kCurveSlotCount>, kProfileCollectiveCount> curves{};
 
   // NCCL's per-GPU intra-node bandwidth: links x per-link bandwidth (GB/s).
   double nccl_bw_GBps() const { return nccl_links * nccl_link_bw_GBps; }

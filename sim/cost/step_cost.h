@@ -12,7 +12,8 @@
 //   in.cost->add_collective(CollectiveKind::kAllReduce, bytes);         // no range: after backward, not overlapped
 //   in.cost->add_p2p(bytes);                                            // push or pull to one peer (parameter server)
 //   in.cost->add_p2p_received(bytes);                                   // a pull: priced, counted by its sender
-//   in.cost->add_served_bytes(bytes);                                   // sent for others without waiting, unpriced
+//   in.cost->add_p2p_time(seconds, sent, bytes);                        // transfers priced by LinkQueues
+//   in.cost->add_served_bytes(bytes);                                   // sent for others, priced at the receivers
 //   in.cost->add_time(Phase::kOptimizer, seconds);                      // anything priced elsewhere
 //   in.cost->overlap_backward = false;  in.cost->deferred_steps = s;     // when chains may start / must end
 // Extend: a new kind of work is one more add_* here that prices into the same records.
@@ -111,9 +112,17 @@ class StepCost {
     ch.comm_s += coll_->p2p_s(bytes);
     ch.bytes += bytes;
   }
+  // Point-to-point transfers priced elsewhere (a parameter server's pushes and pulls through LinkQueues,
+  // link_model.h): `seconds` on the chain, `sent_bytes` this rank puts on the wire.
+  void add_p2p_time(double seconds, double sent_bytes, double bytes, GradRange range = {}) {
+    CommChain& ch = chain(range);
+    ch.comm_s += seconds;
+    ch.bytes += bytes;
+    ch.wire_bytes += sent_bytes;
+  }
   // Bytes this rank sends for other ranks without waiting on them: a co-located parameter-server shard sends the
-  // other workers' pulls. Counted in the step's wire bytes, not priced (server queueing is not modeled;
-  // parameter_server.cpp).
+  // other workers' pulls. Counted in the step's wire bytes; their time is in the receivers' transfers
+  // (add_p2p_time, queued on this rank's send link).
   void add_served_bytes(double bytes) { served_bytes += bytes; }
   const HardwareProfile& hardware() const { return *hw_; }
 
@@ -129,7 +138,7 @@ class StepCost {
   // Delayed update (sync.staleness s): this step's chains may also run under the compute of the next s steps; the
   // modeled clock exposes only what does not fit (cost_model.h, defer_chains).
   int64_t deferred_steps = 0;
-  double served_bytes = 0.0;  // add_served_bytes: sent for others, not priced
+  double served_bytes = 0.0;  // add_served_bytes: sent for others (priced at the receivers)
 
  private:
   CommChain& chain(GradRange range) {

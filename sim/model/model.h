@@ -91,13 +91,27 @@ struct Workspace {
   PrecisionCounters precision;  // cumulative since the workspace was made; the model adds, the rank loop reads
 };
 
+// One forward GEMM of a layer: [rows_per_sample x samples, k] x [k, n] (backward: two GEMMs of the same FLOPs).
+struct LayerGemm {
+  double rows_per_sample = 0.0;  // e.g. the sequence length of a transformer
+  double n = 0.0;
+  double k = 0.0;
+};
+
 // One layer as the model declares it to the cost model (sim/cost/cost_model.h).
 struct LayerCost {
   size_t param_begin = 0;   // its gradient's elements [param_begin, param_end) in the flat buffer
   size_t param_end = 0;
-  double forward_flops_per_sample = 0.0;     // a multiply-add counts 2
+  double forward_flops_per_sample = 0.0;     // a multiply-add counts 2 (model FLOPs, as MFU counts them)
   double activation_bytes_per_sample = 0.0;  // activations read + written by its forward, per sample
   double kernels = 1.0;                      // kernel launches of its forward (backward: twice as many)
+  // Optional, for a finer price (cost_model.h): the forward's GEMMs by shape, the fused attention's executed FLOPs
+  // per sample, and its memory-bound traffic besides the GEMMs (norms, activations, residuals, casts) per sample.
+  // With no GEMMs declared, forward_flops_per_sample is priced as GEMM work and activation_bytes_per_sample as
+  // the memory-bound traffic.
+  std::vector<LayerGemm> gemms{};
+  double attention_flops_per_sample = 0.0;
+  double elementwise_bytes_per_sample = 0.0;
 };
 
 struct EvalSums {

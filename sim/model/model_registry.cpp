@@ -23,6 +23,13 @@ const std::vector<ModelEntry>& model_registry() {
        make_transformer_preset},
       {"llama-7b", "timing-only shape preset: LLaMA-7B, 6.74B parameters, 32 layers, d 4096, context 2048",
        make_transformer_preset},
+      {"mpt-125m", "timing-only shape preset: MosaicML MPT-125M, 12 layers, d 768, vocab 50368, context 2048",
+       make_transformer_preset},
+      {"mpt-350m", "timing-only shape preset: MPT-350M, 24 layers, d 1024, context 2048", make_transformer_preset},
+      {"mpt-760m", "timing-only shape preset: MPT-760M, 24 layers, d 1536, context 2048", make_transformer_preset},
+      {"mpt-1b", "timing-only shape preset: MPT-1B, 24 layers, d 2048, context 2048", make_transformer_preset},
+      {"mpt-3b", "timing-only shape preset: MPT-3B, 32 layers, d 2560, context 2048", make_transformer_preset},
+      {"mpt-7b", "timing-only shape preset: MPT-7B, 32 layers, d 4096, context 2048", make_transformer_preset},
   };
   return kModels;
 }

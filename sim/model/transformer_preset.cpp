@@ -21,10 +21,18 @@ struct PresetShape {
 
 // GPT-2: Radford et al. 2019, HF configs (n_embd 768/1600, n_layer 12/48, n_head 12/25, n_ctx 1024, vocab 50257).
 // LLaMA-7B: Touvron et al. 2023 (dim 4096, 32 layers, 32 heads, FFN 11008, vocab 32000, context 2048).
+// MPT (MosaicML llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_layers, n_heads, expansion_ratio 4,
+// vocab_size 50368, max_seq_len 2048; GPT-2's structure: learned positions, LayerNorm, biases, GELU, tied head).
 constexpr PresetShape kPresets[] = {
     {"gpt2-small", 12, 768, 12, 3072, 50257, 1024, true},
     {"gpt2-xl", 48, 1600, 25, 6400, 50257, 1024, true},
     {"llama-7b", 32, 4096, 32, 11008, 32000, 2048, false},
+    {"mpt-125m", 12, 768, 12, 3072, 50368, 2048, true},
+    {"mpt-350m", 24, 1024, 16, 4096, 50368, 2048, true},
+    {"mpt-760m", 24, 1536, 12, 6144, 50368, 2048, true},
+    {"mpt-1b", 24, 2048, 16, 8192, 50368, 2048, true},
+    {"mpt-3b", 32, 2560, 20, 10240, 50368, 2048, true},
+    {"mpt-7b", 32, 4096, 32, 16384, 50368, 2048, true},
 };
 
 class TransformerPreset final : public Model {
@@ -71,14 +79,37 @@ class TransformerPreset final : public Model {
       const double flops_token = 2.0 * matrix + 4.0 * static_cast<double>(seq_) * d;
       // Activations per token of one block in 16-bit storage (Korthikanti et al. 2022): d (34 + 5 heads seq / d).
       const double act_token = static_cast<double>(d) * (34.0 + 5.0 * s.heads * static_cast<double>(seq_) / d);
-      layers_.push_back({begin, off, flops_token * seq_, act_token * seq_, 12.0});
+      LayerCost lc{begin, off, flops_token * seq_, act_token * seq_, 12.0};
+      // For the price (cost_model.h): the GEMMs by shape (rows = tokens), the fused (FlashAttention-style) causal
+      // attention's executed FLOPs (half of QK^T + AV: the masked blocks are skipped), and the memory-bound traffic
+      // per token in 16-bit elements (2 bytes): two norms (read d, write d each), two residual adds (read 2d, write
+      // d), the q/k/v rearrangement for the attention kernel (read and write 3d), and the MLP's activation: GELU on
+      // d_ff (read and write), or LLaMA's SwiGLU (read 2 d_ff, write d_ff) plus rotary on q and k (read and write 2d).
+      const double sq = static_cast<double>(seq_), dd = static_cast<double>(d), ff = static_cast<double>(s.d_ff);
+      lc.gemms = {{sq, 3.0 * dd, dd}, {sq, dd, dd}};
+      if (s.gpt2) {
+        lc.gemms.push_back({sq, ff, dd});
+      } else {
+        lc.gemms.push_back({sq, ff, dd});
+        lc.gemms.push_back({sq, ff, dd});
+      }
+      lc.gemms.push_back({sq, dd, ff});
+      lc.attention_flops_per_sample = 0.5 * 4.0 * sq * dd * sq;
+      const double elems = 4.0 * dd + 6.0 * dd + 6.0 * dd + (s.gpt2 ? 2.0 * ff : 3.0 * ff + 4.0 * dd);
+      lc.elementwise_bytes_per_sample = 2.0 * elems * sq;
+      layers_.push_back(lc);
     }
     const size_t head_begin = off;
     add("norm_f.weight", {d});
     if (s.gpt2) add("norm_f.bias", {d});
     if (!s.gpt2) add("lm_head.weight", {s.vocab, d});
-    // The output projection onto the vocabulary: 2 d V per token (tied to embed.tokens in GPT-2).
-    layers_.push_back({head_begin, off, 2.0 * d * s.vocab * seq_, 4.0 * static_cast<double>(s.vocab) * seq_, 3.0});
+    // The output projection onto the vocabulary: 2 d V per token (tied to embed.tokens in GPT-2). Its memory-bound
+    // traffic is the loss: the 16-bit logits cast to fp32 (read 2V, write 4V) and log-softmax (read and write 4V),
+    // 10 V bytes a token forward (backward twice: the softmax gradient and its cast back).
+    LayerCost head{head_begin, off, 2.0 * d * s.vocab * seq_, 4.0 * static_cast<double>(s.vocab) * seq_, 3.0};
+    head.gemms = {{static_cast<double>(seq_), static_cast<double>(s.vocab), static_cast<double>(d)}};
+    head.elementwise_bytes_per_sample = 10.0 * static_cast<double>(s.vocab) * seq_;
+    layers_.push_back(head);
   }
 
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }

@@ -399,6 +399,19 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
         bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
       }
       j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
+      // nccl-tests' algbw and busbw of the step's collectives on the modeled clock: their NCCL bytes and wire bytes
+      // over their time (rank 0's first step; chains with a collective only).
+      double coll_bytes = 0.0, coll_wire = 0.0, coll_s = 0.0;
+      for (const CommChain& c : r.modeled_chains)
+        if (c.has_collective && c.comm_s > 0) {
+          coll_bytes += c.bytes;
+          coll_wire += c.wire_bytes;
+          coll_s += c.comm_s;
+        }
+      if (coll_s > 0) {
+        j["communication"]["algbw_GBps"] = coll_bytes / coll_s / 1e9;
+        j["communication"]["busbw_GBps"] = coll_wire / coll_s / 1e9;
+      }
     }
     double modeled_s = r.series.empty() ? 0.0 : r.series.back().modeled_s;
     j["throughput"]["modeled_samples_per_s"] = modeled_s > 0 ? num(r.samples_trained / modeled_s) : json(nullptr);

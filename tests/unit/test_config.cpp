@@ -640,8 +640,9 @@ TEST(ConfigErrors, MeasureErrorUnderNoCompressionIsRefusedOrNoted) {
                   .notes.empty());
   // The three fields QA named as lacking the doc prefix: refused under another kind with the same wording.
   auto seq = issues_of(kGood, {"model.sequence_length=128"});
-  EXPECT_TRUE(has_issue(seq, "model.sequence_length", "only applies when model.kind is \"gpt2-small\", \"gpt2-xl\" or "
-                                                     "\"llama-7b\" (it is \"mlp\")")) << dump_issues(seq);
+  EXPECT_TRUE(has_issue(seq, "model.sequence_length", "only applies when model.kind is \"gpt2-small\", \"gpt2-xl\", "
+                                                     "\"llama-7b\", \"mpt-125m\"")) << dump_issues(seq);
+  EXPECT_TRUE(has_issue(seq, "model.sequence_length", "or \"mpt-7b\" (it is \"mlp\")")) << dump_issues(seq);
   auto ef = issues_of(head + R"("compression": {"kind": "dgc", "error_feedback": true}})");
   EXPECT_TRUE(has_issue(ef, "compression.error_feedback", "only applies when compression.kind is \"fp16\"")) << dump_issues(ef);
 }

@@ -280,7 +280,7 @@ TEST(DelayedAllReduceClock, ExposedCommunicationFallsWithStaleness) {
     exposed.push_back(r.modeled_exposed_s[0][1]);
     const double C = step_compute_s(r.modeled_steps[0][1]);
     if (s == 0) {
-      ASSERT_GT(D, 2.0 * C) << "the configuration is communication-heavy";
+      ASSERT_GT(D, 1.2 * C) << "the configuration is communication-heavy (the stream bound D - C is well above 0)";
       EXPECT_GT(exposed[0], D - C) << "the synchronous step exposes more than the stream bound";
     } else {
       EXPECT_NEAR(exposed.back(), std::max(0.0, D - C), 1e-9 * D) << "s=" << s;

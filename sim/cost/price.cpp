@@ -1,0 +1,155 @@
+// `gradsweep price` (price.h): sizes, data types and the nccl-tests-shaped table of the modeled collectives.
+#include "sim/cost/price.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+
+namespace gs {
+
+double parse_size_bytes(const std::string& text, const std::string& what) {
+  std::string t = text;
+  double mult = 1.0;
+  if (!t.empty()) {
+    const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
+    if (u == 'K' || u == 'M' || u == 'G' || u == 'T') {
+      mult = u == 'K' ? 1024.0 : u == 'M' ? 1048576.0 : u == 'G' ? 1073741824.0 : 1099511627776.0;
+      t.pop_back();
+    }
+  }
+  char* end = nullptr;
+  const double v = t.empty() ? NAN : std::strtod(t.c_str(), &end);
+  if (t.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || v <= 0)
+    throw Error(fmt::format("{}: expected a size in bytes > 0, optionally with K, M or G (binary, as nccl-tests), "
+                            "got \"{}\"", what, text));
+  return v * mult;
+}
+
+DataType data_type_from_name(const std::string& name) {
+  struct T {
+    const char* names[2];
+    const char* nccl;
+    double bytes;
+  };
+  static const T kTypes[] = {{{"fp32", "float"}, "float", 4},     {{"fp16", "half"}, "half", 2},
+                             {{"bf16", "bfloat16"}, "bfloat16", 2}, {{"fp64", "double"}, "double", 8},
+                             {{"int8", "int8"}, "int8", 1},         {{"uint8", "uint8"}, "uint8", 1},
+                             {{"int32", "int32"}, "int32", 4},      {{"fp8", "fp8_e4m3"}, "f8e4m3", 1}};
+  for (const T& t : kTypes)
+    if (name == t.names[0] || name == t.names[1]) return {t.nccl, t.bytes};
+  throw Error(fmt::format("--dtype: unknown type \"{}\"; expected fp32, fp16, bf16, fp64, fp8, int8, uint8 or int32",
+                          name));
+}
+
+CollectiveKind collective_kind_from_name(const std::string& name) {
+  for (size_t k = 0; k < kCollectiveKindCount; ++k)
+    if (name == kCollectiveKindNames[k]) return static_cast<CollectiveKind>(k);
+  throw Error(fmt::format("--op: unknown collective \"{}\"; expected all_reduce, all_gather, reduce_scatter or "
+                          "broadcast", name));
+}
+
+void parse_size_range(const std::string& text, PriceRequest& r) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i)
+    if (i == text.size() || text[i] == ':') {
+      parts.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  if (parts.empty() || parts.size() > 3)
+    throw Error(fmt::format("--bytes: expected SIZE or MIN:MAX[:FACTOR] (e.g. 1K:8G), got \"{}\"", text));
+  r.min_bytes = parse_size_bytes(parts[0], "--bytes");
+  r.max_bytes = parts.size() > 1 ? parse_size_bytes(parts[1], "--bytes") : r.min_bytes;
+  r.factor = 2.0;
+  if (parts.size() > 2) {
+    char* end = nullptr;
+    r.factor = std::strtod(parts[2].c_str(), &end);
+    if (parts[2].empty() || *end != '\0' || !(r.factor > 1.0) || !std::isfinite(r.factor))
+      throw Error(fmt::format("--bytes: the factor (after the second ':') must be a number > 1, got \"{}\"", parts[2]));
+  }
+  if (r.max_bytes < r.min_bytes)
+    throw Error(fmt::format("--bytes: the largest size {} is below the smallest {}", parts[1], parts[0]));
+}
+
+std::vector<PriceRow> price_rows(const PriceRequest& r) {
+  auto hw = load_hardware_profile(r.hardware);
+  const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  if (ranks < 2)
+    throw Error(fmt::format("--ranks: a collective needs at least 2 ranks (profile \"{}\" has {} GPU{}; give --ranks)",
+                            hw->name, hw->gpus_per_node, hw->gpus_per_node == 1 ? "" : "s"));
+  CollectiveModel m(*hw, ranks);
+  if (r.algo && !m.available(r.op, *r.algo))
+    throw Error(fmt::format("--algo {}: NCCL has no {} {} on hardware profile \"{}\"{}",
+                            kNcclAlgoNames[static_cast<size_t>(*r.algo)], kNcclAlgoNames[static_cast<size_t>(*r.algo)],
+                            kCollectiveKindNames[static_cast<size_t>(r.op)], hw->name,
+                            *r.algo == NcclAlgo::kNvls ? " (fabric.nvls false: no NVLink SHARP)"
+                                                       : " (tree serves all_reduce only)"));
+  std::vector<PriceRow> rows;
+  for (double s = r.min_bytes; s <= r.max_bytes * (1 + 1e-12); s *= r.factor) {
+    PriceRow row;
+    // nccl-tests: count = bytes / type size (all-gather and reduce-scatter print the per-rank count).
+    double count = std::floor(s / r.dtype.bytes);
+    if (count < 1) count = 1;
+    row.bytes = count * r.dtype.bytes;
+    const bool per_rank = r.op == CollectiveKind::kAllGather || r.op == CollectiveKind::kReduceScatter;
+    row.count = per_rank ? std::floor(count / ranks) : count;
+    row.cost = r.algo ? m.with_algo(r.op, row.bytes, *r.algo) : m.best(r.op, row.bytes);
+    rows.push_back(row);
+    if (rows.size() > 10000) throw Error("--bytes: more than 10000 sizes; use a larger factor");
+  }
+  return rows;
+}
+
+std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows) {
+  auto hw = load_hardware_profile(r.hardware);
+  const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  std::string out = fmt::format("# gradsweep price: {} on {} ranks of {} ({}), modeled clock; algorithm: {}\n",
+                                kCollectiveKindNames[static_cast<size_t>(r.op)], ranks, hw->name, hw->gpu,
+                                r.algo ? kNcclAlgoNames[static_cast<size_t>(*r.algo)] : "NCCL's choice");
+  out += "#\n";
+  out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}  {:<5} {:<6} {}\n", "size", "count", "type",
+                     "redop", "root", "time", "algbw", "busbw", "algo", "proto", "from");
+  out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}\n", "(B)", "(elements)", "", "", "", "(us)",
+                     "(GB/s)", "(GB/s)");
+  const char* redop = r.op == CollectiveKind::kAllReduce || r.op == CollectiveKind::kReduceScatter ? "sum" : "none";
+  const int root = r.op == CollectiveKind::kBroadcast ? 0 : -1;
+  for (const PriceRow& row : rows) {
+    const CollectiveCost& c = row.cost;
+    out += fmt::format(" {:>12.0f} {:>13.0f} {:>9} {:>7} {:>7} {:>10.2f} {:>8.2f} {:>8.2f}  {:<5} {:<6} {}\n", row.bytes,
+                       row.count, r.dtype.nccl_name, redop, root, c.time_s * 1e6, c.algbw_GBps, c.busbw_GBps,
+                       kNcclAlgoNames[static_cast<size_t>(c.algo)], kNcclProtoNames[static_cast<size_t>(c.proto)],
+                       kCostSourceNames[static_cast<size_t>(c.source)]);
+  }
+  return out;
+}
+
+nlohmann::json price_json(const PriceRequest& r, const std::vector<PriceRow>& rows) {
+  auto hw = load_hardware_profile(r.hardware);
+  nlohmann::json j;
+  j["hardware"] = hw->name;
+  j["profile_file"] = hw->file;
+  j["op"] = kCollectiveKindNames[static_cast<size_t>(r.op)];
+  j["ranks"] = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  j["algorithm_forced"] = r.algo ? nlohmann::json(kNcclAlgoNames[static_cast<size_t>(*r.algo)]) : nlohmann::json();
+  j["type"] = r.dtype.nccl_name;
+  nlohmann::json out = nlohmann::json::array();
+  for (const PriceRow& row : rows) {
+    const CollectiveCost& c = row.cost;
+    out.push_back({{"size_bytes", row.bytes},
+                   {"count", row.count},
+                   {"time_us", c.time_s * 1e6},
+                   {"algbw_GBps", c.algbw_GBps},
+                   {"busbw_GBps", c.busbw_GBps},
+                   {"algorithm", kNcclAlgoNames[static_cast<size_t>(c.algo)]},
+                   {"protocol", kNcclProtoNames[static_cast<size_t>(c.proto)]},
+                   {"from", kCostSourceNames[static_cast<size_t>(c.source)]}});
+  }
+  j["rows"] = out;
+  return j;
+}
+
+}  // namespace gs

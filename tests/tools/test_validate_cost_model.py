@@ -1,0 +1,62 @@
+"""tools/validate_cost_model.py: the published figures it compares with name their sources, docs/cost-model.md's
+validation section is its output, and the modeled clock meets the targets on the held-out points (the published
+figures are the expected values; the fitted points are not counted)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "validate_cost_model.py"
+DATA = REPO / "tools" / "data" / "published_figures.json"
+BIN = Path(os.environ.get("GRADSWEEP_BIN", REPO / "build" / "gradsweep"))
+
+sys.path.insert(0, str(REPO / "tools"))
+
+
+def test_every_figure_names_a_source_with_repository_path_and_commit():
+    data = json.loads(DATA.read_text())
+    sources = data["sources"]
+    for s in sources.values():
+        assert s["repository"] and len(s["commit"]) == 40 and s["setup"]
+    roles = set()
+    for c in data["collectives"]:
+        assert c["source"] in sources
+        for size, busbw, role in c["points"]:
+            assert size > 0 and busbw > 0
+            roles.add(role)
+    for e in data["end_to_end"]:
+        assert e["source"] in sources and e["differences"] and e["adjustment"] and e["table"] and e["row"]
+        roles.add(e["role"])
+    assert roles == {"fit", "held-out", "other-source"}
+    # At least 8 all-reduce points over the size range on two GPU generations, and 3 end-to-end model sizes.
+    held = {c["hardware"] for c in data["collectives"] if any(p[2] == "held-out" for p in c["points"])}
+    assert {"h100-sxm-8", "a100-sxm-8"} <= held
+    assert len({e["model"] for e in data["end_to_end"] if e["role"] == "held-out"}) >= 3
+
+
+@pytest.fixture(scope="module")
+def markdown():
+    if not BIN.exists():
+        pytest.skip(f"{BIN} not built")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--binary", str(BIN), "--markdown", "--analytic"],
+                       capture_output=True, text=True, check=False, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_docs_validation_section_is_the_scripts_output(markdown):
+    import validate_cost_model
+    assert validate_cost_model.doc_section(str(REPO / "docs" / "cost-model.md")) == markdown, (
+        "docs/cost-model.md is stale: run tools/validate_cost_model.py --update-doc")
+
+
+def test_targets_are_met_on_the_held_out_points(markdown):
+    section = markdown.split("Targets on held-out points")[1].split("Targets on other sources")[0]
+    lines = [l for l in section.splitlines() if l.startswith("- ")]
+    assert len(lines) == 4
+    for l in lines:
+        assert ": met (" in l, l

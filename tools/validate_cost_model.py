@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Compare the modeled clock with published measurements and print its error against the targets.
+
+Inputs: tools/data/published_figures.json (every figure with its source: repository, path, commit, table) and the
+gradsweep binary. Collectives are priced with `gradsweep price --json`; end-to-end rows run a timing-only scenario
+built from the row (model preset, micro-batch, accumulation, precision, 8 ranks) and compare tokens/s per GPU.
+
+Each point has a role: "fit" (the profile carries it or was fitted to it: shown, not counted), "held-out" (the
+same source's other points: the targets are judged on these) and "other-source" (other machines and NCCL versions:
+shown and summarized separately). --analytic also prices every all-reduce point without the profile's curve (the
+fallback a profile without measurements gets).
+
+Usage: tools/validate_cost_model.py [--binary build/gradsweep] [--markdown] [--analytic] [--check] [--update-doc]
+  --markdown    the tables as Markdown (docs/cost-model.md's validation section is this output, with --analytic)
+  --update-doc  write that Markdown between the markers of docs/cost-model.md's validation section
+  --check       exit 1 when a target is not met on the held-out points
+"""
+import contextlib
+import io
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_lib  # noqa: E402  (tools/report_lib.py: every JSON file the tools read goes through it)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tools", "data", "published_figures.json")
+
+TARGETS = {
+    "busbw": ("all-reduce busbw, 1 MiB to 8 GiB, both GPU generations", 0.10),
+    "small": ("small-message time (<= 64 KiB)", 0.20),
+    "e2e": ("end-to-end throughput, every compared model", 0.15),
+    "median": ("median error over all points", 0.07),
+}
+SMALL_MAX = 64 * 1024
+BUSBW_MIN = 1024 * 1024
+
+
+def size_text(b):
+    for unit, v in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= v and b % v == 0:
+            return f"{b // v}{unit}"
+    return str(b)
+
+
+def price(binary, hardware, op, ranks, sizes, algo=None):
+    """{size: row} from gradsweep price --json: one call over the sizes' range at factor 2, then one call for each
+    size that range does not hold."""
+    def call(spec):
+        cmd = [binary, "price", "--hardware", hardware, "--op", op, "--ranks", str(ranks), "--bytes", spec, "--json"]
+        if algo and algo != "default":
+            cmd += ["--algo", algo]
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"validate_cost_model: {' '.join(cmd)} failed: {r.stderr.strip()}")
+        return {int(row["size_bytes"]): row for row in json.loads(r.stdout)["rows"]}
+
+    out = call(f"{min(sizes)}:{max(sizes)}:2")
+    for s in sizes:
+        if s not in out:
+            out.update(call(f"{s}:{s}"))
+    return {s: out[s] for s in sizes}
+
+
+def profile_without_curves(hardware, tmp):
+    """A copy of a built-in profile with no measured curve (the analytic fallback), as a file path."""
+    src = os.path.join(ROOT, "scenarios", "hardware", hardware + ".json")
+    p = report_lib.load_json(src)
+    p.pop("collectives", None)
+    path = os.path.join(tmp, hardware + "-analytic.json")
+    with open(path, "w") as f:
+        json.dump(p, f)
+    return path
+
+
+def collective_rows(binary, data, analytic, tmp):
+    rows = []
+    for c in data["collectives"]:
+        sizes = [int(p[0]) for p in c["points"]]
+        priced = price(binary, c["hardware"], c["op"], c["ranks"], sizes, c.get("algo"))
+        fallback = {}
+        if analytic and c.get("algo", "default") == "default":
+            fallback = price(binary, profile_without_curves(c["hardware"], tmp), c["op"], c["ranks"], sizes)
+        for s, busbw, role in c["points"]:
+            s = int(s)
+            row = priced[s]
+            factor = 2.0 * (c["ranks"] - 1) / c["ranks"] if c["op"] == "all_reduce" else 1.0
+            published_us = s * factor / (busbw * 1e3)
+            small = s <= SMALL_MAX
+            kind = "small" if small else ("busbw" if s >= BUSBW_MIN else "mid")
+            # Small messages are compared by time (latency), the rest by busbw.
+            if small:
+                pub, mod, unit = published_us, row["time_us"], "us"
+            else:
+                pub, mod, unit = busbw, row["busbw_GBps"], "GB/s"
+            r = {"group": f"{c['op']} {c.get('algo', 'default')}", "hardware": c["hardware"], "what": size_text(s),
+                 "kind": kind, "published": pub, "modeled": mod, "unit": unit, "role": role,
+                 "source": c["source"], "from": row["from"], "algo": f"{row['algorithm']}/{row['protocol']}"}
+            r["error"] = (mod - pub) / pub
+            if s in fallback:
+                fb = fallback[s]["time_us"] if small else fallback[s]["busbw_GBps"]
+                r["analytic_error"] = (fb - pub) / pub
+            rows.append(r)
+    return rows
+
+
+def e2e_rows(binary, data, tmp):
+    rows = []
+    for e in data.get("end_to_end", []):
+        scenario = {
+            "name": "validate_" + e["id"].replace("-", "_"),
+            "model": {"kind": e["model"], "sequence_length": e["sequence_length"]},
+            "data": {"kind": "none", "batch_per_rank": e["micro_batch"]},
+            "cluster": {"ranks": e["ranks"], "hardware": e["hardware"]},
+            "precision": {"mode": e["precision"]},
+            "training": {"mode": "timing", "steps": 3, "accumulation_steps": e["accumulation_steps"],
+                         "optimizer": {"kind": "adamw", "lr": 1e-4}},
+            "sync": {"kind": "allreduce"},
+        }
+        path = os.path.join(tmp, e["id"] + ".json")
+        with open(path, "w") as f:
+            json.dump(scenario, f)
+        out = os.path.join(tmp, "out_" + e["id"])
+        r = subprocess.run([binary, "run", path, "--out", out, "--quiet"], capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"validate_cost_model: the run of {e['id']} failed: {r.stderr.strip()}")
+        run = report_lib.load_report(os.path.join(out, "report.json"))["runs"][0]
+        step_s = run["timing"]["modeled"]["step"]["all"]["p50_ms"] / 1e3
+        tokens = e["micro_batch"] * e["accumulation_steps"] * e["sequence_length"]
+        modeled = tokens / step_s
+        pub = e["published_tokens_per_s_per_gpu"]
+        rows.append({"group": "end-to-end", "hardware": e["hardware"], "what": e["model"], "kind": "e2e",
+                     "published": pub, "modeled": modeled, "unit": "tokens/s/GPU", "role": e["role"],
+                     "source": e["source"], "error": (modeled - pub) / pub, "from": "run", "algo": "",
+                     "step_s": step_s})
+    return rows
+
+
+def judge(rows, role):
+    """Each target: (met, worst |error|, count) over the rows of that role."""
+    sel = [r for r in rows if r["role"] == role]
+    out = {}
+    busbw = [abs(r["error"]) for r in sel if r["kind"] == "busbw"]
+    gens = {r["hardware"].split("-")[0] for r in sel if r["kind"] == "busbw"}
+    small = [abs(r["error"]) for r in sel if r["kind"] == "small"]
+    e2e = [abs(r["error"]) for r in sel if r["kind"] == "e2e"]
+    allp = [abs(r["error"]) for r in sel]
+    if busbw:
+        out["busbw"] = (max(busbw) <= TARGETS["busbw"][1] and {"h100", "a100"} <= gens, max(busbw), len(busbw))
+    if small:
+        out["small"] = (max(small) <= TARGETS["small"][1], max(small), len(small))
+    if e2e:
+        out["e2e"] = (max(e2e) <= TARGETS["e2e"][1], max(e2e), len(e2e))
+    if allp:
+        med = statistics.median(allp)
+        out["median"] = (med < TARGETS["median"][1], med, len(allp))
+    return out
+
+
+def fmt_num(v):
+    return f"{v:.0f}" if abs(v) >= 1000 else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
+
+
+def print_tables(rows, data, markdown, analytic):
+    sources = data["sources"]
+    if markdown:
+        hdr = "| figure | hardware | size / model | published | modeled | error | role | source |"
+        if analytic:
+            hdr = hdr[:-len(" source |")] + " no-curve error | source |"
+        print(hdr)
+        print("|" + "---|" * (hdr.count("|") - 1))
+    else:
+        print(f"{'figure':<20} {'hardware':<11} {'size/model':<10} {'published':>11} {'modeled':>11} {'unit':<13} "
+              f"{'error':>7}  {'role':<12} {'from':<9} source")
+    for r in rows:
+        src = sources[r["source"]]
+        where = f"{src['repository']} {src.get('path', '')}@{src['commit'][:7]}"
+        if markdown:
+            line = (f"| {r['group']} | {r['hardware']} | {r['what']} | {fmt_num(r['published'])} {r['unit']} | "
+                    f"{fmt_num(r['modeled'])} | {100 * r['error']:+.1f}% | {r['role']} |")
+            if analytic:
+                line += f" {100 * r['analytic_error']:+.1f}% |" if "analytic_error" in r else " |"
+            print(line + f" {r['source']} |")
+        else:
+            print(f"{r['group']:<20} {r['hardware']:<11} {r['what']:<10} {fmt_num(r['published']):>11} "
+                  f"{fmt_num(r['modeled']):>11} {r['unit']:<13} {100 * r['error']:>+6.1f}%  {r['role']:<12} "
+                  f"{r['from']:<9} {r['source']}")
+
+
+def print_sources(rows, data, markdown):
+    used = []
+    for r in rows:
+        if r["source"] not in used:
+            used.append(r["source"])
+    print()
+    print("Sources:" if not markdown else "**Sources** (each figure's `source` in tools/data/published_figures.json):")
+    print()
+    for key in used:
+        s = data["sources"][key]
+        where = f"{s['repository']} `{s.get('path', '')}` at {s['commit'][:12]}"
+        print(f"{'- ' if markdown else '  '}{'`' + key + '`' if markdown else key}: {where}; {s['setup']}")
+    for e in data.get("end_to_end", [])[:1]:
+        print(f"{'- ' if markdown else '  '}end-to-end rows: published setup vs modeled: {e['differences']}. "
+              f"Adjustment: {e['adjustment']}.")
+
+
+def print_targets(rows, markdown):
+    ok_all = True
+    for role, title in (("held-out", "held-out points of the fitted sources (the targets)"),
+                        ("other-source", "other sources (other machines, NCCL versions; not fitted)")):
+        res = judge(rows, role)
+        if not res:
+            continue
+        print()
+        print(f"{'**' if markdown else ''}Targets on {title}{'**' if markdown else ''}:")
+        print()
+        for key, (text, limit) in TARGETS.items():
+            if key not in res:
+                continue
+            met, worst, n = res[key]
+            what = "median" if key == "median" else "largest |error|"
+            line = (f"{'- ' if markdown else '  '}{text}: {'met' if met else 'NOT met'} "
+                    f"({what} {100 * worst:.1f}% over {n} points, target {'<' if key == 'median' else '<='} "
+                    f"{100 * limit:.0f}%)")
+            print(line)
+            if role == "held-out" and not met:
+                ok_all = False
+    return ok_all
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", default=os.environ.get("GRADSWEEP_BIN", os.path.join(ROOT, "build", "gradsweep")))
+    ap.add_argument("--data", default=DATA)
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--analytic", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--no-e2e", action="store_true", help="collectives only (fast)")
+    ap.add_argument("--update-doc", action="store_true")
+    args = ap.parse_args()
+    if args.update_doc:
+        args.markdown = args.analytic = True
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = run(args)
+        replace_doc_section(DOC, buf.getvalue())
+        return code
+    return run(args)
+
+
+DOC = os.path.join(ROOT, "docs", "cost-model.md")
+BEGIN, END = "<!-- validate_cost_model.py begin -->", "<!-- validate_cost_model.py end -->"
+
+
+def doc_section(path):
+    """The text between the markers of docs/cost-model.md (what --update-doc wrote)."""
+    with open(path) as f:
+        text = f.read()
+    return text[text.index(BEGIN) + len(BEGIN) + 1:text.index(END)]
+
+
+def replace_doc_section(path, body):
+    with open(path) as f:
+        text = f.read()
+    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text[:a] + "\n" + body + text[b:])
+    os.replace(tmp, path)
+
+
+def run(args):
+    data = report_lib.load_json(args.data)
+    with tempfile.TemporaryDirectory(prefix="gs_validate_") as tmp:
+        rows = collective_rows(args.binary, data, args.analytic, tmp)
+        if not args.no_e2e:
+            rows += e2e_rows(args.binary, data, tmp)
+    print_tables(rows, data, args.markdown, args.analytic)
+    print_sources(rows, data, args.markdown)
+    ok = print_targets(rows, args.markdown)
+    if args.analytic:
+        an = [abs(r["analytic_error"]) for r in rows if "analytic_error" in r and r["role"] != "fit"]
+        if an:
+            print()
+            print(f"{'- ' if args.markdown else '  '}without the curves (the analytic model with the fitted latency "
+                  f"scale and launch): median |error| {100 * statistics.median(an):.1f}%, largest "
+                  f"{100 * max(an):.1f}% over {len(an)} all-reduce points")
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
