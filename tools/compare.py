@@ -325,6 +325,9 @@ def table(rows, reports, fmt):
         return csv_text(csv_header + ["speedup_basis"], csv_rows)
     text = markdown(header, md_rows, right)
     footnotes = [FOOTNOTES[k] for k in FOOTNOTES if k in notes]
+    # Each skipped run with its reason (the GPU or host memory estimate and what would fit), one line each.
+    footnotes += [f"skipped: {row.id}: {row.run.get('message') or 'no reason given'}" for row in rows
+                  if row.run.get("disposition") == "skipped"]
     return text + ("\n" + "\n".join(footnotes) + "\n" if footnotes else "")
 
 

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,8 +24,10 @@
 #include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
 #include "sim/model/model.h"
+#include "sim/report/file_io.h"
 #include "sim/report/report.h"
 #include "sim/app/memory.h"
+#include "sim/report/timeline.h"
 #include "sim/runtime/rank_loop.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -391,11 +395,14 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
     json memory = nullptr;
     RunResult res;
-    // Timing-only runs hold no model, data or buffers, but still every rank's per-step records.
+    // Timing-only runs hold no model, data or buffers, but still every rank's per-step records. Then the GPU side:
+    // does the run fit one GPU of the modeled node (timing-only runs too)?
     {
       int64_t num_params = 0;
+      std::unique_ptr<Model> model;
       try {
-        if (run_does_arithmetic(spec.config)) num_params = static_cast<int64_t>(make_model(spec.config)->num_params());
+        model = make_model(spec.config);
+        if (run_does_arithmetic(spec.config)) num_params = static_cast<int64_t>(model->num_params());
       } catch (const std::exception&) {
         // run_training reports the model's error as a failed run
       }
@@ -403,6 +410,12 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
       memory = estimate_run_memory(spec.config, num_params).to_json();
       memory["available_bytes"] = available ? json(*available) : json(nullptr);
       if (available) res.message = memory_skip_reason(spec.config, num_params, *available);
+      memory["gpu"] = nullptr;
+      if (model) {
+        const GpuMemoryEstimate gpu = estimate_gpu_memory(spec.config, *model);
+        memory["gpu"] = gpu.to_json();
+        if (res.message.empty() && !gpu.fits()) res.message = gpu_memory_skip_reason(spec.config, *model);
+      }
     }
     if (res.message.empty()) {
       res = run_training(spec.config, hooks);
@@ -412,9 +425,25 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     json run = res.disposition == "skipped" ? run_stub_json(spec, res.disposition, res.message) : run_to_json(spec, res);
     run["memory"] = memory;
     try {
+      // report.timeline: the modeled clock as a trace-event file beside the report, written before the journal entry
+      // that names it; one that cannot be written stops the sweep as the report would.
+      run["timeline"] = nullptr;
+      if (spec.config.report.timeline && !res.modeled_steps.empty() && !res.modeled_steps[0].empty()) {
+        const std::string name = timeline_file_name(spec.id, spec.index);
+        const TimelineText t = timeline_text(spec.id, res);
+        if (file_ops().mkdirs(dir + "/timeline") != 0)
+          throw ReportIoError("cannot create the timeline folder " + dir + "/timeline: " + std::strerror(errno));
+        write_file_atomic(dir + "/timeline/" + name, t.text);
+        run["timeline"] = {{"file", "timeline/" + name},
+                           {"ranks", res.modeled_steps.size()},
+                           {"steps", res.modeled_steps[0].size()},
+                           {"slices", t.slices},
+                           {"bytes", t.text.size()}};
+      }
       writer.add(run);
     } catch (const ReportIoError&) {
-      // The journal cannot take the run (disk full): keep report.json as current as the disk allows, then stop.
+      // The journal (or the run's timeline) cannot take the run (disk full): keep report.json as current as the disk
+      // allows, then stop.
       try {
         writer.flush();
       } catch (const ReportIoError&) {

@@ -11,9 +11,13 @@
 
 #include <fmt/format.h>
 
+#include "kernels/compress.h"
+#include "sim/compress/compressor.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/core/clock.h"
+#include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/strategy/strategy.h"
 
 namespace gs {
 namespace {
@@ -248,6 +252,238 @@ std::string memory_skip_reason(const RunConfig& c, int64_t num_params, int64_t a
   }
   return fmt::format("needs an estimated {} ({}) but {} is available; {}", gib(e.total_bytes()), parts, gib(available),
                      hint);
+}
+
+
+// ---- GPU memory of the modeled node ----------------------------------------------------------------------------------
+
+namespace {
+
+int state_buffers(const OptimizerConfig& o) { return o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2; }
+
+// Bytes of one activation value: 16-bit modes keep their activations in the format (fp8_mixed: its non-GEMM tensors
+// in bf16), fp32 and tf32 in fp32.
+double activation_element_bytes(const std::string& mode) { return mode == "fp32" || mode == "tf32" ? 4.0 : 2.0; }
+
+// The compressor's buffers on one rank, from its wire format (sim/compress/*.cpp) and the bucket layout, without the
+// gradient's values: its own payload for the whole gradient, and for gather compressors the ranks' gathered payloads
+// (every bucket's, as they may all be in flight while backward overlaps). PowerSGD: P and Q of every matrix (the
+// all-reduced payload) and the warm-start Q kept across steps. threshold keeps a value-dependent count: bounded by
+// every value kept (8 bytes each); dgc by its step-0 warm-up density.
+int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
+  const auto& cp = c.compression;
+  if (cp.kind == "none") return 0;
+  const auto n = static_cast<double>(model.num_params());
+  const double N = static_cast<double>(c.cluster.ranks);
+  if (cp.kind == "fp16" || cp.kind == "bf16") return static_cast<int64_t>(2.0 * n);
+  if (cp.kind == "fp8_e4m3" || cp.kind == "fp8_e5m2") return static_cast<int64_t>(n);
+  if (cp.kind == "powersgd") {
+    double pq = 0.0, q = 0.0, dense = 0.0;
+    const auto r = static_cast<double>(cp.rank);
+    for (const TensorInfo& t : model.tensors()) {
+      if (t.shape.size() < 2 || t.count == 0) {
+        dense += static_cast<double>(t.count);
+        continue;
+      }
+      const auto rows = static_cast<double>(t.shape[0]), cols = static_cast<double>(t.count) / rows;
+      if ((rows + cols) * r >= rows * cols) {
+        dense += static_cast<double>(t.count);
+        continue;
+      }
+      pq += (rows + cols) * r;
+      q += cols * r;
+    }
+    return static_cast<int64_t>(4.0 * (pq + q + dense));
+  }
+  std::vector<Bucket> buckets = {{0, model.num_params()}};
+  if (!(cp.kind == "topk" && cp.scope == "model"))
+    buckets = make_buckets(model.tensors(), static_cast<size_t>(c.sync.first_bucket_mb * 1048576.0),
+                           static_cast<size_t>(c.sync.bucket_mb * 1048576.0));
+  double own = 0.0;
+  for (const Bucket& b : buckets) {
+    const size_t m = b.end - b.begin;
+    if (cp.kind == "topk") {
+      own += 8.0 * static_cast<double>(kept_count(m, cp.ratio, cp.k));
+    } else if (cp.kind == "randomk") {
+      own += (cp.shared_indices ? 4.0 : 8.0) * static_cast<double>(kept_count(m, cp.ratio, cp.k));
+    } else if (cp.kind == "threshold") {
+      own += 8.0 * static_cast<double>(m);
+    } else if (cp.kind == "dgc") {
+      const double ratio = cp.warmup_steps > 0 ? std::pow(cp.ratio, 1.0 / static_cast<double>(cp.warmup_steps + 1))
+                                               : cp.ratio;
+      own += 8.0 * static_cast<double>(kept_count(m, ratio, 0));
+    } else if (cp.kind == "qsgd") {
+      own += static_cast<double>(qsgd_encoded_bytes(m, static_cast<int>(cp.levels)));
+    } else if (cp.kind == "terngrad") {
+      own += static_cast<double>(terngrad_encoded_bytes(m));
+    } else if (cp.kind == "signsgd") {
+      own += static_cast<double>(sign_encoded_bytes(m, m));  // room for both planes (zeros)
+    } else if (cp.kind == "onebit") {
+      own += static_cast<double>(onebit_encoded_bytes(m, m));
+    }
+  }
+  const bool gathered = c.sync.kind != "parameter_server";  // the server receives the pushes, not the workers
+  return static_cast<int64_t>(own * (gathered ? 1.0 + N : 1.0));
+}
+
+std::string gib_text(double bytes) { return fmt::format("{:.1f} GiB", bytes / 1073741824.0); }
+
+}  // namespace
+
+int64_t GpuMemoryEstimate::total_bytes() const {
+  return model_states_bytes() + activations_bytes + communication_bytes + compression_bytes + error_feedback_bytes;
+}
+
+json GpuMemoryEstimate::to_json() const {
+  if (!known()) return nullptr;
+  return {{"hardware", hardware},
+          {"gpu", gpu},
+          {"total_bytes", total_bytes()},
+          {"capacity_bytes", capacity_bytes},
+          {"usable_bytes", usable_bytes},
+          {"fits", fits()},
+          {"weights_bytes", weights_bytes},
+          {"master_weights_bytes", master_weights_bytes},
+          {"gradients_bytes", gradients_bytes},
+          {"optimizer_bytes", optimizer_bytes},
+          {"activations_bytes", activations_bytes},
+          {"communication_bytes", communication_bytes},
+          {"compression_bytes", compression_bytes},
+          {"error_feedback_bytes", error_feedback_bytes},
+          {"activations",
+           {{"element_bytes", activation_element_bytes},
+            {"stored_bytes", static_cast<int64_t>(activations.stored_bytes)},
+            {"working_bytes", static_cast<int64_t>(activations.working_bytes)},
+            {"per_block_bytes", static_cast<int64_t>(activations.per_block_bytes)},
+            {"blocks", activations.blocks}}}};
+}
+
+GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
+  GpuMemoryEstimate e;
+  try {
+    const std::string name = c.cluster.hardware == "detect" ? resolve_hardware(c) : c.cluster.hardware;
+    const auto hw = load_hardware_profile(name);
+    e.hardware = hw->name;
+    e.gpu = hw->gpu;
+    e.capacity_bytes = static_cast<int64_t>(hw->memory_capacity_bytes());
+    e.usable_bytes = static_cast<int64_t>(hw->memory_usable_bytes());
+  } catch (const std::exception&) {
+    return e;  // the run reports the profile's error itself
+  }
+  const auto n = static_cast<double>(model.num_params());
+  const std::string& mode = c.precision.mode;
+  const int k = state_buffers(c.training.optimizer);
+  const BytesPerParam bpp = bytes_per_param(parse_precision_mode(mode), k);
+  auto bytes = [](double x) { return static_cast<int64_t>(std::ceil(x)); };
+  const std::string& sync = c.sync.kind;
+  if (sync == "parameter_server") {
+    // A worker holds the pulled parameters (fp32, or the fp16 server's fp16) and their copy in the format it computes
+    // with (mixed modes), and its gradient; the optimizer runs on the server. A co-located shard (sync.dedicated
+    // false) lives on the ranks r < shards: its parameters and optimizer state (the largest shard, on rank 0).
+    const bool fp16_server = mode == "fp16_pure";
+    const double server_param = fp16_server ? 2.0 : 4.0;
+    e.weights_bytes = bytes(n * (server_param + (bpp.master > 0 ? bpp.weights : 0.0)));
+    e.gradients_bytes = bytes(n * bpp.gradients);
+    if (!c.sync.dedicated) {
+      const double shards = static_cast<double>(c.sync.shards > 0 ? c.sync.shards : c.cluster.ranks);
+      const double shard = std::ceil(n / shards);
+      e.master_weights_bytes = bytes(shard * server_param);
+      e.optimizer_bytes = bytes(shard * (fp16_server ? 2.0 : 4.0) * k);
+    }
+    e.communication_bytes = bytes(n * bpp.wire);  // the push buffer
+  } else {
+    e.weights_bytes = bytes(n * bpp.weights);
+    e.master_weights_bytes = bytes(n * bpp.master);
+    e.gradients_bytes = bytes(n * bpp.gradients);
+    if (sync == "allreduce") e.gradients_bytes += bytes(static_cast<double>(c.sync.staleness) * n * bpp.gradients);
+    e.optimizer_bytes = bytes(n * bpp.optimizer_state);
+    // DDP copies the gradient into its bucket buffers (gradient_as_bucket_view=False, PyTorch's default: "the saved
+    // memory size will be equal to the total gradients size" when it is True); local SGD averages the parameters
+    // through the same buckets. One rank alone communicates nothing.
+    if (sync != "independent" && c.cluster.ranks > 1) e.communication_bytes = bytes(n * bpp.wire);
+  }
+  if (c.compression.kind != "none") {
+    e.compression_bytes = compression_buffer_bytes(c, model);
+    if (c.compression.kind == "dgc") e.error_feedback_bytes = bytes(8.0 * n);  // velocity u and accumulation v
+    else if (c.compression.error_feedback) e.error_feedback_bytes = bytes(4.0 * n);
+  }
+  e.activation_element_bytes = activation_element_bytes(mode);
+  e.activations = model.activation_memory(c.data.batch_per_rank, e.activation_element_bytes,
+                                          c.training.activation_checkpointing);
+  e.activations_bytes = bytes(e.activations.total_bytes());
+  return e;
+}
+
+std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
+  const GpuMemoryEstimate e = estimate_gpu_memory(c, model);
+  if (e.fits()) return "";
+  std::string parts;
+  const std::pair<const char*, int64_t> terms[] = {
+      {"weights", e.weights_bytes},           {"master weights", e.master_weights_bytes},
+      {"gradients", e.gradients_bytes},       {"optimizer state", e.optimizer_bytes},
+      {"activations", e.activations_bytes},   {"communication buffers", e.communication_bytes},
+      {"compression buffers", e.compression_bytes}, {"error feedback", e.error_feedback_bytes}};
+  for (const auto& [name, b] : terms)
+    if (b > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, gib_text(static_cast<double>(b)));
+  const double n = static_cast<double>(model.num_params());
+  const auto hw = load_hardware_profile(e.hardware);
+  // The largest micro-batch that fits, the rest unchanged (activations grow with it; nothing else does).
+  auto fits_with = [&](int64_t b, bool ckpt) {
+    RunConfig x = c;
+    x.data.batch_per_rank = b;
+    x.training.activation_checkpointing = ckpt;
+    return estimate_gpu_memory(x, model).fits();
+  };
+  auto largest = [&](bool ckpt) -> int64_t {  // in [1, the configured batch]; 0 when none fits
+    if (!fits_with(1, ckpt)) return 0;
+    int64_t lo = 1, hi = c.data.batch_per_rank;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (fits_with(mid, ckpt)) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  };
+  const bool can_checkpoint = e.activations.blocks > 0 && !c.training.activation_checkpointing;
+  // What checkpointing would let fit: the configured micro-batch, or the largest below it (0: none).
+  std::string with_checkpointing;
+  if (can_checkpoint) {
+    if (fits_with(c.data.batch_per_rank, true))
+      with_checkpointing = "with training.activation_checkpointing true it fits as configured";
+    else if (const int64_t bc = largest(true); bc > 0)
+      with_checkpointing = fmt::format("with training.activation_checkpointing true the largest that fits is {}", bc);
+  }
+  std::string hint;
+  if (const int64_t b = largest(c.training.activation_checkpointing); b > 0) {
+    hint = fmt::format("the largest data.batch_per_rank that fits is {} (training.accumulation_steps keeps the "
+                       "global batch)", b);
+    if (!with_checkpointing.empty()) hint += "; " + with_checkpointing;
+  } else if (!with_checkpointing.empty()) {
+    hint = "no data.batch_per_rank fits without checkpointing; " + with_checkpointing;
+  } else {
+    const double buffers = static_cast<double>(e.communication_bytes + e.compression_bytes + e.error_feedback_bytes);
+    hint = fmt::format("the model states (weights, master weights, gradients, optimizer state) take {} ({:.1f} GB, "
+                       "{:.1f} bytes per parameter){}: no micro-batch fits beside them without sharding the states "
+                       "over the ranks (ZeRO / FSDP, not in this version), a smaller precision.mode or another "
+                       "optimizer",
+                       gib_text(static_cast<double>(e.model_states_bytes())),
+                       static_cast<double>(e.model_states_bytes()) / 1e9,
+                       n > 0 ? static_cast<double>(e.model_states_bytes()) / n : 0.0,
+                       buffers > 0 ? " and the buffers " + gib_text(buffers) : std::string());
+  }
+  // The built-in profiles whose GPU holds it as configured.
+  std::string others;
+  for (const std::string& name : hardware_profile_names()) {
+    if (name == e.hardware) continue;
+    RunConfig x = c;
+    x.cluster.hardware = name;
+    if (estimate_gpu_memory(x, model).fits()) others += (others.empty() ? "" : ", ") + name;
+  }
+  return fmt::format("does not fit one GPU of hardware profile \"{}\" ({}): the GPU memory estimate per rank is {} "
+                     "({:.1f} GB: {}) but {:.0f} GiB x memory.usable_fraction {} = {} is usable (docs/memory.md); {}{}",
+                     e.hardware, e.gpu, gib_text(static_cast<double>(e.total_bytes())),
+                     static_cast<double>(e.total_bytes()) / 1e9, parts, hw->memory_capacity_GiB,
+                     hw->memory_usable_fraction, gib_text(static_cast<double>(e.usable_bytes)), hint,
+                     others.empty() ? "" : "; as configured it fits one GPU of " + others);
 }
 
 }  // namespace gs

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/config/run_config.h"
+#include "sim/model/model.h"
 
 namespace gs {
 
@@ -26,6 +27,43 @@ struct MemoryEstimate {
   int64_t total_bytes() const;
   json to_json() const;  // {"total_bytes", "<component>_bytes"...}
 };
+
+// Bytes per rank on one GPU of the modeled node (cluster.hardware), whatever backend runs the run: the question is
+// whether the configuration fits the GPU it models, not this machine. Formulas and their sources in memory.cpp and
+// docs/memory.md (checked there against DeepSpeed's and Hugging Face's published per-parameter figures and, for
+// the activations, against what PyTorch's autograd saves: tools/torch_activation_memory.py).
+struct GpuMemoryEstimate {
+  std::string hardware;              // the profile's name ("" when it cannot be read: nothing is judged)
+  std::string gpu;                   // its GPU, e.g. "NVIDIA H100 SXM5 80GB"
+  int64_t weights_bytes = 0;         // the weights the model computes with, in the mode's format
+  int64_t master_weights_bytes = 0;  // fp32 master weights of mixed modes; a co-located parameter-server shard
+  int64_t gradients_bytes = 0;       // the gradient (and a delayed update's ring of averaged gradients)
+  int64_t optimizer_bytes = 0;       // momentum / Adam moments (parameter server: of the shard the rank hosts)
+  int64_t activations_bytes = 0;     // one micro-batch's (Model::activation_memory)
+  int64_t communication_bytes = 0;   // DDP's bucket buffers (a copy of the gradient in the wire format), a push buffer
+  int64_t compression_bytes = 0;     // the compressor's payloads (own and gathered) and state (PowerSGD's P, Q)
+  int64_t error_feedback_bytes = 0;  // error-feedback residual (DGC: velocity and accumulation)
+  int64_t capacity_bytes = 0;        // one GPU's memory (memory.capacity_GiB)
+  int64_t usable_bytes = 0;          // capacity x memory.usable_fraction
+  ActivationMemory activations;      // the activations' detail
+  double activation_element_bytes = 4.0;
+  int64_t model_states_bytes() const {
+    return weights_bytes + master_weights_bytes + gradients_bytes + optimizer_bytes;
+  }
+  int64_t total_bytes() const;
+  bool known() const { return !hardware.empty(); }
+  bool fits() const { return !known() || total_bytes() <= usable_bytes; }
+  json to_json() const;  // reports/README.md, "memory.gpu"
+};
+
+// The GPU estimate of one run on config.cluster.hardware ("detect" is resolved; a profile that cannot be read
+// leaves hardware empty).
+GpuMemoryEstimate estimate_gpu_memory(const RunConfig& config, const Model& model);
+
+// "" when the run fits one GPU of its profile; otherwise the skip message: the estimate by component, the capacity
+// and the usable part, and the largest data.batch_per_rank that fits (or that training.activation_checkpointing
+// would let fit, or that the model states alone do not fit), and the built-in profiles whose GPU would hold it.
+std::string gpu_memory_skip_reason(const RunConfig& config, const Model& model);
 
 // Estimate for one run. num_params is the model's parameter count (Model::num_params()).
 MemoryEstimate estimate_run_memory(const RunConfig& config, int64_t num_params);

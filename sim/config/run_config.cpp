@@ -167,6 +167,10 @@ void visit_fields(V& v, RunConfig& c) {
                  .at_most(4294967295.0));
   v(tr.run_timeout_s, F("training.run_timeout_s", "wall-clock limit of one run in seconds: past it the run stops at "
                                                   "the next step boundary as `timeout` (0: none)").at_least(0).at_most(1e7));
+  v(tr.activation_checkpointing,
+    F("training.activation_checkpointing", "gpt2-small, gpt2-xl, llama-7b: keep only each block's input and recompute "
+                                           "the block in the backward (torch.utils.checkpoint per block): GPU "
+                                           "memory estimate and modeled clock (one more forward of every block)"));
 
   auto& sy = c.sync;
   v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)")
@@ -249,6 +253,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(pr.amax_history_len, F("precision.amax_history_len", "fp8_mixed: steps of amax history per tensor (scale = "
                                                          "format max / max of the history)").at_least(1).at_most(1 << 20));
   v(c.report.trace, F("report.trace", "record every rank's parameters after every step (<= 10000 parameters)"));
+  v(c.report.timeline, F("report.timeline", "write the modeled clock of the run as a Chrome trace-event file "
+                                           "(Perfetto, chrome://tracing) in timeline/ beside the report; runs of at "
+                                           "most 50 optimizer steps (docs/profiling.md)"));
 }
 
 // Walks a dotted path into j; nullptr if absent.
@@ -516,6 +523,8 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
       {"model.sequence_length", "model.kind", "mlp",
        {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
+      {"training.activation_checkpointing", "model.kind", "mlp",
+       {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
       {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
@@ -699,8 +708,8 @@ std::vector<json> candidate_values(const FieldInfo& f) {
 // whenever its own inputs are well-typed and free of other problems (`clean(p)`: no mistyped field and no issue at
 // path p or under the prefix p), so a problem elsewhere (a mistyped cluster.ranks, a failing schedule rule) does not
 // hide them. Inputs: model.* (and cluster.ranks for quadratic curvatures per rank), training.mode, compression.k,
-// report.trace; data.kind, data.teacher.*; training.epochs, cluster.ranks, training.accumulation_steps,
-// data.batch_per_rank.
+// report.trace; report.timeline with training.steps, sync.*; data.kind, data.teacher.*; training.epochs,
+// cluster.ranks, training.accumulation_steps, data.batch_per_rank.
 void size_limit_issues(const RunConfig& c, const std::function<bool(const std::string&)>& clean,
                        std::vector<ConfigIssue>& issues) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
@@ -720,6 +729,24 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
       if (clean("report.trace") && c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
         add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
                                         model->num_params()));
+      // report.timeline: per rank and step about 2 slices per micro-batch, 3 per bucket (encode, collective, decode)
+      // and a dozen others (phases, the loader, the measured phases); buckets of the gradient in fp32 as
+      // make_buckets cuts them (whole tensors make it a few more or fewer).
+      if (clean("report.timeline") && c.report.timeline && c.training.epochs <= 0 && clean("training.steps") &&
+          clean("cluster.ranks") && clean("training.accumulation_steps") && clean("sync.")) {
+        const double bytes = 4.0 * static_cast<double>(model->num_params());
+        const double first = c.sync.first_bucket_mb * 1048576.0, rest = c.sync.bucket_mb * 1048576.0;
+        const double buckets = c.sync.kind == "independent" ? 0.0 : 1.0 + std::ceil(std::max(0.0, bytes - first) / rest);
+        const double per_step = static_cast<double>(c.cluster.ranks) *
+                                (2.0 * static_cast<double>(c.training.accumulation_steps) + 3.0 * buckets + 12.0);
+        const double slices = per_step * static_cast<double>(c.training.steps);
+        if (slices > kTimelineMaxSlices)
+          add("report.timeline", fmt::format("the timeline would hold about {:.0f} slices (ranks x (2 x micro-batches "
+                                             "+ 3 x {:.0f} buckets + 12) per step), more than the limit of {:.0f}: at "
+                                             "most {:.0f} steps of this run, or larger sync.bucket_mb",
+                                             slices, buckets, kTimelineMaxSlices,
+                                             std::floor(kTimelineMaxSlices / per_step)));
+      }
     } catch (const std::exception& e) {
       issues.push_back(issue_from_exception(e.what(), "model"));
     }
@@ -994,6 +1021,20 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("training.epochs", "timing-only runs have no data and no epochs: use training.steps");
   if (timing && c.report.trace)
     add("report.trace", "timing-only runs hold no parameters to trace: use false");
+  if (c.report.timeline) {
+    // The file holds a slice per rank, phase and bucket of every step: bounded by the steps it may draw.
+    double steps = static_cast<double>(c.training.steps);
+    if (c.training.epochs > 0 && (d.kind == "teacher" || d.kind == "fashion_mnist")) {
+      const double train = d.kind == "teacher" ? static_cast<double>(d.teacher.train_samples) : 60000.0;
+      const double global = static_cast<double>(c.cluster.ranks) *
+                            static_cast<double>(c.training.accumulation_steps) * static_cast<double>(d.batch_per_rank);
+      steps = std::max(1.0, std::floor(c.training.epochs * std::floor(train / global)));
+    }
+    if (steps > static_cast<double>(kTimelineMaxSteps))
+      add("report.timeline", fmt::format("a timeline draws runs of at most {} optimizer steps (its file grows with "
+                                         "steps x ranks x buckets); this run has {:.0f}: use training.steps <= {}",
+                                         kTimelineMaxSteps, steps, kTimelineMaxSteps));
+  }
   if (timing && c.compression.kind != "none")
     add("compression.kind", "timing-only runs have no gradients to compress, and a compressor's payload depends on "
                             "them: use \"none\" (compressed runs are priced on the modeled clock while they train)");

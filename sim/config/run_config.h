@@ -120,6 +120,7 @@ struct TrainingConfig {
   TargetConfig target;
   int64_t seed = 1;
   double run_timeout_s = 0.0;          // > 0: stop the run as `timeout` at the first step boundary past this
+  bool activation_checkpointing = false;  // transformer presets: keep each block's input, recompute it in backward
 };
 
 // sync.staleness "inf" (fully asynchronous parameter server) is stored as this value and written back as "inf".
@@ -174,7 +175,8 @@ struct PrecisionConfig {
 };
 
 struct ReportConfig {
-  bool trace = false;  // every rank's parameters after every step (refused above kTraceMaxParams)
+  bool trace = false;     // every rank's parameters after every step (refused above kTraceMaxParams)
+  bool timeline = false;  // the modeled clock as a Chrome trace-event file beside the report (<= kTimelineMaxSteps)
 };
 
 struct RunConfig {
@@ -190,6 +192,8 @@ struct RunConfig {
 };
 
 constexpr int64_t kTraceMaxParams = 10000;
+constexpr int64_t kTimelineMaxSteps = 50;  // report.timeline: optimizer steps drawn, the run's whole length
+constexpr double kTimelineMaxSlices = 5e5;  // report.timeline: slices in one file (about 130 bytes each)
 constexpr int64_t kMaxRanks = 1024;
 // Limits on runs with arithmetic, refused at validation with the limit named (absurd settings, not this machine's
 // memory: that is the run-time memory check, sim/app/memory.h).

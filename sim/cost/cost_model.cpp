@@ -48,6 +48,7 @@ void carry_rank_clocks(std::vector<ModeledStep>& steps, std::vector<double>& ran
       if (lag <= 0.0) continue;
       steps[r].times.step_s += lag;
       steps[r].times.phase_s[static_cast<size_t>(Phase::kWait)] += lag;
+      if (steps[r].layout) steps[r].layout->lag_s += lag;
     }
   }
   for (size_t r = 0; r < n; ++r) rank_time_s[r] += steps[r].times.step_s;
@@ -77,7 +78,10 @@ Precision compute_precision(const std::string& mode) {
 CostModel::CostModel(const RunConfig& config, const Model& model)
     : CostModel(load_hardware_profile(config.cluster.hardware), static_cast<int>(config.cluster.ranks),
                 model.layer_costs(), config.cluster.stragglers, static_cast<uint64_t>(config.training.seed),
-                compute_precision(config.precision.mode), nccl_algo_from_name(config.cluster.nccl_algo)) {}
+                compute_precision(config.precision.mode), nccl_algo_from_name(config.cluster.nccl_algo)) {
+  recompute_ = config.training.activation_checkpointing;
+  record_layouts_ = config.report.timeline;
+}
 
 CostModel::CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
                      StragglerConfig stragglers, uint64_t seed, Precision precision,
@@ -111,12 +115,14 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
     // Backward: input and weight gradients (twice the forward's GEMM FLOPs), fused attention's backward at
     // kAttentionBackwardFactor x its forward (FlashAttention-2 recomputes the attention matrix), twice the
     // forward's memory-bound traffic, and the fp32 gradient accumulated (read + written, 8 bytes a parameter).
+    // Under activation checkpointing a checkpointed layer's backward runs its forward again first.
+    double f = 0.0;
     if (!l.gemms.empty()) {
       double g = 0.0;
       for (const LayerGemm& s : l.gemms) g += gemm_shape_time_s(hw, b * s.rows_per_sample, s.n, s.k, precision_);
       const double attn = b * l.attention_flops_per_sample;
       const double ew = b * l.elementwise_bytes_per_sample;
-      fwd += g + attention_time_s(hw, attn, precision_) + memory_time_s(hw, ew) + l.kernels * launch_s;
+      f = g + attention_time_s(hw, attn, precision_) + memory_time_s(hw, ew) + l.kernels * launch_s;
       bwd += 2.0 * g + attention_time_s(hw, kAttentionBackwardFactor * attn, precision_) +
              memory_time_s(hw, 2.0 * ew + 8.0 * params) + 2.0 * l.kernels * launch_s;
     } else {
@@ -124,13 +130,16 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
       const double flops = b * l.forward_flops_per_sample;
       const double act = b * l.activation_bytes_per_sample;
       const double operands = 4.0 * params + act;
-      fwd += gemm_time_s(hw, flops, operands, precision_) + memory_time_s(hw, act) + l.kernels * launch_s;
+      f = gemm_time_s(hw, flops, operands, precision_) + memory_time_s(hw, act) + l.kernels * launch_s;
       bwd += gemm_time_s(hw, 2.0 * flops, 2.0 * operands, precision_) + memory_time_s(hw, 2.0 * act + 8.0 * params) +
              2.0 * l.kernels * launch_s;
     }
+    fwd += f;
+    if (recompute_ && l.checkpointed) bwd += f;  // activation checkpointing: the block's forward again
   }
   cost.add_time(Phase::kForward, fwd);
   cost.add_time(Phase::kBackward, bwd);
+  ++cost.micro_batches;
   if (last) cost.last_backward_s = bwd;
 }
 
@@ -195,9 +204,13 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
       }
   }
   double comm_end_all = 0.0;
+  std::vector<double> start_all(nchains, 0.0);  // each chain's start when every rank waits for it
   if (synchronous) {
     double e = 0.0;
-    for (size_t i = 0; i < nchains; ++i) e = std::max(ready_all[i], e) + dur_all[i];
+    for (size_t i = 0; i < nchains; ++i) {
+      start_all[i] = std::max(ready_all[i], e);
+      e = start_all[i] + dur_all[i];
+    }
     comm_end_all = e;
   }
   std::vector<double> end(n);
@@ -242,6 +255,36 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     for (const CommChain& ch : c.chains) bytes += ch.wire_bytes;
     bytes += c.served_bytes;  // a co-located server shard's pulls to the other workers (StepCost::add_served_bytes)
     m.times.bytes_sent = static_cast<uint64_t>(bytes);
+    if (record_layouts_) {
+      StepLayout l;
+      l.data_s = ph[static_cast<size_t>(Phase::kData)];
+      l.forward_s = ph[static_cast<size_t>(Phase::kForward)];
+      l.backward_s = ph[static_cast<size_t>(Phase::kBackward)];
+      l.last_backward_s = c.last_backward_s * f;
+      l.micro_batches = std::max<int64_t>(1, c.micro_batches);
+      l.compress_s = c.compute_s[static_cast<size_t>(Phase::kCompress)] * f;
+      l.exposed_compress_s = exposed_compress;
+      l.exposed_communicate_s = ph[static_cast<size_t>(Phase::kCommunicate)];
+      l.wait_collective_s = std::max(0.0, std::max(0.0, comm_end - compute_end[r]) - alone.exposed_s);
+      l.optimizer_s = ph[static_cast<size_t>(Phase::kOptimizer)];
+      double e = 0.0;
+      for (size_t i = 0; i < c.chains.size(); ++i) {
+        const CommChain& ch = c.chains[i];
+        ChainSpan span;
+        span.start_s = synchronous ? start_all[i] : std::max(ready[r][i], e);
+        e = span.start_s + dur[r][i];
+        span.pre_s = ch.pre_s * f;
+        span.comm_s = ch.comm_s;
+        span.post_s = ch.post_s * f;
+        span.bytes = ch.bytes;
+        span.chosen = ch.chosen;
+        span.kind = ch.kind;
+        span.has_collective = ch.has_collective;
+        span.range = ch.range;
+        l.chains.push_back(span);
+      }
+      m.layout = std::make_shared<StepLayout>(std::move(l));
+    }
   }
   const double step_all = n == 0 ? 0.0 : *std::max_element(end.begin(), end.end());
   for (size_t r = 0; r < n; ++r) {

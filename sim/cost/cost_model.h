@@ -40,12 +40,46 @@ OverlapResult defer_chains(const OverlapResult& same_step, double compute_end_s,
 // (kernels/rng.h, Purpose::kStraggler, counter (step, rank)). noise "none" or sigma 0: the factor alone.
 double straggler_factor(const StragglerConfig& s, uint64_t seed, int64_t step, int rank);
 
+// One chain (bucket) of a rank's modeled step on its communication stream (StepLayout).
+struct ChainSpan {
+  double start_s = 0.0;  // when it starts, seconds from the rank's step start (after StepLayout::lag_s)
+  double pre_s = 0.0;    // its compute before the collectives (encode), seconds, straggler factor applied
+  double comm_s = 0.0;   // its collectives and point-to-point transfers
+  double post_s = 0.0;   // its compute after them (decode)
+  double bytes = 0.0;    // NCCL nBytes of its collectives
+  CollectiveCost chosen;  // the last collective's algorithm and protocol
+  CollectiveKind kind = CollectiveKind::kAllReduce;  // and its kind
+  bool has_collective = false;
+  GradRange range;        // the gradient elements it carries (empty: not tied to backward)
+};
+
+// Where one rank's modeled step puts its work (report.timeline; sim/report/timeline.h draws it), seconds. The
+// compute stream, in order from the step start: lag_s waiting for the rank furthest behind (carry_rank_clocks),
+// data_s, micro_batches forwards and backwards (each forward forward_s / K; the backwards (backward_s -
+// last_backward_s) / (K - 1) each, the last last_backward_s), compress_s, the communication not hidden behind compute
+// (exposed_compress_s, exposed_communicate_s: the phases compress and communicate add to the report), then
+// wait_collective_s for the other ranks' chains, optimizer_s, and the wait for the slowest rank up to the step's end.
+// Every slice of it is one of the report's phases, so they add up to the modeled step. The communication stream: one
+// ChainSpan per chain.
+struct StepLayout {
+  double lag_s = 0.0, data_s = 0.0, forward_s = 0.0, backward_s = 0.0, last_backward_s = 0.0, compress_s = 0.0;
+  double exposed_compress_s = 0.0, exposed_communicate_s = 0.0, wait_collective_s = 0.0, optimizer_s = 0.0;
+  int64_t micro_batches = 1;
+  std::vector<ChainSpan> chains;
+  // The loader's work on this step's batch on the rank's clock (seconds from the run's start; the lockstep clock's
+  // prefetch recurrence, storage_model.h); negative: no loader (timing-only runs, data.prefetch 0 reads in data_s).
+  double fetch_begin_s = -1.0, fetch_end_s = -1.0;
+};
+
 // One rank's modeled step (phase times in the measured clock's keys) and its communication split.
 struct ModeledStep {
   StepTimes times;
   double exposed_s = 0.0;     // communication (and chain compute) not hidden behind compute
   double overlapped_s = 0.0;  // communication hidden behind backward
   bool synchronous = false;   // the step had a collective: every rank waited for the slowest
+  // When CostModel::record_layouts() is on (report.timeline); null otherwise (a pointer: steps are kept per rank and
+  // step for the whole run, and most runs draw no timeline).
+  std::shared_ptr<StepLayout> layout;
 };
 
 // Carries the ranks' modeled clocks from step to step. On steps without a collective (local SGD between averages,
@@ -80,14 +114,19 @@ class CostModel {
   // forward = its GEMMs (declared shapes with rows x samples, or the declared FLOPs as GEMM work over the weights
   // and activations) + fused attention + memory-bound traffic (elementwise bytes, or activation bytes) + its kernels'
   // launches; backward = 2 x the GEMMs + kAttentionBackwardFactor x the attention + 2 x the traffic + 8 bytes per
-  // parameter (fp32 gradient read and written) + twice the launches.
+  // parameter (fp32 gradient read and written) + twice the launches. Under training.activation_checkpointing the
+  // backward also runs the forward of every layer marked checkpointed again (the recomputation).
   void add_micro_batch(StepCost& cost, int64_t samples, bool last) const;
   // Optimizer step over `params` fp32 parameters, including the division by S: SGD reads p, g (and momentum) and
   // writes p (and momentum); Adam/AdamW read p, g, m, v and write p, m, v.
   void add_optimizer(StepCost& cost, const OptimizerConfig& opt, double params) const;
 
-  // The modeled step of every rank from the ranks' records of that step (ranks[r] is rank r's).
+  // The modeled step of every rank from the ranks' records of that step (ranks[r] is rank r's); with
+  // record_layouts() each ModeledStep carries its StepLayout.
   std::vector<ModeledStep> model_step(const std::vector<const StepCost*>& ranks, int64_t step) const;
+  // Whether model_step records each step's layout (report.timeline; from the config, settable for tests).
+  bool record_layouts() const { return record_layouts_; }
+  void set_record_layouts(bool on) { record_layouts_ = on; }
 
   // Fraction of a micro-batch's backward done once every gradient element >= begin is produced (backward runs in
   // reverse layer order), by declared backward FLOPs (by parameter count when no FLOPs are declared).
@@ -101,6 +140,8 @@ class CostModel {
   StragglerConfig stragglers_;
   uint64_t seed_;
   Precision precision_;
+  bool recompute_ = false;  // training.activation_checkpointing
+  bool record_layouts_ = false;  // report.timeline
 };
 
 }  // namespace gs

@@ -315,6 +315,8 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
       }
     }
   }
+  p.memory_capacity_GiB = r.number("memory.capacity_GiB", 1e-6, 1e9);
+  p.memory_usable_fraction = r.number("memory.usable_fraction", 1e-6, 1.0);
   r.check_unknown_keys();
   if (!r.problems().empty()) throw ProfileError(r.problems());
   return p;

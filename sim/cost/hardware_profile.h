@@ -94,9 +94,15 @@ struct HardwareProfile {
   std::array<double, kProfileCollectiveCount> launch_us{};
   // Measured curves: curves[collective][slot] (slot: kCurveSlotNames).
   std::array<std::array<BusbwCurve, kCurveSlotCount>, kProfileCollectiveCount> curves{};
+  // GPU memory (section "memory"; the GPU memory estimate, sim/app/memory.h).
+  double memory_capacity_GiB = 0.0;     // the device memory of one GPU, datasheet value (binary units, 2^30 bytes)
+  double memory_usable_fraction = 1.0;  // of the capacity, what a training process can hold in tensors
 
   // NCCL's per-GPU intra-node bandwidth: links x per-link bandwidth (GB/s).
   double nccl_bw_GBps() const { return nccl_links * nccl_link_bw_GBps; }
+  // One GPU's memory in bytes, and the part of it a run may use (capacity x usable fraction).
+  double memory_capacity_bytes() const { return memory_capacity_GiB * 1073741824.0; }
+  double memory_usable_bytes() const { return memory_capacity_bytes() * memory_usable_fraction; }
 };
 
 // Folder of the built-in profiles: $GRADSWEEP_HARDWARE_DIR, else ./scenarios/hardware when it exists, else the

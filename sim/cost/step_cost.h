@@ -50,6 +50,7 @@ struct CommChain {
   // that sends it, add_p2p_received).
   double wire_bytes = 0.0;
   CollectiveCost chosen;  // the last collective's choice (algorithm, protocol) for the report
+  CollectiveKind kind = CollectiveKind::kAllReduce;  // the last collective's kind
   bool has_collective = false;
 };
 
@@ -63,6 +64,7 @@ class StepCost {
     chain_compute_s.fill(0.0);
     last_backward_s = 0.0;
     chains.clear();
+    micro_batches = 0;
     synchronous = false;
     overlap_backward = true;
     deferred_steps = 0;
@@ -95,6 +97,7 @@ class StepCost {
     ch.bytes += bytes;
     ch.wire_bytes += bytes * CollectiveModel::busbw_factor(kind, coll_->ranks());
     ch.chosen = c;
+    ch.kind = kind;
     ch.has_collective = true;
     synchronous = true;
   }
@@ -130,6 +133,7 @@ class StepCost {
   std::array<double, kPhaseCount> compute_s{};        // untied GPU work per phase (forward, backward, optimizer, ...)
   std::array<double, kPhaseCount> chain_compute_s{};  // of which on communication chains (reported per phase)
   double last_backward_s = 0.0;  // the last micro-batch's backward (buckets become ready during it)
+  int64_t micro_batches = 0;     // micro-batches priced (CostModel::add_micro_batch; the timeline draws each)
   std::vector<CommChain> chains;  // in order of first use
   bool synchronous = false;       // a collective was recorded: every rank waits for the slowest
   // False: every chain becomes ready only when the whole backward is done (apex's delay_allreduce), so nothing

@@ -162,6 +162,7 @@ double PrefetchModel::stall_s(int rank, double fetch_s) {
   }
   const double done = begin + fetch_s;
   const double stall = std::max(0.0, done - r.start_s);
+  r.begin_s = begin;
   r.done_s = done;
   if (depth_ > 0) r.taken_s[static_cast<size_t>(r.step % depth_)] = r.start_s + stall;
   return stall;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,11 +57,19 @@ class PrefetchModel {
   // end_step with the step's modeled duration (stall included).
   double stall_s(int rank, double fetch_s);
   void end_step(int rank, double step_s);
+  // The loader's work of the last stall_s call of `rank`: [begin_i, done_i] on the rank's clock (seconds from its
+  // start), for the timeline.
+  int64_t depth() const { return depth_; }
+  std::pair<double, double> last_fetch_s(int rank) const {
+    const Rank& r = ranks_[static_cast<size_t>(rank)];
+    return {r.begin_s, r.done_s};
+  }
 
  private:
   struct Rank {
     double start_s = 0;                // when the current step starts
     double done_s = 0;                 // when the loader finished the previous batch
+    double begin_s = 0;                // when it began it
     std::vector<double> taken_s;       // ring of the last `depth` take times (0 before the first steps)
     int64_t step = 0;
   };

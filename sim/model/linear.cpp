@@ -98,6 +98,9 @@ class LinearModel final : public Model {
     return inner_->evaluate(params, batch, ws);
   }
   double forward_flops_per_sample() const override { return inner_->forward_flops_per_sample(); }
+  ActivationMemory activation_memory(int64_t samples, double element_bytes, bool checkpointing) const override {
+    return inner_->activation_memory(samples, element_bytes, checkpointing);
+  }
 
  private:
   std::unique_ptr<Model> inner_;

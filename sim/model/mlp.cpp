@@ -173,6 +173,25 @@ class MlpModel final : public Model {
     return flops + 4.0 * static_cast<double>(stack_.widths.back());
   }
 
+  // The dense stack's buffers on a GPU (kernels/cuda_dense_mixed.h, as make_dense_scratch): every layer's
+  // pre-activation and every hidden layer's activation, kept for the backward, the fp32 input batch and its labels or
+  // targets; the two gradient buffers of the widest layer are the backward's working memory. No checkpointing.
+  ActivationMemory activation_memory(int64_t samples, double element_bytes, bool) const override {
+    const auto rows = static_cast<double>(samples);
+    double kept = 0.0, widest = 1.0;
+    for (int64_t l = 1; l < static_cast<int64_t>(stack_.widths.size()); ++l) {
+      const auto w = static_cast<double>(stack_.widths[static_cast<size_t>(l)]);
+      kept += w * (l + 1 < static_cast<int64_t>(stack_.widths.size()) ? 2.0 : 1.0);
+      widest = std::max(widest, w);
+    }
+    const double batch = 4.0 * static_cast<double>(stack_.widths.front()) +
+                         (stack_.loss == LossKind::kMse ? 4.0 * static_cast<double>(stack_.widths.back()) : 8.0);
+    ActivationMemory m;
+    m.stored_bytes = rows * (kept * element_bytes + batch);
+    m.working_bytes = 2.0 * rows * widest * element_bytes;
+    return m;
+  }
+
  private:
   // Checks rows [first, first + rows) of batch against the model's shapes and the workspace capacity.
   void check_batch(const Batch& batch, int64_t first, int64_t rows, int64_t max_rows) const {

@@ -112,6 +112,18 @@ struct LayerCost {
   std::vector<LayerGemm> gemms{};
   double attention_flops_per_sample = 0.0;
   double elementwise_bytes_per_sample = 0.0;
+  bool checkpointed = false;  // under training.activation_checkpointing its forward runs again in the backward
+};
+
+// Activation memory of one micro-batch on a GPU (the GPU memory estimate, sim/app/memory.h), in bytes. The
+// model's file has the formula (transformer_preset.cpp: Korthikanti et al. 2022; mlp.cpp: its dense buffers).
+struct ActivationMemory {
+  double stored_bytes = 0.0;     // what the forward keeps for the backward (with checkpointing: each block's input)
+  double working_bytes = 0.0;    // live beside them at the backward's peak (gradients of the logits; with
+                                 // checkpointing the recomputed block)
+  double per_block_bytes = 0.0;  // one transformer block of the micro-batch without checkpointing (0: none)
+  int64_t blocks = 0;            // transformer blocks (0: not a transformer)
+  double total_bytes() const { return stored_bytes + working_bytes; }
 };
 
 struct EvalSums {
@@ -144,6 +156,10 @@ class Model {
   virtual std::vector<LayerCost> layer_costs() const;
   // True for shape presets: tensors and costs only, no arithmetic (training.mode "timing" only).
   virtual bool shape_only() const { return false; }
+  // Activations of one micro-batch of `samples` on a GPU when each activation value takes element_bytes (2 for
+  // 16-bit modes, 4 for fp32); checkpointing: training.activation_checkpointing (transformer presets). Default:
+  // none (models whose activations are negligible: quadratic).
+  virtual ActivationMemory activation_memory(int64_t samples, double element_bytes, bool checkpointing) const;
 };
 
 struct ModelEntry {

@@ -63,4 +63,6 @@ std::vector<LayerCost> Model::layer_costs() const {
   return out;
 }
 
+ActivationMemory Model::activation_memory(int64_t, double, bool) const { return {}; }
+
 }  // namespace gs

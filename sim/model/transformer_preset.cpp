@@ -1,6 +1,7 @@
 // Shape presets of transformer language models for timing-only runs (training.mode "timing"): the tensor table and
 // per-layer FLOPs of GPT-2 small/XL and LLaMA-7B at model.sequence_length, no arithmetic and no parameter memory.
 // A new preset is one row in kPresets.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,7 @@ class TransformerPreset final : public Model {
       lc.attention_flops_per_sample = 0.5 * 4.0 * sq * dd * sq;
       const double elems = 4.0 * dd + 6.0 * dd + 6.0 * dd + (s.gpt2 ? 2.0 * ff : 3.0 * ff + 4.0 * dd);
       lc.elementwise_bytes_per_sample = 2.0 * elems * sq;
+      lc.checkpointed = true;
       layers_.push_back(lc);
     }
     const size_t head_begin = off;
@@ -126,6 +128,46 @@ class TransformerPreset final : public Model {
   }
   std::vector<LayerCost> layer_costs() const override { return layers_; }
   bool shape_only() const override { return true; }
+
+  // Activation memory of a micro-batch of b samples of s tokens, e bytes per activation value (docs/memory.md has the
+  // derivations). One block, per sample, counting what autograd keeps for the backward:
+  //   GPT-2: s h (8e + 2) + 2e s f + a s^2 (2e + 1), which at e = 2 and f = 4h is Korthikanti et al. 2022
+  //          ("Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198, section 4.1)
+  //          s h (34 + 5 a s / h): attention 11 s h + 5 a s^2 (QKV input, Q, K, V, softmax output, its dropout mask
+  //          and output, the projection's input, the dropout mask), MLP 19 s h (input, GELU input and output, mask),
+  //          two LayerNorm inputs 4 s h; dropout masks are 1 byte a value.
+  //   LLaMA: 8e s h + 4e s f + e a s^2, the same count without dropout, with RMSNorm and the SwiGLU MLP (its input,
+  //          the gate and up outputs, SiLU's output, their product): attention 5e s h + e a s^2, MLP e s h + 4e s f,
+  //          norms 2e s h.
+  // Outside the blocks (ours, same counting): the token ids and labels (int64, 16 s bytes), GPT-2's embedding dropout
+  // mask (s h bytes), the final norm's and the LM head's inputs (2e s h), the logits (e s V) and their fp32
+  // log-softmax (4 s V) kept for the loss; while the loss backward runs, the gradients of the log-softmax and of the
+  // fp32 logits (8 s V) are live beside them. Full checkpointing (torch.utils.checkpoint on every block, Megatron-LM's
+  // "full" recomputation; Korthikanti et al. Table 2: 2 s b h L at e = 2) keeps each block's input (e s h) and
+  // recomputes one block at a time in the backward, so one block's activations are live beside the checkpoints.
+  // Attention is counted as eager attention (the a s^2 softmax terms kept), not FlashAttention.
+  ActivationMemory activation_memory(int64_t samples, double e, bool checkpointing) const override {
+    const double b = static_cast<double>(samples), s = static_cast<double>(seq_), h = static_cast<double>(s_.d_model),
+                 a = static_cast<double>(s_.heads), f = static_cast<double>(s_.d_ff),
+                 V = static_cast<double>(s_.vocab), L = static_cast<double>(s_.layers);
+    const double block = s_.gpt2 ? s * h * (8.0 * e + 2.0) + 2.0 * e * s * f + a * s * s * (2.0 * e + 1.0)
+                                 : 8.0 * e * s * h + 4.0 * e * s * f + e * a * s * s;
+    const double outside = 16.0 * s + (s_.gpt2 ? s * h : 0.0);
+    const double head = 2.0 * e * s * h + (e + 4.0) * s * V;
+    const double loss_grads = 8.0 * s * V;
+    ActivationMemory m;
+    m.per_block_bytes = b * block;
+    m.blocks = s_.layers;
+    if (!checkpointing) {
+      m.stored_bytes = b * (L * block + outside + head);
+      m.working_bytes = b * loss_grads;
+    } else {
+      // The head runs (and is freed) before the first block is recomputed.
+      m.stored_bytes = b * (L * e * s * h + outside);
+      m.working_bytes = b * std::max(head + loss_grads, block);
+    }
+    return m;
+  }
 
  private:
   [[noreturn]] void refuse() const {

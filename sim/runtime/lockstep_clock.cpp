@@ -44,13 +44,26 @@ void LockstepModeledClock::model_step(int64_t step) {
   for (StepCost& c : costs) recs.push_back(&c);
   // Data stall: what the loader could not finish before the step began. model_step multiplies compute by the
   // straggler factor, which does not apply to the loader, so it is divided out here.
+  std::vector<std::pair<double, double>> fetch_span(static_cast<size_t>(ranks_));
   for (int r = 0; r < ranks_; ++r) {
     const double stall = prefetch_.stall_s(r, fetch[static_cast<size_t>(r)]);
+    fetch_span[static_cast<size_t>(r)] = prefetch_.last_fetch_s(r);
     const double f = straggler_factor(stragglers_, seed_, step, r);
     costs[static_cast<size_t>(r)].add_time(Phase::kData, f > 0 ? stall / f : stall);
   }
   std::vector<ModeledStep> m = cost_model_.model_step(recs, step);
   carry_rank_clocks(m, rank_clock_s_);
+  if (cost_model_.record_layouts()) {  // report.timeline: the layouts, with the loader's work when there is a loader
+    res_.modeled_layouts.resize(static_cast<size_t>(ranks_));
+    for (size_t r = 0; r < m.size(); ++r) {
+      if (!m[r].layout) continue;
+      if (prefetch_.depth() > 0 && fetch[r] > 0) {
+        m[r].layout->fetch_begin_s = fetch_span[r].first;
+        m[r].layout->fetch_end_s = fetch_span[r].second;
+      }
+      res_.modeled_layouts[r].push_back(std::move(*m[r].layout));
+    }
+  }
   for (int r = 0; r < ranks_; ++r) prefetch_.end_step(r, m[static_cast<size_t>(r)].times.step_s);
   for (size_t r = 0; r < m.size(); ++r) {
     res_.modeled_steps[r].push_back(m[r].times);

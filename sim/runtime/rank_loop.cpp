@@ -207,10 +207,12 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
     }
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
     carry_rank_clocks(m, rank_clock_s);
+    if (cost_model.record_layouts()) res.modeled_layouts.resize(m.size());
     for (size_t r = 0; r < m.size(); ++r) {
       res.modeled_steps[r].push_back(m[r].times);
       res.modeled_exposed_s[r].push_back(m[r].exposed_s);
       res.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
+      if (m[r].layout) res.modeled_layouts[r].push_back(std::move(*m[r].layout));
     }
     modeled_total_s += m[0].times.step_s;
     const double nothing_trained = std::nan("");

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/clock.h"
+#include "sim/cost/cost_model.h"
 #include "sim/cost/step_cost.h"
 #include "sim/model/loader.h"
 #include "sim/model/model.h"
@@ -88,6 +89,7 @@ struct RunResult {
   std::vector<std::vector<StepTimes>> modeled_steps;
   std::vector<std::vector<double>> modeled_exposed_s, modeled_overlapped_s;
   std::vector<CommChain> modeled_chains;
+  std::vector<std::vector<StepLayout>> modeled_layouts;  // report.timeline: [rank][step] (lockstep runs)
   std::string hardware;  // the profile's name
   std::vector<SeriesPoint> series;
   bool classification = false;
