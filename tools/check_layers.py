@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails on an include that points up the layer order of DESIGN.md section 7 (ctest `layering`, so CI runs it).
+"""Fails on an include that points up the layer order of docs/design.md section 6 (ctest `layering`, so CI runs it).
 
 Layers, bottom to top; a file may include its own layer and the ones below:
   core < config < model, cost, comm, compress, optim < strategy < runtime < report < app

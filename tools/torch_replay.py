@@ -36,6 +36,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_lib as rl  # noqa: E402
+
 DEFAULT_TOLERANCE = 1e-5
 
 
@@ -44,8 +47,10 @@ class Unsupported(Exception):
 
 
 def load_run(report_path, run_id):
-    with open(report_path, encoding="utf-8") as f:
-        report = json.load(f)
+    try:
+        report = rl.load_report(report_path, validate=False)
+    except rl.ReportError as e:
+        raise Unsupported(str(e)) from e
     for run in report.get("runs", []):
         if run.get("id") == run_id:
             return run

@@ -414,7 +414,8 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
       if (model) {
         const GpuMemoryEstimate gpu = estimate_gpu_memory(spec.config, *model);
         memory["gpu"] = gpu.to_json();
-        if (res.message.empty() && !gpu.fits()) res.message = gpu_memory_skip_reason(spec.config, *model);
+        if (res.message.empty() && !gpu.fits() && spec.config.cluster.gpu_memory == "skip")
+          res.message = gpu_memory_skip_reason(spec.config, *model);
       }
     }
     if (res.message.empty()) {

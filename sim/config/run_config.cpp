@@ -108,6 +108,10 @@ void visit_fields(V& v, RunConfig& c) {
   v(cl.nccl_algo, F("cluster.nccl_algo", "modeled clock: the NCCL algorithm collectives use where it serves them, as "
                                          "NCCL_ALGO does (auto: NCCL's choice; nvls needs a profile with NVLink "
                                          "SHARP)").one_of({"auto", "ring", "tree", "nvls"}));
+  v(cl.gpu_memory, F("cluster.gpu_memory", "a run whose GPU memory estimate exceeds one GPU of the modeled node: skip "
+                                           "(it does not start), or warn (it runs; the report's memory.gpu says it "
+                                           "does not fit, e.g. to price a sharded setup the estimate does not model)")
+                       .one_of({"skip", "warn"}));
   v(cl.share_identical, F("cluster.share_identical",
                           "in-process ranks share provably identical state (results are the same either way)"));
   v(cl.stragglers.factors, F("cluster.stragglers.factors",
@@ -168,9 +172,10 @@ void visit_fields(V& v, RunConfig& c) {
   v(tr.run_timeout_s, F("training.run_timeout_s", "wall-clock limit of one run in seconds: past it the run stops at "
                                                   "the next step boundary as `timeout` (0: none)").at_least(0).at_most(1e7));
   v(tr.activation_checkpointing,
-    F("training.activation_checkpointing", "gpt2-small, gpt2-xl, llama-7b: keep only each block's input and recompute "
-                                           "the block in the backward (torch.utils.checkpoint per block): GPU "
-                                           "memory estimate and modeled clock (one more forward of every block)"));
+    F("training.activation_checkpointing", "gpt2-small, gpt2-xl, llama-7b, mpt-125m, mpt-350m, mpt-760m, mpt-1b, "
+                                           "mpt-3b, mpt-7b: keep only each block's input and recompute the block "
+                                           "in the backward (torch.utils.checkpoint per block): GPU memory "
+                                           "estimate and modeled clock (one more forward of every block)"));
 
   auto& sy = c.sync;
   v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)")

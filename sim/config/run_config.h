@@ -101,6 +101,7 @@ struct ClusterConfig {
   std::string backend = "auto";        // auto | host | cuda
   std::string hardware = "h100-sxm-8"; // hardware profile of the modeled clock (cost-model issue)
   std::string nccl_algo = "auto";      // auto | ring | tree | nvls: the modeled clock's NCCL algorithm (NCCL_ALGO)
+  std::string gpu_memory = "skip";     // skip | warn: a run whose GPU memory estimate exceeds one GPU (app/memory.h)
   bool share_identical = true;         // in-process ranks may share provably identical state (results unchanged)
   StragglerConfig stragglers;
 };

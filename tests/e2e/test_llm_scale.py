@@ -72,6 +72,22 @@ def test_llama_7b_with_adamw_is_skipped_on_80_gb_and_compare_says_why(tmp_path):
     assert skipped["id"] in line and "does not fit one GPU" in line and "113.0 GiB" in line, c.stdout
 
 
+
+def test_gpu_memory_warn_prices_a_run_that_does_not_fit(tmp_path):
+    """cluster.gpu_memory "warn": the same 121.3 GB LLaMA-7B run on 80 GB is priced, not skipped, and its report
+    still says it does not fit; the default "skip" skips it."""
+    doc = llama()
+    doc["sweep"] = {"axes": {"cluster.gpu_memory": ["skip", "warn"]}}
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, doc), "--out", out, "--quiet")
+    assert p.returncode == 0, p.stderr
+    report = json.loads((out / "report.json").read_text())
+    skipped, warned = report["runs"]
+    assert skipped["disposition"] == "skipped" and warned["disposition"] == "passed"
+    assert warned["memory"]["gpu"]["fits"] is False
+    assert warned["memory"]["gpu"]["total_bytes"] == skipped["memory"]["gpu"]["total_bytes"] > 72 * 2 ** 30
+    assert warned["timing"]["modeled"]["step"]["all"]["p50_ms"] > 0
+
 def load_timeline(out, run):
     assert run["timeline"] is not None, run["id"]
     path = out / run["timeline"]["file"]
