@@ -354,9 +354,10 @@ def replay(run, sum_order="stock", clip_norm="stock"):
         raise Unsupported(f"the trace has {world} ranks, cluster.ranks is {cfg['cluster']['ranks']}")
     with tempfile.TemporaryDirectory(prefix="torch_replay_") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        # fork: the ranks start in a fraction of a second (no re-import of torch); no process group exists yet here.
+        # spawn, not fork: a rank forked from a process that has run PyTorch (its thread pools, OpenMP) can hang for
+        # ever in its first parallel region or in gloo; a spawned rank re-imports torch (about a second) and is safe.
         mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm),
-                           nprocs=world, join=True, start_method="fork")
+                           nprocs=world, join=True, start_method="spawn")
         got = np.stack([np.load(os.path.join(tmp, f"rank{r}.npy")) for r in range(world)], axis=1)
         lrs = np.load(os.path.join(tmp, "lr0.npy"))
     return got, want, lrs
