@@ -279,7 +279,10 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    import datetime
+    # A bounded gloo timeout: a rank whose peer is gone raises instead of waiting for ever.
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     try:
         model = build_model(torch, cfg)
         load_flat(torch, model, init)
@@ -332,6 +335,8 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
             out[t] = flat_params(torch, model)
         np.save(os.path.join(out_dir, f"rank{rank}.npy"), out)
         np.save(os.path.join(out_dir, f"lr{rank}.npy"), np.array(lrs, np.float64))
+        # No rank leaves while another may still be inside the last step's collectives.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
