@@ -250,8 +250,10 @@ TABLE_COLUMNS = [
     ("speedup (modeled)", "speedup_modeled", lambda r: r.speedup_modeled, fmt_speedup),
 ]
 SPEEDUPS = {"speedup_measured", "speedup_modeled"}
-# Markdown footnote markers: a throughput-based speedup.
+# Markdown footnote markers: a throughput-based speedup; a modeled figure that is a bound (BOUND_COLUMNS).
 THROUGHPUT_MARK = "*"
+BOUND_MARK = "^"
+BOUND_COLUMNS = {"time_to_target_modeled_s", "exposed_communication_ms", "speedup_modeled"}
 FOOTNOTES = {
     "throughput": f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's on that clock): "
                   "neither run sets a target, so there is no time to target",
@@ -265,6 +267,25 @@ FOOTNOTES = {
 
 
 OPTIONAL = {"wait_modeled_ms", "staleness_clocks_mean", "data_stall_share_modeled", "cache_hit_rate"}
+
+
+def modeled_bound(run):
+    """(kind, reason) when the run's modeled clock is a bound rather than an estimate (timing.modeled.bound "lower" or
+    "upper" with timing.modeled.bound_reason: a parameter server whose model leaves something out, reports/README.md);
+    None otherwise."""
+    modeled = (run.get("timing") or {}).get("modeled") or {}
+    kind = modeled.get("bound")
+    return (kind, str(modeled.get("bound_reason") or "no reason given")) if kind in ("lower", "upper") else None
+
+
+def bound_footnotes(bounds):
+    """One footnote per (kind, reason) of the marked runs ({(kind, reason): [Row, ...]}), naming them."""
+    lines = []
+    for (kind, reason), rows in bounds.items():
+        time, speedup = ("longer", "smaller") if kind == "lower" else ("shorter", "larger")
+        lines.append(f"`{BOUND_MARK}` modeled figure of a run whose modeled clock is a {kind} bound (its times can only "
+                     f"be {time} in fact, its speedup only {speedup}): {reason} (runs: {candidates_text(rows)})")
+    return lines
 
 
 def table(rows, reports, fmt):
@@ -288,9 +309,10 @@ def table(rows, reports, fmt):
     csv_header += [c[1] for c in columns] + ["status"]
     right += [True] * len(columns) + [False]
 
-    md_rows, csv_rows, notes = [], [], set()
+    md_rows, csv_rows, notes, bounds = [], [], set(), {}
     for row in rows:
         swept = row.run.get("swept") or {}
+        bound = modeled_bound(row.run) if rl.finished(row.run) else None
         md, cs = [row.id], [row.id]
         if scenario_column:
             md.append(str(row.report.get("scenario_name", "")))
@@ -312,6 +334,9 @@ def table(rows, reports, fmt):
                 notes.add("throughput")
             elif name in SPEEDUPS and text == MISSING and has_target(row.run) and rl.finished(row.run):
                 notes.add("no_speedup")
+            if bound and name in BOUND_COLUMNS and text != MISSING:
+                text += BOUND_MARK
+                bounds.setdefault(bound, []).append(row)
             md.append(text)
             cs.append(csv_number(value))
         if rl.timing_only(row.run):
@@ -319,12 +344,13 @@ def table(rows, reports, fmt):
         md.append(row.status)
         cs.append(row.status)
         cs.append(row.speedup_basis)
+        cs.append(bound[0] if bound else "")
         md_rows.append(md)
         csv_rows.append(cs)
     if fmt == "csv":
-        return csv_text(csv_header + ["speedup_basis"], csv_rows)
+        return csv_text(csv_header + ["speedup_basis", "modeled_bound"], csv_rows)
     text = markdown(header, md_rows, right)
-    footnotes = [FOOTNOTES[k] for k in FOOTNOTES if k in notes]
+    footnotes = [FOOTNOTES[k] for k in FOOTNOTES if k in notes] + bound_footnotes(bounds)
     # Each skipped run with its reason (the GPU or host memory estimate and what would fit), one line each.
     footnotes += [f"skipped: {row.id}: {row.run.get('message') or 'no reason given'}" for row in rows
                   if row.run.get("disposition") == "skipped"]

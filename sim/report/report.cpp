@@ -24,6 +24,7 @@
 #include "sim/core/error.h"
 #include "sim/core/json_io.h"
 #include "sim/core/summary.h"
+#include "sim/cost/ps_cost.h"
 #include "sim/runtime/cuda_probe.h"
 #include "sim/runtime/device.h"
 
@@ -387,6 +388,11 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
         {"communication", {{"exposed", phase_json(r.modeled_exposed_s, same)},
                            {"overlapped", phase_json(r.modeled_overlapped_s, same)},
                            {"buckets", buckets}}}};
+    // Where the model is known to be a bound rather than an estimate (a parameter server: sim/cost/ps_cost.h).
+    if (const std::optional<ModeledBound> bound = parameter_server_bound(spec.config)) {
+      j["timing"]["modeled"]["bound"] = bound->kind;
+      j["timing"]["modeled"]["bound_reason"] = bound->reason;
+    }
     // Where every rank had its own GPU the measured clock is the hardware the model prices: compare them.
     if (r.ranks_one_per_gpu && has_steps) j["timing"]["model_error"] = model_error_json(r.steps, r.modeled_steps);
     // Timing-only runs (no measured step): the bytes per rank and step the modeled clock priced (the cost model's

@@ -8,14 +8,18 @@
 // the order, and with it every bit of the result, follows the modeled clock. Extend: a new server rule is a change
 // in apply_push / may_start; pricing lives in the constructor and record_step.
 //
-// Modeled clock of worker r at clock c (starting at t0, the end of its last pull):
-//   push applied at t_push = t0 + compute x straggler(c, r) + p2p(push bytes) + apply (optimizer over n / P values,
-//   shards apply in parallel; BSP adds the sum of N pushes as one memory pass);
-//   pull read at t_pull = max(t_push, the time the SSP/BSP bound is met); next clock starts at t_pull + p2p(pull).
+// Modeled clock of worker r at clock c (starting at t0, the end of its last pull), priced by sim/cost/ps_cost.h:
+//   push handed over at t_issue = t0 + compute x straggler(c, r): one message per shard, queued on the worker's and
+//   the shard hosts' links with every other worker's pushes and pulls in modeled order; applied at t_push = its last
+//   part's arrival + apply (optimizer over n / P values on each shard's device, shards in parallel; BSP adds the sum
+//   of N pushes as one memory pass; SSP/async: each shard's steps queue on its device in arrival order);
+//   pull read at t_pull = max(t_push, the time the SSP/BSP bound is met); next clock starts when the pull's messages
+//   from every shard are in (queued on the hosts' send links).
 // Co-located shards (default): rank r < P holds shard r, so its own slice does not cross the wire (push and pull
-// bytes 4n (P-1)/P); dedicated shards: 4n each way. The arithmetic is the same either way (shards are slices of one
-// buffer, updated in scheduler order); only the pricing differs. Server queueing and co-located contention for
-// the GPU and for the link are not modeled: the modeled clock prices each worker's own push and pull only.
+// bytes 4n (P-1)/P); dedicated shards: 4n each way, on devices of their own. The arithmetic is the same either way
+// (shards are slices of one buffer, updated in scheduler order); only the pricing differs. Not modeled: a co-located
+// shard's optimizer work slowing its host worker's own compute (the report flags such runs as a lower bound,
+// parameter_server_bound).
 // Bytes per rank and step (communication.bytes_sent_per_rank_per_step) count what the rank sends, as for a collective:
 // its push, plus, on a rank hosting co-located shard r, the pulls of the other N - 1 workers, 4n / P each (the pull a
 // worker receives is counted by the rank that sends it; a dedicated server is no rank). With one co-located shard
@@ -49,6 +53,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -57,6 +62,7 @@
 #include "sim/optim/optimizer.h"
 #include "sim/core/summary.h"
 #include "sim/comm/scheduler.h"
+#include "sim/cost/ps_cost.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -111,14 +117,14 @@ class ParameterServer final : public SyncStrategy {
       shard_ranges_.emplace_back(std::min(n_, per * static_cast<size_t>(p)),
                                  std::min(n_, per * static_cast<size_t>(p + 1)));
     const double full_bytes = gradient_wire_bytes(s.config) * static_cast<double>(n_);  // fp16_pure: 2 per value
-    const CollectiveModel& coll = s.cost_model->collectives();
+    full_bytes_ = full_bytes;
     for (int r = 0; r < ranks_; ++r) {
       const bool local_shard = !dedicated_ && r < shards_;
       const double bytes = local_shard ? full_bytes * (shards_ - 1) / shards_ : full_bytes;
       wire_bytes_.push_back(bytes);
-      p2p_s_.push_back(bytes > 0 ? coll.p2p_s(bytes) : 0.0);
       served_bytes_.push_back(local_shard ? full_bytes * (ranks_ - 1) / shards_ : 0.0);
     }
+    links_.emplace(s.cost_model->collectives(), ranks_, shards_, dedicated_);
     compressed_ = compression_.kind != "none";
     StepCost apply = s.cost_model->make_step_cost();
     s.cost_model->add_optimizer(apply, optimizer_config_, static_cast<double>(per));
@@ -269,10 +275,15 @@ class ParameterServer final : public SyncStrategy {
     if (in.cost == nullptr) return;
     const double bytes = wire_bytes_[static_cast<size_t>(in.rank)];
     if (bytes > 0) {
-      in.cost->add_p2p(bytes);           // the push
-      in.cost->add_p2p_received(bytes);  // the pull (its sender counts its bytes)
+      // One BSP clock with every worker's push handed to the links at once (ps_cost.h): the pushes and the pulls
+      // queue on the shard hosts' links; every rank waits for the last pull (the step is synchronous).
+      const BspClockPrice clock = price_bsp_clock(cost_model_->collectives(), shards_, dedicated_,
+                                                  std::vector<double>(static_cast<size_t>(ranks_), full_bytes_),
+                                                  full_bytes_, apply_s_);
+      const double pull_s = *std::max_element(clock.pull_s.begin(), clock.pull_s.end());
+      in.cost->add_p2p_time(clock.pushes_s + pull_s, bytes, 2.0 * bytes);  // push and pull (its sender counts it)
     }
-    // A co-located shard sends the other workers' pulls (not priced: server queueing is not modeled).
+    // A co-located shard sends the other workers' pulls (their time is in the receivers' pulls, queued on its link).
     in.cost->add_served_bytes(served_bytes_[static_cast<size_t>(in.rank)]);
     in.cost->add_time(Phase::kOptimizer, apply_s_);
     in.cost->synchronous = true;
@@ -322,21 +333,21 @@ class ParameterServer final : public SyncStrategy {
     skipped_[ri] = skip ? 1 : 0;  // read by the aggregating turn (after this worker's push turn)
     if (skip) ++skipped_by_rank_[ri];
     // The push: dense fp32, or this worker's encoded payload (encoded here, outside the turn: worker-local state).
-    double push_bytes = wire_bytes_[ri], push_p2p_s = p2p_s_[ri], server_s = apply_s_;
+    double push_bytes = wire_bytes_[ri], payload_bytes = full_bytes_, server_s = apply_s_;
     if (skip) {  // an 8-byte notice (no gradient), so the server still counts this worker's clock
-      push_bytes = 8.0;
-      push_p2p_s = cost_model_->collectives().p2p_s(push_bytes);
+      push_bytes = payload_bytes = 8.0;
     } else if (compressed_) {
       const double a = now_s();
       const PushRecord& rec = encode_push(in);
       clock.add(Phase::kCompress, now_s() - a);
       push_bytes = rec.wire_bytes;
-      push_p2p_s = push_bytes > 0 ? cost_model_->collectives().p2p_s(push_bytes) : 0.0;
+      payload_bytes = static_cast<double>(rec.payload_bytes);
       server_s += rec.decode_model_s;
       m.times.phase_s[static_cast<size_t>(Phase::kCompress)] += rec.encode_model_s + rec.decode_model_s;
       compute_s += rec.encode_model_s;
     }
-    const double t_push = t0 + compute_s + push_p2p_s + server_s;
+    const double t_push = price_push(r, t0 + compute_s, payload_bytes, server_s, turn);
+    const double push_p2p_s = t_push - server_s - (t0 + compute_s);  // until the server starts applying it
 
     turn(t_push);
     if (done_) {  // the budget was used up while this gradient was computed: dropped
@@ -372,7 +383,9 @@ class ParameterServer final : public SyncStrategy {
     }
     const double wait_s = t_pull - t_push;
     wait_s_[ri] += wait_s;
-    m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = push_p2p_s + (done_ ? 0.0 : p2p_s_[ri]);
+    // The pull's messages queue on the shard hosts' send links and this worker's receive link (ps_cost.h).
+    const double pull_s = done_ ? 0.0 : links_->pull(r, t_pull, full_bytes_) - t_pull;
+    m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)] = push_p2p_s + pull_s;
     // Exposed communication: the push starts after the whole backward and the next clock's compute starts after the
     // pull, so every second of both is on this worker's critical path (none overlapped; the wait is not counted).
     m.exposed_s = m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)];
@@ -390,7 +403,7 @@ class ParameterServer final : public SyncStrategy {
     read_version_[ri] = version_;
     read_clock_[ri] = min_finished_;
     if (on_read_ != nullptr && *on_read_) (*on_read_)(ParameterRead{r, c + 1, applied_by_rank_});
-    t_start_[ri] = t_pull + p2p_s_[ri];
+    t_start_[ri] = t_pull + pull_s;
     m.times.step_s = t_start_[ri] - t0;
     modeled_[ri].push_back(m);
     clock.add_bytes(m.times.bytes_sent);
@@ -399,6 +412,25 @@ class ParameterServer final : public SyncStrategy {
   }
 
  private:
+  // Modeled price of a push (ps_cost.h) handed to the links at t_issue: its messages queue on the links in modeled
+  // order (a turn at t_issue); under SSP and asynchronous updates its optimizer step then queues on each shard's
+  // device in order of arrival (a turn at its arrival). Returns when the server has applied it (BSP: the last part's
+  // arrival + server_s; the clock is applied by the last push). Leaves the turn released.
+  template <class Turn>
+  double price_push(int r, double t_issue, double payload_bytes, double server_s, Turn& turn) {
+    turn(t_issue);
+    const std::vector<double> arrived = links_->push(r, t_issue, payload_bytes);
+    const double t_arrived = *std::max_element(arrived.begin(), arrived.end());
+    double t_push = t_arrived + server_s;
+    if (staleness_ != 0) {
+      sched_.release(r, t_arrived);
+      turn(t_arrived);
+      if (!done_) t_push = links_->apply(arrived, server_s);
+    }
+    sched_.release(r, t_push);
+    return t_push;
+  }
+
   // True when a worker may start clock `next`: every worker has finished clock next - s - 1.
   bool may_start(int64_t next) const {
     if (staleness_ == kStalenessInf) return true;
@@ -677,7 +709,10 @@ class ParameterServer final : public SyncStrategy {
   const PrecisionStep server_precision_;  // fp16_pure: the server's fp16 storage (no scaler runs on the server)
   InteractionScheduler sched_;
   std::vector<std::pair<size_t, size_t>> shard_ranges_;
-  std::vector<double> wire_bytes_, p2p_s_;  // per rank, each way
+  std::vector<double> wire_bytes_;  // per rank, each way: the part of a dense push or pull that crosses the wire
+  double full_bytes_ = 0.0;         // a dense push or pull of every shard (4n; fp16_pure 2n)
+  // The modeled price of pushes, pulls and server steps (ps_cost.h): used inside turns only, so in modeled order.
+  std::optional<ParameterServerLinks> links_;
   std::vector<double> served_bytes_;         // per rank and clock: the pulls its co-located shard sends to others
   double apply_s_ = 0.0;
   double shard_elems_ = 0.0;  // elements per shard

@@ -81,10 +81,10 @@ def test_csv_table_has_full_precision_and_empty_cells():
     lines = result.stdout.splitlines()
     assert lines[0] == ("run,scenario,training.accumulation_steps,cluster.ranks,sync.kind,time_to_target_measured_s,"
                         "time_to_target_modeled_s,final_eval_accuracy,wire_bytes_per_rank_per_step,"
-                        "exposed_communication_ms,speedup_measured,speedup_modeled,status,speedup_basis")
-    assert lines[1] == f"{R0},cmp,1,2,,2.0,0.5,0.85,1000.0,0.25,1.0,1.0,\"reached, baseline\",time_to_target"
-    assert lines[4] == f"{R3},cmp,2,4,,,,,,,,,diverged,"
-    assert lines[5] == f"{LOCAL},cmp_local,,,local_sgd,1.0,0.25,0.8512,250.0,,2.0,2.0,reached,time_to_target"
+                        "exposed_communication_ms,speedup_measured,speedup_modeled,status,speedup_basis,modeled_bound")
+    assert lines[1] == f"{R0},cmp,1,2,,2.0,0.5,0.85,1000.0,0.25,1.0,1.0,\"reached, baseline\",time_to_target,"
+    assert lines[4] == f"{R3},cmp,2,4,,,,,,,,,diverged,,"
+    assert lines[5] == f"{LOCAL},cmp_local,,,local_sgd,1.0,0.25,0.8512,250.0,,2.0,2.0,reached,time_to_target,"
     assert len(lines) == 6
 
 
@@ -451,6 +451,30 @@ def test_speedup_falls_back_to_throughput_without_a_target_and_a_server_shows_it
     assert [r["speedup_modeled"] for r in rows] == ["1.0", "2.5", "", ""]
     assert [r["speedup_basis"] for r in rows] == ["throughput", "throughput", "throughput", ""]
     assert [r["exposed_communication_ms"] for r in rows] == ["0.25", "0.3", "0.125", ""]
+
+
+def test_a_run_whose_modeled_clock_is_a_bound_is_marked_with_its_reason(tmp_path):
+    """R1 of compare_old.json given timing.modeled.bound "lower" and a reason by hand: its modeled time to target
+    (0.2), exposed communication (0.4) and modeled speedup (2.50x) carry `^`, its measured figures and every other
+    run do not; one footnote names the bound, the reason and R1; CSV has the kind in modeled_bound."""
+    doc = json.loads((REPO_ROOT / OLD).read_text())
+    doc["runs"][1]["timing"]["modeled"]["bound"] = "lower"
+    doc["runs"][1]["timing"]["modeled"]["bound_reason"] = "the shard host's GPU is shared"
+    path = tmp_path / "bound.json"
+    path.write_text(json.dumps(doc))
+    result = run_compare(path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    r1 = [c.strip() for c in next(line for line in lines if line.startswith(f"| {R1} ")).split("|")]
+    assert r1[4:] == ["1.6", "0.2^", "0.8400", "1500", "0.4^", "1.25x", "2.50x^", "reached", ""]
+    assert sum("^" in line for line in lines if line.startswith("| cmp")) == 1
+    notes = [line for line in lines if line.startswith("`^`")]
+    assert len(notes) == 1
+    assert "lower bound" in notes[0] and "can only be longer" in notes[0]
+    assert "the shard host's GPU is shared" in notes[0] and R1 in notes[0]
+    rows = csv_rows(run_compare(path, "--format", "csv").stdout)
+    assert [r["modeled_bound"] for r in rows] == ["", "lower", "", ""]
+    assert rows[1]["time_to_target_modeled_s"] == "0.2"
 
 
 def test_a_run_that_did_not_reach_a_set_target_gets_no_throughput_speedup():
