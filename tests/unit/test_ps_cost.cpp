@@ -206,5 +206,29 @@ TEST(ParameterServerLinks, BspRunQueuesPushesAndPullsOnTheShardHost) {
   }
 }
 
+// Timing-only BSP (price_bsp_clock): the same 3 workers and one co-located shard, every push handed over at once:
+// the pushes are in at a + 2B/W, the last pull takes a + 2B/W, and every rank's step waits for it, so workers 1 and 2
+// expose 2a + 4B/W of communication each; worker 0 hosts the shard and sends nothing itself (its time is wait), and
+// every rank's modeled step is the same.
+TEST(ParameterServerLinks, TimingOnlyBspClockQueuesOnTheShardHost) {
+  const RunConfig c = ps_config({{"kind", "parameter_server"}, {"staleness", 0}, {"shards", 1}},
+                                {{"training", {{"mode", "timing"}, {"steps", 3}}}});
+  const RunResult r = run_training(c);
+  ASSERT_EQ(r.disposition, "passed") << r.message;
+  const auto hw = load_hardware_profile("h100-pcie-8");
+  const double n = static_cast<double>(r.num_params);
+  const double a = hw->p2p_latency_us * 1e-6, W = hw->nccl_links * hw->nccl_link_bw_GBps * 1e9, B = 4.0 * n;
+  ASSERT_EQ(r.modeled_exposed_s.size(), 3u);
+  for (size_t q = 0; q < 3; ++q)
+    for (size_t t = 0; t < 3; ++t) {
+      const double comm = q == 0 ? 0.0 : 2.0 * a + 4.0 * B / W;
+      EXPECT_NEAR(r.modeled_exposed_s[q][t], comm, 1e-12) << "rank " << q << " step " << t;
+      EXPECT_NEAR(r.modeled_steps[q][t].phase_s[static_cast<size_t>(Phase::kCommunicate)], comm, 1e-12);
+      EXPECT_NEAR(r.modeled_steps[q][t].step_s, r.modeled_steps[2][t].step_s, 1e-15);
+    }
+  const auto& w0 = r.modeled_steps[0][0].phase_s;
+  EXPECT_NEAR(w0[static_cast<size_t>(Phase::kWait)], 2.0 * a + 4.0 * B / W, 1e-12);
+}
+
 }  // namespace
 }  // namespace gs
