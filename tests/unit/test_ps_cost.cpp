@@ -15,6 +15,7 @@
 #include "sim/cost/link_model.h"
 #include "sim/cost/ps_cost.h"
 #include "sim/runtime/rank_loop.h"
+#include "tests/unit/scenario_helpers.h"
 
 namespace gs {
 namespace {
@@ -228,6 +229,26 @@ TEST(ParameterServerLinks, TimingOnlyBspClockQueuesOnTheShardHost) {
     }
   const auto& w0 = r.modeled_steps[0][0].phase_s;
   EXPECT_NEAR(w0[static_cast<size_t>(Phase::kWait)], 2.0 * a + 4.0 * B / W, 1e-12);
+}
+
+// The report carries the bound: timing.modeled.bound and bound_reason on a co-located asynchronous server's run, not
+// on an all-reduce run of the same scenario.
+TEST(ParameterServerBound, ReportWritesTheBoundAndItsReason) {
+  json j = {{"name", "bound"},
+            {"model", {{"kind", "linear"}, {"layers", {16, 4}}, {"loss", "mse"}}},
+            {"data", {{"kind", "teacher"}, {"batch_per_rank", 4},
+                      {"teacher", {{"task", "regression"}, {"in_dim", 16}, {"out_dim", 4}}}}},
+            {"cluster", {{"ranks", 2}}},
+            {"training", {{"steps", 2}, {"eval_every", 0}}},
+            {"sync", {{"kind", "allreduce"}}},
+            {"sweep", {{"zip", {{"sync.kind", {"allreduce", "parameter_server"}}, {"sync.staleness", {0, "inf"}}}}}}};
+  const std::vector<json> runs = test::run_scenario_text(j.dump());
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_FALSE(runs[0]["timing"]["modeled"].contains("bound"));
+  EXPECT_FALSE(runs[0]["timing"]["modeled"].contains("bound_reason"));
+  EXPECT_EQ(runs[1]["timing"]["modeled"]["bound"], "lower");
+  EXPECT_EQ(runs[1]["timing"]["modeled"]["bound_reason"], parameter_server_bound(ps_config(
+      {{"kind", "parameter_server"}, {"staleness", "inf"}}))->reason);
 }
 
 }  // namespace
