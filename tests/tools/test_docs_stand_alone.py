@@ -1,6 +1,6 @@
 """The repository stands on its own: the README, docs/, scenarios/ and reports/README.md point at nothing a clone
-lacks (no ../shared/, no /work/ paths, no "issue N" or "Article 00N" of the development process), and every relative
-Markdown link among them names a file or folder of the repository."""
+lacks (no ../shared/, no /work/ paths, no "issue N", "Article 00N", sessions or engineers of the development process),
+and every relative Markdown link among them names a file or folder of the repository."""
 import re
 from pathlib import Path
 
@@ -15,7 +15,9 @@ OUTSIDE = [
     (re.compile(r"\.\./shared\b|(?<![\w.])shared/(seeds|cases|anchors|DESIGN)"), "a folder beside the checkout"),
     (re.compile(r"/work/"), "a path of the development machine"),
     (re.compile(r"\b[Ii]ssues? #?\d+"), "an issue of the development process"),
-    (re.compile(r"\bArticle \d{3}\b"), "a development-process name of a source article"),
+    (re.compile(r"\bArticle `?\d{3}\b"), "a development-process name of a source article"),
+    (re.compile(r"\bsessions?\b", re.IGNORECASE), "a development session"),
+    (re.compile(r"\b(?:other |fellow )?engineers?\b(?!ing)", re.IGNORECASE), "the development team"),
     (re.compile(r"\bDESIGN\.md\b"), "the development design notes (docs/design.md is the repository's)"),
 ]
 
@@ -51,9 +53,10 @@ def test_relative_links_name_files_of_the_repository(path):
 def test_the_checker_finds_what_it_is_for():
     """The patterns catch each kind of reference they exist for (and leave ordinary words alone)."""
     caught = ["see ../shared/DESIGN.md", "the seeds (shared/seeds/)", "/work/shared/anchors/x.py", "issue 10's",
-              "Issue 9: the target", "Article 002 says", "DESIGN.md section 3"]
+              "Issue 9: the target", "Article 002 says", "Article `002` (strategy 4)", "DESIGN.md section 3",
+              "the checkout the session started in", "other engineers' builds"]
     fine = ["tests/data/strategy_cases.json", "docs/design.md, section 2", "the cuda_staged_issues() check",
-            "a shared base", "shared memory"]
+            "a shared base", "shared memory", "stas00/ml-engineering `network/README.md`", "one source article"]
     for text in caught:
         assert any(p.search(text) for p, _ in OUTSIDE), text
     for text in fine:
