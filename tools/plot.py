@@ -21,6 +21,12 @@ MAX_LEGEND_RUNS runs a curve legend names the strategies (and, for one strategy,
 instead of every run; past MAX_VERTICAL_BARS runs the step breakdown averages repeats and turns its bars sideways;
 label parts are cut to report_lib.LABEL_CHARS characters. Every report and argument is checked before any file is
 written.
+
+The paths of the figures written go to stdout, one a line, relative to the current folder when under it. A figure that
+does not apply to what was swept is left out without a word (accuracy against bytes without a compressor, staleness
+without a parameter server, the modeled-clock figures without a modeled clock, throughput against ranks without a
+cluster.ranks axis, a heatmap with fewer than two axes, the cache figure without a cache-capacity axis); one that the
+report calls for but cannot have gets a note on stderr saying why.
 """
 import argparse
 import itertools
@@ -427,6 +433,8 @@ def fig_accuracy_vs_modeled_time(report, styles, out_dir, note):
     """Eval accuracy against the modeled clock (series modeled_s), written when some run has both."""
     runs = accuracy_runs(report, lambda r: rl.series(r, "modeled_s")[1])
     if not runs:
+        if not any(math.isfinite(t) for r in rl.drawn_runs(report) for t in rl.series(r, "modeled_s")[1]):
+            return not_applicable()  # no modeled clock
         return skipped("accuracy_vs_modeled_time.png", "no run has eval_accuracy on the modeled clock")
     fig, ax = new_figure(report, "eval accuracy vs modeled time", note, width=9.0 + legend_room(runs))
     draw_accuracy(ax, report, styles, runs, lambda r: rl.series(r, "modeled_s")[1])
@@ -454,11 +462,15 @@ STALENESS_UNITS = {"versions": "staleness in versions (optimizer updates between
                    "clocks": "staleness in clocks (the writer's clock minus the clock of the parameters it read)"}
 
 
+def is_parameter_server(run):
+    return ((run.get("config") or {}).get("sync") or {}).get("kind") == "parameter_server"
+
+
 def staleness_missing_reason(runs):
     """Why no run of `runs` has a staleness histogram: no parameter-server run at all (lock-step strategies have no
     staleness), only timing-only ones (training.mode "timing": nothing is applied, so nothing is measured), or
     parameter-server runs that applied no gradient."""
-    ps = [r for r in runs if ((r.get("config") or {}).get("sync") or {}).get("kind") == "parameter_server"]
+    ps = [r for r in runs if is_parameter_server(r)]
     if not ps:
         return "no parameter server run (the lock-step strategies have no staleness)"
     timing = [r for r in ps if ((r.get("config") or {}).get("training") or {}).get("mode") == "timing"]
@@ -479,6 +491,8 @@ def fig_staleness(report, styles, out_dir, note, unit):
     name = f"staleness_{unit}.png"
     runs = [r for r in rl.drawn_runs(report) if rl.staleness_histogram(r, unit)[0]]
     if not runs:
+        if not any(is_parameter_server(r) for r in rl.drawn_runs(report)):
+            return not_applicable()  # the lock-step strategies have no staleness
         return skipped(name, staleness_missing_reason(rl.drawn_runs(report)))
     fig, ax = new_figure(report, f"staleness of applied gradients ({unit})", note, width=9.0 + legend_room(runs))
     labels, caption = run_labels(report, runs)
@@ -504,7 +518,7 @@ def fig_accuracy_vs_bytes(report, styles, out_dir, note):
     """Eval accuracy against the cumulative bytes one rank sent (rl.cumulative_bytes, log x), written when some run
     of the report compresses; uncompressed runs of the report are drawn beside them as the baseline."""
     if not any(rl.compressed(r) for r in report["runs"]):
-        return skipped("accuracy_vs_bytes.png", "no run compresses (compression.kind is none)")
+        return not_applicable()  # no run compresses (compression.kind is none)
     runs = accuracy_runs(report, positive_bytes)
     if not runs:
         return skipped("accuracy_vs_bytes.png", "no run has both eval_accuracy and bytes sent")
@@ -543,6 +557,8 @@ def fig_step_breakdown(report, styles, out_dir, note, clock="measured"):
     name = "step_breakdown.png" if clock == "measured" else "step_breakdown_modeled.png"
     runs = [r for r in rl.drawn_runs(report) if phases_of(r)]
     if not runs:
+        if clock == "modeled":
+            return not_applicable()  # no modeled clock
         return skipped(name, f"no run has {clock} timing")
     rows = breakdown_rows(report, runs)
     grouped = len(rows) < len(runs)
@@ -615,7 +631,7 @@ def fig_throughput_vs_ranks(report, styles, out_dir, note):
     axes = report.get("axes") or []
     ranks_axis = next((a for a in axes if a["paths"] == ["cluster.ranks"]), None)
     if ranks_axis is None:
-        return skipped("throughput_vs_ranks.png", "the sweep has no cluster.ranks axis")
+        return not_applicable()  # the sweep has no cluster.ranks axis
     passed = [r for r in report["runs"] if r.get("disposition") == "passed"]
     metric = "modeled_samples_per_s"
     if not any(not math.isnan(rl.metric_value(r, metric)) for r in passed):
@@ -826,7 +842,7 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
     except TooManyPanels as e:
         return skipped(f"heatmap_{metric}.png", str(e))
     if axes is None:
-        return skipped("heatmap", f"the sweep has {len(report.get('axes') or [])} axis(es), a heatmap needs two")
+        return not_applicable()  # fewer than two sweep axes
     x_axis, y_axis, facets = axes
     combos = list(itertools.product(*[a["values"] for a in facets])) if facets else [()]
     panels = []
@@ -895,7 +911,7 @@ def fig_data_cache(report, styles, out_dir, note):
     name = "data_cache_vs_capacity.png"
     axis = rl.capacity_axis(report)
     if axis is None:
-        return skipped(name, "no sweep axis over data.cache.capacity_fraction or data.cache.capacity_bytes")
+        return not_applicable()  # no sweep axis over data.cache.capacity_fraction or data.cache.capacity_bytes
     curves = rl.data_curves(report, axis)
     if not curves:
         return skipped(name, "no run has data totals")
@@ -1124,7 +1140,7 @@ def summary_main(summary, report_paths):
     except (OSError, ValueError) as e:
         rl.say(f"error: {summary}: cannot write the summary figure: {e}")
         return 2
-    print(written)
+    print(rl.shown_path(written))
     return 0
 
 
@@ -1149,7 +1165,14 @@ def summary_path_problem(path):
 
 
 def skipped(name, why):
-    rl.say(f"note: {name} not written: {why}")
+    """A figure the report calls for but cannot have: a note on stderr saying why (its own lines when long)."""
+    rl.say(f"note: {name} not written:", explanation=why)
+    return None
+
+
+def not_applicable():
+    """A figure that does not apply to what was swept (no compressor, no parameter server, no modeled clock, no ranks
+    or cache-capacity axis, fewer than two axes for a heatmap): left out without a note."""
     return None
 
 
@@ -1261,10 +1284,10 @@ def main(argv=None):
     status = 0
     for path, out_dir, report in jobs:
         if rl.undrawn_runs(report):
-            rl.say(f"{path}: {rl.undrawn_note(report)}")
+            rl.say(f"{rl.shown_path(path)}: {rl.undrawn_note(report)}")
         try:
             for written in write_figures(report, out_dir, args.metric, args.x, args.y):
-                print(written)
+                print(rl.shown_path(written))
         except rl.ReportError as e:
             rl.say(f"error: {error_text(path, e)}")
             status = 2

@@ -39,16 +39,46 @@ METRICS = {
 }
 
 
-def say(text, stream=None):
-    """Prints a note or error line on stderr (or `stream`); on a terminal wrapped to its width, continuation lines
-    indented by two spaces, so no line wraps by itself (a long path is broken where the line ends)."""
+def output_width(stream):
+    """The columns lines on `stream` are wrapped to: $COLUMNS when set to a positive number (as gradsweep and Python's
+    shutil read it), else the terminal's width when `stream` is a terminal, else None (unknown: not wrapped, so a log
+    keeps one line per message)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if stream.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def say(text, stream=None, explanation=None):
+    """Prints a note or error line on stderr (or `stream`); where the width is known (output_width) wrapped to it,
+    continuation lines indented by two spaces, so no line wraps by itself (a long path is broken where the line ends).
+    `explanation`: the rest of the line after `text` ("note: X not written:" + why); where the whole does not fit, it
+    goes on lines of its own below, indented by two spaces."""
     stream = sys.stderr if stream is None else stream
     text = str(text)
-    if stream.isatty():
-        width = max(20, shutil.get_terminal_size().columns - 1)
-        text = "\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=True,
-                                        break_on_hyphens=False) or line for line in text.split("\n"))
+    columns = output_width(stream)
+    if columns is None:
+        print(text + ("" if explanation is None else " " + explanation), file=stream)
+        return
+    width = max(20, columns - 1)
+    if explanation is not None:
+        text = text + " " + explanation if len(text) + 1 + len(explanation) <= width else text + "\n  " + explanation
+    text = "\n".join(textwrap.fill(line, width=width, subsequent_indent=" " * (len(line) - len(line.lstrip(" ")) or 2),
+                                    break_long_words=True, break_on_hyphens=False) or line
+                     for line in text.split("\n"))
     print(text, file=stream)
+
+
+def shown_path(path):
+    """path as the tools print it: relative to the current folder when under it (as gradsweep prints the report's
+    path), else as it is."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) if path.is_absolute() else str(path)
+    except ValueError:
+        return str(path)
 
 
 class ReportError(Exception):

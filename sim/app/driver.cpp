@@ -82,11 +82,15 @@ std::string modeled_summary(const json& run) {
   return out;
 }
 
-// text in lines of at most width - 1 characters, broken at spaces, every line after the first indented by `indent`
-// spaces; a word longer than a whole line (a long path or run id) is broken where the line ends.
+}  // namespace
+
 std::string wrap_to(const std::string& text, size_t width, size_t indent) {
   const size_t max = width > 1 ? width - 1 : 1;
-  if (text.size() <= max) return text;
+  auto joined = [](std::string t) {  // the words' own spaces back
+    std::replace(t.begin(), t.end(), kNoBreak, ' ');
+    return t;
+  };
+  if (width == 0 || text.size() <= max) return joined(text);
   indent = std::min(indent, max / 2);
   std::string out, line, word;
   auto room = [&] { return max - (out.empty() ? 0 : indent); };
@@ -106,19 +110,36 @@ std::string wrap_to(const std::string& text, size_t width, size_t indent) {
     line += (line.empty() ? "" : " ") + word;
   }
   if (!line.empty()) end_line();
+  return joined(out);
+}
+
+std::string wrap_lines(const std::string& text, size_t width) {
+  if (width == 0) return text;
+  std::string out, line;
+  std::istringstream in(text);
+  for (bool first = true; std::getline(in, line); first = false) {
+    const size_t lead = std::min(line.find_first_not_of(' '), line.size());
+    const size_t room = width > lead + 20 ? width - lead : 20;
+    const std::string pad(lead, ' ');
+    std::string prefixed = pad;
+    for (char c : wrap_to(line.substr(lead), room, 2)) prefixed += c == '\n' ? "\n" + pad : std::string(1, c);
+    out += (first ? "" : "\n") + prefixed;
+  }
   return out;
 }
 
-// Columns of the terminal on stderr: its window size, else $COLUMNS, else 80.
-size_t terminal_columns() {
-  winsize ws{};
-  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+size_t output_columns(bool terminal) {
   if (const char* c = std::getenv("COLUMNS"); c != nullptr) {
-    const long v = std::strtol(c, nullptr, 10);
-    if (v > 0) return static_cast<size_t>(v);
+    char* end = nullptr;
+    const long v = std::strtol(c, &end, 10);
+    if (end != c && *end == '\0' && v > 0) return static_cast<size_t>(v);
   }
-  return 80;
+  winsize ws{};
+  if (terminal && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 0;
 }
+
+namespace {
 
 // The --filter pattern over run ids (RE2 syntax); throws gs::Error when RE2 refuses it or it matches none of the
 // runs. RE2 matches in time linear in the id (no backtracking), so no pattern can hang the tool; patterns longer than
@@ -199,14 +220,13 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
                                  : fmt::format("a report of {} run{} ({} finished{})", e.runs, e.runs == 1 ? "" : "s",
                                                finished, e.interrupted ? fmt::format(", {} interrupted", e.interrupted)
                                                                        : std::string());
-  std::string whose;
-  if (e.mismatch.empty()) {
-    whose = " of this scenario (the same file and --set values)";
-  } else {
-    whose = (e.scenario_name.empty() ? std::string() : fmt::format(" of scenario \"{}\"", e.scenario_name)) +
-            " that --resume cannot continue: " + e.mismatch;
-  }
-  std::string out = fmt::format("{} already holds {}{}.\nThis sweep would replace it, so nothing was run. Choose one:\n",
+  // The mismatch (report.cpp) may run over several lines, its details indented: it ends the sentence without a stop.
+  const std::string whose =
+      e.mismatch.empty()
+          ? " of this scenario (the same file and --set values)."
+          : (e.scenario_name.empty() ? std::string() : fmt::format(" of scenario \"{}\"", e.scenario_name)) +
+                " that --resume cannot continue:\n  " + e.mismatch;
+  std::string out = fmt::format("{} already holds {}{}\nThis sweep would replace it, so nothing was run. Choose one:\n",
                                 e.dir, held, whose);
   if (e.mismatch.empty()) {
     size_t to_run = 0;
@@ -216,8 +236,8 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
                        o.filter.empty() ? "" : " that --filter keeps");
   }
   out += "  --out DIR     write this sweep's report into another folder\n";
-  out += fmt::format("  --overwrite   first move its report.json, runs.jsonl and figures (*.png) into "
-                     "{}/replaced-<date>-<time>/ (nothing is deleted)", e.dir);
+  out += fmt::format("  --overwrite   first move its report.json, runs.jsonl and figures (*.png) into\n"
+                     "                {}/replaced-<date>-<time>/ (nothing is deleted)", e.dir);
   if (!e.mismatch.empty()) out += "\n(--resume continues only a report of the same scenario file and --set values)";
   return out;
 }
@@ -283,6 +303,40 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
   return dry_run_listing(s, o.filter, &done, dir);
 }
 
+namespace {
+// The sweep's first line: "gradsweep: 12 runs = 4 [a] x 3 [b]; 12 to run -> DIR/report.json", each part kept whole
+// where it wraps. already: the runs a --resume keeps (none: not a resume).
+std::string sweep_header(const Scenario& s, size_t to_run, std::optional<size_t> already, const std::string& path) {
+  auto whole = [](std::string t) {
+    std::replace(t.begin(), t.end(), ' ', kNoBreak);
+    return t;
+  };
+  std::string expansion = whole(describe_expansion(s));
+  const std::string times = whole(" x ");
+  for (size_t at = 0; (at = expansion.find(times, at)) != std::string::npos; ++at)
+    expansion[at] = ' ';  // a wrap may come before each "x N [axis]"
+  const std::string to_run_text = fmt::format("{} to run", to_run) +
+                                  (already ? fmt::format(" ({} already in the report)", *already) : std::string());
+  return "gradsweep: " + expansion + "; " + whole(to_run_text) + " " + whole("-> " + path);
+}
+
+// A finished run's line "[i/N] ID passed in 1.2s: eval_accuracy 0.8 ..." fitted to `columns` (0: one line as it is):
+// the id cut in its middle (as on the live line) where "[i/N] ID passed in 1.2s:" would not fit, the metrics on the
+// lines below where they do not fit beside it, and the run's message (a skip's reason) on lines of its own.
+std::string finished_run_text(const std::string& count, const std::string& id, const std::string& outcome,
+                              const std::string& metrics, const std::string& message, size_t columns) {
+  const std::string tail = " " + outcome + (metrics.empty() ? "" : ":");
+  if (columns == 0)
+    return count + " " + id + tail + metrics + (message.empty() ? "" : " (" + message + ")");
+  const size_t max = columns > 1 ? columns - 1 : 1, fixed = count.size() + 1 + tail.size();
+  std::string head = count + " " + middle_cut(id, fixed + 20 < max ? max - fixed : 20) + tail;
+  std::replace(head.begin(), head.end(), ' ', kNoBreak);
+  std::string text = wrap_to(head + metrics, columns, count.size() + 1);
+  if (!message.empty()) text += "\n" + wrap_lines(std::string(count.size() + 1, ' ') + "(" + message + ")", columns);
+  return text;
+}
+}  // namespace
+
 int run_sweep(const Scenario& s, const DriverOptions& o) {
   const IdPattern re = make_filter(o.filter, s);
   openblas_set_num_threads(1);  // one BLAS thread per rank thread
@@ -324,9 +378,9 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   }
   ReportWriter& writer = *made;
   const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
-  // On a terminal the lines that stay are wrapped to its width too (wrap_to).
+  // The lines that stay are wrapped to the output's width (output_columns: $COLUMNS, else the terminal's).
   auto say = [&](const std::string& text, size_t indent) {
-    std::fprintf(stderr, "%s\n", tty ? wrap_to(text, terminal_columns(), indent).c_str() : text.c_str());
+    std::fprintf(stderr, "%s\n", wrap_to(text, output_columns(tty), indent).c_str());
   };
   if (!writer.moved_aside().empty())  // said even with --quiet: where the previous runs are now
     say(fmt::format("gradsweep: --overwrite: moved the previous report of {} into {}/", dir, writer.moved_aside()),
@@ -339,9 +393,8 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   install_stop_handlers();  // idempotent; main installs them before loading the scenario
 
   if (!o.quiet)
-    say(fmt::format("gradsweep: {}; {} to run{} -> {}", describe_expansion(s), todo.size(),
-                    o.resume ? fmt::format(" ({} already in the report)", writer.size()) : std::string(),
-                    writer.report_path()),
+    say(sweep_header(s, todo.size(), o.resume ? std::optional<size_t>(writer.size()) : std::nullopt,
+                     writer.report_path()),
         11);
   // Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step so a test can signal it there.
   size_t stop_run = 0;
@@ -389,7 +442,8 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
         // The runs still to come take as long as the mean run so far (the finished ones and this one, projected).
         const double mean_run_s = (finished_s + run_total_s) / static_cast<double>(i + 1);
         line.sweep_eta_s = line.run_eta_s + mean_run_s * static_cast<double>(todo.size() - i - 1);
-        std::fprintf(stderr, "\r\033[K%s", fit_progress_line(line, terminal_columns()).c_str());
+        const size_t columns = output_columns(true);
+        std::fprintf(stderr, "\r\033[K%s", fit_progress_line(line, columns > 0 ? columns : 80).c_str());
       };
     }
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
@@ -456,16 +510,20 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     if (!o.quiet) {
       const json& fin = run["convergence"]["final"];
       std::string metrics;
-      if (!fin["eval_accuracy"].is_null()) metrics += fmt::format(" eval_accuracy {:.4f}", fin["eval_accuracy"].get<double>());
-      if (!fin["eval_loss"].is_null()) metrics += " eval_loss " + format_number(fin["eval_loss"].get<double>(), 4);
-      if (!fin["train_loss"].is_null()) metrics += " train_loss " + format_number(fin["train_loss"].get<double>(), 4);
+      const std::string nb(1, kNoBreak);  // a name and its value stay on one line
+      if (!fin["eval_accuracy"].is_null())
+        metrics += fmt::format(" eval_accuracy{}{:.4f}", nb, fin["eval_accuracy"].get<double>());
+      if (!fin["eval_loss"].is_null()) metrics += " eval_loss" + nb + format_number(fin["eval_loss"].get<double>(), 4);
+      if (!fin["train_loss"].is_null())
+        metrics += " train_loss" + nb + format_number(fin["train_loss"].get<double>(), 4);
       // Timing-only runs train nothing: their result is the modeled step and throughput.
       if (spec.config.training.mode == "timing") metrics += modeled_summary(run) + " (timing-only: no loss or accuracy)";
       if (tty) std::fputs("\r\033[K", stderr);  // the live line's place
-      const std::string count = fmt::format("[{}/{}] ", i + 1, todo.size());
-      say(fmt::format("{}{} {} in {:.1f}s{}{}{}", count, spec.id, res.disposition, res.wall_s, metrics.empty() ? "" : ":",
-                      metrics, res.message.empty() ? "" : " (" + res.message + ")"),
-          count.size());
+      std::fprintf(stderr, "%s\n",
+                   finished_run_text(fmt::format("[{}/{}]", i + 1, todo.size()), spec.id,
+                                     fmt::format("{} in {:.1f}s", res.disposition, res.wall_s), metrics, res.message,
+                                     output_columns(tty))
+                       .c_str());
     }
   }
   writer.flush();

@@ -44,6 +44,21 @@ struct ProgressLine {
 // middle ("abc...xyz"), then drops the words "step" and "sweep", then the id; below about 36 columns it is cut.
 std::string fit_progress_line(const ProgressLine& p, size_t width);
 
+// Lines that stay on stderr (the sweep's first and last line, one per finished run, notes and errors) are wrapped to
+// the output's width; kNoBreak joins words that a wrap keeps on one line (printed as a space).
+constexpr char kNoBreak = '\x1f';
+// The output's width in columns: $COLUMNS when set to a positive number (as Python's shutil.get_terminal_size and
+// curses read it), else the window size of the terminal on stderr when `terminal`, else 0 (unknown: lines are not
+// wrapped, so a log keeps one line per message).
+size_t output_columns(bool terminal);
+// text in lines of at most width - 1 characters (so a terminal never wraps them itself), broken at spaces, every line
+// after the first indented by `indent` spaces; a word longer than a whole line (a long path) is broken where the line
+// ends. width 0: text unchanged (kNoBreak turned into spaces either way).
+std::string wrap_to(const std::string& text, size_t width, size_t indent);
+// Each line of text wrapped as wrap_to does, its continuation lines indented two spaces past the line's own leading
+// spaces (the refusals' and notes' layout); width 0: text unchanged.
+std::string wrap_lines(const std::string& text, size_t width);
+
 // Installs the SIGINT/SIGTERM handlers (idempotent): before run_sweep opens the report a signal exits at once with
 // 128 + signal; afterwards the first one is a stop request (see above). main calls it before loading a scenario.
 void install_stop_handlers();

@@ -119,10 +119,14 @@ void print_list() {
   }
 }
 
-// Allowed settings worth knowing (Scenario::notes), one "note: file: path: text" line each on stderr.
+// Lines on stderr wrapped to the output's width (gs::output_columns; unwrapped when it is unknown).
+void print_wrapped(const std::string& text) {
+  std::fprintf(stderr, "%s\n", gs::wrap_lines(text, gs::output_columns(isatty(STDERR_FILENO) != 0)).c_str());
+}
+
+// Allowed settings worth knowing (Scenario::notes), one "note: file: path: text" each on stderr.
 void print_notes(const gs::Scenario& s) {
-  for (const auto& n : s.notes)
-    std::fprintf(stderr, "note: %s: %s: %s\n", s.path.c_str(), n.path.c_str(), n.message.c_str());
+  for (const auto& n : s.notes) print_wrapped(fmt::format("note: {}: {}: {}", s.path, n.path, n.message));
 }
 
 void print_fields() {
@@ -303,18 +307,17 @@ int main(int argc, char** argv) {
       return gs::run_sweep(s, o);
     }
   } catch (const gs::ReportIoError& e) {
-    if (e.before_any_run)
-      std::fprintf(stderr, "gradsweep: %s\ngradsweep: the report could not be written; nothing was run\n", e.what());
-    else
-      std::fprintf(stderr, "gradsweep: %s\ngradsweep: the report could not be written; runs journaled so far are "
-                   "kept (--resume continues once the folder is writable)\n", e.what());
+    print_wrapped(fmt::format("gradsweep: {}\ngradsweep: the report could not be written; {}", e.what(),
+                              e.before_any_run ? "nothing was run"
+                                               : "runs journaled so far are kept (--resume continues once the folder "
+                                                 "is writable)"));
     return kExitReportIo;
   } catch (const gs::ScenarioError& e) {
-    std::fprintf(stderr, "%s\n%zu problem%s; nothing was run\n", e.what(), e.issues().size(),
-                 e.issues().size() == 1 ? "" : "s");
+    print_wrapped(fmt::format("{}\n{} problem{}; nothing was run", e.what(), e.issues().size(),
+                              e.issues().size() == 1 ? "" : "s"));
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gradsweep: %s\n", e.what());
+    print_wrapped(fmt::format("gradsweep: {}", e.what()));
     return kExitBadInput;
   }
   return 0;

@@ -14,8 +14,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -516,13 +518,67 @@ std::string dump_valid_utf8(const json& j, int indent = -1) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
+// The settings in which two scenario files differ, as "path: old, now new" (dotted paths of the leaves: objects are
+// descended, a list is one value), at most kShown of them and then "and N more"; none when they are equal.
+std::vector<std::string> scenario_differences(const json& was, const json& now) {
+  constexpr size_t kShown = 6;
+  std::vector<std::string> out;
+  size_t more = 0;
+  std::function<void(const json&, const json&, const std::string&)> walk = [&](const json& a, const json& b,
+                                                                                const std::string& path) {
+    if (a.is_object() && b.is_object()) {
+      std::set<std::string> keys;
+      for (const auto& [k, v] : a.items()) keys.insert(k);
+      for (const auto& [k, v] : b.items()) keys.insert(k);
+      for (const auto& k : keys)
+        walk(a.contains(k) ? a[k] : json(), b.contains(k) ? b[k] : json(), path.empty() ? k : path + "." + k);
+      return;
+    }
+    if (a == b) return;
+    if (out.size() == kShown) {
+      ++more;
+      return;
+    }
+    auto shown = [](const json& v) { return v.is_null() ? std::string("(not set)") : bounded_dump(v, 40); };
+    out.push_back(path + ": " + shown(a) + ", now " + shown(b));
+  };
+  walk(was, now, "");
+  if (more > 0) out.push_back(fmt::format("and {} more", more));
+  return out;
+}
+
+// Why runs of another scenario file (their scenario sha256 differs) do not belong to this one, naming both files and
+// scenarios and the settings that differ where `written` (the report's context) records the scenario it ran; the
+// journal's header records only the sha256. Detail lines are indented by two spaces.
+std::string other_scenario_text(const Scenario& scenario, const json& written) {
+  const json* raw = written.is_object() && written.contains("scenario") ? &written["scenario"] : nullptr;
+  if (raw == nullptr)
+    return "its runs come from another scenario file or another version of " + scenario.path +
+           " (scenario sha256 differs; which file wrote them is not recorded)";
+  auto named = [](const std::string& path, const json& doc) {
+    const std::string name =
+        doc.is_object() && doc.value("name", json()).is_string() ? doc["name"].get<std::string>() : "?";
+    return fmt::format("{} (scenario \"{}\")", path.empty() ? "inline text" : path, bounded_text(name, 40));
+  };
+  const std::string was_path = written.value("scenario_path", json()).is_string()
+                                   ? written["scenario_path"].get<std::string>() : std::string();
+  std::string text = was_path == scenario.path
+                         ? "its runs come from another version of " + named(was_path, *raw)
+                         : "its runs come from " + named(was_path, *raw) + ",\n  this sweep reads " +
+                               named(scenario.path, scenario.raw);
+  const std::vector<std::string> diff = scenario_differences(*raw, scenario.raw);
+  if (diff.empty()) return text + ";\n  the settings are the same, the file's bytes differ (scenario sha256)";
+  text += fmt::format(";\n  they differ in {}:", diff.size() == 1 ? "one setting" : "these settings");
+  for (const auto& d : diff) text += "\n    " + d;
+  return text;
+}
+
 // Why runs fingerprinted (sha, sets, sets_fp) do not belong to this scenario and its --set values, or nothing.
 // `sets_fp`: the lossless overrides_sha256 when the file has one (this version), else the text is compared.
+// `written`: the report's context (scenario_path, scenario) when there is one, to name what differs.
 std::optional<std::string> fingerprint_mismatch(const Scenario& scenario, const json& sha, const json& sets,
-                                                const json& sets_fp) {
-  if (sha != json(scenario.sha256))
-    return "its runs come from another scenario file or another version of " + scenario.path +
-           " (scenario sha256 differs)";
+                                                const json& sets_fp, const json& written = json()) {
+  if (sha != json(scenario.sha256)) return other_scenario_text(scenario, written);
   // The overrides as written there (invalid UTF-8 replaced by U+FFFD), to compare with what was read back.
   const json sets_written = json::parse(dump_valid_utf8(json(scenario.overrides)));
   if (sets_fp.is_string() ? sets_fp != json(overrides_sha256(scenario.overrides)) : sets != sets_written)
@@ -540,11 +596,12 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
   for (const std::string& path : {report_path, journal_path}) {
     if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);
   }
-  auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where) {
-    if (auto why = fingerprint_mismatch(scenario, sha, sets, sets_fp))
+  auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where,
+                   const json& written) {
+    if (auto why = fingerprint_mismatch(scenario, sha, sets, sets_fp, written))
       throw Error(where + ": " + *why +
                   (why->rfind("written with --set", 0) == 0 ? "; resume with the same overrides or choose another --out"
-                                                            : "; run without --resume or choose another --out"));
+                                                            : "\nrun without --resume or choose another --out"));
   };
   std::vector<json> found;
   std::error_code exists_ec;
@@ -562,7 +619,7 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
     bool has_runs = old.is_object() && old.contains("runs") && old["runs"].is_array() && !old["runs"].empty();
     if (sha != nullptr) {
       check(*sha, old["context"].value("overrides", json::array()), old["context"].value("overrides_sha256", json()),
-            report_path);
+            report_path, old["context"]);
     } else if (has_runs) {
       throw Error(report_path + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
                   "--resume or choose another --out");
@@ -603,7 +660,7 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
           throw Error(journal_path + ": cannot tell which scenario wrote it (no header line); run without "
                       "--resume or choose another --out");
         check(j.value("scenario_sha256", json()), j.value("overrides", json::array()),
-              j.value("overrides_sha256", json()), journal_path);
+              j.value("overrides_sha256", json()), journal_path, json());
         journal_ok = true;
         continue;
       }
@@ -661,7 +718,7 @@ std::optional<ExistingReport> existing_report(const std::string& dir, const Scen
       const json ctx = old.contains("context") && old["context"].is_object() ? old["context"] : json::object();
       if (ctx.contains("scenario_sha256")) {
         if (auto why = fingerprint_mismatch(scenario, ctx["scenario_sha256"], ctx.value("overrides", json::array()),
-                                            ctx.value("overrides_sha256", json())))
+                                            ctx.value("overrides_sha256", json()), ctx))
           note(*why);
       } else if (!old["runs"].empty()) {
         note("cannot tell which scenario wrote it (no context.scenario_sha256)");

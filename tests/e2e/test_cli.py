@@ -44,6 +44,8 @@ def write(tmp_path, doc, name="s.json"):
 
 
 def run(*args, **kw):
+    """gradsweep ARGS with its output in pipes; $COLUMNS left out (set, it would wrap the lines to its width)."""
+    kw.setdefault("env", {k: v for k, v in os.environ.items() if k != "COLUMNS"})
     return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
 
 

@@ -29,14 +29,19 @@ def long_ids(tmp_path):
     return write(tmp_path, doc)
 
 
-def run_in_pty(args, columns, timeout=300):
-    """Runs gradsweep with stdin/stdout/stderr on a pseudo-terminal `columns` wide; returns (exit status, output)."""
+def run_in_pty(args, columns, timeout=300, command=None, faults="step_delay_ms=50", cwd=None):
+    """Runs gradsweep ARGS (or `command`, a whole argv) with stdin/stdout/stderr on a pseudo-terminal `columns` wide
+    and $COLUMNS unset (the width is the terminal's); returns (exit status, output)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    env = dict(os.environ, GRADSWEEP_TEST_FAULTS="step_delay_ms=50")
+    env = dict(os.environ)
+    env.pop("GRADSWEEP_TEST_FAULTS", None)
+    if faults:
+        env["GRADSWEEP_TEST_FAULTS"] = faults
     env.pop("COLUMNS", None)
-    proc = subprocess.Popen([str(BIN), *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            close_fds=True)
+    argv = [str(a) for a in command] if command is not None else [str(BIN), *map(str, args)]
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+                            cwd=None if cwd is None else str(cwd))
     os.close(slave)
     out, deadline = b"", time.monotonic() + timeout
     try:

@@ -3,10 +3,12 @@ any scenario, or only its journal) exits 2 before any run, leaves every file as 
 (--resume, another --out, --overwrite); --overwrite moves report.json, runs.jsonl and the figures beside them into
 replaced-<date>-<time>/ and deletes nothing. Through the binary, as a user runs it."""
 import json
+import re
 
 import pytest
 
 from test_cli import BIN, run, scenario, write
+from test_progress import run_in_pty
 
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
 
@@ -47,7 +49,33 @@ def test_another_scenarios_report_is_refused_and_left_as_it_was(tmp_path):
     p = run("run", other, "--out", out)
     assert_refused(p, out, before)
     assert 'a report of 2 runs (2 finished) of scenario "e2e" that --resume cannot continue' in p.stderr, p.stderr
-    assert "another scenario file" in p.stderr
+    # Both files and scenarios named, then what differs between them (the two scenario files above, by hand).
+    assert f'its runs come from {tmp_path / "s.json"} (scenario "e2e"),\n' in p.stderr, p.stderr
+    assert f'this sweep reads {other} (scenario "other");' in p.stderr, p.stderr
+    differ = p.stderr.split("they differ in these settings:\n")[1].split("\nThis sweep")[0].splitlines()
+    assert differ == ['    name: "e2e", now "other"',
+                      '    sweep.axes.cluster.ranks: (not set), now [1]',
+                      '    sweep.axes.training.accumulation_steps: [1,2], now (not set)',
+                      '    training.steps: 4, now 3'], p.stderr
+
+
+def test_the_refusal_of_another_version_fits_80_columns_and_names_what_changed(tmp_path):
+    """The same file edited since its report: named once, with the changed settings; every line of the refusal
+    within an 80-column terminal."""
+    path, out = finished(tmp_path)
+    before = snapshot(out)
+    doc = json.loads(path.read_text())
+    doc["training"]["optimizer"]["lr"] = 0.05
+    path.write_text(json.dumps(doc))
+    code, text = run_in_pty(["run", path, "--out", out], 80, faults=None)
+    lines = text.replace("\r\n", "\n").splitlines()
+    assert code == 2, text
+    assert [t for t in lines if len(t) > 79] == [], text
+    joined = re.sub(r"\n +", " ", "\n".join(lines))  # the wrapped lines joined again
+    assert f'its runs come from another version of {path} (scenario "e2e"); they differ in one setting: ' \
+           "training.optimizer.lr: 0.1, now 0.05\nThis sweep" in joined, joined
+    assert "    training.optimizer.lr: 0.1, now 0.05" in lines, text
+    assert snapshot(out) == before
 
 
 def test_the_same_scenario_with_other_set_values_is_refused(tmp_path):

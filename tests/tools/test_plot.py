@@ -6,6 +6,9 @@ import copy
 import itertools
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.colors
@@ -16,6 +19,7 @@ import pytest
 
 import plot
 import report_lib as rl
+from conftest import PLOT
 
 # The example report has a cluster.ranks axis (throughput against ranks) and no modeled clock.
 FIGURES = ["loss_vs_step.png", "loss_vs_time.png", "accuracy_vs_time.png", "step_breakdown.png",
@@ -116,7 +120,7 @@ def test_one_axis_sweep_has_no_heatmap(run_plot, example, tmp_path):
     result = run_plot(path)
     assert result.returncode == 0, result.stderr
     assert not list(tmp_path.glob("heatmap_*.png"))
-    assert "heatmap" in result.stderr
+    assert "heatmap" not in result.stderr  # a heatmap needs two axes: nothing to say about one that does not apply
     assert_png(tmp_path / "loss_vs_step.png")
 
 
@@ -794,12 +798,31 @@ def test_a_compressed_report_gets_the_bytes_and_modeled_time_figures(run_plot, e
     assert_png(tmp_path / "accuracy_vs_modeled_time.png")
 
 
-def test_without_compression_or_modeled_time_the_new_figures_are_skipped_with_a_note(run_plot, example_copy):
-    result = run_plot(example_copy)  # no compressor, modeled_s null
+def test_figures_that_do_not_apply_are_left_out_without_a_note(run_plot, example_copy):
+    """The example has no compressor, no modeled clock (modeled_s null), no parameter server and no cache-capacity
+    axis: the figures of those are not written and not mentioned (a quickstart printed four such notes); the failed
+    and skipped runs are still named."""
+    result = run_plot(example_copy)
     assert result.returncode == 0, result.stderr
-    assert "accuracy_vs_bytes.png not written" in result.stderr
-    assert "accuracy_vs_modeled_time.png not written" in result.stderr
-    assert not (example_copy.parent / "accuracy_vs_bytes.png").exists()
+    for name in ("accuracy_vs_bytes", "accuracy_vs_modeled_time", "staleness_versions", "staleness_clocks",
+                 "step_breakdown_modeled", "data_cache_vs_capacity"):
+        assert name not in result.stderr, result.stderr
+        assert not (example_copy.parent / f"{name}.png").exists()
+    assert "not written" not in result.stderr, result.stderr
+    assert "tiny.accumulation_steps=1.ranks=4.r0" in result.stderr
+
+
+def test_a_modeled_clock_without_accuracy_still_says_why_its_accuracy_figure_is_missing(run_plot, example, tmp_path):
+    """Where the report has what a figure is for (a modeled clock) but not its data (eval accuracy), the note stays."""
+    for run in example["runs"]:
+        for k, point in enumerate(run["convergence"]["series"]):
+            point["modeled_s"] = 0.5 * (k + 1)
+            point["eval_accuracy"] = None
+        run["convergence"]["final"]["eval_accuracy"] = None
+    result = run_plot(write_report(tmp_path, example))
+    assert result.returncode == 0, result.stderr
+    assert "note: accuracy_vs_modeled_time.png not written: no run has eval_accuracy on the modeled clock" \
+        in result.stderr, result.stderr
 
 
 def staleness_report(example):
@@ -846,7 +869,7 @@ def test_staleness_figure_says_what_is_missing(example, tmp_path, capsys):
         assert plot.fig_staleness(doc, plot.run_styles(doc["runs"]), tmp_path, "", "versions") is None
         return capsys.readouterr().err
 
-    assert "no parameter server run (the lock-step strategies have no staleness)" in note_of(example)
+    assert note_of(example) == ""  # no parameter server run: the figure does not apply, nothing to say
     timing = copy.deepcopy(example)
     drawn = rl.drawn_runs(timing)
     for run in drawn:  # every drawn run a timing-only parameter server run, as `--timing-only` writes them
@@ -942,7 +965,7 @@ def test_data_cache_figure_is_written_for_a_capacity_sweep_only(run_plot, exampl
     other.mkdir()
     result = run_plot(write_report(other, example))
     assert "data_cache_vs_capacity.png" not in result.stdout
-    assert "data_cache_vs_capacity.png not written" in result.stderr
+    assert "data_cache_vs_capacity" not in result.stderr  # no capacity axis: the figure does not apply
 
 
 # ---- --summary: one scenario on one or more hardware profiles -------------------------------------------------------
@@ -1098,3 +1121,48 @@ def test_an_output_folder_that_cannot_be_made_is_named_not_the_report(run_plot, 
     assert f"error: {target}: cannot write figures there" in result.stderr
     assert f"error: {example_copy}" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ---- what plot.py prints --------------------------------------------------------------------------------------------
+
+def run_plot_in(cwd, *args, columns=None):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, str(PLOT), *map(str, args)], capture_output=True, text=True, timeout=300,
+                          cwd=str(cwd), env=env)
+
+
+def test_figure_paths_print_relative_to_the_current_folder_when_under_it(example_copy, tmp_path):
+    """gradsweep prints its report as reports/NAME/report.json; the figures of it print the same way, whether the
+    report was named relative or absolute; outside the current folder they stay absolute."""
+    for given in (example_copy.relative_to(tmp_path), example_copy):
+        result = run_plot_in(tmp_path, given)
+        assert result.returncode == 0, result.stderr
+        assert sorted(result.stdout.splitlines()) == sorted(f"tiny/{name}" for name in FIGURES)
+        assert "tiny/report.json: " in result.stderr and str(tmp_path) not in result.stderr, result.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run_plot_in(elsewhere, example_copy)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == sorted(str(example_copy.parent / name) for name in FIGURES)
+
+
+def test_notes_fit_80_columns_with_a_long_reason_on_lines_of_its_own(example, tmp_path):
+    """Under COLUMNS=80 (a pipe, as a log of an 80-column terminal) every note has at most 79 characters; a reason
+    too long for the note's line goes below it, indented by two spaces."""
+    for run in rl.drawn_runs(example):  # timing-only parameter-server runs: a long staleness reason
+        run["config"]["sync"]["kind"] = "parameter_server"
+        run["config"]["training"]["mode"] = "timing"
+        run.pop("staleness", None)
+    write_report(tmp_path, example)
+    result = run_plot_in(tmp_path, "report.json", columns=80)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert [t for t in lines if len(t) > 79] == [], lines
+    for unit in ("versions", "clocks"):
+        at = lines.index(f"note: staleness_{unit}.png not written:")
+        assert lines[at + 1].startswith("  the ") and "parameter server runs are timing-only" in lines[at + 1], lines
+    # Without a width (a pipe, COLUMNS unset) the same note is one line, as a log keeps it.
+    result = run_plot_in(tmp_path, "report.json")
+    assert [t for t in result.stderr.splitlines() if t.startswith("note: staleness_versions.png not written: the ")]

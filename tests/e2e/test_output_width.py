@@ -1,0 +1,107 @@
+"""Every line that `gradsweep run` and the quickstart (tools/gradsweep: the sweep, then tools/plot.py on its report)
+leave on an 80-column output fits in it: under a pseudo-terminal 80 columns wide and, with the output in a pipe, under
+COLUMNS=80. A line fits when it has at most 79 characters (a terminal wraps a line that fills its last column on the
+next character). The quickstart's scenario runs with few steps; its ids, header and figure notes are the real ones.
+Also: the figure paths print relative to the current folder, as the report's path does; figures that do not apply to
+the sweep are not mentioned; the ranks-over-GPUs note is printed once."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from test_cli import BIN, REPO, scenario, write
+from test_progress import frames, run_in_pty
+
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
+
+COLUMNS = 80
+QUICKSTART = REPO / "scenarios" / "quickstart.json"
+PLOT = REPO / "tools" / "plot.py"
+FAST = ["--set", "training.steps=4", "--set", "training.eval_every=2"]
+needs_fashion_mnist = pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                                         reason="Fashion-MNIST (dataset-fashion-mnist) is not installed")
+
+
+def lines_of(output):
+    """The lines a terminal shows at the end: each frame between erasures and newlines (test_progress.frames)."""
+    return [text for text, _ in frames(output)]
+
+
+def too_long(lines):
+    return [(len(t), t) for t in lines if len(t) > COLUMNS - 1]
+
+
+def quickstart_in_pty(tmp_path):
+    """The quickstart's two commands, as tools/gradsweep runs them, in tmp_path under an 80-column terminal."""
+    code, sweep = run_in_pty(["run", QUICKSTART, "--overwrite", *FAST], COLUMNS, faults=None, cwd=tmp_path)
+    assert code == 0, sweep
+    code, plot = run_in_pty([], COLUMNS, command=[sys.executable, PLOT, "reports/quickstart/report.json"],
+                            faults=None, cwd=tmp_path)
+    assert code == 0, plot
+    return lines_of(sweep), lines_of(plot)
+
+
+@needs_fashion_mnist
+def test_the_quickstart_fits_an_80_column_terminal(tmp_path):
+    sweep, plot = quickstart_in_pty(tmp_path)
+    assert not too_long(sweep + plot), too_long(sweep + plot)
+    # 12 runs: each one's finished line, with its full id (42 characters fit) and its metrics on the line below, under the id.
+    ids = [r["id"] for r in json.loads((tmp_path / "reports/quickstart/report.json").read_text())["runs"]]
+    assert len(ids) == 12
+    for k, run_id in enumerate(ids, start=1):
+        head = [n for n, t in enumerate(sweep) if t.startswith(f"[{k}/12] {run_id} passed in ")]
+        assert len(head) == 1, (run_id, sweep)
+        indent = " " * len(f"[{k}/12] ")  # under the id
+        assert re.fullmatch(indent + r"eval_accuracy 0\.\d{4} eval_loss \S+ train_loss \S+", sweep[head[0] + 1]), sweep
+    # The header keeps "12 to run" whole and the report path with its arrow.
+    text = "\n".join(sweep)
+    assert "12 to run" in text and "-> reports/quickstart/report.json" in text, text
+    # Figures: relative paths, like the report's; no note about figures a two-axis sweep without compression,
+    # parameter server, modeled clock or cache axis does not have.
+    figures = [t for t in plot if t.endswith(".png")]
+    assert "reports/quickstart/heatmap_eval_accuracy.png" in figures, plot
+    assert all(t.startswith("reports/quickstart/") for t in figures), plot
+    assert not [t for t in plot if "not written" in t], plot
+
+
+@needs_fashion_mnist
+def test_the_quickstart_fits_80_columns_in_a_pipe_under_COLUMNS(tmp_path):
+    env = dict(os.environ, COLUMNS=str(COLUMNS))
+    env.pop("GRADSWEEP_TEST_FAULTS", None)
+    sweep = subprocess.run([str(BIN), "run", str(QUICKSTART), "--overwrite", "--filter", "ranks=4", *FAST],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert sweep.returncode == 0, sweep.stderr
+    plot = subprocess.run([sys.executable, str(PLOT), "reports/quickstart/report.json"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+    assert plot.returncode == 0, plot.stderr
+    lines = (sweep.stderr + plot.stdout + plot.stderr).splitlines()
+    assert not too_long(lines), too_long(lines)
+    assert len([t for t in lines if re.match(r"\[\d/4\] quickstart\.accumulation_steps=\d\.ranks=4\.r0 passed", t)]) \
+        == 4, lines
+    # The header (117 characters unwrapped) on two lines, broken between its parts.
+    assert lines[:2] == ["gradsweep: 12 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks];",
+                         "           4 to run -> reports/quickstart/report.json"], lines
+
+
+def test_long_ids_and_a_skip_reason_fit_80_columns(tmp_path):
+    """A run id longer than the line is cut in its middle, as on the live line; a skip's reason (long) goes on lines
+    of its own below the run's line."""
+    name = "a_scenario_with_a_long_name_like_the_strategies_of_the_guide"
+    doc = scenario(name=name, steps=4, axes={"training.optimizer.lr": [0.1, 0.05]})
+    doc["training"]["eval_every"] = 0
+    path = write(tmp_path, doc)
+    env = dict(os.environ, COLUMNS=str(COLUMNS), GRADSWEEP_MEMORY_AVAILABLE_BYTES="1000")
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    lines = p.stderr.splitlines()
+    assert not too_long(lines), too_long(lines)
+    run_lines = [n for n, t in enumerate(lines) if re.match(r"\[\d/2\] ", t)]
+    assert len(run_lines) == 2, p.stderr
+    for n, lr in zip(run_lines, ["0.1", "0.05"]):
+        # The id's head and tail around "...", the outcome whole.
+        assert re.fullmatch(rf"\[\d/2\] {name[:20]}\S*\.\.\.\S*lr={lr}\.r0 skipped in 0\.0s", lines[n]), lines[n]
+        assert len(lines[n]) == COLUMNS - 1 or name in lines[n], lines[n]  # cut only as far as needed
+        assert lines[n + 1].startswith("      (needs an estimated "), p.stderr
