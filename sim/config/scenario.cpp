@@ -174,6 +174,44 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
   return base_issues;
 }
 
+// One note for every hardware profile that some run's cluster.ranks exceeds (over: profile file -> the rank counts
+// over its GPUs; gpus_of: file -> (profile name, GPUs per node)): "9 and 16 are more than the 8 GPUs of hardware
+// profiles "x" (file) and "z" (file); 5 is more than the 4 GPUs of hardware profile "y" (file): allowed, ...", said
+// once however many profiles a sweep crosses.
+std::string ranks_over_gpus_note(const std::map<std::string, std::set<int64_t>>& over,
+                                 const std::map<std::string, std::pair<std::string, int>>& gpus_of) {
+  auto and_list = [](const std::vector<std::string>& items) {  // "a", "a and b", "a, b and c"
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+    return out;
+  };
+  // Profiles that the same rank counts exceed with the same GPU count share one clause (in the files' order).
+  std::vector<std::pair<std::pair<std::set<int64_t>, int>, std::vector<std::string>>> clauses;
+  for (const auto& [hw_file, ranks] : over) {
+    const auto& [hw_name, gpus] = gpus_of.at(hw_file);
+    const std::pair<std::set<int64_t>, int> key{ranks, gpus};
+    auto it = std::find_if(clauses.begin(), clauses.end(), [&](const auto& c) { return c.first == key; });
+    if (it == clauses.end()) it = clauses.insert(clauses.end(), {key, {}});
+    it->second.push_back(fmt::format("\"{}\" ({})", hw_name, hw_file));
+  }
+  std::string parts;
+  std::set<int> node_sizes;
+  for (const auto& [key, profiles] : clauses) {
+    const auto& [ranks, gpus] = key;
+    node_sizes.insert(gpus);
+    std::vector<std::string> counts;
+    for (int64_t r : ranks) counts.push_back(std::to_string(r));
+    parts += fmt::format("{}{} {} more than the {} GPU{} of hardware profile{} {}", parts.empty() ? "" : "; ",
+                         and_list(counts), ranks.size() == 1 ? "is" : "are", gpus, gpus == 1 ? "" : "s",
+                         profiles.size() == 1 ? "" : "s", and_list(profiles));
+  }
+  const int first = *node_sizes.begin();
+  const std::string nodes = node_sizes.size() == 1 ? fmt::format("{} rank{}", first, first == 1 ? "" : "s")
+                                                   : std::string("each profile's GPU count");
+  return parts + ": allowed, the modeled clock then prices the collectives as one larger node of the same fabric and "
+                 "storage and the node cache as nodes of " + nodes + " (docs/cost-model.md)";
+}
+
 }  // namespace
 
 ScenarioError::ScenarioError(std::string file, std::vector<ConfigIssue> issues)
@@ -643,21 +681,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
                                    "so no error is measured; run{} {}); accepted because true is its default",
                                    measure_error_none.size() == 1 ? "" : "s", runs)});
   }
-  for (const auto& [hw_file, ranks] : over_gpus) {
-    const auto& [hw_name, gpus] = gpus_of[hw_file];
-    std::string list;  // "9", "9 and 16", "9, 12 and 16"
-    size_t i = 0;
-    for (int64_t r : ranks) {
-      list += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(r);
-      ++i;
-    }
-    s.notes.push_back(
-        {"cluster.ranks", fmt::format("{} {} more than the {} GPU{} of hardware profile \"{}\" ({}): allowed, the "
-                                      "modeled clock then prices the collectives as one larger node of the same "
-                                      "fabric and storage and the node cache as nodes of {} rank{} "
-                                      "(docs/cost-model.md)", list, ranks.size() == 1 ? "is" : "are", gpus,
-                                      gpus == 1 ? "" : "s", hw_name, hw_file, gpus, gpus == 1 ? "" : "s")});
-  }
+  if (!over_gpus.empty()) s.notes.push_back({"cluster.ranks", ranks_over_gpus_note(over_gpus, gpus_of)});
   std::set<std::string> ids;
   for (const auto& r : s.runs)
     if (!ids.insert(r.id).second) {

@@ -105,3 +105,20 @@ def test_long_ids_and_a_skip_reason_fit_80_columns(tmp_path):
         assert re.fullmatch(rf"\[\d/2\] {name[:20]}\S*\.\.\.\S*lr={lr}\.r0 skipped in 0\.0s", lines[n]), lines[n]
         assert len(lines[n]) == COLUMNS - 1 or name in lines[n], lines[n]  # cut only as far as needed
         assert lines[n + 1].startswith("      (needs an estimated "), p.stderr
+
+
+def test_ranks_over_the_gpus_of_two_profiles_is_noted_once(tmp_path):
+    """scenarios/scaling.json sweeps two 8-GPU profiles; with 16 ranks validate and a dry run say so in one note
+    naming both profiles (it printed the note once per profile)."""
+    scaling = REPO / "scenarios" / "scaling.json"
+    profiles = json.loads(scaling.read_text())["sweep"]["axes"]["cluster.hardware"]
+    assert len(profiles) == 2
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for args in (["validate", scaling], ["run", scaling, "--dry-run", "--out", tmp_path / "out"]):
+        p = subprocess.run([str(BIN), *map(str, args), "--set", "cluster.ranks=16"], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert p.returncode == 0, p.stderr
+        notes = [t for t in p.stderr.splitlines() if t.startswith("note: ")]
+        assert len(notes) == 1, p.stderr
+        files = [f'"{name}" (scenarios/hardware/{name}.json)' for name in sorted(profiles)]
+        assert f"16 is more than the 8 GPUs of hardware profiles {files[0]} and {files[1]}: allowed" in notes[0], notes

@@ -766,6 +766,30 @@ TEST(ConfigNotes, MoreRanksThanTheProfilesGpusIsNoted) {
   EXPECT_NE(one.notes[0].message.find("nodes of 1 rank (docs"), std::string::npos) << one.notes[0].message;
 }
 
+// A sweep over two profiles that the ranks exceed gets one note naming both (it printed one note per profile, alike
+// but for the name: read as the same note twice), each with its own GPU count from its file.
+TEST(ConfigNotes, RanksOverTheGpusOfSeveralProfilesIsOneNote) {
+  auto gpus_in = [](const std::string& name) {
+    std::ifstream in(hardware_dir() + "/" + name + ".json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return json::parse(ss.str())["gpus_per_node"]["value"].get<int64_t>();
+  };
+  const int64_t pcie = gpus_in("h100-pcie-8"), four = gpus_in("h100-sxm-4");
+  ASSERT_LT(four, pcie);
+  Scenario s = parse_scenario(fmt::format(R"({{"name": "t", "model": {{"kind": "mlp", "layers": [8, 4, 3]}},
+    "data": {{"kind": "teacher", "teacher": {{"in_dim": 8, "out_dim": 3}}}}, "training": {{"steps": 3}},
+    "sweep": {{"axes": {{"cluster.hardware": ["h100-pcie-8", "h100-sxm-4"], "cluster.ranks": [{}, {}]}}}}}})",
+                                          four + 1, pcie + 1), "s.json");
+  ASSERT_EQ(s.notes.size(), 1u);
+  const std::string& m = s.notes[0].message;
+  EXPECT_EQ(m.rfind(fmt::format("{} is more than the {} GPUs of hardware profile \"h100-pcie-8\" ({}); {} and {} are "
+                                "more than the {} GPUs of hardware profile \"h100-sxm-4\" ({}): allowed",
+                                pcie + 1, pcie, hardware_dir() + "/h100-pcie-8.json", four + 1, pcie + 1, four,
+                                hardware_dir() + "/h100-sxm-4.json"), 0), 0u) << m;
+  EXPECT_NE(m.find("nodes of each profile's GPU count (docs"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace gs
 
