@@ -438,7 +438,9 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
         line.loss = loss;
         line.timing_only = spec.config.training.mode == "timing";
         const double run_total_s = (t - run0) / static_cast<double>(step) * static_cast<double>(total);
-        line.run_eta_s = run_total_s - (t - run0);
+        // At the last step elapsed / step * total - elapsed rounds to -1e-16 as often as to 0, and a negative ETA
+        // means "unknown" to the line: clamp it to 0.
+        line.run_eta_s = std::max(0.0, run_total_s - (t - run0));
         // The runs still to come take as long as the mean run so far (the finished ones and this one, projected).
         const double mean_run_s = (finished_s + run_total_s) / static_cast<double>(i + 1);
         line.sweep_eta_s = line.run_eta_s + mean_run_s * static_cast<double>(todo.size() - i - 1);
