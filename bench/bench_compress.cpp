@@ -84,12 +84,24 @@ void BM_memcpy(benchmark::State& state) {
       false);
 }
 
-void BM_sign_encode(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const auto& x = input(n);
+// sign_encode of x (state.range(0) values) into a message sized for the worst case (every value nonzero or not).
+void sign_encode_of(benchmark::State& state, const std::vector<float>& x) {
   std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
-  run(state, n, [&] { benchmark::DoNotOptimize(gs::sign_encode(msg.data(), x.data(), x.size())); });
+  run(state, state.range(0), [&] { benchmark::DoNotOptimize(gs::sign_encode(msg.data(), x.data(), x.size())); });
 }
+
+// sign_decode_add of x's message into an fp32 buffer.
+void sign_decode_add_of(benchmark::State& state, const std::vector<float>& x) {
+  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
+  gs::sign_encode(msg.data(), x.data(), x.size());
+  std::vector<float> out(x.size(), 0.0f);
+  run(state, state.range(0), [&] {
+    gs::sign_decode_add(out.data(), msg.data(), out.size());
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_sign_encode(benchmark::State& state) { sign_encode_of(state, input(state.range(0))); }
 
 // One value in ten an exact zero (dead ReLU units, border pixels): the message carries the zero plane too.
 const std::vector<float>& input_with_zeros(int64_t n) {
@@ -102,35 +114,12 @@ const std::vector<float>& input_with_zeros(int64_t n) {
   return v;
 }
 
-void BM_sign_encode_10pct_zeros(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const auto& x = input_with_zeros(n);
-  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
-  run(state, n, [&] { benchmark::DoNotOptimize(gs::sign_encode(msg.data(), x.data(), x.size())); });
-}
+void BM_sign_encode_10pct_zeros(benchmark::State& state) { sign_encode_of(state, input_with_zeros(state.range(0))); }
 
-void BM_sign_decode_add(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const auto& x = input(n);
-  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
-  gs::sign_encode(msg.data(), x.data(), x.size());
-  std::vector<float> out(x.size(), 0.0f);
-  run(state, n, [&] {
-    gs::sign_decode_add(out.data(), msg.data(), out.size());
-    benchmark::ClobberMemory();
-  });
-}
+void BM_sign_decode_add(benchmark::State& state) { sign_decode_add_of(state, input(state.range(0))); }
 
 void BM_sign_decode_add_10pct_zeros(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const auto& x = input_with_zeros(n);
-  std::vector<uint8_t> msg(gs::sign_encoded_bytes(x.size(), x.size()));
-  gs::sign_encode(msg.data(), x.data(), x.size());
-  std::vector<float> out(x.size(), 0.0f);
-  run(state, n, [&] {
-    gs::sign_decode_add(out.data(), msg.data(), out.size());
-    benchmark::ClobberMemory();
-  });
+  sign_decode_add_of(state, input_with_zeros(state.range(0)));
 }
 
 void BM_sign_vote_4_ranks(benchmark::State& state) {

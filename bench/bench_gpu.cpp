@@ -57,22 +57,32 @@ State& state() {
   return s;
 }
 
-// Times `op` with CUDA events per iteration; bytes = the memory traffic one call must move at least.
-void run_timed(benchmark::State& bs, double bytes, const std::function<void(cudaStream_t)>& op, bool is_copy = false) {
+// Runs `op` on the bench stream `warmups` times, then once per benchmark iteration between two CUDA events; each
+// iteration's seconds (event time) are its manual time. Returns them in iteration order.
+std::vector<double> event_timed(benchmark::State& bs, const std::function<void(cudaStream_t)>& op, int warmups) {
   State& s = state();
   gs::gpu::Event start, stop;
-  op(s.stream.get());  // warm-up (also grows scratch)
+  for (int w = 0; w < warmups; ++w) op(s.stream.get());
   s.stream.synchronize();
-  double total_s = 0.0;
+  std::vector<double> times;
   for (auto _ : bs) {
     start.record(s.stream.get());
     op(s.stream.get());
     stop.record(s.stream.get());
     stop.synchronize();
     const double secs = gs::gpu::Event::elapsed_ms(start, stop) / 1e3;
-    total_s += secs;
+    times.push_back(secs);
     bs.SetIterationTime(secs);
   }
+  return times;
+}
+
+// Times `op` with CUDA events per iteration (one warm-up, which also grows scratch); bytes = the memory traffic one
+// call must move at least.
+void run_timed(benchmark::State& bs, double bytes, const std::function<void(cudaStream_t)>& op, bool is_copy = false) {
+  State& s = state();
+  double total_s = 0.0;
+  for (double secs : event_timed(bs, op, 1)) total_s += secs;
   const double GBps = bytes * static_cast<double>(bs.iterations()) / total_s / 1e9;
   bs.counters["GBps"] = GBps;
   if (is_copy) s.copy_GBps = GBps;
@@ -446,19 +456,7 @@ void BM_GemmBf16(benchmark::State& bs) {
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  gs::gpu::Event start, stop;
-  for (int w = 0; w < 3; ++w) op(s.stream.get());  // warm-up (cuBLAS picks and loads its kernel)
-  s.stream.synchronize();
-  std::vector<double> times;
-  for (auto _ : bs) {
-    start.record(s.stream.get());
-    op(s.stream.get());
-    stop.record(s.stream.get());
-    stop.synchronize();
-    const double secs = gs::gpu::Event::elapsed_ms(start, stop) / 1e3;
-    times.push_back(secs);
-    bs.SetIterationTime(secs);
-  }
+  std::vector<double> times = event_timed(bs, op, 3);  // 3 warm-ups: cuBLAS picks and loads its kernel
   std::sort(times.begin(), times.end());
   const double median = times.empty() ? 0.0 : times[times.size() / 2];
   bs.counters["m"] = static_cast<double>(m);
