@@ -587,6 +587,27 @@ std::optional<std::string> fingerprint_mismatch(const Scenario& scenario, const 
   return std::nullopt;
 }
 
+// Calls each(line, first) for every line of a journal's text (runs.jsonl) that parses as JSON (depth-limited like
+// every JSON input), in order; empty lines and lines that do not parse (cut by a kill: that run is simply run again)
+// are skipped. first: whether it is the first line that parsed (the header line in a journal this version wrote).
+void for_each_journal_entry(const std::string& text, const std::string& path,
+                            const std::function<void(const json&, bool)>& each) {
+  std::istringstream jl(text);
+  std::string line;
+  bool first = true;
+  while (std::getline(jl, line)) {
+    if (line.empty()) continue;
+    json j;
+    try {
+      j = parse_json_text(line, path);
+    } catch (const Error&) {
+      continue;
+    }
+    each(j, first);
+    first = false;
+  }
+}
+
 }  // namespace
 
 std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
@@ -643,30 +664,19 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
     } catch (const Error& e) {
       throw Error("cannot resume from an unreadable journal: " + std::string(e.what()));
     }
-    std::istringstream jl(text);
-    std::string line;
-    bool first = true;
-    while (std::getline(jl, line)) {
-      if (line.empty()) continue;
-      json j;
-      try {
-        j = parse_json_text(line, journal_path);  // depth-limited like every JSON input
-      } catch (const Error&) {
-        continue;  // a line cut by a kill: that run is simply run again
-      }
+    for_each_journal_entry(text, journal_path, [&](const json& j, bool first) {
       if (first) {
-        first = false;
         if (!j.is_object() || !j.contains("journal"))
           throw Error(journal_path + ": cannot tell which scenario wrote it (no header line); run without "
                       "--resume or choose another --out");
         check(j.value("scenario_sha256", json()), j.value("overrides", json::array()),
               j.value("overrides_sha256", json()), journal_path, json());
         journal_ok = true;
-        continue;
+        return;
       }
-      if (resumed_run_problem(j)) continue;  // a mistyped line is skipped like a cut one: that run is run again
+      if (resumed_run_problem(j)) return;  // a mistyped line is skipped like a cut one: that run is run again
       found.push_back(j);
-    }
+    });
   }
   std::map<std::string, json> runs;
   for (const auto& run : found) {
@@ -733,29 +743,18 @@ std::optional<ExistingReport> existing_report(const std::string& dir, const Scen
       unreadable = true;
       note(std::string("its journal cannot be read: ") + x.what());
     }
-    std::istringstream jl(text);
-    std::string line;
-    bool first = true;
-    while (std::getline(jl, line)) {
-      if (line.empty()) continue;
-      json j;
-      try {
-        j = parse_json_text(line, journal_path);
-      } catch (const Error&) {
-        continue;  // a line cut by a kill
-      }
+    for_each_journal_entry(text, journal_path, [&](const json& j, bool first) {
       if (first) {
-        first = false;
         if (j.is_object() && j.contains("journal")) {
           if (auto why = fingerprint_mismatch(scenario, j.value("scenario_sha256", json()),
                                               j.value("overrides", json::array()), j.value("overrides_sha256", json())))
             note(*why);
-          continue;
+          return;
         }
         note("cannot tell which scenario wrote its journal (no header line)");
       }
       take(j);
-    }
+    });
   }
   if (last.empty() && !unreadable) return std::nullopt;  // nothing that a new report would lose
   e.runs = last.size();
