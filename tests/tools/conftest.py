@@ -67,3 +67,10 @@ def run_plot():
         return subprocess.run([sys.executable, str(PLOT), *map(str, args)], capture_output=True, text=True,
                               timeout=300, cwd=str(REPO_ROOT))
     return run
+
+
+@pytest.fixture(autouse=True)
+def no_columns_from_the_caller(monkeypatch):
+    """$COLUMNS left out of the environment of every test and of the tools it starts: set, it would wrap their notes
+    to a width the test did not choose (tests of the wrapping set it themselves)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
