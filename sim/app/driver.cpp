@@ -320,6 +320,73 @@ std::string sweep_header(const Scenario& s, size_t to_run, std::optional<size_t>
   return "gradsweep: " + expansion + "; " + whole(to_run_text) + " " + whole("-> " + path);
 }
 
+// Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step of the RUN-th run so a test can signal
+// it there; {0, 0} when unset.
+std::pair<size_t, int64_t> stop_at_fault() {
+  auto f = test_fault("stop_at");
+  if (!f) return {0, 0};
+  unsigned long long run_n = 0;
+  long long step_n = 0;
+  if (std::sscanf(f->c_str(), "%llu:%lld", &run_n, &step_n) != 2)
+    throw Error("GRADSWEEP_TEST_FAULTS: stop_at expects RUN:STEP, got \"" + *f + "\"");
+  return {static_cast<size_t>(run_n), static_cast<int64_t>(step_n)};
+}
+
+// The report's top-level fields before its runs (reports/README.md): schema, tool, context, scenario, axes, repeats.
+json report_header(const Scenario& s, const DriverOptions& o) {
+  json header;
+  header["schema_version"] = kReportSchemaVersion;
+  header["tool"] = tool_json();
+  header["context"] = context_json(s, o.argv);
+  header["scenario_name"] = s.name;
+  json axes = json::array();
+  for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
+  header["axes"] = axes;
+  header["repeats"] = s.repeats;
+  return header;
+}
+
+// The memory estimate of a run before it starts (report key `memory`): host memory (dataset, parameters, buffers,
+// per-step records; timing-only runs hold no model, data or buffers, but still every rank's per-step records) against
+// MemAvailable, then one GPU of the modeled node (timing-only runs too). *skip_reason: why the run does not fit and is
+// skipped ("" when it fits).
+json run_memory(const RunSpec& spec, std::string* skip_reason) {
+  int64_t num_params = 0;
+  std::unique_ptr<Model> model;
+  try {
+    model = make_model(spec.config);
+    if (run_does_arithmetic(spec.config)) num_params = static_cast<int64_t>(model->num_params());
+  } catch (const std::exception&) {
+    // run_training reports the model's error as a failed run
+  }
+  const std::optional<int64_t> available = available_memory_bytes();
+  json memory = estimate_run_memory(spec.config, num_params).to_json();
+  memory["available_bytes"] = available ? json(*available) : json(nullptr);
+  if (available) *skip_reason = memory_skip_reason(spec.config, num_params, *available);
+  memory["gpu"] = nullptr;
+  if (model) {
+    const GpuMemoryEstimate gpu = estimate_gpu_memory(spec.config, *model);
+    memory["gpu"] = gpu.to_json();
+    if (skip_reason->empty() && !gpu.fits() && spec.config.cluster.gpu_memory == "skip")
+      *skip_reason = gpu_memory_skip_reason(spec.config, *model);
+  }
+  return memory;
+}
+
+// " eval_accuracy 0.8123 eval_loss 0.5 train_loss 0.4" of a finished run's report entry (what it has of them), each
+// name joined to its value by kNoBreak; timing-only runs train nothing: their modeled step and throughput instead.
+std::string finished_metrics(const json& run, bool timing_only) {
+  const json& fin = run["convergence"]["final"];
+  std::string metrics;
+  const std::string nb(1, kNoBreak);
+  if (!fin["eval_accuracy"].is_null())
+    metrics += fmt::format(" eval_accuracy{}{:.4f}", nb, fin["eval_accuracy"].get<double>());
+  if (!fin["eval_loss"].is_null()) metrics += " eval_loss" + nb + format_number(fin["eval_loss"].get<double>(), 4);
+  if (!fin["train_loss"].is_null()) metrics += " train_loss" + nb + format_number(fin["train_loss"].get<double>(), 4);
+  if (timing_only) metrics += modeled_summary(run) + " (timing-only: no loss or accuracy)";
+  return metrics;
+}
+
 // A finished run's line "[i/N] ID passed in 1.2s: eval_accuracy 0.8 ..." fitted to `columns` (0: one line as it is):
 // the id cut in its middle (as on the live line) where "[i/N] ID passed in 1.2s:" would not fit, the metrics on the
 // lines below where they do not fit beside it, and the run's message (a skip's reason) on lines of its own.
@@ -341,15 +408,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   const IdPattern re = make_filter(o.filter, s);
   openblas_set_num_threads(1);  // one BLAS thread per rank thread
   std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
-  json header;
-  header["schema_version"] = kReportSchemaVersion;
-  header["tool"] = tool_json();
-  header["context"] = context_json(s, o.argv);
-  header["scenario_name"] = s.name;
-  json axes = json::array();
-  for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
-  header["axes"] = axes;
-  header["repeats"] = s.repeats;
+  const json header = report_header(s, o);
   std::vector<std::string> rerun = {"interrupted"};
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
   // A report is never replaced: said before anything else is tried on the folder (the writer checks again under
@@ -396,17 +455,9 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     say(sweep_header(s, todo.size(), o.resume ? std::optional<size_t>(writer.size()) : std::nullopt,
                      writer.report_path()),
         11);
-  // Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step so a test can signal it there.
-  size_t stop_run = 0;
-  int64_t stop_step = 0;
-  if (auto f = test_fault("stop_at")) {
-    unsigned long long run_n = 0;
-    long long step_n = 0;
-    if (std::sscanf(f->c_str(), "%llu:%lld", &run_n, &step_n) != 2)
-      throw Error("GRADSWEEP_TEST_FAULTS: stop_at expects RUN:STEP, got \"" + *f + "\"");
-    stop_run = static_cast<size_t>(run_n);
-    stop_step = static_cast<int64_t>(step_n);
-  }
+  const std::pair<size_t, int64_t> stop_at = stop_at_fault();
+  const size_t stop_run = stop_at.first;  // plain names: a lambda below captures them
+  const int64_t stop_step = stop_at.second;
   // Test fault step_delay_ms=N: each optimizer step of a run waits N ms in the progress hook (a run long enough for
   // the live line to refresh, whatever the machine's speed).
   int step_delay_ms = 0;
@@ -449,31 +500,8 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
       };
     }
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
-    json memory = nullptr;
     RunResult res;
-    // Timing-only runs hold no model, data or buffers, but still every rank's per-step records. Then the GPU side:
-    // does the run fit one GPU of the modeled node (timing-only runs too)?
-    {
-      int64_t num_params = 0;
-      std::unique_ptr<Model> model;
-      try {
-        model = make_model(spec.config);
-        if (run_does_arithmetic(spec.config)) num_params = static_cast<int64_t>(model->num_params());
-      } catch (const std::exception&) {
-        // run_training reports the model's error as a failed run
-      }
-      const std::optional<int64_t> available = available_memory_bytes();
-      memory = estimate_run_memory(spec.config, num_params).to_json();
-      memory["available_bytes"] = available ? json(*available) : json(nullptr);
-      if (available) res.message = memory_skip_reason(spec.config, num_params, *available);
-      memory["gpu"] = nullptr;
-      if (model) {
-        const GpuMemoryEstimate gpu = estimate_gpu_memory(spec.config, *model);
-        memory["gpu"] = gpu.to_json();
-        if (res.message.empty() && !gpu.fits() && spec.config.cluster.gpu_memory == "skip")
-          res.message = gpu_memory_skip_reason(spec.config, *model);
-      }
-    }
+    const json memory = run_memory(spec, &res.message);
     if (res.message.empty()) {
       res = run_training(spec.config, hooks);
     } else {
@@ -510,16 +538,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     if (res.disposition == "failed") exit_code = 1;
     finished_s += now_s() - run0;
     if (!o.quiet) {
-      const json& fin = run["convergence"]["final"];
-      std::string metrics;
-      const std::string nb(1, kNoBreak);  // a name and its value stay on one line
-      if (!fin["eval_accuracy"].is_null())
-        metrics += fmt::format(" eval_accuracy{}{:.4f}", nb, fin["eval_accuracy"].get<double>());
-      if (!fin["eval_loss"].is_null()) metrics += " eval_loss" + nb + format_number(fin["eval_loss"].get<double>(), 4);
-      if (!fin["train_loss"].is_null())
-        metrics += " train_loss" + nb + format_number(fin["train_loss"].get<double>(), 4);
-      // Timing-only runs train nothing: their result is the modeled step and throughput.
-      if (spec.config.training.mode == "timing") metrics += modeled_summary(run) + " (timing-only: no loss or accuracy)";
+      const std::string metrics = finished_metrics(run, spec.config.training.mode == "timing");
       if (tty) std::fputs("\r\033[K", stderr);  // the live line's place
       std::fprintf(stderr, "%s\n",
                    finished_run_text(fmt::format("[{}/{}]", i + 1, todo.size()), spec.id,
