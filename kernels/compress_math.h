@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/float_formats.h"  // FloatFormat, round_through
 #include "kernels/rng.h"  // GS_HD, philox_draw, Purpose::kCompress
 
 namespace gs {
@@ -28,6 +29,25 @@ GS_HD inline uint32_t magnitude_key(float x) {
 // so it is kept explicitly): the overflow shows in the reduced gradient instead of hiding in a residual.
 GS_HD inline bool threshold_keep(float x, float tau) {
   return x != 0.0f && (fabsf(x) >= tau || magnitude_key(x) > 0x7f800000u);
+}
+
+// ---- Casts (fp16, bf16, fp8: sim/compress/cast.cpp) -----------------------------------------------------------------
+
+// The wire value of one element of a cast all-reduce, in the order of DDP's fp16_compress_hook
+// (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py: the bucket holds each rank's mean gradient;
+// `buffer.to(torch.float16).div_(world_size)`): the rank's mean m = p / b in fp32 (p: the rank's gradient sum over
+// its b samples), cast to f, then divided by pre_divisor in f (1: no division). So the cast sees the mean, not the
+// sum: an fp16 wire overflows where the mean does (|m| > 65504), not b times earlier. The quotient is taken in double
+// and rounded to fp32, then to f: double rounding through a format with at least 2p + 2 significand bits is
+// innocuous (Figueroa, SIGNUM 1995), so each step is the correctly rounded operation in f.
+GS_HD inline float cast_wire_value(FloatFormat f, float p, float b, double pre_divisor) {
+  const float h = round_through(f, p / b);
+  return pre_divisor == 1.0 ? h : round_through(f, static_cast<float>(static_cast<double>(h) / pre_divisor));
+}
+
+// x / post_divisor rounded to f (the post-division of a cast all-reduce's sum; 1: x unchanged), as above.
+GS_HD inline float cast_post_divide(FloatFormat f, float x, double post_divisor) {
+  return post_divisor == 1.0 ? x : round_through(f, static_cast<float>(static_cast<double>(x) / post_divisor));
 }
 
 // ---- Draws --------------------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 // Cast compressors fp16, bf16, fp8_e4m3, fp8_e5m2: the cast sets the all-reduce's wire format and the sum runs in that
-// format in rank order, rounding (RNE) after every add, as a ring/tree all-reduce in that dtype does on GPUs. The
-// division by S happens before the sum, after it, or split (divide). Conversions: kernels/float_formats.h.
+// format in rank order, rounding (RNE) after every add, as a ring/tree all-reduce in that dtype does on GPUs. What is
+// cast is the rank's mean gradient (its sum / its samples, in fp32), as DDP's fp16_compress_hook casts the bucket of
+// mean gradients; the division by the world size N happens in the format before the sum, after it, or split
+// (`divide`). Element math: kernels/compress_math.h (cast_wire_value, cast_post_divide); conversions:
+// kernels/float_formats.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,21 +31,20 @@ class Cast final : public Compressor {
   WireCollective collective() const override { return WireCollective::kAllReduce; }
   bool divides_itself() const override { return true; }
 
-  // Pre- and post-divisors of S for N ranks: pre (S, 1), post (1, S), split (2^floor(log2(N)/2), S / that).
-  static std::pair<double, double> divisors(const std::string& divide, int ranks, double S) {
-    if (divide == "pre") return {S, 1.0};
-    if (divide == "post") return {1.0, S};
-    const double pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(static_cast<double>(ranks)) / 2.0)));
-    return {pre, S / pre};
+  // Pre- and post-divisors of the world size N: pre (N, 1), post (1, N), split (2^floor(log2(N)/2), N / that). The
+  // mean over the rank's own samples is taken in fp32 before the cast (cast_wire_value), so pre * post = N.
+  static std::pair<double, double> divisors(const std::string& divide, int ranks) {
+    const double N = static_cast<double>(ranks);
+    if (divide == "pre") return {N, 1.0};
+    if (divide == "post") return {1.0, N};
+    const double pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(N) / 2.0)));
+    return {pre, N / pre};
   }
 
-  // Wire value of rank r: cast, then divide in the format (as PyTorch's fp16_compress_hook: tensor.to(fp16).div_(N)).
-  // Quotients are computed in double and rounded once more: double rounding through a format with at least 2p+2
-  // significand bits is innocuous (Figueroa, "When is double rounding innocuous?", SIGNUM 1995), so every step is
-  // the correctly rounded format operation.
   // Parameter-server pushes (sim/strategy/parameter_server.cpp): the bucket cast element by element to the format's
   // bit patterns (format_bytes each, little-endian); the server widens them exactly and sums in fp32. No division
-  // here (`divide` is an all-reduce option): the server divides the decoded sum by the samples.
+  // here (`divide` is an all-reduce option): the push is the worker's gradient sum, and the server divides the
+  // decoded sum by the samples.
   void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
     const size_t n = job.n;
     const size_t w = static_cast<size_t>(format_bytes(format_));
@@ -84,16 +86,20 @@ class Cast final : public Compressor {
   void reduce_bucket(const BucketJob& job) override {
     thread_local std::vector<float> wire, recv;
     CompressTally& t = *job.tally;
-    const auto [pre, post] = divisors(divide_, job.ranks, job.divisor);
+    const auto [pre, post] = divisors(divide_, job.ranks);
+    GS_EXPECT(job.divisor > 0, "a cast all-reduce needs the step's sample count");
+    // The rank's samples: S / N (the mean count where ranks' counts differ, so the all-reduced mean is still the sum
+    // of every sample's gradient over S).
+    const double b = job.divisor / static_cast<double>(job.ranks);
+    const float bf = static_cast<float>(b);
     const size_t n = job.n;
     double t0 = now_s();
     NvtxPhases nvtx(NvtxName::kCompress);
     wire.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      const float h = round_through(format_, job.p[i]);
-      const float w = pre == 1.0 ? h : round_through(format_, static_cast<float>(static_cast<double>(h) / pre));
+      const float w = cast_wire_value(format_, job.p[i], bf, pre);
       wire[i] = w;
-      job.own_decoded[i] = static_cast<float>(static_cast<double>(w) * pre);
+      job.own_decoded[i] = static_cast<float>(static_cast<double>(w) * pre * b);  // in the units of p (a sum)
     }
     double t1 = now_s();
     t.compress_s += t1 - t0;
@@ -110,8 +116,7 @@ class Cast final : public Compressor {
       for (size_t i = 0; i < n; ++i) job.sum[i] = add_in_format(format_, job.sum[i], in[i]);
     }
     if (post != 1.0)
-      for (size_t i = 0; i < n; ++i)
-        job.sum[i] = round_through(format_, static_cast<float>(static_cast<double>(job.sum[i]) / post));
+      for (size_t i = 0; i < n; ++i) job.sum[i] = cast_post_divide(format_, job.sum[i], post);
     t.decompress_s += now_s() - t2;
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
     t.payload_bytes += bytes;

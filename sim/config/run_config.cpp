@@ -214,9 +214,11 @@ void visit_fields(V& v, RunConfig& c) {
                          "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, qsgd, terngrad, "
                          "signsgd, onebit, powersgd: each rank keeps e; sends C(g + e); e = g + e - decode(sent) "
                          "(every lossy kind but dgc)"));
-  v(cp.divide, F("compression.divide", "allreduce: casts divide by S before the sum, after it, or split "
-                                       "(2^floor(log2(N)/2) before, the rest after); not parameter_server (its "
-                                       "server sums the decoded casts in fp32, then divides)").one_of({"pre", "post", "split"}));
+  v(cp.divide, F("compression.divide", "allreduce: casts send each rank's mean gradient (its sum / its samples, "
+                                       "in fp32, as DDP's fp16_compress_hook) and divide by the ranks N in the "
+                                       "format before the sum, after it, or split (2^floor(log2(N)/2) before, the "
+                                       "rest after); not parameter_server (its server sums the decoded casts in "
+                                       "fp32, then divides)").one_of({"pre", "post", "split"}));
   v(cp.ratio, F("compression.ratio", "topk, randomk, dgc: fraction of values kept (when k is 0)").above(0)
                   .at_most(1));
   v(cp.k, F("compression.k", "topk, randomk: values kept per bucket (0: use ratio)").at_least(0));

@@ -98,6 +98,56 @@ TEST(CompressCases, BC05Fp16DivideModes) {
     EXPECT_EQ(case_value(c["expected"]["split_pre2_post4"][i]), case_value(c["expected"]["reference_fp32_accumulate"][i]));
 }
 
+// ---- Casts send each rank's mean gradient (DDP's fp16_compress_hook) -------------------------------------------
+
+// Two ranks of b = 16 samples (S = 32), every per-sample gradient 8000 in element 0: the rank's sum 128000 is past
+// fp16's 65504, its mean 8000 is not. fp16_compress_hook casts the mean (8000), divides by N = 2 in fp16 (4000) and
+// sums (8000): the all-reduced mean is 8000, finite, in every divide mode (post: 8000 + 8000 = 16000, / 2). Element
+// 1: a mean of 1.25 * 2^-24 (an fp16 subnormal between 2^-24 and 2 * 2^-24): the hook rounds it to 2^-24, halves it
+// to 2^-25, a tie that rounds to the even 0, so the mean is 0 (pre); casting the sum 20 * 2^-24 (exact in fp16) and
+// dividing by 32 would give 2^-24 per rank instead. Element 2: 3 * 2^-24, exact, halved: 1.5 * 2^-24 ties to 2^-23;
+// summed: 2^-22. (Checked with torch 1.13: `m.to(torch.float16).div_(2)` gives [4000, 0, 2^-23].)
+TEST(CompressCast, CastsTheRankMeanNotItsSum) {
+  const float tiny = std::ldexp(1.0f, -24);
+  const std::vector<float> mean = {8000.0f, 1.25f * tiny, 3.0f * tiny};
+  std::vector<float> sum(3);
+  for (size_t i = 0; i < 3; ++i) sum[i] = 16.0f * mean[i];  // exact: a power of two
+  const std::map<std::string, std::vector<float>> want = {
+      {"pre", {8000.0f, 0.0f, 4.0f * tiny}},
+      // post: the mean cast (1.25 -> 1 unit; 3 units exact), summed (2, 6 units), divided by 2 (1, 3 units).
+      {"post", {8000.0f, tiny, 3.0f * tiny}},
+      {"split", {8000.0f, tiny, 3.0f * tiny}}};  // N = 2: split is 2^0 before, 2 after, as post
+  for (const auto& [mode, w] : want) {
+    Harness h({{"kind", "fp16"}, {"divide", mode}, {"measure_error", false}}, 2, 3, 1, false);
+    auto out = h.step({sum, sum}, 32.0, 0);
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(bits(out[static_cast<size_t>(r)][i]), bits(w[i]))
+            << "divide " << mode << " rank " << r << " element " << i << ": " << out[static_cast<size_t>(r)][i];
+  }
+}
+
+// The same 8000 x 16 case as a training run: a linear model whose per-sample gradient is 8000 in its one weight, two
+// ranks of 16 samples, fp16 wire. The step-1 gradient is finite (the run passes), and the weight moves by lr * 8000.
+TEST(CompressCast, Fp16RunWithLargeMeanGradientStaysFinite) {
+  // MSE 0.5 (w x - y)^2 with w = 0, x = 1, y = -8000: dL/dw = (w x - y) x = 8000 for every sample.
+  json y = json::array();
+  for (int i = 0; i < 16; ++i) y.push_back({-8000.0});
+  const json rank = json::array({{{"y", y}}});  // one micro-batch of 16 samples
+  json s = {{"name", "cast_mean"},
+            {"model", {{"kind", "linear"}, {"layers", {1, 1}}, {"bias", false}, {"loss", "mse"},
+                       {"initial_weights", {{0.0}}}}},
+            {"data", {{"kind", "inline"}, {"ranks", {rank, rank}}}},
+            {"cluster", {{"ranks", 2}}},
+            {"training", {{"steps", 1}, {"eval_every", 0}, {"optimizer", {{"kind", "sgd"}, {"lr", 1e-6}}}}},
+            {"compression", {{"kind", "fp16"}}},
+            {"report", {{"trace", true}}}};
+  auto runs = test::run_scenario_text(s.dump());  // expects "passed" (before: diverged, an inf gradient)
+  ASSERT_EQ(runs.size(), 1u);
+  // w1 = 0 - lr * 8000, one fp32 rounding (SGD: w = fma(-lr, d, w)).
+  EXPECT_EQ(test::params_after(runs[0], 0, 0)[0], std::fma(-1e-6f, 8000.0f, 0.0f));
+}
+
 // ---- BC10: top-k ranks by magnitude; error feedback keeps the rest -------------------------------------------------
 
 TEST(CompressCases, BC10TopKErrorFeedback) {
