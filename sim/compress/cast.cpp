@@ -2,7 +2,7 @@
 // format in rank order, rounding (RNE) after every add, as a ring/tree all-reduce in that dtype does on GPUs. What is
 // cast is the rank's mean gradient (its sum / its samples, in fp32), as DDP's fp16_compress_hook casts the bucket of
 // mean gradients; the division by the world size N happens in the format before the sum, after it, or split
-// (`divide`). Element math: kernels/compress_math.h (cast_wire_value, cast_post_divide); conversions:
+// (`divide`). `accumulate: fp32` sums the cast values in fp32 instead (reduce_bucket). Element math: kernels/compress_math.h (cast_wire_value, cast_post_divide); conversions:
 // kernels/float_formats.h.
 #include <algorithm>
 #include <cmath>
@@ -27,7 +27,8 @@ FloatFormat format_of(const std::string& kind) {
 
 class Cast final : public Compressor {
  public:
-  Cast(FloatFormat f, std::string divide) : format_(f), divide_(std::move(divide)) {}
+  Cast(FloatFormat f, std::string divide, bool fp32_sum)
+      : format_(f), divide_(std::move(divide)), fp32_sum_(fp32_sum) {}
   WireCollective collective() const override { return WireCollective::kAllReduce; }
   bool divides_itself() const override { return true; }
 
@@ -109,31 +110,63 @@ class Cast final : public Compressor {
     double t2 = now_s();
     t.communicate_s += t2 - t1;
     nvtx.next(NvtxName::kCompress);
-    // The all-reduce in the wire format: element i summed over ranks 0..N-1, rounded after every add.
-    std::copy(recv.begin(), recv.begin() + static_cast<std::ptrdiff_t>(n), job.sum);
-    for (int r = 1; r < job.ranks; ++r) {
-      const float* in = recv.data() + static_cast<size_t>(r) * n;
-      for (size_t i = 0; i < n; ++i) job.sum[i] = add_in_format(format_, job.sum[i], in[i]);
+    if (fp32_sum_) {
+      sum_fp32(job, recv.data(), post);
+    } else {
+      // The all-reduce in the wire format: element i summed over ranks 0..N-1, rounded after every add.
+      std::copy(recv.begin(), recv.begin() + static_cast<std::ptrdiff_t>(n), job.sum);
+      for (int r = 1; r < job.ranks; ++r) {
+        const float* in = recv.data() + static_cast<size_t>(r) * n;
+        for (size_t i = 0; i < n; ++i) job.sum[i] = add_in_format(format_, job.sum[i], in[i]);
+      }
+      if (post != 1.0)
+        for (size_t i = 0; i < n; ++i) job.sum[i] = cast_post_divide(format_, job.sum[i], post);
     }
-    if (post != 1.0)
-      for (size_t i = 0; i < n; ++i) job.sum[i] = cast_post_divide(format_, job.sum[i], post);
     t.decompress_s += now_s() - t2;
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
     t.payload_bytes += bytes;
-    t.calls.push_back({WireCollective::kAllReduce, static_cast<double>(bytes)});
-    t.wire_bytes += static_cast<uint64_t>(2.0 * (job.ranks - 1) / job.ranks * static_cast<double>(bytes));
+    const double share = static_cast<double>(job.ranks - 1) / job.ranks;
+    if (fp32_sum_) {
+      // Reduce-scatter of the cast payload (each rank's chunk j goes, in the format, to chunk j's owner: (N-1)/N of
+      // the payload per rank, NCCL's reduce-scatter bytes at the cast size), then an all-gather of the fp32 sums.
+      t.calls.push_back({WireCollective::kReduceScatter, static_cast<double>(bytes)});
+      t.calls.push_back({WireCollective::kAllGather, 4.0 * static_cast<double>(n)});
+      t.wire_bytes += static_cast<uint64_t>(share * static_cast<double>(bytes) + share * 4.0 * static_cast<double>(n));
+    } else {
+      t.calls.push_back({WireCollective::kAllReduce, static_cast<double>(bytes)});
+      t.wire_bytes += static_cast<uint64_t>(2.0 * share * static_cast<double>(bytes));
+    }
   }
 
  private:
+  // accumulate "fp32": job.sum = the cast values (already divided by `pre` in the format) summed over ranks 0..N-1
+  // in fp32, rounding only to fp32 (values of at most 11 significand bits: a sum of a few is often exact), then
+  // divided by `post` in fp32. What Megatron's accumulate_allreduce_grads_in_fp32 or an fp32 reduce-scatter gives:
+  // one rank's large value no longer swamps the others' small ones at a wire-format add.
+  // recv: the N ranks' wire values, rank after rank (n each).
+  static void sum_fp32(const BucketJob& job, const float* recv, double post) {
+    const size_t n = job.n;
+    std::copy(recv, recv + n, job.sum);
+    for (int r = 1; r < job.ranks; ++r) {
+      const float* in = recv + static_cast<size_t>(r) * n;
+      for (size_t i = 0; i < n; ++i) job.sum[i] += in[i];
+    }
+    if (post != 1.0) {
+      const float p = static_cast<float>(post);  // N / 2^floor(log2(N)/2) or N: an integer, exact in fp32
+      for (size_t i = 0; i < n; ++i) job.sum[i] = job.sum[i] / p;
+    }
+  }
+
   FloatFormat format_;
   std::string divide_;
+  bool fp32_sum_;
 };
 
 }  // namespace
 
 std::unique_ptr<Compressor> make_cast(const RunConfig& rc, const Model&, int) {
   const CompressionConfig& c = rc.compression;
-  return std::make_unique<Cast>(format_of(c.kind), c.divide);
+  return std::make_unique<Cast>(format_of(c.kind), c.divide, c.accumulate == "fp32");
 }
 
 }  // namespace gs

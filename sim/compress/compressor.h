@@ -22,11 +22,11 @@ namespace gs {
 constexpr uint32_t kSharedRank = 0xffff;
 
 // Which collective carries the encoded gradient (the report's compression.collective).
-enum class WireCollective { kAllReduce, kAllGather };
+enum class WireCollective { kAllReduce, kAllGather, kReduceScatter };
 const char* collective_name(WireCollective c);
 
 // One collective a compressor issued for a bucket, for the modeled clock: NCCL's nBytes (all-reduce: the buffer;
-// all-gather: the whole gathered output).
+// all-gather: the whole gathered output; reduce-scatter: the whole input).
 struct WireCall {
   WireCollective kind = WireCollective::kAllReduce;
   double bytes = 0.0;

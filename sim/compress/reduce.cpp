@@ -12,7 +12,25 @@
 
 namespace gs {
 
-const char* collective_name(WireCollective c) { return c == WireCollective::kAllReduce ? "all_reduce" : "all_gather"; }
+const char* collective_name(WireCollective c) {
+  switch (c) {
+    case WireCollective::kAllReduce: return "all_reduce";
+    case WireCollective::kAllGather: return "all_gather";
+    case WireCollective::kReduceScatter: return "reduce_scatter";
+  }
+  return "all_reduce";
+}
+
+namespace {
+CollectiveKind priced_kind(WireCollective c) {
+  switch (c) {
+    case WireCollective::kAllReduce: return CollectiveKind::kAllReduce;
+    case WireCollective::kAllGather: return CollectiveKind::kAllGather;
+    case WireCollective::kReduceScatter: return CollectiveKind::kReduceScatter;
+  }
+  return CollectiveKind::kAllReduce;
+}
+}  // namespace
 
 void encode_sparse(const float* p, const uint32_t* idx, size_t count, float scale, bool indices_implied,
                    std::vector<uint8_t>& payload) {
@@ -93,6 +111,7 @@ struct StepRecord {
   double compress_s = 0.0;
   double decompress_s = 0.0;
   double relative_error = std::nan("");
+  double max_relative_error = std::nan("");
   double residual_norm = 0.0;
 };
 
@@ -199,14 +218,18 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   }
   tally.decompress_s += now_s() - t2;
   if (!s.exact.empty()) {
-    double d2 = 0.0, x2 = 0.0;
+    double d2 = 0.0, x2 = 0.0, worst = 0.0;
     for (size_t i = 0; i < n_; ++i) {
       const double x = static_cast<double>(s.exact[i] / S);
       const double d = static_cast<double>(grad[i]) - x;
       d2 += d * d;
       x2 += x * x;
+      // Element-wise |d| / |x|: inf where x is 0 and d is not, or d is not a number.
+      const double r = std::isnan(d) ? INFINITY : (d == 0.0 ? 0.0 : std::fabs(d) / std::fabs(x));
+      worst = std::max(worst, r);
     }
     rec.relative_error = x2 > 0 ? std::sqrt(d2 / x2) : (d2 > 0 ? INFINITY : 0.0);
+    rec.max_relative_error = worst;
   }
   CommStats st = comm_.take_stats(rank);
   clock.add(Phase::kCompress, tally.compress_s + tally.decompress_s);
@@ -237,8 +260,7 @@ void CompressedReduction::price_bucket(StepCost& cost, const CompressTally& t, s
   }
   double received = 0.0;
   for (const WireCall& c : t.calls) {
-    cost.add_collective(c.kind == WireCollective::kAllReduce ? CollectiveKind::kAllReduce : CollectiveKind::kAllGather,
-                        c.bytes, range);
+    cost.add_collective(priced_kind(c.kind), c.bytes, range);
     received += c.bytes;
   }
   const double dec = received + dense + (ef ? 3.0 * dense : 0.0);
@@ -270,7 +292,7 @@ json ms_json(const std::vector<double>& seconds) {
 json CompressedReduction::report() const {
   const CompressionConfig& c = config_.compression;
   const Compressor& comp = *state_.front()->comp;
-  std::vector<double> payload, wire, enc, dec, err, res;
+  std::vector<double> payload, wire, enc, dec, err, max_err, res;
   for (const auto& s : state_) {
     for (const auto& r : s->steps) {
       payload.push_back(static_cast<double>(r.payload_bytes));
@@ -283,6 +305,7 @@ json CompressedReduction::report() const {
   const size_t steps = state_.front()->steps.size();
   for (size_t t = 0; t < steps; ++t) {
     err.push_back(state_.front()->steps[t].relative_error);
+    max_err.push_back(state_.front()->steps[t].max_relative_error);
     double m = 0.0;
     for (const auto& s : state_) m += t < s->steps.size() ? s->steps[t].residual_norm : 0.0;
     res.push_back(m / static_cast<double>(ranks_));
@@ -305,6 +328,8 @@ json CompressedReduction::report() const {
   j["compress_time"] = ms_json(enc);
   j["decompress_time"] = ms_json(dec);
   j["relative_error"] = dist_json(err);
+  j["max_relative_error"] = dist_json(max_err);
+  if (comp.divides_itself()) j["accumulate"] = c.accumulate;  // casts
   j["residual_norm"] = dist_json(res);
   return j;
 }

@@ -219,6 +219,12 @@ void visit_fields(V& v, RunConfig& c) {
                                        "format before the sum, after it, or split (2^floor(log2(N)/2) before, the "
                                        "rest after); not parameter_server (its server sums the decoded casts in "
                                        "fp32, then divides)").one_of({"pre", "post", "split"}));
+  v(cp.accumulate, F("compression.accumulate", "fp16, bf16, fp8_e4m3, fp8_e5m2: the all-reduce sums in the wire "
+                                               "format, rounding at every add as NCCL's ring does (wire), or in fp32 "
+                                               "(fp32: a reduce-scatter of the cast values summed in fp32 by each "
+                                               "chunk's owner, then an all-gather of the fp32 sums; wire bytes "
+                                               "(N-1)/N x (cast + 4) per element, as Megatron's fp32 grad "
+                                               "all-reduce of cast values)").one_of({"wire", "fp32"}));
   v(cp.ratio, F("compression.ratio", "topk, randomk, dgc: fraction of values kept (when k is 0)").above(0)
                   .at_most(1));
   v(cp.k, F("compression.k", "topk, randomk: values kept per bucket (0: use ratio)").at_least(0));
@@ -539,6 +545,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
        {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "qsgd", "terngrad", "signsgd",
         "onebit", "powersgd"}},
       {"compression.divide", "compression.kind", "none", {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}},
+      {"compression.accumulate", "compression.kind", "none", {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}},
       {"compression.measure_error", "compression.kind", "none",
        {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd", "terngrad", "signsgd",
         "onebit", "powersgd"}},
@@ -563,6 +570,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"sync.warmup_steps", "sync.kind", "allreduce", {"local_sgd"}},
       // The parameter server sums decoded casts in fp32 and divides after: divide is an all-reduce choice.
       {"compression.divide", "sync.kind", "allreduce", {"allreduce"}},
+      {"compression.accumulate", "sync.kind", "allreduce", {"allreduce"}},
       {"sync.bucket_mb", "sync.kind", "allreduce", kBucketed},
       {"sync.first_bucket_mb", "sync.kind", "allreduce", kBucketed},
       {"training.optimizer.momentum", "training.optimizer.kind", "sgd", {"sgd"}},

@@ -147,7 +147,8 @@ struct SyncConfig {
 struct CompressionConfig {
   std::string kind = "none";        // registry: sim/compress/registry.cpp
   bool error_feedback = false;      // lossy kinds except dgc: p = g + e; sent = C(p); e = p - decode(sent), per rank
-  std::string divide = "pre";       // casts: where the division by S happens: pre | post | split
+  std::string divide = "pre";       // casts: where the division by the ranks N happens: pre | post | split
+  std::string accumulate = "wire";  // casts: the all-reduce's sum in the wire format (NCCL's ring) | fp32
   double ratio = 0.01;              // topk, randomk, dgc: fraction of values kept (when k is 0)
   int64_t k = 0;                    // topk, randomk: values kept per bucket (0: use ratio)
   std::string scope = "bucket";     // topk: select per bucket or over the whole model

@@ -148,6 +148,60 @@ TEST(CompressCast, Fp16RunWithLargeMeanGradientStaysFinite) {
   EXPECT_EQ(test::params_after(runs[0], 0, 0)[0], std::fma(-1e-6f, 8000.0f, 0.0f));
 }
 
+// ---- compression.accumulate: the cast all-reduce's sum in the wire format or in fp32 -------------------------------
+
+// bf16, four ranks of one sample (S = N = 4). Element 0: rank 0 sends 256, ranks 1-3 send 1. divide post, wire sum:
+// 256 + 1 = 257 is a tie between the bf16 neighbours 256 and 258 (8 significand bits: spacing 2 at 256) and rounds
+// to the even 256, at every hop: 256 / 4 = 64. divide pre, wire: 64 + 0.25 = 64.25 ties between 64 and 64.5 (spacing
+// 0.5) and rounds to 64, at every hop: 64. accumulate fp32 keeps the ones: (256 + 3) / 4 = 64.75 in both modes.
+// Element 1: every rank 1, mean 1 everywhere. (Checked with torch 1.13 bfloat16 adds.) The exact fp32 mean is 64.75,
+// so the wire sum's max relative error is 0.75 / 64.75 and its L2 relative error 0.75 / sqrt(64.75^2 + 1); fp32: 0.
+// Bytes for n = 2, N = 4: wire (ring all-reduce of 4 bytes) 2 x 3/4 x 4 = 6 per rank; fp32 (reduce-scatter of the
+// 4 cast bytes, all-gather of the 8 fp32 bytes) 3/4 x 4 + 3/4 x 8 = 9.
+TEST(CompressCast, Fp32AccumulationKeepsWhatTheWireSumSwamps) {
+  const std::vector<std::vector<float>> g = {{256.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};
+  for (const char* divide : {"pre", "post"}) {
+    for (const char* acc : {"wire", "fp32"}) {
+      const bool fp32 = std::string(acc) == "fp32";
+      Harness h({{"kind", "bf16"}, {"divide", divide}, {"accumulate", acc}}, 4, 2, 1, false);
+      auto out = h.step(g, 4.0, 0);
+      const std::string at = std::string("divide ") + divide + ", accumulate " + acc;
+      for (size_t r = 0; r < 4; ++r) {
+        EXPECT_EQ(out[r][0], fp32 ? 64.75f : 64.0f) << at << " rank " << r;
+        EXPECT_EQ(out[r][1], 1.0f) << at << " rank " << r;
+      }
+      const json rep = h.red->report();
+      EXPECT_EQ(rep["accumulate"], acc) << at;
+      EXPECT_EQ(rep["wire_bytes_per_rank_per_step"].get<double>(), fp32 ? 9.0 : 6.0) << at;
+      EXPECT_EQ(rep["payload_bytes_per_rank_per_step"].get<double>(), 4.0) << at;
+      EXPECT_NEAR(rep["max_relative_error"]["max"].get<double>(), fp32 ? 0.0 : 0.75 / 64.75, 1e-12) << at;
+      EXPECT_NEAR(rep["relative_error"]["max"].get<double>(), fp32 ? 0.0 : 0.75 / std::sqrt(64.75 * 64.75 + 1.0),
+                  1e-9) << at;
+    }
+  }
+}
+
+// The modeled clock prices what fp32 accumulation sends: a reduce-scatter at the cast size, then an fp32 all-gather.
+TEST(CompressCast, Fp32AccumulationPricesReduceScatterAndAllGather) {
+  for (const char* acc : {"wire", "fp32"}) {
+    json s = {{"name", "acc"},
+              {"model", {{"kind", "mlp"}, {"layers", {8, 12, 4}}}},
+              {"data", {{"kind", "teacher"}, {"batch_per_rank", 8},
+                        {"teacher", {{"in_dim", 8}, {"hidden", 12}, {"out_dim", 4}, {"train_samples", 256},
+                                     {"eval_samples", 64}}}}},
+              {"cluster", {{"ranks", 2}}},
+              {"training", {{"steps", 2}, {"eval_every", 0}}},
+              {"compression", {{"kind", "bf16"}, {"accumulate", acc}}}};
+    auto runs = test::run_scenario_text(s.dump());
+    ASSERT_EQ(runs.size(), 1u);
+    // 8*12 + 12 + 12*4 + 4 = 160 parameters, one bucket, N = 2: wire 2 x 1/2 x 320 = 320 bytes per rank;
+    // fp32 1/2 x 320 + 1/2 x 640 = 480.
+    const json& c = runs[0]["compression"];
+    EXPECT_EQ(c["wire_bytes_per_rank_per_step"].get<double>(), std::string(acc) == "fp32" ? 480.0 : 320.0) << acc;
+    EXPECT_EQ(runs[0]["config"]["compression"]["accumulate"], acc);
+  }
+}
+
 // ---- BC10: top-k ranks by magnitude; error feedback keeps the rest -------------------------------------------------
 
 TEST(CompressCases, BC10TopKErrorFeedback) {
@@ -536,6 +590,19 @@ TEST(CompressConfig, KindSpecificFieldsRefused) {
   iss = issues_of({{"compression", {{"kind", "dgc"}, {"error_feedback", true}}}});
   ASSERT_FALSE(iss.empty());
   EXPECT_EQ(iss[0].path, "compression.error_feedback");
+  // accumulate: casts and all-reduce only, "wire" or "fp32".
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"accumulate", "fp32"}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.accumulate");
+  EXPECT_NE(iss[0].message.find("only applies when compression.kind is \"fp16\""), std::string::npos) << iss[0].message;
+  iss = issues_of({{"compression", {{"kind", "bf16"}, {"accumulate", "fp64"}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.accumulate");
+  EXPECT_NE(iss[0].message.find("one of \"wire\", \"fp32\""), std::string::npos) << iss[0].message;
+  iss = issues_of({{"sync", {{"kind", "parameter_server"}}}, {"compression", {{"kind", "bf16"}, {"accumulate", "fp32"}}}});
+  ASSERT_FALSE(iss.empty());
+  EXPECT_EQ(iss[0].path, "compression.accumulate");
+  EXPECT_TRUE(issues_of({{"compression", {{"kind", "fp8_e5m2"}, {"accumulate", "fp32"}}}}).empty());
   iss = issues_of({{"compression", {{"kind", "zip"}}}});
   ASSERT_FALSE(iss.empty());
   EXPECT_EQ(iss[0].path, "compression.kind");
