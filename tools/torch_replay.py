@@ -74,7 +74,7 @@ def check_replayable(cfg, run):
         why.append("sync.staleness > 0")
     if comp["kind"] not in ("none", "fp16", "bf16"):
         why.append(f"compression.kind {comp['kind']} (none, fp16, bf16 are replayed)")
-    if comp["kind"] in ("fp16", "bf16") and comp.get("error_feedback"):
+    if comp["kind"] in ("fp16", "bf16") and comp.get("error_feedback") not in (None, False, "none"):
         why.append("compression.error_feedback")
     if cfg["precision"]["mode"] != "fp32":
         why.append(f"precision.mode {cfg['precision']['mode']} (fp32 is replayed)")

@@ -13,6 +13,7 @@
 
 #include "kernels/compress.h"
 #include "sim/compress/compressor.h"
+#include "sim/compress/reduce.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/core/clock.h"
 #include "sim/runtime/device.h"
@@ -170,13 +171,15 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   // local_sgd: the evaluation average of the replicas (strategy/local_sgd.cpp).
   if (c.sync.kind == "local_sgd") e.parameters_bytes += n * kF;
   // Optimizer state per replica (optim/optimizer.cpp): momentum buffer, or Adam's two moments.
-  const auto& o = c.training.optimizer;
+  const OptimizerConfig o = update_optimizer(c);  // momentum correction: SGD's buffer is the velocity (below)
   const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
   e.optimizer_bytes = replicas * state * n * kF;
   // Error feedback: one residual per rank of the full gradient (dgc: its momentum and accumulation buffers, two),
   // and a compressor's encode/decode staging of up to one gradient per rank. Low precision: a working copy of the
   // parameters per replica beside the fp32 master. (Not yet checked by tools/bench_memory.py.)
-  if (c.compression.error_feedback) e.residuals_bytes = N * n * kF;
+  // momentum correction: velocity and residual; ef21: the rank's tracked gradient and the tracked mean.
+  const std::string& ef = c.compression.error_feedback;
+  if (ef != "none") e.residuals_bytes = (ef == "gradient" ? 1 : 2) * N * n * kF;
   if (c.compression.kind == "dgc") e.residuals_bytes = 2 * N * n * kF;
   if (c.compression.kind != "none") e.communication_bytes += N * n * kF;
   if (c.precision.mode != "fp32") e.parameters_bytes += replicas * n * kF;
@@ -372,7 +375,7 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
   }
   const auto n = static_cast<double>(model.num_params());
   const std::string& mode = c.precision.mode;
-  const int k = state_buffers(c.training.optimizer);
+  const int k = state_buffers(update_optimizer(c));  // momentum correction: the velocity counts as error feedback
   const BytesPerParam bpp = bytes_per_param(parse_precision_mode(mode), k);
   auto bytes = [](double x) { return static_cast<int64_t>(std::ceil(x)); };
   const std::string& sync = c.sync.kind;
@@ -405,7 +408,9 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
   if (c.compression.kind != "none") {
     e.compression_bytes = compression_buffer_bytes(c, model);
     if (c.compression.kind == "dgc") e.error_feedback_bytes = bytes(8.0 * n);  // velocity u and accumulation v
-    else if (c.compression.error_feedback) e.error_feedback_bytes = bytes(4.0 * n);
+    else if (c.compression.error_feedback == "gradient") e.error_feedback_bytes = bytes(4.0 * n);
+    // momentum correction (velocity u and residual v) and ef21 (the rank's h and the mean G): two per rank
+    else if (c.compression.error_feedback != "none") e.error_feedback_bytes = bytes(8.0 * n);
   }
   e.activation_element_bytes = activation_element_bytes(mode);
   e.activations = model.activation_memory(c.data.batch_per_rank, e.activation_element_bytes,

@@ -115,9 +115,17 @@ struct StepRecord {
   double residual_norm = 0.0;
 };
 
+OptimizerConfig update_optimizer(const RunConfig& config) {
+  OptimizerConfig o = config.training.optimizer;
+  if (config.compression.kind != "none" && config.compression.error_feedback == "momentum") o.momentum = 0.0;
+  return o;
+}
+
 struct CompressedReduction::RankState {
   std::unique_ptr<Compressor> comp;
-  std::vector<float> residual;  // error feedback e (n), empty without it
+  std::vector<float> residual;  // error feedback (n): e, momentum's v, ef21's h_r; empty without it
+  std::vector<float> velocity;  // momentum: u (n), else empty
+  std::vector<float> tracked;   // ef21: G, the mean of the ranks' h_r (n; the same on every rank), else empty
   std::vector<float> own;       // decode(C(p)) of this rank (n)
   std::vector<float> sum;       // sum over ranks of the decoded messages (n)
   std::vector<float> exact;     // exact sum of the raw gradients (n), when measuring
@@ -133,7 +141,10 @@ CompressedReduction::CompressedReduction(const RunConfig& config, const Model& m
     auto s = std::make_unique<RankState>();
     s->comp = make_compressor(config, model, ranks);
     GS_EXPECT(s->comp != nullptr, "compression.kind \"none\" takes the uncompressed path");
-    if (config.compression.error_feedback && !s->comp->own_feedback()) s->residual.assign(n_, 0.0f);
+    const std::string& ef = config.compression.error_feedback;
+    if (ef != "none" && !s->comp->own_feedback()) s->residual.assign(n_, 0.0f);
+    if (ef == "momentum") s->velocity.assign(n_, 0.0f);
+    if (ef == "ef21") s->tracked.assign(n_, 0.0f);
     s->own.resize(n_);
     s->sum.resize(n_);
     if (config.compression.measure_error) s->exact.resize(n_);
@@ -147,6 +158,55 @@ const std::vector<float>& CompressedReduction::residual(int rank) const {
   const RankState& s = *state_[static_cast<size_t>(rank)];
   const std::vector<float>* own = s.comp->own_residual();
   return own != nullptr ? *own : s.residual;
+}
+
+const std::vector<float>& CompressedReduction::velocity(int rank) const {
+  return state_[static_cast<size_t>(rank)]->velocity;
+}
+
+// The compressor's input p from the rank's gradient sum g (in place), by placement (see reduce.h).
+void CompressedReduction::feed_in(RankState& s, float* grad) const {
+  float* e = s.residual.data();
+  if (!s.velocity.empty()) {  // momentum correction: u = m u + g (two roundings, as SGD's buf * m + g), v += u
+    const float m = static_cast<float>(config_.training.optimizer.momentum);
+    float* u = s.velocity.data();
+    for (size_t i = 0; i < n_; ++i) {
+      u[i] = u[i] * m + grad[i];
+      e[i] += u[i];
+      grad[i] = e[i];
+    }
+  } else if (!s.tracked.empty()) {  // ef21: p = g - h
+    for (size_t i = 0; i < n_; ++i) grad[i] -= e[i];
+  } else {  // gradient: p = g + e
+    for (size_t i = 0; i < n_; ++i) grad[i] += e[i];
+  }
+}
+
+// The state after the rank's message: own = decode(C(p)) in s.own. Returns the squared norm of what stays unsent.
+double CompressedReduction::feed_back(RankState& s, const float* p) const {
+  float* e = s.residual.data();
+  const float* own = s.own.data();
+  double norm2 = 0.0;
+  if (!s.velocity.empty()) {  // momentum factor masking: u and v zeroed at the sent coordinates
+    float* u = s.velocity.data();
+    for (size_t i = 0; i < n_; ++i) {
+      if (own[i] != 0.0f) u[i] = e[i] = 0.0f;
+      norm2 += static_cast<double>(e[i]) * e[i];
+    }
+  } else if (!s.tracked.empty()) {  // ef21: h += c; what h still misses of g is p - c
+    for (size_t i = 0; i < n_; ++i) {
+      e[i] += own[i];
+      const double d = static_cast<double>(p[i]) - own[i];
+      norm2 += d * d;
+    }
+  } else {
+    for (size_t i = 0; i < n_; ++i) {
+      const float r = p[i] - own[i];  // e = p - decode(sent)
+      e[i] = r;
+      norm2 += static_cast<double>(r) * r;
+    }
+  }
+  return norm2;
 }
 
 void CompressedReduction::reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock,
@@ -165,7 +225,7 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   const bool ef = !s.residual.empty();
   if (ef) {
     GS_NVTX_RANGE(kCompress);
-    for (size_t i = 0; i < n_; ++i) grad[i] += s.residual[i];  // p = g + e
+    feed_in(s, grad);
   }
   tally.compress_s += now_s() - t0;
   BucketJob job;
@@ -200,11 +260,7 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   double norm2 = 0.0;
   NvtxPhases nvtx(NvtxName::kCompress);  // error feedback, then the division by S
   if (ef) {
-    for (size_t i = 0; i < n_; ++i) {
-      const float e = grad[i] - s.own[i];  // e = p - decode(sent)
-      s.residual[i] = e;
-      norm2 += static_cast<double>(e) * e;
-    }
+    norm2 = feed_back(s, grad);
   } else if (const std::vector<float>* v = comp.own_residual()) {
     for (float x : *v) norm2 += static_cast<double>(x) * x;
   }
@@ -215,6 +271,12 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
     std::copy(s.sum.begin(), s.sum.end(), grad);
   } else {
     for (size_t i = 0; i < n_; ++i) grad[i] = s.sum[i] / S;
+  }
+  if (!s.tracked.empty()) {  // ef21: G += the mean of the messages; the update is G
+    for (size_t i = 0; i < n_; ++i) {
+      s.tracked[i] += grad[i];
+      grad[i] = s.tracked[i];
+    }
   }
   tally.decompress_s += now_s() - t2;
   if (!s.exact.empty()) {
@@ -320,7 +382,9 @@ json CompressedReduction::report() const {
   json j;
   j["kind"] = c.kind;
   j["collective"] = collective_name(comp.collective());
-  j["error_feedback"] = comp.own_feedback() ? "own" : (c.error_feedback ? "plain" : "none");
+  // "plain" is the gradient placement (the name reports have always carried); "momentum", "ef21" as configured.
+  const std::string& ef = c.error_feedback;
+  j["error_feedback"] = comp.own_feedback() ? "own" : (ef == "gradient" ? "plain" : ef);
   j["dense_bytes_per_rank_per_step"] = dense;
   j["payload_bytes_per_rank_per_step"] = pay;
   j["wire_bytes_per_rank_per_step"] = mean(wire);

@@ -16,6 +16,11 @@ namespace gs {
 struct Bucket;
 class StepCost;
 
+// The optimizer a strategy runs on the reduced gradient: training.optimizer, except that with
+// compression.error_feedback "momentum" SGD's momentum lives in each rank's velocity (CompressedReduction), so the
+// optimizer applies the averaged sparse update without momentum (Lin et al. 2018, section 3.2).
+OptimizerConfig update_optimizer(const RunConfig& config);
+
 class CompressedReduction {
  public:
   // buckets: the strategy's buckets (contiguous ranges of the flat gradient). ranks compressor instances are made.
@@ -24,8 +29,12 @@ class CompressedReduction {
   ~CompressedReduction();
 
   // Collective (every rank calls it once per step): replaces grad[0..n) (rank's local gradient SUM) by the average
-  // over the step's samples, (sum over ranks of decode(C(g_r + e_r))) / S, the same bits on every rank. Updates the
-  // rank's error-feedback residual. Times go to clock phases compress (encode + decode), communicate and wait; the
+  // over the step's samples, (sum over ranks of decode(C(p_r))) / S, the same bits on every rank, and updates the
+  // rank's error-feedback state. p_r by compression.error_feedback: none g_r; gradient g_r + e_r (e_r = p_r -
+  // decode); momentum (Lin et al. 2018, DGC's momentum correction and factor masking, m = the SGD momentum):
+  // u_r = m u_r + g_r, v_r += u_r, p_r = v_r, then u_r and v_r zeroed where decode(C(p_r)) is nonzero (the sent
+  // coordinates); ef21 (Richtarik et al. 2021, arXiv 2106.05203): p_r = g_r - h_r, h_r += decode(C(p_r)), and the
+  // result is G += (sum over ranks of decode) / S (G = sum_r h_r / S for a constant S), not the step's average. Times go to clock phases compress (encode + decode), communicate and wait; the
   // wire bytes to clock.add_bytes.
   // With cost (the rank's modeled step), every bucket's encode, collectives (real payload bytes) and decode are
   // priced on that bucket's chain (see price_bucket).
@@ -35,11 +44,17 @@ class CompressedReduction {
   // The report's "compression" object (reports/README.md). Call after the run.
   nlohmann::json report() const;
 
-  // Rank r's error-feedback residual (n floats; DGC: its velocity; empty without error feedback). For tests.
+  // Rank r's error-feedback residual (n floats; empty without error feedback). compression.error_feedback
+  // "gradient": e; "momentum": the accumulated velocity v; "ef21": the rank's tracked gradient g_i; DGC: its v. For
+  // tests.
   const std::vector<float>& residual(int rank) const;
+  // Rank r's velocity u under error_feedback "momentum" (n floats), else empty. For tests.
+  const std::vector<float>& velocity(int rank) const;
 
  private:
   struct RankState;
+  void feed_in(RankState& s, float* grad) const;
+  double feed_back(RankState& s, const float* p) const;
   void price_bucket(StepCost& cost, const CompressTally& t, size_t begin, size_t end, uint64_t payload_bytes,
                     bool ef) const;
   const RunConfig& config_;

@@ -25,6 +25,15 @@
 namespace gs {
 namespace {
 
+// A bool given for a field with bool_means: JSON true / false, or the text "true" / "false" (`--set f=true` of a
+// string field arrives as text). 1 for true, -1 for false, 0 for anything else.
+int as_bool_alias(const json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? 1 : -1;
+  if (v.is_string() && (v.get<std::string>() == "true" || v.get<std::string>() == "false"))
+    return v.get<std::string>() == "true" ? 1 : -1;
+  return 0;
+}
+
 // Builder for one FieldInfo inside visit_fields.
 struct F {
   FieldInfo info;
@@ -41,6 +50,12 @@ struct F {
   F& at_most(double v) { info.max = v; return *this; }
   F& below(double v) { info.max = v; info.max_exclusive = true; return *this; }
   F& or_inf() { info.allow_inf = true; return *this; }  // integer fields: "inf" is also a value (kStalenessInf)
+  // String fields: JSON false and true are also values, read as these choices (a field that used to be a bool).
+  F& bool_means(const char* when_false, const char* when_true) {
+    info.bool_false = when_false;
+    info.bool_true = when_true;
+    return *this;
+  }
 };
 
 // The one table. Order is the order of `gradsweep fields` and of scenarios/README.md.
@@ -212,8 +227,14 @@ void visit_fields(V& v, RunConfig& c) {
                           "terngrad", "signsgd", "onebit", "powersgd"}));
   v(cp.error_feedback, F("compression.error_feedback",
                          "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, qsgd, terngrad, "
-                         "signsgd, onebit, powersgd: each rank keeps e; sends C(g + e); e = g + e - decode(sent) "
-                         "(every lossy kind but dgc)"));
+                         "signsgd, onebit, powersgd: where error feedback sits (every lossy kind but dgc). gradient "
+                         "(also true): each rank keeps e, sends C(g + e), e = g + e - decode(sent); momentum "
+                         "(topk, randomk, threshold; allreduce, sgd without nesterov): DGC's momentum correction, "
+                         "u = m u + g, v = v + u, send C(v), u and v zeroed where sent, the optimizer without its "
+                         "momentum m; ef21 (allreduce): each rank sends c = C(g - g_i), g_i += c, the update is the "
+                         "mean of the g_i; none (also false)")
+                             .one_of({"none", "gradient", "momentum", "ef21"})
+                             .bool_means("none", "gradient"));
   v(cp.divide, F("compression.divide", "allreduce: casts send each rank's mean gradient (its sum / its samples, "
                                        "in fp32, as DDP's fp16_compress_hook) and divide by the ranks N in the "
                                        "format before the sum, after it, or split (2^floor(log2(N)/2) before, the "
@@ -385,10 +406,17 @@ class Reader {
     ref = v.get<bool>();
   }
   void read(std::string& ref, const json& v, const FieldInfo& f) {
-    if (!v.is_string()) return add(f, v, f.choices.empty() ? "a string" : "one of " + choices(f));
+    if (!f.bool_true.empty() && as_bool_alias(v) != 0) {
+      ref = as_bool_alias(v) > 0 ? f.bool_true : f.bool_false;
+      return;
+    }
+    std::string expected = "one of " + choices(f);
+    if (!f.bool_true.empty())
+      expected += fmt::format(" (or true for \"{}\", false for \"{}\")", f.bool_true, f.bool_false);
+    if (!v.is_string()) return add(f, v, f.choices.empty() ? "a string" : expected);
     std::string s = v.get<std::string>();
     if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end())
-      return add(f, v, "one of " + choices(f));
+      return add(f, v, expected);
     ref = s;
   }
   void read(std::vector<int64_t>& ref, const json& v, const FieldInfo& f) {
@@ -511,6 +539,14 @@ void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIs
   }
 }
 
+// v as a resolved config writes it: a bool given for a string field with bool_means becomes its choice.
+json resolved_value(const std::string& path, const json& v) {
+  if (as_bool_alias(v) == 0) return v;
+  for (const auto& f : config_fields())
+    if (f.path == path && !f.bool_true.empty()) return json(as_bool_alias(v) > 0 ? f.bool_true : f.bool_false);
+  return v;
+}
+
 // Fields that only mean something for one kind; giving them for another kind is a mistake, not a no-op. Every field
 // whose doc starts with "<kinds>: " (choices of one selector field) has a rule here (a test walks the docs).
 void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
@@ -605,7 +641,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
     const json* v = find_path(j, r.path);
     if (v == nullptr || v->is_null()) continue;
     const json* dv = find_path(defaults, r.path);
-    if (dv != nullptr && *dv == *v) continue;  // the default, as a resolved config writes it
+    if (dv != nullptr && *dv == resolved_value(r.path, *v)) continue;  // the default, as a resolved config writes it
     const json* k = find_path(j, r.kind_path);
     std::string kind = k != nullptr && k->is_string() ? k->get<std::string>() : r.kind_default;
     if (k != nullptr && !k->is_string()) continue;  // the kind's own error is reported
@@ -997,6 +1033,31 @@ json config_to_json(const RunConfig& c) {
   return w.out_;
 }
 
+// compression.error_feedback "momentum" and "ef21": what each placement needs (sim/compress/reduce.cpp).
+void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const std::string& ef = c.compression.error_feedback;
+  if (ef != "momentum" && ef != "ef21") return;
+  const std::string q = "compression.error_feedback \"" + ef + "\"";
+  if (c.sync.kind != "allreduce")
+    issues.push_back({"compression.error_feedback",
+                      fmt::format("{} applies to sync.kind \"allreduce\" (it is \"{}\"; a parameter server's "
+                                  "pushes take \"gradient\" or \"none\")", q, c.sync.kind)});
+  if (ef != "momentum") return;
+  const std::string& k = c.compression.kind;
+  if (k != "topk" && k != "randomk" && k != "threshold")
+    issues.push_back({"compression.error_feedback",
+                      fmt::format("{} is DGC's momentum correction of a sparsifier: it needs compression.kind "
+                                  "\"topk\", \"randomk\" or \"threshold\" (it is \"{}\"; \"dgc\" has its own)", q, k)});
+  const OptimizerConfig& o = c.training.optimizer;
+  if (o.kind != "sgd")
+    issues.push_back({"training.optimizer.kind",
+                      fmt::format("{} moves SGD's momentum into each rank's velocity: it needs \"sgd\", got \"{}\"",
+                                  q, o.kind)});
+  else if (o.nesterov)
+    issues.push_back({"training.optimizer.nesterov",
+                      q + " runs heavy-ball momentum in each rank's velocity; Nesterov is not modeled there, got true"});
+}
+
 void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   {
@@ -1126,6 +1187,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
   if (c.compression.kind == "powersgd" && c.sync.kind == "parameter_server")
     add("compression.kind", "powersgd needs all-reduces of its factors between the workers, which a parameter server "
                             "does not do: with sync.kind \"parameter_server\" use another compressor (e.g. topk)");
+  check_error_feedback(c, issues);
   {
     // Parameter server: what this version supports (docs/design.md, section 2; sim/strategy/parameter_server.cpp).
     const SyncConfig& sy = c.sync;

@@ -146,7 +146,11 @@ struct SyncConfig {
 // (check_kind_specific in run_config.cpp refuses the others).
 struct CompressionConfig {
   std::string kind = "none";        // registry: sim/compress/registry.cpp
-  bool error_feedback = false;      // lossy kinds except dgc: p = g + e; sent = C(p); e = p - decode(sent), per rank
+  // Where the error feedback sits (lossy kinds except dgc; sim/compress/reduce.cpp): none; gradient (p = g + e;
+  // sent = C(p); e = p - decode(sent), per rank; JSON true); momentum (DGC's momentum correction: the optimizer's
+  // SGD momentum moves into each rank's velocity, the residual accumulates it, momentum factor masking); ef21
+  // (Richtarik et al. 2021: each rank sends C(g - g_i) and tracks g_i). JSON false is "none".
+  std::string error_feedback = "none";
   std::string divide = "pre";       // casts: where the division by the ranks N happens: pre | post | split
   std::string accumulate = "wire";  // casts: the all-reduce's sum in the wire format (NCCL's ring) | fp32
   double ratio = 0.01;              // topk, randomk, dgc: fraction of values kept (when k is 0)
@@ -221,6 +225,7 @@ struct FieldInfo {
   double min = -1e308, max = 1e308;  // numeric range
   bool min_exclusive = false, max_exclusive = false;
   bool allow_inf = false;            // integer fields: the string "inf" is also accepted (stored as INT64_MAX)
+  std::string bool_false, bool_true;  // string fields: JSON false / true read as these choices (empty: refused)
   std::string doc;
 };
 

@@ -38,7 +38,7 @@ class AllReduce final : public SyncStrategy {
         overlap_(s.config.sync.overlap),
         cost_model_(s.cost_model),
         wire_bytes_(gradient_wire_bytes(s.config)),
-        optimizer_(s.config.training.optimizer),
+        optimizer_(update_optimizer(s.config)),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     wire_config_ = wire_config(s.config);
@@ -53,13 +53,13 @@ class AllReduce final : public SyncStrategy {
     }
     if (shared_) {
       params_.emplace_back(n_);
-      optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+      optimizers_.push_back(make_optimizer(update_optimizer(s.config), n_));
       grads_.assign(static_cast<size_t>(ranks_), nullptr);
       if (staleness_ == 0) reduced_.resize(n_);
     } else {
       for (int r = 0; r < ranks_; ++r) {
         params_.emplace_back(n_);
-        optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+        optimizers_.push_back(make_optimizer(update_optimizer(s.config), n_));
       }
     }
     // The ring of delayed gradients: one per optimizer (one shared, or one per rank).

@@ -149,7 +149,8 @@ class ParameterServer final : public SyncStrategy {
       }
       for (PushCodec& w : codec_) {
         w.comp = make_compressor(s.config, s.model, ranks_);
-        if (compression_.error_feedback && !w.comp->own_feedback()) w.residual.assign(n_, 0.0f);
+        // error_feedback "gradient" (validate_config refuses the other placements here).
+        if (compression_.error_feedback != "none" && !w.comp->own_feedback()) w.residual.assign(n_, 0.0f);
         w.own.resize(n_);
         w.payload.resize(buckets_.size());
         if (compression_.measure_error) w.raw.resize(n_);
@@ -230,7 +231,7 @@ class ParameterServer final : public SyncStrategy {
     json j;
     j["kind"] = compression_.kind;
     j["collective"] = "push";
-    j["error_feedback"] = comp.own_feedback() ? "own" : (compression_.error_feedback ? "plain" : "none");
+    j["error_feedback"] = comp.own_feedback() ? "own" : (compression_.error_feedback != "none" ? "plain" : "none");
     j["dense_bytes_per_rank_per_step"] = dense;
     j["payload_bytes_per_rank_per_step"] = pay;
     j["wire_bytes_per_rank_per_step"] = mean(wire);

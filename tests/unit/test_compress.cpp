@@ -202,6 +202,139 @@ TEST(CompressCast, Fp32AccumulationPricesReduceScatterAndAllGather) {
   }
 }
 
+// ---- compression.error_feedback placements: momentum (DGC's momentum correction) and ef21 -------------------------
+
+// Two ranks, top-k k = 1 of n = 2, one sample per rank (S = 2), SGD momentum m = 0.5, error_feedback "momentum"
+// (Lin et al. 2018: u = m u + g, v = v + u, send top-k of v, zero u and v where sent). By hand:
+//   step 1: rank 0 g [4, 1]: u [4, 1], v [4, 1], sends v0 = 4; masked: u [0, 1], v [0, 1].
+//           rank 1 g [1, 2]: u [1, 2], v [1, 2], sends v1 = 2; masked: u [1, 0], v [1, 0].  update [4, 2] / 2 = [2, 1]
+//   step 2: rank 0 g [2, 3]: u [2, 3.5], v [2, 4.5], sends v1 = 4.5; u [2, 0], v [2, 0].
+//           rank 1 g [1, 1]: u [1.5, 1], v [2.5, 1], sends v0 = 2.5; u [0, 1], v [0, 1].  update [2.5, 4.5] / 2
+//   step 3: rank 0 g [1, 0]: u [2, 0], v [4, 0], sends v0 = 4; u, v [0, 0].
+//           rank 1 g [0, 1]: u [0, 1.5], v [0, 2.5], sends v1 = 2.5; u, v [0, 0].  update [4, 2.5] / 2
+TEST(CompressErrorFeedback, MomentumCorrectionByHand) {
+  Harness h({{"kind", "topk"}, {"k", 1}, {"error_feedback", "momentum"}, {"measure_error", false}}, 2, 2, 1, false);
+  h.cfg.training.optimizer.momentum = 0.5;  // read by the reduction at every step
+  const std::vector<std::vector<std::vector<float>>> g = {{{4, 1}, {1, 2}}, {{2, 3}, {1, 1}}, {{1, 0}, {0, 1}}};
+  const std::vector<std::vector<float>> update = {{2, 1}, {1.25f, 2.25f}, {2, 1.25f}};
+  const std::vector<std::vector<std::vector<float>>> u = {{{0, 1}, {1, 0}}, {{2, 0}, {0, 1}}, {{0, 0}, {0, 0}}};
+  const std::vector<std::vector<std::vector<float>>> v = {{{0, 1}, {1, 0}}, {{2, 0}, {0, 1}}, {{0, 0}, {0, 0}}};
+  for (size_t t = 0; t < 3; ++t) {
+    auto out = h.step(g[t], 2.0, static_cast<int64_t>(t));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(out[static_cast<size_t>(r)], update[t]) << "step " << t + 1 << " rank " << r;
+      EXPECT_EQ(h.red->velocity(r), u[t][static_cast<size_t>(r)]) << "u, step " << t + 1 << " rank " << r;
+      EXPECT_EQ(h.red->residual(r), v[t][static_cast<size_t>(r)]) << "v, step " << t + 1 << " rank " << r;
+    }
+  }
+  EXPECT_EQ(h.red->report()["error_feedback"], "momentum");
+}
+
+// EF21 (Richtarik et al. 2021): rank r sends c = top-1(g - h_r), h_r += c, the update is G += mean of the c (= the
+// mean of the h_r). Same ranks and k as above, S = 2. By hand:
+//   step 1: rank 0 p [4, 1] -> c [4, 0], h0 [4, 0]; rank 1 p [1, 2] -> c [0, 2], h1 [0, 2]; G [2, 1].
+//   step 2: rank 0 g [2, 3]: p [-2, 3] -> c [0, 3], h0 [4, 3]; rank 1 g [1, 0.5]: p [1, -1.5] -> c [0, -1.5],
+//           h1 [0, 0.5]; G += [0, 1.5] / 2: [2, 1.75] = (h0 + h1) / 2.
+//   step 3: rank 0 g [1, 1]: p [-3, -2] -> c [-3, 0], h0 [1, 3]; rank 1 g [0, 1]: p [0, 0.5] -> c [0, 0.5],
+//           h1 [0, 1]; G += [-3, 0.5] / 2: [0.5, 2] = (h0 + h1) / 2.
+TEST(CompressErrorFeedback, Ef21ByHand) {
+  Harness h({{"kind", "topk"}, {"k", 1}, {"error_feedback", "ef21"}, {"measure_error", false}}, 2, 2, 1, false);
+  const std::vector<std::vector<std::vector<float>>> g = {{{4, 1}, {1, 2}}, {{2, 3}, {1, 0.5f}}, {{1, 1}, {0, 1}}};
+  const std::vector<std::vector<float>> update = {{2, 1}, {2, 1.75f}, {0.5f, 2}};
+  const std::vector<std::vector<std::vector<float>>> hr = {{{4, 0}, {0, 2}}, {{4, 3}, {0, 0.5f}}, {{1, 3}, {0, 1}}};
+  for (size_t t = 0; t < 3; ++t) {
+    auto out = h.step(g[t], 2.0, static_cast<int64_t>(t));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(out[static_cast<size_t>(r)], update[t]) << "step " << t + 1 << " rank " << r;
+      EXPECT_EQ(h.red->residual(r), hr[t][static_cast<size_t>(r)]) << "h, step " << t + 1 << " rank " << r;
+    }
+  }
+  EXPECT_EQ(h.red->report()["error_feedback"], "ef21");
+}
+
+// "gradient" is the placement `true` has always meant; `false` is "none".
+TEST(CompressErrorFeedback, BooleansMeanGradientAndNone) {
+  std::vector<ConfigIssue> issues;
+  EXPECT_EQ(config_from_json({{"compression", {{"kind", "topk"}, {"error_feedback", true}}}}, issues)
+                .compression.error_feedback, "gradient");
+  EXPECT_EQ(config_from_json({{"compression", {{"kind", "topk"}, {"error_feedback", false}}}}, issues)
+                .compression.error_feedback, "none");
+  // `--set compression.error_feedback=true` gives a string field the text "true": the same alias.
+  EXPECT_EQ(config_from_json({{"compression", {{"kind", "topk"}, {"error_feedback", "true"}}}}, issues)
+                .compression.error_feedback, "gradient");
+  // false is the default: accepted under kind "none", as before.
+  config_from_json({{"compression", {{"kind", "none"}, {"error_feedback", false}}}}, issues);
+  EXPECT_TRUE(issues.empty()) << issues.front().path << ": " << issues.front().message;
+  Harness b({{"kind", "topk"}, {"k", 1}, {"error_feedback", true}, {"measure_error", false}}, 1, 2, 1, false);
+  Harness s({{"kind", "topk"}, {"k", 1}, {"error_feedback", "gradient"}, {"measure_error", false}}, 1, 2, 1, false);
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(b.step({{3, 2}}, 1.0, t), s.step({{3, 2}}, 1.0, t)) << "step " << t;
+    EXPECT_EQ(b.red->residual(0), s.red->residual(0)) << "step " << t;
+  }
+  // By hand: e after step 1 [0, 2]; step 2 p [3, 4] sends 4: e [3, 0]; step 3 p [6, 2] sends 6: e [0, 2].
+  EXPECT_EQ(s.red->residual(0), (std::vector<float>{0, 2}));
+}
+
+// At full density momentum correction masks every coordinate every step, so the velocity never carries over: the
+// run is plain SGD without momentum (Lin et al. 2018: the optimizer applies the sparse update without its own
+// momentum). A run with SGD momentum 0.9 and error_feedback "momentum" at top-k ratio 1 gives the same parameters,
+// bit for bit, as an uncompressed run with momentum 0; with error_feedback "gradient" it is momentum SGD and differs.
+TEST(CompressErrorFeedback, MomentumCorrectionReplacesTheOptimizersMomentum) {
+  auto run = [](double momentum, const json& compression) {
+    json s = {{"name", "mc"},
+              {"model", {{"kind", "mlp"}, {"layers", {6, 5, 3}}}},
+              {"data", {{"kind", "teacher"}, {"batch_per_rank", 4},
+                        {"teacher", {{"in_dim", 6}, {"hidden", 5}, {"out_dim", 3}, {"train_samples", 64},
+                                     {"eval_samples", 16}}}}},
+              {"cluster", {{"ranks", 2}, {"share_identical", false}}},
+              {"training", {{"steps", 4}, {"eval_every", 0},
+                            {"optimizer", {{"kind", "sgd"}, {"lr", 0.1}, {"momentum", momentum}}}}},
+              {"compression", compression},
+              {"report", {{"trace", true}}}};
+    return test::run_scenario_text(s.dump())[0];
+  };
+  const json plain = run(0.0, {{"kind", "none"}});
+  const json corrected = run(0.9, {{"kind", "topk"}, {"ratio", 1.0}, {"error_feedback", "momentum"}});
+  const json heavy = run(0.9, {{"kind", "topk"}, {"ratio", 1.0}, {"error_feedback", "gradient"}});
+  for (size_t t = 0; t < 4; ++t) {
+    EXPECT_EQ(test::params_after(corrected, t, 0), test::params_after(plain, t, 0)) << "step " << t + 1;
+    EXPECT_EQ(test::params_after(corrected, t, 1), test::params_after(plain, t, 0)) << "step " << t + 1;
+  }
+  EXPECT_NE(test::params_after(heavy, 3, 0), test::params_after(plain, 3, 0));
+}
+
+TEST(CompressErrorFeedback, PlacementsRefusedWhereTheyDoNotApply) {
+  auto issues_of = [](const json& j) {
+    std::vector<ConfigIssue> issues;
+    config_from_json(j, issues);
+    return issues;
+  };
+  auto has = [](const std::vector<ConfigIssue>& iss, const std::string& path, const std::string& text) {
+    for (const auto& i : iss)
+      if (i.path == path && i.message.find(text) != std::string::npos) return true;
+    return false;
+  };
+  const json sgd = {{"optimizer", {{"kind", "sgd"}, {"momentum", 0.9}}}};
+  auto iss = issues_of({{"compression", {{"kind", "topk"}, {"error_feedback", "residual"}}}});
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "one of \"none\", \"gradient\", \"momentum\", \"ef21\""));
+  iss = issues_of({{"compression", {{"kind", "qsgd"}, {"error_feedback", "momentum"}}}, {"training", sgd}});
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "needs compression.kind \"topk\", \"randomk\" or \"threshold\""));
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"error_feedback", "momentum"}}},
+                   {"training", {{"optimizer", {{"kind", "adam"}}}}}});
+  EXPECT_TRUE(has(iss, "training.optimizer.kind", "it needs \"sgd\", got \"adam\""));
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"error_feedback", "momentum"}}},
+                   {"training", {{"optimizer", {{"kind", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}}}}});
+  EXPECT_TRUE(has(iss, "training.optimizer.nesterov", "Nesterov is not modeled"));
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"error_feedback", "ef21"}}},
+                   {"sync", {{"kind", "parameter_server"}}}});
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "applies to sync.kind \"allreduce\""));
+  iss = issues_of({{"compression", {{"kind", "dgc"}, {"error_feedback", "momentum"}}}});
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "only applies when compression.kind"));
+  EXPECT_TRUE(issues_of({{"compression", {{"kind", "randomk"}, {"error_feedback", "momentum"}}}, {"training", sgd}})
+                  .empty());
+  EXPECT_TRUE(issues_of({{"compression", {{"kind", "qsgd"}, {"error_feedback", "ef21"}}}}).empty());
+}
+
 // ---- BC10: top-k ranks by magnitude; error feedback keeps the rest -------------------------------------------------
 
 TEST(CompressCases, BC10TopKErrorFeedback) {

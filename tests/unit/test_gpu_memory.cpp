@@ -209,13 +209,32 @@ TEST(GpuMemory, BufferTermsByHand) {
   EXPECT_EQ(estimate(c).communication_bytes, 0);
   c.sync.kind = "allreduce";
   c.compression.kind = "fp16";
-  c.compression.error_feedback = true;
+  c.compression.error_feedback = "gradient";
   e = estimate(c);
   EXPECT_EQ(e.compression_bytes, static_cast<int64_t>(2 * n));  // the fp16 copy
   EXPECT_EQ(e.error_feedback_bytes, static_cast<int64_t>(4 * n));
   c.compression.kind = "dgc";
-  c.compression.error_feedback = false;
+  c.compression.error_feedback = "none";
   EXPECT_EQ(estimate(c).error_feedback_bytes, static_cast<int64_t>(8 * n));  // velocity and accumulation
+  // Error-feedback placements on top-k with SGD momentum 0.9: gradient keeps e (4 n) beside SGD's momentum buffer
+  // (4 n); momentum correction keeps each rank's velocity u and residual v (8 n) and the optimizer no buffer; ef21
+  // keeps the rank's h and the mean G (8 n) beside SGD's buffer.
+  c.compression.kind = "topk";
+  c.training.optimizer.momentum = 0.9;
+  c.compression.error_feedback = "gradient";
+  e = estimate(c);
+  EXPECT_EQ(e.error_feedback_bytes, static_cast<int64_t>(4 * n));
+  EXPECT_EQ(e.optimizer_bytes, static_cast<int64_t>(4 * n));
+  c.compression.error_feedback = "momentum";
+  e = estimate(c);
+  EXPECT_EQ(e.error_feedback_bytes, static_cast<int64_t>(8 * n));
+  EXPECT_EQ(e.optimizer_bytes, 0);
+  c.compression.error_feedback = "ef21";
+  e = estimate(c);
+  EXPECT_EQ(e.error_feedback_bytes, static_cast<int64_t>(8 * n));
+  EXPECT_EQ(e.optimizer_bytes, static_cast<int64_t>(4 * n));
+  c.training.optimizer.momentum = 0.0;
+  c.compression.error_feedback = "none";
   // Top-k at ratio 0.01 over one bucket (the whole 814 kB gradient is under the 1 MiB first bucket): round(2035.3)
   // values of 8 bytes, own payload and the 4 ranks' gathered ones.
   c.compression.kind = "topk";
