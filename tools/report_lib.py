@@ -86,7 +86,7 @@ class ReportError(Exception):
 
 
 # Limits of what a reader accepts as a report. The largest report in this repository's scenarios is a few MB (traces
-# are capped at 10,000 parameters); 1 GiB leaves room for long sweeps without reading a runaway file into memory.
+# are capped at 10,000 parameters unless report.trace_max_params raises it, and at about 256 MiB per run); 1 GiB leaves room for long sweeps without reading a runaway file into memory.
 # GRADSWEEP_REPORT_MAX_BYTES overrides the size (tests, unusual sweeps). A report nests at most about 10 levels
 # ($.runs[i].trace.params[step][rank][k]; a scenario's own values a few more); 64 stops deep input before anything
 # that walks it recursively (json, jsonschema, the tools) can run out of stack.

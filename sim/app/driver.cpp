@@ -27,6 +27,7 @@
 #include "sim/report/file_io.h"
 #include "sim/report/report.h"
 #include "sim/app/memory.h"
+#include "sim/report/run_files.h"
 #include "sim/report/timeline.h"
 #include "sim/runtime/rank_loop.h"
 
@@ -525,6 +526,10 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
                            {"slices", t.slices},
                            {"bytes", t.text.size()}};
       }
+      // report.save_weights, report.save_batches: the files for PyTorch (run_files.h), also before the journal entry.
+      const RunFiles files = res.disposition == "skipped" ? RunFiles{nullptr, nullptr} : write_run_files(dir, spec, res);
+      run["weights"] = files.weights;
+      run["batches"] = files.batches;
       writer.add(run);
     } catch (const ReportIoError&) {
       // The journal (or the run's timeline) cannot take the run (disk full): keep report.json as current as the disk

@@ -76,6 +76,10 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
   v(m.b, F("model.b", "quadratic: minimizers b_ri, one row per rank or one row for all"));
   v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
+  v(m.init_from, F("model.init.from", "mlp, linear, quadratic: initial parameters from a .safetensors or .npz file "
+                                      "(F32; F64, F16, BF16 converted), tensors named as torch's state_dict of the "
+                                      "same model (docs/models.md); a relative path is taken from the scenario "
+                                      "file's folder (empty: the model's own init)"));
   v(m.sequence_length, F("model.sequence_length", "gpt2-small, gpt2-xl, llama-7b, mpt-125m, mpt-350m, mpt-760m, "
                                                   "mpt-1b, mpt-3b, mpt-7b: tokens per sample (0: the preset's "
                                                   "context)")
@@ -286,7 +290,20 @@ void visit_fields(V& v, RunConfig& c) {
                             .at_most(1e9));
   v(pr.amax_history_len, F("precision.amax_history_len", "fp8_mixed: steps of amax history per tensor (scale = "
                                                          "format max / max of the history)").at_least(1).at_most(1 << 20));
-  v(c.report.trace, F("report.trace", "record every rank's parameters after every step (<= 10000 parameters)"));
+  v(c.report.trace, F("report.trace", "record every rank's parameters after every step (<= report.trace_max_params "
+                                      "parameters)"));
+  v(c.report.trace_max_params, F("report.trace_max_params", "the largest model report.trace records; a larger limit "
+                                                            "is taken on request, up to a trace of about 256 MiB of "
+                                                            "report ((steps + 1) x ranks x parameters numbers, about "
+                                                            "28 bytes each)").at_least(1).at_most(1e9));
+  v(c.report.save_weights, F("report.save_weights", "write the initial and/or final parameters as safetensors "
+                                                   "files in weights/ beside the report, named in the run's "
+                                                   "`weights` (torch state_dict names, docs/parity.md)")
+                               .one_of({"none", "initial", "final", "both"}));
+  v(c.report.save_batches, F("report.save_batches", "write the training-set indices of every step, rank and "
+                                                    "micro-batch as batches/<run>.npz beside the report (int32 "
+                                                    "[steps, ranks, micro-batches, batch]; fashion_mnist, teacher; "
+                                                    "docs/parity.md)"));
   v(c.report.timeline, F("report.timeline", "write the modeled clock of the run as a Chrome trace-event file "
                                            "(Perfetto, chrome://tracing) in timeline/ beside the report; runs of at "
                                            "most 50 optimizer steps (docs/profiling.md)"));
@@ -570,6 +587,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"model.a", "model.kind", "mlp", {"quadratic"}},
       {"model.b", "model.kind", "mlp", {"quadratic"}},
       {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
+      {"model.init.from", "model.kind", "mlp", {"mlp", "linear", "quadratic"}},
       {"model.sequence_length", "model.kind", "mlp",
        {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
       {"training.activation_checkpointing", "model.kind", "mlp",
@@ -754,6 +772,33 @@ std::vector<json> candidate_values(const FieldInfo& f) {
   return out;
 }
 
+// report.trace's limits: the model's parameters against report.trace_max_params (with the size a larger limit would
+// cost), and the trace's estimated size in the report against kTraceMaxBytes.
+void trace_size_issues(const RunConfig& c, const Model& model, const std::function<bool(const std::string&)>& clean,
+                       std::vector<ConfigIssue>& issues) {
+  const auto n = static_cast<double>(model.num_params());
+  const bool steps_known = c.training.epochs <= 0 && clean("training.steps") && clean("cluster.ranks");
+  const double numbers = (static_cast<double>(c.training.steps) + 1) * static_cast<double>(c.cluster.ranks) * n;
+  const double mib = numbers * kTraceBytesPerNumber / 1048576.0;
+  if (n > static_cast<double>(c.report.trace_max_params)) {
+    issues.push_back({"report.trace", fmt::format("trace is refused above {} parameters; this model has {:.0f}{}",
+                                                  c.report.trace_max_params, n,
+                                                  steps_known ? fmt::format(" (report.trace_max_params {:.0f} takes "
+                                                                            "it: a trace of about {:.0f} MiB of report "
+                                                                            "for {} steps x {} ranks)", n, mib,
+                                                                            c.training.steps, c.cluster.ranks)
+                                                              : "")});
+    return;
+  }
+  if (steps_known && numbers * kTraceBytesPerNumber > kTraceMaxBytes)
+    issues.push_back({"report.trace", fmt::format("a trace of {} steps x {} ranks x {:.0f} parameters is about {:.0f} "
+                                                  "MiB of report, more than the limit of {:.0f} MiB: at most {:.0f} "
+                                                  "steps of this run",
+                                                  c.training.steps, c.cluster.ranks, n, mib, kTraceMaxBytes / 1048576,
+                                                  std::floor(kTraceMaxBytes / kTraceBytesPerNumber /
+                                                             (static_cast<double>(c.cluster.ranks) * n)) - 1)});
+}
+
 // The size limits of a run: model construction, parameters (2^32 for a run with arithmetic), compression.k at most
 // the parameters, report.trace at most kTraceMaxParams, the teacher's size, the steps given as epochs. Each is judged
 // whenever its own inputs are well-typed and free of other problems (`clean(p)`: no mistyped field and no issue at
@@ -777,9 +822,8 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
       if (clean("compression.k") && c.compression.k > static_cast<int64_t>(model->num_params()))
         add("compression.k", fmt::format("at most the model's {} parameters, got {}", model->num_params(),
                                          c.compression.k));
-      if (clean("report.trace") && c.report.trace && static_cast<int64_t>(model->num_params()) > kTraceMaxParams)
-        add("report.trace", fmt::format("trace is refused above {} parameters; this model has {}", kTraceMaxParams,
-                                        model->num_params()));
+      if (clean("report.trace") && clean("report.trace_max_params") && c.report.trace)
+        trace_size_issues(c, *model, clean, issues);
       // report.timeline: per rank and step about 2 slices per micro-batch, 3 per bucket (encode, collective, decode)
       // and a dozen others (phases, the loader, the measured phases); buckets of the gradient in fp32 as
       // make_buckets cuts them (whole tensors make it a few more or fewer).
@@ -933,6 +977,44 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
     }
   }
   return with_size_limits(std::move(kept));
+}
+
+// The rules of the files exchanged with PyTorch (model.init.from, report.save_weights, report.save_batches;
+// docs/parity.md): what they apply to and the size of the batches file.
+void interop_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const bool timing = c.training.mode == "timing";
+  if (!c.model.init_from.empty() && (!c.model.initial_weights.is_null() || !c.model.initial_bias.is_null()))
+    add("model.init.from", "give the initial values once: a file (model.init.from) or model.initial_weights / "
+                           "initial_bias, not both");
+  if (timing && c.report.save_weights != "none")
+    add("report.save_weights", "timing-only runs hold no parameters to save: use \"none\"");
+  if (!c.report.save_batches) return;
+  if (timing) return add("report.save_batches", "timing-only runs draw no batches: use false");
+  const auto& d = c.data;
+  if (d.kind != "fashion_mnist" && d.kind != "teacher")
+    return add("report.save_batches", "the indices are of an indexed training set (data.kind fashion_mnist or "
+                                      "teacher); data.kind \"" + d.kind + "\" has none" +
+                                      (d.kind == "inline" ? " (its micro-batches are in the configuration: rank r's "
+                                                            "step t uses data.ranks[r][(t K + k) mod its count])"
+                                                          : ""));
+  if (c.sync.kind == "parameter_server" && c.sync.staleness != 0)
+    return add("report.save_batches", "SSP and asynchronous workers take different numbers of steps, so there is "
+                                      "no [steps, ranks, ...] array of them: use sync.staleness 0 (BSP) or false");
+  double steps = static_cast<double>(c.training.steps);
+  const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
+                        static_cast<double>(d.batch_per_rank);
+  if (c.training.epochs > 0) {
+    const double train = d.kind == "teacher" ? static_cast<double>(d.teacher.train_samples) : 60000.0;
+    steps = std::max(1.0, std::floor(c.training.epochs * std::floor(train / global)));
+  }
+  if (steps * global > kSaveBatchesMaxIndices)
+    add("report.save_batches", fmt::format("the file would hold {:.0f} indices (steps x ranks x accumulation_steps x "
+                                           "batch_per_rank, {:.0f} MiB of int32), more than the limit of {:.0f} "
+                                           "({:.0f} MiB): at most {:.0f} steps of this run",
+                                           steps * global, steps * global * 4 / 1048576, kSaveBatchesMaxIndices,
+                                           kSaveBatchesMaxIndices * 4 / 1048576,
+                                           std::floor(kSaveBatchesMaxIndices / global)));
 }
 
 }  // namespace
@@ -1097,6 +1179,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("training.epochs", "timing-only runs have no data and no epochs: use training.steps");
   if (timing && c.report.trace)
     add("report.trace", "timing-only runs hold no parameters to trace: use false");
+  interop_issues(c, issues);
   if (c.report.timeline) {
     // The file holds a slice per rank, phase and bucket of every step: bounded by the steps it may draw.
     double steps = static_cast<double>(c.training.steps);

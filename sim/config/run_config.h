@@ -52,6 +52,9 @@ struct ModelConfig {
   json a;                // quadratic: per-rank curvatures [[a_r0, ...], ...] (one row per rank, or one row for all)
   json b;                // quadratic: per-rank minimizers, same shape as a
   json initial_w;        // quadratic: [w_0, ...]
+  // mlp, linear, quadratic: a .safetensors or .npz file holding the initial parameters ("" = the model's own init).
+  // Resolved against the scenario file's folder when relative (scenario.cpp).
+  std::string init_from;
   int64_t sequence_length = 0;  // transformer presets: tokens per sample (0 = the preset's context)
 };
 
@@ -181,7 +184,10 @@ struct PrecisionConfig {
 };
 
 struct ReportConfig {
-  bool trace = false;     // every rank's parameters after every step (refused above kTraceMaxParams)
+  bool trace = false;     // every rank's parameters after every step (refused above trace_max_params)
+  int64_t trace_max_params = 10000;  // the largest model a trace is taken of (its size limit: kTraceMaxBytes)
+  std::string save_weights = "none";  // none | initial | final | both: safetensors files in weights/ beside the report
+  bool save_batches = false;  // the sample indices of every step, rank and micro-batch: batches/<run>.npz
   bool timeline = false;  // the modeled clock as a Chrome trace-event file beside the report (<= kTimelineMaxSteps)
 };
 
@@ -197,7 +203,13 @@ struct RunConfig {
   ReportConfig report;
 };
 
-constexpr int64_t kTraceMaxParams = 10000;
+constexpr int64_t kTraceMaxParams = 10000;  // report.trace_max_params' default
+// report.trace: the largest trace of one run, estimated at kTraceBytesPerNumber per number in report.json
+// ((steps + 1) x ranks x parameters numbers; measured 28.3 bytes: report.json prints one number per line, and the
+// journal holds the run again at about 21); the report, read back by --resume and the tools, stays under 1 GiB.
+constexpr double kTraceMaxBytes = 268435456.0;  // 256 MiB
+constexpr double kTraceBytesPerNumber = 28.0;
+constexpr double kSaveBatchesMaxIndices = 16777216.0;  // report.save_batches: int32 indices in one file (64 MiB)
 constexpr int64_t kTimelineMaxSteps = 50;  // report.timeline: optimizer steps drawn, the run's whole length
 constexpr double kTimelineMaxSlices = 5e5;  // report.timeline: slices in one file (about 130 bytes each)
 constexpr int64_t kMaxRanks = 1024;

@@ -102,6 +102,30 @@ std::string leaf_of(const std::string& path) {
 }
 
 // Reads one axis's value list; issues name `where`.
+// Fields holding a file path that the scenario file gives relative to its own folder.
+constexpr const char* kFilePathFields[] = {"model.init.from"};
+
+// A relative path in a string value of one of kFilePathFields, taken from `folder` (the scenario file's; the current
+// folder for --set values): made absolute, so the resolved configuration in the report names the file wherever the
+// report is read. Other values are returned as they are.
+json resolve_file_path(const std::string& path, const json& v, const std::string& folder) {
+  bool file_field = false;
+  for (const char* f : kFilePathFields) file_field = file_field || path == f;
+  if (!file_field || !v.is_string() || v.get<std::string>().empty()) return v;
+  const std::filesystem::path p(v.get<std::string>());
+  if (p.is_absolute()) return v;
+  std::error_code ec;
+  const std::filesystem::path base = folder.empty() ? std::filesystem::current_path(ec) : std::filesystem::path(folder);
+  return (std::filesystem::absolute(base, ec) / p).lexically_normal().string();
+}
+
+// The folder of the scenario file `file` ("" for text without a file: paths stay relative to the current folder).
+std::string scenario_folder(const std::string& file) {
+  if (file.empty()) return "";
+  const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
 bool read_values(const ojson& v, const std::string& where, std::vector<json>& out, std::vector<ConfigIssue>& issues) {
   if (!v.is_array() || v.empty()) {
     issues.push_back({where, "expected a non-empty list of values"});
@@ -119,7 +143,7 @@ bool read_values(const ojson& v, const std::string& where, std::vector<json>& ou
 // every expanded run has too. A dropped problem that some runs do have is reported by those runs, named by them.
 // Cost: one config_from_json per grid point, only for a base that has problems.
 std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::vector<SweepAxis>& axes,
-                                                   std::vector<ConfigIssue> base_issues) {
+                                                   std::vector<ConfigIssue> base_issues, const std::string& folder) {
   auto on_swept = [&](const ConfigIssue& i) {
     for (const auto& a : axes)
       for (const auto& p : a.paths)
@@ -153,7 +177,8 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
       const auto& a = axes[ai];
       size_t pick = static_cast<size_t>(rest % static_cast<int64_t>(a.values.size()));
       rest /= static_cast<int64_t>(a.values.size());
-      for (size_t p = 0; p < a.paths.size(); ++p) apply_value(cfg, a.paths[p], a.values[pick][p]);
+      for (size_t p = 0; p < a.paths.size(); ++p)
+        apply_value(cfg, a.paths[p], resolve_file_path(a.paths[p], a.values[pick][p], folder));
     }
     std::vector<ConfigIssue> run_issues;
     config_from_json(cfg, run_issues);
@@ -314,6 +339,15 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     if (it.key() == "sweep" || it.key() == "description") continue;
     base[it.key()] = json::parse(it.value().dump());
   }
+  for (const char* f : kFilePathFields) {
+    std::string ptr = std::string("/") + f;
+    std::replace(ptr.begin(), ptr.end(), '.', '/');
+    const json::json_pointer jp(ptr);
+    try {
+      if (base.contains(jp)) base[jp] = resolve_file_path(f, base[jp], scenario_folder(file));
+    } catch (const json::exception&) {  // a section that is no object: find_unknown reports it
+    }
+  }
   if (doc.contains("description") && !doc["description"].is_string())
     issues.push_back({"description", "expected a string"});
 
@@ -382,7 +416,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     }
     for (const auto& f : config_fields())
       if (f.path == path && f.type == FieldType::kString && !v.is_string()) v = value;  // --set name=2024
-    apply_value(base, path, v);  // null (not a string field): back to the field's default
+    apply_value(base, path, resolve_file_path(path, v, ""));  // null (not a string field): back to the default
     overridden.insert(path);
   }
 
@@ -539,7 +573,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   RunConfig base_cfg = config_from_json(base, base_issues);
   s.name = base_cfg.name;
   if (!base_issues.empty() && base.is_object() && !s.axes.empty())
-    base_issues = base_issues_every_run_has(base, s.axes, std::move(base_issues));
+    base_issues = base_issues_every_run_has(base, s.axes, std::move(base_issues), scenario_folder(s.path));
   std::set<std::string> base_keys;  // the base's problems, reported once (runs that share them do not repeat them)
   for (const auto& i : base_issues) {
     issues.push_back(i);
@@ -595,7 +629,8 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       const auto& a = s.axes[ai];
       for (size_t p = 0; p < a.paths.size(); ++p) {
         const json& v = a.values[pick[ai]][p];
-        apply_value(cfg, a.paths[p], v);  // null: the field's default
+        // null: the field's default. A relative file path from the scenario's folder; the id keeps the value given.
+        apply_value(cfg, a.paths[p], resolve_file_path(a.paths[p], v, scenario_folder(s.path)));
         swept[a.paths[p]] = v;
         id += "." + (leaves_unique ? leaf_of(a.paths[p]) : a.paths[p]) + "=" + value_text(v);
         where.emplace_back(a.paths[p], a.group < 0

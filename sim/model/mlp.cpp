@@ -75,10 +75,12 @@ class MlpModel final : public Model {
   explicit MlpModel(DenseStack stack) : stack_(std::move(stack)) {
     for (int64_t l = 0; l < stack_.num_layers(); ++l) {
       const int64_t in = stack_.widths[l], out = stack_.widths[l + 1];
+      // torch: nn.Sequential(Linear, ReLU, Linear, ...): layer l is module 2l.
       tensors_.push_back({fmt::format("layer{}.weight", l), {out, in}, stack_.weight_offset(l),
-                          static_cast<size_t>(out * in)});
+                          static_cast<size_t>(out * in), fmt::format("{}.weight", 2 * l)});
       if (stack_.bias) {
-        tensors_.push_back({fmt::format("layer{}.bias", l), {out}, stack_.bias_offset(l), static_cast<size_t>(out)});
+        tensors_.push_back({fmt::format("layer{}.bias", l), {out}, stack_.bias_offset(l), static_cast<size_t>(out),
+                            fmt::format("{}.bias", 2 * l)});
       }
     }
   }

@@ -20,6 +20,10 @@ struct TensorInfo {
   std::vector<int64_t> shape;    // e.g. {out, in}
   size_t offset = 0;             // elements
   size_t count = 0;              // elements
+  // Its name in the state_dict of the equivalent torch module (what torch.save(model.state_dict()) and safetensors'
+  // save_file write, and what model.init.from and report.save_weights files hold); "" = `name`.
+  std::string state_dict_name{};
+  const std::string& file_name() const { return state_dict_name.empty() ? name : state_dict_name; }
 };
 
 // A micro-batch (or evaluation set) in host memory. Row-major; count samples.
@@ -176,6 +180,12 @@ std::unique_ptr<Model> make_model(const RunConfig& config);
 // The stack of fully connected layers of an mlp or linear configuration (kernels/dense.h; the layers both the host
 // model and the cuda rank loop run). Throws gs::Error naming model.layers / activation / loss (mlp.cpp).
 DenseStack dense_stack_from_config(const ModelConfig& m);
+
+// `inner` with its initial parameters read from a .safetensors or .npz file (model.init.from; init_from_file.cpp):
+// init_params copies them and ignores the seed. The file is read and checked here, once: every tensor of inner's
+// table by its file_name() with its shape, float32 after conversion, finite. Throws gs::Error "model.init.from:
+// PATH: ..." naming each missing, misshapen, extra or non-finite tensor with both shapes (and the parsers' errors).
+std::unique_ptr<Model> with_initial_file(std::unique_ptr<Model> inner, const std::string& path);
 
 // Factories (one per model file).
 std::unique_ptr<Model> make_mlp(const RunConfig& config);

@@ -37,7 +37,12 @@ const std::vector<ModelEntry>& model_registry() {
 std::unique_ptr<Model> make_model(const RunConfig& config) {
   std::string known;
   for (const ModelEntry& e : model_registry()) {
-    if (config.model.kind == e.name) return e.make(config);
+    if (config.model.kind == e.name) {
+      std::unique_ptr<Model> model = e.make(config);
+      // model.init.from: the initial parameters from a file, for every kind (the presets are refused by validation).
+      if (!config.model.init_from.empty()) return with_initial_file(std::move(model), config.model.init_from);
+      return model;
+    }
     known += known.empty() ? e.name : fmt::format(", {}", e.name);
   }
   throw Error(fmt::format("model.kind: unknown model '{}' (known: {})", config.model.kind, known));

@@ -81,6 +81,7 @@ std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
   if (c.training.clip_grad_norm > 0) refuse("training.clip_grad_norm", "gradient clipping", "0");
   if (c.training.pitfall != "none") refuse("training.pitfall", quoted(c.training.pitfall), "\"none\"");
   if (c.report.trace) refuse("report.trace", "a parameter trace", "false");
+  if (c.report.save_weights != "none") refuse("report.save_weights", "saving parameters", "\"none\"");
   return out;
 }
 

@@ -51,7 +51,8 @@ std::optional<std::string> backend_issue(const std::string& backend);
 // needs a usable GPU: backend_issue).
 // Runs: model.kind mlp | linear; data.kind fashion_mnist | teacher | inline without a node cache; sync.kind
 // allreduce with sync.staleness 0; precision.mode fp32 / tf32 without a loss scaler, bf16_mixed, fp16_mixed, fp8_mixed;
-// compression.kind none; training.clip_grad_norm 0; training.pitfall none; report.trace false.
+// compression.kind none; training.clip_grad_norm 0; training.pitfall none; report.trace false; report.save_weights
+// none.
 std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& config);
 
 // What the STAGED cuda path (the host rank loop and its sync strategies with the GPU model of cuda_model.h: forward,

@@ -349,6 +349,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
       if (r == 0 || p != strategy->params(0)) std::memcpy(p, init.data(), n * sizeof(float));
     }
     if (trace) res.trace_initial = init;
+    const std::string& save = config.report.save_weights;
+    if (save == "initial" || save == "both") res.initial_params = init;
 
     // Modeled clock (lockstep_clock.h): each rank records its step into slot [step % 3][rank]; rank 0 models step
     // t - 1 after its own step t has ended, the last step after the run. Free-running ranks use slot 0 (their
@@ -652,6 +654,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     res.compression = strategy->compression_report();
     // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
     monitor.final_parameters_checked(count_non_finite(strategy->eval_params(), n));
+    if (save == "final" || save == "both") res.final_params.assign(strategy->eval_params(), strategy->eval_params() + n);
     if (res.disposition == "passed")
       if (const int gave_up = exhausted_scalers(*strategy, ranks); gave_up > 0)
         monitor.diverged(res.steps_completed, NonFinite::kLossScale, std::nan(""),

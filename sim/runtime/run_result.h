@@ -97,6 +97,10 @@ struct RunResult {
   json compression;                           // the strategy's compression_report() (null: uncompressed)
   std::vector<float> trace_initial;           // report.trace: parameters before step 1
   std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
+  // report.save_weights: the parameters before step 1 (as every rank starts) and after the last step (the strategy's
+  // evaluation parameters: every replica's under all-reduce, their average under local SGD, the server's); empty
+  // when not asked for.
+  std::vector<float> initial_params, final_params;
   std::optional<PrecisionResult> precision;   // filled for every run that started training
   json staleness;  // free-running strategies' staleness_report() (report key "staleness"); null otherwise
   std::optional<DataResult> data;             // filled for every run that started training
