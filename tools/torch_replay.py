@@ -3,10 +3,14 @@
 
     tools/torch_replay.py REPORT RUN_ID [--tolerance X] [--sum-order stock|rank] [--clip-norm stock|double]
 
-The run must carry a trace (report.trace true) and its data must be replayable: inline data (the samples are in the
-run's configuration). It trains the same model (mlp / linear: torch.nn.Linear layers, weight [out, in], bias [out],
-ReLU between them) from the trace's initial parameters in PyTorch on CPU, one process per rank
-(torch.distributed with gloo), as DistributedDataParallel with the comm hook that matches the run's strategy:
+The run needs its initial parameters (the trace's, report.trace true, or the file of report.save_weights initial or
+both), something to compare against (the trace: every step; else the final weights file: the last step) and data
+this replay can reproduce: inline data (the samples are in the run's configuration), or the teacher and
+Fashion-MNIST datasets with the run's saved batches (report.save_batches true: the sample indices of every step, rank
+and micro-batch; the samples regenerated or read by tools/replay_data.py). It trains the same model (mlp / linear:
+torch.nn.Sequential of torch.nn.Linear layers, weight [out, in], bias [out], ReLU between them) from those initial
+parameters in PyTorch on CPU, one process per rank (torch.distributed with gloo), as DistributedDataParallel with
+the comm hook that matches the run's strategy:
 
   sync allreduce, no compression   DDP's own all-reduce (--sum-order rank: a hook that sums the ranks in rank order,
                                    gradsweep's order, instead of gloo's)
@@ -37,6 +41,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import replay_data  # noqa: E402
 import report_lib as rl  # noqa: E402
 
 DEFAULT_TOLERANCE = 1e-5
@@ -66,8 +71,11 @@ def check_replayable(cfg, run):
         why.append(f"model.kind {model['kind']} (mlp and linear are replayed)")
     if model["kind"] == "mlp" and model["activation"] != "relu":
         why.append("model.activation gelu (relu is replayed)")
-    if data["kind"] != "inline":
-        why.append(f"data.kind {data['kind']} (inline data is replayed)")
+    if data["kind"] in ("teacher", "fashion_mnist"):
+        if not run.get("batches"):
+            why.append(f"data.kind {data['kind']} needs the run's saved batches (set report.save_batches true)")
+    elif data["kind"] != "inline":
+        why.append(f"data.kind {data['kind']} (inline, teacher and fashion_mnist data are replayed)")
     if sync["kind"] not in ("allreduce", "local_sgd"):
         why.append(f"sync.kind {sync['kind']} (allreduce and local_sgd are replayed)")
     if sync["kind"] == "allreduce" and sync.get("staleness", 0) != 0:
@@ -80,20 +88,49 @@ def check_replayable(cfg, run):
         why.append(f"precision.mode {cfg['precision']['mode']} (fp32 is replayed)")
     if cfg["training"]["pitfall"] != "none":
         why.append(f"training.pitfall {cfg['training']['pitfall']}")
-    if not run.get("trace"):
-        why.append("the run has no trace (set report.trace true)")
+    weights = run.get("weights") or {}
+    if not run.get("trace") and not weights.get("initial"):
+        why.append("no initial parameters (set report.trace true, or report.save_weights \"initial\" or \"both\")")
+    if not run.get("trace") and not weights.get("final"):
+        why.append("nothing to compare against (set report.trace true, or report.save_weights \"final\" or \"both\")")
+    if not run.get("trace") and sync["kind"] != "allreduce":
+        why.append(f"sync.kind {sync['kind']} without a trace (its final weights are the replicas' average: set "
+                   "report.trace true)")
     return why
 
 
 def tensor_shapes(cfg):
-    """gradsweep's parameter table of an mlp / linear model: (name, shape) in flat-buffer order."""
+    """gradsweep's parameter table of an mlp / linear model: (state_dict name, shape) in flat-buffer order. The names
+    are those of build_model's nn.Sequential (layer l is module 2l), which report.save_weights files use."""
     widths, bias = cfg["model"]["layers"], cfg["model"]["bias"]
     out = []
     for l in range(len(widths) - 1):
-        out.append((f"layer{l}.weight", (widths[l + 1], widths[l])))
+        out.append((f"{2 * l}.weight", (widths[l + 1], widths[l])))
         if bias:
-            out.append((f"layer{l}.bias", (widths[l + 1],)))
+            out.append((f"{2 * l}.bias", (widths[l + 1],)))
     return out
+
+
+def flat_from_file(cfg, path):
+    """The flat parameter buffer (float32) of a safetensors file of the model's state_dict."""
+    tensors = replay_data.read_safetensors(path)
+    parts = []
+    for name, shape in tensor_shapes(cfg):
+        if name not in tensors or tuple(tensors[name].shape) != shape:
+            got = tensors[name].shape if name in tensors else "missing"
+            raise Unsupported(f"{path}: tensor {name}: expected shape {list(shape)}, got {got}")
+        parts.append(tensors[name].reshape(-1))
+    return np.concatenate(parts).astype(np.float32)
+
+
+def indexed_batches(cfg, run, base_dir, world, steps):
+    """Per rank, its micro-batches of every step from the run's saved batches (report.save_batches)."""
+    ds = replay_data.dataset(cfg)
+    indices = np.load(os.path.join(base_dir, run["batches"]["file"]))[run["batches"]["array"]]
+    K = cfg["training"]["accumulation_steps"]
+    if indices.shape[0] < steps or indices.shape[1] != world or indices.shape[2] != K:
+        raise Unsupported(f"the saved batches have shape {list(indices.shape)}, expected [>= {steps}, {world}, {K}, b]")
+    return [replay_data.micro_batches(ds, indices[:steps], r) for r in range(world)]
 
 
 def inline_batches(cfg):
@@ -273,7 +310,7 @@ def clip_double(torch, params, max_norm):
     return norm
 
 
-def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_norm):
+def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_norm, all_batches):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -302,7 +339,7 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
             ddp.register_comm_hook(None, hook)
         opt = make_optimizer(torch, ddp.parameters(), cfg)
         sched = make_schedule(torch, opt, cfg, steps)
-        batches = inline_batches(cfg)[rank]
+        batches = all_batches[rank]
         K = cfg["training"]["accumulation_steps"]
         classification = cfg["model"]["loss"] == "cross_entropy"
         clip = cfg["training"]["clip_grad_norm"]
@@ -341,9 +378,11 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
         dist.destroy_process_group()
 
 
-def replay(run, sum_order="stock", clip_norm="stock"):
-    """Trains the run in PyTorch. Returns (torch_params [steps, ranks, n], gradsweep_params [steps, ranks, n],
-    lrs [steps]) as float32 arrays. Raises Unsupported with every reason the run cannot be replayed."""
+def replay(run, sum_order="stock", clip_norm="stock", base_dir="."):
+    """Trains the run in PyTorch; base_dir is the report's folder (the run's saved files are relative to it).
+    Returns (torch_params, gradsweep_params, lrs [steps]) as float32 arrays: with a trace [steps, ranks, n] each,
+    otherwise the last step only against the saved final weights ([1, ranks, n] each). Raises Unsupported with every
+    reason the run cannot be replayed."""
     cfg = run["config"]
     why = check_replayable(cfg, run)
     if why:
@@ -351,20 +390,35 @@ def replay(run, sum_order="stock", clip_norm="stock"):
     import torch
     import torch.multiprocessing as mp
 
-    trace = run["trace"]
-    init = np.array(trace["initial"], dtype=np.float32)
-    want = np.array(trace["params"], dtype=np.float32)  # [steps, ranks, n]
-    steps, world = want.shape[0], want.shape[1]
-    if world != cfg["cluster"]["ranks"]:
-        raise Unsupported(f"the trace has {world} ranks, cluster.ranks is {cfg['cluster']['ranks']}")
+    trace, weights = run.get("trace"), run.get("weights") or {}
+    world = cfg["cluster"]["ranks"]
+    if weights.get("initial"):
+        init = flat_from_file(cfg, os.path.join(base_dir, weights["initial"]))
+    else:
+        init = np.array(trace["initial"], dtype=np.float32)
+    if trace:
+        want = np.array(trace["params"], dtype=np.float32)  # [steps, ranks, n]
+        steps = want.shape[0]
+        if want.shape[1] != world:
+            raise Unsupported(f"the trace has {want.shape[1]} ranks, cluster.ranks is {world}")
+    else:
+        steps = weights["final_step"]
+        final = flat_from_file(cfg, os.path.join(base_dir, weights["final"]))
+        want = np.broadcast_to(final, (1, world, final.size))
+    if cfg["data"]["kind"] == "inline":
+        all_batches = inline_batches(cfg)
+    else:
+        all_batches = indexed_batches(cfg, run, base_dir, world, steps)
     with tempfile.TemporaryDirectory(prefix="torch_replay_") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         # spawn, not fork: a rank forked from a process that has run PyTorch (its thread pools, OpenMP) can hang for
         # ever in its first parallel region or in gloo; a spawned rank re-imports torch (about a second) and is safe.
-        mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm),
+        mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm, all_batches),
                            nprocs=world, join=True, start_method="spawn")
         got = np.stack([np.load(os.path.join(tmp, f"rank{r}.npy")) for r in range(world)], axis=1)
         lrs = np.load(os.path.join(tmp, "lr0.npy"))
+    if not trace:
+        got = got[-1:]
     return got, want, lrs
 
 
@@ -388,14 +442,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         run = load_run(args.report, args.run_id)
-        got, want, _ = replay(run, args.sum_order, args.clip_norm)
+        got, want, _ = replay(run, args.sum_order, args.clip_norm, os.path.dirname(os.path.abspath(args.report)))
     except (Unsupported, OSError, json.JSONDecodeError, KeyError) as e:
         print(f"torch_replay: {e}", file=sys.stderr)
         return 2
     diffs = max_differences(got, want)
     worst = 0.0
+    first = 1 if run.get("trace") else run["weights"]["final_step"]  # without a trace: the final weights alone
     for t, d in enumerate(diffs):
-        print(f"step {t + 1}: max |torch - gradsweep| = {d:.3g}")
+        print(f"step {first + t}: max |torch - gradsweep| = {d:.3g}")
         worst = max(worst, d) if not math.isnan(d) else math.inf
     ok = worst <= args.tolerance
     print(f"{'ok' if ok else 'FAILED'}: largest difference {worst:.3g} over {len(diffs)} steps "

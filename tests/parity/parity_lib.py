@@ -5,6 +5,7 @@ Batch sizes, accumulation steps and rank counts are powers of two: PyTorch scale
 (docs/parity.md, "What differs and why")."""
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,8 @@ def scenario(name, *, ranks=2, K=1, batch=8, layers=(8, 16, 4), steps=6, optimiz
 
 
 def run_gradsweep(tmp_path, cfg):
-    """Runs one configuration through the CLI; returns its run object (config, trace) from report.json."""
+    """Runs one configuration through the CLI; returns its run object (config, trace) from report.json, with the
+    report's folder under the key "_dir" (the run's saved files are relative to it)."""
     path = tmp_path / f"{cfg['name']}.json"
     path.write_text(json.dumps(cfg))
     out = tmp_path / f"out_{cfg['name']}"
@@ -74,10 +76,27 @@ def run_gradsweep(tmp_path, cfg):
     report = json.loads((out / "report.json").read_text())
     (run,) = report["runs"]
     assert run["disposition"] == "passed", run.get("message")
+    run["_dir"] = str(out)
     return run
 
 
 def replay_max(run, **kw):
     """Largest |torch - gradsweep| per step over every rank and parameter, and the torch learning rates."""
-    got, want, lrs = torch_replay.replay(run, **kw)
+    got, want, lrs = torch_replay.replay(run, base_dir=run.get("_dir", "."), **kw)
     return torch_replay.max_differences(got, want), lrs
+
+
+def write_safetensors(path, state_dict):
+    """A safetensors file of float32 torch tensors, written by hand from the format's documentation (the safetensors
+    package is not in Debian 12): 8-byte little-endian header length, the JSON header (name -> dtype, shape,
+    data_offsets into the buffer), padded with spaces to a multiple of 8 bytes, then the row-major little-endian
+    buffer."""
+    header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in state_dict.items():
+        raw = t.detach().contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
