@@ -3,27 +3,33 @@ wrote (by hand, from the format's documentation) trains as PyTorch does from the
 teacher dataset is replayed in PyTorch from its saved initial weights and saved batches alone (no inline data, no
 trace of the initial parameters): the samples are regenerated in Python from the seed (tools/replay_data.py)."""
 import json
+import os
 
 import numpy as np
+import pytest
 
 from parity_lib import inline_data, replay_max, run_gradsweep, torch, torch_replay, write_safetensors
 
 
-def test_a_run_starts_from_torchs_safetensors_and_its_first_steps_match_torch(tmp_path):
+@pytest.mark.parametrize("fmt", ["safetensors", "npz"])
+def test_a_run_starts_from_torchs_state_dict_file_and_its_first_steps_match_torch(tmp_path, fmt):
     torch.manual_seed(11)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    write_safetensors(tmp_path / "init.safetensors", model.state_dict())
+    if fmt == "safetensors":
+        write_safetensors(tmp_path / "init.safetensors", model.state_dict())
+    else:  # NumPy's own writer: np.savez of the state_dict's arrays
+        np.savez(tmp_path / "init.npz", **{k: v.detach().numpy() for k, v in model.state_dict().items()})
     cfg = {
         "name": "from_torch",
         # A relative path: taken from the scenario file's folder (run_gradsweep writes it into tmp_path).
-        "model": {"kind": "mlp", "layers": [8, 16, 4], "loss": "mse", "init": {"from": "init.safetensors"}},
+        "model": {"kind": "mlp", "layers": [8, 16, 4], "loss": "mse", "init": {"from": f"init.{fmt}"}},
         "data": {"kind": "inline", "batch_per_rank": 8, "ranks": inline_data(2, 2, 8, 8, 4, seed=5)},
         "cluster": {"ranks": 2, "backend": "host"},
         "training": {"steps": 3, "eval_every": 0, "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}},
         "report": {"trace": True},
     }
     run = run_gradsweep(tmp_path, cfg)
-    assert run["config"]["model"]["init"]["from"] == str(tmp_path / "init.safetensors")
+    assert run["config"]["model"]["init"]["from"] == str(tmp_path / f"init.{fmt}")
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     assert np.array_equal(np.array(run["trace"]["initial"], np.float32), flat)  # bit for bit
     diffs, _ = replay_max(run)  # torch from its own state_dict (the trace's initial), the run's batches
@@ -66,8 +72,6 @@ def test_replay_refuses_indexed_data_without_saved_batches():
 
 
 def test_fashion_mnist_run_replays_from_saved_batches(tmp_path):
-    import os
-    import pytest
     if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
         pytest.skip("Debian's dataset-fashion-mnist is not installed")
     # 784-16-10 has 12,730 parameters: a trace above the default 10,000 on request. Cross-entropy: PyTorch's
