@@ -134,3 +134,24 @@ def test_a_trace_above_10000_parameters_on_request_within_its_size_limit(tmp_pat
     p = run("validate", write(tmp_path, s))
     most = int(2**28 / 28 / (ranks * n)) - 1
     assert p.returncode == 2 and f"more than the limit of 256 MiB: at most {most} steps of this run" in p.stderr, p.stderr
+
+
+def test_save_batches_is_refused_where_there_is_no_index_array(tmp_path):
+    s = scenario(name="inl", steps=2, axes={})
+    s["model"]["layers"] = [2, 2]
+    s["model"]["kind"] = "linear"
+    s["model"]["loss"] = "mse"
+    s["data"] = {"kind": "inline", "batch_per_rank": 1, "ranks": [[{"x": [[1, 2]], "y": [[0, 1]]}]] * 2}
+    s["training"].pop("target")
+    s["report"] = {"save_batches": True}
+    p = run("validate", write(tmp_path, s))
+    assert p.returncode == 2 and ('report.save_batches: the indices are of an indexed training set (data.kind '
+                                  'fashion_mnist or teacher); data.kind "inline" has none') in p.stderr, p.stderr
+    s = scenario(name="ssp", steps=2, axes={})
+    s["sync"] = {"kind": "parameter_server", "staleness": 1}
+    s["report"] = {"save_batches": True}
+    p = run("validate", write(tmp_path, s))
+    assert p.returncode == 2 and "report.save_batches: SSP and asynchronous workers" in p.stderr, p.stderr
+    s["sync"]["staleness"] = 0  # BSP: every worker takes every step
+    p = run("validate", write(tmp_path, s))
+    assert p.returncode == 0, p.stderr
