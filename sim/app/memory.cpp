@@ -14,6 +14,7 @@
 #include "kernels/compress.h"
 #include "sim/compress/compressor.h"
 #include "sim/compress/reduce.h"
+#include "sim/config/run_kinds.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/core/clock.h"
 #include "sim/runtime/device.h"
@@ -68,7 +69,7 @@ int64_t train_samples(const RunConfig& c) {
 
 int64_t planned_steps_estimate(const RunConfig& c) {
   if (c.training.epochs <= 0) return c.training.steps;
-  const int64_t global = c.cluster.ranks * c.training.accumulation_steps * c.data.batch_per_rank;
+  const int64_t global = step_shape(c).global_batch;
   const int64_t per_epoch = global > 0 ? train_samples(c) / global : 0;
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(c.training.epochs * static_cast<double>(per_epoch))));
 }

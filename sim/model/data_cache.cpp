@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/config/run_kinds.h"
 
 namespace gs {
 
@@ -101,7 +102,7 @@ DataCache::DataCache(const Dataset& data, const RunConfig& config, int ranks_per
       in_dim_(data.in_dim()),
       out_dim_(data.classification() ? 0 : data.out_dim()),
       classification_(data.classification()),
-      global_batch_(config.cluster.ranks * config.training.accumulation_steps * config.data.batch_per_rank),
+      global_batch_(step_shape(config).global_batch),
       ranks_(static_cast<int>(config.cluster.ranks)),
       batch_(static_cast<int>(config.data.batch_per_rank)) {
   const int64_t n = data.train_size();

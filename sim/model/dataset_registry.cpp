@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/rng.h"
+#include "sim/config/run_kinds.h"
 #include "sim/core/error.h"
 #include "sim/model/dataset.h"
 
@@ -121,7 +122,7 @@ int64_t indexed_steps_per_epoch(const RunConfig& config, int64_t train_size) {
   GS_EXPECT(n >= 1, "cluster.ranks: must be >= 1");
   GS_EXPECT(k >= 1, "training.accumulation_steps: must be >= 1");
   GS_EXPECT(b >= 1, "data.batch_per_rank: must be >= 1");
-  const int64_t global = n * k * b;
+  const int64_t global = step_shape(config).global_batch;
   GS_EXPECT(global <= train_size,
             "data.batch_per_rank: one global batch (ranks x accumulation_steps x batch_per_rank = " +
                 std::to_string(global) + " samples) exceeds the training set (" + std::to_string(train_size) +
@@ -138,7 +139,7 @@ std::vector<int64_t> micro_batch_indices(const RunConfig& config, int64_t train_
   GS_EXPECT(micro >= 0 && micro < k, "micro_batch: micro-batch index outside [0, accumulation_steps)");
   GS_EXPECT(rank >= 0 && rank < n, "micro_batch: rank outside [0, cluster.ranks)");
   const int64_t epoch = step / per_epoch;
-  const int64_t first = (step % per_epoch) * n * k * b + (micro * n + rank) * b;
+  const int64_t first = (step % per_epoch) * step_shape(config).global_batch + (micro * n + rank) * b;
   std::vector<int64_t> idx(static_cast<size_t>(b));
   if (!config.data.shuffle) {
     std::iota(idx.begin(), idx.end(), first);

@@ -19,9 +19,6 @@
 #include <fmt/format.h>
 
 #include "kernels/convert.h"
-#if defined(GRADSWEEP_HAVE_CUDA)
-#include "kernels/cuda_runtime.h"
-#endif
 #include "kernels/nvtx.h"
 #include "sim/comm/communicator.h"
 #include "sim/core/error.h"
@@ -37,6 +34,7 @@
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/run_monitor.h"
+#include "sim/runtime/run_plan.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 
@@ -145,10 +143,11 @@ namespace {
 // training.mode "timing": no arithmetic, no parameters, no data. Every rank's step is the same schedule (the model's
 // declared layers for K micro-batches of data.batch_per_rank samples, then what the strategy prices), recorded once;
 // the modeled clock adds stragglers and the synchronous wait per step. One thread: nothing here needs the others.
-void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& res, double wall0_s) {
-  const int ranks = static_cast<int>(config.cluster.ranks);
-  const int64_t K = config.training.accumulation_steps;
-  const int64_t b = config.data.batch_per_rank;
+void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0_s) {
+  const RunConfig& config = plan.config;
+  const int ranks = plan.shape.ranks;
+  const int64_t K = plan.shape.micro_batches;
+  const int64_t b = plan.shape.batch_per_rank;
   std::unique_ptr<Model> model = make_model(config);
   CostModel cost_model(config, *model);
   res.hardware = cost_model.hardware().name;
@@ -161,14 +160,13 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
   res.classification = model->classification();
   res.replicas_identical = strategy->replicas_identical_in(total);
   StepCost cost = cost_model.make_step_cost();
-  const PrecisionPolicy policy = precision_policy(config.precision);
   for (int64_t k = 0; k < K; ++k) {
     cost_model.add_micro_batch(cost, b, k + 1 == K);
-    price_precision_micro_batch(cost, policy.mode, static_cast<double>(res.num_params));  // format casts
+    price_precision_micro_batch(cost, plan.precision, static_cast<double>(res.num_params));  // format casts
   }
   StepInput in;
-  in.local_samples = static_cast<double>(b * K);
-  in.global_samples = in.local_samples * ranks;
+  in.local_samples = static_cast<double>(plan.shape.samples_per_rank());
+  in.global_samples = static_cast<double>(plan.shape.global_batch);
   in.lr = config.training.optimizer.lr;
   // One priced step per schedule key of the strategy (most strategies: one for the whole run), and per rank when the
   // strategy's price depends on the rank (else rank 0's step stands for every rank).
@@ -224,66 +222,29 @@ void run_timing_only(const RunConfig& config, const RunHooks& hooks, RunResult& 
 
 }  // namespace
 
-RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
+RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   RunResult res;
-  if (config.cluster.hardware == "detect") {  // the detected GPU's profile (validation refuses detect on host)
-    RunConfig resolved = config;
-    try {
-      resolved.cluster.hardware = resolve_hardware(config);
-    } catch (const std::exception& e) {
-      res.disposition = "failed";
-      res.message = e.what();
-      return res;
-    }
-    return run_training(resolved, hooks);
-  }
+  const std::optional<RunPlan> resolved = plan_run(requested, res);
+  if (!resolved) return res;
+  const RunPlan& plan = *resolved;
+  const RunConfig& config = plan.config;
+#if defined(GRADSWEEP_HAVE_CUDA)
   // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the loop below with the
   // GPU model (cuda_model.h) in place of the host model; everything else below is the host backend's.
-  bool staged = false;
-  if (config.training.mode != "timing") {
-    BackendChoice choice;
-    try {
-      choice = choose_backend(config);
-#if defined(GRADSWEEP_HAVE_CUDA)
-      // After a sticky CUDA error (an illegal address, ...) every later CUDA call of this process fails: say so once,
-      // naming the first error, instead of each later run failing with a confusing error of its own.
-      if (choice.backend == Backend::kCuda) {
-        const std::string sticky = gpu::sticky_cuda_error();
-        if (!sticky.empty()) {
-          res.disposition = "failed";
-          res.message = "not run on cuda: an earlier cuda run of this process hit a sticky CUDA error, which leaves the "
-                        "GPU context unusable for the rest of the process: " + sticky +
-                        " (run the sweep again with --resume --retry-failed, in a new process, to run it)";
-          res.backend_reason = choice.reason;
-          return res;
-        }
-      }
-#endif
-      if (choice.backend == Backend::kCuda) resolve_backend(config);  // throws where cuda cannot run this config
-    } catch (const std::exception& e) {
-      res.disposition = "failed";
-      res.message = e.what();
-      return res;
-    }
-    res.backend_reason = choice.reason;
-    if (choice.backend == Backend::kCuda) res.cuda_path = cuda_path_name(choice.cuda_path);
-#if defined(GRADSWEEP_HAVE_CUDA)
-    if (choice.backend == Backend::kCuda && choice.cuda_path == CudaPath::kDevice) {
-      RunResult r = run_training_cuda(config, hooks, choice.reason);
-      r.cuda_path = res.cuda_path;
-      return r;
-    }
-#endif
-    staged = choice.backend == Backend::kCuda && choice.cuda_path == CudaPath::kStaged;
+  if (plan.device_loop()) {
+    RunResult r = run_training_cuda(config, hooks, plan.backend.reason);
+    r.cuda_path = res.cuda_path;
+    return r;
   }
+#endif
+  const bool staged = plan.staged();
   GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
-  if (config.training.mode == "timing") {
+  if (plan.timing()) {
     double t0 = now_s();
     try {
-      run_timing_only(config, hooks, res, t0);
+      run_timing_only(plan, hooks, res, t0);
     } catch (const std::exception& e) {
-      res.disposition = "failed";
-      res.message = e.what();
+      res.set_disposition(Disposition::kFailed, e.what());
     }
     res.wall_s = now_s() - t0;
     return res;
@@ -297,11 +258,11 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
     std::vector<Device> devices = make_devices(config);
     res.backend = backend_name(devices.front().backend);
-    if (config.precision.mode == "tf32" && devices.front().backend == Backend::kHost) {
+    if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == Backend::kHost) {
       // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
       // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
-      res.disposition = "skipped";
-      res.message = "precision.mode tf32 runs on GPUs only (tensor-core arithmetic); this run's backend is host";
+      res.set_disposition(Disposition::kSkipped,
+                          "precision.mode tf32 runs on GPUs only (tensor-core arithmetic); this run's backend is host");
       res.wall_s = now_s() - wall0;
       return res;
     }
@@ -343,7 +304,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     std::vector<float> init(n);
     model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
     // fp16_pure holds the weights in fp16 from the start (model.half()).
-    if (config.precision.mode == "fp16_pure") round_fp32_through_fp16(init.data(), init.data(), n);
+    if (plan.precision == PrecisionMode::kFp16Pure) round_fp32_through_fp16(init.data(), init.data(), n);
     for (int r = 0; r < ranks; ++r) {
       float* p = strategy->params(r);
       if (r == 0 || p != strategy->params(0)) std::memcpy(p, init.data(), n * sizeof(float));
@@ -361,7 +322,7 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     const PrecisionPolicy base_policy = precision_policy(config.precision);
     // Under an active loss scaler a non-finite loss or gradient is the scaler's to handle (it skips the window and
     // backs off), not a divergence; the run diverges when the scaler cannot recover (LossScaler::exhausted).
-    const bool scaler_active = loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
+    const bool scaler_active = plan.scaler_active();
     const bool check_nonfinite = base_policy.emulated() || scaler_active;
     std::vector<PrecisionCounters> rank_counters(static_cast<size_t>(ranks));
     std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
@@ -369,8 +330,8 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     // micro-batch's backward and steps every K-th, so the update is the last non-empty micro-batch's mean gradient
     // (divided by its own size, not by K b), at the full learning rate. mean_of_means: each micro-batch's mean
     // gradient divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i.
-    const bool zero_grad_in_loop = config.training.pitfall == "zero_grad_in_loop";
-    const bool mean_of_means = config.training.pitfall == "mean_of_means";
+    const bool zero_grad_in_loop = plan.pitfall == Pitfall::kZeroGradInLoop;
+    const bool mean_of_means = plan.pitfall == Pitfall::kMeanOfMeans;
 
     World world(ranks);
     std::atomic<bool> stop_all{false};
@@ -655,16 +616,14 @@ RunResult run_training(const RunConfig& config, const RunHooks& hooks) {
     // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
     monitor.final_parameters_checked(count_non_finite(strategy->eval_params(), n));
     if (save == "final" || save == "both") res.final_params.assign(strategy->eval_params(), strategy->eval_params() + n);
-    if (res.disposition == "passed")
+    if (res.is(Disposition::kPassed))
       if (const int gave_up = exhausted_scalers(*strategy, ranks); gave_up > 0)
         monitor.diverged(res.steps_completed, NonFinite::kLossScale, std::nan(""),
                          fmt::format("{} of {} ranks' scalers", gave_up, ranks));
   } catch (const std::bad_alloc&) {
-    res.disposition = "failed";
-    res.message = fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks);
+    res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks));
   } catch (const std::exception& e) {
-    res.disposition = "failed";
-    res.message = e.what();
+    res.set_disposition(Disposition::kFailed, e.what());
   }
   res.wall_s = now_s() - wall0;
   return res;

@@ -65,8 +65,29 @@ struct DataResult {
   std::vector<std::vector<DataStepRecord>> steps;  // [rank][step]
 };
 
+// How a run ended (report key "disposition"). The rank loops set it through set_disposition / is; the report and
+// the driver read RunResult::disposition, its name.
+enum class Disposition { kPassed, kDiverged, kFailed, kSkipped, kInterrupted, kTimeout };
+// "passed" | "diverged" | "failed" | "skipped" | "interrupted" | "timeout"
+inline const char* disposition_name(Disposition d) {
+  switch (d) {
+    case Disposition::kPassed: return "passed";
+    case Disposition::kDiverged: return "diverged";
+    case Disposition::kFailed: return "failed";
+    case Disposition::kSkipped: return "skipped";
+    case Disposition::kInterrupted: return "interrupted";
+    case Disposition::kTimeout: return "timeout";
+  }
+  return "failed";
+}
+
 struct RunResult {
-  std::string disposition = "passed";  // passed | diverged | failed | skipped | interrupted | timeout
+  std::string disposition = "passed";  // disposition_name(Disposition): passed | diverged | failed | skipped | ...
+  bool is(Disposition d) const { return disposition == disposition_name(d); }
+  void set_disposition(Disposition d, std::string why) {
+    disposition = disposition_name(d);
+    message = std::move(why);
+  }
   std::string message;
   int64_t divergence_step = 0;          // diverged: the step whose result was the first non-finite quantity
   std::string divergence_quantity;      // diverged: parameters | loss_scale | train_loss | gradient

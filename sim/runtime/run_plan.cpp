@@ -1,0 +1,63 @@
+// plan_run (run_plan.h): the hardware profile, the backend and the enums of a run, resolved once.
+#include "sim/runtime/run_plan.h"
+
+#include <exception>
+
+#if defined(GRADSWEEP_HAVE_CUDA)
+#include "kernels/cuda_runtime.h"
+#endif
+
+namespace gs {
+namespace {
+
+void fail(RunResult& res, const std::string& message) {
+  res.set_disposition(Disposition::kFailed, message);
+}
+
+}  // namespace
+
+std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res) {
+  RunPlan plan;
+  plan.config = config;
+  try {
+    // The detected GPU's profile (validation refuses detect on host).
+    if (config.cluster.hardware == "detect") plan.config.cluster.hardware = resolve_hardware(config);
+    plan.mode = parse_run_mode(config.training.mode);
+    plan.sync = parse_sync_kind(config.sync.kind);
+    plan.pitfall = parse_pitfall(config.training.pitfall);
+    plan.precision = parse_precision_mode(config.precision.mode);
+    plan.loss_scale = loss_scaler_settings(config.precision).kind;
+    plan.shape = step_shape(config);
+  } catch (const std::exception& e) {
+    fail(res, e.what());
+    return std::nullopt;
+  }
+  if (plan.timing()) return plan;  // priced on the host: no backend to choose
+  const RunConfig& c = plan.config;
+  try {
+    plan.backend = choose_backend(c);
+#if defined(GRADSWEEP_HAVE_CUDA)
+    // After a sticky CUDA error (an illegal address, ...) every later CUDA call of this process fails: say so once,
+    // naming the first error, instead of each later run failing with a confusing error of its own.
+    if (plan.backend.backend == Backend::kCuda) {
+      const std::string sticky = gpu::sticky_cuda_error();
+      if (!sticky.empty()) {
+        fail(res, "not run on cuda: an earlier cuda run of this process hit a sticky CUDA error, which leaves the "
+                  "GPU context unusable for the rest of the process: " + sticky +
+                  " (run the sweep again with --resume --retry-failed, in a new process, to run it)");
+        res.backend_reason = plan.backend.reason;
+        return std::nullopt;
+      }
+    }
+#endif
+    if (plan.backend.backend == Backend::kCuda) resolve_backend(c);  // throws where cuda cannot run this config
+  } catch (const std::exception& e) {
+    fail(res, e.what());
+    return std::nullopt;
+  }
+  res.backend_reason = plan.backend.reason;
+  if (plan.backend.backend == Backend::kCuda) res.cuda_path = cuda_path_name(plan.backend.cuda_path);
+  return plan;
+}
+
+}  // namespace gs

@@ -1,0 +1,42 @@
+// RunPlan: what a validated RunConfig resolves to before a run starts, decided once: its enums (run mode, sync kind,
+// pitfall, precision, loss scaling), its StepShape, the resolved hardware profile ("detect" replaced) and the backend
+// with its reason and cuda path. The rank loops read the plan, not the config's strings. Extend: a new decision that
+// every loop needs is one member here, set in plan_run.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "sim/config/run_config.h"
+#include "sim/config/run_kinds.h"
+#include "sim/model/model.h"
+#include "sim/optim/loss_scaler.h"
+#include "sim/runtime/device.h"
+#include "sim/runtime/run_result.h"
+
+namespace gs {
+
+struct RunPlan {
+  RunConfig config;  // the run's configuration with cluster.hardware resolved ("detect": the detected profile)
+  RunMode mode = RunMode::kTrain;
+  SyncKind sync = SyncKind::kAllReduce;
+  Pitfall pitfall = Pitfall::kNone;
+  PrecisionMode precision = PrecisionMode::kFp32;
+  LossScaleKind loss_scale = LossScaleKind::kNone;  // resolved (precision.loss_scale "auto" decided)
+  StepShape shape;
+  // Timing-only runs are priced on the host and choose no backend (backend.reason empty, cuda_path kNone).
+  BackendChoice backend;
+  bool timing() const { return mode == RunMode::kTiming; }
+  bool scaler_active() const { return loss_scale != LossScaleKind::kNone; }
+  // cuda_rank_loop.cpp runs it (cluster.backend cuda, device path).
+  bool device_loop() const { return backend.backend == Backend::kCuda && backend.cuda_path == CudaPath::kDevice; }
+  // The host rank loop with the GPU model (cuda_model.h).
+  bool staged() const { return backend.backend == Backend::kCuda && backend.cuda_path == CudaPath::kStaged; }
+};
+
+// Resolves `config` (validated) into its plan. Where the run cannot start (cluster.hardware "detect" without a usable
+// profile, a cuda backend that cannot run it, a sticky CUDA error of an earlier run of this process) it fills `res`
+// as "failed" with the message (and backend_reason when the backend was chosen) and returns nullopt. Sets
+// res.backend_reason and res.cuda_path of the chosen backend.
+std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res);
+
+}  // namespace gs
