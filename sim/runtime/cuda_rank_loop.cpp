@@ -639,11 +639,10 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     res.staleness = nullptr;
     monitor.final_parameters_checked(final_params_bad.load() ? 1 : 0);
   } catch (const std::bad_alloc&) {
-    res.disposition = "failed";
-    res.message = fmt::format("out of host memory ({} parameters per replica, {} ranks)", res.num_params, ranks);
+    res.set_disposition(Disposition::kFailed,
+                        fmt::format("out of host memory ({} parameters per replica, {} ranks)", res.num_params, ranks));
   } catch (const std::exception& e) {
-    res.disposition = "failed";
-    res.message = e.what();
+    res.set_disposition(Disposition::kFailed, e.what());
   }
   res.wall_s = now_s() - wall0;
   return res;

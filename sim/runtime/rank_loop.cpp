@@ -1,20 +1,19 @@
-// The rank loop: every rank thread runs rank_main for the whole run. Per optimizer step: K micro-batches of
-// data -> forward -> backward into the local gradient SUM; an all-reduce of (samples, loss) gives S and the train
-// loss; the sync strategy turns the local gradient into the next parameters. Evaluation runs between steps on the
-// parameters the strategy names. Nothing here knows which strategy runs. training.pitfall zero_grad_in_loop and
-// mean_of_means change what the micro-batch loop accumulates and the divisor S (docs/pitfalls.md).
-// Free-running strategies (SyncStrategy::lockstep() false: the parameter server) change three things, all marked
-// "free-running" below: no per-step control all-reduce (ranks do not step together), each rank's loop ends when the
-// strategy says so (rank_done), and the series comes from the strategy's progress points (every `ranks` applied
-// gradients, in modeled-time order) instead of rank 0's steps.
+// The host rank loop (run_training, rank_loop.h): one loop for every host run, lockstep and free-running. Per rank and
+// optimizer step: K micro-batches of data -> forward -> backward into the local gradient SUM (the pitfall's
+// Accumulation rule decides what is summed and the divisor), the step control (StepControl: the lockstep all-reduce of
+// the control values, or a free-running strategy's own), the strategy's step, and the end of the step in the control
+// and the RunMonitor. Timing-only runs price the schedule in a short loop of their own with the same monitor
+// (run_timing_only). Extend: a per-step quantity of every rank is one StepTally field; a new pitfall one rule in
+// Accumulation; a new way of stepping together a StepControl (sim/strategy/strategy.h).
 #include "sim/runtime/rank_loop.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <utility>
 #include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -33,6 +32,7 @@
 #include "sim/runtime/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
+#include "sim/runtime/lockstep_control.h"
 #include "sim/runtime/run_monitor.h"
 #include "sim/runtime/run_plan.h"
 #include "sim/runtime/world.h"
@@ -40,15 +40,6 @@
 
 namespace gs {
 namespace {
-
-// The per-step control values all-reduced by every rank (see rank_main).
-// kCtlGradSamples is the divisor behind the gradient: the samples, except under training.pitfall zero_grad_in_loop
-// (the last micro-batch's) and mean_of_means (K per rank, each micro-batch pre-divided by its size).
-// kCtlScalerExhausted counts the ranks whose loss scaler cannot recover after the previous step (LossScaler::exhausted).
-enum : size_t {
-  kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kCtlGradSamples, kCtlScalerExhausted,
-  kControlCount
-};
 
 // Ranks (of `ranks`) whose loss scaler cannot recover (LossScaler::exhausted) after the run's last step.
 int exhausted_scalers(const SyncStrategy& strategy, int ranks) {
@@ -140,6 +131,395 @@ int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch) {
 
 namespace {
 
+// How a rank's micro-batch gradients become its step gradient (training.pitfall, docs/pitfalls.md). Correct: the sum
+// of every sample's gradient, divided by the samples. zero_grad_in_loop: the article's loop zeroes the gradient
+// before every micro-batch's backward and steps every K-th, so the update is the last non-empty micro-batch's mean
+// gradient (divided by its own size, not by K b), at the full learning rate. mean_of_means: each micro-batch's mean
+// gradient, divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i.
+class Accumulation {
+ public:
+  Accumulation(Pitfall pitfall, size_t n)
+      : zero_each_(pitfall == Pitfall::kZeroGradInLoop),
+        mean_each_(pitfall == Pitfall::kMeanOfMeans),
+        micro_(mean_each_ ? n : 0) {}
+  // One micro-batch's backward into grad; grad_samples counts the samples behind grad.
+  void backward(const Model& model, const float* params, const Batch& batch, Workspace& ws,
+                const PrecisionPolicy& precision, std::vector<float>& grad, double& grad_samples) {
+    if (zero_each_) {  // optimizer.zero_grad() inside the loop: earlier micro-batches are lost
+      std::fill(grad.begin(), grad.end(), 0.0f);
+      grad_samples = 0.0;
+    }
+    if (mean_each_) {
+      std::fill(micro_.begin(), micro_.end(), 0.0f);
+      model.backward(params, batch, ws, micro_.data(), precision);
+      const float inv_count = 1.0f / static_cast<float>(batch.count);  // (loss_k / b_k) / K; K in divisor
+      const size_t n = grad.size();
+      for (size_t i = 0; i < n; ++i) grad[i] += inv_count * micro_[i];
+    } else {
+      model.backward(params, batch, ws, grad.data(), precision);
+    }
+    grad_samples += static_cast<double>(batch.count);
+  }
+  // The divisor behind the step's gradient: the samples, or K per rank under mean_of_means.
+  double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
+
+ private:
+  bool zero_each_;
+  bool mean_each_;
+  std::vector<float> micro_;  // mean_of_means: one micro-batch's gradient sum
+};
+
+// The control of a free-running strategy (SyncStrategy::lockstep() false: the parameter server): no per-step control
+// all-reduce (StepInput.global_samples is the rank's own samples, the loss its own), each rank runs until the strategy
+// says it is done (a fast worker computes more than `total` steps), and the series comes from the strategy's progress
+// points (RunMonitor::progress).
+class FreeRunningControl final : public StepControl {
+ public:
+  FreeRunningControl(SyncStrategy& strategy, int64_t total, int ranks)
+      : strategy_(strategy), total_(total), ranks_(ranks) {}
+  // The run ends on the strategy's budget of total x ranks pushes, so a rank's loader may serve that many steps.
+  int64_t loader_steps() const override { return total_ * static_cast<int64_t>(ranks_); }
+  bool runs(int, int64_t) const override { return true; }
+  StepVerdict combine(int, int64_t, const StepTally& tally, PhaseClock&) override {
+    StepVerdict v;
+    v.global_samples = tally.grad_samples;
+    v.loss_nonfinite = !std::isfinite(tally.loss_sum);  // the worker's own loss
+    return v;
+  }
+  bool end_step(int rank, int64_t, const StepVerdict&, const PhaseClock&) override {
+    return !strategy_.rank_done(rank);
+  }
+  void abort() override { strategy_.abort(); }
+
+ private:
+  SyncStrategy& strategy_;
+  int64_t total_;
+  int ranks_;
+};
+
+// A run's modeled steps from a strategy that models its own clock (free-running: ranks may have different counts);
+// nothing when `rank_steps` is empty (the lockstep modeled clock has them).
+void adopt_modeled_rank_steps(const std::vector<std::vector<ModeledStep>>& rank_steps, RunResult& res) {
+  if (rank_steps.empty()) return;
+  res.modeled_steps.clear();
+  res.modeled_exposed_s.clear();
+  res.modeled_overlapped_s.clear();
+  for (const auto& steps : rank_steps) {
+    res.modeled_steps.emplace_back();
+    res.modeled_exposed_s.emplace_back();
+    res.modeled_overlapped_s.emplace_back();
+    for (const ModeledStep& m : steps) {
+      res.modeled_steps.back().push_back(m.times);
+      res.modeled_exposed_s.back().push_back(m.exposed_s);
+      res.modeled_overlapped_s.back().push_back(m.overlapped_s);
+    }
+  }
+}
+
+// One host run: what its rank threads share, built once before they start (model, data, communicator, cost model,
+// strategy, step control, input pipeline, modeled clock, monitor), the rank loop, and the report's last fields.
+class HostRun {
+ public:
+  HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0, std::unique_ptr<Model> model,
+          std::unique_ptr<Dataset> data, const std::vector<Device>& devices);
+  // Runs every rank's loop on the world, then fills the report's fields of the whole run.
+  void run();
+
+ private:
+  // One rank's loop state (its own thread's).
+  struct RankState {
+    RankState(HostRun& run, int rank);
+    PhaseClock clock;
+    int64_t ws_capacity;
+    std::unique_ptr<Workspace> ws;
+    Batch batch;
+    std::vector<float> grad;
+    Accumulation accumulation;
+    PrecisionPolicy precision;
+    Loader loader;
+    DataCounts micro_counts;
+    double readers;  // ranks of this rank's node reading the storage together
+    double window;   // requests the loader may keep in flight: the samples of the micro-batches its queue holds
+  };
+  void init_data_result();
+  void init_params();
+  void rank_main(int rank);
+  // The step's K micro-batches: data, forward, backward (the accumulation rule), precision counters, modeled cost.
+  void micro_batches(RankState& rs, int rank, const float* params, StepCost& cost, StepTally& tally,
+                     DataStepRecord& data_step);
+  // The loader's work behind the step's batches on the modeled clock (storage reads and peer transfers).
+  double fetch_modeled_s(const RankState& rs, const DataCounts& dc) const;
+  void finish();
+
+  const RunPlan& plan_;
+  const RunConfig& config_;
+  const RunHooks& hooks_;
+  RunResult& res_;
+  double wall0_;
+  const int ranks_;
+  const int64_t K_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Communicator> comm_;
+  CostModel cost_model_;
+  std::unique_ptr<SyncStrategy> strategy_;
+  const size_t n_;
+  const int64_t total_;
+  // Input pipeline: per rank a loader thread (loader.h) through the node cache (data_cache.h), priced on the modeled
+  // clock by the storage profile and the prefetch recurrence (storage_model.h).
+  const StorageProfile storage_;
+  const int ranks_per_node_;
+  std::unique_ptr<DataCache> cache_;
+  DataResult data_result_;
+  // Modeled clock (lockstep_clock.h): each rank records its step into slot [step % 3][rank]; in lockstep runs rank 0
+  // models step t - 1 after its own step t has ended, the last step after the run (free-running strategies model
+  // their steps themselves).
+  LockstepModeledClock modeled_;
+  // Precision bookkeeping per rank (each rank writes only its own entry). Under a reduced format or a loss scaler
+  // the local gradient is scanned for the first non-finite step; a non-finite gradient is then not a divergence.
+  const PrecisionPolicy base_policy_;
+  const bool check_nonfinite_;
+  std::vector<PrecisionCounters> rank_counters_;
+  std::vector<std::optional<int64_t>> first_nonfinite_;
+  // The end of every step (series, evaluation, stop, outcome). Evaluation is serialized (between barriers, or
+  // inside the strategy's turns).
+  RunMonitor monitor_;
+  std::unique_ptr<Workspace> eval_ws_;
+  Batch eval_chunk_;
+  std::unique_ptr<StepControl> control_;
+  double train_start_s_ = 0.0;
+};
+
+HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0,
+                 std::unique_ptr<Model> model, std::unique_ptr<Dataset> data, const std::vector<Device>& devices)
+    : plan_(plan),
+      config_(plan.config),
+      hooks_(hooks),
+      res_(res),
+      wall0_(wall0),
+      ranks_(plan.shape.ranks),
+      K_(plan.shape.micro_batches),
+      model_(std::move(model)),
+      data_(std::move(data)),
+      // Staged: the strategies' buffers are host memory, so the communicator is the host's.
+      comm_(plan.staged() ? make_host_communicator(ranks_) : make_communicator(devices)),
+      cost_model_(config_, *model_),
+      strategy_([&] {
+        res_.hardware = cost_model_.hardware().name;
+        StrategySetup setup{config_, *model_, *comm_, ranks_, &cost_model_};
+        setup.on_read = hooks.on_read ? &hooks.on_read : nullptr;
+        return make_strategy(setup);
+      }()),
+      n_(model_->num_params()),
+      total_(planned_steps(config_, data_->steps_per_epoch())),
+      storage_(load_storage_profile(config_.data.storage)),
+      ranks_per_node_(std::max(1, std::min(ranks_, cost_model_.hardware().gpus_per_node))),
+      modeled_(cost_model_, config_, res_),
+      base_policy_(precision_policy(config_.precision)),
+      check_nonfinite_(base_policy_.emulated() || plan.scaler_active()),
+      rank_counters_(static_cast<size_t>(ranks_)),
+      first_nonfinite_(static_cast<size_t>(ranks_)),
+      monitor_(config_, hooks, res_, total_, wall0) {
+  if (data_->train_size() > 0 && cache_capacity_samples(config_, *data_) > 0)
+    cache_ = std::make_unique<DataCache>(*data_, config_, ranks_per_node_);
+  init_data_result();
+  res_.steps_planned = total_;
+  res_.num_params = static_cast<int64_t>(n_);
+  res_.classification = model_->classification();
+  res_.replicas_identical = strategy_->replicas_identical_in(total_);
+  res_.steps.assign(static_cast<size_t>(ranks_), {});
+  init_params();
+  monitor_.set_evaluator([this](const float* p) {
+    if (!eval_ws_) eval_ws_ = model_->make_workspace(kEvalChunkRows);
+    return evaluate(*model_, *data_, p, *eval_ws_, eval_chunk_);
+  });
+  if (strategy_->lockstep()) {
+    control_ = std::make_unique<LockstepControl>(LockstepControl::Setup{
+        *comm_, monitor_, modeled_, *strategy_, res_, ranks_, n_, total_, config_.report.trace,
+        plan.scaler_active()});
+  } else {
+    control_ = std::make_unique<FreeRunningControl>(*strategy_, total_, ranks_);
+    // Called inside the strategy's serialized section, in modeled-time order, once per `ranks` applied gradients.
+    // Measured training time leaves the evaluations out, as lockstep runs' does.
+    strategy_->set_progress_sink([this](const ProgressPoint& p) {
+      const double measured_s = now_s() - train_start_s_ - monitor_.eval_spent_s();
+      return monitor_.progress(p, count_non_finite(p.params, n_), plan_.scaler_active(), measured_s);
+    });
+  }
+}
+
+void HostRun::init_data_result() {
+  data_result_.storage = storage_.name;
+  data_result_.prefetch = config_.data.prefetch;
+  data_result_.cache_policy = cache_ ? config_.data.cache.policy : "none";
+  data_result_.cache_capacity_samples = cache_ ? cache_->capacity_samples() : 0;
+  data_result_.ranks_per_node = ranks_per_node_;
+  data_result_.steps_per_epoch = data_->steps_per_epoch();
+  data_result_.max_queue_depth.assign(static_cast<size_t>(ranks_), 0);
+  data_result_.steps.assign(static_cast<size_t>(ranks_), {});
+}
+
+// Initial parameters: identical on every rank (written once per distinct buffer).
+void HostRun::init_params() {
+  std::vector<float> init(n_);
+  model_->init_params(init.data(), static_cast<uint64_t>(config_.training.seed));
+  // fp16_pure holds the weights in fp16 from the start (model.half()).
+  if (plan_.precision == PrecisionMode::kFp16Pure) round_fp32_through_fp16(init.data(), init.data(), n_);
+  for (int r = 0; r < ranks_; ++r) {
+    float* p = strategy_->params(r);
+    if (r == 0 || p != strategy_->params(0)) std::memcpy(p, init.data(), n_ * sizeof(float));
+  }
+  if (config_.report.trace) res_.trace_initial = init;
+  const std::string& save = config_.report.save_weights;
+  if (save == "initial" || save == "both") res_.initial_params = init;
+}
+
+HostRun::RankState::RankState(HostRun& run, int rank)
+    : ws_capacity(std::max<int64_t>(run.plan_.shape.batch_per_rank, 1)),
+      ws(run.model_->make_workspace(ws_capacity)),
+      grad(run.n_),
+      accumulation(run.plan_.pitfall, run.n_),
+      precision(run.base_policy_),
+      loader(*run.data_, run.config_, run.cache_.get(), rank, run.control_->loader_steps(), run.config_.data.prefetch),
+      readers(static_cast<double>(
+          std::min(run.ranks_per_node_, run.ranks_ - rank / run.ranks_per_node_ * run.ranks_per_node_))),
+      window(static_cast<double>(std::max<int64_t>(1, run.config_.data.prefetch) * run.plan_.shape.batch_per_rank)) {
+  clock.reserve(static_cast<size_t>(std::min<int64_t>(run.total_, 1 << 16)));
+}
+
+void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCost& cost, StepTally& tally,
+                            DataStepRecord& data_step) {
+  PrecisionCounters& counters = rank_counters_[static_cast<size_t>(rank)];
+  for (int64_t k = 0; k < K_; ++k) {
+    GS_NVTX_RANGE(kMicroStep);
+    {
+      PhaseTimer t(rs.clock, Phase::kData);  // the wait for the loader: data stall on the measured clock
+      rs.loader.next(rs.batch, rs.micro_counts);
+    }
+    data_step.counts += rs.micro_counts;
+    if (rs.batch.count == 0) continue;
+    if (rs.batch.count > rs.ws_capacity) {  // inline micro-batches may exceed b: grow to the largest seen
+      rs.ws = model_->make_workspace(rs.batch.count);
+      rs.ws_capacity = rs.batch.count;
+    }
+    {
+      GS_NVTX_RANGE(kForward);
+      PhaseTimer t(rs.clock, Phase::kForward);
+      tally.loss_sum += model_->forward(params, rs.batch, *rs.ws, rs.precision);
+    }
+    {
+      GS_NVTX_RANGE(kBackward);
+      PhaseTimer t(rs.clock, Phase::kBackward);
+      rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad, tally.grad_samples);
+    }
+    counters.grad_values += rs.ws->precision.grad_values;
+    counters.grad_underflow += rs.ws->precision.grad_underflow;
+    counters.grad_nonfinite += rs.ws->precision.grad_nonfinite;
+    rs.ws->precision = {};
+    tally.samples += static_cast<double>(rs.batch.count);
+    cost_model_.add_micro_batch(cost, rs.batch.count, k + 1 == K_);
+    price_precision_micro_batch(cost, rs.precision.mode, static_cast<double>(n_));  // format casts
+  }
+}
+
+double HostRun::fetch_modeled_s(const RankState& rs, const DataCounts& dc) const {
+  double fetch = storage_read_s(storage_, static_cast<double>(dc.storage_samples), dc.storage_bytes, rs.readers,
+                                rs.window);
+  if (dc.peer_transfers > 0)  // one transfer per (micro-batch, peer), priced as the fabric's p2p cost
+    fetch += static_cast<double>(dc.peer_transfers) *
+             cost_model_.collectives().p2p_s(dc.peer_bytes / static_cast<double>(dc.peer_transfers));
+  return fetch;
+}
+
+void HostRun::rank_main(int rank) {
+  GS_NVTX_RANGE(kRun);  // this rank's part of the run
+  const size_t ri = static_cast<size_t>(rank);
+  RankState rs(*this, rank);
+  std::vector<DataStepRecord>& data_steps = data_result_.steps[ri];
+  data_steps.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 16)));
+  GS_NVTX_RANGE(kMeasure);  // every step is measured (the range ends with the loop: nothing timed follows)
+  for (int64_t step = 0; control_->runs(rank, step); ++step) {
+    GS_NVTX_RANGE(kStep);
+    rs.clock.begin_step();
+    StepCost& cost = modeled_.cost(step, rank);
+    cost.clear();
+    std::fill(rs.grad.begin(), rs.grad.end(), 0.0f);
+    control_->begin_step(rank, step);
+    // The step's control values: the non-finite parameters entering it and this rank's scaler after the last step;
+    // below its samples, loss and non-finite gradient entries.
+    const float* params = strategy_->params(rank);
+    rs.precision.loss_scale = strategy_->loss_scale(rank);
+    StepTally tally;
+    tally.bad_params = static_cast<double>(count_non_finite(params, n_));
+    if (const PrecisionStep* ps = strategy_->precision_step(rank))
+      tally.scaler_exhausted = ps->scaler().exhausted() ? 1.0 : 0.0;
+    DataStepRecord data_step;
+    micro_batches(rs, rank, params, cost, tally, data_step);
+    data_step.fetch_modeled_s = fetch_modeled_s(rs, data_step.counts);
+    modeled_.set_fetch_s(step, rank, data_step.fetch_modeled_s);
+    data_steps.push_back(data_step);
+    if (check_nonfinite_ && !first_nonfinite_[ri] && scan_gradient(rs.grad.data(), 0, n_, false).nonfinite)
+      first_nonfinite_[ri] = step + 1;
+    // Under loss scaling a non-finite gradient is the scaler's to handle (it skips the step and lowers the scale),
+    // not a divergence.
+    tally.bad_grad = check_nonfinite_ ? 0.0 : static_cast<double>(count_non_finite(rs.grad.data(), n_));
+    tally.grad_samples = rs.accumulation.divisor(tally.grad_samples, K_);
+    const StepVerdict verdict = control_->combine(rank, step, tally, rs.clock);
+    if (verdict.apply) {
+      StepInput in;
+      in.rank = rank;
+      in.step = step;
+      in.grad = rs.grad.data();
+      in.local_samples = tally.grad_samples;
+      in.global_samples = verdict.global_samples;
+      in.lr = learning_rate(config_.training.schedule, config_.training.optimizer.lr, std::min(step, total_ - 1),
+                            total_);
+      in.local_loss_sum = tally.loss_sum;
+      in.loss_nonfinite = verdict.loss_nonfinite;
+      in.total_steps = total_;
+      in.clock = &rs.clock;
+      in.cost = &cost;
+      strategy_->step(in);
+    }
+    rs.clock.end_step();
+    if (!control_->end_step(rank, step, verdict, rs.clock)) break;
+  }
+  res_.steps[ri] = rs.clock.steps();
+  data_result_.max_queue_depth[ri] = static_cast<int64_t>(rs.loader.max_queue_depth());
+}
+
+void HostRun::run() {
+  World world(ranks_);
+  train_start_s_ = now_s();
+  world.run([this](int rank) { rank_main(rank); },
+            [this] {
+              comm_->abort();
+              control_->abort();
+            });
+  finish();
+}
+
+void HostRun::finish() {
+  control_->finish();
+  adopt_modeled_rank_steps(strategy_->modeled_rank_steps(), res_);
+  res_.staleness = strategy_->staleness_report();
+  // The strategy's claim of identical replicas, checked against the trace when there is one.
+  for (const auto& snap : res_.trace)
+    for (size_t r = 1; r < snap.size() && res_.replicas_identical; ++r)
+      res_.replicas_identical = std::memcmp(snap[0].data(), snap[r].data(), n_ * sizeof(float)) == 0;
+  res_.precision = precision_result(config_, *strategy_, rank_counters_, first_nonfinite_);
+  res_.data = std::move(data_result_);
+  res_.compression = strategy_->compression_report();
+  // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
+  monitor_.final_parameters_checked(count_non_finite(strategy_->eval_params(), n_));
+  if (const std::string& save = config_.report.save_weights; save == "final" || save == "both")
+    res_.final_params.assign(strategy_->eval_params(), strategy_->eval_params() + n_);
+  if (res_.is(Disposition::kPassed))
+    if (const int gave_up = exhausted_scalers(*strategy_, ranks_); gave_up > 0)
+      monitor_.diverged(res_.steps_completed, NonFinite::kLossScale, std::nan(""),
+                        fmt::format("{} of {} ranks' scalers", gave_up, ranks_));
+}
+
 // training.mode "timing": no arithmetic, no parameters, no data. Every rank's step is the same schedule (the model's
 // declared layers for K micro-batches of data.batch_per_rank samples, then what the strategy prices), recorded once;
 // the modeled clock adds stragglers and the synchronous wait per step. One thread: nothing here needs the others.
@@ -220,6 +600,25 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   }
 }
 
+// The host backend's run (and the staged cuda path's: the same loop and strategies with forward / backward /
+// evaluation on the GPU).
+void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0) {
+  const RunConfig& config = plan.config;
+  std::unique_ptr<Model> model = plan.staged() ? make_gpu_model(config) : make_model(config);
+  std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
+  std::vector<Device> devices = make_devices(config);
+  res.backend = backend_name(devices.front().backend);
+  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == Backend::kHost) {
+    // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
+    // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
+    res.set_disposition(Disposition::kSkipped,
+                        "precision.mode tf32 runs on GPUs only (tensor-core arithmetic); this run's backend is host");
+    return;
+  }
+  HostRun run(plan, hooks, res, wall0, std::move(model), std::move(data), devices);
+  run.run();
+}
+
 }  // namespace
 
 RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
@@ -227,401 +626,26 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   const std::optional<RunPlan> resolved = plan_run(requested, res);
   if (!resolved) return res;
   const RunPlan& plan = *resolved;
-  const RunConfig& config = plan.config;
 #if defined(GRADSWEEP_HAVE_CUDA)
-  // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the loop below with the
-  // GPU model (cuda_model.h) in place of the host model; everything else below is the host backend's.
+  // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the host loop with the
+  // GPU model (cuda_model.h) in place of the host model.
   if (plan.device_loop()) {
-    RunResult r = run_training_cuda(config, hooks, plan.backend.reason);
+    RunResult r = run_training_cuda(plan.config, hooks, plan.backend.reason);
     r.cuda_path = res.cuda_path;
     return r;
   }
 #endif
-  const bool staged = plan.staged();
   GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
-  if (plan.timing()) {
-    double t0 = now_s();
-    try {
-      run_timing_only(plan, hooks, res, t0);
-    } catch (const std::exception& e) {
-      res.set_disposition(Disposition::kFailed, e.what());
-    }
-    res.wall_s = now_s() - t0;
-    return res;
-  }
-  double wall0 = now_s();
-  const int ranks = static_cast<int>(config.cluster.ranks);
-  const int64_t K = config.training.accumulation_steps;
+  const double wall0 = now_s();
   try {
-    // The staged cuda path: the same loop and strategies with forward / backward / evaluation on the GPU.
-    std::unique_ptr<Model> model = staged ? make_gpu_model(config) : make_model(config);
-    std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
-    std::vector<Device> devices = make_devices(config);
-    res.backend = backend_name(devices.front().backend);
-    if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == Backend::kHost) {
-      // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
-      // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
-      res.set_disposition(Disposition::kSkipped,
-                          "precision.mode tf32 runs on GPUs only (tensor-core arithmetic); this run's backend is host");
-      res.wall_s = now_s() - wall0;
-      return res;
+    if (plan.timing()) {
+      run_timing_only(plan, hooks, res, wall0);
+    } else {
+      run_host(plan, hooks, res, wall0);
     }
-    // Staged: the strategies' buffers are host memory, so the communicator is the host's.
-    std::unique_ptr<Communicator> comm = staged ? make_host_communicator(ranks) : make_communicator(devices);
-    CostModel cost_model(config, *model);
-    res.hardware = cost_model.hardware().name;
-    StrategySetup setup{config, *model, *comm, ranks, &cost_model};
-    setup.on_read = hooks.on_read ? &hooks.on_read : nullptr;
-    std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
-    const bool lockstep = strategy->lockstep();
-    const size_t n = model->num_params();
-    const int64_t total = planned_steps(config, data->steps_per_epoch());
-
-    // Input pipeline: per rank a loader thread (loader.h) through the node cache (data_cache.h), priced on the
-    // modeled clock by the storage profile and the prefetch recurrence (storage_model.h).
-    const StorageProfile storage = load_storage_profile(config.data.storage);
-    const int ranks_per_node = std::max(1, std::min(ranks, cost_model.hardware().gpus_per_node));
-    std::unique_ptr<DataCache> cache;
-    if (data->train_size() > 0 && cache_capacity_samples(config, *data) > 0)
-      cache = std::make_unique<DataCache>(*data, config, ranks_per_node);
-    DataResult data_result;
-    data_result.storage = storage.name;
-    data_result.prefetch = config.data.prefetch;
-    data_result.cache_policy = cache ? config.data.cache.policy : "none";
-    data_result.cache_capacity_samples = cache ? cache->capacity_samples() : 0;
-    data_result.ranks_per_node = ranks_per_node;
-    data_result.steps_per_epoch = data->steps_per_epoch();
-    data_result.max_queue_depth.assign(static_cast<size_t>(ranks), 0);
-    data_result.steps.assign(static_cast<size_t>(ranks), {});
-    res.steps_planned = total;
-    res.num_params = static_cast<int64_t>(n);
-    res.classification = model->classification();
-    res.replicas_identical = strategy->replicas_identical_in(total);
-    res.steps.assign(static_cast<size_t>(ranks), {});
-    const bool trace = config.report.trace;
-
-    // Initial parameters: identical on every rank (written once per distinct buffer).
-    std::vector<float> init(n);
-    model->init_params(init.data(), static_cast<uint64_t>(config.training.seed));
-    // fp16_pure holds the weights in fp16 from the start (model.half()).
-    if (plan.precision == PrecisionMode::kFp16Pure) round_fp32_through_fp16(init.data(), init.data(), n);
-    for (int r = 0; r < ranks; ++r) {
-      float* p = strategy->params(r);
-      if (r == 0 || p != strategy->params(0)) std::memcpy(p, init.data(), n * sizeof(float));
-    }
-    if (trace) res.trace_initial = init;
-    const std::string& save = config.report.save_weights;
-    if (save == "initial" || save == "both") res.initial_params = init;
-
-    // Modeled clock (lockstep_clock.h): each rank records its step into slot [step % 3][rank]; rank 0 models step
-    // t - 1 after its own step t has ended, the last step after the run. Free-running ranks use slot 0 (their
-    // strategy models the steps).
-    LockstepModeledClock modeled(cost_model, config, res);
-
-    // Precision bookkeeping per rank (each rank writes only its own entry).
-    const PrecisionPolicy base_policy = precision_policy(config.precision);
-    // Under an active loss scaler a non-finite loss or gradient is the scaler's to handle (it skips the window and
-    // backs off), not a divergence; the run diverges when the scaler cannot recover (LossScaler::exhausted).
-    const bool scaler_active = plan.scaler_active();
-    const bool check_nonfinite = base_policy.emulated() || scaler_active;
-    std::vector<PrecisionCounters> rank_counters(static_cast<size_t>(ranks));
-    std::vector<std::optional<int64_t>> first_nonfinite(static_cast<size_t>(ranks));
-    // Known pitfalls (docs/pitfalls.md). zero_grad_in_loop: the article's loop zeroes the gradient before every
-    // micro-batch's backward and steps every K-th, so the update is the last non-empty micro-batch's mean gradient
-    // (divided by its own size, not by K b), at the full learning rate. mean_of_means: each micro-batch's mean
-    // gradient divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i.
-    const bool zero_grad_in_loop = plan.pitfall == Pitfall::kZeroGradInLoop;
-    const bool mean_of_means = plan.pitfall == Pitfall::kMeanOfMeans;
-
-    World world(ranks);
-    std::atomic<bool> stop_all{false};
-    double trained_s = 0.0;  // rank 0's cumulative step time
-
-    // The end of every step (series, evaluation, stop, outcome): rank 0's in lockstep runs, the strategy's progress
-    // points in free-running ones. Evaluation is serialized (between barriers, or inside the strategy's turns).
-    std::unique_ptr<Workspace> eval_ws;
-    Batch eval_chunk;
-    RunMonitor monitor(config, hooks, res, total, wall0);
-    monitor.set_evaluator([&](const float* p) {
-      if (!eval_ws) eval_ws = model->make_workspace(kEvalChunkRows);
-      return evaluate(*model, *data, p, *eval_ws, eval_chunk);
-    });
-    const double train_start_s = now_s();
-    if (!lockstep) {
-      // Free-running: the strategy calls this inside its serialized section, in modeled-time order, once per `ranks`
-      // applied gradients; false ends the run (divergence, stop request, time limit). Measured training time leaves
-      // the evaluations out, as lockstep runs' does.
-      strategy->set_progress_sink([&](const ProgressPoint& p) {
-        monitor.record(p.step, now_s() - train_start_s - monitor.eval_spent_s(), p.train_loss, p.samples,
-                       p.modeled_s);
-        const size_t bad = count_non_finite(p.params, n);
-        // Under a loss scaler a worker with a non-finite loss skipped its push (its scaler's to handle); the run
-        // diverges when a worker's scaler cannot recover.
-        const bool loss_bad = !scaler_active && !std::isfinite(p.train_loss);
-        const bool diverged = bad > 0 || p.scaler_exhausted_rank >= 0 || loss_bad;
-        if (!diverged && monitor.eval_due(p.step)) monitor.evaluate(p.params);
-        monitor.step_done(p.step, p.train_loss);
-        if (diverged) {
-          if (bad == 0 && p.scaler_exhausted_rank >= 0)
-            monitor.diverged(p.step, NonFinite::kLossScale, p.train_loss,
-                             fmt::format("worker {}'s scaler", p.scaler_exhausted_rank));
-          else
-            monitor.diverged_at_progress(p.step, bad, p.train_loss);
-          return false;
-        }
-        return !monitor.stop_after(p.step, monitor.read_stop());
-      });
-    }
-
-    auto rank_main = [&](int rank) {
-      GS_NVTX_RANGE(kRun);  // this rank's part of the run
-      PhaseClock clock;
-      clock.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
-      int64_t ws_capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
-      std::unique_ptr<Workspace> ws = model->make_workspace(ws_capacity);
-      Batch batch;
-      std::vector<float> grad(n);
-      std::vector<float> micro_grad(mean_of_means ? n : 0);  // mean_of_means: one micro-batch's gradient sum
-      PrecisionPolicy precision = base_policy;
-      PrecisionCounters& counters = rank_counters[static_cast<size_t>(rank)];
-      // A free-running rank may take more steps than `total` (fast workers push more; the run ends on the strategy's
-      // budget of total x ranks pushes), so its loader may serve up to that many.
-      const int64_t loader_steps = lockstep ? total : total * static_cast<int64_t>(ranks);
-      Loader loader(*data, config, cache.get(), rank, loader_steps, config.data.prefetch);
-      std::vector<DataStepRecord>& data_steps = data_result.steps[static_cast<size_t>(rank)];
-      data_steps.reserve(static_cast<size_t>(std::min<int64_t>(total, 1 << 16)));
-      const int node_first = rank / ranks_per_node * ranks_per_node;
-      const double readers = static_cast<double>(std::min(ranks_per_node, ranks - node_first));
-      // Requests the loader may keep in flight: the samples of the micro-batches its queue has room for.
-      const double window = static_cast<double>(std::max<int64_t>(1, config.data.prefetch) * config.data.batch_per_rank);
-      DataCounts micro_counts;
-      GS_NVTX_RANGE(kMeasure);  // every step is measured (the range ends with the loop: nothing timed follows)
-      // Free-running ranks run until the strategy ends their loop (a fast worker computes more than `total` steps).
-      for (int64_t step = 0; !lockstep || step < total; ++step) {
-        GS_NVTX_RANGE(kStep);
-        clock.begin_step();
-        StepCost& cost = modeled.cost(lockstep ? step : 0, rank);
-        cost.clear();
-        std::fill(grad.begin(), grad.end(), 0.0f);
-        // Control values all-reduced once per step: local samples, local loss sum, rank 0's reading of the stop
-        // request and of the run's time limit (so every rank makes the same stop decision at the same step), and
-        // the non-finite parameters entering the step and gradient entries of this step (divergence).
-        double ctl[kControlCount] = {};
-        if (rank == 0) {
-          const StopReading reading = monitor.read_stop();
-          ctl[kCtlStop] = reading.stop ? 1.0 : 0.0;
-          ctl[kCtlTimeout] = reading.timed_out ? 1.0 : 0.0;
-        }
-        const float* params = strategy->params(rank);
-        precision.loss_scale = strategy->loss_scale(rank);
-        ctl[kCtlBadParams] = static_cast<double>(count_non_finite(params, n));
-        if (const PrecisionStep* ps = strategy->precision_step(rank))  // this rank's scaler after the last step
-          ctl[kCtlScalerExhausted] = ps->scaler().exhausted() ? 1.0 : 0.0;
-        DataStepRecord data_step;
-        double grad_samples = 0.0;
-        for (int64_t k = 0; k < K; ++k) {
-          GS_NVTX_RANGE(kMicroStep);
-          {
-            PhaseTimer t(clock, Phase::kData);  // the wait for the loader: data stall on the measured clock
-            loader.next(batch, micro_counts);
-          }
-          data_step.counts += micro_counts;
-          if (batch.count == 0) continue;
-          if (batch.count > ws_capacity) {  // inline micro-batches may exceed b: grow to the largest seen
-            ws = model->make_workspace(batch.count);
-            ws_capacity = batch.count;
-          }
-          {
-            GS_NVTX_RANGE(kForward);
-            PhaseTimer t(clock, Phase::kForward);
-            ctl[kCtlLossSum] += model->forward(params, batch, *ws, precision);
-          }
-          {
-            GS_NVTX_RANGE(kBackward);
-            PhaseTimer t(clock, Phase::kBackward);
-            if (zero_grad_in_loop) {  // optimizer.zero_grad() inside the loop: earlier micro-batches are lost
-              std::fill(grad.begin(), grad.end(), 0.0f);
-              grad_samples = 0.0;
-            }
-            if (mean_of_means) {
-              std::fill(micro_grad.begin(), micro_grad.end(), 0.0f);
-              model->backward(params, batch, *ws, micro_grad.data(), precision);
-              const float inv_count = 1.0f / static_cast<float>(batch.count);  // (loss_k / b_k) / K; K below
-              for (size_t i = 0; i < n; ++i) grad[i] += inv_count * micro_grad[i];
-            } else {
-              model->backward(params, batch, *ws, grad.data(), precision);
-            }
-          }
-          counters.grad_values += ws->precision.grad_values;
-          counters.grad_underflow += ws->precision.grad_underflow;
-          counters.grad_nonfinite += ws->precision.grad_nonfinite;
-          ws->precision = {};
-          ctl[kCtlSamples] += static_cast<double>(batch.count);
-          grad_samples += static_cast<double>(batch.count);
-          cost_model.add_micro_batch(cost, batch.count, k + 1 == K);
-          price_precision_micro_batch(cost, precision.mode, static_cast<double>(n));  // format casts
-        }
-        {
-          const DataCounts& dc = data_step.counts;
-          double fetch = storage_read_s(storage, static_cast<double>(dc.storage_samples), dc.storage_bytes, readers,
-                                        window);
-          if (dc.peer_transfers > 0)  // one transfer per (micro-batch, peer), priced as the fabric's p2p cost
-            fetch += static_cast<double>(dc.peer_transfers) *
-                     cost_model.collectives().p2p_s(dc.peer_bytes / static_cast<double>(dc.peer_transfers));
-          data_step.fetch_modeled_s = fetch;
-          modeled.set_fetch_s(step, rank, fetch);
-          data_steps.push_back(data_step);
-        }
-        if (check_nonfinite && !first_nonfinite[static_cast<size_t>(rank)]) {
-          if (scan_gradient(grad.data(), 0, n, false).nonfinite) first_nonfinite[static_cast<size_t>(rank)] = step + 1;
-        }
-        // Under loss scaling a non-finite gradient is the scaler's to handle (it skips the step and lowers the scale),
-        // not a divergence.
-        ctl[kCtlBadGrad] = check_nonfinite ? 0.0 : static_cast<double>(count_non_finite(grad.data(), n));
-        if (mean_of_means) grad_samples = static_cast<double>(K);
-        ctl[kCtlGradSamples] = grad_samples;
-        const double local_samples = grad_samples;
-        const double local_loss_sum = ctl[kCtlLossSum];
-        if (!lockstep) {  // free-running: no control all-reduce; the strategy owns progress, stops and divergence
-          StepInput in;
-          in.rank = rank;
-          in.step = step;
-          in.grad = grad.data();
-          in.local_samples = local_samples;
-          in.global_samples = local_samples;
-          in.local_loss_sum = local_loss_sum;
-          in.loss_nonfinite = !std::isfinite(local_loss_sum);  // free-running: the worker's own loss
-          in.total_steps = total;
-          in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, std::min(step, total - 1),
-                                total);
-          in.clock = &clock;
-          in.cost = &cost;
-          strategy->step(in);
-          clock.end_step();
-          if (strategy->rank_done(rank)) break;
-          continue;
-        }
-        {
-          PhaseTimer t(clock, Phase::kWait);  // the step's control values; waiting for the slowest rank
-          comm->all_reduce_sum(rank, ctl, kControlCount);
-          comm->take_stats(rank);
-        }
-        const double global_samples = ctl[kCtlGradSamples];
-        // Every rank sees the same S, so every rank stops here together.
-        if (ctl[kCtlSamples] <= 0) throw Error(fmt::format("step {} has no samples on any rank", step + 1));
-        const double train_loss = ctl[kCtlLossSum] / ctl[kCtlSamples];  // every micro-batch's samples, also under a pitfall
-        // The first non-finite quantity of the step, in the order computed: the parameters entering it (the last
-        // update's result), a scaler that cannot recover (LossScaler::exhausted after the last skip), the loss
-        // (forward), the gradient (backward). A diverged step applies no update. Under an active scaler a non-finite
-        // loss or gradient is the scaler's: the strategy skips the window (StepInput::loss_nonfinite).
-        const bool loss_nonfinite = !std::isfinite(train_loss);
-        const NonFinite non_finite = ctl[kCtlBadParams] > 0               ? NonFinite::kParameters
-                                     : ctl[kCtlScalerExhausted] > 0       ? NonFinite::kLossScale
-                                     : loss_nonfinite && !scaler_active   ? NonFinite::kTrainLoss
-                                     : ctl[kCtlBadGrad] > 0               ? NonFinite::kGradient
-                                                                          : NonFinite::kNone;
-        const bool diverged = non_finite != NonFinite::kNone;
-        if (!diverged) {
-          StepInput in;
-          in.rank = rank;
-          in.step = step;
-          in.grad = grad.data();
-          in.local_samples = local_samples;
-          in.global_samples = global_samples;
-          in.lr = learning_rate(config.training.schedule, config.training.optimizer.lr, step, total);
-          in.local_loss_sum = local_loss_sum;
-          in.loss_nonfinite = loss_nonfinite;  // every rank's loss (the control all-reduce's)
-          in.total_steps = total;
-          in.clock = &clock;
-          in.cost = &cost;
-          strategy->step(in);
-        }
-        clock.end_step();
-        if (rank == 0) {
-          trained_s += clock.steps().back().step_s;
-          monitor.record(step + 1, trained_s, train_loss, ctl[kCtlSamples]);
-          if (step > 0) modeled.model_step(step - 1);
-        }
-        const bool want_eval = !diverged && monitor.eval_due(step + 1);
-        StopReading reading;
-        reading.stop = ctl[kCtlStop] > 0;
-        reading.timed_out = ctl[kCtlTimeout] > 0;
-        if (trace || want_eval || reading.any() || diverged) {
-          comm->barrier(rank);  // parameters of this step are final everywhere
-          if (rank == 0) {
-            if (trace) {
-              std::vector<std::vector<float>> snap;
-              for (int r = 0; r < ranks; ++r) {
-                const float* p = strategy->params(r);
-                snap.emplace_back(p, p + n);
-              }
-              res.trace.push_back(std::move(snap));
-            }
-            if (want_eval) {
-              GS_NVTX_RANGE(kEval);
-              monitor.evaluate(strategy->eval_params());
-            }
-            bool stop = diverged;
-            if (non_finite == NonFinite::kLossScale) {
-              monitor.diverged(step, non_finite, train_loss,
-                               fmt::format("{:.0f} of {} ranks' scalers", ctl[kCtlScalerExhausted], ranks));
-            } else if (diverged) {
-              const double count = ctl[kCtlBadParams] > 0 ? ctl[kCtlBadParams] : ctl[kCtlBadGrad];
-              monitor.diverged(step, non_finite, train_loss, fmt::format("{:.0f} values over all ranks", count));
-            } else {
-              stop = monitor.stop_after(step + 1, reading);
-            }
-            if (stop) stop_all.store(true);
-            monitor.step_done(step + 1, train_loss);
-          }
-          comm->barrier(rank);
-          comm->take_stats(rank);
-          if (stop_all.load()) break;
-        } else if (rank == 0) {
-          monitor.step_done(step + 1, train_loss);
-        }
-      }
-      res.steps[static_cast<size_t>(rank)] = clock.steps();
-      data_result.max_queue_depth[static_cast<size_t>(rank)] = static_cast<int64_t>(loader.max_queue_depth());
-    };
-    world.run(rank_main, [&] {
-      comm->abort();
-      strategy->abort();
-    });
-    if (lockstep) modeled.finish(res.steps_completed);
-    if (!lockstep) {  // free-running: the strategy's modeled steps per rank (ranks may have different counts)
-      res.modeled_steps.clear();
-      res.modeled_exposed_s.clear();
-      res.modeled_overlapped_s.clear();
-      for (const auto& rank_steps : strategy->modeled_rank_steps()) {
-        res.modeled_steps.emplace_back();
-        res.modeled_exposed_s.emplace_back();
-        res.modeled_overlapped_s.emplace_back();
-        for (const ModeledStep& m : rank_steps) {
-          res.modeled_steps.back().push_back(m.times);
-          res.modeled_exposed_s.back().push_back(m.exposed_s);
-          res.modeled_overlapped_s.back().push_back(m.overlapped_s);
-        }
-      }
-    }
-    res.staleness = strategy->staleness_report();
-
-    // The strategy's claim of identical replicas, checked against the trace when there is one.
-    for (const auto& snap : res.trace)
-      for (size_t r = 1; r < snap.size() && res.replicas_identical; ++r)
-        res.replicas_identical = std::memcmp(snap[0].data(), snap[r].data(), n * sizeof(float)) == 0;
-    res.precision = precision_result(config, *strategy, rank_counters, first_nonfinite);
-    res.data = std::move(data_result);
-    res.compression = strategy->compression_report();
-    // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
-    monitor.final_parameters_checked(count_non_finite(strategy->eval_params(), n));
-    if (save == "final" || save == "both") res.final_params.assign(strategy->eval_params(), strategy->eval_params() + n);
-    if (res.is(Disposition::kPassed))
-      if (const int gave_up = exhausted_scalers(*strategy, ranks); gave_up > 0)
-        monitor.diverged(res.steps_completed, NonFinite::kLossScale, std::nan(""),
-                         fmt::format("{} of {} ranks' scalers", gave_up, ranks));
   } catch (const std::bad_alloc&) {
-    res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} parameters per replica, {} ranks)", res.num_params, ranks));
+    res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} parameters per replica, {} ranks)",
+                                                          res.num_params, plan.shape.ranks));
   } catch (const std::exception& e) {
     res.set_disposition(Disposition::kFailed, e.what());
   }

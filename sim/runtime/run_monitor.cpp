@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/nvtx.h"
 #include "sim/core/clock.h"
 #include "sim/core/error.h"
 
@@ -69,6 +70,39 @@ void RunMonitor::record_eval(const EvalResult& e) {
 
 void RunMonitor::step_done(int64_t step, double train_loss) const {
   if (hooks_.on_step) hooks_.on_step(step, total_, train_loss);
+}
+
+bool RunMonitor::end_step(const StepEnd& e, const std::function<const float*()>& eval_params) {
+  if (e.eval) {
+    GS_NVTX_RANGE(kEval);
+    evaluate(eval_params());
+  }
+  bool stop = e.non_finite != NonFinite::kNone;
+  if (stop) {
+    diverged(e.step, e.non_finite, e.train_loss, e.detail);
+  } else {
+    stop = stop_after(e.step + 1, e.reading);
+  }
+  step_done(e.step + 1, e.train_loss);
+  return stop;
+}
+
+bool RunMonitor::progress(const ProgressPoint& p, size_t bad_params, bool scaler_active, double measured_s) {
+  record(p.step, measured_s, p.train_loss, p.samples, p.modeled_s);
+  // Under a loss scaler a worker with a non-finite loss skipped its push (its scaler's to handle); the run diverges
+  // when a worker's scaler cannot recover.
+  const bool loss_bad = !scaler_active && !std::isfinite(p.train_loss);
+  const bool bad = bad_params > 0 || p.scaler_exhausted_rank >= 0 || loss_bad;
+  if (!bad && eval_due(p.step)) evaluate(p.params);
+  step_done(p.step, p.train_loss);
+  if (bad) {
+    if (bad_params == 0 && p.scaler_exhausted_rank >= 0)
+      diverged(p.step, NonFinite::kLossScale, p.train_loss, fmt::format("worker {}'s scaler", p.scaler_exhausted_rank));
+    else
+      diverged_at_progress(p.step, bad_params, p.train_loss);
+    return false;
+  }
+  return !stop_after(p.step, read_stop());
 }
 
 void RunMonitor::diverged(int64_t step, NonFinite q, double train_loss, const std::string& detail) {

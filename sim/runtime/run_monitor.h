@@ -1,6 +1,7 @@
 // RunMonitor: the end of every optimizer step, written once for every rank loop (host lockstep, free-running,
 // timing-only, cuda): the convergence series, evaluation when due, the stop request and the time limit, and how the
-// run ended (diverged, timeout, interrupted). A new per-step record or outcome is one method here.
+// run ended (diverged, timeout, interrupted). A new per-step record or outcome is one method here (end_step for a
+// lockstep step, progress for a free-running strategy's progress point).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "sim/config/run_config.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/runtime/run_result.h"
+#include "sim/strategy/strategy.h"
 
 namespace gs {
 
@@ -37,6 +39,18 @@ enum class NonFinite { kNone, kParameters, kLossScale, kTrainLoss, kGradient };
 // "parameters" | "loss_scale" | "train_loss" | "gradient" (report key divergence.quantity)
 const char* non_finite_name(NonFinite q);
 
+// The end of one lockstep step as its control decided it (every rank the same): 0-based step, train loss, the first
+// non-finite quantity with its detail ("12 values over all ranks"), the stop reading all-reduced with the step, and
+// whether an evaluation is due (never after a divergence).
+struct StepEnd {
+  int64_t step = 0;
+  double train_loss = 0.0;
+  NonFinite non_finite = NonFinite::kNone;
+  std::string detail;
+  StopReading reading;
+  bool eval = false;
+};
+
 class RunMonitor {
  public:
   // total_steps: the planned optimizer steps. The time limit counts from wall0_s (now_s() at the run's start).
@@ -61,6 +75,15 @@ class RunMonitor {
   double eval_spent_s() const { return eval_spent_s_; }
   // An evaluation the loop made itself (the cuda loop evaluates its rank 0's device parameters) into the last point.
   void record_eval(const EvalResult& e);
+
+  // Rank 0's end of a lockstep step (after record): evaluates eval_params() when due, the divergence or the stop,
+  // then step_done. Returns true when the run stops after this step.
+  bool end_step(const StepEnd& e, const std::function<const float*()>& eval_params);
+  // A free-running strategy's progress point (from inside its serialized section, in modeled-time order): records it
+  // (measured_s: training time so far without evaluations), evaluates the server's parameters when due, and judges
+  // divergence (bad_params non-finite parameters, a worker's exhausted scaler, or a non-finite train loss without a
+  // loss scaler). Returns false to end the run (divergence, stop request, time limit).
+  bool progress(const ProgressPoint& p, size_t bad_params, bool scaler_active, double measured_s);
 
   // hooks.on_step(step, total, train_loss): rank 0's (or the strategy's) step is done.
   void step_done(int64_t step, double train_loss) const;

@@ -55,6 +55,47 @@ struct ProgressPoint {
 // Returns false to end the run (divergence, stop request, time limit): the strategy then ends every rank's loop.
 using ProgressSink = std::function<bool(const ProgressPoint&)>;
 
+// The values one rank brings to its optimizer step's control (the rank loop fills them after its micro-batches).
+struct StepTally {
+  double samples = 0.0;           // samples of the rank's micro-batches this step
+  double loss_sum = 0.0;          // their per-sample losses, summed
+  double grad_samples = 0.0;      // the divisor behind the rank's gradient sum (training.pitfall changes it)
+  double bad_params = 0.0;        // non-finite parameters entering the step
+  double bad_grad = 0.0;          // non-finite gradient values (0 under a loss scaler or a reduced format: theirs)
+  double scaler_exhausted = 0.0;  // 1 when the rank's loss scaler cannot recover after the previous step
+};
+
+// What the control made of a rank's step: the StepInput values it decides, and whether the strategy steps at all.
+struct StepVerdict {
+  double global_samples = 0.0;  // StepInput::global_samples
+  bool loss_nonfinite = false;  // StepInput::loss_nonfinite
+  bool apply = true;            // false: the step diverged; the strategy is not called
+};
+
+// How the ranks' steps relate: the lockstep control (the default, sim/runtime/lockstep_control.h) all-reduces every
+// rank's StepTally so all ranks see the step's S, train loss, divergence and stop decision and stop together; a
+// free-running strategy (the parameter server) supplies its own, whose ranks step on their own and end when the
+// strategy says so. The rank loop calls, per rank and step: begin_step, (micro-batches), combine, (strategy step,
+// clock end), end_step; finish once after every rank's loop. Every method but finish is called by the rank's thread.
+class StepControl {
+ public:
+  virtual ~StepControl() = default;
+  // Optimizer steps one rank's loader may serve.
+  virtual int64_t loader_steps() const = 0;
+  // True when rank `rank` runs its 0-based step `step`.
+  virtual bool runs(int rank, int64_t step) const = 0;
+  // Before the step's micro-batches.
+  virtual void begin_step(int rank, int64_t step) {}
+  // The step's verdict from the rank's tally (the control's own waiting goes into clock).
+  virtual StepVerdict combine(int rank, int64_t step, const StepTally& tally, PhaseClock& clock) = 0;
+  // After the strategy's step and clock.end_step(): the end of the step; false ends the rank's loop.
+  virtual bool end_step(int rank, int64_t step, const StepVerdict& verdict, const PhaseClock& clock) = 0;
+  // After every rank's loop (one thread).
+  virtual void finish() {}
+  // Wakes rank threads blocked inside the control or its strategy (a rank failed); they throw gs::Aborted.
+  virtual void abort() {}
+};
+
 // What a strategy is built from (once per run, before the rank threads start).
 struct StrategySetup {
   const RunConfig& config;

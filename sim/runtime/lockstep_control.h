@@ -1,0 +1,80 @@
+// LockstepControl: the default StepControl (sim/strategy/strategy.h) of the host rank loop: ranks step together. Each
+// step every rank all-reduces its control values, so all see the same S, train loss, first non-finite quantity and
+// stop decision; rank 0 then ends the step in the RunMonitor (series, modeled clock, evaluation, trace, outcome).
+// Extend: a new per-step control value is one StepTally field and one slot of the all-reduced array here.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "sim/comm/communicator.h"
+#include "sim/runtime/lockstep_clock.h"
+#include "sim/runtime/run_monitor.h"
+#include "sim/runtime/run_result.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+
+class LockstepControl final : public StepControl {
+ public:
+  struct Setup {
+    Communicator& comm;
+    RunMonitor& monitor;
+    LockstepModeledClock& modeled;
+    SyncStrategy& strategy;
+    RunResult& res;              // res.trace (report.trace) and res.steps_completed
+    int ranks = 1;
+    size_t num_params = 0;
+    int64_t total_steps = 0;
+    bool trace = false;          // report.trace: every rank's parameters after every step
+    bool scaler_active = false;  // a non-finite loss is the loss scaler's (skipped step), not a divergence
+  };
+  explicit LockstepControl(const Setup& s);
+
+  int64_t loader_steps() const override { return total_; }
+  bool runs(int, int64_t step) const override { return step < total_; }
+  // Rank 0 reads the stop request and the time limit (all-reduced with the step, so every rank stops together).
+  void begin_step(int rank, int64_t step) override;
+  // The control all-reduce (waiting for the slowest rank: Phase::kWait) and the step's first non-finite quantity, in
+  // the order computed: the parameters entering it, a scaler that cannot recover, the loss, the gradient. Throws
+  // gs::Error when no rank had a sample.
+  StepVerdict combine(int rank, int64_t step, const StepTally& tally, PhaseClock& clock) override;
+  // Rank 0 records the step (RunMonitor::record; the modeled clock models the step before); when an evaluation, a
+  // trace, a stop or a divergence is due every rank waits at a barrier while rank 0 ends the step
+  // (RunMonitor::end_step), then they all stop or go on together.
+  bool end_step(int rank, int64_t step, const StepVerdict& verdict, const PhaseClock& clock) override;
+  // Models the last completed step.
+  void finish() override;
+
+ private:
+  // The per-step control values all-reduced by every rank. kCtlGradSamples is the divisor behind the gradient;
+  // kCtlScalerExhausted counts the ranks whose loss scaler cannot recover after the previous step.
+  enum : size_t {
+    kCtlSamples, kCtlLossSum, kCtlStop, kCtlTimeout, kCtlBadParams, kCtlBadGrad, kCtlGradSamples, kCtlScalerExhausted,
+    kControlCount
+  };
+  struct RankStep {  // one rank's step, written by its own thread only
+    std::array<double, kControlCount> ctl{};
+    double train_loss = 0.0;
+    NonFinite non_finite = NonFinite::kNone;
+  };
+  StepEnd step_end(int64_t step, const RankStep& s, bool want_eval) const;
+
+  Communicator& comm_;
+  RunMonitor& monitor_;
+  LockstepModeledClock& modeled_;
+  SyncStrategy& strategy_;
+  RunResult& res_;
+  int ranks_;
+  size_t n_;
+  int64_t total_;
+  bool trace_;
+  bool scaler_active_;
+  std::vector<RankStep> rank_;
+  std::atomic<bool> stop_all_{false};
+  double trained_s_ = 0.0;  // rank 0's cumulative step time (measured clock)
+};
+
+}  // namespace gs
