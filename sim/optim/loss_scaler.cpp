@@ -62,9 +62,11 @@ bool LossScaler::update(bool found_nonfinite, int64_t step, SkipCause cause) {
   return !found_nonfinite;
 }
 
-bool LossScaler::exhausted() const {
-  return settings_.kind == LossScaleKind::kDynamic && !std::isfinite(static_cast<float>(1.0 / static_cast<double>(scale_)));
+bool loss_scale_exhausted(LossScaleKind kind, float scale) {
+  return kind == LossScaleKind::kDynamic && !std::isfinite(static_cast<float>(1.0 / static_cast<double>(scale)));
 }
+
+bool LossScaler::exhausted() const { return loss_scale_exhausted(settings_.kind, scale_); }
 
 GradientScan scan_gradient(const float* g, size_t begin, size_t end, bool want_norm) {
   GradientScan s;

@@ -26,6 +26,9 @@ struct LossScalerSettings {
 // The settings of a run's precision section (loss_scale auto|none|static|dynamic, initial_scale, growth_*,
 // backoff_*); auto is dynamic under fp16_mixed and none otherwise.
 LossScalerSettings loss_scaler_settings(const PrecisionConfig& precision);
+// True when a scaler of `kind` at `scale` cannot recover (LossScaler::exhausted): dynamic, and 1 / scale overflows
+// float.
+bool loss_scale_exhausted(LossScaleKind kind, float scale);
 
 // Why a scaler skipped an accumulation window: its training loss was inf/NaN (checked first: the forward comes
 // before the backward), or its averaged gradient held an inf/NaN.

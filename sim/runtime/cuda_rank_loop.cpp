@@ -493,7 +493,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
           pin.step = step;
           pin.local_samples = ctl[kCtlSamples];
           pin.cost = &cost;
-          pricing->price_step(pin);
+          pricing->price(pin);
         }
         for (int64_t k = 0; k < K; ++k) ctl[kCtlLossSum] += loss_host[static_cast<size_t>(k)];  // micro-batch order
         ctl[kCtlBadParams] = flags_host[0] != 0 ? 1.0 : 0.0;

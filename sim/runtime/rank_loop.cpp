@@ -41,13 +41,10 @@
 namespace gs {
 namespace {
 
-// Ranks (of `ranks`) whose loss scaler cannot recover (LossScaler::exhausted) after the run's last step.
-int exhausted_scalers(const SyncStrategy& strategy, int ranks) {
+// Ranks (of `ranks`) whose loss scaler cannot recover (loss_scale_exhausted) after the run's last step.
+int exhausted_scalers(const SyncStrategy& strategy, LossScaleKind kind, int ranks) {
   int count = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const PrecisionStep* ps = strategy.precision_step(r);
-    count += ps != nullptr && ps->scaler().exhausted() ? 1 : 0;
-  }
+  for (int r = 0; r < ranks; ++r) count += loss_scale_exhausted(kind, strategy.loss_scale(r)) ? 1 : 0;
   return count;
 }
 
@@ -87,7 +84,7 @@ EvalResult evaluate(const Model& model, const Dataset& data, const float* params
 }
 
 // The report's precision object: rank 0's scaler (under all-reduce every rank's is the same), counts over all ranks.
-PrecisionResult precision_result(const RunConfig& config, const SyncStrategy& strategy,
+PrecisionResult precision_result(const RunConfig& config, const PrecisionStep* ps,
                                  const std::vector<PrecisionCounters>& counters,
                                  const std::vector<std::optional<int64_t>>& first_nonfinite) {
   PrecisionResult p;
@@ -96,7 +93,7 @@ PrecisionResult precision_result(const RunConfig& config, const SyncStrategy& st
   p.loss_scale = settings.kind == LossScaleKind::kDynamic  ? "dynamic"
                  : settings.kind == LossScaleKind::kStatic ? "static"
                                                            : "none";
-  if (const PrecisionStep* ps = strategy.precision_step(0)) {
+  if (ps != nullptr) {
     p.loss_scale_trajectory = ps->scaler().trajectory();
     p.final_loss_scale = ps->scaler().scale();
     p.skipped_steps = ps->scaler().skipped_step_list();
@@ -167,34 +164,6 @@ class Accumulation {
   bool zero_each_;
   bool mean_each_;
   std::vector<float> micro_;  // mean_of_means: one micro-batch's gradient sum
-};
-
-// The control of a free-running strategy (SyncStrategy::lockstep() false: the parameter server): no per-step control
-// all-reduce (StepInput.global_samples is the rank's own samples, the loss its own), each rank runs until the strategy
-// says it is done (a fast worker computes more than `total` steps), and the series comes from the strategy's progress
-// points (RunMonitor::progress).
-class FreeRunningControl final : public StepControl {
- public:
-  FreeRunningControl(SyncStrategy& strategy, int64_t total, int ranks)
-      : strategy_(strategy), total_(total), ranks_(ranks) {}
-  // The run ends on the strategy's budget of total x ranks pushes, so a rank's loader may serve that many steps.
-  int64_t loader_steps() const override { return total_ * static_cast<int64_t>(ranks_); }
-  bool runs(int, int64_t) const override { return true; }
-  StepVerdict combine(int, int64_t, const StepTally& tally, PhaseClock&) override {
-    StepVerdict v;
-    v.global_samples = tally.grad_samples;
-    v.loss_nonfinite = !std::isfinite(tally.loss_sum);  // the worker's own loss
-    return v;
-  }
-  bool end_step(int rank, int64_t, const StepVerdict&, const PhaseClock&) override {
-    return !strategy_.rank_done(rank);
-  }
-  void abort() override { strategy_.abort(); }
-
- private:
-  SyncStrategy& strategy_;
-  int64_t total_;
-  int ranks_;
 };
 
 // A run's modeled steps from a strategy that models its own clock (free-running: ranks may have different counts);
@@ -326,26 +295,28 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
   res_.steps_planned = total_;
   res_.num_params = static_cast<int64_t>(n_);
   res_.classification = model_->classification();
-  res_.replicas_identical = strategy_->replicas_identical_in(total_);
+  res_.replicas_identical = strategy_->replicas_identical(total_);
   res_.steps.assign(static_cast<size_t>(ranks_), {});
   init_params();
   monitor_.set_evaluator([this](const float* p) {
     if (!eval_ws_) eval_ws_ = model_->make_workspace(kEvalChunkRows);
     return evaluate(*model_, *data_, p, *eval_ws_, eval_chunk_);
   });
-  if (strategy_->lockstep()) {
-    control_ = std::make_unique<LockstepControl>(LockstepControl::Setup{
+  ControlSetup control;
+  control.total_steps = total_;
+  control.ranks = ranks_;
+  control.lockstep = [this] {
+    return std::make_unique<LockstepControl>(LockstepControl::Setup{
         *comm_, monitor_, modeled_, *strategy_, res_, ranks_, n_, total_, config_.report.trace,
-        plan.scaler_active()});
-  } else {
-    control_ = std::make_unique<FreeRunningControl>(*strategy_, total_, ranks_);
-    // Called inside the strategy's serialized section, in modeled-time order, once per `ranks` applied gradients.
-    // Measured training time leaves the evaluations out, as lockstep runs' does.
-    strategy_->set_progress_sink([this](const ProgressPoint& p) {
-      const double measured_s = now_s() - train_start_s_ - monitor_.eval_spent_s();
-      return monitor_.progress(p, count_non_finite(p.params, n_), plan_.scaler_active(), measured_s);
-    });
-  }
+        plan_.scaler_active()});
+  };
+  // A free-running strategy's progress points, from inside its serialized section in modeled-time order. Measured
+  // training time leaves the evaluations out, as lockstep runs' does.
+  control.progress = [this](const ProgressPoint& p) {
+    const double measured_s = now_s() - train_start_s_ - monitor_.eval_spent_s();
+    return monitor_.progress(p, count_non_finite(p.params, n_), plan_.scaler_active(), measured_s);
+  };
+  control_ = strategy_->make_control(control);
 }
 
 void HostRun::init_data_result() {
@@ -451,8 +422,7 @@ void HostRun::rank_main(int rank) {
     rs.precision.loss_scale = strategy_->loss_scale(rank);
     StepTally tally;
     tally.bad_params = static_cast<double>(count_non_finite(params, n_));
-    if (const PrecisionStep* ps = strategy_->precision_step(rank))
-      tally.scaler_exhausted = ps->scaler().exhausted() ? 1.0 : 0.0;
+    tally.scaler_exhausted = loss_scale_exhausted(plan_.loss_scale, rs.precision.loss_scale) ? 1.0 : 0.0;
     DataStepRecord data_step;
     micro_batches(rs, rank, params, cost, tally, data_step);
     data_step.fetch_modeled_s = fetch_modeled_s(rs, data_step.counts);
@@ -501,21 +471,22 @@ void HostRun::run() {
 
 void HostRun::finish() {
   control_->finish();
-  adopt_modeled_rank_steps(strategy_->modeled_rank_steps(), res_);
-  res_.staleness = strategy_->staleness_report();
+  const StrategyReport report = strategy_->report();
+  adopt_modeled_rank_steps(report.modeled_rank_steps, res_);
+  res_.staleness = report.staleness;
   // The strategy's claim of identical replicas, checked against the trace when there is one.
   for (const auto& snap : res_.trace)
     for (size_t r = 1; r < snap.size() && res_.replicas_identical; ++r)
       res_.replicas_identical = std::memcmp(snap[0].data(), snap[r].data(), n_ * sizeof(float)) == 0;
-  res_.precision = precision_result(config_, *strategy_, rank_counters_, first_nonfinite_);
+  res_.precision = precision_result(config_, report.precision, rank_counters_, first_nonfinite_);
   res_.data = std::move(data_result_);
-  res_.compression = strategy_->compression_report();
+  res_.compression = report.compression;
   // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
   monitor_.final_parameters_checked(count_non_finite(strategy_->eval_params(), n_));
   if (const std::string& save = config_.report.save_weights; save == "final" || save == "both")
     res_.final_params.assign(strategy_->eval_params(), strategy_->eval_params() + n_);
   if (res_.is(Disposition::kPassed))
-    if (const int gave_up = exhausted_scalers(*strategy_, ranks_); gave_up > 0)
+    if (const int gave_up = exhausted_scalers(*strategy_, plan_.loss_scale, ranks_); gave_up > 0)
       monitor_.diverged(res_.steps_completed, NonFinite::kLossScale, std::nan(""),
                         fmt::format("{} of {} ranks' scalers", gave_up, ranks_));
 }
@@ -538,7 +509,7 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   res.steps_planned = total;
   res.num_params = static_cast<int64_t>(model->num_params());
   res.classification = model->classification();
-  res.replicas_identical = strategy->replicas_identical_in(total);
+  res.replicas_identical = strategy->replicas_identical(total);
   StepCost cost = cost_model.make_step_cost();
   for (int64_t k = 0; k < K; ++k) {
     cost_model.add_micro_batch(cost, b, k + 1 == K);
@@ -548,19 +519,19 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   in.local_samples = static_cast<double>(plan.shape.samples_per_rank());
   in.global_samples = static_cast<double>(plan.shape.global_batch);
   in.lr = config.training.optimizer.lr;
-  // One priced step per schedule key of the strategy (most strategies: one for the whole run), and per rank when the
-  // strategy's price depends on the rank (else rank 0's step stands for every rank).
-  const bool per_rank = strategy->price_depends_on_rank();
-  std::map<std::pair<int64_t, int>, StepCost> priced;
+  // One priced step per PriceKey of the strategy (most strategies: one for the whole run and every rank; the first
+  // rank of a key prices it for all).
+  std::map<PriceKey, StepCost> priced;
   auto priced_step = [&](int64_t step, int rank) -> const StepCost& {
-    const std::pair<int64_t, int> key{strategy->schedule_key(step), per_rank ? rank : 0};
+    in.step = step;
+    in.rank = rank;
+    in.cost = nullptr;
+    const PriceKey key = strategy->price(in);
     auto it = priced.find(key);
     if (it != priced.end()) return it->second;
     StepCost c = cost;
-    in.step = step;
-    in.rank = key.second;
     in.cost = &c;
-    strategy->price_step(in);
+    strategy->price(in);
     return priced.emplace(key, std::move(c)).first->second;
   };
   res.modeled_chains = priced_step(0, 0).chains;
@@ -578,11 +549,7 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   GS_NVTX_RANGE(kMeasure);
   for (int64_t step = 0; step < total; ++step) {
     GS_NVTX_RANGE(kStep);
-    if (per_rank) {
-      for (int r = 0; r < ranks; ++r) recs[static_cast<size_t>(r)] = &priced_step(step, r);
-    } else {
-      std::fill(recs.begin(), recs.end(), &priced_step(step, 0));
-    }
+    for (int r = 0; r < ranks; ++r) recs[static_cast<size_t>(r)] = &priced_step(step, r);
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
     carry_rank_clocks(m, rank_clock_s);
     if (cost_model.record_layouts()) res.modeled_layouts.resize(m.size());

@@ -42,7 +42,7 @@ class AllReduce final : public SyncStrategy {
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     wire_config_ = wire_config(s.config);
-    if (s.timing_only) {  // timing-only: price_step alone, no buffers (one precision step prices its passes)
+    if (s.timing_only) {  // timing-only: price alone, no buffers (one precision step prices its passes)
       precision_.emplace_back(s.config);
       return;
     }
@@ -75,16 +75,18 @@ class AllReduce final : public SyncStrategy {
 
   float* params(int rank) override { return params_[shared_ ? 0 : static_cast<size_t>(rank)].data(); }
   const float* eval_params() override { return params_[0].data(); }
-  bool replicas_identical() const override { return true; }
+  bool replicas_identical(int64_t) const override { return true; }
   float loss_scale(int rank) const override { return precision_[shared_ ? 0 : static_cast<size_t>(rank)].loss_scale(); }
-  const PrecisionStep* precision_step(int rank) const override {
-    return &precision_[shared_ ? 0 : static_cast<size_t>(rank)];
+  // The report follows rank 0's precision step (under all-reduce every rank's decides alike).
+  StrategyReport report() const override {
+    StrategyReport r;
+    r.precision = &precision_[0];
+    r.compression = compression_report();
+    return r;
   }
-  nlohmann::json compression_report() const override {
+  nlohmann::json compression_report() const {
     return compressed_ ? compressed_->report() : nlohmann::json(nullptr);
   }
-
-  void price_step(const StepInput& in) const override { price(in); }
 
   void step(const StepInput& in) override {
     price(in);
@@ -101,8 +103,8 @@ class AllReduce final : public SyncStrategy {
 
  private:
   // The modeled step: one all-reduce per bucket (fp32 gradients), overlapped with backward, then the optimizer.
-  void price(const StepInput& in) const {
-    if (in.cost == nullptr) return;
+  PriceKey price(const StepInput& in) const override {
+    if (in.cost == nullptr) return {};
     in.cost->overlap_backward = overlap_;
     in.cost->deferred_steps = static_cast<int64_t>(staleness_);
     // Compressed: CompressedReduction prices encode, the real payload collectives and decode per bucket.
@@ -113,6 +115,7 @@ class AllReduce final : public SyncStrategy {
     }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     precision_[precision_.size() == 1 ? 0 : static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
+    return {};
   }
 
   // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).

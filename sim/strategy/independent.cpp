@@ -12,20 +12,21 @@ class Independent final : public SyncStrategy {
   explicit Independent(const StrategySetup& s)
       : n_(s.model.num_params()), cost_model_(s.cost_model), optimizer_(s.config.training.optimizer) {
     for (int r = 0; r < s.ranks; ++r) precision_.emplace_back(s.config);  // each rank its own loss scaler
-    if (s.timing_only) return;  // timing-only: price_step alone, no buffers
+    if (s.timing_only) return;  // timing-only: price alone, no buffers
     for (int r = 0; r < s.ranks; ++r) {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
     }
   }
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
-  void price_step(const StepInput& in) const override {
+  PriceKey price(const StepInput& in) const override {
     if (in.cost != nullptr && cost_model_ != nullptr)
       cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     if (in.cost != nullptr) precision_[static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
+    return {};
   }
   void step(const StepInput& in) override {
-    price_step(in);
+    price(in);
     GS_NVTX_RANGE(kOptimizer);
     PhaseTimer t(*in.clock, Phase::kOptimizer);
     if (in.local_samples <= 0) return;  // nothing to learn from
@@ -38,9 +39,13 @@ class Independent final : public SyncStrategy {
     ps.after_update(params(in.rank), opt, 0, n_);
   }
   const float* eval_params() override { return params_[0].data(); }
-  bool replicas_identical() const override { return false; }
+  bool replicas_identical(int64_t) const override { return false; }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
-  const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
+  StrategyReport report() const override {
+    StrategyReport r;
+    r.precision = &precision_[0];  // rank 0's scaler
+    return r;
+  }
 
  private:
   size_t n_;

@@ -34,7 +34,7 @@ class LocalSgd final : public SyncStrategy {
     for (int r = 0; r < s.ranks; ++r) precision_.emplace_back(s.config);  // each rank its own loss scaler
     const OptimizerConfig& o = s.config.training.optimizer;
     state_buffers_ = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
-    if (s.timing_only) return;  // timing-only: price_step alone, no buffers
+    if (s.timing_only) return;  // timing-only: price alone, no buffers
     for (int r = 0; r < s.ranks; ++r) {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
@@ -42,14 +42,17 @@ class LocalSgd final : public SyncStrategy {
   }
 
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
-  // Identical after every step only when every step ends with an average (H = 1) or there is one rank.
-  bool replicas_identical() const override { return period_ == 1 || ranks_ == 1; }
-  // ... or when the warm-up covers the whole run (every step is a synchronous all-reduce step).
-  bool replicas_identical_in(int64_t total_steps) const override {
-    return replicas_identical() || warmup_ >= total_steps;
+  // Identical after every step only when every step ends with an average (H = 1), there is one rank, or the warm-up
+  // covers the whole run (every step is a synchronous all-reduce step).
+  bool replicas_identical(int64_t total_steps) const override {
+    return period_ == 1 || ranks_ == 1 || warmup_ >= total_steps;
   }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
-  const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
+  StrategyReport report() const override {
+    StrategyReport r;
+    r.precision = &precision_[0];  // rank 0's scaler
+    return r;
+  }
 
   // Between averages the replicas differ: evaluation reads their average (rank-order sum / N, the bits the next
   // average would give), computed into a buffer of its own; right after a synchronous or averaging step every replica
@@ -71,8 +74,10 @@ class LocalSgd final : public SyncStrategy {
   // local steps communicate nothing; averaging steps all-reduce the parameters and, when averaged, each optimizer
   // state buffer: one all-reduce of 4n bytes per buffer, one after the other, after the optimizer, not overlapped
   // (what average() issues).
-  void price_step(const StepInput& in) const override {
-    if (in.cost == nullptr) return;
+  // Key: warm-up, averaging and local steps price differently.
+  PriceKey price(const StepInput& in) const override {
+    const PriceKey key{in.step < warmup_ ? 0 : averages_after(in.step) ? 1 : 2, 0};
+    if (in.cost == nullptr) return key;
     if (in.step < warmup_) {
       for (const Bucket& b : buckets_)
         in.cost->add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
@@ -85,13 +90,11 @@ class LocalSgd final : public SyncStrategy {
     }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     precision_[static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
-  }
-  int64_t schedule_key(int64_t step) const override {
-    return step < warmup_ ? 0 : averages_after(step) ? 1 : 2;
+    return key;
   }
 
   void step(const StepInput& in) override {
-    price_step(in);
+    price(in);
     PhaseClock& clock = *in.clock;
     const bool warmup = in.step < warmup_;
     if (warmup) {

@@ -182,21 +182,27 @@ class ParameterServer final : public SyncStrategy {
   float* params(int rank) override { return worker_[static_cast<size_t>(rank)].data(); }
   const float* eval_params() override { return server_.data(); }
   // BSP: every worker pulls the same parameters after each clock; SSP and async workers read different versions.
-  bool replicas_identical() const override { return staleness_ == 0; }
+  bool replicas_identical(int64_t) const override { return staleness_ == 0; }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
   // The report's precision section follows worker 0's scaler; every worker's skips are in the staleness report.
-  const PrecisionStep* precision_step(int rank) const override { return &precision_[static_cast<size_t>(rank)]; }
-  bool lockstep() const override { return false; }
-  bool rank_done(int rank) const override { return done_rank_[static_cast<size_t>(rank)] != 0; }
-  void set_progress_sink(ProgressSink sink) override { sink_ = std::move(sink); }
-  std::vector<std::vector<ModeledStep>> modeled_rank_steps() const override { return modeled_; }
-  void abort() override { sched_.abort(); }
+  StrategyReport report() const override {
+    StrategyReport r;
+    r.precision = &precision_[0];
+    r.compression = compression_report();
+    r.staleness = staleness_report();
+    r.modeled_rank_steps = modeled_;
+    return r;
+  }
+  bool rank_done(int rank) const { return done_rank_[static_cast<size_t>(rank)] != 0; }
+  void abort() { sched_.abort(); }  // wakes workers blocked in the scheduler
+  // Free-running: workers do not step together (FreeRunningControl below).
+  std::unique_ptr<StepControl> make_control(const ControlSetup& setup) override;
 
   // The report's "compression" object (reports/README.md), from the workers' pushes: collective "push", bytes per
   // push (payload; on the wire: what crossed to other devices, push plus the dense pull after it, whose bytes a
   // co-located shard host sends, so the mean equals the mean over ranks of communication.bytes_sent_per_rank_per_step;
   // a dedicated server's pull is sent by no rank and left out), error of each decoded push against the raw gradient.
-  json compression_report() const override {
+  json compression_report() const {
     if (!compressed_) return nullptr;
     std::vector<double> payload, wire, enc, dec, err, res;
     for (const PushCodec& w : codec_) {
@@ -243,7 +249,7 @@ class ParameterServer final : public SyncStrategy {
     return j;
   }
 
-  json staleness_report() const override {
+  json staleness_report() const {
     json pushes = json::array(), wait = json::array(), skipped = json::array(), scales = json::array();
     for (int r = 0; r < ranks_; ++r) {
       pushes.push_back(applied_by_rank_[static_cast<size_t>(r)]);
@@ -266,14 +272,16 @@ class ParameterServer final : public SyncStrategy {
 
   // Timing-only (BSP only, refused otherwise at validation): every rank pushes, waits for the slowest (the step is
   // synchronous), the server applies and every rank pulls.
-  bool price_depends_on_rank() const override {
+  bool price_depends_on_rank() const {
     for (size_t r = 0; r < wire_bytes_.size(); ++r)
       if (wire_bytes_[r] != wire_bytes_.front() || served_bytes_[r] != served_bytes_.front()) return true;
     return false;
   }
 
-  void price_step(const StepInput& in) const override {
-    if (in.cost == nullptr) return;
+  // Key: the rank when its price differs from the others' (fewer co-located shards than ranks), else one for all.
+  PriceKey price(const StepInput& in) const override {
+    const PriceKey key{0, price_depends_on_rank() ? in.rank : 0};
+    if (in.cost == nullptr) return key;
     const double bytes = wire_bytes_[static_cast<size_t>(in.rank)];
     if (bytes > 0) {
       // One BSP clock with every worker's push handed to the links at once (ps_cost.h): the pushes and the pulls
@@ -288,6 +296,7 @@ class ParameterServer final : public SyncStrategy {
     in.cost->add_served_bytes(served_bytes_[static_cast<size_t>(in.rank)]);
     in.cost->add_time(Phase::kOptimizer, apply_s_);
     in.cost->synchronous = true;
+    return key;
   }
 
   void step(const StepInput& in) override {
@@ -779,6 +788,35 @@ class ParameterServer final : public SyncStrategy {
   std::vector<double> pending_samples_, pending_all_samples_, pending_loss_;
   int clock_pushes_ = 0;
 };
+
+// The parameter server's step control: no per-step control all-reduce (StepInput.global_samples is the worker's own
+// samples, the loss its own); each worker runs until the server says it is done (a fast worker computes more than
+// `total` steps), and the series comes from the server's progress points (ControlSetup::progress).
+class FreeRunningControl final : public StepControl {
+ public:
+  FreeRunningControl(ParameterServer& ps, int64_t total, int ranks) : ps_(ps), total_(total), ranks_(ranks) {}
+  // The run ends on the budget of total x ranks pushes, so a worker's loader may serve that many steps.
+  int64_t loader_steps() const override { return total_ * static_cast<int64_t>(ranks_); }
+  bool runs(int, int64_t) const override { return true; }
+  StepVerdict combine(int, int64_t, const StepTally& tally, PhaseClock&) override {
+    StepVerdict v;
+    v.global_samples = tally.grad_samples;
+    v.loss_nonfinite = !std::isfinite(tally.loss_sum);  // the worker's own loss
+    return v;
+  }
+  bool end_step(int rank, int64_t, const StepVerdict&, const PhaseClock&) override { return !ps_.rank_done(rank); }
+  void abort() override { ps_.abort(); }
+
+ private:
+  ParameterServer& ps_;
+  int64_t total_;
+  int ranks_;
+};
+
+std::unique_ptr<StepControl> ParameterServer::make_control(const ControlSetup& setup) {
+  sink_ = setup.progress;
+  return std::make_unique<FreeRunningControl>(*this, setup.total_steps, setup.ranks);
+}
 
 }  // namespace
 

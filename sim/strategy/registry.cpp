@@ -34,11 +34,6 @@ std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup) {
   throw Error(fmt::format("sync.kind: unknown strategy \"{}\"; known: {}", setup.config.sync.kind, known));
 }
 
-void SyncStrategy::price_step(const StepInput&) const {
-  throw Error("this sync strategy has no timing-only schedule yet (training.mode \"timing\"): it can only be "
-              "priced while it trains");
-}
-
 std::vector<Bucket> make_buckets(const std::vector<TensorInfo>& tensors, size_t first_bucket_bytes,
                                  size_t bucket_bytes) {
   std::vector<Bucket> buckets;

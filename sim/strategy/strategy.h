@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/comm/communicator.h"
@@ -103,7 +104,7 @@ struct StrategySetup {
   Communicator& comm;
   int ranks;
   const CostModel* cost_model = nullptr;  // prices optimizer steps and the like (add_optimizer)
-  bool timing_only = false;               // training.mode "timing": allocate nothing; only price_step is called
+  bool timing_only = false;               // training.mode "timing": allocate nothing; only price is called
   const std::function<void(const ParameterRead&)>* on_read = nullptr;  // tests: every parameter read (free-running)
 };
 
@@ -127,54 +128,57 @@ struct StepInput {
   StepCost* cost = nullptr;       // the rank's modeled step: add what the strategy does (see sim/cost/step_cost.h)
 };
 
+// Steps (and ranks) whose SyncStrategy::price records the same work share a key: (schedule class of the step, rank
+// class). Most strategies: {0, 0} for every step and rank. The timing-only loop prices one step per key.
+using PriceKey = std::pair<int64_t, int>;
+
+// What a strategy reports after the run (SyncStrategy::report).
+struct StrategyReport {
+  // The precision step (loss scaler, clipping) the report's "precision" object follows (rank 0's); null when none.
+  const PrecisionStep* precision = nullptr;
+  nlohmann::json compression;  // the report's "compression" object; null when gradients travel uncompressed
+  nlohmann::json staleness;    // the report's "staleness" object (free-running strategies); null otherwise
+  // [rank][step] modeled steps of a strategy that models its own clock (free-running: ranks step on their own);
+  // empty when the rank loop's lockstep modeled clock has them.
+  std::vector<std::vector<ModeledStep>> modeled_rank_steps;
+};
+
+// What make_control gets from the rank loop.
+struct ControlSetup {
+  int64_t total_steps = 0;  // the run's planned optimizer steps
+  int ranks = 1;
+  // Where a free-running strategy reports a progress point (once per `ranks` applied gradients, from inside its
+  // serialized section, in modeled-time order); false ends the run.
+  ProgressSink progress;
+  // The rank loop's lockstep control (sim/runtime/lockstep_control.h): the default.
+  std::function<std::unique_ptr<StepControl>()> lockstep;
+};
+
 class SyncStrategy {
  public:
   virtual ~SyncStrategy() = default;
   // The rank's parameters (num_params floats). Ranks may share one buffer when the strategy shares identical state.
   virtual float* params(int rank) = 0;
-  // Called by every rank thread concurrently; returns when the rank's next parameters are in params(rank) and safe
-  // to read for the next forward.
-  virtual void step(const StepInput& in) = 0;
   // The parameters that represent the model for evaluation (called from one thread between steps).
   virtual const float* eval_params() = 0;
-  // True when every rank's parameters are equal after every step (the report checks it under trace).
-  virtual bool replicas_identical() const = 0;
-  // The same claim for a run of total_steps optimizer steps (what the report records). Strategies whose answer depends
-  // on the run's length override it (local_sgd: a warm-up covering every step keeps every step synchronous).
-  virtual bool replicas_identical_in(int64_t total_steps) const { return replicas_identical(); }
   // The loss scale rank `rank` multiplies its loss by in this step's backward (read by the rank's own thread before
-  // its micro-batches; 1 without a scaler).
+  // its micro-batches; 1 without a scaler). The rank loop also reads from it whether the scaler can still recover.
   virtual float loss_scale(int rank) const { return 1.0f; }
-  // The precision step (loss scaler, clipping) whose outcome rank `rank` follows, for the report; null when the
-  // strategy has none. Read after the run.
-  virtual const PrecisionStep* precision_step(int rank) const { return nullptr; }
-  // The report's "compression" object (null when the strategy sends gradients uncompressed). Called after the run.
-  virtual nlohmann::json compression_report() const { return nullptr; }
-  // Timing-only runs (training.mode "timing"): record into in.cost what one step of rank in.rank would do (its
-  // collectives, optimizer, ...) without touching any data; in.grad is null. Default: refused with a clear error.
-  virtual void price_step(const StepInput& in) const;
-  // Timing-only runs price one step per distinct key and reuse it for every step with the same key: steps whose
-  // price_step records the same work share a key (default: every step alike). E.g. local_sgd: warm-up, averaging and
-  // local steps.
-  virtual int64_t schedule_key(int64_t step) const { return 0; }
-  // True when price_step records different work for different ranks (a parameter server with fewer co-located
-  // shards than ranks: a rank hosting a shard sends less); the timing-only loop then prices every rank on its own
-  // instead of reusing rank 0's step for all.
-  virtual bool price_depends_on_rank() const { return false; }
-
-  // Free-running strategies (parameter server: ranks do not step together). When lockstep() is false the rank loop
-  // (rank_loop.cpp) skips its per-step control all-reduce (StepInput.global_samples is then the rank's own samples),
-  // runs each rank until rank_done(rank) is true after a step, leaves the convergence series to the strategy
-  // (set_progress_sink, called before the threads start) and takes the modeled clock from modeled_rank_steps().
-  virtual bool lockstep() const { return true; }
-  virtual bool rank_done(int rank) const { return false; }
-  virtual void set_progress_sink(ProgressSink sink) {}
-  // [rank][step] modeled steps of a free-running strategy (after the run); empty for lockstep strategies.
-  virtual std::vector<std::vector<ModeledStep>> modeled_rank_steps() const { return {}; }
-  // The report's "staleness" object (null for lockstep strategies). Called after the run.
-  virtual nlohmann::json staleness_report() const { return nullptr; }
-  // Wakes rank threads blocked inside the strategy (a rank failed); they throw gs::Aborted.
-  virtual void abort() {}
+  // Called by every rank thread concurrently; returns when the rank's next parameters are in params(rank) and safe
+  // to read for the next forward. Adds its work to in.cost through price(in).
+  virtual void step(const StepInput& in) = 0;
+  // The modeled step beyond the micro-batches: records into in.cost (when not null) what rank in.rank's step in.step
+  // does (its collectives, optimizer, precision passes) without touching any data (in.grad may be null), and returns
+  // the step's PriceKey. Used by step() for the modeled clock and alone by timing-only runs (training.mode "timing").
+  virtual PriceKey price(const StepInput& in) const = 0;
+  // True when every rank's parameters are equal after every step of a run of total_steps optimizer steps (the
+  // strategy's claim, recorded before the run; the report checks it under trace).
+  virtual bool replicas_identical(int64_t total_steps) const = 0;
+  // After the run: what the report takes from the strategy.
+  virtual StrategyReport report() const { return {}; }
+  // The run's step control (once, before the rank threads start): the lockstep one unless the strategy's ranks do
+  // not step together (the parameter server supplies its own and reports through setup.progress).
+  virtual std::unique_ptr<StepControl> make_control(const ControlSetup& setup) { return setup.lockstep(); }
 };
 
 struct StrategyEntry {
