@@ -1,5 +1,6 @@
-// The CUDA side's one translation unit for now: queries the devices, so the toolchain path is proven on every build.
-// Any error from the query (e.g. "insufficient driver" on machines without one) means no usable GPU.
+// The CUDA device query (cuda_probe.h), compiled by nvcc on every CUDA build. Any error from the query (e.g.
+// "insufficient driver" on machines without one) means no usable GPU. Extend: a new fact is one CudaProbe member and
+// its query here.
 #include <cuda_runtime.h>
 #if defined(GRADSWEEP_HAVE_NCCL)
 #include <nccl.h>

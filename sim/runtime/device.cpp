@@ -1,5 +1,5 @@
-// Device resolution and the communicator that goes with it; the CUDA query lives in cuda_probe.cu when CUDA is
-// compiled (a stub below otherwise).
+// Device resolution, the backend choice and the communicator that goes with it; the CUDA query lives in cuda_probe.cu
+// when CUDA is compiled (a stub below otherwise). Extend: a feature a cuda loop learns drops its refusal here.
 #include "sim/runtime/device.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// Device: where a rank's tensors live and its ops run. `host` (CPU threads, this version) or `cuda` (one GPU per
-// rank, the CUDA-backend issue). The run asks for its devices once, and the communicator follows from them, so the
-// CUDA backend plugs in here without touching the rank loop.
+// Device: where a rank's tensors live and its ops run, `host` (CPU threads) or `cuda` (a GPU per rank), and which
+// backend and cuda path a configuration takes (choose_backend). Extend: a new backend is one Backend value, its
+// refusals (cuda_loop_issues-style) and its communicator in make_communicator.
 #pragma once
 #include <memory>
 #include <optional>

@@ -1,5 +1,5 @@
-// One run: builds the model, data, communicator and sync strategy of a RunConfig, runs the rank loop on a World,
-// and returns what the report needs. The rank loop lives in rank_loop.cpp and nowhere else.
+// One run: run_training resolves a RunConfig into its RunPlan and runs its loop (host rank loop, timing-only, cuda),
+// returning what the report needs. Extend: a new test or driver hook is one RunHooks member.
 #pragma once
 #include <atomic>
 #include <cstdint>

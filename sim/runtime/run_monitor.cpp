@@ -1,4 +1,5 @@
-// RunMonitor (run_monitor.h): series points, evaluation, stop decisions and the wording of every outcome.
+// RunMonitor (run_monitor.h): series points, evaluation, stop decisions and the wording of every outcome. Extend: a
+// new outcome's wording is one method here.
 #include "sim/runtime/run_monitor.h"
 
 #include <cmath>

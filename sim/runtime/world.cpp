@@ -1,4 +1,5 @@
-// World: persistent rank threads, job hand-off, per-rank exception capture and abort.
+// World (world.h): persistent rank threads, job hand-off, per-rank exception capture and abort. Extend: per-thread
+// setup in thread_main.
 #include "sim/runtime/world.h"
 
 #include <string>

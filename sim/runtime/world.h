@@ -1,6 +1,6 @@
-// World: the rank threads of one run. One persistent thread per rank for the whole run; run() hands every thread
-// the same job and waits. A rank that throws aborts the world (the on_abort hook wakes ranks blocked in collectives),
-// and run() rethrows the first real error once every thread has stopped: never a hang.
+// World: the rank threads of one run, one persistent thread per rank; run() hands every thread the same job and waits,
+// and a rank that throws aborts the world (on_abort wakes blocked ranks) and is rethrown: never a hang. Extend: work
+// every rank thread does once (naming, device binding) goes into thread_main.
 #pragma once
 #include <condition_variable>
 #include <exception>

@@ -1,6 +1,6 @@
-// `allreduce`: bulk-synchronous data parallelism (docs/design.md, section 2). Each rank's local gradient sum is all-reduced
-// (sum, in rank order, bucket by bucket in reverse layer order), divided by the step's total sample count S, and every
-// rank applies the same optimizer step, so replicas stay bit-identical.
+// `allreduce`: bulk-synchronous data parallelism (docs/design.md, section 2): bucketed all-reduce (sum, rank order) of
+// the local gradient sums, divided by S, the same optimizer step on every rank. Extend: a new wire encoding is a
+// compressor (sim/compress/registry.cpp); a new rule for applying the averaged gradient goes into apply_update.
 // With cluster.share_identical (host backend) the ranks hold one shared parameter buffer and optimizer: each rank
 // reduces its 1/N slice of the gradients straight into a shared buffer (same order, same bits) and updates that slice,
 // so the N identical copies and N identical optimizer passes are done once. Results are bit-for-bit the same.

@@ -1,5 +1,6 @@
 // `independent`: no communication at all; every rank applies its own local mean gradient to its own replica (the
-// H = infinity limit of local SGD). Proves the strategy seam: the rank loop does not know it is not synchronous.
+// H = infinity limit of local SGD). The smallest SyncStrategy: copy it to start a new one (README, "Adding a sync
+// strategy").
 #include "kernels/nvtx.h"
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/strategy.h"

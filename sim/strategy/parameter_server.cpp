@@ -1,5 +1,6 @@
 // `parameter_server` (docs/design.md, section 2): the server owns the parameters (sharded over sync.shards shards) and the
-// optimizer; each worker computes a gradient on the parameters it last pulled, pushes it, and pulls again.
+// optimizer; each worker computes a gradient on the parameters it last pulled, pushes it, and pulls again. Extend: a
+// new consistency model is a rule in may_start; the workers' step control is FreeRunningControl at the end.
 // sync.staleness 0 = BSP (the server sums a clock's pushes in rank order, divides by their samples, applies once),
 // s = SSP (Ho et al. 2013: a worker starts clock c only when every worker has finished clock c - s - 1), "inf" =
 // asynchronous (every push applied on arrival, with its own mean gradient at learning rate lr / N: N pushes are one
