@@ -46,6 +46,7 @@
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/runtime/run_monitor.h"
+#include "sim/runtime/run_plan.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
 
@@ -110,14 +111,15 @@ struct DeviceEvalSet {
 
 }  // namespace
 
-RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, const std::string& reason) {
+RunResult run_training_cuda(const RunPlan& plan, const RunHooks& hooks) {
   GS_NVTX_RANGE(kRun);
+  const RunConfig& config = plan.config;
   RunResult res;
   res.backend = "cuda";
-  res.backend_reason = reason;
+  res.backend_reason = plan.backend.reason;
   const double wall0 = now_s();
-  const int ranks = static_cast<int>(config.cluster.ranks);
-  const int64_t K = config.training.accumulation_steps;
+  const int ranks = plan.shape.ranks;
+  const int64_t K = plan.shape.micro_batches;
   try {
     const CudaProbe& probe = cuda_status();
     GS_EXPECT(cuda_usable(probe), "cluster.backend cuda: no usable GPU (" + probe.error + ")");
@@ -193,7 +195,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     // Precision: fp32 / tf32 (fp32 stack; tf32 with TF32 tensor-op GEMMs), or a mode of the mixed stack with the
     // host model's MixedSpec (mixed_spec, sim/model/model.h): bf16_mixed, fp16_mixed, fp8_mixed (fp32 master weights
     // and optimizer state; fp8: E4M3/E5M2 GEMM operands with delayed scaling, bf16 elsewhere).
-    const PrecisionMode mode = parse_precision_mode(config.precision.mode);
+    const PrecisionMode mode = plan.precision;
     const bool mixed = mode == PrecisionMode::kBf16Mixed || mode == PrecisionMode::kFp16Mixed ||
                        mode == PrecisionMode::kFp8Mixed;
     const MixedSpec spec = mixed_spec(precision_policy(config.precision));
@@ -202,8 +204,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
     ScaledUpdate report_scaler(config.precision);  // rank 0's copy after the run (every rank's decides alike)
     // The local gradient's check before the all-reduce, where the host loop checks it (check_nonfinite there): a
     // reduced-precision mode or a loss scaler.
-    const bool check_local = precision_policy(config.precision).emulated() ||
-                             loss_scaler_settings(config.precision).kind != LossScaleKind::kNone;
+    const bool check_local = precision_policy(config.precision).emulated() || plan.scaler_active();
     uint64_t averaged_nonfinite = 0;  // rank 0's count of inf/NaN values in all-reduced gradients
     double trained_s = 0.0;
     World world(ranks);
@@ -227,7 +228,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       GS_CUDA_CHECK(cudaMemcpyAsync(params.get(), init.data(), n * sizeof(float), cudaMemcpyHostToDevice, cs));
       if (state_a.size() > 0) GS_CUDA_CHECK(cudaMemsetAsync(state_a.get(), 0, state_a.bytes(), cs));
       if (state_b.size() > 0) GS_CUDA_CHECK(cudaMemsetAsync(state_b.get(), 0, state_b.bytes(), cs));
-      int64_t capacity = std::max<int64_t>(config.data.batch_per_rank, 1);
+      int64_t capacity = std::max<int64_t>(plan.shape.batch_per_rank, 1);
       gpu::DenseScratchGpu scratch = gpu::make_dense_scratch_gpu(stack, capacity);
       std::optional<gpu::MixedScratchGpu> mixed_scratch;
       if (mixed) mixed_scratch = gpu::make_mixed_scratch_gpu(stack, capacity, spec, K);
@@ -263,7 +264,7 @@ RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, cons
       const int node_first = rank / ranks_per_node * ranks_per_node;
       const double readers = static_cast<double>(std::min(ranks_per_node, ranks - node_first));
       const double window =
-          static_cast<double>(std::max<int64_t>(1, config.data.prefetch) * config.data.batch_per_rank);
+          static_cast<double>(std::max<int64_t>(1, config.data.prefetch) * plan.shape.batch_per_rank);
       Batch batch;
       DataCounts micro_counts;
 

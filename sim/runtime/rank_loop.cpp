@@ -597,7 +597,7 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the host loop with the
   // GPU model (cuda_model.h) in place of the host model.
   if (plan.device_loop()) {
-    RunResult r = run_training_cuda(plan.config, hooks, plan.backend.reason);
+    RunResult r = run_training_cuda(plan, hooks);
     r.cuda_path = res.cuda_path;
     return r;
   }

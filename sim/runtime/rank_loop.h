@@ -12,6 +12,7 @@
 
 namespace gs {
 struct ParameterRead;
+struct RunPlan;
 }
 
 namespace gs {
@@ -41,9 +42,10 @@ int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch);
 RunResult run_training(const RunConfig& config, const RunHooks& hooks = {});
 
 // The cuda backend's rank loop (sim/runtime/cuda_rank_loop.cpp, built with the CUDA side only): what run_training
-// runs when the backend resolves to cuda. Same contract and RunResult fields as the host loop for the configurations
-// cuda_loop_issues (device.h) accepts; `reason` goes to RunResult::backend_reason. CUDA and NCCL errors end the run as
-// "failed" with the error's message (communicators aborted first, so no rank hangs).
-RunResult run_training_cuda(const RunConfig& config, const RunHooks& hooks, const std::string& reason);
+// runs when the plan takes the device path (run_plan.h, RunPlan::device_loop). Same contract and RunResult fields as
+// the host loop for the configurations cuda_loop_issues (device.h) accepts; plan.backend.reason goes to
+// RunResult::backend_reason. CUDA and NCCL errors end the run as "failed" with the error's message (communicators
+// aborted first, so no rank hangs).
+RunResult run_training_cuda(const RunPlan& plan, const RunHooks& hooks);
 
 }  // namespace gs

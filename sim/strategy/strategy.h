@@ -1,8 +1,6 @@
-// Sync strategies: how replicas agree. A strategy owns everything from a rank's accumulated local gradient to that
-// rank's next parameters: it holds the parameter buffers and the optimizers and calls the optimizer itself, so a
-// parameter server (the server owns the optimizer), local SGD (averages parameters) and delayed updates (a ring of
-// gradients) fit without touching the rank loop. A new strategy is one file plus one line in kStrategies
-// (registry.cpp).
+// Sync strategies: how replicas agree. A SyncStrategy owns everything from a rank's accumulated local gradient to its
+// next parameters (buffers, optimizers, communication, the step's modeled price) and how ranks step together (its
+// StepControl). Extend: a new strategy is one file plus one line in kStrategies (registry.cpp; README).
 #pragma once
 #include <cmath>
 #include <cstddef>
