@@ -12,13 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TOOLS = REPO_ROOT / "tools"
-PLOT = TOOLS / "plot.py"
-SCHEMA = REPO_ROOT / "reports" / "schema.json"
-EXAMPLE = REPO_ROOT / "reports" / "examples" / "tiny_report.json"
-
-sys.path.insert(0, str(TOOLS))
+from tools_test_paths import EXAMPLE, PLOT, REPO_ROOT, SCHEMA, TOOLS  # noqa: F401 (re-exported)
 
 
 def real_report_paths():

@@ -12,7 +12,7 @@ import matplotlib.figure
 import pytest
 
 import compare
-from conftest import REPO_ROOT, TOOLS
+from tools_test_paths import REPO_ROOT, TOOLS
 from test_plot import assert_png
 
 COMPARE = TOOLS / "compare.py"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from tools_test_paths import REPO_ROOT
 
 USER_TEXTS = sorted([REPO_ROOT / "README.md", REPO_ROOT / "reports" / "README.md", REPO_ROOT / "bench" / "peers" /
                      "README.md", *(REPO_ROOT / "docs").glob("*.md"), *(REPO_ROOT / "scenarios").rglob("*.json"),

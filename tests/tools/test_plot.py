@@ -19,7 +19,7 @@ import pytest
 
 import plot
 import report_lib as rl
-from conftest import PLOT
+from tools_test_paths import PLOT
 
 # The example report has a cluster.ranks axis (throughput against ranks) and no modeled clock.
 FIGURES = ["loss_vs_step.png", "loss_vs_time.png", "accuracy_vs_time.png", "step_breakdown.png",

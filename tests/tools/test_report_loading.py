@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import report_lib as rl
-from conftest import EXAMPLE, REPO_ROOT, TOOLS
+from tools_test_paths import EXAMPLE, REPO_ROOT, TOOLS
 
 READERS = ("compare.py", "plot.py")
 

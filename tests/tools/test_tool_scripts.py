@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO_ROOT
+from tools_test_paths import REPO_ROOT
 
 # `tools/NAME` not preceded by a path character (so tests/tools/test_plot.py is not read as tools/test_plot.py).
 REFERENCE = re.compile(r"(?<![\w./-])tools/([\w.-]+)")
