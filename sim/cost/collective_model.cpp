@@ -155,6 +155,32 @@ double CollectiveModel::curve_time_s(const BusbwCurve& c, CollectiveKind kind, d
   return bytes * f / (busbw * 1e9);
 }
 
+namespace {
+
+// The fastest of candidate(0) .. candidate(count - 1) that is available (time_s >= 0); `none` (time_s = +inf) when
+// none is.
+template <class Candidate>
+CollectiveCost fastest(CollectiveCost none, size_t count, Candidate&& candidate) {
+  none.time_s = std::numeric_limits<double>::infinity();
+  CollectiveCost out = none;
+  for (size_t i = 0; i < count; ++i) {
+    const CollectiveCost c = candidate(i);
+    if (c.time_s >= 0 && c.time_s < out.time_s) out = c;
+  }
+  return out;
+}
+
+}  // namespace
+
+CollectiveCost CollectiveModel::from_curve(const BusbwCurve& curve, CollectiveKind kind, double bytes,
+                                           std::optional<NcclAlgo> only) const {
+  CollectiveCost out = tuner_choice(kind, bytes, only);  // the algorithm and protocol NCCL would take
+  bool inside = false;
+  out.time_s = curve_time_s(curve, kind, bytes, &inside);
+  out.source = inside ? CostSource::kCurve : CostSource::kCurveExtended;
+  return finish(out, kind, bytes);
+}
+
 CollectiveCost CollectiveModel::with_algo(CollectiveKind kind, double bytes, NcclAlgo algo) const {
   CollectiveCost out;
   out.algo = algo;
@@ -164,39 +190,17 @@ CollectiveCost CollectiveModel::with_algo(CollectiveKind kind, double bytes, Ncc
     return out;
   }
   const BusbwCurve& curve = hw_->curves[idx(kind)][static_cast<size_t>(algo)];
-  if (!curve.empty()) {
-    out = tuner_choice(kind, bytes, algo);  // the protocol NCCL would take with this algorithm
-    bool inside = false;
-    out.time_s = curve_time_s(curve, kind, bytes, &inside);
-    out.source = inside ? CostSource::kCurve : CostSource::kCurveExtended;
-    return finish(out, kind, bytes);
-  }
-  out.time_s = std::numeric_limits<double>::infinity();
-  for (size_t p = 0; p < kNcclProtoCount; ++p) {
-    CollectiveCost c = cost(kind, bytes, algo, static_cast<NcclProto>(p));
-    if (c.time_s >= 0 && c.time_s < out.time_s) out = c;
-  }
-  return out;
+  if (!curve.empty()) return from_curve(curve, kind, bytes, algo);
+  return fastest(out, kNcclProtoCount, [&](size_t p) { return cost(kind, bytes, algo, static_cast<NcclProto>(p)); });
 }
 
 CollectiveCost CollectiveModel::best(CollectiveKind kind, double bytes) const {
-  CollectiveCost out;
-  if (ranks_ <= 1) return out;
+  if (ranks_ <= 1) return CollectiveCost{};
   if (forced_ && available(kind, *forced_)) return with_algo(kind, bytes, *forced_);
   const BusbwCurve& def = hw_->curves[idx(kind)][kCurveDefault];
-  if (!def.empty()) {
-    out = tuner_choice(kind, bytes, std::nullopt);
-    bool inside = false;
-    out.time_s = curve_time_s(def, kind, bytes, &inside);
-    out.source = inside ? CostSource::kCurve : CostSource::kCurveExtended;
-    return finish(out, kind, bytes);
-  }
-  out.time_s = std::numeric_limits<double>::infinity();
-  for (size_t a = 0; a < kNcclAlgoCount; ++a) {
-    CollectiveCost c = with_algo(kind, bytes, static_cast<NcclAlgo>(a));
-    if (c.time_s >= 0 && c.time_s < out.time_s) out = c;
-  }
-  return out;
+  if (!def.empty()) return from_curve(def, kind, bytes, std::nullopt);
+  return fastest(CollectiveCost{}, kNcclAlgoCount,
+                 [&](size_t a) { return with_algo(kind, bytes, static_cast<NcclAlgo>(a)); });
 }
 
 double CollectiveModel::p2p_s(double bytes) const {

@@ -82,6 +82,10 @@ class CollectiveModel {
   CollectiveCost tuner_choice(CollectiveKind kind, double bytes, std::optional<NcclAlgo> only) const;
   // The curve's time for `bytes` (seconds) and whether it is inside the measured sizes.
   double curve_time_s(const BusbwCurve& c, CollectiveKind kind, double bytes, bool* inside) const;
+  // A call priced from a measured curve: its time, with the algorithm and protocol NCCL's tuner would pick (among
+  // `only` when given), algbw/busbw and whether the size is inside the curve.
+  CollectiveCost from_curve(const BusbwCurve& curve, CollectiveKind kind, double bytes,
+                            std::optional<NcclAlgo> only) const;
   CollectiveCost finish(CollectiveCost c, CollectiveKind kind, double bytes) const;
   using Table = std::array<std::array<std::array<double, kNcclProtoCount>, kNcclAlgoCount>, kCollectiveKindCount>;
   const HardwareProfile* hw_;
