@@ -102,8 +102,11 @@ std::string wrap_to(const std::string& text, size_t width, size_t indent) {
   std::istringstream in(text);
   while (in >> word) {
     if (!line.empty() && line.size() + 1 + word.size() > room()) end_line();
-    while (line.empty() && word.size() > room()) {  // longer than a line: break it
-      const size_t cut = room();
+    while (line.empty() && word.size() > room()) {  // longer than a line: break it, after a '/' where it has one
+      size_t cut = room();
+      // A path is cut between its folders, not inside a name (a phrase held together by kNoBreak is not a path).
+      const size_t slash = word.find(kNoBreak) == std::string::npos ? word.rfind('/', cut - 1) : std::string::npos;
+      if (slash != std::string::npos && slash > 0) cut = slash + 1;
       line = word.substr(0, cut);
       word = word.substr(cut);
       end_line();
@@ -232,8 +235,8 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
   if (e.mismatch.empty()) {
     size_t to_run = 0;
     for (const auto& r : s.runs) to_run += re.search(r.id) && e.kept.count(r.id) == 0 ? 1 : 0;
-    out += fmt::format("  --resume      keep its {} finished run{} and run the {} missing or interrupted one{}{}\n",
-                       e.kept.size(), e.kept.size() == 1 ? "" : "s", to_run, to_run == 1 ? "" : "s",
+    out += fmt::format("  --resume      keep its {} finished run{}, run the {} missing or interrupted{}\n",
+                       e.kept.size(), e.kept.size() == 1 ? "" : "s", to_run,
                        o.filter.empty() ? "" : " that --filter keeps");
   }
   out += "  --out DIR     write this sweep's report into another folder\n";

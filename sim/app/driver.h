@@ -52,8 +52,9 @@ constexpr char kNoBreak = '\x1f';
 // wrapped, so a log keeps one line per message).
 size_t output_columns(bool terminal);
 // text in lines of at most width - 1 characters (so a terminal never wraps them itself), broken at spaces, every line
-// after the first indented by `indent` spaces; a word longer than a whole line (a long path) is broken where the line
-// ends. width 0: text unchanged (kNoBreak turned into spaces either way).
+// after the first indented by `indent` spaces; a word longer than a whole line is broken after its last '/' that
+// fits (a long path between its folders; not in words joined by kNoBreak), else where the line ends. width 0: text
+// unchanged (kNoBreak turned into spaces either way).
 std::string wrap_to(const std::string& text, size_t width, size_t indent);
 // Each line of text wrapped as wrap_to does, its continuation lines indented two spaces past the line's own leading
 // spaces (the refusals' and notes' layout); width 0: text unchanged.

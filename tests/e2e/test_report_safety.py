@@ -78,6 +78,30 @@ def test_the_refusal_of_another_version_fits_80_columns_and_names_what_changed(t
     assert snapshot(out) == before
 
 
+def test_the_refusal_with_a_long_folder_fits_80_columns_and_cuts_the_path_only_at_slashes(tmp_path):
+    """The same scenario again into a folder whose absolute path is longer than a line: every line of the refusal
+    within an 80-column terminal (the --resume hint included), the path broken only after a '/', so each folder
+    name stays whole on one line."""
+    names = ["a-folder-with-a-rather-long-name", "and-another-one-just-as-long-as-it", "reports-of-this-sweep"]
+    path = two_runs(tmp_path)
+    out = tmp_path.joinpath(*names)
+    assert run("run", path, "--out", out, "--quiet").returncode == 0
+    assert len(str(out)) > 79
+    before = snapshot(out)
+    code, text = run_in_pty(["run", path, "--out", out], 80, faults=None)
+    lines = text.replace("\r\n", "\n").splitlines()
+    assert code == 2, text
+    assert [t for t in lines if len(t) > 79] == [], text
+    assert "  --resume      keep its 2 finished runs, run the 0 missing or interrupted" in lines, text
+    for name in names:  # a cut inside a folder name would leave no line holding it whole
+        assert sum(name in t for t in lines) >= 2, text  # "DIR already holds" and "DIR/replaced-..."
+    # Joining only the breaks after a '/' gives the whole path back: it was cut nowhere else.
+    joined = re.sub(r"/\n +", "/", "\n".join(lines))
+    assert f"{out} already holds a report of 2 runs" in joined, joined
+    assert f"{out}/replaced-<date>-<time>/" in joined, joined
+    assert snapshot(out) == before
+
+
 def test_the_same_scenario_with_other_set_values_is_refused(tmp_path):
     path, out = finished(tmp_path)
     before = snapshot(out)
@@ -90,7 +114,7 @@ def test_the_same_scenario_finished_is_refused_and_resume_keeps_it(tmp_path):
     path, out = finished(tmp_path)
     before = snapshot(out)
     p = run("run", path, "--out", out)
-    assert_refused(p, out, before, "--resume      keep its 2 finished runs and run the 0 missing or interrupted ones")
+    assert_refused(p, out, before, "--resume      keep its 2 finished runs, run the 0 missing or interrupted\n")
     assert "of this scenario (the same file and --set values)" in p.stderr
     again = run("run", path, "--out", out, "--resume", "--quiet")
     assert again.returncode == 0, again.stderr
@@ -120,7 +144,7 @@ def test_an_interrupted_report_is_refused_with_how_many_resume_reruns(tmp_path):
     (out / "runs.jsonl").write_text("\n".join(lines[:2] + [json.dumps(last)]) + "\n")
     before = snapshot(out)
     p = run("run", path, "--out", out)
-    assert_refused(p, out, before, "--resume      keep its 1 finished run and run the 1 missing or interrupted one")
+    assert_refused(p, out, before, "--resume      keep its 1 finished run, run the 1 missing or interrupted\n")
     assert "a report of 2 runs (1 finished, 1 interrupted)" in p.stderr, p.stderr
 
 
@@ -208,7 +232,7 @@ def test_filter_into_an_existing_report_is_refused_and_resume_filter_adds_to_it(
     before = snapshot(out)
     p = run("run", path, "--out", out, "--filter", "steps=2")
     assert_refused(p, out, before,
-                   "--resume      keep its 1 finished run and run the 1 missing or interrupted one that --filter keeps")
+                   "--resume      keep its 1 finished run, run the 1 missing or interrupted that --filter keeps")
     p = run("run", path, "--out", out, "--filter", "steps=2", "--resume", "--quiet")
     assert p.returncode == 0, p.stderr
     ids = [r["id"] for r in json.loads((out / "report.json").read_text())["runs"]]
