@@ -206,6 +206,70 @@ bool is_path(const std::string& s) {
   return s.find('/') != std::string::npos || (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
 }
 
+// The file a profile's "base" names: a built-in name (as --hardware takes it) or a path relative to the folder of
+// the profile that names it.
+std::string base_file(const std::string& base, const std::string& file) {
+  if (is_path(base)) {
+    const std::filesystem::path b(base);
+    return b.is_absolute() ? base : (std::filesystem::path(file).parent_path() / b).string();
+  }
+  const std::vector<std::string> names = hardware_profile_names();
+  if (std::find(names.begin(), names.end(), base) == names.end()) {
+    std::string choices;
+    for (size_t i = 0; i < names.size(); ++i) choices += (i ? ", " : "") + names[i];
+    throw ProfileError({fmt::format("{}: base: expected a built-in hardware profile ({}) or the path of a profile "
+                                    "file, got unknown profile \"{}\"", file, choices, base)});
+  }
+  return hardware_dir() + "/" + base + ".json";
+}
+
+// A sourced number ({"value": ..., "source": ...}) is replaced whole; other objects are merged key by key.
+void override_into(json& into, const json& over) {
+  for (const auto& item : over.items()) {
+    json& slot = into[item.key()];
+    if (item.value().is_object() && !item.value().contains("value") && slot.is_object())
+      override_into(slot, item.value());
+    else
+      slot = item.value();
+  }
+}
+
+// A profile with "base": the base profile's JSON (itself a complete profile without "base", checked on its own) with
+// this file's keys over it; the base's measured curves ("collectives") are dropped when this file's gpus_per_node
+// differs from the base's (they were measured on the base's GPU count). A profile without "base" is returned as is.
+json with_base(const json& root, const std::string& file) {
+  if (!root.contains("base")) return root;
+  const json& base = root["base"];
+  if (!base.is_string() || base.get<std::string>().empty())
+    throw ProfileError({fmt::format("{}: base: expected the name of a built-in hardware profile or a profile file's "
+                                    "path, got {}", file, bounded_dump(base, 80))});
+  const std::string name = base.get<std::string>(), from = base_file(name, file);
+  std::error_code ec;
+  if (std::filesystem::equivalent(from, file, ec))
+    throw ProfileError({fmt::format("{}: base: expected another profile, got \"{}\": this file itself (a cycle)",
+                                    file, name)});
+  json parent;
+  try {
+    parent = parse_json_text(read_json_file_text(from), from);
+  } catch (const Error& e) {
+    throw ProfileError(
+        {fmt::format("{}: base: expected a readable profile file, got \"{}\": {}", file, name, e.what())});
+  }
+  if (parent.is_object() && parent.contains("base"))
+    throw ProfileError({fmt::format("{}: base: expected a profile without a base of its own, got \"{}\" ({}), which "
+                                    "is derived from {} (chains of bases are not followed)",
+                                    file, name, from, bounded_dump(parent["base"], 80))});
+  parse_hardware_profile(parent.dump(), from);  // the base's own problems, named in its file
+  json merged = parent;
+  auto value_of = [](const json& j) { return j.is_object() && j.contains("value") ? j["value"] : json(); };
+  if (root.contains("gpus_per_node") && value_of(root["gpus_per_node"]) != value_of(parent["gpus_per_node"]))
+    merged.erase("collectives");
+  json over = root;
+  over.erase("base");
+  override_into(merged, over);
+  return merged;
+}
+
 }  // namespace
 
 ProfileError::ProfileError(std::vector<std::string> problems)
@@ -239,8 +303,9 @@ Precision precision_from_name(const std::string& name) {
 }
 
 HardwareProfile parse_hardware_profile(const std::string& text, const std::string& file) {
-  const json root = parse_json_text(text, file);  // depth-limited: a deep file cannot overflow the stack
-  if (!root.is_object()) throw Error(fmt::format("{}: expected a JSON object (a hardware profile)", file));
+  const json text_root = parse_json_text(text, file);  // depth-limited: a deep file cannot overflow the stack
+  if (!text_root.is_object()) throw Error(fmt::format("{}: expected a JSON object (a hardware profile)", file));
+  const json root = with_base(text_root, file);
   Reader r(root, file);
   HardwareProfile p;
   p.file = file;

@@ -4,13 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "sim/core/error.h"
+#include "sim/core/json_io.h"
 #include "sim/cost/collective_model.h"
 #include "sim/cost/compute_model.h"
 #include "sim/cost/cost_model.h"
@@ -216,6 +220,79 @@ TEST(HardwareProfile, EveryProblemIsListedAtOnce) {
     }
     EXPECT_EQ(all.find("fabric.nvls"), std::string::npos) << all;
   }
+}
+
+// A profile with "base": the base's fields under its own; the base's measured curves are dropped when the GPU count
+// differs (measured on the base's count), kept when it is the same. Expected values read from the base file itself.
+TEST(HardwareProfile, ABaseIsInheritedAndItsCurvesDroppedWhenTheGpuCountDiffers) {
+  std::ifstream in(hardware_dir() + "/h100-sxm-8.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json base = nlohmann::json::parse(ss.str());
+  ASSERT_TRUE(base["collectives"]["all_reduce"].contains("default"));  // the premise: the base has a curve
+  auto four = load_hardware_profile("h100-sxm-4");
+  EXPECT_EQ(four->name, "h100-sxm-4");
+  EXPECT_EQ(four->gpus_per_node, 4);
+  EXPECT_EQ(four->gpu, base["gpu"].get<std::string>());
+  EXPECT_DOUBLE_EQ(four->peak_tflops[static_cast<size_t>(Precision::kBf16)],
+                   base["compute"]["peak_tflops"]["bf16"]["value"].get<double>());
+  EXPECT_DOUBLE_EQ(four->latency_scale, base["nccl"]["latency_scale"]["value"].get<double>());
+  EXPECT_DOUBLE_EQ(four->memory_capacity_GiB, base["memory"]["capacity_GiB"]["value"].get<double>());
+  for (const auto& kind : four->curves)
+    for (const auto& c : kind) EXPECT_TRUE(c.empty());
+  // The same GPU count keeps the curves; a sourced number is replaced whole, its section's other members stay.
+  const auto dir = std::filesystem::temp_directory_path() / ("gs-base-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "mine.json").string();
+  std::ofstream(file) << R"({"base": "h100-sxm-8", "name": "mine",
+    "compute": {"hbm_TBps": {"value": 3.0, "source": "my measurement"}}})";
+  const HardwareProfile mine = parse_hardware_profile(read_json_file_text(file), file);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(mine.name, "mine");
+  EXPECT_EQ(mine.gpus_per_node, base["gpus_per_node"]["value"].get<int>());
+  EXPECT_DOUBLE_EQ(mine.hbm_TBps, 3.0);
+  EXPECT_DOUBLE_EQ(mine.hbm_achievable_fraction, base["compute"]["hbm_achievable_fraction"]["value"].get<double>());
+  const auto& points = base["collectives"]["all_reduce"]["default"]["value"];
+  ASSERT_EQ(mine.curves[0][kCurveDefault].bytes.size(), points.size());
+  EXPECT_DOUBLE_EQ(mine.curves[0][kCurveDefault].busbw_GBps.back(), points.back()[1].get<double>());
+}
+
+// A bad "base" is one problem naming the file, the JSON path "base" and what was expected: not a string, an unknown
+// name, a missing file, the file itself (a cycle), a base that has a base of its own (chains are refused).
+TEST(HardwareProfile, ABadBaseIsRefusedWithTheFileAndWhy) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gs-badbase-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto error_of = [&](const std::string& name, const std::string& text) {
+    const std::string file = (dir / name).string();
+    std::ofstream(file) << text;
+    try {
+      parse_hardware_profile(read_json_file_text(file), file);
+    } catch (const ProfileError& e) {
+      EXPECT_EQ(e.problems().size(), 1u) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string at = (dir / "p.json").string() + ": base: expected ";
+  std::string m = error_of("p.json", R"({"base": 8, "name": "p"})");
+  EXPECT_EQ(m.rfind(at + "the name of a built-in hardware profile or a profile file's path, got 8", 0), 0u) << m;
+  m = error_of("p.json", R"({"base": "h900-sxm-8", "name": "p"})");
+  EXPECT_EQ(m.rfind(at + "a built-in hardware profile (", 0), 0u) << m;
+  EXPECT_NE(m.find("h100-sxm-8"), std::string::npos) << m;
+  EXPECT_NE(m.find("got unknown profile \"h900-sxm-8\""), std::string::npos) << m;
+  m = error_of("p.json", R"({"base": "./absent.json", "name": "p"})");
+  EXPECT_EQ(m.rfind(at + "a readable profile file, got \"./absent.json\"", 0), 0u) << m;
+  m = error_of("p.json", R"({"base": "./p.json", "name": "p"})");
+  EXPECT_EQ(m.rfind(at + "another profile, got \"./p.json\": this file itself (a cycle)", 0), 0u) << m;
+  // Two files naming each other: a cycle, refused as a chain at the first step.
+  error_of("q.json", R"({"base": "./p.json", "name": "q"})");
+  m = error_of("p.json", R"({"base": "./q.json", "name": "p"})");
+  EXPECT_EQ(m.rfind(at + "a profile without a base of its own, got \"./q.json\"", 0), 0u) << m;
+  m = error_of("p.json", R"({"base": "h100-sxm-4", "name": "p"})");  // a shipped derived profile
+  EXPECT_EQ(m.rfind(at + "a profile without a base of its own, got \"h100-sxm-4\"", 0), 0u) << m;
+  EXPECT_NE(m.find("derived from \"h100-sxm-8\""), std::string::npos) << m;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CollectiveModel, BusbwFactorsAreNcclTests) {
