@@ -397,8 +397,8 @@ std::string finished_metrics(const json& run, bool timing_only) {
 std::string finished_run_text(const std::string& count, const std::string& id, const std::string& outcome,
                               const std::string& metrics, const std::string& message, size_t columns) {
   const std::string tail = " " + outcome + (metrics.empty() ? "" : ":");
-  if (columns == 0)
-    return count + " " + id + tail + metrics + (message.empty() ? "" : " (" + message + ")");
+  if (columns == 0)  // one line as it is, the metrics' kNoBreak printed as spaces (wrap_to at width 0)
+    return wrap_to(count + " " + id + tail + metrics + (message.empty() ? "" : " (" + message + ")"), 0, 0);
   const size_t max = columns > 1 ? columns - 1 : 1, fixed = count.size() + 1 + tail.size();
   std::string head = count + " " + middle_cut(id, fixed + 20 < max ? max - fixed : 20) + tail;
   std::replace(head.begin(), head.end(), ' ', kNoBreak);

@@ -86,6 +86,20 @@ def test_the_quickstart_fits_80_columns_in_a_pipe_under_COLUMNS(tmp_path):
                          "           4 to run -> reports/quickstart/report.json"], lines
 
 
+def test_a_pipe_without_COLUMNS_gets_one_line_per_run_with_plain_spaces(tmp_path):
+    """Unknown width (a pipe, no $COLUMNS): a finished run is one line as it is, the spaces between a metric's name
+    and its value plain spaces (the wrap's no-break marker, 0x1f, was printed raw: 'eval_accuracy\\x1f0.8')."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "GRADSWEEP_TEST_FAULTS")}
+    path = write(tmp_path, scenario(steps=4, axes={"training.accumulation_steps": [1, 2]}), "s.json")
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "\x1f" not in p.stderr, repr(p.stderr)
+    done = [t for t in p.stderr.splitlines() if re.match(r"\[\d/2\] \S+ passed in ", t)]
+    assert len(done) == 2, p.stderr
+    assert all(re.search(r": eval_accuracy \d\.\d{4} eval_loss \S+ train_loss \S+$", t) for t in done), done
+
+
 def test_long_ids_and_a_skip_reason_fit_80_columns(tmp_path):
     """A run id longer than the line is cut in its middle, as on the live line; a skip's reason (long) goes on lines
     of its own below the run's line."""
