@@ -4,7 +4,7 @@ import importlib.util
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from tools_test_paths import REPO_ROOT
 
 SPEC = importlib.util.spec_from_file_location("check_function_length", REPO_ROOT / "tools" / "check_function_length.py")
 cfl = importlib.util.module_from_spec(SPEC)
