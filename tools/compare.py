@@ -283,7 +283,7 @@ def bound_footnotes(bounds):
     lines = []
     for (kind, reason), rows in bounds.items():
         time, speedup = ("longer", "smaller") if kind == "lower" else ("shorter", "larger")
-        lines.append(f"`{BOUND_MARK}` modeled figure of a run whose modeled clock is a {kind} bound (its times can only "
+        lines.append(f"`{BOUND_MARK}` modeled figure of a run whose modeled clock is {'an' if kind == 'upper' else 'a'} {kind} bound (its times can only "
                      f"be {time} in fact, its speedup only {speedup}): {reason} (runs: {candidates_text(rows)})")
     return lines
 

@@ -240,7 +240,8 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
                        o.filter.empty() ? "" : " that --filter keeps");
   }
   out += "  --out DIR     write this sweep's report into another folder\n";
-  out += fmt::format("  --overwrite   first move its report.json, runs.jsonl and figures (*.png) into\n"
+  out += fmt::format("  --overwrite   first move its report.json, runs.jsonl, figures (*.png) and run\n"
+                     "                files (weights/, batches/, timeline/) into\n"
                      "                {}/replaced-<date>-<time>/ (nothing is deleted)", e.dir);
   if (!e.mismatch.empty()) out += "\n(--resume continues only a report of the same scenario file and --set values)";
   return out;
@@ -291,8 +292,8 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
     std::string text = dry_run_text(s, o.filter);
     if (found && !o.overwrite) throw Error(replace_refusal(*found, s, o));
     if (found)
-      text += fmt::format("--overwrite: would first move the {} run{} in {} (report.json, runs.jsonl, figures) into "
-                          "{}/replaced-<date>-<time>/\n",
+      text += fmt::format("--overwrite: would first move the {} run{} in {} (report.json, runs.jsonl, figures, "
+                          "weights/, batches/, timeline/) into {}/replaced-<date>-<time>/\n",
                           found->runs, found->runs == 1 ? "" : "s", dir, dir);
     return text;
   }

@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
   run->add_flag("--retry-failed", retry_failed, "with --resume: also rerun failed, diverged and timed-out runs")
       ->needs(resume_flag);
   run->add_flag("--overwrite", overwrite,
-                "when the report folder holds runs: move its report.json, runs.jsonl and figures into "
+                "when the report folder holds runs: move its report.json, runs.jsonl, figures and run files "
+                "(weights/, batches/, timeline/) into "
                 "replaced-<date>-<time>/ inside it, then run (without it such a folder is refused)")
       ->excludes(resume_flag);
   run->add_flag("--quiet", quiet, "no progress on stderr");

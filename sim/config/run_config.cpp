@@ -780,14 +780,24 @@ void trace_size_issues(const RunConfig& c, const Model& model, const std::functi
   const bool steps_known = c.training.epochs <= 0 && clean("training.steps") && clean("cluster.ranks");
   const double numbers = (static_cast<double>(c.training.steps) + 1) * static_cast<double>(c.cluster.ranks) * n;
   const double mib = numbers * kTraceBytesPerNumber / 1048576.0;
+  // The most steps a trace of this run can have within kTraceMaxBytes (the initial snapshot is one more).
+  const double max_steps =
+      std::floor(kTraceMaxBytes / kTraceBytesPerNumber / (static_cast<double>(c.cluster.ranks) * n)) - 1;
   if (n > static_cast<double>(c.report.trace_max_params)) {
+    // The way on that passes: raising the limit alone, when the trace also fits the size limit; else fewer steps too.
+    std::string hint;
+    if (steps_known && numbers * kTraceBytesPerNumber <= kTraceMaxBytes)
+      hint = fmt::format(" (report.trace_max_params {:.0f} takes it: a trace of about {:.0f} MiB of report for {} "
+                         "steps x {} ranks)", n, mib, c.training.steps, c.cluster.ranks);
+    else if (steps_known && max_steps >= 1)
+      hint = fmt::format(" (report.trace_max_params {:.0f} with training.steps at most {:.0f} takes it: the trace of "
+                         "{} steps would be about {:.0f} MiB of report, more than the limit of {:.0f} MiB)", n,
+                         max_steps, c.training.steps, mib, kTraceMaxBytes / 1048576);
+    else if (steps_known)
+      hint = fmt::format(" (one step of {} ranks would already be more than the limit of {:.0f} MiB of report)",
+                         c.cluster.ranks, kTraceMaxBytes / 1048576);
     issues.push_back({"report.trace", fmt::format("trace is refused above {} parameters; this model has {:.0f}{}",
-                                                  c.report.trace_max_params, n,
-                                                  steps_known ? fmt::format(" (report.trace_max_params {:.0f} takes "
-                                                                            "it: a trace of about {:.0f} MiB of report "
-                                                                            "for {} steps x {} ranks)", n, mib,
-                                                                            c.training.steps, c.cluster.ranks)
-                                                              : "")});
+                                                  c.report.trace_max_params, n, hint)});
     return;
   }
   if (steps_known && numbers * kTraceBytesPerNumber > kTraceMaxBytes)
@@ -795,8 +805,7 @@ void trace_size_issues(const RunConfig& c, const Model& model, const std::functi
                                                   "MiB of report, more than the limit of {:.0f} MiB: at most {:.0f} "
                                                   "steps of this run",
                                                   c.training.steps, c.cluster.ranks, n, mib, kTraceMaxBytes / 1048576,
-                                                  std::floor(kTraceMaxBytes / kTraceBytesPerNumber /
-                                                             (static_cast<double>(c.cluster.ranks) * n)) - 1)});
+                                                  max_steps)});
 }
 
 // The size limits of a run: model construction, parameters (2^32 for a run with arithmetic), compression.k at most

@@ -793,6 +793,9 @@ std::string move_report_aside(const std::string& dir) {
   }
   std::sort(figures.begin(), figures.end());
   names.insert(names.end(), figures.begin(), figures.end());
+  // The run files the report names by paths relative to its folder (report.save_weights, report.save_batches,
+  // report.timeline): moved with it, so the moved report still finds them and the next sweep cannot overwrite them.
+  for (const char* folder : {"weights", "batches", "timeline"}) names.push_back(folder);
   for (const auto& name : names) {
     const std::string from = dir + "/" + name;
     if (!fs::exists(fs::symlink_status(from, ec))) continue;

@@ -134,6 +134,14 @@ def test_a_trace_above_10000_parameters_on_request_within_its_size_limit(tmp_pat
     p = run("validate", write(tmp_path, s))
     most = int(2**28 / 28 / (ranks * n)) - 1
     assert p.returncode == 2 and f"more than the limit of 256 MiB: at most {most} steps of this run" in p.stderr, p.stderr
+    # Past both limits the refusal names the way that passes (the parameter limit and fewer steps), not the parameter
+    # limit alone, which the size limit would refuse next.
+    del s["report"]["trace_max_params"]
+    p = run("validate", write(tmp_path, s))
+    mib = round(1001 * ranks * n * 28 / 2**20)
+    assert p.returncode == 2 and (f"(report.trace_max_params {n} with training.steps at most {most} takes it: the "
+                                  f"trace of 1000 steps would be about {mib} MiB of report, more than the limit of "
+                                  f"256 MiB)") in p.stderr.replace("\n", " "), p.stderr
 
 
 def test_save_batches_is_refused_where_there_is_no_index_array(tmp_path):

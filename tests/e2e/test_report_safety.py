@@ -189,6 +189,11 @@ def test_overwrite_moves_report_journal_and_figures_aside_and_deletes_nothing(tm
     _, out = finished(tmp_path)
     (out / "loss_vs_step.png").write_bytes(b"\x89PNG old figure")
     (out / "notes.txt").write_text("mine")
+    # The run files a report names relative to its folder (save_weights, save_batches, timeline) go with it: left
+    # behind, the moved report would point at nothing and the next sweep would write over them.
+    for folder, name in (("weights", "a.r0.final.safetensors"), ("batches", "a.r0.npz"), ("timeline", "a.r0.json")):
+        (out / folder).mkdir()
+        (out / folder / name).write_bytes(f"old {folder}".encode())
     before = snapshot(out)
     other = write(tmp_path, scenario(name="other", steps=3, axes={"cluster.ranks": [1]}), "other.json")
     first = run("run", other, "--out", out, "--overwrite", "--quiet")
@@ -200,6 +205,8 @@ def test_overwrite_moves_report_journal_and_figures_aside_and_deletes_nothing(tm
     assert moved == {k: v for k, v in before.items() if k != "notes.txt"}, sorted(moved)
     assert (out / "notes.txt").read_text() == "mine"  # not a report file: left where it was
     assert not (out / "loss_vs_step.png").exists()  # the old figure went with its report
+    assert moved["weights/a.r0.final.safetensors"] == b"old weights" and not (out / "weights").exists()
+    assert moved["batches/a.r0.npz"] == b"old batches" and moved["timeline/a.r0.json"] == b"old timeline"
     new = json.loads((out / "report.json").read_text())
     assert new["scenario_name"] == "other" and [r["id"] for r in new["runs"]] == ["other.ranks=1.r0"]
     # A second --overwrite within the same second gets its own folder: the first one is kept.
@@ -218,7 +225,7 @@ def test_dry_run_is_refused_where_the_run_is_and_overwrite_says_what_it_would_mo
     p = run("run", path, "--out", out, "--dry-run", "--overwrite")
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[-1] == (f"--overwrite: would first move the 2 runs in {out} (report.json, runs.jsonl, "
-                                         f"figures) into {out}/replaced-<date>-<time>/")
+                                         f"figures, weights/, batches/, timeline/) into {out}/replaced-<date>-<time>/")
     assert snapshot(out) == before and not [d for d in out.iterdir() if d.is_dir()]
     # An empty folder: nothing to say.
     p = run("run", path, "--out", tmp_path / "empty", "--dry-run", "--overwrite")

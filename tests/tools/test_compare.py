@@ -475,6 +475,11 @@ def test_a_run_whose_modeled_clock_is_a_bound_is_marked_with_its_reason(tmp_path
     rows = csv_rows(run_compare(path, "--format", "csv").stdout)
     assert [r["modeled_bound"] for r in rows] == ["", "lower", "", ""]
     assert rows[1]["time_to_target_modeled_s"] == "0.2"
+    # An upper bound reads "an upper bound", and its times can only be shorter.
+    doc["runs"][1]["timing"]["modeled"]["bound"] = "upper"
+    path.write_text(json.dumps(doc))
+    notes = [line for line in run_compare(path).stdout.splitlines() if line.startswith("`^`")]
+    assert len(notes) == 1 and "is an upper bound (its times can only be shorter" in notes[0], notes
 
 
 def test_a_run_that_did_not_reach_a_set_target_gets_no_throughput_speedup():

@@ -1024,7 +1024,7 @@ def test_summary_draws_each_profile_and_marks_runs_without_a_time_to_target(tmp_
     """compare_old.json and compare_new.json as the same scenario on two profiles (their folder is the same, so the
     bars are named by file). Time to target bars in ms: old R0 500, R1 200; new R0 500, R2 750 (R1 not reached, R3
     absent from new; old R2 not reached, R3 diverged)."""
-    from conftest import REPO_ROOT
+    from tools_test_paths import REPO_ROOT
     paths = [REPO_ROOT / "tests/tools/data/compare_old.json", REPO_ROOT / "tests/tools/data/compare_new.json"]
     old, new = (rl.load_report(p) for p in paths)
     for run in old["runs"]:  # give both reports a hardware profile of their own
@@ -1047,7 +1047,7 @@ def test_summary_draws_each_profile_and_marks_runs_without_a_time_to_target(tmp_
 
 
 def test_summary_refuses_reports_of_different_scenarios(run_plot, example, tmp_path):
-    from conftest import REPO_ROOT
+    from tools_test_paths import REPO_ROOT
     out = tmp_path / "s.png"
     result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json",
                       REPO_ROOT / "tests/tools/data/compare_other.json")
@@ -1065,7 +1065,7 @@ def test_summary_refuses_reports_of_different_scenarios(run_plot, example, tmp_p
     ("missing/x.png", "missing is not a folder"),
 ])
 def test_summary_refuses_an_output_it_cannot_write_as_named(run_plot, tmp_path, name, expected):
-    from conftest import REPO_ROOT
+    from tools_test_paths import REPO_ROOT
     (tmp_path / "folder").mkdir()
     out = tmp_path / name
     result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json")
@@ -1077,7 +1077,7 @@ def test_summary_refuses_an_output_it_cannot_write_as_named(run_plot, tmp_path, 
 
 
 def test_summary_prints_the_path_it_wrote(run_plot, tmp_path):
-    from conftest import REPO_ROOT
+    from tools_test_paths import REPO_ROOT
     out = tmp_path / "s.pdf"
     result = run_plot("--summary", out, REPO_ROOT / "tests/tools/data/compare_old.json")
     assert result.returncode == 0, result.stderr
@@ -1087,7 +1087,7 @@ def test_summary_prints_the_path_it_wrote(run_plot, tmp_path):
 
 def test_guide_figures_refuses_an_unknown_scenario_name():
     import subprocess
-    from conftest import REPO_ROOT
+    from tools_test_paths import REPO_ROOT
     script = REPO_ROOT / "tools/guide_figures.sh"
     names = [line.split()[0].strip('"') for line in script.read_text().split("SCENARIOS=(")[1].split(")")[0]
              .strip().splitlines()]
