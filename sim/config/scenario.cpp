@@ -108,7 +108,21 @@ constexpr const char* kFilePathFields[] = {"model.init.from"};
 // A relative path in a string value of one of kFilePathFields, taken from `folder` (the scenario file's; the current
 // folder for --set values): made absolute, so the resolved configuration in the report names the file wherever the
 // report is read. Other values are returned as they are.
+// A value given for a section above such a field (--set 'model.init={"from": ...}', a sweep over whole sections) has
+// the field's string inside it resolved the same way.
 json resolve_file_path(const std::string& path, const json& v, const std::string& folder) {
+  if (v.is_object()) {
+    json out = v;
+    for (const char* f : kFilePathFields) {
+      const std::string field(f);
+      if (field.size() <= path.size() + 1 || field.compare(0, path.size() + 1, path + ".") != 0) continue;
+      const std::string rest = field.substr(path.size() + 1);
+      const size_t dot = rest.find('.');
+      const std::string key = rest.substr(0, dot);
+      if (out.contains(key)) out[key] = resolve_file_path(path + "." + key, out[key], folder);
+    }
+    return out;
+  }
   bool file_field = false;
   for (const char* f : kFilePathFields) file_field = file_field || path == f;
   if (!file_field || !v.is_string() || v.get<std::string>().empty()) return v;
@@ -392,7 +406,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
         issues.push_back({"--set " + path, expected + ", got " + bounded_text(value)});
         continue;
       }
-      set_path(base, path, v);
+      set_path(base, path, resolve_file_path(path, v, ""));  // a file path inside: from the current folder
       overridden.insert(path);
       continue;
     }

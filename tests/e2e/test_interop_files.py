@@ -75,15 +75,19 @@ def test_save_weights_then_init_from_round_trips(tmp_path):
     s["model"]["layers"] = [16, 8, 4]
     s["report"] = {"trace": True}
     (tmp_path / "scen").mkdir()
-    for which, expect in (("initial", first["trace"]["initial"]), ("final", first["trace"]["params"][-1][0])):
-        o = tmp_path / f"out_again_{which}"
-        if which == "initial":  # in the file, relative to the file's folder
+    cases = (("initial", "file", first["trace"]["initial"]), ("final", "set", first["trace"]["params"][-1][0]),
+             ("final", "set_section", first["trace"]["params"][-1][0]))
+    for which, how, expect in cases:
+        o = tmp_path / f"out_again_{which}_{how}"
+        if how == "file":  # in the file, relative to the file's folder
             s["model"]["init"] = {"from": "../out_first/" + first["weights"][which]}
             p = run("run", write(tmp_path / "scen", s, "again.json"), "--out", o, "--quiet")
-        else:  # --set, relative to the current folder
-            s["model"].pop("init")
-            p = run("run", write(tmp_path / "scen", s, "again.json"), "--out", o, "--quiet",
-                    "--set", "model.init.from=out_first/" + first["weights"][which], cwd=tmp_path)
+        else:  # --set, relative to the current folder: the field, or the section holding it as an object
+            s["model"].pop("init", None)
+            rel = "out_first/" + first["weights"][which]
+            value = f"model.init.from={rel}" if how == "set" else 'model.init={"from": "%s"}' % rel
+            p = run("run", write(tmp_path / "scen", s, "again.json"), "--out", o, "--quiet", "--set", value,
+                    cwd=tmp_path)
         assert p.returncode == 0, p.stderr
         again = json.loads((o / "report.json").read_text())["runs"][0]
         assert again["config"]["model"]["init"]["from"] == str(out / first["weights"][which])
