@@ -1128,17 +1128,20 @@ json config_to_json(const RunConfig& c) {
 void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   const std::string& ef = c.compression.error_feedback;
   if (ef != "momentum" && ef != "ef21") return;
-  const std::string q = "compression.error_feedback \"" + ef + "\"";
+  // q names the field in messages at other paths; at its own path the value alone (the path is printed before it).
+  const std::string q = "compression.error_feedback \"" + ef + "\"", own = "\"" + ef + "\"";
   if (c.sync.kind != "allreduce")
     issues.push_back({"compression.error_feedback",
-                      fmt::format("{} applies to sync.kind \"allreduce\" (it is \"{}\"; a parameter server's "
-                                  "pushes take \"gradient\" or \"none\")", q, c.sync.kind)});
+                      fmt::format("{} applies to sync.kind \"allreduce\" (it is \"{}\"{})", own, c.sync.kind,
+                                  c.sync.kind == "parameter_server"
+                                      ? "; a parameter server's pushes take \"gradient\" or \"none\""
+                                      : "")});
   if (ef != "momentum") return;
   const std::string& k = c.compression.kind;
   if (k != "topk" && k != "randomk" && k != "threshold")
     issues.push_back({"compression.error_feedback",
                       fmt::format("{} is DGC's momentum correction of a sparsifier: it needs compression.kind "
-                                  "\"topk\", \"randomk\" or \"threshold\" (it is \"{}\"; \"dgc\" has its own)", q, k)});
+                                  "\"topk\", \"randomk\" or \"threshold\" (it is \"{}\"; \"dgc\" has its own)", own, k)});
   const OptimizerConfig& o = c.training.optimizer;
   if (o.kind != "sgd")
     issues.push_back({"training.optimizer.kind",

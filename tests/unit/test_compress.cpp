@@ -328,6 +328,13 @@ TEST(CompressErrorFeedback, PlacementsRefusedWhereTheyDoNotApply) {
   iss = issues_of({{"compression", {{"kind", "topk"}, {"error_feedback", "ef21"}}},
                    {"sync", {{"kind", "parameter_server"}}}});
   EXPECT_TRUE(has(iss, "compression.error_feedback", "applies to sync.kind \"allreduce\""));
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "a parameter server's pushes take"));
+  // At its own path the message starts with the value, not the path again; the server's clause only for a server.
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "\"ef21\" applies to"));
+  EXPECT_FALSE(has(iss, "compression.error_feedback", "compression.error_feedback \"ef21\""));
+  iss = issues_of({{"compression", {{"kind", "topk"}, {"error_feedback", "ef21"}}}, {"sync", {{"kind", "local_sgd"}}}});
+  EXPECT_TRUE(has(iss, "compression.error_feedback", "applies to sync.kind \"allreduce\" (it is \"local_sgd\")"));
+  EXPECT_FALSE(has(iss, "compression.error_feedback", "parameter server"));
   iss = issues_of({{"compression", {{"kind", "dgc"}, {"error_feedback", "momentum"}}}});
   EXPECT_TRUE(has(iss, "compression.error_feedback", "only applies when compression.kind"));
   EXPECT_TRUE(issues_of({{"compression", {{"kind", "randomk"}, {"error_feedback", "momentum"}}}, {"training", sgd}})
