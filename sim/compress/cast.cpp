@@ -42,17 +42,22 @@ class Cast final : public Compressor {
     return {pre, N / pre};
   }
 
-  // Parameter-server pushes (sim/strategy/parameter_server.cpp): the bucket cast element by element to the format's
-  // bit patterns (format_bytes each, little-endian); the server widens them exactly and sums in fp32. No division
-  // here (`divide` is an all-reduce option): the push is the worker's gradient sum, and the server divides the
-  // decoded sum by the samples.
+  // Parameter-server pushes (sim/strategy/parameter_server.cpp), job.divisor = b, the pushing worker's samples (<= 0:
+  // taken as 1): the worker's mean gradient m = p / b in fp32 (as the all-reduce casts it, DDP's fp16_compress_hook
+  // order) cast element by element to the format's bit patterns (format_bytes each, little-endian), so an fp16 push
+  // overflows where the mean does (|m| > 65504), not b times earlier. No division by N here (`divide` is an
+  // all-reduce option). decode_add widens m exactly and rescales it by the same b (m * b in double, rounded to fp32:
+  // back in the units of a gradient sum), so the server's fp32 sum over its pushes, divided by their samples, is the
+  // update of the uncompressed server in exact arithmetic.
+  static double push_samples(const BucketJob& job) { return job.divisor > 0 ? job.divisor : 1.0; }
   void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
     const size_t n = job.n;
     const size_t w = static_cast<size_t>(format_bytes(format_));
+    const float b = static_cast<float>(push_samples(job));
     payload.resize(n * w);
     uint8_t* out = payload.data();
     for (size_t i = 0; i < n; ++i) {
-      const float x = job.p[i];
+      const float x = cast_wire_value(format_, job.p[i], b, 1.0);  // a value of the format: the casts below are exact
       switch (format_) {
         case FloatFormat::kFp16: {
           const uint16_t h = fp32_to_fp16(x);
@@ -71,6 +76,7 @@ class Cast final : public Compressor {
     }
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
+    const double b = push_samples(job);
     for (size_t i = 0; i < job.n; ++i) {
       float x = 0.0f;
       switch (format_) {
@@ -80,7 +86,7 @@ class Cast final : public Compressor {
         case FloatFormat::kFp8E5M2: x = fp8_e5m2_to_fp32(payload[i]); break;
         default: break;
       }
-      out[i] += x;
+      out[i] += b == 1.0 ? x : static_cast<float>(static_cast<double>(x) * b);
     }
   }
 

@@ -242,8 +242,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(cp.divide, F("compression.divide", "allreduce: casts send each rank's mean gradient (its sum / its samples, "
                                        "in fp32, as DDP's fp16_compress_hook) and divide by the ranks N in the "
                                        "format before the sum, after it, or split (2^floor(log2(N)/2) before, the "
-                                       "rest after); not parameter_server (its server sums the decoded casts in "
-                                       "fp32, then divides)").one_of({"pre", "post", "split"}));
+                                       "rest after); not parameter_server (each worker pushes its mean gradient "
+                                       "cast; the server rescales each by its samples, sums in fp32, then "
+                                       "divides)").one_of({"pre", "post", "split"}));
   v(cp.accumulate, F("compression.accumulate", "fp16, bf16, fp8_e4m3, fp8_e5m2: the all-reduce sums in the wire "
                                                "format, rounding at every add as NCCL's ring does (wire), or in fp32 "
                                                "(fp32: a reduce-scatter of the cast values summed in fp32 by each "

@@ -28,9 +28,11 @@
 // all-reduce's count. Each push and pull is counted once, so the sum over ranks is the traffic between ranks.
 //
 // Compressed pushes (compression.kind other than "none" and "powersgd"): each worker encodes its pushed gradient with
-// its own compressor instance, bucket by bucket (the all-reduce's buckets, or the whole model for scope "model"),
-// with error feedback kept per worker (p = g + e; e = p - decode(C(p))); the server decodes every payload and sums in
-// fp32 in rank order (BSP: the whole clock's payloads, or signSGD's majority vote over them; SSP/async: the push
+// its own compressor instance, bucket by bucket (the all-reduce's buckets, or the whole model for scope "model"; a
+// cast encodes the worker's mean gradient, its sum / its samples, as the all-reduce's casts and DDP's
+// fp16_compress_hook do, and decodes it times those samples, so the server still sums gradient sums), with error
+// feedback kept per worker (p = g + e; e = p - decode(C(p))); the server decodes every payload and sums in fp32 in
+// rank order (BSP: the whole clock's payloads, or signSGD's majority vote over them; SSP/async: the push
 // alone), divides by the samples and applies as above. Pulls stay dense fp32: the pull carries parameters, not
 // gradients, and a lossy pull would leave each worker's copy off the server's with no residual to correct it
 // (Li et al., OSDI 2014: workers push gradients and pull weights; BytePS compresses both ways because its server only
@@ -568,6 +570,7 @@ class ParameterServer final : public SyncStrategy {
     uint64_t payload = 0;
     double encode_bytes = 0.0;
     std::fill(w.own.begin(), w.own.end(), 0.0f);
+    w.samples = in.local_samples;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       BucketJob job = job_for(in.rank, in.step, b, &tally);
       job.p = p + job.offset;
@@ -623,6 +626,7 @@ class ParameterServer final : public SyncStrategy {
     CompressTally tally;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       BucketJob job = job_for(rank, c, b, &tally);
+      job.divisor = w.samples;  // the pushing worker's samples, as at its encode
       server_comp_->decode_add(job, rank, w.payload[b].data(), w.payload[b].size(), out + job.offset);
     }
     w.decode_s.push_back(now_s() - a);
@@ -749,6 +753,7 @@ class ParameterServer final : public SyncStrategy {
     std::vector<std::vector<uint8_t>> payload;
     std::vector<PushRecord> records;
     std::vector<double> decode_s;  // measured server decode of this worker's pushes (written inside turns)
+    double samples = 0.0;          // the samples of the payload's push (casts push the mean; the server rescales)
   };
   bool compressed_ = false;
   std::vector<PushCodec> codec_;

@@ -209,6 +209,67 @@ TEST(StrategyPsCompression, Fp16PushIsRoundedOnTheWorkerAndSummedInFp32) {
   EXPECT_EQ(ps->eval_params()[0], -(1.0f + 3.0f * std::ldexp(1.0f, -12)) / 2.0f);
 }
 
+// One step of a 1-weight linear model on a parameter server with fp16 pushes, SGD lr 1, w0 = 0: worker r pushes the
+// gradient sum sums[r] over samples[r] samples; returns the server's weight after the step.
+float ps_fp16_step(const json& sync, const std::vector<float>& sums, const std::vector<double>& samples) {
+  const int ranks = static_cast<int>(sums.size());
+  std::vector<ConfigIssue> issues;
+  RunConfig c = config_from_json(
+      {{"model", {{"kind", "linear"}, {"layers", {1, 1}}, {"bias", false}, {"loss", "mse"}}},
+       {"data", {{"kind", "teacher"}, {"teacher", {{"task", "regression"}, {"in_dim", 1}, {"out_dim", 1}}}}},
+       {"cluster", {{"ranks", ranks}}},
+       {"training", {{"steps", 1}, {"optimizer", {{"kind", "sgd"}, {"lr", 1.0}}}}},
+       {"sync", sync},
+       {"compression", {{"kind", "fp16"}}}},
+      issues);
+  EXPECT_TRUE(issues.empty()) << issues[0].message;
+  auto model = make_model(c);
+  CostModel cm(c, *model);
+  auto comm = make_host_communicator(ranks);
+  StrategySetup setup{c, *model, *comm, ranks, &cm};
+  auto ps = make_strategy(setup);
+  double total = 0.0;
+  for (double b : samples) total += b;
+  std::vector<std::thread> th;
+  for (int r = 0; r < ranks; ++r) {
+    ps->params(r)[0] = 0.0f;
+    th.emplace_back([&, r] {
+      float grad = sums[static_cast<size_t>(r)];
+      PhaseClock clock;
+      clock.begin_step();
+      StepCost cost = cm.make_step_cost();
+      StepInput in;
+      in.rank = r;
+      in.grad = &grad;
+      in.local_samples = samples[static_cast<size_t>(r)];
+      in.global_samples = total;
+      in.lr = 1.0;
+      in.total_steps = 1;
+      in.clock = &clock;
+      in.cost = &cost;
+      ps->step(in);
+    });
+  }
+  for (auto& t : th) t.join();
+  return ps->eval_params()[0];
+}
+
+// A cast push is the worker's MEAN gradient (its sum / its samples) in fp16, as DDP's fp16_compress_hook casts the
+// bucket of mean gradients; the server rescales each push by its worker's samples, so the update is the uncompressed
+// server's in exact arithmetic. A per-sample gradient of 8000 over 16 samples: the sum 128000 is past fp16's 65504
+// (it would push inf), the mean 8000 is exact in fp16 (a multiple of its spacing 4 in [4096, 8192)): w1 = -8000.
+// A mean of 8001 rounds to 8000 in fp16 (torch 1.13: torch.tensor(8001.).half() is 8000): w1 = -8000, the exact
+// mean to fp16 rounding. Unequal samples (16 of mean 8000, 4 of mean 6000, exact in fp16): the server's average is
+// (16 x 8000 + 4 x 6000) / 20 = 7600, every step exact in fp32. Asynchronous (one push applied alone at lr / N):
+// one worker, w1 = -8000.
+TEST(StrategyPsCompression, Fp16PushCastsTheWorkersMeanGradientNotItsSum) {
+  const json bsp = {{"kind", "parameter_server"}, {"staleness", 0}};
+  EXPECT_EQ(ps_fp16_step(bsp, {16.0f * 8000.0f, 16.0f * 8000.0f}, {16, 16}), -8000.0f);
+  EXPECT_EQ(ps_fp16_step(bsp, {16.0f * 8001.0f, 16.0f * 8001.0f}, {16, 16}), -8000.0f);
+  EXPECT_EQ(ps_fp16_step(bsp, {16.0f * 8000.0f, 4.0f * 6000.0f}, {16, 4}), -7600.0f);
+  EXPECT_EQ(ps_fp16_step({{"kind", "parameter_server"}, {"staleness", "inf"}}, {16.0f * 8000.0f}, {16}), -8000.0f);
+}
+
 // fp16_mixed, three BSP workers with their own dynamic scalers (initial scale 2^16, backoff 0.5), SGD lr 1, one
 // sample each, w0 = 0. The gradients fed are loss-scaled sums: clock 1: worker 0 sends 2^16 x 1, worker 1 overflows
 // (inf), worker 2 sends 2^16 x 3. Worker 1 skips its push and halves its scale to 2^15; the others keep 2^16; the
