@@ -18,6 +18,9 @@ the comm hook that matches the run's strategy:
                                    with a rank-order fp16 sum)
   compression bf16                 bf16_compress_hook's arithmetic (cast to bf16, divide by N, sum in bf16 in rank
                                    order, cast back); gloo has no bf16 sum
+  compression powersgd             powerSGD_hook (PowerSGDState: matrix_approximation_rank = rank, start_powerSGD_iter
+                                   = start_step, min_compression_rate 1, no error feedback, warm_start, epsilon 0)
+                                   with the run's exported initial Q (run["powersgd_q"]) instead of its random draw
   sync local_sgd                   post_localSGD_hook (PostLocalSGDState with start_localSGD_iter = warmup,
                                    post_local_gradient_allreduce False) and PeriodicModelAverager(period H,
                                    warmup_steps = warmup + H - 1): the phase mapping of docs/parity.md
@@ -80,10 +83,15 @@ def check_replayable(cfg, run):
         why.append(f"sync.kind {sync['kind']} (allreduce and local_sgd are replayed)")
     if sync["kind"] == "allreduce" and sync.get("staleness", 0) != 0:
         why.append("sync.staleness > 0")
-    if comp["kind"] not in ("none", "fp16", "bf16"):
-        why.append(f"compression.kind {comp['kind']} (none, fp16, bf16 are replayed)")
-    if comp["kind"] in ("fp16", "bf16") and comp.get("error_feedback") not in (None, False, "none"):
+    if comp["kind"] not in ("none", "fp16", "bf16", "powersgd"):
+        why.append(f"compression.kind {comp['kind']} (none, fp16, bf16, powersgd are replayed)")
+    if comp["kind"] in ("fp16", "bf16", "powersgd") and comp.get("error_feedback") not in (None, False, "none"):
         why.append("compression.error_feedback")
+    if comp["kind"] == "powersgd":
+        if not run.get("powersgd_q"):
+            why.append("compression.kind powersgd without its initial Q (set report.trace true)")
+        if comp.get("start_step", 0) < 2:
+            why.append("compression.start_step < 2 (powerSGD_hook with warm_start needs start_powerSGD_iter >= 2)")
     if cfg["precision"]["mode"] != "fp32":
         why.append(f"precision.mode {cfg['precision']['mode']} (fp32 is replayed)")
     if cfg["training"]["pitfall"] != "none":
@@ -274,6 +282,8 @@ def make_hook(torch, dist, cfg, world, sum_order):
             return done(rank_order_sum(torch, dist, buf, world).div_(world))
 
         return rank_order_allreduce, None
+    if kind == "powersgd":
+        return powersgd_hook(torch, cfg), None
     if kind == "fp16" and sum_order == "stock":
         return hooks.fp16_compress_hook, None
     wire = torch.float16 if kind == "fp16" else torch.bfloat16
@@ -294,6 +304,40 @@ def make_hook(torch, dist, cfg, world, sum_order):
         return done(buf)
 
     return cast_hook, None
+
+
+def powersgd_hook(torch, cfg):
+    """powerSGD_hook (PyTorch's, unchanged) with gradsweep's options and, at the first compressed step of a bucket,
+    gradsweep's initial Q (cfg["_powersgd_q"], {parameter name: [cols, r]}) placed in the state's q memory instead of
+    the hook's random draw, in the hook's order (the bucket's tensors grouped by shape). The hook orthogonalizes that
+    Q before P = M Q (gradsweep does not: docs/parity.md). Returns (hook, state); register with the state."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psh
+    comp = cfg["compression"]
+    # gradsweep compresses a matrix iff (rows + cols) r < rows cols: min_compression_rate 1.
+    state = psh.PowerSGDState(process_group=None, matrix_approximation_rank=comp["rank"],
+                              start_powerSGD_iter=comp["start_step"], min_compression_rate=1,
+                              use_error_feedback=False, warm_start=True, orthogonalization_epsilon=0)
+    q0 = cfg["_powersgd_q"]
+
+    def hook(st, bucket):
+        idx = bucket.index()
+        if st.iter >= st.start_powerSGD_iter and idx not in st.p_memory_dict:
+            names = cfg["_param_names"]
+            by_shape, p_size = {}, 0
+            for p in bucket.parameters():
+                mat = p.view(p.shape[0], -1)
+                n, m = mat.shape
+                r = min(n, m, st.matrix_approximation_rank)
+                if psh._should_compress(n, m, r, st.min_compression_rate)[0]:
+                    by_shape.setdefault(tuple(mat.shape), []).append(names[id(p)])
+                    p_size += n * r
+            parts = [torch.from_numpy(np.ascontiguousarray(q0[name], np.float32)).reshape(-1)
+                     for group in by_shape.values() for name in group]
+            st.p_memory_dict[idx] = torch.empty(p_size)
+            st.q_memory_dict[idx] = torch.cat(parts) if parts else torch.empty(0)
+        return psh.powerSGD_hook(st, bucket)
+
+    return hook, state
 
 
 def clip_double(torch, params, max_norm):
@@ -335,6 +379,10 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
                                          post_local_gradient_allreduce=False)
             ddp.register_comm_hook(state, pl.post_localSGD_hook)
             averager = averagers.PeriodicModelAverager(period=period, warmup_steps=warmup + period - 1)
+        elif cfg["compression"]["kind"] == "powersgd":
+            cfg["_param_names"] = {id(p): n for n, p in model.named_parameters()}
+            psgd_hook, psgd_state = hook
+            ddp.register_comm_hook(psgd_state, psgd_hook)
         elif hook is not None:
             ddp.register_comm_hook(None, hook)
         opt = make_optimizer(torch, ddp.parameters(), cfg)
@@ -405,6 +453,8 @@ def replay(run, sum_order="stock", clip_norm="stock", base_dir="."):
         steps = weights["final_step"]
         final = flat_from_file(cfg, os.path.join(base_dir, weights["final"]))
         want = np.broadcast_to(final, (1, world, final.size))
+    if cfg["compression"]["kind"] == "powersgd":
+        cfg = dict(cfg, _powersgd_q=replay_data.read_safetensors(os.path.join(base_dir, run["powersgd_q"]["file"])))
     if cfg["data"]["kind"] == "inline":
         all_batches = inline_batches(cfg)
     else:

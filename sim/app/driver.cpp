@@ -534,6 +534,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
       const RunFiles files = res.disposition == "skipped" ? RunFiles{nullptr, nullptr} : write_run_files(dir, spec, res);
       run["weights"] = files.weights;
       run["batches"] = files.batches;
+      if (!files.powersgd_q.is_null()) run["powersgd_q"] = files.powersgd_q;
       writer.add(run);
     } catch (const ReportIoError&) {
       // The journal (or the run's timeline) cannot take the run (disk full): keep report.json as current as the disk

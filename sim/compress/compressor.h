@@ -123,6 +123,17 @@ std::unique_ptr<Compressor> make_onebit(const RunConfig& c, const Model& m, int 
 std::unique_ptr<Compressor> make_powersgd(const RunConfig& c, const Model& m, int ranks);
 std::unique_ptr<Compressor> make_dgc(const RunConfig& c, const Model& m, int ranks);
 
+// PowerSGD's initial Q of every matrix it compresses (the same on every rank: Philox normals of training.seed, not
+// orthogonalized; sim/compress/powersgd.cpp), for export beside the report (sim/report/run_files.h): tensor is the
+// index in model.tensors(), q is cols x rank row-major (cols = the tensor's count / shape[0]; PyTorch's powerSGD_hook
+// holds the same matrix as its q of shape [cols, rank]).
+struct PowerSgdInitialQ {
+  size_t tensor = 0;
+  size_t cols = 0, rank = 0;
+  std::vector<float> q;
+};
+std::vector<PowerSgdInitialQ> powersgd_initial_q(const RunConfig& c, const Model& m);
+
 // Number of values kept out of n for ratio/k settings: k if k > 0, else max(1, round(ratio * n)), at most n.
 size_t kept_count(size_t n, double ratio, int64_t k);
 

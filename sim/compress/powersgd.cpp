@@ -25,30 +25,37 @@ constexpr uint32_t kInitStepWord = 0xffffffffu;
 struct Matrix {
   size_t offset = 0;  // in the flat gradient
   size_t rows = 0, cols = 0;
+  size_t tensor = 0;      // index in the model's tensor table
   std::vector<float> q;  // cols x r, warm start
 };
+
+// The compressed matrices of the model with their initial Q (the same on every rank).
+std::vector<Matrix> initial_matrices(const Model& model, size_t rank, uint64_t seed) {
+  std::vector<Matrix> out;
+  const auto& tensors = model.tensors();
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const TensorInfo& ti = tensors[t];
+    if (ti.shape.size() < 2 || ti.count == 0) continue;
+    const size_t rows = static_cast<size_t>(ti.shape[0]);
+    const size_t cols = ti.count / rows;
+    if ((rows + cols) * rank >= rows * cols) continue;  // no gain: sent uncompressed
+    Matrix m;
+    m.offset = ti.offset;
+    m.rows = rows;
+    m.cols = cols;
+    m.tensor = t;
+    m.q.resize(cols * rank);
+    fill_normal(m.q.data(), m.q.size(), seed, Purpose::kCompress, kInitStepWord, static_cast<uint32_t>(t));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
 
 class PowerSgd final : public Compressor {
  public:
   PowerSgd(const CompressionConfig& c, const Model& model, uint64_t seed)
-      : rank_(static_cast<size_t>(c.rank)), start_(c.start_step) {
-    const auto& tensors = model.tensors();
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      const TensorInfo& ti = tensors[t];
-      if (ti.shape.size() < 2 || ti.count == 0) continue;
-      const size_t rows = static_cast<size_t>(ti.shape[0]);
-      const size_t cols = ti.count / rows;
-      if ((rows + cols) * rank_ >= rows * cols) continue;  // no gain: sent uncompressed
-      Matrix m;
-      m.offset = ti.offset;
-      m.rows = rows;
-      m.cols = cols;
-      m.q.resize(cols * rank_);
-      fill_normal(m.q.data(), m.q.size(), seed, Purpose::kCompress, kInitStepWord,
-                  static_cast<uint32_t>(t));
-      matrices_.push_back(std::move(m));
-    }
-  }
+      : rank_(static_cast<size_t>(c.rank)), start_(c.start_step),
+        matrices_(initial_matrices(model, rank_, seed)) {}
   WireCollective collective() const override { return WireCollective::kAllReduce; }
 
   void reduce_bucket(const BucketJob& job) override {
@@ -169,6 +176,14 @@ class PowerSgd final : public Compressor {
 };
 
 }  // namespace
+
+std::vector<PowerSgdInitialQ> powersgd_initial_q(const RunConfig& rc, const Model& m) {
+  std::vector<PowerSgdInitialQ> out;
+  const size_t r = static_cast<size_t>(rc.compression.rank);
+  for (Matrix& x : initial_matrices(m, r, static_cast<uint64_t>(rc.training.seed)))
+    out.push_back({x.tensor, x.cols, r, std::move(x.q)});
+  return out;
+}
 
 std::unique_ptr<Compressor> make_powersgd(const RunConfig& rc, const Model& m, int) {
   const CompressionConfig& c = rc.compression;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/compress/compressor.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/model/tensor_file.h"
@@ -44,6 +45,23 @@ std::vector<int32_t> batch_indices(const RunConfig& c, int64_t steps) {
   return out;
 }
 
+// PowerSGD's initial Q (powersgd_initial_q) as weights/<stem>.powersgd_q.safetensors; its report entry.
+json write_powersgd_q(const std::string& dir, const std::string& stem, const RunSpec& spec) {
+  const RunConfig& c = spec.config;
+  make_folder(dir, "weights");
+  const std::unique_ptr<Model> model = make_model(c);
+  const std::vector<PowerSgdInitialQ> qs = powersgd_initial_q(c, *model);
+  std::vector<OutTensor> tensors;
+  for (const PowerSgdInitialQ& q : qs)
+    tensors.push_back({model->tensors()[q.tensor].file_name(),
+                       {static_cast<int64_t>(q.cols), static_cast<int64_t>(q.rank)}, q.q.data()});
+  const std::string name = "weights/" + stem + ".powersgd_q.safetensors";
+  write_file_atomic(dir + "/" + name,
+                    safetensors_bytes(tensors, {{"format", "pt"}, {"run_id", spec.id}, {"what", "powersgd_initial_q"}}));
+  return {{"file", name}, {"names", "torch_state_dict"}, {"rank", c.compression.rank},
+          {"start_step", c.compression.start_step}};
+}
+
 }  // namespace
 
 std::string run_file_stem(const std::string& run_id, int64_t index) {
@@ -77,6 +95,8 @@ RunFiles write_run_files(const std::string& dir, const RunSpec& spec, const RunR
     }
     out.weights = w;
   }
+  if (c.compression.kind == "powersgd" && (c.report.trace || initial))
+    out.powersgd_q = write_powersgd_q(dir, stem, spec);
   if (c.report.save_batches && res.data.has_value()) {
     make_folder(dir, "batches");
     const std::vector<int32_t> idx = batch_indices(c, res.steps_completed);

@@ -14,10 +14,15 @@ namespace gs {
 //             | null, "final": "weights/<run>.final.safetensors" | null, "final_step": steps completed}
 //   batches: {"file": "batches/<run>.npz", "array": "indices", "dtype": "int32",
 //             "shape": [steps completed, ranks, accumulation_steps, batch_per_rank]}
+//   powersgd_q (compression.kind powersgd, with report.trace or initial weights saved; absent otherwise):
+//            {"file": "weights/<run>.powersgd_q.safetensors", "names": "torch_state_dict", "rank": r,
+//             "start_step": compression.start_step}: the initial Q of every compressed matrix, named as its
+//             parameter, shape [cols, r] (powersgd_initial_q, compressor.h), for PyTorch's powerSGD_hook state
 // Paths are relative to the report's folder.
 struct RunFiles {
   json weights;
   json batches;
+  json powersgd_q = nullptr;
 };
 
 // Writes the files of run `spec` (result `res`) into the report folder `dir`. Tensors are named and shaped as the

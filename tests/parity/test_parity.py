@@ -92,3 +92,17 @@ def test_cast_hooks_arithmetic(tmp_path, kind):
     if kind == "fp16":  # the stock fp16_compress_hook (gloo's fp16 all-reduce): on 2 ranks the order cannot matter
         stock, _ = replay_max(run)
         assert stock.max() == 0.0, stock
+
+
+def test_powersgd_hook_with_gradsweeps_initial_q(tmp_path):
+    # rank 1, dense steps 0-1, compressed 2-7 (both weight matrices; biases dense). torch's powerSGD_hook gets
+    # gradsweep's initial Q (report's powersgd_q file) and orthogonalizes it (and every warm-started Q) before
+    # P = M Q; gradsweep multiplies by the raw Q and normalizes P with a double norm plus 1e-8. In exact arithmetic
+    # P's normalized columns (rank 1: P / |P|) are the same either way, so the runs agree to rounding.
+    cfg = scenario("powersgd", optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.9}, steps=8,
+                   compression={"kind": "powersgd", "rank": 1, "start_step": 2})
+    run = run_gradsweep(tmp_path, cfg)
+    assert run["powersgd_q"]["rank"] == 1
+    diffs, _ = replay_max(run)
+    assert diffs[:2].max() == 0.0, f"dense steps: {diffs}"
+    assert diffs.max() <= 1e-6, f"compressed steps: {diffs}"
