@@ -290,7 +290,7 @@ int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
         continue;
       }
       const auto rows = static_cast<double>(t.shape[0]), cols = static_cast<double>(t.count) / rows;
-      if ((rows + cols) * r >= rows * cols) {
+      if ((rows + cols) * r * cp.min_compression_rate >= rows * cols) {
         dense += static_cast<double>(t.count);
         continue;
       }

@@ -30,7 +30,8 @@ struct Matrix {
 };
 
 // The compressed matrices of the model with their initial Q (the same on every rank).
-std::vector<Matrix> initial_matrices(const Model& model, size_t rank, uint64_t seed) {
+// A matrix is compressed iff (rows + cols) rank x min_rate < rows cols (PowerSGDState's min_compression_rate).
+std::vector<Matrix> initial_matrices(const Model& model, size_t rank, double min_rate, uint64_t seed) {
   std::vector<Matrix> out;
   const auto& tensors = model.tensors();
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -38,7 +39,8 @@ std::vector<Matrix> initial_matrices(const Model& model, size_t rank, uint64_t s
     if (ti.shape.size() < 2 || ti.count == 0) continue;
     const size_t rows = static_cast<size_t>(ti.shape[0]);
     const size_t cols = ti.count / rows;
-    if ((rows + cols) * rank >= rows * cols) continue;  // no gain: sent uncompressed
+    if (static_cast<double>((rows + cols) * rank) * min_rate >= static_cast<double>(rows * cols))
+      continue;  // not enough gain: sent uncompressed
     Matrix m;
     m.offset = ti.offset;
     m.rows = rows;
@@ -55,7 +57,7 @@ class PowerSgd final : public Compressor {
  public:
   PowerSgd(const CompressionConfig& c, const Model& model, uint64_t seed)
       : rank_(static_cast<size_t>(c.rank)), start_(c.start_step),
-        matrices_(initial_matrices(model, rank_, seed)) {}
+        matrices_(initial_matrices(model, rank_, c.min_compression_rate, seed)) {}
   WireCollective collective() const override { return WireCollective::kAllReduce; }
 
   void reduce_bucket(const BucketJob& job) override {
@@ -180,7 +182,8 @@ class PowerSgd final : public Compressor {
 std::vector<PowerSgdInitialQ> powersgd_initial_q(const RunConfig& rc, const Model& m) {
   std::vector<PowerSgdInitialQ> out;
   const size_t r = static_cast<size_t>(rc.compression.rank);
-  for (Matrix& x : initial_matrices(m, r, static_cast<uint64_t>(rc.training.seed)))
+  const uint64_t seed = static_cast<uint64_t>(rc.training.seed);
+  for (Matrix& x : initial_matrices(m, r, rc.compression.min_compression_rate, seed))
     out.push_back({x.tensor, x.cols, r, std::move(x.q)});
   return out;
 }

@@ -263,6 +263,10 @@ void visit_fields(V& v, RunConfig& c) {
   v(cp.rank, F("compression.rank", "powersgd: rank r per matrix").at_least(1).at_most(1 << 16));
   v(cp.start_step, F("compression.start_step", "powersgd: dense fp32 all-reduce before this step (0-based)")
                        .at_least(0));
+  v(cp.min_compression_rate,
+    F("compression.min_compression_rate", "powersgd: a matrix [rows, count / rows] is compressed iff (rows + cols) "
+                                          "r x this < rows cols, else sent dense (PowerSGDState's "
+                                          "min_compression_rate; torch's default is 2)").at_least(1));
   v(cp.momentum, F("compression.momentum", "dgc: momentum of the local momentum correction").at_least(0).below(1));
   v(cp.clip_norm, F("compression.clip_norm", "dgc: local gradient clipping to this L2 norm (0: off)").at_least(0));
   v(cp.warmup_steps, F("compression.warmup_steps", "dgc: exponential warm-up of the ratio over these steps (0: none)")
@@ -614,6 +618,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"compression.vote", "compression.kind", "none", {"signsgd"}},
       {"compression.rank", "compression.kind", "none", {"powersgd"}},
       {"compression.start_step", "compression.kind", "none", {"powersgd"}},
+      {"compression.min_compression_rate", "compression.kind", "none", {"powersgd"}},
       {"compression.momentum", "compression.kind", "none", {"dgc"}},
       {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
       {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},

@@ -106,3 +106,15 @@ def test_powersgd_hook_with_gradsweeps_initial_q(tmp_path):
     diffs, _ = replay_max(run)
     assert diffs[:2].max() == 0.0, f"dense steps: {diffs}"
     assert diffs.max() <= 1e-6, f"compressed steps: {diffs}"
+
+
+def test_powersgd_min_compression_rate_sends_the_same_matrices_dense(tmp_path):
+    # rank 2: 2.weight [4, 16] has (4 + 16) 2 = 40 < 64 values (compressed at rate 1) but 80 >= 64 at torch's default
+    # rate 2, so it goes dense; 0.weight [16, 8] (48 x 2 = 96 < 128) stays compressed. Both sides must agree on that
+    # (a matrix compressed by one side only would differ by far more than the rounding of the row above).
+    cfg = scenario("powersgd_rate", optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.9}, steps=6,
+                   compression={"kind": "powersgd", "rank": 2, "start_step": 2, "min_compression_rate": 2})
+    run = run_gradsweep(tmp_path, cfg)
+    diffs, _ = replay_max(run)
+    assert diffs[:2].max() == 0.0, f"dense steps: {diffs}"
+    assert diffs.max() <= 1e-6, f"compressed steps: {diffs}"
