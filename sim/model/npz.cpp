@@ -179,25 +179,9 @@ FileTensor parse_npy(const std::string& d, const std::string& name, const std::s
   if (d.size() - start - hl != count * width)
     throw Error(fmt::format("{}: {} data bytes, shape {} of '{}' needs {}", where, d.size() - start - hl, shape,
                             t.dtype, count * width));
-  t.values.resize(static_cast<size_t>(count));
-  for (size_t i = 0; i < t.values.size(); ++i) {
-    const size_t at = start + hl + i * width;
-    uint64_t u = 0;
-    for (size_t k = 0; k < width; ++k) {
-      const size_t byte = order == '>' ? width - 1 - k : k;
-      u |= static_cast<uint64_t>(static_cast<unsigned char>(d[at + byte])) << (8 * k);
-    }
-    if (width == 4) {
-      const auto w = static_cast<uint32_t>(u);
-      std::memcpy(&t.values[i], &w, 4);
-    } else if (width == 8) {
-      double x = 0;
-      std::memcpy(&x, &u, 8);
-      t.values[i] = static_cast<float>(x);
-    } else {
-      t.values[i] = fp16_to_fp32(static_cast<uint16_t>(u));
-    }
-  }
+  const StoredFloat format = width == 4 ? StoredFloat::kF32 : width == 8 ? StoredFloat::kF64 : StoredFloat::kF16;
+  decode_floats(reinterpret_cast<const unsigned char*>(d.data()) + start + hl, static_cast<size_t>(count), format,
+                order == '>', t.values);
   return t;
 }
 

@@ -41,27 +41,36 @@ size_t dtype_bytes(const std::string& dtype) {
   return 0;
 }
 
-// Little-endian element i of a buffer of `dtype` as float32 (F64 rounded to nearest; F16, BF16 exact).
-void convert(const unsigned char* p, size_t count, const std::string& dtype, std::vector<float>& out) {
+}  // namespace
+
+void decode_floats(const unsigned char* bytes, size_t count, StoredFloat format, bool big_endian,
+                   std::vector<float>& out) {
+  const size_t width = format == StoredFloat::kF64 ? 8 : format == StoredFloat::kF32 ? 4 : 2;
   out.resize(count);
   for (size_t i = 0; i < count; ++i) {
-    if (dtype == "F32") {
-      uint32_t u = 0;
-      for (int b = 3; b >= 0; --b) u = (u << 8) | p[4 * i + static_cast<size_t>(b)];
-      std::memcpy(&out[i], &u, 4);
-    } else if (dtype == "F64") {
-      const uint64_t u = load_u64_le(p + 8 * i);
-      double d = 0;
-      std::memcpy(&d, &u, 8);
-      out[i] = static_cast<float>(d);
-    } else {
-      const auto h = static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8));
-      out[i] = dtype == "F16" ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    const unsigned char* p = bytes + i * width;
+    uint64_t u = 0;
+    for (size_t k = 0; k < width; ++k) u |= static_cast<uint64_t>(p[big_endian ? width - 1 - k : k]) << (8 * k);
+    switch (format) {
+      case StoredFloat::kF32: {
+        const auto w = static_cast<uint32_t>(u);
+        std::memcpy(&out[i], &w, 4);
+        break;
+      }
+      case StoredFloat::kF64: {
+        double d = 0;
+        std::memcpy(&d, &u, 8);
+        out[i] = static_cast<float>(d);
+        break;
+      }
+      case StoredFloat::kF16: out[i] = fp16_to_fp32(static_cast<uint16_t>(u)); break;
+      case StoredFloat::kBF16: out[i] = bf16_to_fp32(static_cast<uint16_t>(u)); break;
     }
   }
 }
 
-// The header's JSON, refusing duplicate keys (nlohmann keeps the last one silently; the format forbids them).
+namespace {
+
 nlohmann::json parse_header(const std::string& text, const std::string& file) {
   if (auto problem = json_limit_problem(text))
     throw Error(fmt::format("{}: the header is not valid JSON: {} (at byte {} of the header)", file, problem->message,
@@ -142,7 +151,11 @@ FileTensor read_entry(const std::string& name, const nlohmann::json& e, const un
   if (span.second - span.first != count * width)
     throw Error(fmt::format("{}: data_offsets [{}, {}] hold {} bytes, shape {} of {} needs {}", where, span.first,
                             span.second, span.second - span.first, bounded_dump(e["shape"]), t.dtype, count * width));
-  convert(buffer + span.first, static_cast<size_t>(count), t.dtype, t.values);
+  const StoredFloat format = t.dtype == "F32"   ? StoredFloat::kF32
+                             : t.dtype == "F64" ? StoredFloat::kF64
+                             : t.dtype == "F16" ? StoredFloat::kF16
+                                                : StoredFloat::kBF16;
+  decode_floats(buffer + span.first, static_cast<size_t>(count), format, false, t.values);
   return t;
 }
 

@@ -52,6 +52,13 @@ TensorFile parse_npz(const std::string& bytes, const std::string& file);
 TensorFile read_tensor_file(const std::string& path);
 constexpr uint64_t kMaxTensorFileBytes = 17ull << 30;  // 2^32 float32 parameters (kMaxParams) and their header
 
+// The float formats both readers convert, and the one element decoder they share: `count` elements of `format`
+// from `bytes` (`width` bytes each, little-endian unless `big_endian`) into `out` as float32 (F32 exactly, F16 and
+// BF16 exactly, F64 rounded to nearest). The caller has checked that the bytes are there.
+enum class StoredFloat { kF32, kF64, kF16, kBF16 };
+void decode_floats(const unsigned char* bytes, size_t count, StoredFloat format, bool big_endian,
+                   std::vector<float>& out);
+
 // A float32 tensor to write: row-major values of shape's product elements.
 struct OutTensor {
   std::string name;
