@@ -395,6 +395,28 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
       e.optimizer_bytes = bytes(shard * (fp16_server ? 2.0 : 4.0) * k);
     }
     e.communication_bytes = bytes(n * bpp.wire);  // the push buffer
+  } else if (sync == "zero") {
+    // ZeRO (Rajbhandari et al. 2020, section 5, with K = 12 for mixed-precision Adam; docs/memory.md): stage 1 shards
+    // the optimizer state and the fp32 master weights, 2 also the gradients, 3 also the weights; each rank holds its
+    // partition of ceil(n / N) elements. Stages 2 and 3 keep one reduce bucket (sync.bucket_mb, DeepSpeed's
+    // reduce_bucket_size) of the gradient in the wire format; stage 3 also the gathered weights of two layers (the one
+    // computing and the one prefetched); stage 1 the whole gradient's bucket buffers, as DDP.
+    const double part = std::ceil(n / static_cast<double>(std::max<int64_t>(1, c.cluster.ranks)));
+    const int64_t stage = c.sync.stage;
+    e.weights_bytes = bytes((stage >= 3 ? part : n) * bpp.weights);
+    e.master_weights_bytes = bytes(part * bpp.master);
+    e.gradients_bytes = bytes((stage >= 2 ? part : n) * bpp.gradients);
+    e.optimizer_bytes = bytes(part * bpp.optimizer_state);
+    if (c.cluster.ranks > 1) {
+      const double bucket = std::min(n, c.sync.bucket_mb * 1048576.0 / 4.0);
+      e.communication_bytes = bytes((stage >= 2 ? bucket : n) * bpp.wire);
+      if (stage >= 3) {
+        double largest = 0.0;
+        for (const LayerCost& l : model.layer_costs())
+          largest = std::max(largest, static_cast<double>(l.param_end - l.param_begin));
+        e.communication_bytes += bytes(2.0 * largest * bpp.weights);
+      }
+    }
   } else {
     e.weights_bytes = bytes(n * bpp.weights);
     e.master_weights_bytes = bytes(n * bpp.master);

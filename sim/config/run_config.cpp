@@ -198,7 +198,10 @@ void visit_fields(V& v, RunConfig& c) {
 
   auto& sy = c.sync;
   v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)")
-                 .one_of({"allreduce", "independent", "local_sgd", "parameter_server"}));
+                 .one_of({"allreduce", "independent", "local_sgd", "parameter_server", "zero"}));
+  v(sy.stage, F("sync.stage", "zero: DeepSpeed's ZeRO stage: 1 shards the optimizer state, 2 also the gradients "
+                              "(FSDP SHARD_GRAD_OP), 3 also the parameters (FSDP FULL_SHARD); same arithmetic as "
+                              "allreduce, GPU memory and modeled clock differ").at_least(1).at_most(3));
   v(sy.bucket_mb, F("sync.bucket_mb", "allreduce, local_sgd, parameter_server: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
   v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce, local_sgd, parameter_server: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
@@ -579,7 +582,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
     std::vector<const char*> kinds;
     bool loss_scale = false;  // kind_path is precision.loss_scale: "auto" is dynamic for fp16_mixed, none otherwise
   };
-  static const std::vector<const char*> kBucketed = {"allreduce", "local_sgd", "parameter_server"};
+  static const std::vector<const char*> kBucketed = {"allreduce", "local_sgd", "parameter_server", "zero"};
   static const std::vector<const char*> kCaching = {"lru", "static", "partitioned"};
   static const std::vector<Rule> kRules = {
       {"data.ranks", "data.kind", "fashion_mnist", {"inline"}},
@@ -597,6 +600,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
        {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
       {"training.activation_checkpointing", "model.kind", "mlp",
        {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
+      {"sync.stage", "sync.kind", "allreduce", {"zero"}},
       {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
@@ -629,8 +633,8 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"sync.average_optimizer_state", "sync.kind", "allreduce", {"local_sgd"}},
       {"sync.warmup_steps", "sync.kind", "allreduce", {"local_sgd"}},
       // The parameter server sums decoded casts in fp32 and divides after: divide is an all-reduce choice.
-      {"compression.divide", "sync.kind", "allreduce", {"allreduce"}},
-      {"compression.accumulate", "sync.kind", "allreduce", {"allreduce"}},
+      {"compression.divide", "sync.kind", "allreduce", {"allreduce", "zero"}},
+      {"compression.accumulate", "sync.kind", "allreduce", {"allreduce", "zero"}},
       {"sync.bucket_mb", "sync.kind", "allreduce", kBucketed},
       {"sync.first_bucket_mb", "sync.kind", "allreduce", kBucketed},
       {"training.optimizer.momentum", "training.optimizer.kind", "sgd", {"sgd"}},
@@ -1282,7 +1286,16 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     else if (p == "delay_allreduce" && c.sync.overlap)
       add("training.pitfall", q + " is sync.overlap false, got true");
   }
-  if (c.compression.kind != "none" && c.sync.kind != "allreduce" && c.sync.kind != "parameter_server")
+  if (c.sync.kind == "zero" && c.compression.kind != "none" && c.compression.kind != "fp16" &&
+      c.compression.kind != "bf16")
+    add("compression.kind", fmt::format("sync.kind \"zero\" reduce-scatters its gradients in fp32 or in a cast "
+                                        "format (communication_data_type): use \"none\", \"fp16\" or \"bf16\" "
+                                        "(it is \"{}\")", c.compression.kind));
+  else if (c.sync.kind == "zero" && c.compression.error_feedback != "none")
+    add("compression.error_feedback", fmt::format("\"{}\": sync.kind \"zero\" casts without error feedback "
+                                                  "(use \"none\")", c.compression.error_feedback));
+  else if (c.compression.kind != "none" && c.sync.kind != "allreduce" && c.sync.kind != "parameter_server" &&
+           c.sync.kind != "zero")
     add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" and \"parameter_server\" "
                                         "(it is \"{}\")", c.sync.kind));
   if (c.compression.kind == "powersgd" && c.sync.kind == "parameter_server")

@@ -131,7 +131,7 @@ struct TrainingConfig {
 constexpr int64_t kStalenessInf = std::numeric_limits<int64_t>::max();
 
 struct SyncConfig {
-  std::string kind = "allreduce";  // allreduce | independent | local_sgd | parameter_server (registry.cpp)
+  std::string kind = "allreduce";  // allreduce | independent | local_sgd | parameter_server | zero (registry.cpp)
   double bucket_mb = 25.0;         // bucket size in MiB after the first
   double first_bucket_mb = 1.0;    // first bucket (last layers) in MiB
   int64_t staleness = 0;           // allreduce: the update at step t applies the averaged gradient of step t - s;
@@ -143,6 +143,7 @@ struct SyncConfig {
   int64_t shards = 0;              // parameter_server: server shards (0: one per rank)
   bool dedicated = false;          // parameter_server: shards on dedicated devices (else co-located with workers)
   std::string ordering = "modeled";  // parameter_server: interactions in modeled-time order, or real (threads race)
+  int64_t stage = 1;               // zero: DeepSpeed's ZeRO stage, 1 optimizer state, 2 + gradients, 3 + parameters
 };
 
 // Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only

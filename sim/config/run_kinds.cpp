@@ -30,7 +30,8 @@ constexpr std::pair<RunMode, const char*> kModes[] = {{RunMode::kTrain, "train"}
 constexpr std::pair<SyncKind, const char*> kSyncKinds[] = {{SyncKind::kAllReduce, "allreduce"},
                                                            {SyncKind::kIndependent, "independent"},
                                                            {SyncKind::kLocalSgd, "local_sgd"},
-                                                           {SyncKind::kParameterServer, "parameter_server"}};
+                                                           {SyncKind::kParameterServer, "parameter_server"},
+                                                           {SyncKind::kZero, "zero"}};
 constexpr std::pair<Pitfall, const char*> kPitfalls[] = {{Pitfall::kNone, "none"},
                                                          {Pitfall::kZeroGradInLoop, "zero_grad_in_loop"},
                                                          {Pitfall::kMeanOfMeans, "mean_of_means"},

@@ -11,7 +11,7 @@ namespace gs {
 // training.mode: "train" (arithmetic) | "timing" (the schedule alone is priced on the modeled clock).
 enum class RunMode { kTrain, kTiming };
 // sync.kind (the registry's names, sim/strategy/registry.cpp).
-enum class SyncKind { kAllReduce, kIndependent, kLocalSgd, kParameterServer };
+enum class SyncKind { kAllReduce, kIndependent, kLocalSgd, kParameterServer, kZero };
 // training.pitfall (docs/pitfalls.md). fp16_pure_unscaled and delay_allreduce are aliases of other fields' settings
 // (applied at load): the rank loop changes nothing for them; zero_grad_in_loop and mean_of_means change what the
 // micro-batch loop accumulates.
@@ -22,7 +22,7 @@ RunMode parse_run_mode(const std::string& name);
 SyncKind parse_sync_kind(const std::string& name);
 Pitfall parse_pitfall(const std::string& name);
 const char* run_mode_name(RunMode m);    // "train" | "timing"
-const char* sync_kind_name(SyncKind k);  // "allreduce" | "independent" | "local_sgd" | "parameter_server"
+const char* sync_kind_name(SyncKind k);  // "allreduce" | "independent" | "local_sgd" | "parameter_server" | "zero"
 const char* pitfall_name(Pitfall p);     // "none" | "zero_grad_in_loop" | ...
 
 // The shape of one optimizer step: N ranks, K micro-batches per rank, b samples per micro-batch per rank, and the

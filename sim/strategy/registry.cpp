@@ -21,6 +21,10 @@ const std::vector<StrategyEntry>& strategy_registry() {
                            "pull parameters; sync.staleness 0 = BSP, s = SSP, \"inf\" = asynchronous, in modeled-time "
                            "order",
        make_parameter_server},
+      {"zero", "ZeRO / FSDP: gradients reduce-scattered, each rank updates its 1/N shard (optimizer state sharded; "
+               "sync.stage 2 and 3 also shard gradients and parameters), parameters all-gathered; bit-identical to "
+               "allreduce, GPU memory and modeled clock per stage",
+       make_zero},
   };
   return kStrategies;
 }

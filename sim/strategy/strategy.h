@@ -192,5 +192,6 @@ std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_parameter_server(const StrategySetup& setup);
+std::unique_ptr<SyncStrategy> make_zero(const StrategySetup& setup);
 
 }  // namespace gs

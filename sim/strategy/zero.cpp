@@ -1,0 +1,375 @@
+// `zero`: ZeRO / FSDP sharded data parallelism (Rajbhandari et al. 2020;
+// docs/strategies.md, "zero"), sync.stage 1 (optimizer state sharded), 2 (+
+// gradients, FSDP SHARD_GRAD_OP), 3 (+ parameters, FSDP FULL_SHARD).
+//
+// Partitioning (DeepSpeed's equal padded partitions): the flat parameter vector
+// of n elements is padded to N x per elements, per = ceil(n / N) rounded up to
+// 16 floats (64 bytes); rank r owns [r per, min(n, (r+1) per)). Host
+// arithmetic, the same for every stage (the stages differ in GPU memory and on
+// the modeled clock):
+//   1. the rank's gradient sum is reduce-scattered
+//   (Communicator::reduce_scatter_sum: element i summed over ranks
+//      0..N-1 in rank order, the host all-reduce's order), then divided by S on
+//      the shard; under a cast compressor (compression.kind fp16 / bf16,
+//      communication_data_type) each rank casts its mean gradient as the cast
+//      all-reduce does (sim/compress/cast.cpp) and the owner sums its shard in
+//      the format (or in fp32 with compression.accumulate "fp32") in rank
+//      order, with the same pre / post division;
+//   2. the precision step (loss-scale unscale and check, clipping):
+//   element-wise on the shard when neither a scaler nor
+//      clipping runs; otherwise the shards are all-gathered on the host so the
+//      decision (skip, clip coefficient) is taken on the whole averaged
+//      gradient, with the bits all-reduce takes it with (DeepSpeed all-reduces
+//      an overflow flag and the squared norm: the modeled clock prices those
+//      two scalars, not the gather);
+//   3. the rank's optimizer updates its shard only; its state (momentum, Adam's
+//   m and v) is allocated for the shard;
+//      under mixed precision the fp32 master weights updated are the shard's;
+//   4. the updated shards are all-gathered into every rank's full parameters
+//   (fp32 on the host: the forward casts them
+//      to the mode's format element by element, so gathering the cast values
+//      gives the same bits).
+// So the parameters are bit-identical to sync.kind allreduce with the same
+// optimizer (tests/unit/test_zero.cpp). Accumulation: the gradient is reduced
+// once per accumulation window (after the last micro-batch), at every stage.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/compress_math.h"
+#include "kernels/float_formats.h"
+#include "kernels/nvtx.h"
+#include "sim/compress/reduce.h"
+#include "sim/optim/optimizer.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+size_t zero_partition(size_t n, int ranks) {
+  size_t per =
+      (n + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+  return (per + 15) / 16 * 16;
+}
+
+// Bytes of one parameter element as the stage-3 and post-step all-gathers move
+// it: the format the model computes in (2 under the 16-bit and fp8 modes, whose
+// gathered weights are bf16/fp16 copies), 4 under fp32 and tf32.
+double parameter_wire_bytes(const RunConfig &c) {
+  const Precision p = compute_precision(c.precision.mode);
+  return p == Precision::kFp32 || p == Precision::kTf32 ? 4.0 : 2.0;
+}
+
+class Zero final : public SyncStrategy {
+public:
+  explicit Zero(const StrategySetup &s)
+      : comm_(s.comm), ranks_(s.ranks), n_(s.model.num_params()),
+        per_(zero_partition(s.model.num_params(), s.ranks)),
+        stage_(static_cast<int>(s.config.sync.stage)),
+        cost_model_(s.cost_model), optimizer_(update_optimizer(s.config)),
+        layers_(s.model.layer_costs()),
+        param_bytes_(parameter_wire_bytes(s.config)),
+        buckets_(make_buckets(
+            s.model.tensors(),
+            static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+            static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    const RunConfig w = wire_config(s.config);
+    cast_ = w.compression.kind != "none";
+    if (cast_) {
+      format_ = w.compression.kind == "bf16" ? FloatFormat::kBf16
+                                             : FloatFormat::kFp16;
+      divide_ = w.compression.divide;
+      fp32_sum_ = w.compression.accumulate == "fp32";
+    }
+    grad_bytes_ = cast_ ? 2.0 : 4.0;
+    if (s.timing_only) {
+      precision_.emplace_back(s.config);
+      return;
+    }
+    for (int r = 0; r < ranks_; ++r) {
+      params_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
+      gpad_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
+      shard_.emplace_back(per_, 0.0f);
+      const auto [lo, hi] = range(r);
+      optimizers_.push_back(make_optimizer(optimizer_, hi - lo));
+      precision_.emplace_back(s.config);
+    }
+    wires_.assign(static_cast<size_t>(ranks_), nullptr);
+  }
+
+  float *params(int rank) override {
+    return params_[static_cast<size_t>(rank)].data();
+  }
+  const float *eval_params() override { return params_[0].data(); }
+  bool replicas_identical(int64_t) const override { return true; }
+  float loss_scale(int rank) const override {
+    return precision_[static_cast<size_t>(rank)].loss_scale();
+  }
+  StrategyReport report() const override {
+    StrategyReport r;
+    r.precision = &precision_[0];
+    return r;
+  }
+
+  void step(const StepInput &in) override {
+    price(in);
+    PhaseClock &clock = *in.clock;
+    const size_t r = static_cast<size_t>(in.rank);
+    const auto [lo, hi] = range(in.rank);
+    const size_t len = hi - lo;
+    float *shard = shard_[r].data();
+    {
+      PhaseTimer t(clock, Phase::kCommunicate);
+      GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
+      std::copy(in.grad, in.grad + n_, gpad_[r].begin());
+      if (cast_) {
+        reduce_scatter_cast(in, shard);
+      } else {
+        comm_.reduce_scatter_sum(in.rank, shard, gpad_[r].data(), per_);
+      }
+    }
+    account(in.rank, clock, true);
+    PrecisionStep &ps = precision_[r];
+    bool applied = true;
+    {
+      GS_NVTX_RANGE(kOptimizer);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      if (!cast_) {
+        const float s = static_cast<float>(in.global_samples);
+        for (size_t i = 0; i < len; ++i)
+          shard[i] = shard[i] / s;
+      }
+      if (!ps.needs_whole_gradient())
+        applied = ps.before_update(shard, len, in.step + 1, in.loss_nonfinite)
+                      .applied;
+    }
+    if (ps.needs_whole_gradient()) {
+      // The whole averaged gradient for the scaler's and clipping's decision
+      // (see the file comment): gathered on the host, not counted on the wire.
+      std::vector<float> &full = gpad_[r];
+      comm_.all_gather(in.rank, full.data(), shard, per_);
+      account(in.rank, clock, false);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      applied =
+          ps.before_update(full.data(), n_, in.step + 1, in.loss_nonfinite)
+              .applied;
+      std::copy(full.begin() + static_cast<std::ptrdiff_t>(lo),
+                full.begin() + static_cast<std::ptrdiff_t>(hi), shard);
+    }
+    if (applied) {
+      GS_NVTX_RANGE(kOptimizer);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      Optimizer &opt = *optimizers_[r];
+      float *p = params_[r].data() + lo;
+      opt.step(p, shard, 0, len, in.lr, ps.update_count());
+      ps.after_update(p, opt, 0, len);
+    }
+    {
+      PhaseTimer t(clock, Phase::kCommunicate);
+      float *p = params_[r].data();
+      comm_.all_gather(in.rank, p, p + static_cast<size_t>(in.rank) * per_,
+                       per_);
+    }
+    account(in.rank, clock, true);
+  }
+
+  // The modeled step (docs/strategies.md, "zero"): one reduce-scatter per
+  // bucket (the gradient's wire format), overlapped with backward as DDP's
+  // buckets are; the optimizer and the precision passes over the rank's n / N
+  // elements; stages 1 and 2: one all-gather of the updated parameters (n
+  // elements in the compute format) after the optimizer, not overlapped; stage
+  // 3: no post-step gather, but every micro-batch all-gathers each layer's
+  // parameters before its forward and again before its backward, prefetched one
+  // layer ahead (gather_exposed_s), only the part not hidden behind the
+  // previous layer's compute exposed.
+  PriceKey price(const StepInput &in) const override {
+    if (in.cost == nullptr)
+      return {};
+    StepCost &cost = *in.cost;
+    for (const Bucket &b : buckets_)
+      cost.add_collective(CollectiveKind::kReduceScatter,
+                          grad_bytes_ * static_cast<double>(b.end - b.begin),
+                          GradRange{b.begin, b.end});
+    const double shard = static_cast<double>(per_);
+    if (cost_model_ != nullptr)
+      cost_model_->add_optimizer(cost, optimizer_, shard);
+    const PrecisionStep &ps =
+        precision_[precision_.size() == 1 ? 0 : static_cast<size_t>(in.rank)];
+    ps.price(cost, shard);
+    if (ps.needs_whole_gradient())
+      cost.add_collective(CollectiveKind::kAllReduce,
+                          8.0); // overflow flag, norm^2
+    if (ranks_ <= 1)
+      return {};
+    if (stage_ < 3) {
+      cost.add_collective(CollectiveKind::kAllGather,
+                          param_bytes_ * static_cast<double>(n_));
+      return {};
+    }
+    const int64_t k = std::max<int64_t>(1, cost.micro_batches);
+    const double exposed = static_cast<double>(k) * gather_exposed_s(cost, k);
+    cost.add_collective(CollectiveKind::kAllGather,
+                        2.0 * static_cast<double>(k) * param_bytes_ *
+                            static_cast<double>(n_),
+                        GradRange{});
+    for (CommChain &c : cost.chains)
+      if (c.range.empty() && c.kind == CollectiveKind::kAllGather)
+        c.comm_s = exposed;
+    return {};
+  }
+
+private:
+  // [lo, hi) of the parameters rank `rank` owns.
+  std::pair<size_t, size_t> range(int rank) const {
+    const size_t lo = std::min(n_, per_ * static_cast<size_t>(rank));
+    return {lo, std::min(n_, lo + per_)};
+  }
+
+  // Stage 3, one micro-batch: the exposed time of the forward's and the
+  // backward's parameter all-gathers. FSDP units = the model's layers
+  // (LayerCost), unit i's compute its share of the micro-batch's forward
+  // (backward) by declared FLOPs (parameters when none). Rule (FSDP
+  // forward_prefetch / backward_prefetch BACKWARD_PRE, one unit ahead): the
+  // gather of unit i+1 starts when unit i's compute starts and the previous
+  // gather is done; unit i computes once its gather is done and unit i-1 is
+  // computed. Gathers run on their own stream (FSDP's unshard stream), not
+  // contending with the reduce-scatters. Exposed = end of the last unit's
+  // compute - the compute alone.
+  double gather_exposed_s(const StepCost &cost, int64_t k) const {
+    if (cost_model_ == nullptr)
+      return 0.0;
+    const CollectiveModel &coll = cost_model_->collectives();
+    std::vector<double> w, ag;
+    double total = 0.0;
+    bool flops = false;
+    for (const LayerCost &l : layers_)
+      flops = flops || l.forward_flops_per_sample > 0;
+    for (const LayerCost &l : layers_) {
+      const double len = static_cast<double>(l.param_end - l.param_begin);
+      w.push_back(flops ? l.forward_flops_per_sample : len);
+      total += w.back();
+      ag.push_back(
+          len > 0
+              ? coll.best(CollectiveKind::kAllGather, param_bytes_ * len).time_s
+              : 0.0);
+    }
+    if (w.empty() || total <= 0) {
+      w.assign(1, 1.0);
+      total = 1.0;
+      ag.assign(1, coll.best(CollectiveKind::kAllGather,
+                             param_bytes_ * static_cast<double>(n_))
+                       .time_s);
+    }
+    const double kd = static_cast<double>(k);
+    const double fwd =
+        cost.compute_s[static_cast<size_t>(Phase::kForward)] / kd;
+    const double bwd =
+        cost.compute_s[static_cast<size_t>(Phase::kBackward)] / kd;
+    auto pipeline = [&](double phase_s, bool reverse) {
+      const size_t m = w.size();
+      double comp_end = 0.0, ag_end = 0.0, prev_start = 0.0, busy = 0.0;
+      for (size_t j = 0; j < m; ++j) {
+        const size_t i = reverse ? m - 1 - j : j;
+        const double c = phase_s * w[i] / total;
+        ag_end = std::max(ag_end, prev_start) +
+                 ag[i]; // issued when unit j-1 started (unit 0: at once)
+        const double start = std::max(comp_end, ag_end);
+        prev_start = start;
+        comp_end = start + c;
+        busy += c;
+      }
+      return std::max(0.0, comp_end - busy);
+    };
+    return pipeline(fwd, false) + pipeline(bwd, true);
+  }
+
+  // The cast reduce-scatter: every rank casts its mean gradient
+  // (cast_wire_value, as the cast all-reduce does) into its padded buffer and
+  // publishes it; the owner of each shard sums its elements over ranks 0..N-1
+  // in the format (or fp32), then post-divides: the cast all-reduce's bits on
+  // the shard.
+  void reduce_scatter_cast(const StepInput &in, float *shard) {
+    const size_t r = static_cast<size_t>(in.rank);
+    const double N = static_cast<double>(ranks_);
+    double pre = N, post = 1.0;
+    if (divide_ == "post") {
+      pre = 1.0;
+      post = N;
+    } else if (divide_ == "split") {
+      pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(N) / 2.0)));
+      post = N / pre;
+    }
+    const float bf = static_cast<float>(in.global_samples / N);
+    float *wire = gpad_[r].data();
+    for (size_t i = 0; i < n_; ++i)
+      wire[i] = cast_wire_value(format_, wire[i], bf, pre);
+    wires_[r] = wire;
+    comm_.barrier(in.rank);
+    const auto [lo, hi] = range(in.rank);
+    for (size_t i = lo; i < hi; ++i) {
+      float acc = wires_[0][i];
+      for (int q = 1; q < ranks_; ++q)
+        acc = fp32_sum_ ? acc + wires_[static_cast<size_t>(q)][i]
+                        : add_in_format(format_, acc,
+                                        wires_[static_cast<size_t>(q)][i]);
+      if (fp32_sum_) {
+        shard[i - lo] = post != 1.0 ? acc / static_cast<float>(post) : acc;
+      } else {
+        shard[i - lo] = cast_post_divide(format_, acc, post);
+      }
+    }
+    comm_.barrier(in.rank);
+    comm_.take_stats(in.rank);
+    in.clock->add_bytes(static_cast<uint64_t>((N - 1) / N * 2.0 *
+                                              static_cast<double>(per_) * N));
+  }
+
+  void account(int rank, PhaseClock &clock, bool count_bytes) {
+    CommStats st = comm_.take_stats(rank);
+    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
+    if (count_bytes)
+      clock.add_bytes(st.bytes_sent);
+  }
+
+  // Under fp16_pure without a compressor the gradients are fp16 already: the
+  // wire is the fp16 cast (as allreduce).
+  static RunConfig wire_config(const RunConfig &c) {
+    RunConfig w = c;
+    if (w.precision.mode == "fp16_pure" && w.compression.kind == "none")
+      w.compression.kind = "fp16";
+    return w;
+  }
+
+  Communicator &comm_;
+  int ranks_;
+  size_t n_;
+  size_t per_; // elements per partition (padded)
+  int stage_;
+  const CostModel *cost_model_;
+  OptimizerConfig optimizer_;
+  std::vector<LayerCost> layers_;
+  double param_bytes_;
+  double grad_bytes_ = 4.0;
+  std::vector<Bucket> buckets_;
+  bool cast_ = false;
+  FloatFormat format_ = FloatFormat::kFp16;
+  std::string divide_ = "pre";
+  bool fp32_sum_ = false;
+  std::vector<std::vector<float>>
+      params_; // per rank: the gathered parameters (padded to N x per)
+  std::vector<std::vector<float>>
+      gpad_; // per rank: the padded gradient (and the cast wire values)
+  std::vector<std::vector<float>>
+      shard_; // per rank: its averaged gradient shard
+  std::vector<std::unique_ptr<Optimizer>>
+      optimizers_; // per rank: state for its shard only
+  std::vector<PrecisionStep> precision_;
+  std::vector<float *> wires_; // cast: each rank's published wire buffer
+};
+
+} // namespace
+
+std::unique_ptr<SyncStrategy> make_zero(const StrategySetup &setup) {
+  return std::make_unique<Zero>(setup);
+}
+
+} // namespace gs
