@@ -11,6 +11,8 @@
 
 #include "sim/app/memory.h"
 #include "sim/model/model.h"
+#include "sim/app/memory.h"
+#include "sim/model/model.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {
@@ -119,6 +121,7 @@ TEST(ZeroCost, StagesOneAndTwoMoveWhatAllReduceMoves) {
   // 3 adds two gathers per micro-batch: 3(N-1)/N x 4n in all.
   json c = {{"name", "zc"},
             {"model", {{"kind", "gpt2-small"}}},
+            {"data", {{"kind", "none"}, {"batch_per_rank", 4}}},
             {"cluster", {{"ranks", 8}, {"hardware", "h100-sxm-8"}}},
             {"training", {{"steps", 2}, {"mode", "timing"}}}};
   auto bytes_of = [&](const std::string &kind, int stage) {
@@ -135,6 +138,40 @@ TEST(ZeroCost, StagesOneAndTwoMoveWhatAllReduceMoves) {
   EXPECT_NEAR(bytes_of("zero", 1) / ar, 1.0, 1e-3);
   EXPECT_NEAR(bytes_of("zero", 2) / ar, 1.0, 1e-3);
   EXPECT_NEAR(bytes_of("zero", 3) / ar, 1.5, 1e-3);
+}
+
+// The ZeRO paper's model states per GPU (Rajbhandari et al. 2020, section 5.1, Figure 1) with gradsweep's mixed
+// precision (bf16 weights 2 bytes, fp32 gradients 4, AdamW's fp32 master + m + v: K = 12): plain DP 18 Psi;
+// stage 1: 2 Psi + 4 Psi + 12 Psi / N; stage 2: 2 Psi + 16 Psi / N; stage 3: 18 Psi / N, Psi = LLaMA-7B's
+// 6,738,415,616 parameters, N = 8 (Psi / N is exact, so the partition's ceil changes nothing). DeepSpeed's
+// estimate_zero2_model_states_mem_needs (gpu = 4 Psi + 16 Psi / N, its gradients fp16) differs by the gradient's two
+// extra bytes, which gradsweep keeps in fp32 (as torch AMP does).
+TEST(ZeroMemory, Llama7bModelStatesFollowTheZeroPaper) {
+  RunConfig c;
+  c.model.kind = "llama-7b";
+  c.data.kind = "none";
+  c.data.batch_per_rank = 1;
+  c.training.mode = "timing";
+  c.training.optimizer.kind = "adamw";
+  c.precision.mode = "bf16_mixed";
+  c.cluster.hardware = "h100-sxm-8";
+  c.cluster.ranks = 8;
+  const double psi = 6738415616.0, n = 8.0;
+  auto model = make_model(c);
+  ASSERT_EQ(static_cast<double>(model->num_params()), psi);
+  const GpuMemoryEstimate dp = estimate_gpu_memory(c, *model);
+  EXPECT_EQ(dp.model_states_bytes(), static_cast<int64_t>(18 * psi));
+  EXPECT_FALSE(dp.fits());
+  c.sync.kind = "zero";
+  const double want[] = {2 * psi + 4 * psi + 12 * psi / n, 2 * psi + 16 * psi / n, 18 * psi / n};
+  for (int stage = 1; stage <= 3; ++stage) {
+    c.sync.stage = stage;
+    const GpuMemoryEstimate e = estimate_gpu_memory(c, *model);
+    EXPECT_EQ(e.model_states_bytes(), static_cast<int64_t>(want[stage - 1])) << "stage " << stage;
+  }
+  // Stage 3 on 8 x H100 80 GB: 15.2 GB of model states per GPU: fits where plain DP (121 GB) is skipped.
+  c.sync.stage = 3;
+  EXPECT_TRUE(estimate_gpu_memory(c, *model).fits());
 }
 
 } // namespace
