@@ -491,8 +491,8 @@ std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
     const double buffers = static_cast<double>(e.communication_bytes + e.compression_bytes + e.error_feedback_bytes);
     hint = fmt::format("the model states (weights, master weights, gradients, optimizer state) take {} ({:.1f} GB, "
                        "{:.1f} bytes per parameter){}: no micro-batch fits beside them without sharding the states "
-                       "over the ranks (ZeRO / FSDP, not in this version), a smaller precision.mode or another "
-                       "optimizer",
+                       "over the ranks (ZeRO / FSDP: sync.kind \"zero\", sync.stage 3 shards the most), a smaller "
+                       "precision.mode or another optimizer",
                        gib_text(static_cast<double>(e.model_states_bytes())),
                        static_cast<double>(e.model_states_bytes()) / 1e9,
                        n > 0 ? static_cast<double>(e.model_states_bytes()) / n : 0.0,

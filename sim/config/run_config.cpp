@@ -202,8 +202,8 @@ void visit_fields(V& v, RunConfig& c) {
   v(sy.stage, F("sync.stage", "zero: DeepSpeed's ZeRO stage: 1 shards the optimizer state, 2 also the gradients "
                               "(FSDP SHARD_GRAD_OP), 3 also the parameters (FSDP FULL_SHARD); same arithmetic as "
                               "allreduce, GPU memory and modeled clock differ").at_least(1).at_most(3));
-  v(sy.bucket_mb, F("sync.bucket_mb", "allreduce, local_sgd, parameter_server: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
-  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce, local_sgd, parameter_server: first bucket in MiB").above(0).at_most(1 << 20));
+  v(sy.bucket_mb, F("sync.bucket_mb", "allreduce, local_sgd, parameter_server, zero: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
+  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce, local_sgd, parameter_server, zero: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
                                       "step t-s (0: synchronous; steps t < s apply nothing). parameter_server: 0 = BSP, "
                                       "s = SSP (a worker starts clock c only when every worker finished clock c - s - "
