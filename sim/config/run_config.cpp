@@ -242,7 +242,7 @@ void visit_fields(V& v, RunConfig& c) {
                          "mean of the g_i; none (also false)")
                              .one_of({"none", "gradient", "momentum", "ef21"})
                              .bool_means("none", "gradient"));
-  v(cp.divide, F("compression.divide", "allreduce: casts send each rank's mean gradient (its sum / its samples, "
+  v(cp.divide, F("compression.divide", "allreduce, zero: casts send each rank's mean gradient (its sum / its samples, "
                                        "in fp32, as DDP's fp16_compress_hook) and divide by the ranks N in the "
                                        "format before the sum, after it, or split (2^floor(log2(N)/2) before, the "
                                        "rest after); not parameter_server (each worker pushes its mean gradient "

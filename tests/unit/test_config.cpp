@@ -656,7 +656,7 @@ TEST(ConfigErrors, CompressionDivideIsRefusedUnderTheParameterServer) {
       "compression": {{"kind": "fp16", "divide": "{}"}}}})", divide));
     ASSERT_EQ(is.size(), 1u) << dump_issues(is);
     EXPECT_EQ(is[0].path, "compression.divide");
-    EXPECT_EQ(is[0].message, "only applies when sync.kind is \"allreduce\" (it is \"parameter_server\")");
+    EXPECT_EQ(is[0].message, "only applies when sync.kind is \"allreduce\" or \"zero\" (it is \"parameter_server\")");
   }
 }
 
@@ -893,6 +893,36 @@ TEST(ConfigErrors, DataThatCannotFeedARunIsRefusedBeforeAnyRun) {
     EXPECT_EQ(i.message.find("(expected"), std::string::npos) << i.message;
   }
   EXPECT_TRUE(has_issue(shape, "data.ranks[0][0].x[1]", "2 numbers")) << dump_issues(shape);
+}
+
+}  // namespace
+}  // namespace gs
+
+namespace gs {
+namespace {
+
+// sync.stage and sync.kind "zero": stage 4 is out of range, a stage without kind zero and local SGD's fields under
+// zero are refused at their paths, and zero takes only the cast compressors.
+TEST(ConfigErrors, ZeroFieldsAreCheckedAtTheirPaths) {
+  auto with = [](const std::string& sync, const std::string& extra = "") {
+    return issues_of(R"({"name": "z", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+      "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3},
+      "cluster": {"ranks": 2}, "sync": )" + sync + extra + "}");
+  };
+  auto is = with(R"({"kind": "zero", "stage": 4})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.stage");
+  is = with(R"({"kind": "allreduce", "stage": 2})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.stage");
+  EXPECT_EQ(is[0].message, "only applies when sync.kind is \"zero\" (it is \"allreduce\")");
+  is = with(R"({"kind": "zero", "stage": 3, "period": 4})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.period");
+  is = with(R"({"kind": "zero"})", R"(, "compression": {"kind": "topk", "ratio": 0.01})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "compression.kind");
+  EXPECT_NE(is[0].message.find("use \"none\", \"fp16\" or \"bf16\""), std::string::npos) << is[0].message;
 }
 
 }  // namespace

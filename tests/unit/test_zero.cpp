@@ -11,8 +11,6 @@
 
 #include "sim/app/memory.h"
 #include "sim/model/model.h"
-#include "sim/app/memory.h"
-#include "sim/model/model.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {
@@ -140,12 +138,15 @@ TEST(ZeroCost, StagesOneAndTwoMoveWhatAllReduceMoves) {
   EXPECT_NEAR(bytes_of("zero", 3) / ar, 1.5, 1e-3);
 }
 
-// The ZeRO paper's model states per GPU (Rajbhandari et al. 2020, section 5.1, Figure 1) with gradsweep's mixed
-// precision (bf16 weights 2 bytes, fp32 gradients 4, AdamW's fp32 master + m + v: K = 12): plain DP 18 Psi;
-// stage 1: 2 Psi + 4 Psi + 12 Psi / N; stage 2: 2 Psi + 16 Psi / N; stage 3: 18 Psi / N, Psi = LLaMA-7B's
-// 6,738,415,616 parameters, N = 8 (Psi / N is exact, so the partition's ceil changes nothing). DeepSpeed's
-// estimate_zero2_model_states_mem_needs (gpu = 4 Psi + 16 Psi / N, its gradients fp16) differs by the gradient's two
-// extra bytes, which gradsweep keeps in fp32 (as torch AMP does).
+// The ZeRO paper's model states per GPU (Rajbhandari et al. 2020, section 5.1,
+// Figure 1) with gradsweep's mixed precision (bf16 weights 2 bytes, fp32
+// gradients 4, AdamW's fp32 master + m + v: K = 12): plain DP 18 Psi; stage 1:
+// 2 Psi + 4 Psi + 12 Psi / N; stage 2: 2 Psi + 16 Psi / N; stage 3: 18 Psi / N,
+// Psi = LLaMA-7B's 6,738,415,616 parameters, N = 8 (Psi / N is exact, so the
+// partition's ceil changes nothing). DeepSpeed's
+// estimate_zero2_model_states_mem_needs (gpu = 4 Psi + 16 Psi / N, its
+// gradients fp16) differs by the gradient's two extra bytes, which gradsweep
+// keeps in fp32 (as torch AMP does).
 TEST(ZeroMemory, Llama7bModelStatesFollowTheZeroPaper) {
   RunConfig c;
   c.model.kind = "llama-7b";
@@ -163,13 +164,16 @@ TEST(ZeroMemory, Llama7bModelStatesFollowTheZeroPaper) {
   EXPECT_EQ(dp.model_states_bytes(), static_cast<int64_t>(18 * psi));
   EXPECT_FALSE(dp.fits());
   c.sync.kind = "zero";
-  const double want[] = {2 * psi + 4 * psi + 12 * psi / n, 2 * psi + 16 * psi / n, 18 * psi / n};
+  const double want[] = {2 * psi + 4 * psi + 12 * psi / n,
+                         2 * psi + 16 * psi / n, 18 * psi / n};
   for (int stage = 1; stage <= 3; ++stage) {
     c.sync.stage = stage;
     const GpuMemoryEstimate e = estimate_gpu_memory(c, *model);
-    EXPECT_EQ(e.model_states_bytes(), static_cast<int64_t>(want[stage - 1])) << "stage " << stage;
+    EXPECT_EQ(e.model_states_bytes(), static_cast<int64_t>(want[stage - 1]))
+        << "stage " << stage;
   }
-  // Stage 3 on 8 x H100 80 GB: 15.2 GB of model states per GPU: fits where plain DP (121 GB) is skipped.
+  // Stage 3 on 8 x H100 80 GB: 15.2 GB of model states per GPU: fits where
+  // plain DP (121 GB) is skipped.
   c.sync.stage = 3;
   EXPECT_TRUE(estimate_gpu_memory(c, *model).fits());
 }
