@@ -270,6 +270,31 @@ json with_base(const json& root, const std::string& file) {
   return merged;
 }
 
+// The multi-node fields: "nodes" (optional, 1) and, when nodes > 1, the "internode" section (hierarchical.h).
+void read_internode(const Reader& r, HardwareProfile& p) {
+  if (r.find("nodes") != nullptr) p.nodes = r.integer("nodes", 1, 4096);
+  const bool has = r.find("internode") != nullptr;
+  if (!has) {
+    if (p.nodes > 1)
+      r.fail("internode", "an object {\"kind\", \"nic_Gbps\", \"nics_per_node\", \"achievable_fraction\", "
+             "\"latency_us\", \"hw_lat_us\"} (nodes > 1; as in scenarios/hardware/h100-sxm-8x4-ib.json)", nullptr);
+    return;
+  }
+  r.known("internode");
+  if (auto kind = r.str("internode.kind")) {
+    if (*kind != "ib" && *kind != "roce")
+      r.fail("internode.kind", "\"ib\" or \"roce\"", r.find("internode.kind"));
+    else
+      p.internode_kind = *kind;
+  }
+  p.nic_Gbps = r.number("internode.nic_Gbps", 1e-3, 1e6);
+  p.nics_per_node = r.integer("internode.nics_per_node", 1, 1024);
+  p.nic_achievable_fraction = r.number("internode.achievable_fraction", 1e-6, 1.0);
+  p.internode_latency_us = r.number("internode.latency_us", 0.0, 1e6);
+  p.net_hw_lat_us[static_cast<size_t>(NcclAlgo::kTree)] = r.triple("internode.hw_lat_us.tree");
+  p.net_hw_lat_us[static_cast<size_t>(NcclAlgo::kRing)] = r.triple("internode.hw_lat_us.ring");
+}
+
 }  // namespace
 
 ProfileError::ProfileError(std::vector<std::string> problems)
@@ -382,6 +407,7 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   }
   p.memory_capacity_GiB = r.number("memory.capacity_GiB", 1e-6, 1e9);
   p.memory_usable_fraction = r.number("memory.usable_fraction", 1e-6, 1.0);
+  read_internode(r, p);
   r.check_unknown_keys();
   if (!r.problems().empty()) throw ProfileError(r.problems());
   return p;

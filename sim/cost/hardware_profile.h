@@ -97,6 +97,18 @@ struct HardwareProfile {
   // GPU memory (section "memory"; the GPU memory estimate, sim/app/memory.h).
   double memory_capacity_GiB = 0.0;     // the device memory of one GPU, datasheet value (binary units, 2^30 bytes)
   double memory_usable_fraction = 1.0;  // of the capacity, what a training process can hold in tensors
+  // Multi-node clusters (optional "nodes", 1; section "internode", required when nodes > 1; sim/cost/hierarchical.h
+  // prices it): nodes of gpus_per_node GPUs joined by nics_per_node NICs of nic_Gbps each per node.
+  int nodes = 1;
+  std::string internode_kind;            // ib | roce ("" on one node)
+  double nic_Gbps = 0.0;                 // line rate of one NIC (Gb/s)
+  int nics_per_node = 0;
+  double nic_achievable_fraction = 1.0;  // of the line rate that nccl-tests' busbw reaches across nodes
+  double internode_latency_us = 0.0;     // wire + switch latency per inter-node hop, added to NCCL's NET hwLat
+  // NCCL's hwLat[NCCL_HW_NET] per algorithm [LL, LL128, Simple] (tree, ring; NcclAlgo order, nvls unused).
+  std::array<std::array<double, kNcclProtoCount>, kNcclAlgoCount> net_hw_lat_us{};
+  // The inter-node bandwidth one node's NICs give a ring or tree (GB/s): NICs x line rate / 8 x achievable fraction.
+  double internode_GBps() const { return nics_per_node * nic_Gbps / 8.0 * nic_achievable_fraction; }
 
   // NCCL's per-GPU intra-node bandwidth: links x per-link bandwidth (GB/s).
   double nccl_bw_GBps() const { return nccl_links * nccl_link_bw_GBps; }
