@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/cost/hierarchical.h"
 
 namespace gs {
 
@@ -21,6 +22,8 @@ CollectiveModel::CollectiveModel(const HardwareProfile& hw, int ranks, std::opti
       p2p_latency_s_(hw.p2p_latency_us * 1e-6),
       p2p_bw_Bps_(hw.nccl_bw_GBps() * 1e9) {
   if (ranks <= 1) return;
+  if (hw.nodes > 1 && ranks > hw.gpus_per_node && ranks % hw.gpus_per_node == 0)  // hierarchical.h
+    multi_node_ = std::make_shared<const HierarchicalModel>(hw, ranks / hw.gpus_per_node, hw.gpus_per_node);
   const double n = ranks;
   const double total = hw.nccl_bw_GBps();
   const double ch = hw.channels;
@@ -185,6 +188,7 @@ CollectiveCost CollectiveModel::with_algo(CollectiveKind kind, double bytes, Ncc
   CollectiveCost out;
   out.algo = algo;
   if (ranks_ <= 1) return out;
+  if (multi_node_) return multi_node_->best(kind, bytes, algo);
   if (!available(kind, algo)) {
     out.time_s = -1.0;
     return out;
@@ -196,6 +200,7 @@ CollectiveCost CollectiveModel::with_algo(CollectiveKind kind, double bytes, Ncc
 
 CollectiveCost CollectiveModel::best(CollectiveKind kind, double bytes) const {
   if (ranks_ <= 1) return CollectiveCost{};
+  if (multi_node_) return multi_node_->best(kind, bytes, forced_);
   if (forced_ && available(kind, *forced_)) return with_algo(kind, bytes, *forced_);
   const BusbwCurve& def = hw_->curves[idx(kind)][kCurveDefault];
   if (!def.empty()) return from_curve(def, kind, bytes, std::nullopt);

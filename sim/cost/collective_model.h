@@ -6,6 +6,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,8 @@ struct CollectiveCost {
   double busbw_GBps = 0.0;  // algbw x busbw_factor (nccl-tests' busbw)
   CostSource source = CostSource::kModel;
 };
+
+class HierarchicalModel;  // hierarchical.h
 
 class CollectiveModel {
  public:
@@ -95,6 +98,8 @@ class CollectiveModel {
   double p2p_bw_Bps_;
   Table bw_{};   // GB/s, algorithm bandwidth
   Table lat_{};  // us
+  // More ranks than one node's GPUs on a multi-node profile (nodes > 1): the hierarchical model prices the call.
+  std::shared_ptr<const HierarchicalModel> multi_node_;
 };
 
 // Parses an NCCL_ALGO-style name (ring, tree, nvls; any case); nullopt for "auto" or "". Throws gs::Error otherwise.
