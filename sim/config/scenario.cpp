@@ -696,7 +696,10 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     if (rc.cluster.ranks > 1) {
       try {
         auto hw = load_hardware_profile(rc.cluster.hardware);
-        if (rc.cluster.ranks > hw->gpus_per_node) over_gpus[hw->file].insert(rc.cluster.ranks);
+        // A multi-node profile prices whole nodes up to its node count across its inter-node level (hierarchical.h).
+        const bool whole_nodes = hw->nodes > 1 && rc.cluster.ranks % hw->gpus_per_node == 0 &&
+                                 rc.cluster.ranks <= static_cast<int64_t>(hw->nodes) * hw->gpus_per_node;
+        if (rc.cluster.ranks > hw->gpus_per_node && !whole_nodes) over_gpus[hw->file].insert(rc.cluster.ranks);
         gpus_of[hw->file] = {hw->name, hw->gpus_per_node};
       } catch (const std::exception&) {
         // validate_config reported it
