@@ -32,16 +32,6 @@ class Cast final : public Compressor {
   WireCollective collective() const override { return WireCollective::kAllReduce; }
   bool divides_itself() const override { return true; }
 
-  // Pre- and post-divisors of the world size N: pre (N, 1), post (1, N), split (2^floor(log2(N)/2), N / that). The
-  // mean over the rank's own samples is taken in fp32 before the cast (cast_wire_value), so pre * post = N.
-  static std::pair<double, double> divisors(const std::string& divide, int ranks) {
-    const double N = static_cast<double>(ranks);
-    if (divide == "pre") return {N, 1.0};
-    if (divide == "post") return {1.0, N};
-    const double pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(N) / 2.0)));
-    return {pre, N / pre};
-  }
-
   // Parameter-server pushes (sim/strategy/parameter_server.cpp), job.divisor = b, the pushing worker's samples (<= 0:
   // taken as 1): the worker's mean gradient m = p / b in fp32 (as the all-reduce casts it, DDP's fp16_compress_hook
   // order) cast element by element to the format's bit patterns (format_bytes each, little-endian), so an fp16 push
@@ -93,7 +83,7 @@ class Cast final : public Compressor {
   void reduce_bucket(const BucketJob& job) override {
     thread_local std::vector<float> wire, recv;
     CompressTally& t = *job.tally;
-    const auto [pre, post] = divisors(divide_, job.ranks);
+    const auto [pre, post] = cast_divisors(divide_, job.ranks);
     GS_EXPECT(job.divisor > 0, "a cast all-reduce needs the step's sample count");
     // The rank's samples: S / N (the mean count where ranks' counts differ, so the all-reduced mean is still the sum
     // of every sample's gradient over S).
@@ -169,6 +159,14 @@ class Cast final : public Compressor {
 };
 
 }  // namespace
+
+std::pair<double, double> cast_divisors(const std::string& divide, int ranks) {
+  const double N = static_cast<double>(ranks);
+  if (divide == "pre") return {N, 1.0};
+  if (divide == "post") return {1.0, N};
+  const double pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(N) / 2.0)));
+  return {pre, N / pre};
+}
 
 std::unique_ptr<Compressor> make_cast(const RunConfig& rc, const Model&, int) {
   const CompressionConfig& c = rc.compression;

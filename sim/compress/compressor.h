@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/compress_math.h"
@@ -113,6 +114,9 @@ std::unique_ptr<Compressor> make_compressor(const RunConfig& config, const Model
 
 // Factories (one per file).
 std::unique_ptr<Compressor> make_cast(const RunConfig& c, const Model& m, int ranks);
+// The cast all-reduce's pre- and post-divisors of the world size N (`compression.divide`): pre (N, 1), post (1, N),
+// split (2^floor(log2(N)/2), N / that); pre * post = N. Shared by the cast compressor and ZeRO's cast reduce-scatter.
+std::pair<double, double> cast_divisors(const std::string& divide, int ranks);
 std::unique_ptr<Compressor> make_topk(const RunConfig& c, const Model& m, int ranks);
 std::unique_ptr<Compressor> make_randomk(const RunConfig& c, const Model& m, int ranks);
 std::unique_ptr<Compressor> make_threshold(const RunConfig& c, const Model& m, int ranks);

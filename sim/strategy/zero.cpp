@@ -290,14 +290,7 @@ private:
   void reduce_scatter_cast(const StepInput &in, float *shard) {
     const size_t r = static_cast<size_t>(in.rank);
     const double N = static_cast<double>(ranks_);
-    double pre = N, post = 1.0;
-    if (divide_ == "post") {
-      pre = 1.0;
-      post = N;
-    } else if (divide_ == "split") {
-      pre = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(N) / 2.0)));
-      post = N / pre;
-    }
+    const auto [pre, post] = cast_divisors(divide_, ranks_);
     const float bf = static_cast<float>(in.global_samples / N);
     float *wire = gpad_[r].data();
     for (size_t i = 0; i < n_; ++i)
