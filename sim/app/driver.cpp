@@ -247,13 +247,15 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
   return out;
 }
 
-// done: the ids a --resume keeps (nullptr: not a resume).
+// done: the ids a --resume keeps (nullptr: not a resume). shard: the slice listed (inactive: all runs).
 std::string dry_run_listing(const Scenario& s, const std::string& filter, const std::map<std::string, json>* done,
-                            const std::string& dir) {
+                            const std::string& dir, const Shard& shard = Shard{}) {
   const IdPattern re = make_filter(filter, s);
   std::string out = describe_expansion(s) + "\n";
-  size_t kept = 0, kept_done = 0;
+  size_t kept = 0, kept_done = 0, in_shard = 0;
   for (const auto& r : s.runs) {
+    if (!shard.holds(r.id)) continue;
+    ++in_shard;
     if (!re.search(r.id)) continue;
     ++kept;
     std::string values;
@@ -269,7 +271,11 @@ std::string dry_run_listing(const Scenario& s, const std::string& filter, const 
     out += fmt::format("  [{}] {}  {}{}{}\n", r.index, r.id, values,
                        s.repeats > 1 ? fmt::format(" repeat={} seed={}", r.repeat, r.config.training.seed) : "", mark);
   }
-  if (!filter.empty()) out += fmt::format("{} of {} runs match --filter {}\n", kept, s.runs.size(), filter);
+  if (shard.active())
+    out += fmt::format("--shard {}/{}: {} of {} runs in this slice -> {}\n", shard.index, shard.count, in_shard,
+                       s.runs.size(), dir);
+  if (!filter.empty())
+    out += fmt::format("{} of {} runs match --filter {}\n", kept, shard.active() ? in_shard : s.runs.size(), filter);
   if (done != nullptr)
     out += fmt::format("--resume into {}: {} to run, {} already done (kept)\n", dir, kept - kept_done, kept_done);
   return out;
@@ -280,8 +286,13 @@ std::string dry_run_text(const Scenario& s, const std::string& filter) {
   return dry_run_listing(s, filter, nullptr, "");
 }
 
-std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
+std::string report_dir(const Scenario& s, const DriverOptions& o) {
   const std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
+  return o.shard().active() ? dir + "/" + shard_folder_name(o.shard()) : dir;
+}
+
+std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
+  const std::string dir = report_dir(s, o);
   if (!o.resume) {  // refused where the run would be; with --overwrite, what it would move aside
     std::optional<ExistingReport> found;
     try {
@@ -289,7 +300,7 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
     } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
       throw Error(e.what());
     }
-    std::string text = dry_run_text(s, o.filter);
+    std::string text = dry_run_listing(s, o.filter, nullptr, dir, o.shard());
     if (found && !o.overwrite) throw Error(replace_refusal(*found, s, o));
     if (found)
       text += fmt::format("--overwrite: would first move the {} run{} in {} (report.json, runs.jsonl, figures, "
@@ -305,13 +316,15 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
   } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
     throw Error(e.what());
   }
-  return dry_run_listing(s, o.filter, &done, dir);
+  return dry_run_listing(s, o.filter, &done, dir, o.shard());
 }
 
 namespace {
 // The sweep's first line: "gradsweep: 12 runs = 4 [a] x 3 [b]; 12 to run -> DIR/report.json", each part kept whole
-// where it wraps. already: the runs a --resume keeps (none: not a resume).
-std::string sweep_header(const Scenario& s, size_t to_run, std::optional<size_t> already, const std::string& path) {
+// where it wraps. already: the runs a --resume keeps (none: not a resume). A slice (--shard) says "; shard K/N: M of
+// them" before the count to run.
+std::string sweep_header(const Scenario& s, size_t to_run, std::optional<size_t> already, const std::string& path,
+                         const Shard& shard) {
   auto whole = [](std::string t) {
     std::replace(t.begin(), t.end(), ' ', kNoBreak);
     return t;
@@ -322,7 +335,13 @@ std::string sweep_header(const Scenario& s, size_t to_run, std::optional<size_t>
     expansion[at] = ' ';  // a wrap may come before each "x N [axis]"
   const std::string to_run_text = fmt::format("{} to run", to_run) +
                                   (already ? fmt::format(" ({} already in the report)", *already) : std::string());
-  return "gradsweep: " + expansion + "; " + whole(to_run_text) + " " + whole("-> " + path);
+  std::string slice;
+  if (shard.active()) {
+    size_t in_shard = 0;
+    for (const auto& r : s.runs) in_shard += shard.holds(r.id) ? 1 : 0;
+    slice = whole(fmt::format("shard {}/{}: {} of them", shard.index, shard.count, in_shard)) + "; ";
+  }
+  return "gradsweep: " + expansion + "; " + slice + whole(to_run_text) + " " + whole("-> " + path);
 }
 
 // Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step of the RUN-th run so a test can signal
@@ -348,6 +367,14 @@ json report_header(const Scenario& s, const DriverOptions& o) {
   for (const auto& a : s.axes) axes.push_back({{"paths", a.paths}, {"values", a.values}});
   header["axes"] = axes;
   header["repeats"] = s.repeats;
+  // A slice's report names its slice and the ids in it, so that gradsweep merge can name the runs it lacks.
+  if (o.shard().active()) {
+    json ids = json::array();
+    for (const auto& r : s.runs)
+      if (o.shard().holds(r.id)) ids.push_back(r.id);
+    header["shard"] = {{"index", o.shard_index}, {"count", o.shard_count}, {"sweep_runs", s.runs.size()},
+                       {"ids", ids}};
+  }
   return header;
 }
 
@@ -412,7 +439,7 @@ std::string finished_run_text(const std::string& count, const std::string& id, c
 int run_sweep(const Scenario& s, const DriverOptions& o) {
   const IdPattern re = make_filter(o.filter, s);
   openblas_set_num_threads(1);  // one BLAS thread per rank thread
-  std::string dir = o.out_dir.empty() ? "reports/" + s.name : o.out_dir;
+  const std::string dir = report_dir(s, o);
   const json header = report_header(s, o);
   std::vector<std::string> rerun = {"interrupted"};
   if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
@@ -452,13 +479,13 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
 
   std::vector<const RunSpec*> todo;
   for (const auto& r : s.runs)
-    if (re.search(r.id) && !writer.done(r.id)) todo.push_back(&r);
+    if (o.shard().holds(r.id) && re.search(r.id) && !writer.done(r.id)) todo.push_back(&r);
 
   install_stop_handlers();  // idempotent; main installs them before loading the scenario
 
   if (!o.quiet)
     say(sweep_header(s, todo.size(), o.resume ? std::optional<size_t>(writer.size()) : std::nullopt,
-                     writer.report_path()),
+                     writer.report_path(), o.shard()),
         11);
   const std::pair<size_t, int64_t> stop_at = stop_at_fault();
   const size_t stop_run = stop_at.first;  // plain names: a lambda below captures them

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/config/scenario.h"
+#include "sim/core/shard.h"
 
 namespace gs {
 
@@ -21,7 +22,15 @@ struct DriverOptions {
   bool overwrite = false;            // not resume: move runs already in out_dir aside (move_report_aside)
   std::vector<std::string> argv;     // recorded in the report's context
   bool quiet = false;                // no progress output
+  // --shard K/N: run only the runs of slice K of N (sim/core/shard.h), into <out_dir>/shard-K-of-N/ (report, journal,
+  // lock and run files; --resume, --overwrite and --dry-run act on that folder); count 0: the whole sweep into out_dir.
+  int64_t shard_index = 0;
+  int64_t shard_count = 0;
+  Shard shard() const { return Shard{shard_index, shard_count}; }
 };
+
+// The folder this sweep's report goes into: out_dir (default reports/<scenario name>), plus shard-K-of-N/ when sharded.
+std::string report_dir(const Scenario& scenario, const DriverOptions& options);
 
 // Returns the process exit code: 0 when every run that ran passed or diverged, 1 when one failed, 130/143 when
 // interrupted by SIGINT/SIGTERM. Throws gs::Error for problems before any run (bad filter, another writer, runs

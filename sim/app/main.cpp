@@ -24,6 +24,7 @@
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/report/file_io.h"
+#include "sim/report/merge.h"
 #include "sim/app/driver.h"
 #include "sim/strategy/strategy.h"
 
@@ -143,6 +144,25 @@ void print_fields() {
   }
 }
 
+// `gradsweep merge`: the merged report, the runs or slices it lacks (with --allow-missing) as notes, and a summary
+// line on stderr. Refusals (gs::Error) go to main's handler (exit 2); a report that cannot be written exits 3.
+int merge_command(const gs::MergeRequest& req) {
+  try {
+    const gs::MergeResult m = gs::merge_reports(req);
+    for (const auto& id : m.missing) print_wrapped("note: merge: missing run " + id);
+    for (const auto k : m.missing_shards)
+      print_wrapped(fmt::format("note: merge: missing slice {} of {}", k, m.shard_count));
+    print_wrapped(fmt::format("gradsweep: merged {} slice report{} of {} slices: {} runs ({} given twice, the "
+                              "same), {} run file{} copied -> {}",
+                              m.reports.size(), m.reports.size() == 1 ? "" : "s", m.shard_count, m.runs,
+                              m.duplicates, m.files, m.files == 1 ? "" : "s", m.report_path));
+  } catch (const gs::ReportIoError& e) {
+    print_wrapped(fmt::format("gradsweep: {}\ngradsweep: the merged report could not be written", e.what()));
+    return kExitReportIo;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,6 +200,12 @@ int main(int argc, char** argv) {
                 "replaced-<date>-<time>/ inside it, then run (without it such a folder is refused)")
       ->excludes(resume_flag);
   run->add_flag("--quiet", quiet, "no progress on stderr");
+  std::string shard_text;
+  run->add_option("--shard", shard_text,
+                  "run only slice K of N of the sweep (a run's slice depends on its id alone), into "
+                  "<out>/shard-K-of-N/; K from 1 as SLURM_ARRAY_TASK_ID; gradsweep merge joins the slices "
+                  "(docs/cluster.md)")
+      ->type_name("K/N");
 
   std::string validate_file;
   std::vector<std::string> validate_sets;
@@ -221,11 +247,24 @@ int main(int argc, char** argv) {
   calibrate->add_option("--name", cal.name, "the new profile's name (default: the output file's name)");
   calibrate->add_option("--out", cal.out, "profile file to write (refused if it exists)")->required();
 
+  gs::MergeRequest merge_req;
+  CLI::App* merge = app.add_subcommand("merge", "join the reports of a sweep's slices (run --shard K/N) into one report "
+                                                "(docs/cluster.md)");
+  merge->add_option("sources", merge_req.sources,
+                    "slice reports: report.json files, their folders, or the slices' --out folder (its "
+                    "shard-K-of-N/ folders)")
+      ->required()
+      ->type_name("REPORT...");
+  merge->add_option("--out", merge_req.out_dir, "folder of the merged report (refused when it holds one)")->required();
+  merge->add_flag("--allow-missing", merge_req.allow_missing,
+                  "write the report even when slices or runs are missing (listed in its merged block)");
+
   if (argc > 1 && argv[1][0] != '-') {
     std::string cmd = argv[1];
-    if (cmd != "run" && cmd != "validate" && cmd != "list" && cmd != "fields" && cmd != "price" && cmd != "calibrate") {
+    if (cmd != "run" && cmd != "validate" && cmd != "list" && cmd != "fields" && cmd != "price" && cmd != "calibrate" &&
+        cmd != "merge") {
       std::fprintf(stderr, "gradsweep: unknown command \"%s\"; commands: run, validate, list, fields, price, "
-                   "calibrate (see --help)\n",
+                   "calibrate, merge (see --help)\n",
                    cmd.c_str());
       return kExitBadInput;
     }
@@ -277,6 +316,10 @@ int main(int argc, char** argv) {
       std::printf("\nwrote %s (use it as --hardware %s or cluster.hardware)\n", cal.out.c_str(), cal.out.c_str());
       return 0;
     }
+    if (merge->parsed()) {
+      merge_req.argv = args;
+      return merge_command(merge_req);
+    }
     if (validate->parsed()) {
       if (!validate_hardware.empty()) validate_sets.push_back("cluster.hardware=" + validate_hardware);
       gs::Scenario s = gs::load_scenario(validate_file, validate_sets);
@@ -288,6 +331,8 @@ int main(int argc, char** argv) {
       gs::install_stop_handlers();
       gs::install_test_faults();  // GRADSWEEP_TEST_FAULTS (tests only; nothing when unset)
       if (scenario_file.empty()) scenario_file = default_scenario();
+      // --shard is checked before the scenario is read: a bad slice is refused before anything else.
+      const gs::Shard shard = run->count("--shard") > 0 ? gs::parse_shard(shard_text) : gs::Shard{};
       if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
       if (timing_only) sets.push_back("training.mode=timing");
       gs::Scenario s = gs::load_scenario(scenario_file, sets);
@@ -301,6 +346,8 @@ int main(int argc, char** argv) {
       o.overwrite = overwrite;
       o.argv = args;
       o.quiet = quiet;
+      o.shard_index = shard.index;
+      o.shard_count = shard.count;
       if (dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be
         std::fputs(gs::dry_run_text(s, o).c_str(), stdout);
         return 0;

@@ -234,3 +234,21 @@ def test_real_report_validates(schema, real_report):
     assert isinstance(overrides, list) and all(isinstance(o, str) for o in overrides), real_report
     for run in doc["runs"]:
         assert isinstance(run.get("num_params", 0), int) and run.get("num_params", 0) >= 0, run["id"]
+
+
+def test_slice_and_merged_blocks_are_checked(schema, example):
+    """`shard` (gradsweep run --shard K/N) and `merged` (gradsweep merge) are optional, typed when present."""
+    ids = [r["id"] for r in example["runs"]]
+    doc = json.loads(json.dumps(example))
+    doc["shard"] = {"index": 2, "count": 3, "sweep_runs": len(ids), "ids": ids[:1]}
+    assert errors(schema, doc) == []
+    for bad in ({"index": 0}, {"count": "3"}, {"ids": [1]}):
+        broken = json.loads(json.dumps(doc))
+        broken["shard"].update(bad)
+        assert errors(schema, broken), bad
+    del doc["shard"]
+    doc["merged"] = {"argv": ["gradsweep", "merge"], "reports": ["a/report.json"], "shard_count": 3,
+                     "missing_shards": [], "missing": []}
+    assert errors(schema, doc) == []
+    del doc["merged"]["missing"]
+    assert errors(schema, doc)
