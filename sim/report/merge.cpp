@@ -152,7 +152,7 @@ std::string fingerprint_difference(const SliceReport& a, const SliceReport& b) {
                       cb.value("overrides", json::array())),
         differs("the gradsweep version (tool.version)", ta.value("version", none), tb.value("version", none)),
         differs("the gradsweep build (tool.git_commit)", ta.value("git_commit", none), tb.value("git_commit", none)),
-        differs("the slicing (shard.count)", json(a.count), json(b.count)),
+        differs("N of --shard K/N (shard.count; merge the slices of one N)", json(a.count), json(b.count)),
         differs("the sweep's run count (shard.sweep_runs)", json(a.sweep_runs), json(b.sweep_runs))})
     if (!d.empty()) return d;
   return "";

@@ -108,6 +108,14 @@ def test_dry_run_lists_the_slice_the_hash_gives(tmp_path):
         seen += mine
     assert sorted(seen) == sorted(ids)
     assert not (tmp_path / "o").exists()
+    # A third repeat adds runs but moves none: the runs of each slice stay in it.
+    more = write(tmp_path, scenario(sweep={"axes": {"training.optimizer.lr": [0.1, 0.2, 0.3, 0.4, 0.5],
+                                                    "cluster.ranks": [1, 2]}, "repeats": 3}), "more.json")
+    for k in (1, 2, 3):
+        before = listed.findall(run("run", path, "--dry-run", "--shard", f"{k}/3", "--out", tmp_path / "o").stdout)
+        after = listed.findall(run("run", more, "--dry-run", "--shard", f"{k}/3", "--out", tmp_path / "o").stdout)
+        assert all(slice_of(i, 3) == k for i in after) and any(i.endswith(".r2") for i in after)
+        assert set(before) <= set(after), k
 
 
 @pytest.mark.parametrize("bad, why", [("0/2", "K must be from 1 to N = 2, got 0"),
@@ -206,7 +214,7 @@ def test_merge_refuses_slices_of_another_sweep(tmp_path):
     assert "the scenario file (context.scenario_sha256) differs" in p.stderr
     assert run("run", path, "--shard", "1/3", "--out", tmp_path / "d", "--quiet").returncode == 0
     p = run("merge", a / "shard-1-of-2", tmp_path / "d", "--out", tmp_path / "m")
-    assert p.returncode == 2 and "the slicing (shard.count) differs: 2 in" in p.stderr, p.stderr
+    assert p.returncode == 2 and "N of --shard K/N (shard.count; merge the slices of one N) differs: 2 in" in p.stderr, p.stderr
     # A whole sweep's report is no slice.
     assert run("run", path, "--out", tmp_path / "whole", "--quiet").returncode == 0
     p = run("merge", a / "shard-1-of-2", tmp_path / "whole", "--out", tmp_path / "m")
