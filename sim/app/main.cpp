@@ -150,6 +150,7 @@ int merge_command(const gs::MergeRequest& req) {
   try {
     const gs::MergeResult m = gs::merge_reports(req);
     for (const auto& id : m.missing) print_wrapped("note: merge: missing run " + id);
+    for (const auto& id : m.interrupted) print_wrapped("note: merge: interrupted run " + id);
     for (const auto k : m.missing_shards)
       print_wrapped(fmt::format("note: merge: missing slice {} of {}", k, m.shard_count));
     print_wrapped(fmt::format("gradsweep: merged {} slice report{} of {} slices: {} runs ({} given twice, the "

@@ -283,15 +283,27 @@ void check_complete(const std::vector<SliceReport>& slices, const JoinedRuns& jo
   size_t listed = 0;
   for (const auto& [k, s] : present) {
     listed += s->ids.size();
-    std::vector<std::string> lacking;
-    for (const auto& id : s->ids)
-      if (joined.by_id.count(id) == 0) lacking.push_back(id);
-    if (lacking.empty()) continue;
+    std::vector<std::string> lacking, stopped;  // not in any report; stopped by a signal (what --resume reruns)
+    for (const auto& id : s->ids) {
+      const auto it = joined.by_id.find(id);
+      if (it == joined.by_id.end())
+        lacking.push_back(id);
+      else if (it->second.first->value("disposition", json()) == json("interrupted"))
+        stopped.push_back(id);
+    }
+    if (lacking.empty() && stopped.empty()) continue;
+    std::string what;
+    if (!lacking.empty())
+      what = fmt::format("lacks {} of its {} runs: {}", lacking.size(), s->ids.size(), some_of(lacking));
+    if (!stopped.empty())
+      what += fmt::format("{}{} of its {} runs {} interrupted: {}", what.empty() ? "" : "; ", stopped.size(),
+                          s->ids.size(), stopped.size() == 1 ? "was" : "were", some_of(stopped));
     problems.push_back(
-        fmt::format("slice {} of {} ({}) lacks {} of its {} runs: {} (finish it with gradsweep run "
-                    "SCENARIO --shard {}/{} --resume and the same --out)",
-                    k, n, s->path, lacking.size(), s->ids.size(), some_of(lacking), k, n));
+        fmt::format("slice {} of {} ({}) {} (finish it with gradsweep run SCENARIO --shard {}/{} "
+                    "--resume and the same --out)",
+                    k, n, s->path, what, k, n));
     result.missing.insert(result.missing.end(), lacking.begin(), lacking.end());
+    result.interrupted.insert(result.interrupted.end(), stopped.begin(), stopped.end());
   }
   if (absent.empty() && listed != static_cast<size_t>(slices.front().sweep_runs))
     throw Error(fmt::format("merge: the {} slices list {} runs, but their sweep has {} (shard.sweep_runs)", n, listed,
@@ -299,7 +311,9 @@ void check_complete(const std::vector<SliceReport>& slices, const JoinedRuns& jo
   if (problems.empty() || allow_missing) return;
   std::string text = "merge: the sweep is incomplete:";
   for (const auto& p : problems) text += "\n  " + p;
-  throw Error(text + "\n  (--allow-missing writes the report without them and lists them in its merged block)");
+  throw Error(text +
+              "\n  (--allow-missing writes the report without the missing runs, with the interrupted ones as "
+              "they are, and lists both in its merged block)");
 }
 
 // Copies from/rel to to/rel through a temporary file in the same folder and a rename (an existing one is replaced).
@@ -402,7 +416,8 @@ MergeResult merge_reports(const MergeRequest& req) {
                    {"reports", result.reports},
                    {"shard_count", result.shard_count},
                    {"missing_shards", result.missing_shards},
-                   {"missing", result.missing}};
+                   {"missing", result.missing},
+                   {"interrupted", result.interrupted}};
   result.report_path = req.out_dir + "/report.json";
   write_file_atomic(result.report_path, doc.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
   result.runs = ordered.size();

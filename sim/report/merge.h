@@ -3,8 +3,9 @@
 // It refuses reports of another scenario file, other --set values, another report schema or gradsweep version or
 // build, or another slicing (the fingerprints); two runs of one id whose results differ once the measured (wall-clock)
 // fields are left out; and, unless allowed, a sweep that lacks runs (a slice that is absent, or one that did not run
-// all of its runs), naming them. The run files the kept runs name (timeline/, weights/, batches/) are copied beside the
-// new report. Nothing is written before every check passed; the report is written atomically.
+// all of its runs, or was stopped in one: `interrupted`), naming them. The run files the kept runs name (timeline/,
+// weights/, batches/) are copied beside the new report. Nothing is written before every check passed; the report is
+// written atomically.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -26,13 +27,14 @@ struct MergeRequest {
 
 struct MergeResult {
   std::string report_path;
-  std::vector<std::string> reports;     // the slice reports read, in order
-  int64_t shard_count = 0;              // N
-  size_t runs = 0;                      // runs in the merged report
-  size_t duplicates = 0;                // runs given by more than one report (with the same results)
-  size_t files = 0;                     // run files copied
-  std::vector<int64_t> missing_shards;  // slices none of the sources is (only with allow_missing)
-  std::vector<std::string> missing;     // ids of the present slices' runs that no report holds (allow_missing)
+  std::vector<std::string> reports;      // the slice reports read, in order
+  int64_t shard_count = 0;               // N
+  size_t runs = 0;                       // runs in the merged report
+  size_t duplicates = 0;                 // runs given by more than one report (with the same results)
+  size_t files = 0;                      // run files copied
+  std::vector<int64_t> missing_shards;   // slices none of the sources is (only with allow_missing)
+  std::vector<std::string> missing;      // ids of the present slices' runs that no report holds (allow_missing)
+  std::vector<std::string> interrupted;  // ids of runs kept as `interrupted` (stopped by a signal; allow_missing)
 };
 
 // Throws gs::Error (the CLI's exit 2) for every refusal above and for a source that cannot be read or is not a

@@ -6,7 +6,7 @@ killed mid-sweep is finished with --resume and then merges."""
 import json
 import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +197,43 @@ def test_a_killed_slice_resumes_and_then_merges(tmp_path):
     p = run("merge", sliced, "--out", merged)
     assert p.returncode == 0, p.stderr
     assert comparable(load(merged / "report.json")) == comparable(whole)
+
+
+def test_an_interrupted_run_is_named_until_resumed(tmp_path):
+    """A slice stopped by SIGTERM (a batch system's time limit) keeps its stopped run as `interrupted`: merge names it."""
+    path = write(tmp_path, scenario(steps=40))
+    sliced, merged = tmp_path / "sliced", tmp_path / "merged"
+    ids = [f"e2e.accumulation_steps={a}.ranks={r}.r0" for a in (1, 2) for r in (1, 2)]
+    sizes = {k: sum(slice_of(i, 3) == k for i in ids) for k in (1, 2, 3)}
+    big = max(sizes, key=sizes.get)
+    for k in (1, 2, 3):
+        if k != big:
+            assert run("run", path, "--shard", f"{k}/3", "--out", sliced, "--quiet").returncode == 0
+    env = dict(os.environ, GRADSWEEP_TEST_FAULTS="stop_at=2:5")
+    proc = subprocess.Popen([str(BIN), "run", str(path), "--shard", f"{big}/3", "--out", str(sliced), "--quiet"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f"child ended instead of stopping (status {status})"
+    proc.send_signal(signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    part = load(sliced / f"shard-{big}-of-3" / "report.json")
+    stopped = [r["id"] for r in part["runs"] if r["disposition"] == "interrupted"]
+    assert len(stopped) == 1 and len(part["runs"]) == 2
+    p = run("merge", sliced, "--out", merged)
+    assert p.returncode == 2, p.stderr
+    assert f"1 of its {sizes[big]} runs was interrupted: {stopped[0]}" in p.stderr
+    assert f"lacks {sizes[big] - 2} of its {sizes[big]} runs" in p.stderr
+    p = run("merge", sliced, "--out", merged, "--allow-missing")
+    assert p.returncode == 0, p.stderr
+    assert f"note: merge: interrupted run {stopped[0]}" in p.stderr
+    joined = load(merged / "report.json")
+    assert joined["merged"]["interrupted"] == stopped and len(joined["merged"]["missing"]) == sizes[big] - 2
+    assert run("run", path, "--shard", f"{big}/3", "--out", sliced, "--resume", "--quiet").returncode == 0
+    p = run("merge", sliced, "--out", tmp_path / "again")
+    assert p.returncode == 0, p.stderr
+    assert load(tmp_path / "again" / "report.json")["merged"]["interrupted"] == []
 
 
 def test_merge_refuses_slices_of_another_sweep(tmp_path):

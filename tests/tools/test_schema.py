@@ -248,7 +248,7 @@ def test_slice_and_merged_blocks_are_checked(schema, example):
         assert errors(schema, broken), bad
     del doc["shard"]
     doc["merged"] = {"argv": ["gradsweep", "merge"], "reports": ["a/report.json"], "shard_count": 3,
-                     "missing_shards": [], "missing": []}
+                     "missing_shards": [], "missing": [], "interrupted": []}
     assert errors(schema, doc) == []
     del doc["merged"]["missing"]
     assert errors(schema, doc)
