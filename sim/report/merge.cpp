@@ -141,15 +141,15 @@ std::string fingerprint_difference(const SliceReport& a, const SliceReport& b) {
   };
   const json none;
   const json ta = a.doc.value("tool", json::object()), tb = b.doc.value("tool", json::object());
+  const json sets_a = ca.value("overrides", json::array()), sets_b = cb.value("overrides", json::array());
   for (const std::string& d :
        {differs("the scenario file (context.scenario_sha256)", ca["scenario_sha256"], cb["scenario_sha256"]),
         ca.contains("overrides_sha256") && cb.contains("overrides_sha256")
-            ? differs("the --set values (context.overrides)", ca["overrides"], cb["overrides"]) +
-                  (ca["overrides"] == cb["overrides"] ? differs("the --set values' bytes (context.overrides_sha256)",
-                                                                ca["overrides_sha256"], cb["overrides_sha256"])
-                                                      : std::string())
-            : differs("the --set values (context.overrides)", ca.value("overrides", json::array()),
-                      cb.value("overrides", json::array())),
+            ? differs("the --set values (context.overrides)", sets_a, sets_b) +
+                  (sets_a == sets_b ? differs("the --set values' bytes (context.overrides_sha256)",
+                                              ca["overrides_sha256"], cb["overrides_sha256"])
+                                    : std::string())
+            : differs("the --set values (context.overrides)", sets_a, sets_b),
         differs("the gradsweep version (tool.version)", ta.value("version", none), tb.value("version", none)),
         differs("the gradsweep build (tool.git_commit)", ta.value("git_commit", none), tb.value("git_commit", none)),
         differs("N of --shard K/N (shard.count; merge the slices of one N)", json(a.count), json(b.count)),
@@ -221,7 +221,9 @@ std::vector<SliceReport> read_slices(const std::vector<std::string>& sources, So
   std::set<std::string> seen;
   for (const auto& source : sources)
     for (const auto& path : reports_of(source)) {
-      const std::string key = fs::weakly_canonical(path).string();
+      std::error_code ec;
+      const fs::path canonical = fs::weakly_canonical(path, ec);
+      const std::string key = ec ? path : canonical.string();
       if (!seen.insert(key).second) continue;  // the same file named twice
       locks.take(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
       slices.push_back(read_slice(path));
