@@ -348,7 +348,7 @@ json strip_measured(const json& v) {
   json out = json::object();
   for (const auto& [k, x] : v.items()) {
     if (k == "wall_s" || k.find("measured") != std::string::npos || k == "model_error" || k == "samples_per_s" ||
-        k == "available_bytes" || k == "compress_time" || k == "decompress_time")
+        k == "available_bytes" || k == "compress_time" || k == "decompress_time" || k == "max_queue_depth")
       continue;
     out[k] = strip_measured(x);
   }

@@ -20,7 +20,8 @@ TEST(Merge, WithoutMeasuredLeavesOutTheMeasuredFieldsOnly) {
     "compression": {"compress_time": {"mean_ms": 1}, "decompress_time": {"mean_ms": 1}, "ratio": 0.01},
     "convergence": {"series": [{"step": 1, "measured_s": 0.1, "modeled_s": 0.2, "train_loss": 0.5}]},
     "time_to_target": {"reached": true, "measured_s": 0.1, "modeled_s": 0.2},
-    "data": {"totals": {"stall_measured_s": 0.1, "stall_share_measured": 0.5, "stall_modeled_s": 0.3}}
+    "data": {"max_queue_depth": [2, 3], "prefetch": 2,
+             "totals": {"stall_measured_s": 0.1, "stall_share_measured": 0.5, "stall_modeled_s": 0.3}}
   })");
   const json expected = json::parse(R"({
     "id": "x.r0", "disposition": "passed",
@@ -31,7 +32,7 @@ TEST(Merge, WithoutMeasuredLeavesOutTheMeasuredFieldsOnly) {
     "compression": {"ratio": 0.01},
     "convergence": {"series": [{"step": 1, "modeled_s": 0.2, "train_loss": 0.5}]},
     "time_to_target": {"reached": true, "modeled_s": 0.2},
-    "data": {"totals": {"stall_modeled_s": 0.3}}
+    "data": {"prefetch": 2, "totals": {"stall_modeled_s": 0.3}}
   })");
   EXPECT_EQ(without_measured(run), expected) << without_measured(run).dump(1);
 }
