@@ -273,7 +273,8 @@ double activation_element_bytes(const std::string& mode) { return mode == "fp32"
 // gradient's values: its own payload for the whole gradient, and for gather compressors the ranks' gathered payloads
 // (every bucket's, as they may all be in flight while backward overlaps). PowerSGD: P and Q of every matrix (the
 // all-reduced payload) and the warm-start Q kept across steps. threshold keeps a value-dependent count: bounded by
-// every value kept (8 bytes each); dgc by its step-0 warm-up density.
+// every value kept (8 bytes each); dgc by its step-0 warm-up density; both by compression.expected_density where a
+// timing-only run gives it.
 int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
   const auto& cp = c.compression;
   if (cp.kind == "none") return 0;
@@ -310,6 +311,8 @@ int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
       own += 8.0 * static_cast<double>(kept_count(m, cp.ratio, cp.k));
     } else if (cp.kind == "randomk") {
       own += (cp.shared_indices ? 4.0 : 8.0) * static_cast<double>(kept_count(m, cp.ratio, cp.k));
+    } else if ((cp.kind == "threshold" || cp.kind == "dgc") && cp.expected_density > 0) {  // timing-only runs
+      own += 8.0 * static_cast<double>(kept_count(m, cp.expected_density, 0));
     } else if (cp.kind == "threshold") {
       own += 8.0 * static_cast<double>(m);
     } else if (cp.kind == "dgc") {

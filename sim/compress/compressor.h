@@ -40,13 +40,10 @@ struct CompressTally {
   double communicate_s = 0.0; // inside collectives (waiting included; the reducer splits out the wait)
   uint64_t payload_bytes = 0; // this rank's encoded gradient: index + value bytes, bit-packed sizes, norms, scales
   uint64_t wire_bytes = 0;    // bytes this rank puts on the wire (ring conventions of CommStats)
-  // Modeled clock, per bucket (the reducer prices and clears them after each job): the collectives in issue order,
-  // the encode passes over the bucket's fp32 input (top-k: 2, a histogram and a select pass; default 1), and
-  // FLOPs of encode / decode kernels (PowerSGD's products; 0: memory-bound passes).
+  // The collectives the job issued, in issue order (the reducer clears them before each job). The modeled clock prices
+  // a bucket with price_compressed_bucket (sim/compress/modeled.h), which takes from them only the largest payload of
+  // a gather; tests check them against its calls.
   std::vector<WireCall> calls;
-  double encode_input_passes = 1.0;
-  double encode_flops = 0.0;
-  double decode_flops = 0.0;
 };
 
 // One bucket of one rank's step. The compressor reads p (the rank's gradient sum plus the error-feedback residual),

@@ -46,8 +46,6 @@ class Dgc final : public Compressor {
     const double ratio = ratio_at(ratio_, warmup_, job.step);
     const size_t samples = std::max<size_t>(1, static_cast<size_t>(std::ceil(sample_ratio_ * static_cast<double>(n))));
     const float thr = sampled_threshold(v, n, ratio, job.seed, job.stream(), samples);
-    // Passes over n floats: g read, u and v read and written (5), the threshold select's read of v (1).
-    job.tally->encode_input_passes = 6.0;
     idx.resize(n);
     const size_t got = threshold_select(v, n, thr, idx.data());
     encode_sparse(v, idx.data(), got, 1.0f, false, payload);

@@ -116,12 +116,6 @@ class PowerSgd final : public Compressor {
     if (p_elems > 0) job.comm->all_reduce_sum(job.rank, pbuf.data(), p_elems);
     if (dense_n > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(dense_n)});
     if (p_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(p_elems)});
-    // FLOPs: P = M Q, Q = M^T P and this rank's P Q^T (2 rows cols r each); Gram-Schmidt 2 rows r^2; decode P Q^T.
-    for (const Matrix* m : mats) {
-      const double mn = static_cast<double>(m->rows * m->cols), r = static_cast<double>(rank_);
-      t.encode_flops += 6.0 * mn * r + 2.0 * static_cast<double>(m->rows) * r * r;
-      t.decode_flops += 2.0 * mn * r;
-    }
     double t2 = now_s();
     t.communicate_s += t2 - t1;
     nvtx.next(NvtxName::kCompress);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/nvtx.h"
+#include "sim/compress/modeled.h"
 #include "sim/core/error.h"
 #include "sim/cost/step_cost.h"
 #include "sim/core/summary.h"
@@ -21,16 +22,6 @@ const char* collective_name(WireCollective c) {
   return "all_reduce";
 }
 
-namespace {
-CollectiveKind priced_kind(WireCollective c) {
-  switch (c) {
-    case WireCollective::kAllReduce: return CollectiveKind::kAllReduce;
-    case WireCollective::kAllGather: return CollectiveKind::kAllGather;
-    case WireCollective::kReduceScatter: return CollectiveKind::kReduceScatter;
-  }
-  return CollectiveKind::kAllReduce;
-}
-}  // namespace
 
 void encode_sparse(const float* p, const uint32_t* idx, size_t count, float scale, bool indices_implied,
                    std::vector<uint8_t>& payload) {
@@ -246,10 +237,8 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
     job.sum = s.sum.data() + begin;
     const uint64_t payload_before = tally.payload_bytes;
     tally.calls.clear();
-    tally.encode_input_passes = 1.0;
-    tally.encode_flops = tally.decode_flops = 0.0;
     comp.reduce_bucket(job);
-    if (cost != nullptr) price_bucket(*cost, tally, begin, end, tally.payload_bytes - payload_before, ef);
+    if (cost != nullptr) price_bucket(*cost, tally, step, begin, end, tally.payload_bytes - payload_before, ef);
   };
   if (comp.whole_model()) {
     run(0, 0, n_);
@@ -306,31 +295,24 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   s.steps.push_back(rec);
 }
 
-void CompressedReduction::price_bucket(StepCost& cost, const CompressTally& t, size_t begin, size_t end,
+// The modeled price of the bucket just reduced: price_compressed_bucket, the function timing-only runs price with,
+// given what this run measured where the payload depends on the values (threshold, dgc, the sign compressors' zero
+// plane): this rank's payload and the largest rank's, which the all-gather pads to.
+void CompressedReduction::price_bucket(StepCost& cost, const CompressTally& t, int64_t step, size_t begin, size_t end,
                                        uint64_t payload_bytes, bool ef) const {
-  // On the bucket's chain: encode (error feedback p = g + e: read 2, write 1; the compressor's passes over p; the
-  // payload written), the collectives at their real sizes, then decode-and-sum (every received payload read, the fp32
-  // sum written; error feedback e = p - decode: read 2, write 1).
-  const GradRange range{begin, end};
-  const double dense = 4.0 * static_cast<double>(end - begin);
-  const double payload = static_cast<double>(payload_bytes);
-  const double enc = (ef ? 3.0 * dense : 0.0) + t.encode_input_passes * dense + payload;
-  if (t.encode_flops > 0) {
-    cost.add_op(Phase::kCompress, t.encode_flops, enc, Precision::kFp32, 1.0, range);
-  } else {
-    cost.add_pass(Phase::kCompress, enc, range);
+  BucketShape shape;
+  shape.begin = begin;
+  shape.end = end;
+  shape.ranks = ranks_;
+  shape.step = step;
+  shape.error_feedback = ef;
+  shape.tensors = &model_.tensors();
+  if (!t.calls.empty() && t.calls.front().kind == WireCollective::kAllGather &&
+      state_.front()->comp->collective() == WireCollective::kAllGather) {
+    shape.measured_own_bytes = static_cast<double>(payload_bytes);
+    shape.measured_max_bytes = t.calls.front().bytes / static_cast<double>(ranks_);
   }
-  double received = 0.0;
-  for (const WireCall& c : t.calls) {
-    cost.add_collective(priced_kind(c.kind), c.bytes, range);
-    received += c.bytes;
-  }
-  const double dec = received + dense + (ef ? 3.0 * dense : 0.0);
-  if (t.decode_flops > 0) {
-    cost.add_op(Phase::kCompress, t.decode_flops, dec, Precision::kFp32, 1.0, range);
-  } else {
-    cost.add_pass(Phase::kCompress, dec, range);
-  }
+  add_bucket_price(cost, price_compressed_bucket(config_.compression, shape), begin, end);
 }
 
 namespace {

@@ -37,7 +37,8 @@ class CompressedReduction {
   // result is G += (sum over ranks of decode) / S (G = sum_r h_r / S for a constant S), not the step's average. Times go to clock phases compress (encode + decode), communicate and wait; the
   // wire bytes to clock.add_bytes.
   // With cost (the rank's modeled step), every bucket's encode, collectives (real payload bytes) and decode are
-  // priced on that bucket's chain (see price_bucket).
+  // priced on that bucket's chain by price_compressed_bucket (sim/compress/modeled.h), as timing-only
+  // runs price it.
   void reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock,
               StepCost* cost = nullptr);
 
@@ -55,8 +56,8 @@ class CompressedReduction {
   struct RankState;
   void feed_in(RankState& s, float* grad) const;
   double feed_back(RankState& s, const float* p) const;
-  void price_bucket(StepCost& cost, const CompressTally& t, size_t begin, size_t end, uint64_t payload_bytes,
-                    bool ef) const;
+  void price_bucket(StepCost& cost, const CompressTally& t, int64_t step, size_t begin, size_t end,
+                    uint64_t payload_bytes, bool ef) const;
   const RunConfig& config_;
   const Model& model_;
   Communicator& comm_;

@@ -17,7 +17,6 @@ class TopK final : public Compressor {
     const size_t k = kept_count(job.n, ratio_, k_);
     idx.resize(k);
     const size_t got = topk_select(job.p, job.n, k, idx.data());
-    job.tally->encode_input_passes = 2.0;  // radix select: a histogram pass and a selection pass
     encode_sparse(job.p, idx.data(), got, 1.0f, false, payload);
   }
   void decode_add(const BucketJob&, int, const uint8_t* payload, size_t bytes, float* out) override {

@@ -276,6 +276,11 @@ void visit_fields(V& v, RunConfig& c) {
                          .at_least(0));
   v(cp.sample_ratio, F("compression.sample_ratio", "dgc: fraction of values sampled for the threshold").above(0)
                          .at_most(1));
+  v(cp.expected_density,
+    F("compression.expected_density", "threshold, dgc: the fraction of each bucket's values kept, which depends on the "
+                                      "gradient: required in (0, 1] by timing-only runs (training.mode \"timing\"), "
+                                      "which price the payload from it; training runs measure it (0: not given)")
+        .at_least(0).at_most(1));
   v(cp.measure_error, F("compression.measure_error",
                         "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, dgc, qsgd, "
                         "terngrad, signsgd, onebit, powersgd: report the relative error of the decoded average (costs "
@@ -627,6 +632,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
       {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},
       {"compression.sample_ratio", "compression.kind", "none", {"dgc"}},
+      {"compression.expected_density", "compression.kind", "none", {"threshold", "dgc"}},
       {"sync.staleness", "sync.kind", "allreduce", {"allreduce", "parameter_server"}},
       {"sync.overlap", "sync.kind", "allreduce", {"allreduce"}},
       {"sync.period", "sync.kind", "allreduce", {"local_sgd"}},
@@ -1216,9 +1222,21 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                                          "steps x ranks x buckets); this run has {:.0f}: use training.steps <= {}",
                                          kTimelineMaxSteps, steps, kTimelineMaxSteps));
   }
-  if (timing && c.compression.kind != "none")
-    add("compression.kind", "timing-only runs have no gradients to compress, and a compressor's payload depends on "
-                            "them: use \"none\" (compressed runs are priced on the modeled clock while they train)");
+  if (timing && c.compression.kind != "none" && c.sync.kind == "parameter_server")
+    add("compression.kind", "timing-only runs of sync.kind \"parameter_server\" price uncompressed pushes only: use "
+                            "\"none\" (compressed pushes are priced on the modeled clock while they train)");
+  if (c.compression.kind == "threshold" || c.compression.kind == "dgc") {
+    const double density = c.compression.expected_density;
+    if (timing && !(density > 0.0 && density <= 1.0))
+      add("compression.expected_density",
+          fmt::format("{} keeps a share of values that depends on the gradient, which a timing-only run does not "
+                      "compute: expected the fraction kept per bucket in (0, 1] (e.g. 0.001), got {}",
+                      c.compression.kind, density));
+    if (!timing && density != 0.0)
+      add("compression.expected_density",
+          fmt::format("a training run measures the share of values {} keeps: remove it (it is for training.mode "
+                      "\"timing\"), got {}", c.compression.kind, density));
+  }
   if (m.kind == "quadratic" && d.kind != "none")
     add("data.kind", "the quadratic model takes no data: expected \"none\", got \"" + d.kind + "\"");
   if (m.kind != "quadratic" && d.kind == "none" && !timing)

@@ -172,6 +172,9 @@ struct CompressionConfig {
   double clip_norm = 0.0;           // dgc: local gradient clipping to this L2 norm per rank (0: off)
   int64_t warmup_steps = 0;         // dgc: steps of the exponential ratio warm-up (0: none)
   double sample_ratio = 0.01;       // dgc: fraction of values sampled for the threshold estimate
+  // threshold, dgc: the fraction of values kept, which depends on the gradient's values; timing-only runs
+  // (training.mode "timing") price their payload from it and need it in (0, 1]; training runs measure it (0: not given).
+  double expected_density = 0.0;
   bool measure_error = true;        // report the decoded average's relative error (one extra fp32 all-reduce)
 };
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "kernels/nvtx.h"
+#include "sim/compress/modeled.h"
 #include "sim/compress/reduce.h"
 
 #include "sim/optim/optimizer.h"
@@ -37,6 +38,7 @@ class AllReduce final : public SyncStrategy {
         staleness_(static_cast<size_t>(s.config.sync.staleness)),
         overlap_(s.config.sync.overlap),
         cost_model_(s.cost_model),
+        tensors_(&s.model.tensors()),
         wire_bytes_(gradient_wire_bytes(s.config)),
         optimizer_(update_optimizer(s.config)),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
@@ -104,18 +106,42 @@ class AllReduce final : public SyncStrategy {
  private:
   // The modeled step: one all-reduce per bucket (fp32 gradients), overlapped with backward, then the optimizer.
   PriceKey price(const StepInput& in) const override {
-    if (in.cost == nullptr) return {};
+    const CompressionConfig& cc = wire_config_.compression;
+    // PowerSGD sends dense before its start_step: those steps price apart.
+    const PriceKey key{cc.kind == "powersgd" && in.step < cc.start_step ? 1 : 0, 0};
+    if (in.cost == nullptr) return key;
     in.cost->overlap_backward = overlap_;
     in.cost->deferred_steps = static_cast<int64_t>(staleness_);
-    // Compressed: CompressedReduction prices encode, the real payload collectives and decode per bucket.
-    if (!compressed_) {
+    if (compressed_) {
+      // Training runs: CompressedReduction prices each bucket while it reduces it (price_compressed_bucket).
+    } else if (cc.kind != "none") {
+      price_modeled_compression(in);
+    } else {
       for (const Bucket& b : buckets_)
         in.cost->add_collective(CollectiveKind::kAllReduce, wire_bytes_ * static_cast<double>(b.end - b.begin),
                                 GradRange{b.begin, b.end});
     }
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     precision_[precision_.size() == 1 ? 0 : static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
-    return {};
+    return key;
+  }
+
+  // Timing-only runs: every bucket (top-k over the whole model: one) priced from its shape alone, as the training
+  // run's CompressedReduction prices it (sim/compress/modeled.h).
+  void price_modeled_compression(const StepInput& in) const {
+    const CompressionConfig& cc = wire_config_.compression;
+    BucketShape shape;
+    shape.ranks = ranks_;
+    shape.step = in.step;
+    shape.error_feedback = cc.error_feedback != "none" && cc.kind != "dgc";  // dgc keeps its own residual
+    shape.tensors = tensors_;
+    auto one = [&](size_t begin, size_t end) {
+      shape.begin = begin;
+      shape.end = end;
+      add_bucket_price(*in.cost, price_compressed_bucket(cc, shape), begin, end);
+    };
+    if (cc.kind == "topk" && cc.scope == "model") return one(0, n_);
+    for (const Bucket& b : buckets_) one(b.begin, b.end);
   }
 
   // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).
@@ -297,6 +323,7 @@ class AllReduce final : public SyncStrategy {
   size_t staleness_;  // sync.staleness
   bool overlap_;      // sync.overlap (modeled clock only)
   const CostModel* cost_model_;
+  const std::vector<TensorInfo>* tensors_;  // the model's tensor table (PowerSGD's matrices, timing-only pricing)
   double wire_bytes_;  // bytes per gradient element on the wire (precision: 2 under fp16_pure)
   OptimizerConfig optimizer_;
   std::vector<Bucket> buckets_;

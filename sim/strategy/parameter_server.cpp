@@ -61,6 +61,7 @@
 #include <fmt/format.h>
 
 #include "sim/compress/compressor.h"
+#include "sim/compress/modeled.h"
 #include "sim/core/error.h"
 #include "sim/optim/optimizer.h"
 #include "sim/core/summary.h"
@@ -576,11 +577,11 @@ class ParameterServer final : public SyncStrategy {
       job.p = p + job.offset;
       job.own_decoded = w.own.data() + job.offset;
       job.divisor = in.local_samples;
-      tally.encode_input_passes = 1.0;
       w.comp->encode(job, w.payload[b]);
       w.comp->decode_add(job, in.rank, w.payload[b].data(), w.payload[b].size(), job.own_decoded);
       const double dense = 4.0 * static_cast<double>(job.n);
-      encode_bytes += (ef ? 3.0 * dense : 0.0) + tally.encode_input_passes * dense +
+      // The encode passes over p of the all-reduce's modeled price (sim/compress/modeled.h).
+      encode_bytes += (ef ? 3.0 * dense : 0.0) + encode_passes(compression_.kind).passes * dense +
                       static_cast<double>(w.payload[b].size());
       payload += w.payload[b].size();
     }

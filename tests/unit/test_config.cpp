@@ -708,14 +708,15 @@ TEST(ConfigErrors, ProblemsOfExpandedRunsNameTheRuns) {
                            "and 5 more)";
   ASSERT_GE(is[0].message.size(), tail.size());
   EXPECT_EQ(is[0].message.substr(is[0].message.size() - tail.size()), tail) << is[0].message;
-  // One run: named alone. Compression in a timing-only run, compression.kind not swept: the run is named.
+  // One run: named alone. DGC without an expected density in a timing-only run, compression not swept: the run is
+  // named.
   auto one = issues_of(R"({"name": "t5", "model": {"kind": "gpt2-small"}, "data": {"kind": "none"},
-    "training": {"steps": 5}, "compression": {"kind": "topk"},
+    "training": {"steps": 5}, "compression": {"kind": "dgc"},
     "sweep": {"axes": {"training.mode": ["timing"], "cluster.ranks": [2]}}})");
   ASSERT_FALSE(one.empty());
   bool named = false;
   for (const auto& i : one)
-    named = named || (i.path == "compression.kind" &&
+    named = named || (i.path == "compression.expected_density" &&
                       i.message.find("(sweep run t5.mode=timing.ranks=2)") != std::string::npos);
   EXPECT_TRUE(named) << dump_issues(one);
   // Swept seeds past the largest seed with the repeats: named by the seed's place in the sweep.

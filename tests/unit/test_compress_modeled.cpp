@@ -1,0 +1,352 @@
+// The modeled price of a compressed bucket (sim/compress/modeled.h): bytes on the wire per collective for every
+// compressor from its wire format's arithmetic, the encode / decode kernels, the same price from a training run's
+// CompressedReduction and from the shape alone, timing-only runs priced like training runs, and the refusals of
+// compression.expected_density. Expected values are worked out by hand from the wire formats in the comments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include "kernels/rng.h"
+#include "sim/compress/modeled.h"
+#include "sim/compress/reduce.h"
+#include "sim/config/scenario.h"
+#include "sim/cost/cost_model.h"
+#include "tests/unit/scenario_helpers.h"
+
+namespace gs {
+namespace {
+
+CompressionConfig compression(const json& j) {
+  std::vector<ConfigIssue> issues;
+  RunConfig c = config_from_json({{"compression", j}}, issues);
+  return c.compression;
+}
+
+BucketPrice price_of(const json& j, size_t n, int ranks, bool ef = false) {
+  BucketShape b;
+  b.begin = 0;
+  b.end = n;
+  b.ranks = ranks;
+  b.error_feedback = ef;
+  return price_compressed_bucket(compression(j), b);
+}
+
+using Calls = std::vector<std::pair<WireCollective, double>>;
+constexpr WireCollective kAG = WireCollective::kAllGather;
+constexpr WireCollective kAR = WireCollective::kAllReduce;
+constexpr WireCollective kRS = WireCollective::kReduceScatter;
+
+// (collective, nBytes) of each call.
+Calls calls_of(const BucketPrice& p) {
+  Calls out;
+  for (const WireCall& c : p.calls) out.emplace_back(c.kind, c.bytes);
+  return out;
+}
+
+// n = 1000 fp32 values on 4 ranks. A gather's nBytes is the whole output: 4 ranks x the payload padded to 4 bytes.
+TEST(CompressModeledBytes, EveryCompressorFromItsWireFormat) {
+  const size_t n = 1000;
+  // top-k ratio 0.01: k = round(0.01 x 1000) = 10 pairs of uint32 index + fp32 value = 80 bytes per rank.
+  BucketPrice p = price_of({{"kind", "topk"}, {"ratio", 0.01}}, n, 4);
+  EXPECT_EQ(p.payload_bytes, 80.0);
+  EXPECT_EQ(calls_of(p), (Calls{{kAG, 320.0}}));
+  // k = 7 given: 56 bytes per rank.
+  EXPECT_EQ(calls_of(price_of({{"kind", "topk"}, {"k", 7}}, n, 4)), (Calls{{kAG, 224.0}}));
+  // random-k k = 5: pairs (40 bytes); shared indices send the 5 values only (20 bytes).
+  EXPECT_EQ(calls_of(price_of({{"kind", "randomk"}, {"k", 5}}, n, 4)), (Calls{{kAG, 160.0}}));
+  p = price_of({{"kind", "randomk"}, {"k", 5}, {"shared_indices", true}}, n, 4);
+  EXPECT_EQ(p.payload_bytes, 20.0);
+  EXPECT_EQ(calls_of(p), (Calls{{kAG, 80.0}}));
+  // threshold at expected density 0.02: 20 pairs; dgc at 0.001: 1 pair.
+  EXPECT_EQ(calls_of(price_of({{"kind", "threshold"}, {"expected_density", 0.02}}, n, 4)), (Calls{{kAG, 640.0}}));
+  EXPECT_EQ(calls_of(price_of({{"kind", "dgc"}, {"expected_density", 0.001}}, n, 4)), (Calls{{kAG, 32.0}}));
+  // QSGD s = 16: levels 0..16 need 5 bits, + sign = 6 bits per value: 4 (norm) + 6000 / 8 = 754 bytes, padded 756.
+  p = price_of({{"kind", "qsgd"}, {"levels", 16}}, n, 4);
+  EXPECT_EQ(p.payload_bytes, 754.0);
+  EXPECT_EQ(calls_of(p), (Calls{{kAG, 3024.0}}));
+  // TernGrad: 4 (scale) + 2 bits x 1000 = 254 bytes, padded 256.
+  EXPECT_EQ(calls_of(price_of({{"kind", "terngrad"}}, n, 4)), (Calls{{kAG, 1024.0}}));
+  // signSGD: 8 (scale, zero count) + one sign plane of 125 bytes = 133, padded 136; 1-bit SGD: 12 + 125 = 137 -> 140.
+  p = price_of({{"kind", "signsgd"}}, n, 4);
+  EXPECT_EQ(p.payload_bytes, 133.0);
+  EXPECT_EQ(calls_of(p), (Calls{{kAG, 544.0}}));
+  EXPECT_EQ(calls_of(price_of({{"kind", "onebit"}}, n, 4)), (Calls{{kAG, 560.0}}));
+  // Casts: the all-reduce of 2 (fp16, bf16) or 1 (fp8) bytes per value; fp32 accumulation: a reduce-scatter at the
+  // cast size, then an all-gather of the fp32 sums.
+  EXPECT_EQ(calls_of(price_of({{"kind", "fp16"}}, n, 4)), (Calls{{kAR, 2000.0}}));
+  EXPECT_EQ(calls_of(price_of({{"kind", "fp8_e5m2"}}, n, 4)), (Calls{{kAR, 1000.0}}));
+  EXPECT_EQ(calls_of(price_of({{"kind", "bf16"}, {"accumulate", "fp32"}}, n, 4)),
+            (Calls{{kRS, 2000.0}, {kAG, 4000.0}}));
+}
+
+TEST(CompressModeledBytes, PowerSgdFactorsAndDenseRemainder) {
+  // A [16, 8] weight (128 values, offset 0) and a [16] bias (offset 128): rank 2, (16 + 8) x 2 = 48 < 128, so the
+  // weight is compressed. Calls: the bias dense (16 x 4 = 64 bytes), P (16 x 2 x 4 = 128), Q (8 x 2 x 4 = 64).
+  std::vector<TensorInfo> tensors(2);
+  tensors[0].offset = 0;
+  tensors[0].count = 128;
+  tensors[0].shape = {16, 8};
+  tensors[1].offset = 128;
+  tensors[1].count = 16;
+  tensors[1].shape = {16};
+  BucketShape b;
+  b.end = 144;
+  b.ranks = 4;
+  b.tensors = &tensors;
+  b.step = 3;
+  const CompressionConfig c = compression({{"kind", "powersgd"}, {"rank", 2}, {"start_step", 2}});
+  BucketPrice p = price_compressed_bucket(c, b);
+  EXPECT_EQ(calls_of(p), (Calls{{kAR, 64.0}, {kAR, 128.0}, {kAR, 64.0}}));
+  EXPECT_EQ(p.payload_bytes, 256.0);
+  // Encode: P = M Q, Q = M^T P, P Q_r^T (2 x 128 x 2 each) and Gram-Schmidt (2 x 16 x 2^2) = 1536 + 128 FLOPs;
+  // decode P Q^T = 512. Launches: 1 + 3 per matrix, 1 + 1 per matrix.
+  EXPECT_EQ(p.encode.flops, 1664.0);
+  EXPECT_EQ(p.decode.flops, 512.0);
+  EXPECT_EQ(p.encode.launches, 4.0);
+  EXPECT_EQ(p.decode.launches, 2.0);
+  // Before start_step: the whole bucket all-reduced dense in fp32 (144 x 4 bytes).
+  b.step = 1;
+  p = price_compressed_bucket(c, b);
+  EXPECT_EQ(calls_of(p), (Calls{{kAR, 576.0}}));
+  EXPECT_EQ(p.encode.flops, 0.0);
+  // min_compression_rate 3: 48 x 3 = 144 >= 128, sent dense.
+  b.step = 3;
+  p = price_compressed_bucket(compression({{"kind", "powersgd"}, {"rank", 2}, {"min_compression_rate", 3}}), b);
+  EXPECT_EQ(calls_of(p), (Calls{{kAR, 576.0}}));
+}
+
+TEST(CompressModeledKernels, TopKIsTorchMultiBlockRadixSelect) {
+  // n = 1000, k = 10, no error feedback. Encode: |p| written (read 4000 + write 4000), 4 radix passes and the gather
+  // pass read p (5 x 4000), the 80-byte payload written: 28080 bytes in 21 launches. Decode: the 320 gathered bytes
+  // read and the 4000-byte sum written.
+  BucketPrice p = price_of({{"kind", "topk"}, {"k", 10}}, 1000, 4);
+  EXPECT_EQ(p.encode.bytes, 28080.0);
+  EXPECT_EQ(p.encode.launches, 21.0);
+  EXPECT_EQ(p.decode.bytes, 4320.0);
+  EXPECT_EQ(p.decode.launches, 1.0);
+  // Error feedback adds p = g + e (read 2, write 1: 12000 bytes) before and e = p - own after.
+  BucketPrice e = price_of({{"kind", "topk"}, {"k", 10}}, 1000, 4, true);
+  EXPECT_EQ(e.encode.bytes, 40080.0);
+  EXPECT_EQ(e.decode.bytes, 16320.0);
+  // A memory-bound compressor: one read of p plus the payload (QSGD: 4000 + 754).
+  EXPECT_EQ(price_of({{"kind", "qsgd"}, {"levels", 16}}, 1000, 4).encode.bytes, 4754.0);
+  EXPECT_EQ(price_of({{"kind", "qsgd"}, {"levels", 16}}, 1000, 4).encode.launches, 1.0);
+}
+
+TEST(CompressModeledBytes, ThresholdWithoutDensityOrMeasurementIsRefused) {
+  try {
+    price_of({{"kind", "threshold"}}, 1000, 4);
+    FAIL() << "priced without a density";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("compression.expected_density"), std::string::npos) << e.what();
+  }
+  // A measured payload needs no density: this rank's 24 bytes, the largest rank's 40 (the all-gather pads to it).
+  BucketShape b;
+  b.end = 1000;
+  b.ranks = 4;
+  b.measured_own_bytes = 24.0;
+  b.measured_max_bytes = 40.0;
+  BucketPrice p = price_compressed_bucket(compression({{"kind", "threshold"}}), b);
+  EXPECT_EQ(p.payload_bytes, 24.0);
+  EXPECT_EQ(calls_of(p), (Calls{{kAG, 160.0}}));
+}
+
+// ---- A training run's CompressedReduction prices a bucket as the shape alone does -----------------------------------
+
+RunConfig linear_config(const json& comp, int ranks) {
+  std::vector<ConfigIssue> issues;
+  return config_from_json(
+      {{"model", {{"kind", "linear"}, {"layers", {8, 16}}, {"bias", true}, {"loss", "mse"}}},
+       {"data", {{"kind", "teacher"}, {"teacher", {{"task", "regression"}, {"in_dim", 8}, {"out_dim", 16}}}}},
+       {"cluster", {{"ranks", ranks}}},
+       {"compression", comp}},
+      issues);
+}
+
+struct Reduced {
+  std::vector<CommChain> chains;  // rank 0's modeled step
+  json report;
+};
+
+// One step of CompressedReduction over `ranks` threads of a linear model [8, 16] with bias (144 values, one bucket),
+// rank r's gradient g(r, i); every rank's modeled step recorded.
+Reduced reduce_once(const json& comp, int ranks, const std::function<float(int, size_t)>& g) {
+  const RunConfig cfg = linear_config(comp, ranks);
+  auto model = make_model(cfg);
+  const size_t n = model->num_params();
+  CostModel cm(cfg, *model);
+  auto comm = make_host_communicator(ranks);
+  CompressedReduction red(cfg, *model, *comm, ranks, {{0, n}});
+  std::vector<StepCost> costs(static_cast<size_t>(ranks), cm.make_step_cost());
+  std::vector<std::thread> th;
+  for (int r = 0; r < ranks; ++r) {
+    th.emplace_back([&, r] {
+      std::vector<float> grad(n);
+      for (size_t i = 0; i < n; ++i) grad[i] = g(r, i);
+      PhaseClock clock;
+      clock.begin_step();
+      red.reduce(r, 0, grad.data(), static_cast<double>(ranks), clock, &costs[static_cast<size_t>(r)]);
+    });
+  }
+  for (auto& t : th) t.join();
+  return {costs[0].chains, red.report()};
+}
+
+// The same bucket priced from its shape alone, as a timing-only run does.
+std::vector<CommChain> modeled_once(const json& comp, int ranks) {
+  const RunConfig cfg = linear_config(comp, ranks);
+  auto model = make_model(cfg);
+  CostModel cm(cfg, *model);
+  StepCost cost = cm.make_step_cost();
+  BucketShape b;
+  b.end = model->num_params();
+  b.ranks = ranks;
+  b.error_feedback = cfg.compression.error_feedback != "none" && cfg.compression.kind != "dgc";
+  b.tensors = &model->tensors();
+  add_bucket_price(cost, price_compressed_bucket(cfg.compression, b), 0, b.end);
+  return cost.chains;
+}
+
+TEST(CompressModeledEquality, TrainingRunPricesTheBucketAsItsShapeAlone) {
+  // Normal gradients: no exact zeros (the sign compressors send one plane), every rank's top-k keeps k.
+  auto normal = [](int r, size_t i) {
+    float x[4];
+    fill_normal(x, 4, 3, Purpose::kInit, static_cast<uint32_t>(i), static_cast<uint32_t>(r));
+    return x[0];
+  };
+  // threshold tau 2: exactly 9 values per rank are >= 2 in magnitude (3 + i + r for i < 9, 0.5 elsewhere): 9 / 144.
+  auto nine_large = [](int r, size_t i) { return i < 9 ? 3.0f + static_cast<float>(i + r) : 0.5f; };
+  struct Case {
+    json train, timing;
+    std::function<float(int, size_t)> g;
+  };
+  const std::vector<Case> cases = {
+      {{{"kind", "fp16"}}, {}, normal},
+      {{{"kind", "bf16"}, {"accumulate", "fp32"}}, {}, normal},
+      {{{"kind", "topk"}, {"k", 5}}, {}, normal},
+      {{{"kind", "topk"}, {"ratio", 0.1}, {"error_feedback", "gradient"}}, {}, normal},
+      {{{"kind", "randomk"}, {"k", 6}, {"shared_indices", true}}, {}, normal},
+      {{{"kind", "qsgd"}, {"levels", 4}}, {}, normal},
+      {{{"kind", "terngrad"}}, {}, normal},
+      {{{"kind", "signsgd"}, {"error_feedback", "gradient"}}, {}, normal},
+      {{{"kind", "onebit"}}, {}, normal},
+      {{{"kind", "powersgd"}, {"rank", 2}}, {}, normal},
+      {{{"kind", "threshold"}, {"tau", 2.0}},
+       {{"kind", "threshold"}, {"tau", 2.0}, {"expected_density", 9.0 / 144.0}},
+       nine_large},
+  };
+  for (const Case& c : cases) {
+    const std::string at = c.train.dump();
+    const Reduced trained = reduce_once(c.train, 3, c.g);
+    const std::vector<CommChain> modeled = modeled_once(c.timing.is_null() ? c.train : c.timing, 3);
+    ASSERT_EQ(trained.chains.size(), 1u) << at;
+    ASSERT_EQ(modeled.size(), 1u) << at;
+    EXPECT_EQ(trained.chains[0].pre_s, modeled[0].pre_s) << at;
+    EXPECT_EQ(trained.chains[0].comm_s, modeled[0].comm_s) << at;
+    EXPECT_EQ(trained.chains[0].post_s, modeled[0].post_s) << at;
+    EXPECT_EQ(trained.chains[0].bytes, modeled[0].bytes) << at;
+    EXPECT_EQ(trained.chains[0].wire_bytes, modeled[0].wire_bytes) << at;
+    EXPECT_GT(modeled[0].pre_s, 0.0) << at;
+  }
+  // What the training run really encoded: top-k k = 5 sends 5 pairs (40 bytes), signSGD 8 + 18 bytes for 144 values.
+  EXPECT_EQ(reduce_once({{"kind", "topk"}, {"k", 5}}, 3, normal).report["payload_bytes_per_rank_per_step"], 40.0);
+  EXPECT_EQ(reduce_once({{"kind", "signsgd"}}, 3, normal).report["payload_bytes_per_rank_per_step"], 26.0);
+}
+
+// A timing-only run (training.mode "timing") of a compressed MLP is priced like the training run of the same shape:
+// the same bucket collectives and the same modeled compute, compress and exposed communication (the step differs by
+// the training run's data phase).
+TEST(CompressModeledEquality, TimingOnlyRunMatchesTrainingRun) {
+  auto scenario = [](const std::string& mode, const json& comp) {
+    json s = {{"name", "eq"},
+              {"model", {{"kind", "mlp"}, {"layers", {8, 32, 4}}}},
+              {"cluster", {{"ranks", 4}}},
+              {"training", {{"steps", 2}, {"eval_every", 0}, {"mode", mode}}},
+              {"compression", comp}};
+    if (mode == "train") {
+      s["data"] = {{"kind", "teacher"},
+                   {"batch_per_rank", 8},
+                   {"teacher", {{"in_dim", 8}, {"hidden", 12}, {"out_dim", 4}, {"train_samples", 256},
+                                {"eval_samples", 64}}}};
+    } else {
+      s["data"] = {{"kind", "none"}, {"batch_per_rank", 8}};
+    }
+    return test::run_scenario_text(s.dump()).at(0);
+  };
+  for (const json& comp : {json{{"kind", "topk"}, {"k", 9}}, json{{"kind", "powersgd"}, {"rank", 2}},
+                           json{{"kind", "fp16"}}, json{{"kind", "qsgd"}}}) {
+    const json train = scenario("train", comp), timing = scenario("timing", comp);
+    const json& a = train["timing"]["modeled"];
+    const json& b = timing["timing"]["modeled"];
+    EXPECT_EQ(a["communication"]["buckets"], b["communication"]["buckets"]) << comp.dump();
+    // The same terms, summed into the phase in another order: equal to the last bits.
+    EXPECT_DOUBLE_EQ(a["phases"]["compress"]["all"]["p50_ms"].get<double>(),
+                     b["phases"]["compress"]["all"]["p50_ms"].get<double>())
+        << comp.dump();
+    for (const char* phase : {"forward", "backward", "communicate"})
+      EXPECT_DOUBLE_EQ(a["phases"][phase]["all"]["p50_ms"].get<double>(),
+                       b["phases"][phase]["all"]["p50_ms"].get<double>())
+          << comp.dump() << " " << phase;
+    EXPECT_GT(b["phases"]["compress"]["all"]["p50_ms"].get<double>(), 0.0) << comp.dump();
+  }
+}
+
+// ---- compression.expected_density and the timing-only refusals ------------------------------------------------------
+
+std::vector<ConfigIssue> issues_of(const json& j) {
+  try {
+    parse_scenario(j.dump(), "bad.json", {});
+  } catch (const ScenarioError& e) {
+    return e.issues();
+  }
+  ADD_FAILURE() << "scenario was accepted: " << j.dump();
+  return {};
+}
+
+json timing_scenario(const json& comp, const std::string& sync = "allreduce") {
+  return {{"name", "t"},
+          {"model", {{"kind", "gpt2-small"}}},
+          {"data", {{"kind", "none"}, {"batch_per_rank", 4}}},
+          {"cluster", {{"ranks", 8}, {"hardware", "h100-sxm-8"}}},
+          {"training", {{"mode", "timing"}, {"steps", 2}}},
+          {"sync", {{"kind", sync}}},
+          {"compression", comp}};
+}
+
+TEST(CompressModeledConfig, ExpectedDensityIsRequiredInTimingOnlyAndRefusedInTraining) {
+  auto is = issues_of(timing_scenario({{"kind", "dgc"}}));
+  ASSERT_EQ(is.size(), 1u);
+  EXPECT_EQ(is[0].path, "compression.expected_density");
+  EXPECT_NE(is[0].message.find("expected the fraction kept per bucket in (0, 1]"), std::string::npos) << is[0].message;
+  is = issues_of(timing_scenario({{"kind", "threshold"}, {"expected_density", 1.5}}));
+  ASSERT_EQ(is.size(), 1u);
+  EXPECT_EQ(is[0].path, "compression.expected_density");
+  // A compressor whose payload does not depend on the values takes no density.
+  is = issues_of(timing_scenario({{"kind", "topk"}, {"expected_density", 0.01}}));
+  ASSERT_EQ(is.size(), 1u);
+  EXPECT_EQ(is[0].path, "compression.expected_density");
+  EXPECT_EQ(is[0].message, "only applies when compression.kind is \"threshold\" or \"dgc\" (it is \"topk\")");
+  // A training run measures it.
+  is = issues_of({{"name", "t"},
+                  {"model", {{"kind", "mlp"}, {"layers", {8, 4, 3}}}},
+                  {"data", {{"kind", "teacher"}, {"teacher", {{"in_dim", 8}, {"out_dim", 3}}}}},
+                  {"training", {{"steps", 3}}},
+                  {"compression", {{"kind", "threshold"}, {"expected_density", 0.01}}}});
+  ASSERT_EQ(is.size(), 1u);
+  EXPECT_EQ(is[0].path, "compression.expected_density");
+  EXPECT_NE(is[0].message.find("a training run measures"), std::string::npos) << is[0].message;
+  // The parameter server's timing-only runs stay uncompressed.
+  is = issues_of(timing_scenario({{"kind", "topk"}}, "parameter_server"));
+  ASSERT_EQ(is.size(), 1u);
+  EXPECT_EQ(is[0].path, "compression.kind");
+  // Accepted: every compressor on the all-reduce, threshold and dgc with a density.
+  for (const json& ok : {json{{"kind", "topk"}}, json{{"kind", "powersgd"}}, json{{"kind", "signsgd"}},
+                         json{{"kind", "dgc"}, {"expected_density", 0.001}}}) {
+    EXPECT_NO_THROW(parse_scenario(timing_scenario(ok).dump(), "ok.json", {})) << ok.dump();
+  }
+}
+
+}  // namespace
+}  // namespace gs
