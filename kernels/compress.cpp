@@ -880,24 +880,40 @@ GS_CLONES void onebit_decode_add(float* out, const uint8_t* in, size_t n) {
 
 // ---- PowerSGD helpers -----------------------------------------------------------------------------------------------
 
-void orthogonalize_columns(float* m, size_t rows, size_t cols) {
-  constexpr double kEps = 1e-8;
-  for (size_t c = 0; c < cols; ++c) {
-    double sq = 0.0;
-    for (size_t r = 0; r < rows; ++r) sq += static_cast<double>(m[r * cols + c]) * m[r * cols + c];
-    const float inv = static_cast<float>(1.0 / (std::sqrt(sq) + kEps));
-    for (size_t r = 0; r < rows; ++r) m[r * cols + c] *= inv;
-    for (size_t c2 = c + 1; c2 < cols; ++c2) {
-      double dot = 0.0;
-      for (size_t r = 0; r < rows; ++r) dot += static_cast<double>(m[r * cols + c]) * m[r * cols + c2];
-      const float d = static_cast<float>(dot);
-      for (size_t r = 0; r < rows; ++r) m[r * cols + c2] -= d * m[r * cols + c];
-    }
-  }
+void orthogonalize_columns(float* m, size_t rows, size_t cols, float eps) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(rows);
+  torch_gram_schmidt(m, rows, cols, eps, scratch.data());
 }
+
+namespace {
+
+// c (rows x cols) = a * b, a rows x inner, b inner x cols, element (r, k) of a at a[r * a_row + k * a_col] and (k, j)
+// of b at b[k * b_row + j * b_col]: ATen's own loop for small batched products (baddbmm_cpu_kernel): a float
+// accumulator from 0, the products added in k order.
+void small_matmul(float* c, const float* a, size_t a_row, size_t a_col, const float* b, size_t b_row, size_t b_col,
+                  size_t rows, size_t inner, size_t cols) {
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < cols; ++j) {
+      float acc = 0.0f;
+      for (size_t k = 0; k < inner; ++k) acc = acc + a[r * a_row + k * a_col] * b[k * b_row + j * b_col];
+      c[r * cols + j] = acc;
+    }
+}
+
+// torch.bmm on CPU (1.13: bmm_out_or_baddbmm_ in aten/src/ATen/native/LinearAlgebra.cpp) multiplies with its own loop
+// when contraction x result rows x result cols < 400 and calls BLAS sgemm otherwise. All three PowerSGD products
+// have rows x cols x rank.
+bool torch_small_product(size_t rows, size_t cols, size_t rank) { return rows * cols * rank < 400; }
+
+}  // namespace
 
 void powersgd_p(float* p, const float* m, const float* q, size_t rows, size_t cols, size_t rank) {
   if (rows == 0 || rank == 0) return;
+  if (torch_small_product(rows, cols, rank)) {
+    small_matmul(p, m, cols, 1, q, rank, 1, rows, cols, rank);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(rank),
               static_cast<blasint>(cols), 1.0f, m, static_cast<blasint>(std::max<size_t>(cols, 1)), q,
               static_cast<blasint>(rank), 0.0f, p, static_cast<blasint>(rank));
@@ -905,9 +921,24 @@ void powersgd_p(float* p, const float* m, const float* q, size_t rows, size_t co
 
 void powersgd_q(float* q, const float* m, const float* p, size_t rows, size_t cols, size_t rank) {
   if (cols == 0 || rank == 0) return;
+  if (torch_small_product(rows, cols, rank)) {
+    small_matmul(q, m, 1, cols, p, rank, 1, cols, rows, rank);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(cols), static_cast<blasint>(rank),
               static_cast<blasint>(rows), 1.0f, m, static_cast<blasint>(cols), p, static_cast<blasint>(rank), 0.0f,
               q, static_cast<blasint>(rank));
+}
+
+void powersgd_decode(float* out, const float* p, const float* q, size_t rows, size_t cols, size_t rank) {
+  if (rows == 0 || cols == 0) return;
+  if (torch_small_product(rows, cols, rank)) {
+    small_matmul(out, p, rank, 1, q, 1, rank, rows, rank, cols);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(cols),
+              static_cast<blasint>(rank), 1.0f, p, static_cast<blasint>(rank), q, static_cast<blasint>(rank), 0.0f,
+              out, static_cast<blasint>(cols));
 }
 
 }  // namespace gs

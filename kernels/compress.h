@@ -132,16 +132,23 @@ void onebit_decode_add(float* out, const uint8_t* in, size_t n);
 
 // ---- PowerSGD helpers (Vogels et al., NeurIPS 2019, Algorithm 1) ----------------------------------------------------
 
-// Orthonormalizes the columns of m (rows x cols, row-major) in place by modified Gram-Schmidt, column by column in
-// order, as PyTorch's powerSGD_hook._orthogonalize_gram_schmidt: col /= (||col|| + eps), then the later columns lose
-// their projection on it. eps = 1e-8 (PyTorch's PowerSGDState orthogonalization_epsilon option; its default 0 turns a
-// zero column into NaN, the guard keeps it zero). Norms and dot products accumulate in double.
-void orthogonalize_columns(float* m, size_t rows, size_t cols);
+// Orthonormalizes the columns of m (rows x cols, row-major) in place as PyTorch's powerSGD_hook
+// _orthogonalize_gram_schmidt (modified Gram-Schmidt, column by column: col /= ||col||, or ||col|| + eps when eps > 0,
+// then the later columns lose their projection on it), bit for bit in float32: torch_gram_schmidt
+// (compress_math.h). eps is PowerSGDState's orthogonalization_epsilon (compression.orthogonalization_epsilon): with
+// eps 0, torch's default, a zero column becomes NaN as in torch.
+void orthogonalize_columns(float* m, size_t rows, size_t cols, float eps);
 
-// p (rows x rank) = m (rows x cols) * q (cols x rank), all row-major (cblas_sgemm).
+// The PowerSGD products in torch.bmm's arithmetic (powerSGD_hook, CPU): ATen's own float loop when rows x cols x rank
+// < 400, else cblas_sgemm with the operands and transposes ATen passes to BLAS, so the bits are the hook's with the
+// same BLAS library. All row-major.
+// p (rows x rank) = m (rows x cols) * q (cols x rank).
 void powersgd_p(float* p, const float* m, const float* q, size_t rows, size_t cols, size_t rank);
 
-// q (cols x rank) = m^T * p, m rows x cols, p rows x rank, row-major (cblas_sgemm).
+// q (cols x rank) = m^T * p, m rows x cols, p rows x rank.
 void powersgd_q(float* q, const float* m, const float* p, size_t rows, size_t cols, size_t rank);
+
+// out (rows x cols) = p (rows x rank) * q^T, q cols x rank: the decoded matrix.
+void powersgd_decode(float* out, const float* p, const float* q, size_t rows, size_t cols, size_t rank);
 
 }  // namespace gs

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/dense_math.h"     // torch_column_sum
 #include "kernels/float_formats.h"  // FloatFormat, round_through
 #include "kernels/rng.h"  // GS_HD, philox_draw, Purpose::kCompress
 
@@ -180,6 +181,60 @@ GS_HD inline float onebit_decode(uint32_t negative, uint32_t zero, float mean_po
 GS_HD inline float sign_vote_value(int negatives, int zeros, int ranks) {
   const int positives = ranks - negatives - zeros;
   return positives > negatives ? 1.0f : (positives < negatives ? -1.0f : 0.0f);
+}
+
+// ---- PowerSGD: Gram-Schmidt in PyTorch 1.13's float reductions --------------------------------------------------
+// powerSGD_hook._orthogonalize_gram_schmidt (torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py) on a
+// matrix [rows, cols] row-major, in float32 and in the orders of ATen's CPU kernels (the AVX2 kernels torch 1.13
+// runs on x86-64: 8 float lanes, FMA), so gradsweep's factors are the hook's bit for bit (tests/parity/).
+
+// Float lanes of ATen's Vectorized<float> in its AVX2 kernels.
+constexpr size_t kTorchFloatLanes = 8;
+
+// sum x[i s]^2 over i < n as torch.linalg.vector_norm(ord 2) accumulates it before the square root. A contiguous
+// column (s = 1: ATen's last-dim norm kernel) sums 8 lanes by FMA (lane l takes i = l mod 8 up to the last whole
+// group of 8), adds the lanes in order, then the tail of n mod 8 values in order: a first group of 4 as rounded
+// squares added one by one (the compiler's in-order vectorization of that loop: no FMA), the rest by FMA. A strided
+// column (s > 1: NormTwoOps in binary_kernel_reduce, contracted to FMA in the AVX2 build) is one FMA chain in index
+// order. Both orders were measured against torch 1.13 (tests/parity/test_torch_rounding.py).
+GS_HD inline float torch_sum_squares(const float* x, size_t n, size_t s) {
+  if (s != 1) {
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; ++i) acc = fmaf(x[i * s], x[i * s], acc);
+    return acc;
+  }
+  float lane[kTorchFloatLanes] = {};
+  const size_t whole = n - n % kTorchFloatLanes;
+  size_t i = 0;
+  for (; i < whole; i += kTorchFloatLanes)
+    for (size_t l = 0; l < kTorchFloatLanes; ++l) lane[l] = fmaf(x[i + l], x[i + l], lane[l]);
+  float acc = lane[0];
+  for (size_t l = 1; l < kTorchFloatLanes; ++l) acc = acc + lane[l];
+  if (n - i >= 4)
+    for (const size_t end = i + 4; i < end; ++i) acc = acc + x[i] * x[i];
+  for (; i < n; ++i) acc = fmaf(x[i], x[i], acc);
+  return acc;
+}
+
+// Orthonormalizes the columns of m (rows x cols, row-major) in place as the hook's _orthogonalize_gram_schmidt:
+// column by column, col /= ||col|| (col /= ||col|| + eps when eps > 0: the state's orthogonalization_epsilon; with
+// eps 0 a zero column becomes NaN, as in torch), then every later column loses torch.sum(col * rest) * col: the
+// rounded products (written to scratch, rows floats) summed in ATen's cascade order (torch_column_sum of one
+// contiguous column, kernels/dense_math.h), times col, subtracted. PyTorch runs this for rank <= 2 (rank >= 3:
+// torch.linalg.qr); the column of a rank-1 matrix is contiguous, wider ones are strided (torch_sum_squares).
+GS_HD inline void torch_gram_schmidt(float* m, size_t rows, size_t cols, float eps, float* scratch) {
+  for (size_t c = 0; c < cols; ++c) {
+    float* col = m + c;
+    const float norm = sqrtf(torch_sum_squares(col, rows, cols));
+    const float divisor = eps == 0.0f ? norm : norm + eps;
+    for (size_t r = 0; r < rows; ++r) col[r * cols] = col[r * cols] / divisor;
+    for (size_t c2 = c + 1; c2 < cols; ++c2) {
+      float* rest = m + c2;
+      for (size_t r = 0; r < rows; ++r) scratch[r] = col[r * cols] * rest[r * cols];
+      const float dot = torch_column_sum(scratch, static_cast<int64_t>(rows), int64_t{1}, int64_t{0});
+      for (size_t r = 0; r < rows; ++r) rest[r * cols] = rest[r * cols] - dot * col[r * cols];
+    }
+  }
 }
 
 }  // namespace gs

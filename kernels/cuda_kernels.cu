@@ -1444,47 +1444,18 @@ void onebit_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t str
 
 namespace {
 
-constexpr int kOrthoThreads = 1024;
-
-__global__ void orthogonalize_kernel(float* m, size_t rows, size_t cols) {
-  using Reduce = cub::BlockReduce<double, kOrthoThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
-  __shared__ float shared_scalar;
-  constexpr double kEps = 1e-8;  // as the host (PyTorch's orthogonalization_epsilon guard)
-  for (size_t c = 0; c < cols; ++c) {
-    double sq = 0.0;
-    for (size_t r = threadIdx.x; r < rows; r += blockDim.x) {
-      const double v = m[r * cols + c];
-      sq += v * v;
-    }
-    const double total = Reduce(tmp).Sum(sq);
-    if (threadIdx.x == 0) shared_scalar = static_cast<float>(1.0 / (sqrt(total) + kEps));
-    __syncthreads();
-    const float inv = shared_scalar;
-    for (size_t r = threadIdx.x; r < rows; r += blockDim.x) m[r * cols + c] = m[r * cols + c] * inv;
-    __syncthreads();
-    for (size_t c2 = c + 1; c2 < cols; ++c2) {
-      double dot = 0.0;
-      for (size_t r = threadIdx.x; r < rows; r += blockDim.x) {
-        dot += static_cast<double>(m[r * cols + c]) * m[r * cols + c2];
-      }
-      const double dsum = Reduce(tmp).Sum(dot);
-      if (threadIdx.x == 0) shared_scalar = static_cast<float>(dsum);
-      __syncthreads();
-      const float d = shared_scalar;
-      for (size_t r = threadIdx.x; r < rows; r += blockDim.x) {
-        m[r * cols + c2] = m[r * cols + c2] - d * m[r * cols + c];
-      }
-      __syncthreads();
-    }
-  }
+// One thread walks the columns in torch_gram_schmidt's orders (sequential float chains, as PyTorch's CPU kernels
+// run them), so the result is the host's bit for bit.
+__global__ void orthogonalize_kernel(float* m, size_t rows, size_t cols, float eps, float* scratch) {
+  torch_gram_schmidt(m, rows, cols, eps, scratch);
 }
 
 }  // namespace
 
-void orthogonalize_columns(float* m, size_t rows, size_t cols, cudaStream_t stream) {
+void orthogonalize_columns(float* m, size_t rows, size_t cols, float eps, Scratch& scratch, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  orthogonalize_kernel<<<1, kOrthoThreads, 0, stream>>>(m, rows, cols);
+  auto* products = static_cast<float*>(scratch.get(rows * sizeof(float)));
+  orthogonalize_kernel<<<1, 1, 0, stream>>>(m, rows, cols, eps, products);
   check_launch("orthogonalize_columns");
 }
 

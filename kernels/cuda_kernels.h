@@ -196,11 +196,10 @@ void sign_vote(float* out, const uint8_t* const* msgs, int ranks, size_t n, cuda
 void onebit_encode(uint8_t* out, const float* p, size_t n, Scratch& scratch, cudaStream_t stream);
 void onebit_decode_add(float* out, const uint8_t* in, size_t n, cudaStream_t stream);
 
-// PowerSGD's orthogonalization, as gs::orthogonalize_columns (modified Gram-Schmidt over the columns of m, rows x
-// cols row-major, in place; norms and dots in double, eps 1e-8): one block walks the columns in order, each norm and
-// dot product a block reduction (another summation order than the host's: compare within a relative bound). The
-// products P = M Q and Q = M^T P go through gemm().
-void orthogonalize_columns(float* m, size_t rows, size_t cols, cudaStream_t stream);
+// PowerSGD's orthogonalization, as gs::orthogonalize_columns bit for bit (torch_gram_schmidt of compress_math.h on
+// one device thread: PyTorch's float orders are sequential; scratch holds rows floats of products). The products
+// P = M Q and Q = M^T P go through gemm().
+void orthogonalize_columns(float* m, size_t rows, size_t cols, float eps, Scratch& scratch, cudaStream_t stream);
 
 // ---- Reductions of the `local` communicator (several ranks on one GPU) --------------------------------------------
 

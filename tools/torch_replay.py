@@ -19,7 +19,8 @@ the comm hook that matches the run's strategy:
   compression bf16                 bf16_compress_hook's arithmetic (cast to bf16, divide by N, sum in bf16 in rank
                                    order, cast back); gloo has no bf16 sum
   compression powersgd             powerSGD_hook (PowerSGDState: matrix_approximation_rank = rank, start_powerSGD_iter
-                                   = start_step, min_compression_rate, no error feedback, warm_start, epsilon 0)
+                                   = start_step, min_compression_rate, orthogonalization_epsilon, no error
+                                   feedback, warm_start)
                                    with the run's exported initial Q (run["powersgd_q"]) instead of its random draw
   sync local_sgd                   post_localSGD_hook (PostLocalSGDState with start_localSGD_iter = warmup,
                                    post_local_gradient_allreduce False) and PeriodicModelAverager(period H,
@@ -310,14 +311,15 @@ def powersgd_hook(torch, cfg):
     """powerSGD_hook (PyTorch's, unchanged) with gradsweep's options and, at the first compressed step of a bucket,
     gradsweep's initial Q (cfg["_powersgd_q"], {parameter name: [cols, r]}) placed in the state's q memory instead of
     the hook's random draw, in the hook's order (the bucket's tensors grouped by shape). The hook orthogonalizes that
-    Q before P = M Q (gradsweep does not: docs/parity.md). Returns (hook, state); register with the state."""
+    Q (and every warm-started Q) before P = M Q, as gradsweep does. Returns (hook, state); register with the state."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psh
     comp = cfg["compression"]
     # gradsweep compresses a matrix iff (rows + cols) r x compression.min_compression_rate (default 1) < rows cols.
     state = psh.PowerSGDState(process_group=None, matrix_approximation_rank=comp["rank"],
                               start_powerSGD_iter=comp["start_step"],
                               min_compression_rate=comp.get("min_compression_rate", 1),
-                              use_error_feedback=False, warm_start=True, orthogonalization_epsilon=0)
+                              use_error_feedback=False, warm_start=True,
+                              orthogonalization_epsilon=comp.get("orthogonalization_epsilon", 0.0))
     q0 = cfg["_powersgd_q"]
 
     def hook(st, bucket):

@@ -60,8 +60,9 @@ PowerSgdBucket powersgd_bucket(const CompressionConfig& c, const BucketShape& b)
     out.dense -= mn;
     out.p += m * r;
     out.q += static_cast<double>(cols) * r;
-    // P = M Q, Q = M^T P and this rank's P Q^T (2 rows cols r each), Gram-Schmidt 2 rows r^2; decode P Q^T.
-    out.encode_flops += 6.0 * mn * r + 2.0 * m * r * r;
+    // P = M Q, Q = M^T P and this rank's P Q^T (2 rows cols r each); Gram-Schmidt on Q and on P, as
+    // powerSGD_hook orthogonalizes both (2 r^2 per row); decode P Q^T.
+    out.encode_flops += 6.0 * mn * r + 2.0 * (m + static_cast<double>(cols)) * r * r;
     out.decode_flops += 2.0 * mn * r;
     out.matrices += 1.0;
   }

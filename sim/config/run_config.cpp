@@ -270,6 +270,11 @@ void visit_fields(V& v, RunConfig& c) {
     F("compression.min_compression_rate", "powersgd: a matrix [rows, count / rows] is compressed iff (rows + cols) "
                                           "r x this < rows cols, else sent dense (PowerSGDState's "
                                           "min_compression_rate; torch's default is 2)").at_least(1));
+  v(cp.orthogonalization_epsilon,
+    F("compression.orthogonalization_epsilon",
+      "powersgd: Gram-Schmidt divides each column of P and Q by its norm + this, in PyTorch's units of mean "
+      "gradients (PowerSGDState's orthogonalization_epsilon; 0, torch's default, turns an all-zero column into NaN "
+      "as torch does; 1e-8 keeps it 0)").at_least(0));
   v(cp.momentum, F("compression.momentum", "dgc: momentum of the local momentum correction").at_least(0).below(1));
   v(cp.clip_norm, F("compression.clip_norm", "dgc: local gradient clipping to this L2 norm (0: off)").at_least(0));
   v(cp.warmup_steps, F("compression.warmup_steps", "dgc: exponential warm-up of the ratio over these steps (0: none)")
@@ -628,6 +633,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"compression.rank", "compression.kind", "none", {"powersgd"}},
       {"compression.start_step", "compression.kind", "none", {"powersgd"}},
       {"compression.min_compression_rate", "compression.kind", "none", {"powersgd"}},
+      {"compression.orthogonalization_epsilon", "compression.kind", "none", {"powersgd"}},
       {"compression.momentum", "compression.kind", "none", {"dgc"}},
       {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
       {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},

@@ -168,6 +168,7 @@ struct CompressionConfig {
   int64_t rank = 4;                 // powersgd: rank r of each matrix's approximation
   int64_t start_step = 0;           // powersgd: steps before this (0-based) send dense fp32
   double min_compression_rate = 1.0;  // powersgd: compress a matrix iff (rows + cols) r x this < rows cols (torch: 2)
+  double orthogonalization_epsilon = 0.0;  // powersgd: Gram-Schmidt divides by norm + this (torch default 0)
   double momentum = 0.9;            // dgc: momentum of the local momentum correction
   double clip_norm = 0.0;           // dgc: local gradient clipping to this L2 norm per rank (0: off)
   int64_t warmup_steps = 0;         // dgc: steps of the exponential ratio warm-up (0: none)

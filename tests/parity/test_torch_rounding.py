@@ -125,3 +125,66 @@ def test_sum_over_rows_follows_the_documented_cascade():
                 running = (running + x[r]).astype(np.float32)
             differs_from_running_sum += int((running != got).any())
     assert differs_from_running_sum > 0
+
+
+def _fma(a, b, c):
+    # One rounding: a*b is exact in double, the double sum rounds to float (except at an exact float midpoint).
+    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def documented_sum_squares(x, contiguous):
+    """sum x^2 before torch.linalg.vector_norm's sqrt, in the orders docs/parity.md documents (and
+    kernels/compress_math.h's torch_sum_squares implements): strided, one FMA chain; contiguous, 8 FMA lanes added in
+    order, then the tail's first group of 4 as rounded squares, the rest by FMA."""
+    if not contiguous:
+        acc = np.float32(0)
+        for v in x:
+            acc = _fma(v, v, acc)
+        return acc
+    n, lanes, i = len(x), [np.float32(0)] * 8, 0
+    while i + 8 <= n:
+        lanes = [_fma(x[i + l], x[i + l], lanes[l]) for l in range(8)]
+        i += 8
+    acc = lanes[0]
+    for v in lanes[1:]:
+        acc = np.float32(acc + v)
+    if n - i >= 4:
+        for v in x[i:i + 4]:
+            acc = np.float32(acc + np.float32(v * v))
+        i += 4
+    for v in x[i:]:
+        acc = _fma(v, v, acc)
+    return acc
+
+
+def test_vector_norm_of_a_column_follows_the_documented_orders():
+    # powerSGD_hook's torch.norm(col, dim=1, keepdim=True) on a column of [1, n, r]: contiguous for r = 1 (ATen's
+    # last-dim kernel), strided for r = 2 (NormTwoOps).
+    rng = np.random.default_rng(17)
+    other_order = 0
+    for n in list(range(1, 41)) + [64, 100, 101, 1029, 1031]:
+        for r in (1, 2):
+            for _ in range(6 if n <= 40 else 2):
+                a = (rng.standard_normal((1, n, r)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+                got = T.norm(T.from_numpy(a)[:, :, 0:1], dim=1, keepdim=True).item()
+                want = np.sqrt(documented_sum_squares(a[0, :, 0], r == 1))
+                assert np.float32(got) == want, f"n {n} r {r}"
+                other_order += int(np.sqrt(documented_sum_squares(a[0, :, 0], r != 1)) != want)
+    assert other_order > 0  # the two orders are told apart by these inputs
+
+
+def test_small_batched_products_use_atens_own_float_loop():
+    # torch.bmm multiplies with a plain float loop (k in order, no FMA) when rows x cols x inner < 400.
+    rng = np.random.default_rng(18)
+    for n, m, r in [(4, 16, 1), (16, 8, 2), (5, 7, 3), (24, 16, 1)]:
+        a = rng.standard_normal((n, m)).astype(np.float32)
+        b = rng.standard_normal((m, r)).astype(np.float32)
+        got = T.bmm(T.from_numpy(a)[None], T.from_numpy(b)[None])[0].numpy()
+        want = np.zeros((n, r), np.float32)
+        for i in range(n):
+            for j in range(r):
+                acc = np.float32(0)
+                for k in range(m):
+                    acc = np.float32(acc + np.float32(a[i, k] * b[k, j]))
+                want[i, j] = acc
+        assert (got.view(np.uint32) == want.view(np.uint32)).all(), f"{n} x {m} x {r}"

@@ -6,6 +6,7 @@
 #include "tests/unit/cases.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -734,7 +735,7 @@ TEST(CompressPowerSgd, GramSchmidtOrthonormalAndSpanPreserving) {
   const size_t rows = 37, cols = 4;
   const std::vector<float> m0 = normals(rows * cols, 61);
   std::vector<float> q = m0;
-  orthogonalize_columns(q.data(), rows, cols);
+  orthogonalize_columns(q.data(), rows, cols, 0.0f);
   for (size_t a = 0; a < cols; ++a)
     for (size_t b = 0; b < cols; ++b) {
       double dot = 0;
@@ -748,32 +749,64 @@ TEST(CompressPowerSgd, GramSchmidtOrthonormalAndSpanPreserving) {
       for (size_t r = 0; r < rows; ++r) dot += double(q[r * cols + a]) * m0[r * cols + b];
       EXPECT_NEAR(dot, 0.0, 1e-5) << a << " " << b;
     }
-  // A zero column stays zero (eps guard), the others stay orthonormal.
+  // A zero column: with eps > 0 it stays zero (0 / eps) and the others stay finite; with eps 0 (torch's default) it
+  // becomes 0 / 0 = NaN, as torch's col /= norm does.
   std::vector<float> z = m0;
   for (size_t r = 0; r < rows; ++r) z[r * cols + 1] = 0.0f;
-  orthogonalize_columns(z.data(), rows, cols);
+  std::vector<float> z0 = z;
+  orthogonalize_columns(z.data(), rows, cols, 1e-8f);
   for (size_t r = 0; r < rows; ++r) EXPECT_EQ(z[r * cols + 1], 0.0f);
   for (float v : z) EXPECT_TRUE(std::isfinite(v));
+  orthogonalize_columns(z0.data(), rows, cols, 0.0f);
+  for (size_t r = 0; r < rows; ++r) EXPECT_TRUE(std::isnan(z0[r * cols + 1]));
+  for (size_t r = 0; r < rows; ++r) EXPECT_TRUE(std::isfinite(z0[r * cols]));
 }
 
+// One column by hand: [3, 4] has the norm 5 exactly, so eps 0 gives [0.6, 0.8] (float division) and eps 1 divides
+// by 6; two columns [3, 4], [1, 0]: the second loses (0.6 * 1 + 0.8 * 0) [0.6, 0.8] = [0.36, 0.48], leaving
+// [0.64, -0.48], whose norm is 0.8: [0.8, -0.6] in exact arithmetic.
+TEST(CompressPowerSgd, GramSchmidtByHand) {
+  std::vector<float> a = {3.0f, 4.0f};
+  orthogonalize_columns(a.data(), 2, 1, 0.0f);
+  EXPECT_EQ(a, (std::vector<float>{3.0f / 5.0f, 4.0f / 5.0f}));
+  a = {3.0f, 4.0f};
+  orthogonalize_columns(a.data(), 2, 1, 1.0f);
+  EXPECT_EQ(a, (std::vector<float>{3.0f / 6.0f, 4.0f / 6.0f}));
+  std::vector<float> b = {3.0f, 1.0f, 4.0f, 0.0f};  // rows x cols = 2 x 2, row-major
+  orthogonalize_columns(b.data(), 2, 2, 0.0f);
+  EXPECT_EQ(b[0], 0.6f);
+  EXPECT_EQ(b[2], 0.8f);
+  EXPECT_NEAR(b[1], 0.8, 1e-6);
+  EXPECT_NEAR(b[3], -0.6, 1e-6);
+}
+
+// Both paths (rows cols rank < 400: torch's own loop; else BLAS) against double sums.
 TEST(CompressPowerSgd, FactorProductsMatchNaiveLoops) {
-  const size_t rows = 9, cols = 6, rank = 2;
-  const std::vector<float> m = normals(rows * cols, 1), q = normals(cols * rank, 2), pin = normals(rows * rank, 3);
-  std::vector<float> p(rows * rank), qt(cols * rank);
-  powersgd_p(p.data(), m.data(), q.data(), rows, cols, rank);
-  powersgd_q(qt.data(), m.data(), pin.data(), rows, cols, rank);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t j = 0; j < rank; ++j) {
-      double s = 0;
-      for (size_t c = 0; c < cols; ++c) s += double(m[r * cols + c]) * q[c * rank + j];
-      EXPECT_NEAR(p[r * rank + j], s, 1e-5);
-    }
-  for (size_t c = 0; c < cols; ++c)
-    for (size_t j = 0; j < rank; ++j) {
-      double s = 0;
-      for (size_t r = 0; r < rows; ++r) s += double(m[r * cols + c]) * pin[r * rank + j];
-      EXPECT_NEAR(qt[c * rank + j], s, 1e-5);
-    }
+  for (auto [rows, cols, rank] : {std::array<size_t, 3>{9, 6, 2}, std::array<size_t, 3>{33, 20, 2}}) {
+    const std::vector<float> m = normals(rows * cols, 1), q = normals(cols * rank, 2), pin = normals(rows * rank, 3);
+    std::vector<float> p(rows * rank), qt(cols * rank), d(rows * cols);
+    powersgd_p(p.data(), m.data(), q.data(), rows, cols, rank);
+    powersgd_q(qt.data(), m.data(), pin.data(), rows, cols, rank);
+    powersgd_decode(d.data(), pin.data(), q.data(), rows, cols, rank);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < rank; ++j) {
+        double s = 0;
+        for (size_t c = 0; c < cols; ++c) s += double(m[r * cols + c]) * q[c * rank + j];
+        EXPECT_NEAR(p[r * rank + j], s, 1e-5) << rows;
+      }
+    for (size_t c = 0; c < cols; ++c)
+      for (size_t j = 0; j < rank; ++j) {
+        double s = 0;
+        for (size_t r = 0; r < rows; ++r) s += double(m[r * cols + c]) * pin[r * rank + j];
+        EXPECT_NEAR(qt[c * rank + j], s, 1e-5) << rows;
+      }
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        double s = 0;
+        for (size_t j = 0; j < rank; ++j) s += double(pin[r * rank + j]) * q[c * rank + j];
+        EXPECT_NEAR(d[r * cols + c], s, 1e-5) << rows;
+      }
+  }
 }
 
 }  // namespace
