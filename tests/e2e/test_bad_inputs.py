@@ -48,3 +48,21 @@ def test_a_mistyped_field_does_not_hide_the_trace_size_limit(tmp_path):
     params = sum(a * b + b for a, b in zip(layers, layers[1:]))
     assert 'cluster.ranks: expected an integer' in p.stderr, p.stderr
     assert f"report.trace: trace is refused above 10000 parameters; this model has {params}" in p.stderr, p.stderr
+
+
+def test_orthogonalization_epsilon_is_refused_below_zero_and_outside_powersgd(tmp_path):
+    for comp, expected in [
+        ({"kind": "powersgd", "orthogonalization_epsilon": -1e-8},
+         "compression.orthogonalization_epsilon: expected a number >= 0, got -1e-08"),
+        ({"kind": "powersgd", "orthogonalization_epsilon": "tiny"},
+         "compression.orthogonalization_epsilon: expected a number"),
+        ({"kind": "topk", "orthogonalization_epsilon": 1e-8},
+         'compression.orthogonalization_epsilon: only applies when compression.kind is "powersgd" (it is "topk")'),
+    ]:
+        path = write(tmp_path, dict(scenario(), compression=comp))
+        p = run("validate", path)
+        assert p.returncode == 2, p.stderr
+        assert f"{path}: {expected}" in p.stderr, p.stderr
+    path = write(tmp_path, dict(scenario(), compression={"kind": "powersgd", "orthogonalization_epsilon": 1e-8}))
+    p = run("validate", path)
+    assert p.returncode == 0, p.stderr
