@@ -188,3 +188,33 @@ def test_small_batched_products_use_atens_own_float_loop():
                     acc = np.float32(acc + np.float32(a[i, k] * b[k, j]))
                 want[i, j] = acc
         assert (got.view(np.uint32) == want.view(np.uint32)).all(), f"{n} x {m} x {r}"
+
+
+def documented_gram_schmidt(a, eps):
+    """powerSGD_hook's _orthogonalize_gram_schmidt on a [n, r] float32 matrix in the documented orders (what
+    kernels/compress_math.h's torch_gram_schmidt computes): col /= norm (+ eps), rest -= sum(col * rest) * col."""
+    a = a.copy()
+    n, r = a.shape
+    for c in range(r):
+        norm = np.sqrt(documented_sum_squares(a[:, c], r == 1))
+        a[:, c] = a[:, c] / (norm if eps == 0 else np.float32(norm + np.float32(eps)))
+        for c2 in range(c + 1, r):
+            prod = (a[:, c] * a[:, c2]).astype(np.float32)
+            dot = documented_column_sums(prod[:, None])[0]
+            a[:, c2] = a[:, c2] - (dot * a[:, c]).astype(np.float32)
+    return a
+
+
+def test_powersgd_gram_schmidt_follows_the_documented_orders():
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psh
+    rng = np.random.default_rng(19)
+    for n in [1, 2, 4, 5, 12, 13, 16, 37, 64, 100]:
+        for r in (1, 2):
+            if r > n:
+                continue
+            for eps in (0.0, 1e-8):
+                a = (rng.standard_normal((n, r)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+                t = T.from_numpy(a.copy())[None]
+                psh._orthogonalize(t, eps)
+                want = documented_gram_schmidt(a, eps)
+                assert (t[0].numpy().view(np.uint32) == want.view(np.uint32)).all(), f"n {n} r {r} eps {eps}"
