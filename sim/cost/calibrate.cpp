@@ -300,42 +300,77 @@ CollectiveFit fit_collectives(const HardwareProfile& base, const std::vector<Ncc
   return best;
 }
 
+namespace {
+
+// The profile's half points for an absolute fixed cost (seconds) and bytes rate (bytes/s; 0: no bytes term) at the
+// profile's current 16-bit GEMM rate, sustained_fraction 1 (compute_model.h's t_fixed and B_skinny, inverted).
+void set_gemm_overheads(HardwareProfile* hw, double fixed_s, double skinny_Bps) {
+  const size_t b = static_cast<size_t>(Precision::kBf16);
+  const double rate = hw->peak_tflops[b] * 1e12 * hw->gemm_efficiency[b];
+  hw->gemm_half_gflop = fixed_s * rate * 1e-9;
+  hw->gemm_half_intensity = skinny_Bps > 0 ? rate / skinny_Bps : 0.0;
+}
+
+// sum over precision p's points of log^2(model time / measured time), the model compute_model.h's
+// gemm_shape_time_s with the profile's constants (sustained_fraction 1: a cuBLAS sweep is what the GPU sustains).
+double gemm_log_loss(const HardwareProfile& hw, const std::vector<GemmPoint>& points, size_t p) {
+  double loss = 0.0;
+  for (const GemmPoint& g : points) {
+    if (static_cast<size_t>(g.precision) != p) continue;
+    const double measured_s = 2.0 * g.m * g.n * g.k / (g.tflops * 1e12);
+    const double e = std::log(gemm_shape_time_s(hw, g.m, g.n, g.k, g.precision) / measured_s);
+    loss += e * e;
+  }
+  return loss;
+}
+
+}  // namespace
+
 GemmFit fit_gemm(const HardwareProfile& base, const std::vector<GemmPoint>& points) {
   GemmFit best;
   double best_loss = std::numeric_limits<double>::infinity();
   HardwareProfile hw = base;
-  for (int fi = 0; fi <= 80; ++fi) {
-    const double half_gflop = fi == 0 ? 0.0 : 0.01 * std::pow(1e4, (fi - 1) / 79.0);  // 0.01 .. 100
-    for (int ii = 0; ii <= 80; ++ii) {
-      const double half_intensity = ii == 0 ? 0.0 : 1.0 * std::pow(5000.0, (ii - 1) / 79.0);  // 1 .. 5000
-      hw.gemm_half_gflop = half_gflop;
-      hw.gemm_half_intensity = half_intensity;
+  hw.sustained_fraction = 1.0;
+  std::array<bool, kPrecisionCount> measured{};
+  for (const GemmPoint& g : points) measured[static_cast<size_t>(g.precision)] = true;
+  // Grid over the absolute fixed cost (0, then 0.01 us .. 1 ms) and bytes rate (none, then 0.02 .. 1000 TB/s), both
+  // the same at every precision; each measured precision's efficiency by golden-section search of log e in
+  // [log 1e-3, 0] (the loss of precision p depends only on e_p once the two overheads are fixed).
+  for (int fi = 0; fi <= 101; ++fi) {
+    const double fixed_s = fi == 0 ? 0.0 : 1e-8 * std::pow(1e5, (fi - 1) / 100.0);
+    for (int ii = 0; ii <= 101; ++ii) {
+      const double skinny_Bps = ii == 0 ? 0.0 : 2e10 * std::pow(5e4, (ii - 1) / 100.0);
       GemmFit f;
-      f.half_gflop = half_gflop;
-      f.half_intensity = half_intensity;
+      f.fixed_s = fixed_s;
+      f.skinny_Bps = skinny_Bps;
+      hw.gemm_efficiency = base.gemm_efficiency;
       double loss = 0.0;
       for (size_t p = 0; p < kPrecisionCount; ++p) {
-        // log e = mean log(measured / (peak x falloff)), the least-squares efficiency for these half points.
-        double sum = 0.0;
-        int count = 0;
-        std::vector<double> logs;
-        hw.gemm_efficiency[p] = 1.0;
-        for (const GemmPoint& g : points) {
-          if (static_cast<size_t>(g.precision) != p) continue;
-          const double flops = 2.0 * g.m * g.n * g.k;
-          const double bytes = precision_bytes(g.precision) * (g.m * g.k + g.k * g.n + g.m * g.n);
-          const double model = hw.peak_tflops[p] * gemm_efficiency(hw, flops, flops / bytes, g.precision);
-          logs.push_back(std::log(g.tflops / model));
-          sum += logs.back();
-          ++count;
+        if (!measured[p]) continue;
+        auto at = [&](double log_e) {
+          hw.gemm_efficiency[p] = std::exp(log_e);
+          set_gemm_overheads(&hw, fixed_s, skinny_Bps);
+          return gemm_log_loss(hw, points, p);
+        };
+        const double g = (std::sqrt(5.0) - 1.0) / 2.0;
+        double lo = std::log(1e-3), hi = 0.0;
+        double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo), l1 = at(x1), l2 = at(x2);
+        for (int it = 0; it < 60; ++it) {
+          if (l1 <= l2) {
+            hi = x2, x2 = x1, l2 = l1, x1 = hi - g * (hi - lo), l1 = at(x1);
+          } else {
+            lo = x1, x1 = x2, l1 = l2, x2 = lo + g * (hi - lo), l2 = at(x2);
+          }
         }
-        if (count == 0) continue;
-        const double log_e = std::min(0.0, sum / count);
-        for (double l : logs) loss += (l - log_e) * (l - log_e);
+        const double log_e = 0.5 * (lo + hi);
+        loss += at(log_e);
         f.efficiency[p] = std::exp(log_e);
       }
       if (loss < best_loss) {
         best_loss = loss;
+        set_gemm_overheads(&hw, fixed_s, skinny_Bps);  // at the fitted bf16 efficiency, where bf16 was measured
+        f.half_gflop = hw.gemm_half_gflop;
+        f.half_intensity = hw.gemm_half_intensity;
         best = f;
       }
     }
@@ -484,8 +519,9 @@ CalibrateResult calibrate(const CalibrateRequest& r) {
     p["compute"]["gemm_half_gflop"] = {{"value", fit.half_gflop}, {"source", fitted_from + " (at the 16-bit rate)"}};
     p["compute"]["gemm_half_intensity"] = {{"value", fit.half_intensity},
                                            {"source", fitted_from + " (FLOP per byte, at the 16-bit rate)"}};
-    report += fmt::format("\nGEMM fit: half size {:.3f} GFLOP, half intensity {:.1f} FLOP/byte (16-bit rate)",
-                          fit.half_gflop, fit.half_intensity);
+    report += fmt::format("\nGEMM fit: fixed cost {:.3f} us, bytes at {:.1f} TB/s (every precision; sustained 1); as "
+                          "half points at the 16-bit rate: half size {:.3f} GFLOP, half intensity {:.1f} FLOP/byte",
+                          fit.fixed_s * 1e6, fit.skinny_Bps * 1e-12, fit.half_gflop, fit.half_intensity);
     for (size_t q = 0; q < kPrecisionCount; ++q)
       if (fit.efficiency[q]) report += fmt::format(", {} efficiency {:.3f}", kPrecisionNames[q], *fit.efficiency[q]);
     report += fmt::format("\n  {:>5}  {:>8} {:>8} {:>8}  {:>14}  {:>12}  {:>8}\n", "prec", "m", "n", "k",

@@ -48,11 +48,15 @@ struct CollectiveFit {
 };
 CollectiveFit fit_collectives(const HardwareProfile& base, const std::vector<NcclTestsTable>& tables);
 
-// GEMM constants: gemm_efficiency per measured precision, gemm_half_gflop and gemm_half_intensity at the 16-bit
-// rate (compute_model.h), least squares in log TFLOPS (grid over the half points, the efficiencies in closed form).
+// GEMM constants of compute_model.h's form (FLOP time + a fixed cost + a cost per operand byte): gemm_efficiency
+// per measured precision and the fixed cost and bytes rate, the same at every precision, least squares in log time
+// (grid over the two overheads, golden-section search for each efficiency). half_gflop and half_intensity are those
+// overheads as the profile's half points at the 16-bit rate (the fitted bf16 efficiency where bf16 was measured, else
+// the base's); fixed_s and skinny_Bps (0: no bytes term) are them in seconds and bytes/s at sustained_fraction 1.
 struct GemmFit {
   std::array<std::optional<double>, kPrecisionCount> efficiency{};
   double half_gflop = 0.0, half_intensity = 0.0;
+  double fixed_s = 0.0, skinny_Bps = 0.0;
 };
 GemmFit fit_gemm(const HardwareProfile& base, const std::vector<GemmPoint>& points);
 

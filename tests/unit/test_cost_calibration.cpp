@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "sim/config/run_config.h"
 #include "sim/core/error.h"
@@ -153,21 +154,30 @@ TEST(CollectiveCurves, CurveFormatErrorsNameThePath) {
   }
 }
 
-// Compute: GEMM time + memory time, each by hand on the h100-sxm-8 profile's numbers.
-TEST(ComputeModel, GemmFalloffAttentionAndMemoryAddUp) {
+// Compute: GEMM time + memory time, each by hand on the h100-sxm-8 profile's numbers. The GEMM is its FLOP time
+// plus a fixed cost (gemm_half_gflop GFLOP at the bf16 rate) plus its operand and result bytes at B_skinny =
+// bf16 rate / gemm_half_intensity (compute_model.h), written out here.
+TEST(ComputeModel, GemmFixedAndBytesCostsAttentionAndMemoryAddUp) {
   const HardwareProfile& hw = *load_hardware_profile("h100-sxm-8");
   const double e = hw.gemm_efficiency[static_cast<size_t>(Precision::kBf16)];
-  const double s = hw.sustained_fraction;
-  // 8192^3 bf16: 1.1 TFLOP, intensity 2 m n k / (2 (3 x 8192^2)) = 8192/3 FLOP per byte.
-  const double m = 8192, flops = 2 * m * m * m, inten = m / 3.0;
-  const double f = (flops * 1e-9) / (flops * 1e-9 + hw.gemm_half_gflop) * inten / (inten + hw.gemm_half_intensity);
-  EXPECT_NEAR(gemm_shape_time_s(hw, m, m, m, Precision::kBf16), flops / (989.4e12 * e * f * s), 1e-12);
-  // fp8 runs at 1978.9 with its half points scaled by the peak ratio (the 16-bit rate's points x 1978.9 / 989.4).
+  const double e32 = hw.gemm_efficiency[static_cast<size_t>(Precision::kFp32)];
+  const double s = hw.sustained_fraction, h = hw.gemm_half_gflop, hi = hw.gemm_half_intensity;
+  const double bf16_rate = 989.4e12 * e * s;  // FLOP/s of a large bf16 GEMM
+  const double fixed = h * 1e9 / bf16_rate, per_byte = hi / bf16_rate;
+  // Small: the strategy guide MLP's 32 x 10 x 128 GEMM: 81,920 FLOP, 2 (32 x 128 + 128 x 10 + 32 x 10) = 11,392
+  // bytes in bf16 and 22,784 in fp32 (fp32 at 67 TFLOP/s, the same fixed cost and bytes rate).
+  EXPECT_NEAR(gemm_shape_time_s(hw, 32, 10, 128, Precision::kBf16), 81920.0 / bf16_rate + fixed + 11392.0 * per_byte,
+              1e-15);
+  EXPECT_NEAR(gemm_shape_time_s(hw, 32, 10, 128, Precision::kFp32),
+              81920.0 / (67.0e12 * e32 * s) + fixed + 22784.0 * per_byte, 1e-15);
+  // Large: 8192^3 bf16, 1.1 TFLOP over 3 x 8192^2 x 2 bytes.
+  const double m = 8192, flops = 2 * m * m * m;
+  EXPECT_NEAR(gemm_shape_time_s(hw, m, m, m, Precision::kBf16), flops / bf16_rate + fixed + 6 * m * m * per_byte,
+              1e-12);
+  // fp8 at 1978.9 TFLOP/s and 1 byte per element; the fixed cost is the bf16 one.
   const double e8 = hw.gemm_efficiency[static_cast<size_t>(Precision::kFp8)];
-  const double i8 = flops / (3 * m * m);
-  const double r = 1978.9 / 989.4;
-  const double f8 = (flops * 1e-9) / (flops * 1e-9 + r * hw.gemm_half_gflop) * i8 / (i8 + r * hw.gemm_half_intensity);
-  EXPECT_NEAR(gemm_shape_time_s(hw, m, m, m, Precision::kFp8), flops / (1978.9e12 * e8 * f8 * s), 1e-12);
+  EXPECT_NEAR(gemm_shape_time_s(hw, m, m, m, Precision::kFp8),
+              flops / (1978.9e12 * e8 * s) + fixed + 3 * m * m * per_byte, 1e-12);
   // A skinny GEMM (the Azure table's 802816 x 192 x 768) reaches much less of the peak than a square one.
   EXPECT_LT(gemm_efficiency(hw, 2.0 * 802816 * 192 * 768, 2.0 * 802816 * 192 * 768 /
                                                               (2.0 * (802816 * 768 + 768 * 192 + 802816 * 192)),
@@ -178,6 +188,73 @@ TEST(ComputeModel, GemmFalloffAttentionAndMemoryAddUp) {
   // An op is its compute plus its memory time, not their max.
   const double both = op_time_s(hw, 1e12, 3.35e9, Precision::kBf16, 0);
   EXPECT_NEAR(both, 1.0 / (989.4 * e * s) + 1e-3 / (hw.hbm_achievable_fraction * s), 1e-12);
+}
+
+// More work never costs less: on every shipped profile, at every precision, a GEMM's time does not fall when m, n
+// or k doubles, over m, n, k in 1, 2, 4 .. 16384. (The former product of two hyperbolic falloffs failed this far
+// below its fitted range: its cross term falls as 1 / (GFLOP x FLOP per byte).)
+TEST(ComputeModel, GemmTimeIsNondecreasingInMNAndKOnEveryProfile) {
+  std::vector<double> dims;
+  for (double d = 1; d <= 16384; d *= 2) dims.push_back(d);
+  for (const std::string& name : hardware_profile_names()) {
+    const HardwareProfile& hw = *load_hardware_profile(name);
+    for (size_t pi = 0; pi < kPrecisionCount; ++pi) {
+      const Precision p = static_cast<Precision>(pi);
+      int bad = 0;
+      for (size_t a = 0; a < dims.size(); ++a)
+        for (size_t b = 0; b < dims.size(); ++b)
+          for (size_t c = 0; c + 1 < dims.size(); ++c) {
+            const double x = dims[a], y = dims[b], lo = dims[c], hi = dims[c + 1];
+            bad += gemm_shape_time_s(hw, hi, x, y, p) < gemm_shape_time_s(hw, lo, x, y, p);  // m
+            bad += gemm_shape_time_s(hw, x, hi, y, p) < gemm_shape_time_s(hw, x, lo, y, p);  // n
+            bad += gemm_shape_time_s(hw, x, y, hi, p) < gemm_shape_time_s(hw, x, y, lo, p);  // k
+          }
+      EXPECT_EQ(bad, 0) << name << " " << kPrecisionNames[pi];
+    }
+  }
+}
+
+// A 16-bit GEMM is never slower than the fp32 one where the 16-bit peak x efficiency is at least fp32's: the fixed
+// cost is the same at every precision and the 16-bit operands are half the bytes.
+TEST(ComputeModel, SixteenBitGemmIsNoSlowerThanFp32WhereItsRateIsHigher) {
+  std::vector<double> dims;
+  for (double d = 1; d <= 16384; d *= 2) dims.push_back(d);
+  int compared = 0;
+  for (const std::string& name : hardware_profile_names()) {
+    const HardwareProfile& hw = *load_hardware_profile(name);
+    const size_t f32 = static_cast<size_t>(Precision::kFp32);
+    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+      const size_t i = static_cast<size_t>(p);
+      if (hw.peak_tflops[i] * hw.gemm_efficiency[i] < hw.peak_tflops[f32] * hw.gemm_efficiency[f32]) continue;
+      ++compared;
+      int bad = 0;
+      for (double m : dims)
+        for (double n : dims)
+          for (double k : dims)
+            bad += gemm_shape_time_s(hw, m, n, k, p) > gemm_shape_time_s(hw, m, n, k, Precision::kFp32);
+      EXPECT_EQ(bad, 0) << name << " " << kPrecisionNames[i];
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+// On large GEMMs the form is the former product form's first order: at 8192^3 the two agree within 1% on every
+// shipped profile and precision. Product: flops / (peak x e_p x sustained) x (1 + r h / F) (1 + r hI / I), F GFLOP,
+// I FLOP per byte, r = peak[p] / peak[bf16], h and hI the profile's half points.
+TEST(ComputeModel, GemmAgreesWithTheProductFormAt8192Cubed) {
+  const double m = 8192, flops = 2 * m * m * m;
+  for (const std::string& name : hardware_profile_names()) {
+    const HardwareProfile& hw = *load_hardware_profile(name);
+    for (size_t pi = 0; pi < kPrecisionCount; ++pi) {
+      const Precision p = static_cast<Precision>(pi);
+      const double r = hw.peak_tflops[pi] / hw.peak_tflops[static_cast<size_t>(Precision::kBf16)];
+      const double intensity = flops / (3 * m * m * precision_bytes(p));
+      const double product = flops / (hw.peak_tflops[pi] * 1e12 * hw.gemm_efficiency[pi] * hw.sustained_fraction) *
+                             (1 + r * hw.gemm_half_gflop / (flops * 1e-9)) *
+                             (1 + r * hw.gemm_half_intensity / intensity);
+      EXPECT_NEAR(gemm_shape_time_s(hw, m, m, m, p) / product, 1.0, 0.01) << name << " " << kPrecisionNames[pi];
+    }
+  }
 }
 
 TEST(Price, TableHasNcclTestsColumnsAndItsArithmetic) {
