@@ -1,12 +1,14 @@
-// `powersgd`: PowerSGD (Vogels et al., NeurIPS 2019, Algorithm 1; PyTorch's powerSGD_hook). Per bucket, every matrix
-// M of the tensor table (rows = shape[0], cols = the rest) with (rows + cols) r < rows cols is sent as rank-r
-// factors: P = M Q (Q warm-started: the previous step's all-reduced Q, initially Philox normals identical on every
-// rank), all-reduce P, Gram-Schmidt on P, Q = M^T P, all-reduce Q, decoded sum = P Q^T. The other tensors (biases,
-// rank-1 tensors, matrices too small to gain) are concatenated and all-reduced in fp32, as PyTorch's hook does. Before
-// start_step every bucket is all-reduced dense. With error feedback, this rank's decoded message is P Q_r^T (Q_r =
-// M_r^T P before the all-reduce), which sums over ranks to the decoded sum.
-#include <cblas.h>
-
+// `powersgd`: PowerSGD (Vogels et al., NeurIPS 2019, Algorithm 1) as PyTorch's powerSGD_hook computes it. Per bucket,
+// every matrix M of the tensor table (rows = shape[0], cols = the rest) with (rows + cols) r < rows cols is sent as
+// rank-r factors: Gram-Schmidt on Q (warm-started: the previous step's all-reduced Q, initially Philox normals
+// identical on every rank; the hook orthogonalizes it too), P = M Q, all-reduce P, Gram-Schmidt on P, Q = M^T P,
+// all-reduce Q, decoded sum = P Q^T. The Gram-Schmidt and the products follow the hook's float32 arithmetic bit for
+// bit (kernels/compress.h: orthogonalize_columns, powersgd_p / _q / _decode). The hook's Q is the all-reduced mean
+// and its M each rank's mean gradient, here the sums: with power-of-two rank and sample counts the two differ by
+// exact powers of two, which the normalizations cancel (the epsilon is scaled to the sums' units). The other tensors
+// (biases, rank-1 tensors, matrices too small to gain) are concatenated and all-reduced in fp32, as PyTorch's hook
+// does. Before start_step every bucket is all-reduced dense. With error feedback, this rank's decoded message is
+// P Q_r^T (Q_r = M_r^T P before the all-reduce), which sums over ranks to the decoded sum.
 #include <algorithm>
 
 #include "kernels/compress.h"
@@ -27,6 +29,10 @@ struct Matrix {
   size_t rows = 0, cols = 0;
   size_t tensor = 0;      // index in the model's tensor table
   std::vector<float> q;  // cols x r, warm start
+  // q's scale against powerSGD_hook's q: 1 for the initial draw, then the step's sample count S (a warm-started Q
+  // is the sum over ranks of M^T P with M the rank's gradient sum; the hook's is the mean over ranks of its M, the
+  // rank's mean gradient). The orthogonalization epsilon is scaled by it, so norm + eps is the hook's in its units.
+  double q_scale = 1.0;
 };
 
 // The compressed matrices of the model with their initial Q (the same on every rank).
@@ -56,7 +62,7 @@ std::vector<Matrix> initial_matrices(const Model& model, size_t rank, double min
 class PowerSgd final : public Compressor {
  public:
   PowerSgd(const CompressionConfig& c, const Model& model, uint64_t seed)
-      : rank_(static_cast<size_t>(c.rank)), start_(c.start_step),
+      : rank_(static_cast<size_t>(c.rank)), start_(c.start_step), eps_(c.orthogonalization_epsilon),
         matrices_(initial_matrices(model, rank_, c.min_compression_rate, seed)) {}
   WireCollective collective() const override { return WireCollective::kAllReduce; }
 
@@ -106,6 +112,7 @@ class PowerSgd final : public Compressor {
     qbuf.resize(q_elems);
     size_t po = 0;
     for (Matrix* m : mats) {
+      orthogonalize_columns(m->q.data(), m->cols, rank_, static_cast<float>(eps_ * m->q_scale));
       powersgd_p(pbuf.data() + po, p + m->offset, m->q.data(), m->rows, m->cols, rank_);
       po += m->rows * rank_;
     }
@@ -124,12 +131,10 @@ class PowerSgd final : public Compressor {
     for (Matrix* m : mats) {
       float* pm = pbuf.data() + po;
       float* qm = qbuf.data() + qo;
-      orthogonalize_columns(pm, m->rows, rank_);
+      // P sums the ranks' M Q with M the rank's gradient sum over its S / N samples; the hook's M is their mean.
+      orthogonalize_columns(pm, m->rows, rank_, static_cast<float>(eps_ * job.divisor / job.ranks));
       powersgd_q(qm, p + m->offset, pm, m->rows, m->cols, rank_);
-      // This rank's decoded message (error feedback): P Q_r^T.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m->rows), static_cast<int>(m->cols),
-                  static_cast<int>(rank_), 1.0f, pm, static_cast<int>(rank_), qm, static_cast<int>(rank_), 0.0f,
-                  own + m->offset, static_cast<int>(m->cols));
+      powersgd_decode(own + m->offset, pm, qm, m->rows, m->cols, rank_);  // this rank's message (error feedback)
       po += m->rows * rank_;
       qo += m->cols * rank_;
     }
@@ -146,10 +151,9 @@ class PowerSgd final : public Compressor {
     for (Matrix* m : mats) {
       const float* pm = pbuf.data() + po;
       float* qm = qbuf.data() + qo;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m->rows), static_cast<int>(m->cols),
-                  static_cast<int>(rank_), 1.0f, pm, static_cast<int>(rank_), qm, static_cast<int>(rank_), 0.0f,
-                  sum + m->offset, static_cast<int>(m->cols));
+      powersgd_decode(sum + m->offset, pm, qm, m->rows, m->cols, rank_);
       std::copy(qm, qm + m->cols * rank_, m->q.begin());  // warm start
+      m->q_scale = job.divisor;
       po += m->rows * rank_;
       qo += m->cols * rank_;
     }
@@ -168,6 +172,7 @@ class PowerSgd final : public Compressor {
  private:
   size_t rank_;
   int64_t start_;
+  double eps_;  // compression.orthogonalization_epsilon, in the hook's units (mean gradients)
   std::vector<Matrix> matrices_;
 };
 
