@@ -143,24 +143,26 @@ size_t output_columns(bool terminal) {
   return 0;
 }
 
-namespace {
-
-// The --filter pattern over run ids (RE2 syntax); throws gs::Error when RE2 refuses it or it matches none of the
-// runs. RE2 matches in time linear in the id (no backtracking), so no pattern can hang the tool; patterns longer than
-// kMaxFilterChars are refused first (a run id is never that long).
-IdPattern make_filter(const std::string& f, const Scenario& s) {
+IdPattern compile_filter(const std::string& f) {
   if (f.size() > kMaxFilterChars)
     throw Error(fmt::format("--filter: a pattern of at most {} characters is accepted, got {} characters (\"{}\")",
                             kMaxFilterChars, f.size(), bounded_text(f, 60)));
-  std::optional<IdPattern> re;
   try {
-    re.emplace(f);
+    return IdPattern(f);
   } catch (const Error& e) {
     throw Error("--filter: not an RE2 pattern: \"" + bounded_text(f) + "\": " + e.what() +
                 " (syntax: RE2, matched somewhere in the run id; scenarios/README.md)");
   }
+}
+
+namespace {
+
+// The --filter pattern over run ids (compile_filter); throws gs::Error when RE2 refuses it or it matches none of the
+// runs.
+IdPattern make_filter(const std::string& f, const Scenario& s) {
+  const IdPattern re = compile_filter(f);
   for (const auto& r : s.runs)
-    if (re->search(r.id)) return *re;
+    if (re.search(r.id)) return re;
   std::string examples;
   for (size_t i = 0; i < s.runs.size() && i < 3; ++i) examples += (i ? ", " : "") + s.runs[i].id;
   if (s.runs.size() > 3) examples += ", ...";

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/config/scenario.h"
+#include "sim/core/id_pattern.h"
 #include "sim/core/shard.h"
 
 namespace gs {
@@ -68,6 +69,11 @@ std::string wrap_to(const std::string& text, size_t width, size_t indent);
 // Each line of text wrapped as wrap_to does, its continuation lines indented two spaces past the line's own leading
 // spaces (the refusals' and notes' layout); width 0: text unchanged.
 std::string wrap_lines(const std::string& text, size_t width);
+
+// The --filter pattern (RE2 syntax, matched somewhere in a run id); throws gs::Error naming --filter when RE2 refuses
+// it or it is longer than kMaxFilterChars (refused before compiling: a run id is never that long). RE2 matches in
+// time linear in the id (no backtracking), so no pattern can hang the tool.
+IdPattern compile_filter(const std::string& pattern);
 
 // Installs the SIGINT/SIGTERM handlers (idempotent): before run_sweep opens the report a signal exits at once with
 // 128 + signal; afterwards the first one is a stop request (see above). main calls it before loading a scenario.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -336,7 +337,10 @@ int main(int argc, char** argv) {
       const gs::Shard shard = run->count("--shard") > 0 ? gs::parse_shard(shard_text) : gs::Shard{};
       if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
       if (timing_only) sets.push_back("training.mode=timing");
-      gs::Scenario s = gs::load_scenario(scenario_file, sets);
+      // The filter before the scenario: the problems of runs it leaves out do not refuse the sweep.
+      std::optional<gs::IdPattern> keep;
+      if (!filter.empty()) keep.emplace(gs::compile_filter(filter));
+      gs::Scenario s = gs::load_scenario(scenario_file, sets, keep ? &*keep : nullptr);
       print_notes(s);
       if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
       gs::DriverOptions o;

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
+#include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
 #include "sim/cost/hardware_profile.h"
 
@@ -263,7 +264,7 @@ ScenarioError::ScenarioError(std::string file, std::vector<ConfigIssue> issues)
       file_(std::move(file)),
       issues_(std::move(issues)) {}
 
-Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides) {
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const IdPattern* keep) {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) throw ScenarioError(file, {{"", "is a folder, not a scenario file"}});
   std::string text;
@@ -274,10 +275,11 @@ Scenario load_scenario(const std::string& file, const std::vector<std::string>& 
     if (what.rfind(file + ": ", 0) == 0) what = what.substr(file.size() + 2);
     throw ScenarioError(file, {{"", what}});
   }
-  return parse_scenario(text, file, overrides);
+  return parse_scenario(text, file, overrides, keep);
 }
 
-Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+                        const IdPattern* keep) {
   std::vector<ConfigIssue> issues;
   // Nesting deeper than kMaxJsonDepth is refused before parsing (the parser recurses once per level); text larger
   // than a file may be is refused too.
@@ -654,13 +656,16 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       }
     }
     run_name = id;
+    bool kept = keep == nullptr;  // the filter keeps one of this point's runs (its ids end in .r<repeat>)
+    for (int64_t r = 0; !kept && r < s.repeats; ++r) kept = keep->search(id + ".r" + std::to_string(r));
     std::vector<ConfigIssue> run_issues;
     RunConfig rc = config_from_json(cfg, run_issues);
+    if (!kept) run_issues.clear();  // never run: its problems are not this sweep's (it keeps its id and index)
     // compression.measure_error written as true (its default, so accepted: a resolved config copied from a report
     // carries it) under kind "none": worth a note, the run measures nothing.
     if (const json* c = cfg.is_object() && cfg.contains("compression") ? &cfg["compression"] : nullptr;
         c != nullptr && c->is_object() && c->value("measure_error", json()) == json(true) &&
-        rc.compression.kind == "none")
+        rc.compression.kind == "none" && kept)
       measure_error_none.push_back(id);
     for (auto& i : run_issues) {
       bool placed = false;  // on a swept path: named by its place in the sweep
@@ -693,7 +698,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
       name_run(i, message_of(i));
       continue;
     }
-    if (rc.cluster.ranks > 1) {
+    if (rc.cluster.ranks > 1 && kept) {
       try {
         auto hw = load_hardware_profile(rc.cluster.hardware);
         // A multi-node profile prices whole nodes up to its node count across its inter-node level (hierarchical.h).

@@ -11,6 +11,8 @@
 
 namespace gs {
 
+class IdPattern;  // sim/core/id_pattern.h
+
 // All problems of one scenario file. what() is the whole multi-line message, one "file: path: message" per line.
 class ScenarioError : public Error {
  public:
@@ -59,9 +61,13 @@ struct Scenario {
 // is on a swept path, else it ends with the runs it comes from: "(sweep run <id without .r>)" or "(sweep runs a, b,
 // c and N more)". Problems of the base are reported once, and the sweep is still expanded so that its own problems
 // come in the same list.
-Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides = {});
+// keep (--filter; nullptr: every run): the problems of a grid point none of whose run ids it matches are not reported
+// (those runs are still in Scenario::runs, with their ids and indices, but never run: the caller filters them out), so
+// a filter can leave out the runs that would be refused and run the rest; the base's problems are always reported.
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides = {},
+                       const IdPattern* keep = nullptr);
 Scenario parse_scenario(const std::string& text, const std::string& file_for_messages,
-                        const std::vector<std::string>& overrides = {});
+                        const std::vector<std::string>& overrides = {}, const IdPattern* keep = nullptr);
 
 // "12 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks]" (x R [repeats] when repeats > 1).
 std::string describe_expansion(const Scenario& s);

@@ -1,6 +1,7 @@
 """Bad input files given to the gradsweep binary: deep nesting, devices, folders and oversized files are refused with
 exit 2 and a message naming the file (never a crash or an endless read), and one problem does not hide another.
 Expected texts come from the inputs (their nesting, sizes, parameter counts)."""
+import json
 import os
 
 import pytest
@@ -66,3 +67,38 @@ def test_orthogonalization_epsilon_is_refused_below_zero_and_outside_powersgd(tm
     path = write(tmp_path, dict(scenario(), compression={"kind": "powersgd", "orthogonalization_epsilon": 1e-8}))
     p = run("validate", path)
     assert p.returncode == 0, p.stderr
+
+
+def ps_staleness_scenario(tmp_path):
+    """A parameter server swept over staleness 0 (BSP) and 2 (SSP): timing-only runs price BSP only, so run with
+    --timing-only the staleness-2 run is refused (run_config.cpp: SSP needs the event order of a training run)."""
+    doc = scenario(name="ps", steps=4, axes={"sync.staleness": [0, 2]})
+    doc["sync"] = {"kind": "parameter_server"}
+    return write(tmp_path, doc)
+
+
+def test_a_filter_that_leaves_out_the_refused_runs_runs_the_rest(tmp_path):
+    path = ps_staleness_scenario(tmp_path)
+    refusal = 'training.mode: timing-only runs of sync.kind "parameter_server" price BSP (sync.staleness 0) only'
+    # No filter: the staleness-2 run is refused, exit 2 before any run, nothing written.
+    p = run("run", path, "--timing-only", "--out", tmp_path / "all", "--quiet")
+    assert p.returncode == 2 and refusal in p.stderr and "(sweep run ps.staleness=2)" in p.stderr, p.stderr
+    assert not (tmp_path / "all").exists()
+    # A filter that keeps the refused run: the same refusal, nothing written.
+    p = run("run", path, "--timing-only", "--filter", "staleness=2", "--out", tmp_path / "two", "--quiet")
+    assert p.returncode == 2 and refusal in p.stderr, p.stderr
+    assert not (tmp_path / "two").exists()
+    # A filter that leaves it out: its problem is not this sweep's; the BSP run runs (1 of the 2 runs).
+    out = tmp_path / "bsp"
+    p = run("run", path, "--timing-only", "--filter", "staleness=0", "--out", out, "--quiet")
+    assert p.returncode == 0, p.stderr
+    runs = json.loads((out / "report.json").read_text())["runs"]
+    assert [(r["id"], r["index"], r["disposition"]) for r in runs] == [("ps.staleness=0.r0", 0, "passed")]
+    # The dry run with the same filter lists that run, and counts both runs of the sweep.
+    p = run("run", path, "--timing-only", "--filter", "staleness=0", "--dry-run", "--out", tmp_path / "dry")
+    assert p.returncode == 0, p.stderr
+    assert "  [0] ps.staleness=0.r0  sync.staleness=0" in p.stdout and "staleness=2.r0" not in p.stdout, p.stdout
+    assert "1 of 2 runs match --filter staleness=0" in p.stdout, p.stdout
+    # validate has no filter: it reports the problem.
+    p = run("validate", path, "--set", "training.mode=timing")
+    assert p.returncode == 2 and refusal in p.stderr, p.stderr
