@@ -88,7 +88,8 @@ void visit_fields(V& v, RunConfig& c) {
   auto& d = c.data;
   v(d.kind, F("data.kind", "dataset (see `gradsweep list`)").one_of({"fashion_mnist", "teacher", "inline", "none"}));
   v(d.batch_per_rank, F("data.batch_per_rank", "samples per micro-batch per rank (b)").at_least(1).at_most(1 << 20));
-  v(d.path, F("data.path", "fashion_mnist: folder of the IDX .gz files (empty: Debian's dataset-fashion-mnist)"));
+  v(d.path, F("data.path", "fashion_mnist: folder of the IDX .gz files; a relative path is taken from the scenario "
+                          "file's folder (empty: Debian's dataset-fashion-mnist)"));
   v(d.shuffle, F("data.shuffle", "reshuffle the training set every epoch (from the seed)"));
   v(d.eval_samples, F("data.eval_samples", "fashion_mnist: evaluate on the first n test samples (0: all)").at_least(0));
   auto& t = d.teacher;
@@ -123,7 +124,9 @@ void visit_fields(V& v, RunConfig& c) {
                                      "GPU is usable and the device loop runs the configuration (docs/device.md), else "
                                      "host").one_of({"auto", "host", "cuda"}));
   v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list`, the "
-                                       "path of a profile file, or detect (cuda backend: the detected GPU's profile)"));
+                                       "path of a profile file (a '/' or .json in it; a relative path is taken from "
+                                       "the scenario file's folder), or detect (cuda backend: the detected GPU's "
+                                       "profile)"));
   v(cl.nccl_algo, F("cluster.nccl_algo", "modeled clock: the NCCL algorithm collectives use where it serves them, as "
                                          "NCCL_ALGO does (auto: NCCL's choice; nvls needs a profile with NVLink "
                                          "SHARP)").one_of({"auto", "ring", "tree", "nvls"}));

@@ -103,8 +103,9 @@ std::string leaf_of(const std::string& path) {
 }
 
 // Reads one axis's value list; issues name `where`.
-// Fields holding a file path that the scenario file gives relative to its own folder.
-constexpr const char* kFilePathFields[] = {"model.init.from"};
+// Fields holding a file or folder path that the scenario file gives relative to its own folder: every path field of
+// the schema (cluster.hardware only when it names a file, is_hardware_profile_path; a built-in name stays a name).
+constexpr const char* kFilePathFields[] = {"model.init.from", "data.path", "cluster.hardware"};
 
 // A relative path in a string value of one of kFilePathFields, taken from `folder` (the scenario file's; the current
 // folder for --set values): made absolute, so the resolved configuration in the report names the file wherever the
@@ -127,6 +128,7 @@ json resolve_file_path(const std::string& path, const json& v, const std::string
   bool file_field = false;
   for (const char* f : kFilePathFields) file_field = file_field || path == f;
   if (!file_field || !v.is_string() || v.get<std::string>().empty()) return v;
+  if (path == "cluster.hardware" && !is_hardware_profile_path(v.get<std::string>())) return v;  // a built-in name
   const std::filesystem::path p(v.get<std::string>());
   if (p.is_absolute()) return v;
   std::error_code ec;

@@ -202,9 +202,7 @@ class Reader {
   mutable std::set<std::string> bad_sections_;  // sections already reported as not an object
 };
 
-bool is_path(const std::string& s) {
-  return s.find('/') != std::string::npos || (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
-}
+bool is_path(const std::string& s) { return is_hardware_profile_path(s); }
 
 // The file a profile's "base" names: a built-in name (as --hardware takes it) or a path relative to the folder of
 // the profile that names it.
@@ -411,6 +409,10 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   r.check_unknown_keys();
   if (!r.problems().empty()) throw ProfileError(r.problems());
   return p;
+}
+
+bool is_hardware_profile_path(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
 }
 
 std::shared_ptr<const HardwareProfile> load_hardware_profile(const std::string& name_or_path) {

@@ -122,7 +122,9 @@ struct HardwareProfile {
 std::string hardware_dir();
 // Names of the built-in profiles (file names without .json), sorted.
 std::vector<std::string> hardware_profile_names();
-// Loads a profile by built-in name or by path (anything with a '/' or ending in .json). Cached per process
+// Whether name_or_path names a profile file rather than a built-in profile: it has a '/' or ends in .json.
+bool is_hardware_profile_path(const std::string& name_or_path);
+// Loads a profile by built-in name or by path (is_hardware_profile_path). Cached per process
 // (thread-safe). Throws gs::Error: unknown name (naming the choices), unreadable file; ProfileError with one
 // "file: JSON path: expected ..., got ..." per missing or mistyped field, number without its source or unknown key,
 // all of them (a check that depends on a bad field, e.g. fabric.nvls on fabric.kind, is skipped).

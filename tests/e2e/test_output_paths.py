@@ -224,3 +224,37 @@ def test_resume_compares_set_values_by_their_bytes(tmp_path):
     (out / "runs.jsonl").unlink()
     p = gs("run", path, "--out", out, "--quiet", "--resume", "--set", same)
     assert p.returncode == 0, p.stderr
+
+
+def test_relative_file_paths_in_a_scenario_are_taken_from_its_folder(tmp_path):
+    """Every path field of a scenario (model.init.from, data.path, cluster.hardware) given relative in the file is
+    taken from the file's folder, wherever gradsweep runs; given by --set, from the current folder. A built-in
+    hardware profile name stays a name."""
+    scen, hw, elsewhere = tmp_path / "scen", tmp_path / "hw", tmp_path / "elsewhere"
+    for d in (scen, hw, elsewhere):
+        d.mkdir()
+    profile = REPO / "scenarios" / "hardware" / "h100-sxm-8.json"
+    (hw / "mine.json").write_text(profile.read_text())
+    (scen / "beside.json").write_text(profile.read_text())
+    for given, resolved in (("../hw/mine.json", hw / "mine.json"), ("beside.json", scen / "beside.json"),
+                            ("h100-sxm-8", "h100-sxm-8")):
+        doc = scenario(name="rel", steps=2, axes={})
+        doc["cluster"]["hardware"] = given
+        path = write(scen, doc)
+        out = tmp_path / f"out_{len(str(resolved))}"
+        p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True,
+                           text=True, cwd=elsewhere, timeout=300)
+        assert p.returncode == 0, (given, p.stderr)
+        run = json.loads((out / "report.json").read_text())["runs"][0]
+        assert run["config"]["cluster"]["hardware"] == str(resolved), given
+    # --set: from the current folder (tmp_path), not the scenario's.
+    p = subprocess.run([str(BIN), "validate", str(path), "--set", "cluster.hardware=hw/mine.json"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    # data.path: the folder the error names is the scenario folder's "fm", not the current folder's.
+    doc = scenario(name="fm", steps=2, axes={})
+    doc["model"]["layers"] = [784, 10]
+    doc["data"] = {"kind": "fashion_mnist", "batch_per_rank": 8, "path": "fm"}
+    p = subprocess.run([str(BIN), "validate", str(write(scen, doc))], capture_output=True, text=True,
+                       cwd=elsewhere, timeout=120)
+    assert p.returncode == 2 and f"{scen}/fm" in p.stderr and f"{elsewhere}/fm" not in p.stderr, p.stderr
