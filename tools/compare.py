@@ -8,8 +8,8 @@ metric one entry in DIFF_METRICS.
 
 Table mode (several scenarios, or one report): one row per run with the swept values as columns, time to target on
 both clocks, final eval accuracy, bytes on the wire per rank and step, modeled exposed communication per step, the
-speedup in time to target against a baseline run on both clocks (throughput when no run sets a target; "-" with a
-footnote when a target is set but not reached), and a status that marks runs that did not reach the
+speedup in time to target against a baseline run on both clocks (throughput when neither run has a target it can
+reach: none set, or timing-only runs; "-" with a footnote when a target is set but not reached), and a status that marks runs that did not reach the
 target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
 runs matched by id, one row per run and metric with old, new and the relative change; runs in only one report are
 flagged. docs/compare.md describes the columns, the defaults and the errors.
@@ -39,7 +39,7 @@ class Row:
         self.ttt_modeled_s = rl.metric_value(run, "modeled_time_to_target_s")
         self.speedup_measured = math.nan
         self.speedup_modeled = math.nan
-        self.speedup_basis = ""  # "time_to_target", "throughput" (neither run sets a target) or "" (no speedup)
+        self.speedup_basis = ""  # "time_to_target", "throughput" (neither run has a reachable target), "" (none)
         self.baseline = False
 
     @property
@@ -254,9 +254,12 @@ SPEEDUPS = {"speedup_measured", "speedup_modeled"}
 THROUGHPUT_MARK = "*"
 BOUND_MARK = "^"
 BOUND_COLUMNS = {"time_to_target_modeled_s", "exposed_communication_ms", "speedup_modeled"}
+# Why a speedup marked THROUGHPUT_MARK is in throughput rather than in time to target (throughput_footnote).
+THROUGHPUT_REASONS = {
+    "no_target": "neither the run nor the baseline sets a target",
+    "timing_only": "a timing-only run has no time to target even where its scenario sets a target (below)",
+}
 FOOTNOTES = {
-    "throughput": f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's on that clock): "
-                  "neither run sets a target, so there is no time to target",
     "timing_only": "timing-only runs (training.mode \"timing\") compute no loss or accuracy, so they never reach a "
                    "target: they are ranked by throughput (the speedup column)",
     "unfinished": f"`{MISSING}` in every metric of a run that did not finish (interrupted, timeout, failed, "
@@ -276,6 +279,21 @@ def modeled_bound(run):
     modeled = (run.get("timing") or {}).get("modeled") or {}
     kind = modeled.get("bound")
     return (kind, str(modeled.get("bound_reason") or "no reason given")) if kind in ("lower", "upper") else None
+
+
+def throughput_reason(row, baseline):
+    """Why row's speedup is in throughput (set_speedups: neither it nor the baseline has a target it can reach): a
+    key of THROUGHPUT_REASONS."""
+    pair = (row.run, baseline.run) if baseline is not None else (row.run,)
+    return "timing_only" if any(rl.timing_only(r) and r.get("time_to_target") for r in pair) else "no_target"
+
+
+def throughput_footnote(reasons):
+    """The footnote of THROUGHPUT_MARK: what the marked speedups divide and why (the reasons of the marked rows, in
+    THROUGHPUT_REASONS order)."""
+    why = "; ".join(text for key, text in THROUGHPUT_REASONS.items() if key in reasons)
+    return (f"`{THROUGHPUT_MARK}` speedup in throughput (the run's samples/s / the baseline's, on that clock) instead "
+            f"of time to target: {why}")
 
 
 def bound_footnotes(bounds):
@@ -309,7 +327,8 @@ def table(rows, reports, fmt):
     csv_header += [c[1] for c in columns] + ["status"]
     right += [True] * len(columns) + [False]
 
-    md_rows, csv_rows, notes, bounds = [], [], set(), {}
+    md_rows, csv_rows, notes, bounds, reasons = [], [], set(), {}, set()
+    baseline = next((r for r in rows if r.baseline), None)
     for row in rows:
         swept = row.run.get("swept") or {}
         bound = modeled_bound(row.run) if rl.finished(row.run) else None
@@ -331,7 +350,7 @@ def table(rows, reports, fmt):
             text = fmt_md(value)
             if name in SPEEDUPS and row.speedup_basis == "throughput" and text != MISSING:
                 text += THROUGHPUT_MARK
-                notes.add("throughput")
+                reasons.add(throughput_reason(row, baseline))
             elif name in SPEEDUPS and text == MISSING and has_target(row.run) and rl.finished(row.run):
                 notes.add("no_speedup")
             if bound and name in BOUND_COLUMNS and text != MISSING:
@@ -350,7 +369,8 @@ def table(rows, reports, fmt):
     if fmt == "csv":
         return csv_text(csv_header + ["speedup_basis", "modeled_bound"], csv_rows)
     text = markdown(header, md_rows, right)
-    footnotes = [FOOTNOTES[k] for k in FOOTNOTES if k in notes] + bound_footnotes(bounds)
+    footnotes = ([throughput_footnote(reasons)] if reasons else []) + [FOOTNOTES[k] for k in FOOTNOTES if k in notes]
+    footnotes += bound_footnotes(bounds)
     # Each skipped run with its reason (the GPU or host memory estimate and what would fit), one line each.
     footnotes += [f"skipped: {row.id}: {row.run.get('message') or 'no reason given'}" for row in rows
                   if row.run.get("disposition") == "skipped"]

@@ -434,8 +434,8 @@ baseline: cmp.accumulation_steps=1.ranks=2.r0
 |                           - |                   - |                   - |                          - \
 |                  - |                 - | diverged            |
 
-`*` speedup in throughput (the run's samples/s / the baseline's on that clock): neither run sets a target, so there \
-is no time to target
+`*` speedup in throughput (the run's samples/s / the baseline's, on that clock) instead of time to target: neither \
+the run nor the baseline sets a target
 """
 
 
@@ -451,6 +451,33 @@ def test_speedup_falls_back_to_throughput_without_a_target_and_a_server_shows_it
     assert [r["speedup_modeled"] for r in rows] == ["1.0", "2.5", "", ""]
     assert [r["speedup_basis"] for r in rows] == ["throughput", "throughput", "throughput", ""]
     assert [r["exposed_communication_ms"] for r in rows] == ["0.25", "0.3", "0.125", ""]
+
+
+def test_the_throughput_footnote_of_timing_only_runs_with_a_target_gives_the_true_reason(tmp_path):
+    """Timing-only runs of a scenario that sets a target (their report's time_to_target: set, never reached, as
+    gradsweep writes it) get throughput speedups marked `*`; the footnote says the speedup is in throughput because
+    timing-only runs have no time to target, not that no target is set (it said "neither run sets a target").
+    Modeled throughputs by hand: R0 400, R1 1000 samples/s, so R1's modeled speedup is 1000/400 = 2.50x; no measured
+    clock, so no measured speedup."""
+    doc = json.loads((REPO_ROOT / OLD).read_text())
+    doc["runs"] = doc["runs"][:2]
+    for run, modeled in zip(doc["runs"], (400, 1000)):
+        run["config"]["training"]["mode"] = "timing"
+        run["time_to_target"] = {"metric": "eval_accuracy", "value": 0.8, "reached": False, "step": None,
+                                 "measured_s": None, "modeled_s": None}
+        run["throughput"] = {"samples_per_s": None, "modeled_samples_per_s": modeled}
+    path = tmp_path / "timing_target.json"
+    path.write_text(json.dumps(doc))
+    result = run_compare(path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    r1 = [c.strip() for c in next(line for line in lines if line.startswith(f"| {R1} ")).split("|")]
+    assert r1[-4:-1] == ["-", "2.50x*", "timing-only (no accuracy)"], r1
+    star = [line for line in lines if line.startswith("`*`")]
+    assert len(star) == 1, lines
+    assert star[0].startswith("`*` speedup in throughput (the run's samples/s / the baseline's, on that clock)"), star
+    assert "timing-only run has no time to target even where its scenario sets a target" in star[0], star
+    assert "sets a target" not in star[0].replace("its scenario sets a target", ""), star
 
 
 def test_a_run_whose_modeled_clock_is_a_bound_is_marked_with_its_reason(tmp_path):
