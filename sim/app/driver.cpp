@@ -143,6 +143,38 @@ size_t output_columns(bool terminal) {
   return 0;
 }
 
+namespace {
+// What is left of a line of `columns` after `indent` (wrap_to's continuation lines); 0 for an unknown width.
+size_t line_room(size_t columns, size_t indent) {
+  if (columns == 0) return 0;
+  const size_t max = columns > 1 ? columns - 1 : 1;
+  return max - std::min(indent, max / 2);
+}
+
+// text with its spaces turned into kNoBreak when it fits in `room` characters (or the width is unknown, room 0), so
+// a wrap keeps it on one line; a longer text keeps its spaces, so a wrap breaks it between words, not inside one.
+std::string whole_if_fits(std::string text, size_t room) {
+  if (room == 0 || text.size() <= room) std::replace(text.begin(), text.end(), ' ', kNoBreak);
+  return text;
+}
+
+// describe_expansion's parts (expansion_parts), suffix after the last, each whole_if_fits(room); a part too long for
+// a line keeps "x N [" with its first name, so that no line ends in "x".
+std::string expansion_to_wrap(const Scenario& s, size_t room, const std::string& suffix) {
+  std::vector<std::string> parts = expansion_parts(s);
+  parts.back() += suffix;
+  std::string out;
+  for (auto part : parts) {
+    part = whole_if_fits(part, room);
+    for (size_t at = 0; at < part.size() && part[at] != '['; ++at)
+      if (part[at] == ' ') part[at] = kNoBreak;
+    out += (out.empty() ? "" : " ") + part;
+  }
+  return out;
+}
+
+}  // namespace
+
 IdPattern compile_filter(const std::string& f) {
   if (f.size() > kMaxFilterChars)
     throw Error(fmt::format("--filter: a pattern of at most {} characters is accepted, got {} characters (\"{}\")",
@@ -322,28 +354,27 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
 }
 
 namespace {
-// The sweep's first line: "gradsweep: 12 runs = 4 [a] x 3 [b]; 12 to run -> DIR/report.json", each part kept whole
-// where it wraps. already: the runs a --resume keeps (none: not a resume). A slice (--shard) says "; shard K/N: M of
-// them" before the count to run.
+// The indent of a "gradsweep: ..." line's continuation lines: under the text after "gradsweep: " (11) where a line
+// has room for it, else 2 (on 40 columns 11 would leave 28 characters, less than some axis names with their ']').
+size_t lead_indent(size_t columns) { return columns == 0 || columns >= 60 ? 11 : 2; }
+
+// The sweep's first line: "gradsweep: 12 runs = 4 [a] x 3 [b]; 12 to run -> DIR/report.json" for wrap_to at
+// `columns` with lead_indent, each part kept whole where it fits on a line (a longer one breaks between its words, a
+// path after a '/'). already: the runs a --resume keeps (none: not a resume). A slice (--shard) says "; shard K/N: M
+// of them" before the count to run.
 std::string sweep_header(const Scenario& s, size_t to_run, std::optional<size_t> already, const std::string& path,
-                         const Shard& shard) {
-  auto whole = [](std::string t) {
-    std::replace(t.begin(), t.end(), ' ', kNoBreak);
-    return t;
-  };
-  std::string expansion = whole(describe_expansion(s));
-  const std::string times = whole(" x ");
-  for (size_t at = 0; (at = expansion.find(times, at)) != std::string::npos; ++at)
-    expansion[at] = ' ';  // a wrap may come before each "x N [axis]"
+                         size_t columns, const Shard& shard) {
+  const size_t room = line_room(columns, lead_indent(columns));
   const std::string to_run_text = fmt::format("{} to run", to_run) +
                                   (already ? fmt::format(" ({} already in the report)", *already) : std::string());
   std::string slice;
   if (shard.active()) {
     size_t in_shard = 0;
     for (const auto& r : s.runs) in_shard += shard.holds(r.id) ? 1 : 0;
-    slice = whole(fmt::format("shard {}/{}: {} of them", shard.index, shard.count, in_shard)) + "; ";
+    slice = whole_if_fits(fmt::format("shard {}/{}: {} of them;", shard.index, shard.count, in_shard), room) + " ";
   }
-  return "gradsweep: " + expansion + "; " + slice + whole(to_run_text) + " " + whole("-> " + path);
+  return "gradsweep: " + expansion_to_wrap(s, room, ";") + " " + slice + whole_if_fits(to_run_text, room) + " " +
+         whole_if_fits("-> " + path, room);
 }
 
 // Test fault stop_at=RUN:STEP (file_io.h): stop this process after that step of the RUN-th run so a test can signal
@@ -472,12 +503,12 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   ReportWriter& writer = *made;
   const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
   // The lines that stay are wrapped to the output's width (output_columns: $COLUMNS, else the terminal's).
-  auto say = [&](const std::string& text, size_t indent) {
-    std::fprintf(stderr, "%s\n", wrap_to(text, output_columns(tty), indent).c_str());
+  // "gradsweep: ..." lines, their continuation lines under the text after "gradsweep: " (lead_indent).
+  auto say = [&](const std::string& text) {
+    std::fprintf(stderr, "%s\n", wrap_to(text, output_columns(tty), lead_indent(output_columns(tty))).c_str());
   };
   if (!writer.moved_aside().empty())  // said even with --quiet: where the previous runs are now
-    say(fmt::format("gradsweep: --overwrite: moved the previous report of {} into {}/", dir, writer.moved_aside()),
-        11);
+    say(fmt::format("gradsweep: --overwrite: moved the previous report of {} into {}/", dir, writer.moved_aside()));
 
   std::vector<const RunSpec*> todo;
   for (const auto& r : s.runs)
@@ -487,8 +518,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
 
   if (!o.quiet)
     say(sweep_header(s, todo.size(), o.resume ? std::optional<size_t>(writer.size()) : std::nullopt,
-                     writer.report_path(), o.shard()),
-        11);
+                     writer.report_path(), output_columns(tty), o.shard()));
   const std::pair<size_t, int64_t> stop_at = stop_at_fault();
   const size_t stop_run = stop_at.first;  // plain names: a lambda below captures them
   const int64_t stop_step = stop_at.second;
@@ -589,8 +619,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   writer.flush();
   if (!o.quiet)
     say(fmt::format("gradsweep: wrote {} ({} runs) in {}", writer.report_path(), writer.size(),
-                    fmt_duration(now_s() - sweep0)),
-        11);
+                    fmt_duration(now_s() - sweep0)));
   int sig = g_signal.load();
   if (sig != 0) return 128 + sig;
   return exit_code;

@@ -751,17 +751,21 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   return s;
 }
 
-std::string describe_expansion(const Scenario& s) {
-  std::string out = fmt::format("{} run{} =", s.runs.size(), s.runs.size() == 1 ? "" : "s");
-  bool first = true;
+std::vector<std::string> expansion_parts(const Scenario& s) {
+  std::vector<std::string> parts = {fmt::format("{} run{} =", s.runs.size(), s.runs.size() == 1 ? "" : "s")};
   for (const auto& a : s.axes) {
     std::string names;
     for (size_t p = 0; p < a.paths.size(); ++p) names += (p ? ", " : "") + a.paths[p];
-    out += fmt::format("{} {} [{}]", first ? "" : " x", a.values.size(), names);
-    first = false;
+    parts.push_back(fmt::format("{}{} [{}]", parts.size() > 1 ? "x " : "", a.values.size(), names));
   }
-  if (s.repeats > 1) out += fmt::format("{} {} [repeats]", first ? "" : " x", s.repeats);
-  else if (first) out += " 1 (no sweep)";
+  if (s.repeats > 1) parts.push_back(fmt::format("{}{} [repeats]", parts.size() > 1 ? "x " : "", s.repeats));
+  else if (parts.size() == 1) parts.push_back("1 (no sweep)");
+  return parts;
+}
+
+std::string describe_expansion(const Scenario& s) {
+  std::string out;
+  for (const auto& part : expansion_parts(s)) out += (out.empty() ? "" : " ") + part;
   return out;
 }
 

@@ -136,3 +136,46 @@ def test_ranks_over_the_gpus_of_two_profiles_is_noted_once(tmp_path):
         assert len(notes) == 1, p.stderr
         files = [f'"{name}" (scenarios/hardware/{name}.json)' for name in sorted(profiles)]
         assert f"16 is more than the 8 GPUs of hardware profiles {files[0]} and {files[1]}: allowed" in notes[0], notes
+
+
+def long_axes(tmp_path):
+    """Four runs over cluster.ranks and a zip of three long paths: the header's second part (86 characters) is longer
+    than a line of 80 or 40 columns."""
+    doc = scenario(name="hdr", steps=2, axes={"cluster.ranks": [1, 2]})
+    doc["training"]["eval_every"] = 0
+    doc["sweep"]["zip"] = {"training.optimizer.lr": [0.1, 0.05], "training.optimizer.momentum": [0.9, 0.0],
+                           "training.accumulation_steps": [1, 2]}
+    return write(tmp_path, doc)
+
+
+AXES = "2 [cluster.ranks] x 2 [training.optimizer.lr, training.optimizer.momentum, training.accumulation_steps]"
+NAMES = ["cluster.ranks", "training.optimizer.lr", "training.optimizer.momentum", "training.accumulation_steps"]
+
+
+def env_columns(columns):
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "GRADSWEEP_TEST_FAULTS")}
+    if columns:
+        env["COLUMNS"] = str(columns)
+    return env
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_the_sweep_header_breaks_between_words_never_inside_a_name(tmp_path, columns):
+    """The header wraps to the width with every axis name whole (it was cut inside one: 'training.optimizer.mom' |
+    'entum'); its words are those of the one-line header a pipe without COLUMNS gets."""
+    path, out = long_axes(tmp_path), "out"  # relative: the report's path fits a line of 40
+    p = subprocess.run([str(BIN), "run", str(path), "--out", out], capture_output=True, text=True,
+                       env=env_columns(columns), timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    header = lines[:next(n for n, t in enumerate(lines) if t.startswith("[1/4] "))]
+    assert len(header) > 1 and all(len(t) <= columns - 1 for t in header), header
+    one_line = f"gradsweep: 4 runs = {AXES}; 4 to run -> {out}/report.json"
+    assert " ".join(header).split() == one_line.split(), header
+    for name in NAMES:
+        assert any(name in t for t in header), (name, header)
+    # 80 columns: continuation lines under the text after "gradsweep: "; 40: two spaces (11 would leave too little).
+    assert all(t.startswith(" " * (11 if columns == 80 else 2)) for t in header[1:]), header
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(tmp_path / "pipe")], capture_output=True, text=True,
+                       env=env_columns(None), timeout=300)
+    assert p.stderr.splitlines()[0] == f"gradsweep: 4 runs = {AXES}; 4 to run -> {tmp_path}/pipe/report.json"
