@@ -360,12 +360,38 @@ def draw_loss(ax, report, styles, x_key):
 
 # ---- figures (one function each; each returns the path written, or None with a note on stderr) ----------------------
 
+def only_timing(report):
+    """True when every drawn run is timing-only (training.mode "timing"; and there is one): none of them trained, so
+    the figures of training (loss, accuracy, staleness, the measured step, the input pipeline) do not apply to the
+    report; write_figures says so once (timing_only_note) instead of a note per figure."""
+    drawn = rl.drawn_runs(report)
+    return bool(drawn) and all(rl.timing_only(r) for r in drawn)
+
+
+def timing_only_note(report):
+    """The one note about a report's timing-only runs: they have no convergence curves (no loss, no accuracy) and
+    which figures that leaves; None when no drawn run is timing-only."""
+    drawn = rl.drawn_runs(report)
+    timing = [r for r in drawn if rl.timing_only(r)]
+    if not timing:
+        return None
+    if len(timing) == len(drawn):
+        return ("timing-only runs (training.mode \"timing\") train nothing, so they have no convergence curves: no "
+                "loss, accuracy, staleness, input-pipeline or measured-clock figures, only the modeled clock's")
+    verb = "is" if len(timing) == 1 else "are"
+    return (f"{len(timing)} of the {rl.count_text(len(drawn), 'drawn run')} {verb} timing-only "
+            f"(training.mode \"timing\"): {'it has' if len(timing) == 1 else 'they have'} no convergence curves, so "
+            f"the loss and accuracy figures draw the other runs")
+
+
 def has_loss(report):
     """True when some drawn run has a finite loss (timing-only runs train nothing and have none)."""
     return any(finite_xy(*rl.series(r, "train_loss"))[0] for r in rl.drawn_runs(report))
 
 
 def fig_loss_vs_step(report, styles, out_dir, note):
+    if only_timing(report):
+        return not_applicable()
     if not rl.drawn_runs(report):
         return skipped("loss_vs_step.png", "no run with a convergence series")
     if not has_loss(report):
@@ -378,6 +404,8 @@ def fig_loss_vs_step(report, styles, out_dir, note):
 
 
 def fig_loss_vs_time(report, styles, out_dir, note):
+    if only_timing(report):
+        return not_applicable()
     if not rl.drawn_runs(report):
         return skipped("loss_vs_time.png", "no run with a convergence series")
     if not has_loss(report):
@@ -419,6 +447,8 @@ def draw_accuracy(ax, report, styles, runs, x_of):
 
 
 def fig_accuracy_vs_time(report, styles, out_dir, note):
+    if only_timing(report):
+        return not_applicable()
     runs = accuracy_runs(report, lambda r: rl.series(r, "measured_s")[1])
     if not runs:
         return skipped("accuracy_vs_time.png", "no run has eval_accuracy")
@@ -431,6 +461,8 @@ def fig_accuracy_vs_time(report, styles, out_dir, note):
 
 def fig_accuracy_vs_modeled_time(report, styles, out_dir, note):
     """Eval accuracy against the modeled clock (series modeled_s), written when some run has both."""
+    if only_timing(report):
+        return not_applicable()
     runs = accuracy_runs(report, lambda r: rl.series(r, "modeled_s")[1])
     if not runs:
         if not any(math.isfinite(t) for r in rl.drawn_runs(report) for t in rl.series(r, "modeled_s")[1]):
@@ -478,10 +510,12 @@ def staleness_missing_reason(runs):
         return (f"the {len(ps)} parameter server run{'s are' if len(ps) > 1 else ' is'} timing-only (training.mode "
                 f"\"timing\"): no gradient is computed or applied, so there are no staleness measurements; run "
                 f"with training.mode \"train\" for them")
-    return (f"none of the {len(ps) - len(timing)} parameter server run{'s' if len(ps) - len(timing) > 1 else ''} that "
-            f"train{'s' if len(ps) - len(timing) == 1 else ''} applied a gradient (failed, skipped or interrupted "
-            f"before its first push was applied)" + (f"; {len(timing)} more are timing-only, with no staleness "
-                                                     f"measurements" if timing else ""))
+    trained = len(ps) - len(timing)
+    who = ("the parameter server run that trains applied no gradient" if trained == 1 else
+           f"none of the {trained} parameter server runs that train applied a gradient")
+    return (f"{who} (failed, skipped or interrupted before its first push was applied)"
+            + (f"; {len(timing)} more {'is' if len(timing) == 1 else 'are'} timing-only, with no staleness "
+               f"measurements" if timing else ""))
 
 
 def fig_staleness(report, styles, out_dir, note, unit):
@@ -490,6 +524,8 @@ def fig_staleness(report, styles, out_dir, note, unit):
     written when some run has one. x is linear up to 10, logarithmic beyond (asynchronous runs reach many clocks)."""
     name = f"staleness_{unit}.png"
     runs = [r for r in rl.drawn_runs(report) if rl.staleness_histogram(r, unit)[0]]
+    if not runs and only_timing(report):
+        return not_applicable()
     if not runs:
         if not any(is_parameter_server(r) for r in rl.drawn_runs(report)):
             return not_applicable()  # the lock-step strategies have no staleness
@@ -517,8 +553,8 @@ def positive_bytes(run):
 def fig_accuracy_vs_bytes(report, styles, out_dir, note):
     """Eval accuracy against the cumulative bytes one rank sent (rl.cumulative_bytes, log x), written when some run
     of the report compresses; uncompressed runs of the report are drawn beside them as the baseline."""
-    if not any(rl.compressed(r) for r in report["runs"]):
-        return not_applicable()  # no run compresses (compression.kind is none)
+    if not any(rl.compressed(r) for r in report["runs"]) or only_timing(report):
+        return not_applicable()  # no run compresses (compression.kind is none), or none trained
     runs = accuracy_runs(report, positive_bytes)
     if not runs:
         return skipped("accuracy_vs_bytes.png", "no run has both eval_accuracy and bytes sent")
@@ -557,8 +593,8 @@ def fig_step_breakdown(report, styles, out_dir, note, clock="measured"):
     name = "step_breakdown.png" if clock == "measured" else "step_breakdown_modeled.png"
     runs = [r for r in rl.drawn_runs(report) if phases_of(r)]
     if not runs:
-        if clock == "modeled":
-            return not_applicable()  # no modeled clock
+        if clock == "modeled" or only_timing(report):
+            return not_applicable()  # no modeled clock; timing-only runs have no measured one
         return skipped(name, f"no run has {clock} timing")
     rows = breakdown_rows(report, runs)
     grouped = len(rows) < len(runs)
@@ -913,6 +949,8 @@ def fig_data_cache(report, styles, out_dir, note):
     if axis is None:
         return not_applicable()  # no sweep axis over data.cache.capacity_fraction or data.cache.capacity_bytes
     curves = rl.data_curves(report, axis)
+    if not curves and only_timing(report):
+        return not_applicable()  # timing-only runs read no data
     if not curves:
         return skipped(name, "no run has data totals")
     width = min(13.0 + (2.6 if len(curves) > 4 else 0.0), MAX_WIDTH_IN)
@@ -1184,6 +1222,8 @@ def write_figures(report, out_dir, metric=None, x_name=None, y_name=None):
     styles = run_styles(report["runs"])
     note = rl.undrawn_note(report)
     metric = metric or rl.default_metric(report)
+    if timing_only_note(report):
+        rl.say(f"note: {timing_only_note(report)}")
     paths = [
         fig_loss_vs_step(report, styles, out_dir, note),
         fig_loss_vs_time(report, styles, out_dir, note),

@@ -71,6 +71,11 @@ def say(text, stream=None, explanation=None):
     print(text, file=stream)
 
 
+def count_text(n, noun, plural=None):
+    """"1 run", "2 runs": n and the noun, in the plural (default: noun + "s") unless n is 1."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def shown_path(path):
     """path as the tools print it: relative to the current folder when under it (as gradsweep prints the report's
     path), else as it is."""

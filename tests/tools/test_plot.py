@@ -872,19 +872,26 @@ def test_staleness_figure_says_what_is_missing(example, tmp_path, capsys):
     assert note_of(example) == ""  # no parameter server run: the figure does not apply, nothing to say
     timing = copy.deepcopy(example)
     drawn = rl.drawn_runs(timing)
-    for run in drawn:  # every drawn run a timing-only parameter server run, as `--timing-only` writes them
+    assert len(drawn) == 4
+    for run in drawn[1:]:  # timing-only parameter server runs, as `--timing-only` writes them, beside a trained run
         run["config"]["sync"]["kind"] = "parameter_server"
         run["config"]["training"]["mode"] = "timing"
         run.pop("staleness", None)
     err = note_of(timing)
-    assert f"the {len(drawn)} parameter server runs are timing-only" in err, err
+    assert "the 3 parameter server runs are timing-only" in err, err
     assert "no staleness measurements" in err and "no parameter server run" not in err, err
     # One of them trains but applied nothing (an empty histogram): said so, and the timing-only rest too.
-    drawn[0]["config"]["training"]["mode"] = "train"
-    drawn[0]["staleness"] = {"versions": {"values": [], "counts": []}, "clocks": {"values": [], "counts": []}}
+    drawn[1]["config"]["training"]["mode"] = "train"
+    drawn[1]["staleness"] = {"versions": {"values": [], "counts": []}, "clocks": {"values": [], "counts": []}}
     err = note_of(timing)
-    assert "none of the 1 parameter server run that trains applied a gradient" in err, err
-    assert f"{len(drawn) - 1} more are timing-only" in err, err
+    assert "the parameter server run that trains applied no gradient" in err, err
+    assert "; 2 more are timing-only" in err, err
+    # Every drawn run timing-only: the figure does not apply (write_figures says once that such runs train nothing).
+    for run in drawn:
+        run["config"]["sync"]["kind"] = "parameter_server"
+        run["config"]["training"]["mode"] = "timing"
+        run.pop("staleness", None)
+    assert note_of(timing) == ""
 
 
 # ---- data cache figure -----------------------------------------------------------------------------------------------
@@ -1151,7 +1158,7 @@ def test_figure_paths_print_relative_to_the_current_folder_when_under_it(example
 def test_notes_fit_80_columns_with_a_long_reason_on_lines_of_its_own(example, tmp_path):
     """Under COLUMNS=80 (a pipe, as a log of an 80-column terminal) every note has at most 79 characters; a reason
     too long for the note's line goes below it, indented by two spaces."""
-    for run in rl.drawn_runs(example):  # timing-only parameter-server runs: a long staleness reason
+    for run in rl.drawn_runs(example)[1:]:  # timing-only parameter-server runs beside a trained one: a long reason
         run["config"]["sync"]["kind"] = "parameter_server"
         run["config"]["training"]["mode"] = "timing"
         run.pop("staleness", None)
@@ -1166,3 +1173,43 @@ def test_notes_fit_80_columns_with_a_long_reason_on_lines_of_its_own(example, tm
     # Without a width (a pipe, COLUMNS unset) the same note is one line, as a log keeps it.
     result = run_plot_in(tmp_path, "report.json")
     assert [t for t in result.stderr.splitlines() if t.startswith("note: staleness_versions.png not written: the ")]
+
+
+def timing_only_report(doc):
+    """The example's runs as `--timing-only` writes them (a real timing-only report's shape): no loss or accuracy in
+    the series, no measured clock, no data totals, no target, a modeled throughput (100, 200, ... samples/s)."""
+    for k, run in enumerate(doc["runs"]):
+        run["config"]["training"]["mode"] = "timing"
+        for point in run["convergence"]["series"]:
+            point.update(train_loss=None, eval_loss=None, eval_accuracy=None, measured_s=0.0)
+        run["convergence"]["final"] = {"eval_accuracy": None, "eval_loss": None, "train_loss": None}
+        if run.get("timing"):
+            run["timing"]["measured"] = None
+        run["throughput"] = {"samples_per_s": None, "modeled_samples_per_s": 100.0 * (k + 1)}
+        run["data"] = None
+        run["time_to_target"] = None
+    return doc
+
+
+def test_timing_only_runs_are_said_once_to_have_no_convergence_curves(example, tmp_path):
+    """A report of timing-only runs: one note says they have no convergence curves; no "not written" note for a
+    figure of training (loss, accuracy, staleness, measured step, input pipeline), which cannot apply to it. The
+    modeled throughput is still drawn (throughput vs ranks, the heatmap of it)."""
+    write_report(tmp_path, timing_only_report(copy.deepcopy(example)))
+    result = run_plot_in(tmp_path, "report.json")
+    assert result.returncode == 0, result.stderr
+    notes = [t for t in result.stderr.splitlines() if t.startswith("note: ")]
+    assert len(notes) == 1, result.stderr
+    assert "timing-only runs" in notes[0] and "no convergence curves" in notes[0], notes
+    assert "not written" not in result.stderr, result.stderr
+    assert sorted(result.stdout.split()) == ["heatmap_modeled_samples_per_s.png", "throughput_vs_ranks.png"]
+    # Beside a trained run, the note says how many are timing-only; the trained run's figures are written.
+    doc = timing_only_report(copy.deepcopy(example))
+    first = rl.drawn_runs(example)[0]
+    doc["runs"][[r["id"] for r in doc["runs"]].index(first["id"])] = first
+    write_report(tmp_path, doc)
+    result = run_plot_in(tmp_path, "report.json")
+    assert result.returncode == 0, result.stderr
+    notes = [t for t in result.stderr.splitlines() if t.startswith("note: ")]
+    assert "note: 3 of the 4 drawn runs are timing-only" in notes[0], notes
+    assert "loss_vs_step.png" in result.stdout.split(), result.stdout
