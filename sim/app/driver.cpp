@@ -118,7 +118,7 @@ std::string wrap_to(const std::string& text, size_t width, size_t indent) {
 }
 
 std::string wrap_lines(const std::string& text, size_t width) {
-  if (width == 0) return text;
+  if (width == 0) return wrap_to(text, 0, 0);
   std::string out, line;
   std::istringstream in(text);
   for (bool first = true; std::getline(in, line); first = false) {
@@ -132,14 +132,14 @@ std::string wrap_lines(const std::string& text, size_t width) {
   return out;
 }
 
-size_t output_columns(bool terminal) {
+size_t output_columns(bool terminal, int fd) {
   if (const char* c = std::getenv("COLUMNS"); c != nullptr) {
     char* end = nullptr;
     const long v = std::strtol(c, &end, 10);
     if (end != c && *end == '\0' && v > 0) return static_cast<size_t>(v);
   }
   winsize ws{};
-  if (terminal && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (terminal && ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
   return 0;
 }
 
@@ -174,6 +174,10 @@ std::string expansion_to_wrap(const Scenario& s, size_t room, const std::string&
 }
 
 }  // namespace
+
+std::string validate_text(const std::string& file, const Scenario& s, size_t columns) {
+  return wrap_to(file + ": valid; " + expansion_to_wrap(s, line_room(columns, 2), ""), columns, 2);
+}
 
 IdPattern compile_filter(const std::string& f) {
   if (f.size() > kMaxFilterChars)
@@ -281,43 +285,62 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
   return out;
 }
 
-// done: the ids a --resume keeps (nullptr: not a resume). shard: the slice listed (inactive: all runs).
+// done: the ids a --resume keeps (nullptr: not a resume). columns: the output's width (0: lines as they are).
+// shard: the slice listed (inactive: all runs).
 std::string dry_run_listing(const Scenario& s, const std::string& filter, const std::map<std::string, json>* done,
-                            const std::string& dir, const Shard& shard = Shard{}) {
+                            const std::string& dir, size_t columns, const Shard& shard = Shard{}) {
   const IdPattern re = make_filter(filter, s);
-  std::string out = describe_expansion(s) + "\n";
+  std::string out = wrap_to(expansion_to_wrap(s, line_room(columns, 2), ""), columns, 2) + "\n";
   size_t kept = 0, kept_done = 0, in_shard = 0;
   for (const auto& r : s.runs) {
     if (!shard.holds(r.id)) continue;
     ++in_shard;
     if (!re.search(r.id)) continue;
     ++kept;
-    std::string values;
+    std::vector<std::string> values;  // "path=value" each, then the repeat and the resume's mark
     for (const auto& a : s.axes)
       for (const auto& p : a.paths)
-        values += (values.empty() ? "" : " ") + p + "=" + r.swept[p].dump(-1, ' ', false, json::error_handler_t::replace);
-    std::string mark;
+        values.push_back(p + "=" + r.swept[p].dump(-1, ' ', false, json::error_handler_t::replace));
+    if (s.repeats > 1) values.push_back(fmt::format("repeat={} seed={}", r.repeat, r.config.training.seed));
     if (done != nullptr) {
       const bool is_done = done->count(r.id) > 0;
       kept_done += is_done ? 1 : 0;
-      mark = is_done ? "  (done: kept)" : "  (runs)";
+      values.push_back(is_done ? " (done: kept)" : " (runs)");  // two spaces before it, as between id and values
     }
-    out += fmt::format("  [{}] {}  {}{}{}\n", r.index, r.id, values,
-                       s.repeats > 1 ? fmt::format(" repeat={} seed={}", r.repeat, r.config.training.seed) : "", mark);
+    const std::string head = fmt::format("  [{}] ", r.index);
+    std::string line = head + r.id + " ";
+    for (const auto& v : values) line += " " + v;
+    if (columns == 0 || line.size() <= columns - 1) {  // one line as it is
+      out += line + "\n";
+      continue;
+    }
+    // The id whole on its own line (it is what --filter takes; longer than the line, it runs past it), the values
+    // below it, under the id, each kept whole where it fits.
+    out += head + r.id + "\n";
+    const size_t room = columns > head.size() ? columns - head.size() : 1;
+    std::string text;
+    for (const auto& v : values) text += (text.empty() ? "" : " ") + whole_if_fits(v.substr(v[0] == ' '), room - 1);
+    for (char c : std::string(head.size(), ' ') + wrap_to(text, room, 0))
+      out += c == '\n' ? "\n" + std::string(head.size(), ' ') : std::string(1, c);
+    out += "\n";
   }
+  const auto wrapped = [&](const std::string& text) { return wrap_to(text, columns, 2) + "\n"; };
   if (shard.active())
-    out += fmt::format("--shard {}/{}: {} of {} runs in this slice -> {}\n", shard.index, shard.count, in_shard,
-                       s.runs.size(), dir);
-  if (!filter.empty())
-    out += fmt::format("{} of {} runs match --filter {}\n", kept, shard.active() ? in_shard : s.runs.size(), filter);
+    out += wrapped(fmt::format("--shard {}/{}: {} of {} runs in this slice -> {}", shard.index, shard.count, in_shard,
+                               s.runs.size(), dir));
+  if (!filter.empty()) {
+    const size_t of = shard.active() ? in_shard : s.runs.size();
+    out += wrapped(fmt::format("{} of {} run{} match --filter {}", kept, of, of == 1 ? "" : "s", filter));
+  }
   if (done != nullptr)
-    out += fmt::format("--resume into {}: {} to run, {} already done (kept)\n", dir, kept - kept_done, kept_done);
+    out += wrapped(fmt::format("--resume into {}: {} to run, {} already done (kept)", dir, kept - kept_done,
+                               kept_done));
   return out;
 }
 }  // namespace
 
-std::string dry_run_text(const Scenario& s, const std::string& filter) {
-  return dry_run_listing(s, filter, nullptr, "");
+std::string dry_run_text(const Scenario& s, const std::string& filter, size_t columns) {
+  return dry_run_listing(s, filter, nullptr, "", columns);
 }
 
 std::string report_dir(const Scenario& s, const DriverOptions& o) {
@@ -325,7 +348,7 @@ std::string report_dir(const Scenario& s, const DriverOptions& o) {
   return o.shard().active() ? dir + "/" + shard_folder_name(o.shard()) : dir;
 }
 
-std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
+std::string dry_run_text(const Scenario& s, const DriverOptions& o, size_t columns) {
   const std::string dir = report_dir(s, o);
   if (!o.resume) {  // refused where the run would be; with --overwrite, what it would move aside
     std::optional<ExistingReport> found;
@@ -334,12 +357,14 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
     } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
       throw Error(e.what());
     }
-    std::string text = dry_run_listing(s, o.filter, nullptr, dir, o.shard());
+    std::string text = dry_run_listing(s, o.filter, nullptr, dir, columns, o.shard());
     if (found && !o.overwrite) throw Error(replace_refusal(*found, s, o));
     if (found)
-      text += fmt::format("--overwrite: would first move the {} run{} in {} (report.json, runs.jsonl, figures, "
-                          "weights/, batches/, timeline/) into {}/replaced-<date>-<time>/\n",
-                          found->runs, found->runs == 1 ? "" : "s", dir, dir);
+      text += wrap_to(fmt::format("--overwrite: would first move the {} run{} in {} (report.json, runs.jsonl, "
+                                  "figures, weights/, batches/, timeline/) into {}/replaced-<date>-<time>/",
+                                  found->runs, found->runs == 1 ? "" : "s", dir, dir),
+                      columns, 2) +
+              "\n";
     return text;
   }
   std::vector<std::string> rerun = {"interrupted"};  // as run_sweep's resume
@@ -350,7 +375,7 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o) {
   } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
     throw Error(e.what());
   }
-  return dry_run_listing(s, o.filter, &done, dir, o.shard());
+  return dry_run_listing(s, o.filter, &done, dir, columns, o.shard());
 }
 
 namespace {

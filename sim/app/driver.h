@@ -58,9 +58,10 @@ std::string fit_progress_line(const ProgressLine& p, size_t width);
 // the output's width; kNoBreak joins words that a wrap keeps on one line (printed as a space).
 constexpr char kNoBreak = '\x1f';
 // The output's width in columns: $COLUMNS when set to a positive number (as Python's shutil.get_terminal_size and
-// curses read it), else the window size of the terminal on stderr when `terminal`, else 0 (unknown: lines are not
-// wrapped, so a log keeps one line per message).
-size_t output_columns(bool terminal);
+// curses read it), else the window size of the terminal on fd (stderr unless given) when `terminal`, else 0
+// (unknown: lines are not wrapped, so a log or a pipe keeps one line per message). One rule for every command's
+// output: run's progress and notes on stderr, validate, --dry-run and list on stdout.
+size_t output_columns(bool terminal, int fd = 2);
 // text in lines of at most width - 1 characters (so a terminal never wraps them itself), broken at spaces, every line
 // after the first indented by `indent` spaces; a word longer than a whole line is broken after its last '/' that
 // fits (a long path between its folders; not in words joined by kNoBreak), else where the line ends. width 0: text
@@ -85,7 +86,13 @@ void install_stop_handlers();
 // the resume would be refused (another scenario or other --set values in resume.out_dir, unreadable files).
 // Without --resume it is refused as the run would be where the folder holds runs, and with --overwrite it says
 // what would be moved aside.
-std::string dry_run_text(const Scenario& scenario, const std::string& filter);
-std::string dry_run_text(const Scenario& scenario, const DriverOptions& resume);
+// columns: the width of its lines (output_columns; 0: each line as it is). A run's line that does not fit has its id
+// whole on a line of its own and its swept values below it, under the id; an id longer than the line is not broken.
+std::string dry_run_text(const Scenario& scenario, const std::string& filter, size_t columns = 0);
+std::string dry_run_text(const Scenario& scenario, const DriverOptions& resume, size_t columns = 0);
+
+// validate's line "FILE: valid; 12 runs = 4 [a] x 3 [b]" wrapped to columns (0: one line), each part of the
+// expansion kept whole where it fits, continuation lines indented two spaces.
+std::string validate_text(const std::string& file, const Scenario& scenario, size_t columns);
 
 }  // namespace gs

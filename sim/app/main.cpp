@@ -52,35 +52,12 @@ std::string type_text(gs::FieldType t) {
   return "?";
 }
 
-// Width of `gradsweep list`'s lines: $COLUMNS when set (>= 40), else the terminal's, else 100.
-size_t list_width() {
-  if (const char* c = std::getenv("COLUMNS"); c != nullptr) {
-    const long v = std::strtol(c, nullptr, 10);
-    if (v >= 40) return static_cast<size_t>(v);
-  }
-  winsize ws{};
-  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
-  return 100;
-}
-
-// Words of text in lines of at most width characters (a longer word keeps its own line).
-std::vector<std::string> wrap_words(const std::string& text, size_t width) {
-  std::vector<std::string> lines;
-  std::string line, word;
-  std::istringstream in(text);
-  while (in >> word) {
-    if (!line.empty() && line.size() + 1 + word.size() > width) {
-      lines.push_back(line);
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-  }
-  if (!line.empty() || lines.empty()) lines.push_back(line);
-  return lines;
-}
+// The width of what a command prints on stdout (validate, --dry-run, list): gs::output_columns of stdout, 0 (lines
+// not wrapped) when unknown, as for the progress on stderr.
+size_t stdout_columns() { return gs::output_columns(isatty(STDOUT_FILENO) != 0, STDOUT_FILENO); }
 
 // `gradsweep list`: one section per registry, "  name  doc" with the name column as wide as the longest name of
-// all sections and the doc wrapped under itself to list_width().
+// all sections and the doc wrapped under itself to stdout_columns() (each paragraph one line when it is unknown).
 void print_list() {
   using Entries = std::vector<std::pair<std::string, std::string>>;
   std::vector<std::pair<std::string, Entries>> sections;
@@ -106,17 +83,27 @@ void print_list() {
   size_t name_width = 0;
   for (const auto& [title, entries] : sections)
     for (const auto& [name, doc] : entries) name_width = std::max(name_width, name.size());
-  const size_t indent = 2 + name_width + 2;
-  const size_t doc_width = std::max<size_t>(20, list_width() > indent ? list_width() - indent : 0);
+  const size_t columns = stdout_columns();
+  // The doc beside the name where that leaves it 30 characters, else (a narrow output) below it, indented by 4.
+  const bool beside = columns == 0 || columns >= 2 + name_width + 2 + 30;
+  const size_t indent = beside ? 2 + name_width + 2 : 4;
+  const size_t doc_width = columns == 0 ? 0 : columns - indent;  // wrap_to: lines of doc_width - 1 characters
   for (const auto& [title, entries] : sections) {
-    std::printf("%s\n", title.c_str());
+    std::printf("%s\n", gs::wrap_to(title, columns, 2).c_str());
     for (const auto& [name, doc] : entries) {
       std::vector<std::string> lines;
       std::istringstream paragraphs(doc);
-      for (std::string para; std::getline(paragraphs, para);)
-        for (auto& l : wrap_words(para, doc_width)) lines.push_back(std::move(l));
+      for (std::string para; std::getline(paragraphs, para);) {
+        const std::string text = gs::wrap_to(para, doc_width, 0);
+        std::istringstream wrapped(text);
+        for (std::string l; std::getline(wrapped, l);) lines.push_back(std::move(l));
+        if (text.empty()) lines.emplace_back();  // an empty paragraph (or doc) keeps its line
+      }
+      if (lines.empty()) lines.emplace_back();
+      if (!beside) std::printf("  %s\n", name.c_str());
       for (size_t i = 0; i < lines.size(); ++i)
-        std::printf("  %-*s  %s\n", static_cast<int>(name_width), i == 0 ? name.c_str() : "", lines[i].c_str());
+        std::printf("%-*s%s\n", static_cast<int>(indent), !beside || i > 0 ? "" : ("  " + name).c_str(),
+                    lines[i].c_str());
     }
   }
 }
@@ -326,7 +313,7 @@ int main(int argc, char** argv) {
       if (!validate_hardware.empty()) validate_sets.push_back("cluster.hardware=" + validate_hardware);
       gs::Scenario s = gs::load_scenario(validate_file, validate_sets);
       print_notes(s);
-      std::printf("%s: valid; %s\n", validate_file.c_str(), gs::describe_expansion(s).c_str());
+      std::printf("%s\n", gs::validate_text(validate_file, s, stdout_columns()).c_str());
       return 0;
     }
     if (run->parsed()) {
@@ -354,7 +341,7 @@ int main(int argc, char** argv) {
       o.shard_index = shard.index;
       o.shard_count = shard.count;
       if (dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be
-        std::fputs(gs::dry_run_text(s, o).c_str(), stdout);
+        std::fputs(gs::dry_run_text(s, o, stdout_columns()).c_str(), stdout);
         return 0;
       }
       return gs::run_sweep(s, o);

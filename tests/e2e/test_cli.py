@@ -239,8 +239,18 @@ def test_list_fits_its_columns_to_the_longest_name_and_the_width():
     for line in p.stdout.splitlines():
         if not line.startswith(" "):
             continue  # a section title
-        assert len(line) <= 80 or " " not in line[doc_at:], line  # wrapped (a single longer word keeps its line)
+        assert len(line) <= 79, line  # wrapped to at most COLUMNS - 1, as every line gradsweep prints
         assert line[doc_at - 2:doc_at] == "  " and line[doc_at] != " ", line  # every doc starts in the same column
+    # 40 columns leave the docs too little room beside the names: each doc goes below its name, indented by 4.
+    narrow = run("list", env={**os.environ, "COLUMNS": "40"})
+    assert narrow.returncode == 0
+    assert [t for t in narrow.stdout.splitlines() if len(t) > 39] == []
+    assert " ".join(narrow.stdout.split()) == " ".join(p.stdout.split())  # the same words
+    assert "  mlp" in narrow.stdout.splitlines() and "  parameter_server" in narrow.stdout.splitlines()
+    # Unknown width (a pipe without COLUMNS): nothing is wrapped, each doc is one line beside its name.
+    pipe = run("list")
+    assert " ".join(pipe.stdout.split()) == " ".join(p.stdout.split())
+    assert [t for t in pipe.stdout.splitlines() if t.startswith("   ")] == []
 
 
 def test_validate_lists_a_type_error_and_an_unrelated_cross_field_problem_together(tmp_path):

@@ -179,3 +179,48 @@ def test_the_sweep_header_breaks_between_words_never_inside_a_name(tmp_path, col
     p = subprocess.run([str(BIN), "run", str(path), "--out", str(tmp_path / "pipe")], capture_output=True, text=True,
                        env=env_columns(None), timeout=300)
     assert p.stderr.splitlines()[0] == f"gradsweep: 4 runs = {AXES}; 4 to run -> {tmp_path}/pipe/report.json"
+
+
+def dry_run_lines(tmp_path, path):
+    """The dry run of long_axes without a width (a pipe, no COLUMNS), as scenarios/README.md describes it: the
+    expansion, then "  [i] ID  path=value ..." per run (the last axis fastest), ids by leaf name."""
+    lines = [f"4 runs = {AXES}"]
+    for i, (ranks, (lr, momentum, acc)) in enumerate((r, z) for r in (1, 2) for z in ((0.1, 0.9, 1), (0.05, 0.0, 2))):
+        run_id = f"hdr.ranks={ranks}.lr={lr}.momentum={momentum}.accumulation_steps={acc}.r0"
+        lines.append(f"  [{i}] {run_id}  cluster.ranks={ranks} training.optimizer.lr={lr} "
+                     f"training.optimizer.momentum={momentum} training.accumulation_steps={acc}")
+    return lines
+
+
+@pytest.mark.parametrize("columns", [80, 40, None])
+def test_validate_and_the_dry_run_honor_COLUMNS(tmp_path, columns):
+    """validate and --dry-run print to stdout at the output's width as the run's own lines do: $COLUMNS when set;
+    unknown (a pipe without it), each line as it is. A run's line that does not fit has its id on a line of its own
+    and its values below, under the id; nothing is lost (the words are those of the one-line output)."""
+    path = long_axes(tmp_path)
+    p = subprocess.run([str(BIN), "validate", str(path)], capture_output=True, text=True, env=env_columns(columns),
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    one_line = f"{path}: valid; 4 runs = {AXES}"
+    if columns is None:
+        assert p.stdout.splitlines() == [one_line]
+    else:
+        lines = p.stdout.splitlines()
+        assert len(lines) > 1 and "".join("".join(lines).split()) == "".join(one_line.split()), lines
+        assert all(len(t) <= columns - 1 for t in lines), lines
+        assert all(any(name in t for t in lines) for name in NAMES), lines
+    p = subprocess.run([str(BIN), "run", str(path), "--dry-run", "--out", str(tmp_path / "out")], capture_output=True,
+                       text=True, env=env_columns(columns), timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines, expected = p.stdout.splitlines(), dry_run_lines(tmp_path, path)
+    if columns is None:
+        assert lines == expected
+        return
+    assert " ".join(lines).split() == " ".join(expected).split(), lines
+    # Only a run id longer than the line runs past it (ids stay whole: --filter takes them).
+    id_lines = {"  " + " ".join(want.split()[:2]) for want in expected[1:]}
+    assert all(len(t) <= columns - 1 or t in id_lines for t in lines), [t for t in lines if len(t) > columns - 1]
+    for k, want in enumerate(expected[1:]):
+        head, run_id = want.split()[:2]
+        at = lines.index(f"  {head} {run_id}")  # the id alone on its line (each run's line is over 80 characters)
+        assert lines[at + 1].startswith(" " * len(f"  {head} ") + "cluster.ranks="), lines
