@@ -9,8 +9,8 @@ metric one entry in DIFF_METRICS.
 Table mode (several scenarios, or one report): one row per run with the swept values as columns, time to target on
 both clocks, final eval accuracy, bytes on the wire per rank and step, modeled exposed communication per step, the
 speedup in time to target against a baseline run on both clocks (throughput when neither run has a target it can
-reach: none set, or timing-only runs; "-" with a footnote when a target is set but not reached), and a status that marks runs that did not reach the
-target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
+reach: none set, or timing-only runs; "-" with a footnote when a target is set but not reached), and a status that
+marks runs that did not reach the target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
 runs matched by id, one row per run and metric with old, new and the relative change; runs in only one report are
 flagged. docs/compare.md describes the columns, the defaults and the errors.
 """

@@ -71,8 +71,8 @@ Scenario parse_scenario(const std::string& text, const std::string& file_for_mes
 
 // "12 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks]" (x R [repeats] when repeats > 1).
 std::string describe_expansion(const Scenario& s);
-// The same text in its parts, which describe_expansion joins with spaces: "12 runs =", "4 [training.accumulation_steps]",
-// "x 3 [cluster.ranks]" (a wrap keeps each part on one line where it fits).
+// The same text in its parts, which describe_expansion joins with spaces: "12 runs =",
+// "4 [training.accumulation_steps]", "x 3 [cluster.ranks]" (a wrap keeps each part on one line where it fits).
 std::vector<std::string> expansion_parts(const Scenario& s);
 
 // SHA-256 of bytes (FIPS 180-4, computed by OpenSSL), 64 lowercase hex digits. Throws gs::Error if OpenSSL fails.
