@@ -10,7 +10,8 @@ Table mode (several scenarios, or one report): one row per run with the swept va
 both clocks, final eval accuracy, bytes on the wire per rank and step, modeled exposed communication per step, the
 speedup in time to target against a baseline run on both clocks (throughput when neither run has a target it can
 reach: none set, or timing-only runs; "-" with a footnote when a target is set but not reached), and a status that
-marks runs that did not reach the target, diverged or failed. Diff mode (two reports of the same scenario, e.g. from two commits; forced by --diff):
+marks runs that did not reach the target, diverged or failed. Diff mode (two reports of the same scenario, e.g.
+from two commits; forced by --diff):
 runs matched by id, one row per run and metric with old, new and the relative change; runs in only one report are
 flagged. docs/compare.md describes the columns, the defaults and the errors.
 """
@@ -670,7 +671,8 @@ def main(argv=None):
         except (OSError, ValueError) as e:
             rl.say(f"error: {args.pareto}: cannot write the Pareto plot: {e}")
             return 2
-        rl.say(f"note: {args.pareto}: {placed} of {len(rows)} runs placed (time to target on the {clock} clock)")
+        rl.say(f"note: {args.pareto}: {placed} of {rl.count_text(len(rows), 'run')} placed (time to target on the "
+               f"{clock} clock)")
     return 0
 
 

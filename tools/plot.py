@@ -283,7 +283,8 @@ def strategy_legend(ax, report, runs, styles, keys=()):
     counts = Counter(rl.strategy_label(r) for r in runs)
     families = strategy_families(report["runs"])
     handles = [Line2D([], [], color=family_color(families[label], SINGLE), linewidth=2.5,
-                      label=f"{rl.shorten(label)}: {n} runs") for label, n in list(counts.items())[:MAX_LEGEND_RUNS]]
+                      label=f"{rl.shorten(label)}: {rl.count_text(n, 'run')}")
+               for label, n in list(counts.items())[:MAX_LEGEND_RUNS]]
     if len(counts) > MAX_LEGEND_RUNS:
         handles.append(Line2D([], [], linestyle="none", label=f"... and {len(counts) - MAX_LEGEND_RUNS} more"))
     ax.legend(handles=handles + list(keys), fontsize=7, title=f"{len(runs)} runs" if len(counts) > 1 else None,
@@ -805,7 +806,7 @@ def heatmap_axes(report, x_name=None, y_name=None):
         raise rl.ReportError(f"a heatmap needs two different sweep axes (--x, --y; axes: {known})")
     facets = facet_axes(report, x_axis, y_axis)
     if panel_count(facets) > MAX_FACETS:
-        counts = " x ".join(f"{rl.axis_name(a)} ({len(a['values'])} values)" for a in facets)
+        counts = " x ".join(f"{rl.axis_name(a)} ({rl.count_text(len(a['values']), 'value')})" for a in facets)
         biggest = sorted(axes, key=lambda a: -len(a["values"]))[:2]
         raise TooManyPanels(
             f"a heatmap of {rl.axis_name(x_axis)} by {rl.axis_name(y_axis)} needs one panel per combination of the "

@@ -415,7 +415,7 @@ def steps_text(run):
     done = run.get("steps_completed")
     total = ((run.get("config") or {}).get("training") or {}).get("steps")
     if isinstance(done, int) and isinstance(total, int) and not isinstance(done, bool):
-        return f"{done} of {total} steps"
+        return f"{done} of {count_text(total, 'step')}"
     return ""
 
 

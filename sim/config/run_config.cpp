@@ -1,6 +1,7 @@
 // The field table of RunConfig (visit_fields) and everything derived from it: reading JSON with typed, ranged,
 // path-named errors, writing the resolved config, listing fields, did-you-mean for unknown keys. A new option is one
 // line in visit_fields.
+#include "sim/core/count_text.h"
 #include "sim/config/run_config.h"
 
 #include <algorithm>
@@ -812,15 +813,15 @@ void trace_size_issues(const RunConfig& c, const Model& model, const std::functi
     // The way on that passes: raising the limit alone, when the trace also fits the size limit; else fewer steps too.
     std::string hint;
     if (steps_known && numbers * kTraceBytesPerNumber <= kTraceMaxBytes)
-      hint = fmt::format(" (report.trace_max_params {:.0f} takes it: a trace of about {:.0f} MiB of report for {} "
-                         "steps x {} ranks)", n, mib, c.training.steps, c.cluster.ranks);
+      hint = fmt::format(" (report.trace_max_params {:.0f} takes it: a trace of about {:.0f} MiB of report for {} x "
+                         "{})", n, mib, count_text(c.training.steps, "step"), count_text(c.cluster.ranks, "rank"));
     else if (steps_known && max_steps >= 1)
       hint = fmt::format(" (report.trace_max_params {:.0f} with training.steps at most {:.0f} takes it: the trace of "
-                         "{} steps would be about {:.0f} MiB of report, more than the limit of {:.0f} MiB)", n,
-                         max_steps, c.training.steps, mib, kTraceMaxBytes / 1048576);
+                         "{} would be about {:.0f} MiB of report, more than the limit of {:.0f} MiB)", n,
+                         max_steps, count_text(c.training.steps, "step"), mib, kTraceMaxBytes / 1048576);
     else if (steps_known)
-      hint = fmt::format(" (one step of {} ranks would already be more than the limit of {:.0f} MiB of report)",
-                         c.cluster.ranks, kTraceMaxBytes / 1048576);
+      hint = fmt::format(" (one step of {} would already be more than the limit of {:.0f} MiB of report)",
+                         count_text(c.cluster.ranks, "rank"), kTraceMaxBytes / 1048576);
     issues.push_back({"report.trace", fmt::format("trace is refused above {} parameters; this model has {:.0f}{}",
                                                   c.report.trace_max_params, n, hint)});
     return;
@@ -872,9 +873,9 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
         if (slices > kTimelineMaxSlices)
           add("report.timeline", fmt::format("the timeline would hold about {:.0f} slices (ranks x (2 x micro-batches "
                                              "+ 3 x {:.0f} buckets + 12) per step), more than the limit of {:.0f}: at "
-                                             "most {:.0f} steps of this run, or larger sync.bucket_mb",
+                                             "most {} of this run, or larger sync.bucket_mb",
                                              slices, buckets, kTimelineMaxSlices,
-                                             std::floor(kTimelineMaxSlices / per_step)));
+                                             count_text(std::floor(kTimelineMaxSlices / per_step), "step")));
       }
     } catch (const std::exception& e) {
       issues.push_back(issue_from_exception(e.what(), "model"));
@@ -904,8 +905,9 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
                           static_cast<double>(d.batch_per_rank);
     const double steps = std::floor(c.training.epochs * std::floor(train / global));
     if (steps > kMaxSteps)
-      add("training.epochs", fmt::format("{} epochs are {:.0f} optimizer steps, more than the limit of {:.0f}",
-                                         c.training.epochs, steps, kMaxSteps));
+      add("training.epochs", fmt::format("{} epoch{} {:.0f} optimizer steps, more than the limit of {:.0f}",
+                                         c.training.epochs, c.training.epochs == 1 ? " is" : "s are", steps,
+                                         kMaxSteps));
   }
 }
 
@@ -1045,10 +1047,10 @@ void interop_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (steps * global > kSaveBatchesMaxIndices)
     add("report.save_batches", fmt::format("the file would hold {:.0f} indices (steps x ranks x accumulation_steps x "
                                            "batch_per_rank, {:.0f} MiB of int32), more than the limit of {:.0f} "
-                                           "({:.0f} MiB): at most {:.0f} steps of this run",
+                                           "({:.0f} MiB): at most {} of this run",
                                            steps * global, steps * global * 4 / 1048576, kSaveBatchesMaxIndices,
                                            kSaveBatchesMaxIndices * 4 / 1048576,
-                                           std::floor(kSaveBatchesMaxIndices / global)));
+                                           count_text(std::floor(kSaveBatchesMaxIndices / global), "step")));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // `gradsweep calibrate` (calibrate.h): nccl-tests and GEMM parsers, the fits, and the calibrated profile.
+#include "sim/core/count_text.h"
 #include "sim/cost/calibrate.h"
 
 #include <algorithm>
@@ -487,9 +488,10 @@ CalibrateResult calibrate(const CalibrateRequest& r) {
       for (size_t i = 0; i < t.bytes.size(); ++i) pts.push_back({t.bytes[i], t.busbw_GBps[i]});
       p["collectives"][kCollectiveKindNames[static_cast<size_t>(*t.op)]][kCurveSlotNames[slot]] = {
           {"value", pts},
-          {"source", fmt::format("measured: {} (nccl-tests, out-of-place busbw, {} ranks{})", t.file, n,
+          {"source", fmt::format("measured: {} (nccl-tests, out-of-place busbw, {}{})", t.file, count_text(n, "rank"),
                                  t.ranks > 1 ? "" : " assumed: the file does not list its ranks")}};
-      report += fmt::format("\n{} ({}), {} ranks: {}\n", path, t.file, n, t.ranks > 1 ? "" : "(ranks assumed)");
+      report += fmt::format("\n{} ({}), {}: {}\n", path, t.file, count_text(n, "rank"),
+                            t.ranks > 1 ? "" : "(ranks assumed)");
       report += fmt::format("  {:>10}  {:>12}  {:>12}  {:>8}\n", "size", "busbw GB/s", "model GB/s", "error");
       double worst = 0.0;
       for (size_t i = 0; i < t.bytes.size(); ++i) {
@@ -501,8 +503,8 @@ CalibrateResult calibrate(const CalibrateRequest& r) {
       }
       report += fmt::format("  largest error of the analytic fit: {:.1f}%\n", 100.0 * worst);
       if (t.ranks > 1 && t.ranks != base->gpus_per_node)
-        report += fmt::format("  note: measured on {} ranks, the base profile has {} GPUs\n", t.ranks,
-                              base->gpus_per_node);
+        report += fmt::format("  note: measured on {}, the base profile has {}\n", count_text(t.ranks, "rank"),
+                              count_text(base->gpus_per_node, "GPU"));
     }
   }
   if (!gemm.empty()) {

@@ -1,5 +1,6 @@
 // HierarchicalModel (hierarchical.h): NCCL's multi-node ring and tree, per
 // level.
+#include "sim/core/count_text.h"
 #include "sim/cost/hierarchical.h"
 
 #include <algorithm>
@@ -20,9 +21,8 @@ HierarchicalModel::HierarchicalModel(const HardwareProfile &hw, int nodes,
                         "gpus_per_node >= 1, got {} and {}",
                         nodes, gpus_per_node));
   GS_EXPECT(nodes == 1 || hw.nics_per_node > 0,
-            fmt::format("{}: internode: expected an inter-node level to price "
-                        "{} nodes, got none",
-                        hw.file, nodes));
+            fmt::format("{}: internode: expected an inter-node level to price {}, got none", hw.file,
+                        count_text(nodes, "node")));
 }
 
 double HierarchicalModel::bus_GBps(CollectiveKind kind, NcclAlgo algo,

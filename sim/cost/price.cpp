@@ -1,4 +1,5 @@
 // `gradsweep price` (price.h): sizes, data types and the nccl-tests-shaped table of the modeled collectives.
+#include "sim/core/count_text.h"
 #include "sim/cost/price.h"
 
 #include <cctype>
@@ -107,8 +108,9 @@ std::vector<PriceRow> price_rows(const PriceRequest& r) {
 std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows) {
   auto hw = load_hardware_profile(r.hardware);
   const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
-  std::string out = fmt::format("# gradsweep price: {} on {} ranks of {} ({}), modeled clock; algorithm: {}\n",
-                                kCollectiveKindNames[static_cast<size_t>(r.op)], ranks, hw->name, hw->gpu,
+  std::string out = fmt::format("# gradsweep price: {} on {} of {} ({}), modeled clock; algorithm: {}\n",
+                                kCollectiveKindNames[static_cast<size_t>(r.op)], count_text(ranks, "rank"), hw->name,
+                                hw->gpu,
                                 r.algo ? kNcclAlgoNames[static_cast<size_t>(*r.algo)] : "NCCL's choice");
   out += "#\n";
   out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}  {:<5} {:<6} {}\n", "size", "count", "type",

@@ -31,6 +31,7 @@
 #include "kernels/cuda_runtime.h"
 #include "kernels/dense.h"
 #include "kernels/nvtx.h"
+#include "sim/core/count_text.h"
 #include "sim/comm/communicator.h"
 #include "sim/comm/gpu_communicator.h"
 #include "sim/core/error.h"
@@ -585,10 +586,10 @@ RunResult run_training_cuda(const RunPlan& plan, const RunHooks& hooks) {
             monitor.record_eval(EvalResult{loss, acc});
           }
           if (non_finite == NonFinite::kLossScale) {
-            monitor.diverged(step + 1, non_finite, train_loss, fmt::format("all {} ranks' scalers", ranks));
+            monitor.diverged(step + 1, non_finite, train_loss, fmt::format("all {} scalers", count_text(ranks, "rank's", "ranks'")));
           } else if (diverged) {
             monitor.diverged(step, non_finite, train_loss,
-                             ctl[kCtlBadParams] > 0 ? fmt::format("{:.0f} ranks hold some", ctl[kCtlBadParams])
+                             ctl[kCtlBadParams] > 0 ? count_text(ctl[kCtlBadParams], "rank holds", "ranks hold") + " some"
                                                     : std::string("the all-reduced gradient holds inf or NaN"));
           } else {
             monitor.stop_after(step + 1, reading);
@@ -641,7 +642,7 @@ RunResult run_training_cuda(const RunPlan& plan, const RunHooks& hooks) {
     monitor.final_parameters_checked(final_params_bad.load() ? 1 : 0);
   } catch (const std::bad_alloc&) {
     res.set_disposition(Disposition::kFailed,
-                        fmt::format("out of host memory ({} parameters per replica, {} ranks)", res.num_params, ranks));
+                        fmt::format("out of host memory ({} per replica, {})", count_text(res.num_params, "parameter"), count_text(ranks, "rank")));
   } catch (const std::exception& e) {
     res.set_disposition(Disposition::kFailed, e.what());
   }

@@ -1,4 +1,5 @@
 // LockstepControl (lockstep_control.h): the control all-reduce, the divergence order, and rank 0's end of a step.
+#include "sim/core/count_text.h"
 #include "sim/runtime/lockstep_control.h"
 
 #include <cmath>
@@ -74,10 +75,10 @@ StepEnd LockstepControl::step_end(int64_t step, const RankStep& s, bool want_eva
   e.reading.timed_out = s.ctl[kCtlTimeout] > 0;
   e.eval = want_eval;
   if (s.non_finite == NonFinite::kLossScale) {
-    e.detail = fmt::format("{:.0f} of {} ranks' scalers", s.ctl[kCtlScalerExhausted], ranks_);
+    e.detail = fmt::format("{:.0f} of {} scalers", s.ctl[kCtlScalerExhausted], count_text(ranks_, "rank's", "ranks'"));
   } else if (s.non_finite != NonFinite::kNone) {
     const double count = s.ctl[kCtlBadParams] > 0 ? s.ctl[kCtlBadParams] : s.ctl[kCtlBadGrad];
-    e.detail = fmt::format("{:.0f} values over all ranks", count);
+    e.detail = count_text(count, "value") + " over all ranks";
   }
   return e;
 }

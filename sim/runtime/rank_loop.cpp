@@ -5,6 +5,7 @@
 // and the RunMonitor. Timing-only runs price the schedule in a short loop of their own with the same monitor
 // (run_timing_only). Extend: a per-step quantity of every rank is one StepTally field; a new pitfall one rule in
 // Accumulation; a new way of stepping together a StepControl (sim/strategy/strategy.h).
+#include "sim/core/count_text.h"
 #include "sim/runtime/rank_loop.h"
 
 #include <algorithm>
@@ -119,9 +120,10 @@ PrecisionResult precision_result(const RunConfig& config, const PrecisionStep* p
 int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch) {
   if (config.training.epochs <= 0) return config.training.steps;
   GS_EXPECT(steps_per_epoch > 0, fmt::format("training.epochs: the data has no epochs or fewer samples than one "
-                                             "global batch ({} ranks x {} micro-batches x {} samples)",
-                                             config.cluster.ranks, config.training.accumulation_steps,
-                                             config.data.batch_per_rank));
+                                             "global batch ({} x {} x {})",
+                                             count_text(config.cluster.ranks, "rank"),
+                                             count_text(config.training.accumulation_steps, "micro-batch", "micro-batches"),
+                                             count_text(config.data.batch_per_rank, "sample")));
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(config.training.epochs *
                                                               static_cast<double>(steps_per_epoch))));
 }
@@ -488,7 +490,7 @@ void HostRun::finish() {
   if (res_.is(Disposition::kPassed))
     if (const int gave_up = exhausted_scalers(*strategy_, plan_.loss_scale, ranks_); gave_up > 0)
       monitor_.diverged(res_.steps_completed, NonFinite::kLossScale, std::nan(""),
-                        fmt::format("{} of {} ranks' scalers", gave_up, ranks_));
+                        fmt::format("{} of {} scalers", gave_up, count_text(ranks_, "rank's", "ranks'")));
 }
 
 // training.mode "timing": no arithmetic, no parameters, no data. Every rank's step is the same schedule (the model's
@@ -611,8 +613,9 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
       run_host(plan, hooks, res, wall0);
     }
   } catch (const std::bad_alloc&) {
-    res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} parameters per replica, {} ranks)",
-                                                          res.num_params, plan.shape.ranks));
+    res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} per replica, {})",
+                                                          count_text(res.num_params, "parameter"),
+                                                          count_text(plan.shape.ranks, "rank")));
   } catch (const std::exception& e) {
     res.set_disposition(Disposition::kFailed, e.what());
   }

@@ -1,5 +1,6 @@
 // RunMonitor (run_monitor.h): series points, evaluation, stop decisions and the wording of every outcome. Extend: a
 // new outcome's wording is one method here.
+#include "sim/core/count_text.h"
 #include "sim/runtime/run_monitor.h"
 
 #include <cmath>
@@ -140,7 +141,7 @@ void RunMonitor::diverged_at_progress(int64_t step, size_t bad_params, double tr
   res_.divergence_step = step;
   res_.divergence_quantity = bad_params > 0 ? "parameters" : "train_loss";
   res_.message = bad_params > 0 ? fmt::format("diverged at step {}: the first non-finite quantity is the server's "
-                                              "parameters ({} values)", step, bad_params)
+                                              "parameters ({})", step, count_text(bad_params, "value"))
                                 : fmt::format("diverged at step {}: the first non-finite quantity is the training "
                                               "loss ({})", step, format_number(train_loss));
 }

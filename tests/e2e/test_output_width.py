@@ -224,3 +224,20 @@ def test_validate_and_the_dry_run_honor_COLUMNS(tmp_path, columns):
         head, run_id = want.split()[:2]
         at = lines.index(f"  {head} {run_id}")  # the id alone on its line (each run's line is over 80 characters)
         assert lines[at + 1].startswith(" " * len(f"  {head} ") + "cluster.ranks="), lines
+
+
+def test_a_count_of_one_is_singular(tmp_path):
+    """Counts printed with their noun read "1 run", never "1 runs": the sweep's last line, a filter's count, the
+    expansion."""
+    path = write(tmp_path, scenario(name="one", steps=2, axes={}), "one.json")
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       env=env_columns(None), timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines()[0] == f"gradsweep: 1 run = 1 (no sweep); 1 to run -> {tmp_path}/out/report.json"
+    assert p.stderr.splitlines()[-1].startswith(f"gradsweep: wrote {tmp_path}/out/report.json (1 run) in "), p.stderr
+    p = subprocess.run([str(BIN), "run", str(path), "--filter", "nothing", "--dry-run"], capture_output=True,
+                       text=True, env=env_columns(None), timeout=120)
+    assert p.returncode == 2 and '--filter "nothing": 0 of 1 run match; ids look like one.r0 ' in p.stderr, p.stderr
+    p = subprocess.run([str(BIN), "run", str(path), "--filter", "one", "--dry-run"], capture_output=True, text=True,
+                       env=env_columns(None), timeout=120)
+    assert p.returncode == 0 and "1 of 1 run match --filter one" in p.stdout, p.stdout

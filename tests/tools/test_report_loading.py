@@ -157,3 +157,12 @@ def test_no_tool_reads_a_report_file_but_through_report_lib():
         offenders += [f"{path.name}:{i}" for i, line in enumerate(text.splitlines(), 1)
                       if pattern.search(line) and "# not a report" not in line]
     assert offenders == []
+
+
+def test_counts_of_one_are_singular():
+    """report_lib.count_text: "1 run", "2 runs"; steps_text of a one-step run reads "0 of 1 step"."""
+    assert rl.count_text(1, "run") == "1 run" and rl.count_text(2, "run") == "2 runs"
+    assert rl.count_text(0, "run") == "0 runs" and rl.count_text(1, "batch", "batches") == "1 batch"
+    assert rl.count_text(3, "batch", "batches") == "3 batches"
+    assert rl.steps_text({"steps_completed": 0, "config": {"training": {"steps": 1}}}) == "0 of 1 step"
+    assert rl.steps_text({"steps_completed": 66, "config": {"training": {"steps": 468}}}) == "66 of 468 steps"
