@@ -55,9 +55,14 @@ class InitFromFile final : public Model {
 std::vector<float> match_tensors(const Model& model, const TensorFile& file, std::vector<std::string>& problems) {
   std::vector<float> flat(model.num_params(), 0.0f);
   std::vector<bool> used(file.tensors.size(), false);
+  // The model's tensors for the message: the first kListed, then how many there are in all (a preset's or a deep
+  // model's whole list ran to thousands of characters).
+  constexpr size_t kListed = 6;
   std::string expected;
-  for (const TensorInfo& t : model.tensors())
-    expected += fmt::format("{}{} {}", expected.empty() ? "" : ", ", t.file_name(), shape_text(t.shape));
+  const auto& tensors = model.tensors();
+  for (size_t i = 0; i < tensors.size() && i < kListed; ++i)
+    expected += fmt::format("{}{} {}", i ? ", " : "", tensors[i].file_name(), shape_text(tensors[i].shape));
+  if (tensors.size() > kListed) expected += fmt::format(", ... ({} tensors in all)", tensors.size());
   bool names_wrong = false;
   for (const TensorInfo& t : model.tensors()) {
     size_t k = 0;
@@ -96,6 +101,9 @@ std::vector<float> match_tensors(const Model& model, const TensorFile& file, std
 }  // namespace
 
 std::unique_ptr<Model> with_initial_file(std::unique_ptr<Model> inner, const std::string& path) {
+  if (inner->shape_only())  // a shape preset holds no parameters: said once, without reading the file
+    throw Error("model.init.from: " + path + ": expected a model with parameters (mlp, linear, quadratic); a shape "
+                "preset has none to load");
   TensorFile file;
   try {
     file = read_tensor_file(path);

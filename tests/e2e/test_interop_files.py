@@ -167,3 +167,22 @@ def test_save_batches_is_refused_where_there_is_no_index_array(tmp_path):
     s["sync"]["staleness"] = 0  # BSP: every worker takes every step
     p = run("validate", write(tmp_path, s))
     assert p.returncode == 0, p.stderr
+
+
+def test_a_file_without_the_models_tensors_gets_one_short_message(tmp_path):
+    """A deep MLP (40 layers, 80 tensors) started from a file whose only tensor is "x": one problem at model.init.from
+    naming the file, the first problems, how many more, and the model's first tensors with their count; the whole
+    list of 80 names made it about 2,000 characters."""
+    np.savez(tmp_path / "x.npz", x=np.zeros(3, dtype=np.float32))
+    s = scenario(name="deep", steps=2, axes={})
+    s["model"] = {"kind": "mlp", "layers": [4] * 41, "loss": "cross_entropy", "init": {"from": "x.npz"}}
+    s["data"]["teacher"].update(in_dim=4, out_dim=4)
+    p = run("validate", write(tmp_path, s))
+    assert p.returncode == 2, p.stderr
+    problems = [t for t in p.stderr.splitlines() if ": model.init.from: " in t]
+    assert len(problems) == 1 and "1 problem; nothing was run" in p.stderr, p.stderr
+    text = problems[0]
+    assert text.startswith(f"{tmp_path}/s.json: model.init.from: {tmp_path}/x.npz: "), text
+    assert 'tensor "0.weight" (shape [4, 4]) is missing' in text and "; and 75 more" in text, text
+    assert "the model's tensors are 0.weight [4, 4], 0.bias [4], 2.weight [4, 4]" in text, text
+    assert "(80 tensors in all)" in text and len(text) < 800, (len(text), text)
