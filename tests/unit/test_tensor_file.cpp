@@ -290,6 +290,18 @@ TEST(InitFromFile, RefusesEveryMismatchNamingTheTensorAndBothShapes) {
   EXPECT_NE(e.find("model.init.from: " + d.path + "/missing.safetensors: cannot open"), std::string::npos) << e;
 }
 
+TEST(InitFromFile, AShapePresetIsRefusedOnceWithoutReadingTheFile) {
+  // GPT-2 small has about 150 tensors; matching a file against them listed every one (about 4,900 characters). The
+  // refusal names the field, the file and what is expected, and does not read the file (it need not exist).
+  TempDir d;
+  RunConfig c = mlp_config(d.path + "/w.safetensors");
+  c.model.kind = "gpt2-small";
+  c.training.mode = "timing";
+  const std::string e = init_error(c);
+  EXPECT_EQ(e, "model.init.from: " + d.path + "/w.safetensors: expected a model with parameters (mlp, linear, "
+               "quadratic); a shape preset has none to load");
+}
+
 TEST(InitFromFile, ScenarioPathsResolveFromItsFolderAndProblemsAreConfigIssues) {
   TempDir d;
   d.write("w.safetensors", safetensors_bytes({{"0.weight", {2, 3}, kW0.data()}, {"0.bias", {2}, kB0.data()},
