@@ -19,6 +19,7 @@
 #include "sim/core/clock.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/strategy/onebit_adam.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -162,7 +163,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
 
   // Parameters (strategy/allreduce.cpp: one replica when shared, else one per rank; independent: one per rank) and
   // the initial copy of rank_loop.cpp.
-  const bool shared = c.sync.kind == "allreduce" && c.cluster.share_identical;
+  const bool onebit = c.training.optimizer.kind == "onebit_adam";  // strategy/onebit_adam.cpp: one replica per rank
+  const bool shared = c.sync.kind == "allreduce" && c.cluster.share_identical && !onebit;
   const int64_t replicas = shared ? 1 : N;
   e.parameters_bytes = (replicas + 1) * n * kF;
   // Gradients: each rank's gradient sum (rank_loop.cpp), and the shared mode's averaged gradient.
@@ -183,6 +185,13 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   if (ef != "none") e.residuals_bytes = (ef == "gradient" ? 1 : 2) * N * n * kF;
   if (c.compression.kind == "dgc") e.residuals_bytes = 2 * N * n * kF;
   if (c.compression.kind != "none") e.communication_bytes += N * n * kF;
+  if (onebit && N > 1) {
+    // 1-bit Adam: per rank the worker error (padded P) and the server error (P / N), the compensated buffer and
+    // chunk, and its messages (scale and packed signs) with the all-gathered ones of every rank.
+    const auto P = static_cast<int64_t>(onebit_padded_elements(static_cast<size_t>(n), static_cast<int>(N)));
+    e.residuals_bytes += N * (P + P / N) * kF;
+    e.communication_bytes += N * ((P + P / N) * kF + (N + 1) * (P / 8 + P / (8 * N) + 16));
+  }
   if (c.precision.mode != "fp32") e.parameters_bytes += replicas * n * kF;
 
   // Activations: per rank the micro-batch (inputs, targets or labels, sample indices) and the model's buffers;
@@ -430,6 +439,14 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
     // memory size will be equal to the total gradients size" when it is True); local SGD averages the parameters
     // through the same buckets. One rank alone communicates nothing.
     if (sync != "independent" && c.cluster.ranks > 1) e.communication_bytes = bytes(n * bpp.wire);
+  }
+  if (c.training.optimizer.kind == "onebit_adam" && c.cluster.ranks > 1) {
+    // 1-bit Adam (strategy/onebit_adam.cpp): worker error (padded P) and server error (P / N) in fp32, the packed
+    // signs sent and the N received of both phases.
+    const double N = static_cast<double>(c.cluster.ranks);
+    const auto P = static_cast<double>(onebit_padded_elements(static_cast<size_t>(n), static_cast<int>(N)));
+    e.error_feedback_bytes = bytes(4.0 * (P + P / N));
+    e.compression_bytes = bytes((N + 1.0) * (P / 8.0 + P / (8.0 * N)));
   }
   if (c.compression.kind != "none") {
     e.compression_bytes = compression_buffer_bytes(c, model);

@@ -162,14 +162,21 @@ void visit_fields(V& v, RunConfig& c) {
                                       "delay_allreduce (sets sync.overlap false)")
                     .one_of({"none", "zero_grad_in_loop", "mean_of_means", "fp16_pure_unscaled", "delay_allreduce"}));
   auto& o = tr.optimizer;
-  v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw").one_of({"sgd", "adam", "adamw"}));
+  v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw, onebit_adam (DeepSpeed's 1-bit Adam: "
+                                         "sync.kind \"allreduce\" only; it owns the communication, "
+                                         "docs/strategies.md)")
+                .one_of({"sgd", "adam", "adamw", "onebit_adam"}));
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
   v(o.momentum, F("training.optimizer.momentum", "sgd: momentum").at_least(0).below(1));
   v(o.nesterov, F("training.optimizer.nesterov", "sgd: Nesterov momentum"));
-  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay").at_least(0));
-  v(o.beta1, F("training.optimizer.beta1", "adam, adamw: beta1").at_least(0).below(1));
-  v(o.beta2, F("training.optimizer.beta2", "adam, adamw: beta2").at_least(0).below(1));
-  v(o.eps, F("training.optimizer.eps", "adam, adamw: epsilon").above(0));
+  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam: DeepSpeed's wd * p added to the update").at_least(0));
+  v(o.beta1, F("training.optimizer.beta1", "adam, adamw, onebit_adam: beta1 (DeepSpeed's betas[0])").at_least(0).below(1));
+  v(o.beta2, F("training.optimizer.beta2", "adam, adamw, onebit_adam: beta2 (DeepSpeed's betas[1])").at_least(0).below(1));
+  v(o.eps, F("training.optimizer.eps", "adam, adamw, onebit_adam: epsilon").above(0));
+  v(o.freeze_step, F("training.optimizer.freeze_step", "onebit_adam: optimizer steps before the variance freezes and "
+                                                       "the momentum travels 1-bit compressed (DeepSpeed's default "
+                                                       "100000; steps 2 .. max(2, freeze_step) are uncompressed Adam)")
+                       .at_least(0).at_most(1e12));
   v(o.first_moment, F("training.optimizer.first_moment", "adam, adamw: the first moment's update as PyTorch >= 2.0 "
                                                          "(lerp: exp_avg.lerp_(grad, 1 - beta1)) or 1.13 (mul_add: "
                                                          "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)) writes it; "
@@ -655,9 +662,10 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"sync.first_bucket_mb", "sync.kind", "allreduce", kBucketed},
       {"training.optimizer.momentum", "training.optimizer.kind", "sgd", {"sgd"}},
       {"training.optimizer.nesterov", "training.optimizer.kind", "sgd", {"sgd"}},
-      {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
-      {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
-      {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
+      {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
+      {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
+      {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
+      {"training.optimizer.freeze_step", "training.optimizer.kind", "sgd", {"onebit_adam"}},
       {"training.optimizer.first_moment", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
       {"training.schedule.step_size", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.gamma", "training.schedule.kind", "constant", {"step"}},
@@ -1179,6 +1187,39 @@ void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) 
                       q + " runs heavy-ball momentum in each rank's velocity; Nesterov is not modeled there, got true"});
 }
 
+// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp) owns the gradient's communication: the
+// all-reduce of its warm-up and the compressed all-reduce of the momentum after it. Settings that would change either
+// are refused.
+void check_onebit_adam(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.training.optimizer.kind != "onebit_adam") return;
+  const std::string by = "training.optimizer.kind \"onebit_adam\" ";
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, by + msg}); };
+  if (c.sync.kind != "allreduce")
+    add("sync.kind", "runs its own all-reduce (uncompressed during the warm-up, then DeepSpeed's compressed all-reduce "
+                     "of the momentum); it replaces sync.kind \"allreduce\" and combines with no other strategy "
+                     "(DeepSpeed refuses it under ZeRO too): expected \"allreduce\", got \"" + c.sync.kind + "\"");
+  if (c.compression.kind != "none")
+    add("compression.kind", "compresses the momentum itself (1 bit per value with error feedback on worker and "
+                            "server): expected \"none\", got \"" + c.compression.kind + "\"");
+  if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
+    add("sync.staleness", "applies every step's momentum in that step: expected 0, got " +
+                              fmt::format("{}", c.sync.staleness));
+  if (c.precision.mode == "fp16_pure")
+    add("precision.mode", "keeps fp32 parameters and state here (fp16_pure's fp16 storage is not modeled for it): "
+                          "expected another mode, got \"fp16_pure\"");
+  else if (c.precision.loss_scale == "static" || c.precision.loss_scale == "dynamic" ||
+           (c.precision.loss_scale == "auto" && c.precision.mode == "fp16_mixed"))
+    add("precision.loss_scale", "runs without a loss scaler here (DeepSpeed's FP16_Optimizer scaler is not modeled "
+                                "for it): expected \"none\" (or \"auto\" outside fp16_mixed), got \"" +
+                                    c.precision.loss_scale + "\"");
+  if (c.training.clip_grad_norm > 0)
+    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam keeps max_grad_norm but never "
+                                               "applies it): expected 0, got {}", c.training.clip_grad_norm));
+  if (c.training.pitfall != "none")
+    add("training.pitfall", "is modeled without the pitfalls (they change the divisors of the plain all-reduce): "
+                            "expected \"none\", got \"" + c.training.pitfall + "\"");
+}
+
 void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   {
@@ -1331,6 +1372,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     add("compression.kind", "powersgd needs all-reduces of its factors between the workers, which a parameter server "
                             "does not do: with sync.kind \"parameter_server\" use another compressor (e.g. topk)");
   check_error_feedback(c, issues);
+  check_onebit_adam(c, issues);
   {
     // Parameter server: what this version supports (docs/design.md, section 2; sim/strategy/parameter_server.cpp).
     const SyncConfig& sy = c.sync;

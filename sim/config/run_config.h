@@ -15,7 +15,7 @@ namespace gs {
 using json = nlohmann::json;
 
 struct OptimizerConfig {
-  std::string kind = "sgd";  // sgd | adam | adamw
+  std::string kind = "sgd";  // sgd | adam | adamw | onebit_adam (a sync strategy of its own: sim/strategy/onebit_adam.cpp)
   double lr = 0.05;
   double momentum = 0.0;
   bool nesterov = false;
@@ -26,6 +26,9 @@ struct OptimizerConfig {
   // adam, adamw: the first moment's update as PyTorch >= 2.0 writes it, "lerp" (exp_avg.lerp_(grad, 1 - beta1)), or
   // as 1.13 did, "mul_add" (exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)); they differ in the last bit.
   std::string first_moment = "lerp";
+  // onebit_adam: the optimizer steps before the variance freezes and the momentum is compressed (DeepSpeed
+  // OnebitAdam's freeze_step and default).
+  int64_t freeze_step = 100000;
 };
 
 struct ScheduleConfig {

@@ -30,6 +30,13 @@ const std::vector<StrategyEntry>& strategy_registry() {
 }
 
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup) {
+  // An optimizer that owns its communication replaces the all-reduce.
+  if (setup.config.training.optimizer.kind == "onebit_adam") {
+    if (setup.config.sync.kind != "allreduce")
+      throw Error(fmt::format("sync.kind: training.optimizer.kind \"onebit_adam\" runs its own all-reduce: expected "
+                              "\"allreduce\", got \"{}\"", setup.config.sync.kind));
+    return make_onebit_adam(setup);
+  }
   std::string known;
   for (const auto& e : strategy_registry()) {
     if (setup.config.sync.kind == e.name) return e.make(setup);

@@ -193,5 +193,8 @@ std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_parameter_server(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_zero(const StrategySetup& setup);
+// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp): chosen by make_strategy in place of
+// sync.kind "allreduce" (validate_config refuses it with any other sync.kind).
+std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup);
 
 }  // namespace gs

@@ -1,0 +1,325 @@
+// training.optimizer.kind "onebit_adam": DeepSpeed's 1-bit Adam (Tang et al. 2021, arXiv 2102.02888; DeepSpeed
+// OnebitAdam.step, deepspeed/runtime/fp16/onebit/adam.py) as a sync strategy, because it owns the communication:
+// during the warm-up the gradient is all-reduced (DeepSpeed's engine, enable_backward_allreduce) and after it only the
+// momentum travels, through the compressed all-reduce (onebit_adam.h). Per 1-based step k (state['step']):
+//   k = 1: DeepSpeed's initialization step: the error buffers are made and the (zero) momentum goes through one
+//          compressed all-reduce; no parameter moves and the buffers are dropped after it (the gradient is still
+//          all-reduced by the engine);
+//   2 <= k <= max(freeze_step, 2): g = all-reduced gradient / S;
+//          m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (exp_avg.mul_(b1).add_(1 - b1, g), exp_avg_sq.mul_(b2)
+//          .addcmul_(1 - b2, g, g): torch's CPU kernels fuse each add, kernels/optim_math.h);
+//   later: v frozen; each rank's m = b1 m + (1 - b1) g_r with its local mean gradient g_r (the all-reduce is off),
+//          then m = compressed_allreduce(m) with fresh worker and server error buffers at the first such step.
+// Every step that moves: u = m / (sqrt(v) + eps) (no bias correction: OnebitAdam never applies it), u += wd p when
+// weight_decay > 0, p += (-lr) u. With one rank nothing is compressed (DeepSpeed: `if self.size > 1`).
+// The flat parameter buffer is one tensor: DeepSpeed runs 1-bit Adam under FP16_Optimizer, which flattens each
+// parameter group into one fp32 master (deepspeed/runtime/fp16/fused_optimizer.py), so one compressed all-reduce
+// covers the whole model. DeepSpeed's exp_avg_mask and non-freeze parameter groups are not modeled (one group).
+#include "sim/strategy/onebit_adam.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/nvtx.h"
+#include "sim/core/error.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+
+size_t onebit_padded_elements(size_t n, int ranks) {
+  const size_t size = static_cast<size_t>(std::max(1, ranks));
+  const size_t divider = size * 8 / std::gcd(size, static_cast<size_t>(8));
+  const size_t unit = size * divider;
+  return n % unit == 0 ? n : n + (unit - n % unit);
+}
+
+OnebitPhase onebit_phase(int64_t step_1based, int64_t freeze_step) {
+  if (step_1based <= 1) return OnebitPhase::kInit;
+  return step_1based <= std::max<int64_t>(freeze_step, 2) ? OnebitPhase::kWarmup : OnebitPhase::kCompressed;
+}
+
+double onebit_wire_bytes(size_t padded, int ranks) {
+  if (ranks <= 1) return 0.0;
+  const double N = ranks, bits = static_cast<double>(padded) / 8.0;
+  return 2.0 * (N - 1.0) / N * bits + 2.0 * (N - 1.0) * 4.0;
+}
+
+namespace {
+
+// ||x|| / sqrt(count) as DeepSpeed's torch.linalg.norm(x) / np.sqrt(numel), the norm summed in double.
+float rms_scale(const float* x, size_t count) {
+  double ss = 0.0;
+  for (size_t i = 0; i < count; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return static_cast<float>(std::sqrt(ss)) / static_cast<float>(std::sqrt(static_cast<double>(count)));
+}
+
+double l2(const std::vector<float>& x) {
+  double ss = 0.0;
+  for (float e : x) ss += static_cast<double>(e) * static_cast<double>(e);
+  return std::sqrt(ss);
+}
+
+// Packs the sign bits (1 where !(x < 0): DeepSpeed's x.sign().add_(1).bool()) of x[0, count) into bytes, first value
+// in the most significant bit (numpy / cupy packbits), after `head` words of `out` (a float message).
+void pack_signs(const float* x, size_t count, std::vector<float>& out, size_t head) {
+  auto* bytes = reinterpret_cast<uint8_t*>(out.data() + head);
+  std::memset(bytes, 0, (out.size() - head) * sizeof(float));
+  for (size_t i = 0; i < count; ++i)
+    if (!(x[i] < 0.0f)) bytes[i / 8] = static_cast<uint8_t>(bytes[i / 8] | (0x80u >> (i % 8)));
+}
+
+bool sign_bit(const float* message, size_t head, size_t i) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(message + head);
+  return (bytes[i / 8] & (0x80u >> (i % 8))) != 0;
+}
+
+// A message of one scale (word 0) and `count` packed sign bits, in 4-byte words.
+size_t message_words(size_t count) { return 1 + (count / 8 + 3) / 4; }
+
+}  // namespace
+
+void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t n, std::vector<float>& worker_error,
+                                 std::vector<float>& server_error, OnebitNorms* norms) {
+  const int N = comm.size();
+  const size_t P = worker_error.size();
+  GS_EXPECT(P == onebit_padded_elements(n, N) && server_error.size() == P / static_cast<size_t>(N),
+            "onebit_compressed_allreduce: error buffers of DeepSpeed's padded sizes");
+  const size_t C = P / static_cast<size_t>(N);
+  // Worker side: x = pad(m) + worker_error (buffer_m.add_(worker_error)), its scale, its new error, its signs.
+  thread_local std::vector<float> x;
+  x.assign(P, 0.0f);
+  for (size_t i = 0; i < n; ++i) x[i] = m[i];
+  for (size_t i = 0; i < P; ++i) x[i] = x[i] + worker_error[i];
+  const float ws = rms_scale(x.data(), P);
+  for (size_t i = 0; i < P; ++i) worker_error[i] = x[i] - (x[i] < 0.0f ? -ws : ws);
+  // Phase 1 (DeepSpeed: all-to-all of the sign chunks and all-gather of the scales): one all-gather of the scale and
+  // all packed signs; rank q reads chunk q of every rank.
+  const size_t w1 = message_words(P);
+  std::vector<float> send(w1), recv(w1 * static_cast<size_t>(N));
+  send[0] = ws;
+  pack_signs(x.data(), P, send, 1);
+  comm.all_gather(rank, recv.data(), send.data(), w1);
+  // Server side of chunk `rank`: c = sum_j sign_j * (s_j * float(1/N)), in rank order, + server_error.
+  const auto inv = static_cast<float>(1.0 / N);
+  thread_local std::vector<float> c;
+  c.assign(C, 0.0f);
+  const size_t base = static_cast<size_t>(rank) * C;
+  for (int j = 0; j < N; ++j) {
+    const float* msg = recv.data() + static_cast<size_t>(j) * w1;
+    const float sj = msg[0] * inv;
+    for (size_t i = 0; i < C; ++i) {
+      const float v = sign_bit(msg, 1, base + i) ? sj : -sj;
+      c[i] = j == 0 ? v : c[i] + v;
+    }
+  }
+  for (size_t i = 0; i < C; ++i) c[i] = c[i] + server_error[i];
+  const float ss = rms_scale(c.data(), C);
+  for (size_t i = 0; i < C; ++i) server_error[i] = c[i] - (c[i] < 0.0f ? -ss : ss);
+  // Phase 2: all-gather of the server scales and signs; m = every chunk decoded, cut to n.
+  const size_t w2 = message_words(C);
+  std::vector<float> send2(w2), recv2(w2 * static_cast<size_t>(N));
+  send2[0] = ss;
+  pack_signs(c.data(), C, send2, 1);
+  comm.all_gather(rank, recv2.data(), send2.data(), w2);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t q = i / C;
+    const float* msg = recv2.data() + q * w2;
+    m[i] = sign_bit(msg, 1, i - q * C) ? msg[0] : -msg[0];
+  }
+  if (norms != nullptr) {
+    norms->worker_error = l2(worker_error);
+    norms->server_error = l2(server_error);
+    norms->worker_scale = ws;
+    norms->server_scale = ss;
+  }
+}
+
+namespace {
+
+class OnebitAdam final : public SyncStrategy {
+ public:
+  explicit OnebitAdam(const StrategySetup& s)
+      : comm_(s.comm),
+        ranks_(s.ranks),
+        n_(s.model.num_params()),
+        padded_(onebit_padded_elements(n_, s.ranks)),
+        cost_model_(s.cost_model),
+        opt_(s.config.training.optimizer),
+        buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                              static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    GS_EXPECT(opt_.kind == "onebit_adam", "the onebit_adam strategy runs training.optimizer.kind \"onebit_adam\"");
+    if (s.timing_only) return;
+    ranks_state_.resize(static_cast<size_t>(ranks_));
+    for (RankState& r : ranks_state_) {
+      r.params.assign(n_, 0.0f);
+      r.m.assign(n_, 0.0f);
+      r.v.assign(n_, 0.0f);
+    }
+  }
+
+  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.data(); }
+  const float* eval_params() override { return ranks_state_[0].params.data(); }
+  // Every rank applies the same all-reduced gradient (warm-up) or the same decompressed momentum (after it) with the
+  // same frozen variance.
+  bool replicas_identical(int64_t) const override { return true; }
+
+  // State of rank `rank` for tests: m (exp_avg), v (exp_avg_sq), worker and server error (empty outside the
+  // compressed stage).
+  struct RankState {
+    std::vector<float> params, m, v, worker_error, server_error;
+    OnebitNorms norms;
+  };
+
+  void step(const StepInput& in) override {
+    price(in);
+    RankState& r = ranks_state_[static_cast<size_t>(in.rank)];
+    const OnebitPhase phase = onebit_phase(in.step + 1, opt_.freeze_step);
+    PhaseClock& clock = *in.clock;
+    if (phase != OnebitPhase::kCompressed) {
+      all_reduce_gradient(in);
+      if (phase == OnebitPhase::kInit) {
+        if (ranks_ > 1) {  // the zero momentum through the compressed all-reduce; the buffers are dropped after it
+          r.worker_error.assign(padded_, 0.0f);
+          r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
+          compressed(in, r);
+          r.worker_error.clear();
+          r.server_error.clear();
+        }
+        return;
+      }
+      GS_NVTX_RANGE(kOptimizer);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      const float s = static_cast<float>(in.global_samples);
+      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+      moments(r, in.grad, true);
+      update(r, in.lr);
+      return;
+    }
+    {
+      GS_NVTX_RANGE(kOptimizer);
+      PhaseTimer t(clock, Phase::kOptimizer);
+      // The rank's own mean gradient (DeepSpeed: the engine's all-reduce is off; each rank's loss is its mean).
+      const float s = static_cast<float>(in.local_samples);
+      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
+      moments(r, in.grad, false);
+    }
+    if (ranks_ > 1) {
+      if (r.worker_error.empty()) {  // made at the first compressed step (state['worker_error'] not in state)
+        r.worker_error.assign(padded_, 0.0f);
+        r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
+      }
+      compressed(in, r);
+    }
+    GS_NVTX_RANGE(kOptimizer);
+    PhaseTimer t(clock, Phase::kOptimizer);
+    update(r, in.lr);
+  }
+
+  const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
+
+ private:
+  // The modeled step by phase: the engine's bucketed all-reduce after backward (DeepSpeed's non-ZeRO engine reduces
+  // after the backward) and the Adam update; the compressed stage's momentum update, worker and server compression,
+  // its four collectives (the all-to-all priced as a reduce-scatter of the same bytes) and the update.
+  PriceKey price(const StepInput& in) const override {
+    const OnebitPhase phase = onebit_phase(in.step + 1, opt_.freeze_step);
+    const PriceKey key{static_cast<int64_t>(phase), 0};
+    if (in.cost == nullptr) return key;
+    StepCost& cost = *in.cost;
+    cost.overlap_backward = false;
+    const double n = static_cast<double>(n_);
+    if (phase != OnebitPhase::kCompressed)
+      for (const Bucket& b : buckets_)
+        cost.add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
+                            GradRange{b.begin, b.end});
+    if (phase == OnebitPhase::kWarmup && cost_model_ != nullptr) cost_model_->add_optimizer(cost, opt_, n);
+    if (phase == OnebitPhase::kWarmup) return key;
+    if (ranks_ > 1) price_compressed(cost);
+    if (phase == OnebitPhase::kCompressed) {
+      cost.add_pass(Phase::kOptimizer, 8.0 * n + 12.0 * n);  // g / local samples; m = b1 m + (1 - b1) g
+      cost.add_pass(Phase::kOptimizer, 16.0 * n);            // p += -lr m / (sqrt(v) + eps): read p, m, v, write p
+    }
+    return key;
+  }
+
+  // The compressed all-reduce over padded P (chunk C = P / N): worker x = m + e, its norm, e and the packed signs
+  // (read m, e; write x; read x twice; write e; write P/8), the server's unpack-and-sum of N chunks, + its error,
+  // norm, error and packing, and the final unpack (read P/8 bits, write 4 P).
+  void price_compressed(StepCost& cost) const {
+    const double P = static_cast<double>(padded_), N = ranks_, C = P / N;
+    cost.add_pass(Phase::kCompress, 24.0 * P + P / 8.0);
+    cost.add_collective(CollectiveKind::kReduceScatter, P / 8.0);  // DeepSpeed's all-to-all of the signs
+    cost.add_collective(CollectiveKind::kAllGather, 4.0 * N);      // worker scales
+    cost.add_pass(Phase::kCompress, C * (N / 8.0 + 4.0) + 24.0 * C + C / 8.0);
+    cost.add_collective(CollectiveKind::kAllGather, P / 8.0);  // server signs
+    cost.add_collective(CollectiveKind::kAllGather, 4.0 * N);  // server scales
+    cost.add_pass(Phase::kCompress, P / 8.0 + 4.0 * P);
+  }
+
+  void all_reduce_gradient(const StepInput& in) {
+    PhaseClock& clock = *in.clock;
+    {
+      PhaseTimer t(clock, Phase::kCommunicate);
+      for (const Bucket& b : buckets_) {
+        GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+        comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
+      }
+    }
+    CommStats st = comm_.take_stats(in.rank);
+    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
+    clock.add_bytes(st.bytes_sent);
+  }
+
+  void compressed(const StepInput& in, RankState& r) {
+    PhaseClock& clock = *in.clock;
+    {
+      GS_NVTX_RANGE(kCompress);
+      PhaseTimer t(clock, Phase::kCompress);
+      onebit_compressed_allreduce(comm_, in.rank, r.m.data(), n_, r.worker_error, r.server_error, &r.norms);
+    }
+    CommStats st = comm_.take_stats(in.rank);
+    clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
+    // The all-gather of every packed sign stands in for DeepSpeed's all-to-all: the wire counts the real messages.
+    clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded_, ranks_)));
+  }
+
+  // DeepSpeed's exp_avg.mul_(beta1).add_(1 - beta1, grad) and, in the warm-up, exp_avg_sq.mul_(beta2).addcmul_(1 -
+  // beta2, grad, grad); the scalars rounded to float from double as torch does with Python floats.
+  void moments(RankState& r, const float* g, bool second) const {
+    const auto b1 = static_cast<float>(opt_.beta1), a1 = static_cast<float>(1.0 - opt_.beta1);
+    const auto b2 = static_cast<float>(opt_.beta2), a2 = static_cast<float>(1.0 - opt_.beta2);
+    for (size_t i = 0; i < n_; ++i) r.m[i] = std::fma(a1, g[i], r.m[i] * b1);
+    if (!second) return;
+    for (size_t i = 0; i < n_; ++i) r.v[i] = std::fma(a2 * g[i], g[i], r.v[i] * b2);
+  }
+
+  // update = exp_avg / (exp_avg_sq.sqrt() + eps); update += weight_decay * p (weight_decay > 0); p.add_(-lr * update).
+  void update(RankState& r, double lr) const {
+    const auto eps = static_cast<float>(opt_.eps), wd = static_cast<float>(opt_.weight_decay);
+    const auto neg_lr = static_cast<float>(-lr);
+    for (size_t i = 0; i < n_; ++i) {
+      float u = r.m[i] / (std::sqrt(r.v[i]) + eps);
+      if (opt_.weight_decay > 0.0) u = u + wd * r.params[i];
+      r.params[i] = r.params[i] + neg_lr * u;
+    }
+  }
+
+  Communicator& comm_;
+  int ranks_;
+  size_t n_;
+  size_t padded_;
+  const CostModel* cost_model_;
+  OptimizerConfig opt_;
+  std::vector<Bucket> buckets_;
+  std::vector<RankState> ranks_state_;
+};
+
+}  // namespace
+
+std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup) {
+  return std::make_unique<OnebitAdam>(setup);
+}
+
+}  // namespace gs

@@ -1,0 +1,53 @@
+// DeepSpeed's 1-bit Adam (training.optimizer.kind "onebit_adam"; Tang et al. 2021, arXiv 2102.02888): the pieces
+// the strategy (onebit_adam.cpp), the memory estimate and the tests share.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "sim/comm/communicator.h"
+
+namespace gs {
+
+// DeepSpeed OnebitAdam.__init__ / step (deepspeed/runtime/fp16/onebit/adam.py): the compressed buffer is the
+// tensor padded with zeros to a multiple of size * divider, divider = lcm(size, 8) ("corrected_tensor_size"); each
+// rank serves padded / size of it ("server_chunk_size").
+size_t onebit_padded_elements(size_t n, int ranks);
+
+// The phase of 1-based optimizer step k (DeepSpeed's state['step']) for freeze_step f: step 1 initializes the
+// error buffers (the momentum, still zero, goes through one compressed all-reduce; the parameters do not move);
+// steps 2 .. max(f, 2) are uncompressed Adam on the all-reduced gradient (the freeze check runs after the update
+// of each of them: state['step'] >= freeze_step); from max(f, 2) + 1 on the variance is frozen and the momentum is
+// compressed.
+enum class OnebitPhase { kInit, kWarmup, kCompressed };
+OnebitPhase onebit_phase(int64_t step_1based, int64_t freeze_step);
+
+// What one compressed all-reduce measured on the calling rank.
+struct OnebitNorms {
+  double worker_error = 0.0;  // ||worker error|| after the call (L2, over the padded buffer)
+  double server_error = 0.0;  // ||server error|| after the call (L2, over the rank's chunk)
+  float worker_scale = 0.0f;  // ||x|| / sqrt(padded), x = momentum + old worker error
+  float server_scale = 0.0f;  // the rank's chunk's ||c|| / sqrt(chunk)
+};
+
+// One rank's share of DeepSpeed's compressed_allreduce (deepspeed/runtime/comm/nccl.py, NcclBackend, and
+// compressed.py, CompressedBackend, which compute the same values): every rank of `comm` calls it with its own
+// m[0, n), worker_error (onebit_padded_elements(n, N) floats) and server_error (padded / N floats). On return m holds
+// the same values on every rank. The steps, in float32 as DeepSpeed's tensors:
+//   x = pad(m) + worker_error; s_w = ||x|| / sqrt(padded); sign(x) = +1 where x >= 0 (also 0 and -0: DeepSpeed's
+//   x.sign().add_(1).bool(), unlike signsgd's sign(0) = 0), else -1; worker_error = x - s_w * sign(x);
+//   signs of chunk q to rank q (DeepSpeed: all-to-all; here an all-gather of the packed bits, the same values);
+//   rank q's chunk: c = sum over ranks j in rank order of sign_j * (s_w,j * float(1/N)), c += server_error;
+//   s_s = ||c|| / sqrt(chunk); server_error = c - s_s * sign(c); signs and s_s all-gathered;
+//   m[i] = s_s,q * sign_q(c)[i] for i < n.
+// Norms ||.|| are summed in double and rounded to float (DeepSpeed: torch.linalg.norm in float32). The packed bits
+// follow numpy.packbits' order (first value in the most significant bit), as cupy's packbits.
+void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t n, std::vector<float>& worker_error,
+                                 std::vector<float>& server_error, OnebitNorms* norms = nullptr);
+
+// Bytes one rank sends in one compressed all-reduce of `padded` elements on N ranks, at DeepSpeed's message sizes:
+// the all-to-all of the packed signs ((N-1)/N x padded/8), the all-gather of the worker scales ((N-1) x 4), the
+// all-gather of the server signs ((N-1)/N x padded/8, each rank's chunk/8) and of the server scales ((N-1) x 4).
+double onebit_wire_bytes(size_t padded, int ranks);
+
+}  // namespace gs

@@ -1,0 +1,137 @@
+"""An independent NumPy re-implementation of DeepSpeed's 1-bit Adam, written from DeepSpeed's source (not from
+gradsweep's): OnebitAdam.step in deepspeed/runtime/fp16/onebit/adam.py and compressed_allreduce in
+deepspeed/runtime/comm/nccl.py (NcclBackend) / compressed.py (CompressedBackend). Every tensor operation is done in
+float32 as the torch tensors are; the all-to-all and all-gathers are plain array indexing over the ranks' buffers.
+
+Where a choice is not fixed by DeepSpeed's code, this file states the one it makes:
+- torch's fused CPU kernels: exp_avg.mul_(b1).add_(1 - b1, g) rounds m * b1, then fuses (1 - b1) * g + that (one
+  rounding); addcmul_ likewise fuses ((1 - b2) * g) * g + v * b2. An FMA of float32 operands is emulated exactly
+  enough here by one float64 operation (the product of two float32 is exact in float64) rounded to float32.
+- torch.linalg.norm of a float32 vector: summed here in float64 and rounded to float32 (torch sums in float32 with
+  its own order; the two differ by float32 rounding at most).
+- the server's sum over ranks: in rank order.
+"""
+import numpy as np
+
+F32 = np.float32
+
+
+def padded_size(n, size):
+    """corrected_tensor_size of OnebitAdam.step: n padded up to a multiple of size * lcm(size, 8)."""
+    divider = size * 8 // np.gcd(size, 8)
+    unit = size * divider
+    return n if n % unit == 0 else n + unit - n % unit
+
+
+def fma32(a, b, c):
+    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(F32)
+
+
+def norm32(x):
+    return F32(np.sqrt(np.sum(np.asarray(x, dtype=np.float64) ** 2)))
+
+
+def sign_pm1(x):
+    """x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0): +1 where sign(x) + 1 != 0 (x >= 0, also 0), else -1."""
+    return np.where(np.sign(x) + 1 != 0, F32(1.0), F32(-1.0)).astype(F32)
+
+
+def compressed_allreduce(buffers, worker_errors, server_errors):
+    """DeepSpeed's compressed_allreduce called by every rank: buffers[r] is rank r's exp_avg (n floats),
+    worker_errors[r] its padded worker error, server_errors[r] its server error (padded / size). Returns the new
+    exp_avg (the same on every rank) and updates the error lists in place."""
+    size = len(buffers)
+    n = buffers[0].size
+    padded = worker_errors[0].size
+    chunk = padded // size
+    signs, scales = [], []
+    for r in range(size):
+        # buffer_m = torch.cat([buffer_m, zeros]); buffer_m.add_(worker_error)
+        x = np.concatenate([buffers[r].astype(F32), np.zeros(padded - n, F32)]) + worker_errors[r]
+        x = x.astype(F32)
+        ws = F32(norm32(x) / F32(np.sqrt(padded)))
+        s = sign_pm1(x)
+        worker_errors[r][:] = (x - (ws * s).astype(F32)).astype(F32)
+        signs.append(s)
+        scales.append(ws)
+    # all_to_all_single of the sign chunks, all_gather of the scales; server q owns chunk q
+    server_signs, server_scales = [], []
+    for q in range(size):
+        scaled = [(scales[j] * F32(1.0 / size)).astype(F32) for j in range(size)]  # stack(recvbuf_scale).mul_(1/size)
+        c = (signs[0][q * chunk:(q + 1) * chunk] * scaled[0]).astype(F32)
+        for j in range(1, size):  # .sum(0), in rank order
+            c = (c + (signs[j][q * chunk:(q + 1) * chunk] * scaled[j]).astype(F32)).astype(F32)
+        c = (c + server_errors[q]).astype(F32)  # compensated_server_m.add_(server_error)
+        ss = F32(norm32(c) / F32(np.sqrt(chunk)))
+        s = sign_pm1(c)
+        server_errors[q][:] = (c - (ss * s).astype(F32)).astype(F32)
+        server_signs.append(s)
+        server_scales.append(ss)
+    # all_gather of the server signs and scales; buffer_m = unpacked signs * scales, cut to n
+    out = np.concatenate([(server_signs[q] * server_scales[q]).astype(F32) for q in range(size)])
+    return out[:n].copy()
+
+
+class OnebitAdam:
+    """The optimizer state of every rank and DeepSpeed's step, for a model whose gradient the caller supplies."""
+
+    def __init__(self, params, size, lr, beta1, beta2, eps, weight_decay, freeze_step):
+        self.size = size
+        self.lr, self.b1, self.b2, self.eps, self.wd = lr, beta1, beta2, eps, weight_decay
+        self.freeze_step = freeze_step
+        n = params.size
+        self.params = [params.astype(F32).copy() for _ in range(size)]
+        self.m = [np.zeros(n, F32) for _ in range(size)]
+        self.v = [np.zeros(n, F32) for _ in range(size)]
+        self.worker_error = None
+        self.server_error = None
+        self.initialize = False
+        self.freeze_key = False
+        self.step_count = 0
+
+    def _update(self, r):
+        p, m, v = self.params[r], self.m[r], self.v[r]
+        update = (m / (np.sqrt(v).astype(F32) + F32(self.eps))).astype(F32)
+        if self.wd > 0.0:
+            update = (update + (F32(self.wd) * p).astype(F32)).astype(F32)
+        self.params[r] = (p + (F32(-self.lr) * update).astype(F32)).astype(F32)
+
+    def _first_moment(self, r, g):
+        self.m[r] = fma32(F32(1.0 - self.b1), g, (self.m[r] * F32(self.b1)).astype(F32))
+
+    def step(self, averaged=None, local=None):
+        """One optimizer step. averaged: the all-reduced mean gradient (what the engine hands over while its
+        all-reduce is on); local: the list of each rank's mean gradient (after the freeze)."""
+        self.step_count += 1
+        n = self.params[0].size
+        if not self.initialize:
+            # State initialization: error buffers made, the zero exp_avg compressed, no update, errors popped.
+            padded = padded_size(n, self.size)
+            we = [np.zeros(padded, F32) for _ in range(self.size)]
+            se = [np.zeros(padded // self.size, F32) for _ in range(self.size)]
+            if self.size > 1:
+                out = compressed_allreduce(self.m, we, se)
+                self.m = [out.copy() for _ in range(self.size)]
+            self.initialize = True
+            return "init"
+        if not self.freeze_key:
+            for r in range(self.size):
+                self._first_moment(r, averaged)
+                self.v[r] = fma32((F32(1.0 - self.b2) * averaged).astype(F32), averaged,
+                                  (self.v[r] * F32(self.b2)).astype(F32))
+                self._update(r)
+            if self.step_count >= self.freeze_step:
+                self.freeze_key = True
+            return "warmup"
+        if self.worker_error is None:
+            padded = padded_size(n, self.size)
+            self.worker_error = [np.zeros(padded, F32) for _ in range(self.size)]
+            self.server_error = [np.zeros(padded // self.size, F32) for _ in range(self.size)]
+        for r in range(self.size):
+            self._first_moment(r, local[r])
+        if self.size > 1:
+            out = compressed_allreduce(self.m, self.worker_error, self.server_error)
+            self.m = [out.copy() for _ in range(self.size)]
+        for r in range(self.size):
+            self._update(r)
+        return "compressed"
