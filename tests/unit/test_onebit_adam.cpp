@@ -1,0 +1,178 @@
+// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp): DeepSpeed's padding, the compressed
+// all-reduce on a two-rank example worked out by hand, the step phases, the memory estimate's buffers counted by
+// hand, the modeled clock's collectives, and the refusals of settings it does not combine with. The trajectories
+// against an independent NumPy re-implementation of DeepSpeed are tests/e2e/test_onebit_adam.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "sim/app/memory.h"
+#include "sim/comm/communicator.h"
+#include "sim/config/scenario.h"
+#include "sim/runtime/device.h"
+#include "sim/strategy/onebit_adam.h"
+
+namespace gs {
+namespace {
+
+TEST(OnebitAdam, PadsAsDeepSpeedToSizeTimesLcmOfSizeAnd8) {
+  // corrected_tensor_size: a multiple of size * lcm(size, 8): 16 on 2 ranks, 24 * 3 = 72 on 3, 32 on 4, 8 on 1.
+  EXPECT_EQ(onebit_padded_elements(37, 2), 48u);
+  EXPECT_EQ(onebit_padded_elements(48, 2), 48u);
+  EXPECT_EQ(onebit_padded_elements(37, 3), 72u);
+  EXPECT_EQ(onebit_padded_elements(37, 4), 64u);
+  EXPECT_EQ(onebit_padded_elements(100, 6), 144u);  // lcm(6, 8) = 24, unit 144
+  EXPECT_EQ(onebit_padded_elements(9, 1), 16u);
+}
+
+TEST(OnebitAdam, PhasesFollowDeepSpeedsFreezeCheckAfterEachWarmupStep) {
+  EXPECT_EQ(onebit_phase(1, 5), OnebitPhase::kInit);
+  for (int k = 2; k <= 5; ++k) EXPECT_EQ(onebit_phase(k, 5), OnebitPhase::kWarmup) << k;  // freeze_step - 1 of them
+  EXPECT_EQ(onebit_phase(6, 5), OnebitPhase::kCompressed);
+  // freeze_step 0, 1 and 2: step 1 returns before the check, step 2 is the one warm-up step.
+  for (int f : {0, 1, 2}) {
+    EXPECT_EQ(onebit_phase(2, f), OnebitPhase::kWarmup) << f;
+    EXPECT_EQ(onebit_phase(3, f), OnebitPhase::kCompressed) << f;
+  }
+}
+
+// Runs `body(rank)` on N threads over one host communicator.
+void on_ranks(int ranks, const std::function<void(Communicator&, int)>& body) {
+  auto comm = make_host_communicator(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { body(*comm, r); });
+  for (auto& t : threads) t.join();
+}
+
+TEST(OnebitAdam, CompressedAllReduceMatchesATwoRankExampleByHand) {
+  // n = 2 padded to 16, chunk 8. x_0 = [4, -2, 0 x 14], x_1 = [-2, -2, 0 x 14] (zero errors).
+  // s_0 = sqrt(20)/4, s_1 = sqrt(8)/4; signs: sign(0) = +1.
+  // chunk 0: c = [s0/2 - s1/2, -s0/2 - s1/2, (s0/2 + s1/2) x 6]; chunk 1: (s0/2 + s1/2) x 8, so its server error is 0.
+  const double s0 = std::sqrt(20.0) / 4.0, s1 = std::sqrt(8.0) / 4.0;
+  const double c0 = s0 / 2 - s1 / 2, c1 = -s0 / 2 - s1 / 2, c2 = s0 / 2 + s1 / 2;
+  const double ss0 = std::sqrt(c0 * c0 + c1 * c1 + 6 * c2 * c2) / std::sqrt(8.0);
+  std::vector<std::vector<float>> m = {{4.0f, -2.0f}, {-2.0f, -2.0f}};
+  std::vector<std::vector<float>> we(2, std::vector<float>(16)), se(2, std::vector<float>(8));
+  std::vector<OnebitNorms> norms(2);
+  on_ranks(2, [&](Communicator& comm, int r) {
+    onebit_compressed_allreduce(comm, r, m[r].data(), 2, we[r], se[r], &norms[r]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(m[r][0], ss0, 1e-6) << r;
+    EXPECT_NEAR(m[r][1], -ss0, 1e-6) << r;
+  }
+  EXPECT_NEAR(we[0][0], 4 - s0, 1e-6);
+  EXPECT_NEAR(we[0][1], -2 + s0, 1e-6);
+  EXPECT_NEAR(we[0][5], -s0, 1e-6);  // padding: 0 - s_0 * (+1)
+  EXPECT_NEAR(we[1][0], -2 + s1, 1e-6);
+  EXPECT_NEAR(se[0][0], c0 - ss0, 1e-6);
+  EXPECT_NEAR(se[0][1], c1 + ss0, 1e-6);
+  EXPECT_NEAR(se[0][7], c2 - ss0, 1e-6);
+  for (float e : se[1]) EXPECT_NEAR(e, 0.0, 1e-6);
+  EXPECT_NEAR(norms[0].worker_scale, s0, 1e-6);
+  EXPECT_NEAR(norms[1].server_scale, c2, 1e-6);
+  double we0 = 0.0;
+  for (float e : we[0]) we0 += static_cast<double>(e) * e;
+  EXPECT_NEAR(norms[0].worker_error, std::sqrt(we0), 1e-9);
+}
+
+TEST(OnebitAdam, WireBytesAreDeepSpeedsMessages) {
+  // 4 ranks, 64 padded: all-to-all 3/4 x 8 bytes, all-gather of 4-byte scales (3 x 4), server signs 3/4 x 8,
+  // server scales 3 x 4.
+  EXPECT_DOUBLE_EQ(onebit_wire_bytes(64, 4), 6.0 + 12.0 + 6.0 + 12.0);
+  EXPECT_DOUBLE_EQ(onebit_wire_bytes(64, 1), 0.0);
+}
+
+RunConfig onebit_config(int ranks) {
+  RunConfig c;
+  c.model.kind = "mlp";
+  c.model.layers = {8, 16, 4};
+  c.data.kind = "teacher";
+  c.cluster.ranks = ranks;
+  c.training.optimizer.kind = "onebit_adam";
+  return c;
+}
+
+TEST(OnebitAdam, HostMemoryCountsEveryRanksStateAndBothErrorBuffers) {
+  // 1000 parameters on 4 ranks: P = 1024 (a multiple of 32), chunk 256. Per rank m and v (2 x 1000 floats, no shared
+  // replica), worker error 1024 and server error 256 floats.
+  RunConfig c = onebit_config(4);
+  const MemoryEstimate e = estimate_run_memory(c, 1000);
+  EXPECT_EQ(e.optimizer_bytes, 4 * 2 * 1000 * 4);
+  EXPECT_EQ(e.residuals_bytes, 4 * (1024 + 256) * 4);
+  EXPECT_EQ(e.parameters_bytes, (4 + 1) * 1000 * 4);  // a replica per rank and the initial copy
+  c.training.optimizer.kind = "adam";  // the shared all-reduce keeps one replica and one optimizer state
+  EXPECT_EQ(estimate_run_memory(c, 1000).optimizer_bytes, 1 * 2 * 1000 * 4);
+  EXPECT_EQ(estimate_run_memory(c, 1000).residuals_bytes, 0);
+}
+
+TEST(OnebitAdam, GpuMemoryCountsAdamStateAndTheErrorBuffers) {
+  RunConfig c = onebit_config(4);
+  c.cluster.hardware = "h100-sxm-8";
+  auto model = make_model(c);
+  const auto n = static_cast<double>(model->num_params());  // 8*16+16 + 16*4+4 = 212 -> P = 224, chunk 56
+  ASSERT_EQ(n, 212.0);
+  const GpuMemoryEstimate e = estimate_gpu_memory(c, *model);
+  EXPECT_EQ(e.optimizer_bytes, static_cast<int64_t>(8.0 * n));  // fp32 m and v
+  EXPECT_EQ(e.error_feedback_bytes, 4 * (224 + 56));
+}
+
+TEST(OnebitAdam, TheDeviceLoopRefusesIt) {
+  const auto issues = cuda_loop_issues(onebit_config(2));
+  ASSERT_FALSE(issues.empty());
+  EXPECT_EQ(issues.front().path, "training.optimizer.kind");
+  EXPECT_NE(issues.front().message.find("host backend only"), std::string::npos) << issues.front().message;
+}
+
+std::vector<ConfigIssue> issues_of(const std::string& extra) {
+  const std::string text = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "cluster": {"ranks": 2},)" + extra + "}";
+  try {
+    parse_scenario(text, "bad.json", {});
+  } catch (const ScenarioError& e) {
+    return e.issues();
+  }
+  ADD_FAILURE() << "scenario was accepted: " << text;
+  return {};
+}
+
+bool has(const std::vector<ConfigIssue>& issues, const std::string& path, const std::string& fragment) {
+  for (const auto& i : issues)
+    if (i.path == path && i.message.find(fragment) != std::string::npos) return true;
+  std::string all;
+  for (const auto& i : issues) all += i.path + ": " + i.message + "\n";
+  ADD_FAILURE() << "no issue at " << path << " with \"" << fragment << "\" in:\n" << all;
+  return false;
+}
+
+TEST(OnebitAdam, RefusesWhatItDoesNotCombineWith) {
+  const std::string onebit = R"("training": {"steps": 3, "optimizer": {"kind": "onebit_adam", "freeze_step": 2}})";
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "sync": {"kind": "parameter_server"})"), "sync.kind",
+                  "expected \"allreduce\", got \"parameter_server\""));
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "sync": {"kind": "local_sgd"})"), "sync.kind", "\"onebit_adam\""));
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "sync": {"kind": "zero"})"), "sync.kind", "ZeRO"));
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "compression": {"kind": "signsgd"})"), "compression.kind",
+                  "expected \"none\", got \"signsgd\""));
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "sync": {"staleness": 1})"), "sync.staleness", "expected 0"));
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "precision": {"mode": "fp16_mixed"})"), "precision.loss_scale",
+                  "without a loss scaler"));
+  EXPECT_TRUE(has(issues_of(onebit + R"(, "precision": {"mode": "fp16_pure"})"), "precision.mode", "fp16_pure"));
+  const std::string clip =
+      R"("training": {"steps": 3, "clip_grad_norm": 1.0, "optimizer": {"kind": "onebit_adam"}})";
+  EXPECT_TRUE(has(issues_of(clip), "training.clip_grad_norm", "expected 0, got 1"));
+  // Its own field: only under onebit_adam, a count >= 0; Adam's first_moment does not apply to it.
+  EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "adam", "freeze_step": 5}})"),
+                  "training.optimizer.freeze_step", "only applies when training.optimizer.kind is \"onebit_adam\""));
+  EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "onebit_adam", "freeze_step": -1}})"),
+                  "training.optimizer.freeze_step", ">= 0"));
+  EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "onebit_adam", "first_moment": "mul_add"}})"),
+                  "training.optimizer.first_moment", "only applies"));
+  EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "onebit_adam", "momentum": 0.9}})"),
+                  "training.optimizer.momentum", "only applies"));
+}
+
+}  // namespace
+}  // namespace gs
