@@ -169,7 +169,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
   v(o.momentum, F("training.optimizer.momentum", "sgd: momentum").at_least(0).below(1));
   v(o.nesterov, F("training.optimizer.nesterov", "sgd: Nesterov momentum"));
-  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam: DeepSpeed's wd * p added to the update").at_least(0));
+  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam: "
+                                                         "DeepSpeed's wd * p added to the update")
+                        .at_least(0));
   v(o.beta1, F("training.optimizer.beta1", "adam, adamw, onebit_adam: beta1 (DeepSpeed's betas[0])").at_least(0).below(1));
   v(o.beta2, F("training.optimizer.beta2", "adam, adamw, onebit_adam: beta2 (DeepSpeed's betas[1])").at_least(0).below(1));
   v(o.eps, F("training.optimizer.eps", "adam, adamw, onebit_adam: epsilon").above(0));
@@ -177,6 +179,11 @@ void visit_fields(V& v, RunConfig& c) {
                                                        "the momentum travels 1-bit compressed (DeepSpeed's default "
                                                        "100000; steps 2 .. max(2, freeze_step) are uncompressed Adam)")
                        .at_least(0).at_most(1e12));
+  v(o.exp_avg_mask, F("training.optimizer.exp_avg_mask", "onebit_adam: DeepSpeed's exp_avg_mask, multiplied into "
+                                                         "the momentum after every compressed all-reduce (1-bit "
+                                                         "values are never 0): none (DeepSpeed's default), or "
+                                                         "zero_variance (0 where the frozen variance is exactly 0)")
+                        .one_of({"none", "zero_variance"}));
   v(o.first_moment, F("training.optimizer.first_moment", "adam, adamw: the first moment's update as PyTorch >= 2.0 "
                                                          "(lerp: exp_avg.lerp_(grad, 1 - beta1)) or 1.13 (mul_add: "
                                                          "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)) writes it; "
@@ -666,6 +673,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
       {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
       {"training.optimizer.freeze_step", "training.optimizer.kind", "sgd", {"onebit_adam"}},
+      {"training.optimizer.exp_avg_mask", "training.optimizer.kind", "sgd", {"onebit_adam"}},
       {"training.optimizer.first_moment", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
       {"training.schedule.step_size", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.gamma", "training.schedule.kind", "constant", {"step"}},

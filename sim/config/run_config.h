@@ -29,6 +29,10 @@ struct OptimizerConfig {
   // onebit_adam: the optimizer steps before the variance freezes and the momentum is compressed (DeepSpeed
   // OnebitAdam's freeze_step and default).
   int64_t freeze_step = 100000;
+  // onebit_adam: DeepSpeed's exp_avg_mask, the momentum multiplied by a 0/1 mask after every compressed all-reduce
+  // (1-bit values cannot be zero). "none" (DeepSpeed's default: no mask) or "zero_variance" (0 where the frozen
+  // variance is exactly 0: coordinates whose gradient was zero through the whole warm-up).
+  std::string exp_avg_mask = "none";
 };
 
 struct ScheduleConfig {

@@ -14,7 +14,8 @@
 // weight_decay > 0, p += (-lr) u. With one rank nothing is compressed (DeepSpeed: `if self.size > 1`).
 // The flat parameter buffer is one tensor: DeepSpeed runs 1-bit Adam under FP16_Optimizer, which flattens each
 // parameter group into one fp32 master (deepspeed/runtime/fp16/fused_optimizer.py), so one compressed all-reduce
-// covers the whole model. DeepSpeed's exp_avg_mask and non-freeze parameter groups are not modeled (one group).
+// covers the whole model. DeepSpeed's exp_avg_mask: training.optimizer.exp_avg_mask "zero_variance" (a mask made
+// from the frozen variance); its non-freeze parameter groups are not modeled (one group).
 #include "sim/strategy/onebit_adam.h"
 
 #include <algorithm>
@@ -23,7 +24,9 @@
 #include <numeric>
 
 #include "kernels/nvtx.h"
+#include "sim/core/clock.h"
 #include "sim/core/error.h"
+#include "sim/core/summary.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -78,6 +81,16 @@ bool sign_bit(const float* message, size_t head, size_t i) {
 // A message of one scale (word 0) and `count` packed sign bits, in 4-byte words.
 size_t message_words(size_t count) { return 1 + (count / 8 + 3) / 4; }
 
+nlohmann::json summary(const std::vector<double>& v) {
+  const Summary s = summarize(v);
+  return {{"count", s.count}, {"p50", s.p50}, {"max", s.max}, {"mean", s.mean}, {"last", v.back()}};
+}
+
+nlohmann::json ms_summary(const std::vector<double>& seconds) {
+  const Summary s = summarize(seconds);
+  return {{"count", s.count}, {"p50_ms", s.p50 * 1e3}, {"mean_ms", s.mean * 1e3}, {"total_ms", s.total * 1e3}};
+}
+
 }  // namespace
 
 void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t n, std::vector<float>& worker_error,
@@ -87,6 +100,7 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
   GS_EXPECT(P == onebit_padded_elements(n, N) && server_error.size() == P / static_cast<size_t>(N),
             "onebit_compressed_allreduce: error buffers of DeepSpeed's padded sizes");
   const size_t C = P / static_cast<size_t>(N);
+  const double t0 = now_s();
   // Worker side: x = pad(m) + worker_error (buffer_m.add_(worker_error)), its scale, its new error, its signs.
   thread_local std::vector<float> x;
   x.assign(P, 0.0f);
@@ -100,7 +114,9 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
   std::vector<float> send(w1), recv(w1 * static_cast<size_t>(N));
   send[0] = ws;
   pack_signs(x.data(), P, send, 1);
+  double compress_s = now_s() - t0;
   comm.all_gather(rank, recv.data(), send.data(), w1);
+  const double t1 = now_s();
   // Server side of chunk `rank`: c = sum_j sign_j * (s_j * float(1/N)), in rank order, + server_error.
   const auto inv = static_cast<float>(1.0 / N);
   thread_local std::vector<float> c;
@@ -122,17 +138,22 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
   std::vector<float> send2(w2), recv2(w2 * static_cast<size_t>(N));
   send2[0] = ss;
   pack_signs(c.data(), C, send2, 1);
+  compress_s += now_s() - t1;
   comm.all_gather(rank, recv2.data(), send2.data(), w2);
+  const double t2 = now_s();
   for (size_t i = 0; i < n; ++i) {
     const size_t q = i / C;
     const float* msg = recv2.data() + q * w2;
     m[i] = sign_bit(msg, 1, i - q * C) ? msg[0] : -msg[0];
   }
+  const double decompress_s = now_s() - t2;
   if (norms != nullptr) {
     norms->worker_error = l2(worker_error);
     norms->server_error = l2(server_error);
     norms->worker_scale = ws;
     norms->server_scale = ss;
+    norms->compress_s = compress_s;
+    norms->decompress_s = decompress_s;
   }
 }
 
@@ -147,6 +168,7 @@ class OnebitAdam final : public SyncStrategy {
         padded_(onebit_padded_elements(n_, s.ranks)),
         cost_model_(s.cost_model),
         opt_(s.config.training.optimizer),
+        mask_zero_variance_(opt_.exp_avg_mask == "zero_variance"),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     GS_EXPECT(opt_.kind == "onebit_adam", "the onebit_adam strategy runs training.optimizer.kind \"onebit_adam\"");
@@ -169,8 +191,54 @@ class OnebitAdam final : public SyncStrategy {
   // compressed stage).
   struct RankState {
     std::vector<float> params, m, v, worker_error, server_error;
-    OnebitNorms norms;
+    std::vector<float> mask;         // exp_avg_mask "zero_variance" (empty until the first compressed step)
+    OnebitNorms norms;               // the last compressed all-reduce's
+    std::vector<OnebitNorms> steps;  // every compressed step's (not the initialization step's)
   };
+
+  // The report's "compression" object (reports/README.md) over the compressed steps: DeepSpeed's message sizes, the
+  // compression and decoding times of every rank, and the error-feedback norms per step averaged over the ranks
+  // (residual_norm: the worker error; server_error_norm: the server error of each rank's chunk). Null before the
+  // first compressed step and on one rank (nothing is compressed).
+  StrategyReport report() const override {
+    StrategyReport rep;
+    if (ranks_state_.empty() || ranks_state_[0].steps.empty()) return rep;
+    std::vector<double> enc, dec, worker, server;
+    for (const RankState& r : ranks_state_)
+      for (const OnebitNorms& s : r.steps) {
+        enc.push_back(s.compress_s);
+        dec.push_back(s.decompress_s);
+      }
+    for (size_t t = 0; t < ranks_state_[0].steps.size(); ++t) {
+      double w = 0.0, v = 0.0;
+      for (const RankState& r : ranks_state_) {
+        if (t >= r.steps.size()) continue;  // a rank that ended early (a failed run)
+        w += r.steps[t].worker_error;
+        v += r.steps[t].server_error;
+      }
+      worker.push_back(w / ranks_);
+      server.push_back(v / ranks_);
+    }
+    const double P = static_cast<double>(padded_), N = ranks_;
+    const double dense = 4.0 * static_cast<double>(n_), payload = P / 8.0 + 4.0 + P / (8.0 * N) + 4.0;
+    nlohmann::json& j = rep.compression;
+    j["kind"] = "onebit_adam";
+    j["collective"] = "all_gather";
+    j["error_feedback"] = "own";
+    j["dense_bytes_per_rank_per_step"] = dense;
+    j["payload_bytes_per_rank_per_step"] = payload;  // the rank's sign message of each phase, with its scale
+    j["wire_bytes_per_rank_per_step"] = onebit_wire_bytes(padded_, ranks_);
+    j["compression_ratio"] = dense / payload;
+    j["compress_time"] = ms_summary(enc);
+    j["decompress_time"] = ms_summary(dec);
+    j["relative_error"] = nullptr;
+    j["residual_norm"] = summary(worker);
+    j["server_error_norm"] = summary(server);
+    j["freeze_step"] = opt_.freeze_step;
+    j["compressed_steps"] = ranks_state_[0].steps.size();
+    j["padded_elements"] = padded_;
+    return rep;
+  }
 
   void step(const StepInput& in) override {
     price(in);
@@ -211,9 +279,11 @@ class OnebitAdam final : public SyncStrategy {
         r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
       }
       compressed(in, r);
+      r.steps.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
     PhaseTimer t(clock, Phase::kOptimizer);
+    if (mask_zero_variance_) apply_mask(r);
     update(r, in.lr);
   }
 
@@ -285,6 +355,17 @@ class OnebitAdam final : public SyncStrategy {
     clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded_, ranks_)));
   }
 
+  // exp_avg.mul_(exp_avg_mask) (OnebitAdam.step, after the compressed all-reduce) with the mask of
+  // exp_avg_mask "zero_variance": 0 where the frozen variance is exactly 0, made at the first compressed step (v is
+  // the same on every rank, so every rank's mask is).
+  void apply_mask(RankState& r) const {
+    if (r.mask.empty()) {
+      r.mask.resize(n_);
+      for (size_t i = 0; i < n_; ++i) r.mask[i] = r.v[i] == 0.0f ? 0.0f : 1.0f;
+    }
+    for (size_t i = 0; i < n_; ++i) r.m[i] = r.m[i] * r.mask[i];
+  }
+
   // DeepSpeed's exp_avg.mul_(beta1).add_(1 - beta1, grad) and, in the warm-up, exp_avg_sq.mul_(beta2).addcmul_(1 -
   // beta2, grad, grad); the scalars rounded to float from double as torch does with Python floats.
   void moments(RankState& r, const float* g, bool second) const {
@@ -312,6 +393,7 @@ class OnebitAdam final : public SyncStrategy {
   size_t padded_;
   const CostModel* cost_model_;
   OptimizerConfig opt_;
+  bool mask_zero_variance_;
   std::vector<Bucket> buckets_;
   std::vector<RankState> ranks_state_;
 };

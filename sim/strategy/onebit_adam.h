@@ -28,6 +28,8 @@ struct OnebitNorms {
   double server_error = 0.0;  // ||server error|| after the call (L2, over the rank's chunk)
   float worker_scale = 0.0f;  // ||x|| / sqrt(padded), x = momentum + old worker error
   float server_scale = 0.0f;  // the rank's chunk's ||c|| / sqrt(chunk)
+  double compress_s = 0.0;    // wall seconds of the worker's and the server's compression (not the collectives)
+  double decompress_s = 0.0;  // wall seconds of the final decoding
 };
 
 // One rank's share of DeepSpeed's compressed_allreduce (deepspeed/runtime/comm/nccl.py, NcclBackend, and

@@ -29,15 +29,15 @@ def quadratic_problem(ranks, d, seed):
     return a, b, w0
 
 
-def run_onebit(tmp_path, ranks, a, b, w0, optimizer, steps):
+def run_onebit(tmp_path, ranks, a, b, w0, optimizer, steps, tag=""):
     cfg = {"name": "onebit", "model": {"kind": "quadratic", "a": a.tolist(), "b": b.tolist(),
                                        "initial_w": [float(x) for x in w0]},
            "data": {"kind": "none"}, "cluster": {"ranks": ranks, "backend": "host"},
            "training": {"steps": steps, "eval_every": 0, "optimizer": {"kind": "onebit_adam", **optimizer}},
            "report": {"trace": True}}
-    path = tmp_path / f"onebit_{ranks}.json"
+    path = tmp_path / f"onebit_{ranks}{tag}.json"
     path.write_text(json.dumps(cfg))
-    out = tmp_path / f"out_{ranks}"
+    out = tmp_path / f"out_{ranks}{tag}"
     p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
@@ -53,7 +53,8 @@ def local_gradient(a, b, w, r):
 
 def reference_trace(ranks, a, b, w0, optimizer, steps):
     o = {"lr": 0.05, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "freeze_step": 100000, **optimizer}
-    opt = ref.OnebitAdam(w0, ranks, o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["freeze_step"])
+    opt = ref.OnebitAdam(w0, ranks, o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["freeze_step"],
+                         o.get("exp_avg_mask", "none"))
     trace, phases = [], []
     for _ in range(steps):
         local = [local_gradient(a, b, opt.params[r], r) for r in range(ranks)]
@@ -117,3 +118,21 @@ def test_compressed_stage_equals_deepspeeds_compressed_allreduce(tmp_path, ranks
     # may differ from both by float32 rounding).
     diff = ulps(got, want)
     assert diff == 0.0, f"{ranks} ranks: {diff} ulps from the reference"
+
+
+def test_a_zero_variance_coordinate_explodes_without_deepspeeds_mask_and_stays_with_it(tmp_path):
+    # Coordinate 3 has curvature 0 on every rank: its gradient is exactly 0, so its frozen variance is 0, and the
+    # 1-bit momentum (never 0) divided by sqrt(0) + eps moves it by about lr * scale / eps (DeepSpeed's reason for
+    # exp_avg_mask). With exp_avg_mask "zero_variance" its momentum is masked to 0 and it never moves.
+    a, b, w0 = quadratic_problem(2, 9, seed=5)
+    a[:, 3] = 0.0
+    base = {"lr": 0.01, "freeze_step": 3}
+    plain = run_onebit(tmp_path, 2, a, b, w0, base, steps=6)
+    assert abs(float(plain[3, 0, 3]) - float(w0[3])) > 1e3, plain[:, 0, 3]
+    masked_opt = {**base, "exp_avg_mask": "zero_variance"}
+    masked = run_onebit(tmp_path, 2, a, b, w0, masked_opt, steps=6, tag="_masked")
+    assert np.all(masked[:, :, 3] == w0[3])
+    want, _ = reference_trace(2, a, b, w0, masked_opt, steps=6)
+    assert ulps(masked, want) == 0.0
+    want_plain, _ = reference_trace(2, a, b, w0, base, steps=6)
+    assert ulps(plain, want_plain) == 0.0

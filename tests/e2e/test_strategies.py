@@ -53,14 +53,19 @@ def test_the_folder_has_every_strategy_of_issue_10():
 # Values a scenario may give that the resolved config writes as another: compression.error_feedback's booleans
 # (scenarios/README.md: true is "gradient", false "none").
 # A swept null leaves the field at its default (zero.json's allreduce row has no stage: sync.stage's default, 1).
-RESOLVED = {"compression.error_feedback": {True: "gradient", False: "none"}, "sync.stage": {None: 1}}
+# (onebit_adam.json's Adam row has no freeze_step: its default, 100000.)
+RESOLVED = {"compression.error_feedback": {True: "gradient", False: "none"}, "sync.stage": {None: 1},
+            "training.optimizer.freeze_step": {None: 100000}}
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_reduced_scenario_runs_and_its_report_validates(path, tmp_path):
     doc = json.loads(path.read_text())
     points, repeats = expansion(doc)
-    sets = [a for key, value in REDUCED.items() for a in ("--set", f"{key}={json.dumps(value)}")]
+    reduced = dict(REDUCED)
+    if doc.get("data", {}).get("kind") == "teacher":  # its evaluation set is data.teacher.eval_samples
+        reduced["data.teacher.eval_samples"] = reduced.pop("data.eval_samples")
+    sets = [a for key, value in reduced.items() for a in ("--set", f"{key}={json.dumps(value)}")]
     out = tmp_path / "out"
     p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet", *sets],
                        capture_output=True, text=True, timeout=300)

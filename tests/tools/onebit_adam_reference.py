@@ -75,10 +75,14 @@ def compressed_allreduce(buffers, worker_errors, server_errors):
 class OnebitAdam:
     """The optimizer state of every rank and DeepSpeed's step, for a model whose gradient the caller supplies."""
 
-    def __init__(self, params, size, lr, beta1, beta2, eps, weight_decay, freeze_step):
+    def __init__(self, params, size, lr, beta1, beta2, eps, weight_decay, freeze_step, exp_avg_mask="none"):
         self.size = size
         self.lr, self.b1, self.b2, self.eps, self.wd = lr, beta1, beta2, eps, weight_decay
         self.freeze_step = freeze_step
+        # exp_avg_mask: DeepSpeed's group['exp_avg_mask'] is the user's tensor; "zero_variance" builds it as
+        # gradsweep's option describes (0 where the frozen exp_avg_sq is exactly 0, else 1).
+        self.mask_kind = exp_avg_mask
+        self.mask = None
         n = params.size
         self.params = [params.astype(F32).copy() for _ in range(size)]
         self.m = [np.zeros(n, F32) for _ in range(size)]
@@ -132,6 +136,10 @@ class OnebitAdam:
         if self.size > 1:
             out = compressed_allreduce(self.m, self.worker_error, self.server_error)
             self.m = [out.copy() for _ in range(self.size)]
+        if self.mask_kind == "zero_variance":  # exp_avg.mul_(group['exp_avg_mask'])
+            if self.mask is None:
+                self.mask = np.where(self.v[0] == 0, F32(0.0), F32(1.0)).astype(F32)
+            self.m = [(m * self.mask).astype(F32) for m in self.m]
         for r in range(self.size):
             self._update(r)
         return "compressed"
