@@ -326,7 +326,6 @@ std::string dry_run_listing(const Scenario& s, const std::string& filter, const 
     out += "\n";
   }
   const auto wrapped = [&](const std::string& text) { return wrap_to(text, columns, 2) + "\n"; };
-<<<<<<< HEAD
   if (shard.active())
     out += wrapped(fmt::format("--shard {}/{}: {} of {} runs in this slice -> {}", shard.index, shard.count, in_shard,
                                s.runs.size(), dir));
@@ -334,10 +333,6 @@ std::string dry_run_listing(const Scenario& s, const std::string& filter, const 
     const size_t of = shard.active() ? in_shard : s.runs.size();
     out += wrapped(fmt::format("{} of {} match --filter {}", kept, count_text(of, "run"), filter));
   }
-=======
-  if (!filter.empty())
-    out += wrapped(fmt::format("{} of {} match --filter {}", kept, count_text(s.runs.size(), "run"), filter));
->>>>>>> 3b76590 (Counts read '1 run', never '1 runs': count_text (sim/core/count_text.h; report_lib.count_text for the tools) in the user-facing counts that can be one: the sweep's last line ('wrote ... (1 run)', seen on every one-run sweep), --filter's '0 of 1 run match' and the dry run's 'N of 1 run match', gradsweep price's header (ranks), calibrate's report (ranks, GPUs), the loss-scaler and non-finite details of diverged runs (rank's/ranks' scalers, values, ranks hold), the out-of-memory and global-batch messages, report.trace / report.timeline / report.save_batches limits (steps, ranks), training.epochs (1 epoch is), the multi-node profile error (nodes); plot.py's legend (strategy: N runs), facet counts (values), compare.py's Pareto note, report_lib.steps_text ('0 of 1 step'). Tests: test_output_width.py::test_a_count_of_one_is_singular (fails on main's binary: '(1 runs)'), test_report_loading.py::test_counts_of_one_are_singular; pytest test_interop_files, test_compare, test_report_loading, test_faults: 76 passed, 1 skipped; check_layers and check_function_length pass)
   if (done != nullptr)
     out += wrapped(fmt::format("--resume into {}: {} to run, {} already done (kept)", dir, kept - kept_done,
                                kept_done));
