@@ -12,8 +12,10 @@
 #include "sim/app/memory.h"
 #include "sim/comm/communicator.h"
 #include "sim/config/scenario.h"
+#include "sim/cost/cost_model.h"
 #include "sim/runtime/device.h"
 #include "sim/strategy/onebit_adam.h"
+#include "sim/strategy/strategy.h"
 
 namespace gs {
 namespace {
@@ -96,6 +98,41 @@ RunConfig onebit_config(int ranks) {
   return c;
 }
 
+// The wire bytes the modeled clock records for step `step` (0-based) of a timing-only strategy.
+double priced_wire_bytes(const RunConfig& c, int64_t step, PriceKey* key = nullptr) {
+  auto model = make_model(c);
+  CostModel cost_model(c, *model);
+  const int ranks = static_cast<int>(c.cluster.ranks);
+  auto comm = make_host_communicator(ranks);
+  StrategySetup setup{c, *model, *comm, ranks, &cost_model, true};
+  auto strategy = make_strategy(setup);
+  StepCost cost = cost_model.make_step_cost();
+  StepInput in;
+  in.step = step;
+  in.cost = &cost;
+  const PriceKey k = strategy->price(in);
+  if (key != nullptr) *key = k;
+  double wire = 0.0;
+  for (const CommChain& ch : cost.chains) wire += ch.wire_bytes;
+  return wire;
+}
+
+TEST(OnebitAdam, ModeledClockPricesEachPhasesMessages) {
+  RunConfig c = onebit_config(4);
+  c.cluster.hardware = "h100-sxm-8";
+  c.training.optimizer.freeze_step = 3;
+  const double n = 212.0, P = 224.0, N = 4.0;
+  PriceKey key;
+  // Steps 1-3 (0-based 0-2): the fp32 all-reduce, 2 (N-1)/N x 4n; step 1 adds the compressed exchange of zeros.
+  EXPECT_DOUBLE_EQ(priced_wire_bytes(c, 1, &key), 2.0 * (N - 1) / N * 4.0 * n);
+  EXPECT_EQ(key.first, static_cast<int64_t>(OnebitPhase::kWarmup));
+  EXPECT_DOUBLE_EQ(priced_wire_bytes(c, 0), 2.0 * (N - 1) / N * 4.0 * n + onebit_wire_bytes(224, 4));
+  // Compressed: the all-to-all as a reduce-scatter of P/8 bytes, all-gathers of P/8 bytes and of two N scales.
+  EXPECT_DOUBLE_EQ(priced_wire_bytes(c, 3, &key), 2.0 * (N - 1) / N * P / 8.0 + 2.0 * (N - 1) / N * 4.0 * N);
+  EXPECT_EQ(key.first, static_cast<int64_t>(OnebitPhase::kCompressed));
+  EXPECT_DOUBLE_EQ(onebit_wire_bytes(224, 4), 2.0 * (N - 1) / N * P / 8.0 + 2.0 * (N - 1) / N * 4.0 * N);
+}
+
 TEST(OnebitAdam, HostMemoryCountsEveryRanksStateAndBothErrorBuffers) {
   // 1000 parameters on 4 ranks: P = 1024 (a multiple of 32), chunk 256. Per rank m and v (2 x 1000 floats, no shared
   // replica), worker error 1024 and server error 256 floats.
@@ -104,7 +141,7 @@ TEST(OnebitAdam, HostMemoryCountsEveryRanksStateAndBothErrorBuffers) {
   EXPECT_EQ(e.optimizer_bytes, 4 * 2 * 1000 * 4);
   EXPECT_EQ(e.residuals_bytes, 4 * (1024 + 256) * 4);
   EXPECT_EQ(e.parameters_bytes, (4 + 1) * 1000 * 4);  // a replica per rank and the initial copy
-  c.training.optimizer.kind = "adam";  // the shared all-reduce keeps one replica and one optimizer state
+  c.training.optimizer.kind = "adam";                 // the shared all-reduce keeps one replica and one optimizer state
   EXPECT_EQ(estimate_run_memory(c, 1000).optimizer_bytes, 1 * 2 * 1000 * 4);
   EXPECT_EQ(estimate_run_memory(c, 1000).residuals_bytes, 0);
 }
@@ -129,7 +166,8 @@ TEST(OnebitAdam, TheDeviceLoopRefusesIt) {
 
 std::vector<ConfigIssue> issues_of(const std::string& extra) {
   const std::string text = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
-    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "cluster": {"ranks": 2},)" + extra + "}";
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "cluster": {"ranks": 2},)" +
+                           extra + "}";
   try {
     parse_scenario(text, "bad.json", {});
   } catch (const ScenarioError& e) {
@@ -160,8 +198,7 @@ TEST(OnebitAdam, RefusesWhatItDoesNotCombineWith) {
   EXPECT_TRUE(has(issues_of(onebit + R"(, "precision": {"mode": "fp16_mixed"})"), "precision.loss_scale",
                   "without a loss scaler"));
   EXPECT_TRUE(has(issues_of(onebit + R"(, "precision": {"mode": "fp16_pure"})"), "precision.mode", "fp16_pure"));
-  const std::string clip =
-      R"("training": {"steps": 3, "clip_grad_norm": 1.0, "optimizer": {"kind": "onebit_adam"}})";
+  const std::string clip = R"("training": {"steps": 3, "clip_grad_norm": 1.0, "optimizer": {"kind": "onebit_adam"}})";
   EXPECT_TRUE(has(issues_of(clip), "training.clip_grad_norm", "expected 0, got 1"));
   // Its own field: only under onebit_adam, a count >= 0; Adam's first_moment does not apply to it.
   EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "adam", "freeze_step": 5}})"),
@@ -172,6 +209,10 @@ TEST(OnebitAdam, RefusesWhatItDoesNotCombineWith) {
                   "training.optimizer.first_moment", "only applies"));
   EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "onebit_adam", "momentum": 0.9}})"),
                   "training.optimizer.momentum", "only applies"));
+  EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "adam", "exp_avg_mask": "zero_variance"}})"),
+                  "training.optimizer.exp_avg_mask", "only applies"));
+  EXPECT_TRUE(has(issues_of(R"("training": {"optimizer": {"kind": "onebit_adam", "exp_avg_mask": "auto"}})"),
+                  "training.optimizer.exp_avg_mask", "zero_variance"));
 }
 
 }  // namespace
