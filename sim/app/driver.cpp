@@ -273,7 +273,8 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
                                 e.dir, held, whose);
   if (e.mismatch.empty()) {
     size_t to_run = 0;
-    for (const auto& r : s.runs) to_run += re.search(r.id) && e.kept.count(r.id) == 0 ? 1 : 0;
+    for (const auto& r : s.runs)  // this slice's runs only (--shard): the others are another slice's to run
+      to_run += o.shard().holds(r.id) && re.search(r.id) && e.kept.count(r.id) == 0 ? 1 : 0;
     out += fmt::format("  --resume      keep its {} finished run{}, run the {} missing or interrupted{}\n",
                        e.kept.size(), e.kept.size() == 1 ? "" : "s", to_run,
                        o.filter.empty() ? "" : " that --filter keeps");

@@ -91,6 +91,19 @@ def run_slices(path, out, n, *extra):
         assert p.returncode == 0, p.stderr
 
 
+def test_a_finished_slice_run_again_counts_only_its_own_runs_to_resume(tmp_path):
+    doc = scenario(steps=4)
+    path = write(tmp_path, doc)
+    ids = [f"e2e.accumulation_steps={a}.ranks={r}.r0" for a in (1, 2) for r in (1, 2)]
+    mine = [i for i in ids if slice_of(i, 2) == 1]
+    assert run("run", path, "--shard", "1/2", "--out", tmp_path / "o", "--quiet").returncode == 0
+    p = run("run", path, "--shard", "1/2", "--out", tmp_path / "o", "--quiet")
+    assert p.returncode == 2, p.stderr
+    # The slice is finished: --resume would run none of the other slice's runs.
+    n = len(mine)
+    assert f"keep its {n} finished run{'' if n == 1 else 's'}, run the 0 missing" in p.stderr, p.stderr
+
+
 def test_dry_run_lists_the_slice_the_hash_gives(tmp_path):
     path = write(tmp_path, scenario(axes={"training.optimizer.lr": [0.1, 0.2, 0.3, 0.4, 0.5], "cluster.ranks": [1, 2]}))
     everything = run("run", path, "--dry-run", "--out", tmp_path / "o")
