@@ -20,6 +20,7 @@
 #include "sim/compress/reduce.h"
 
 #include "sim/optim/optimizer.h"
+#include "sim/strategy/bucket_all_reduce.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -161,16 +162,7 @@ class AllReduce final : public SyncStrategy {
       deliver(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);
       return;
     }
-    {
-      PhaseTimer t(clock, Phase::kCommunicate);
-      for (const Bucket& b : buckets_) {
-        GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
-        comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
-      }
-    }
-    CommStats st = comm_.take_stats(in.rank);
-    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
-    clock.add_bytes(st.bytes_sent);
+    all_reduce_buckets(comm_, in.rank, in.grad, buckets_, clock);
     GS_NVTX_RANGE(kOptimizer);
     PhaseTimer t(clock, Phase::kOptimizer);
     const float s = static_cast<float>(in.global_samples);

@@ -13,6 +13,7 @@
 
 #include "kernels/nvtx.h"
 #include "sim/optim/optimizer.h"
+#include "sim/strategy/bucket_all_reduce.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -98,14 +99,7 @@ class LocalSgd final : public SyncStrategy {
     PhaseClock& clock = *in.clock;
     const bool warmup = in.step < warmup_;
     if (warmup) {
-      {
-        PhaseTimer t(clock, Phase::kCommunicate);
-        for (const Bucket& b : buckets_) {
-          GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
-          comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
-        }
-      }
-      account(in.rank, clock);
+      all_reduce_buckets(comm_, in.rank, in.grad, buckets_, clock);
       GS_NVTX_RANGE(kOptimizer);
       PhaseTimer t(clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.global_samples);

@@ -27,6 +27,7 @@
 #include "sim/core/clock.h"
 #include "sim/core/error.h"
 #include "sim/core/summary.h"
+#include "sim/strategy/bucket_all_reduce.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -330,16 +331,7 @@ class OnebitAdam final : public SyncStrategy {
 
   void all_reduce_gradient(const StepInput& in) {
     PhaseClock& clock = *in.clock;
-    {
-      PhaseTimer t(clock, Phase::kCommunicate);
-      for (const Bucket& b : buckets_) {
-        GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
-        comm_.all_reduce_sum(in.rank, in.grad + b.begin, b.end - b.begin);
-      }
-    }
-    CommStats st = comm_.take_stats(in.rank);
-    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
-    clock.add_bytes(st.bytes_sent);
+    all_reduce_buckets(comm_, in.rank, in.grad, buckets_, clock);
   }
 
   void compressed(const StepInput& in, RankState& r) {
