@@ -190,6 +190,24 @@ TEST(ComputeModel, GemmFixedAndBytesCostsAttentionAndMemoryAddUp) {
   EXPECT_NEAR(both, 1.0 / (989.4 * e * s) + 1e-3 / (hw.hbm_achievable_fraction * s), 1e-12);
 }
 
+// h100-pcie-8 carries no GEMM sweep of its own: it takes h100-sxm-8's fit (the same silicon), and the fit's fixed
+// cost is a time, 5.62 us a GEMM at sustained_fraction 1 (the Azure ND H100 v5 FP8 sweep). Stated as GFLOP at the
+// profile's own bf16 rate, a copied gemm_half_gflop would make it 5.62 x 989.4 / 756 = 7.36 us on the slower part.
+TEST(ComputeModel, CopiedProfileKeepsTheFittedFixedTimePerGemm) {
+  const HardwareProfile& pcie = *load_hardware_profile("h100-pcie-8");
+  const HardwareProfile& sxm = *load_hardware_profile("h100-sxm-8");
+  const size_t b = static_cast<size_t>(Precision::kBf16);
+  EXPECT_EQ(pcie.peak_tflops[b], 756.0);
+  EXPECT_EQ(sxm.peak_tflops[b], 989.4);
+  // The fixed time at sustained_fraction 1, from each profile's own numbers: 5.62 us on both (to the 4 digits the
+  // profile's gemm_half_gflop is written with).
+  const double sxm_us = gemm_fixed_s(sxm) * sxm.sustained_fraction * 1e6;
+  const double pcie_us = gemm_fixed_s(pcie) * pcie.sustained_fraction * 1e6;
+  EXPECT_NEAR(sxm_us, 4.568e9 / (989.4e12 * 0.821) * 1e6, 1e-9);
+  EXPECT_NEAR(sxm_us, 5.62, 0.005);
+  EXPECT_NEAR(pcie_us, sxm_us, 0.002);
+}
+
 // More work never costs less: on every shipped profile, at every precision, a GEMM's time does not fall when m, n
 // or k doubles, over m, n, k in 1, 2, 4 .. 16384. (The former product of two hyperbolic falloffs failed this far
 // below its fitted range: its cross term falls as 1 / (GFLOP x FLOP per byte).)
