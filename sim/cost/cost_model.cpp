@@ -126,13 +126,14 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
       bwd += 2.0 * g + attention_time_s(hw, kAttentionBackwardFactor * attn, precision_) +
              memory_time_s(hw, 2.0 * ew + 8.0 * params) + 2.0 * l.kernels * launch_s;
     } else {
-      // Shape unknown: the declared FLOPs as GEMM work whose operands are the weights and the activations.
+      // Shape unknown: the declared FLOPs as one GEMM whose operands are the weights (at the compute precision)
+      // and the activations; the backward as two such GEMMs (input and weight gradients), each with its fixed cost.
       const double flops = b * l.forward_flops_per_sample;
       const double act = b * l.activation_bytes_per_sample;
-      const double operands = 4.0 * params + act;
-      f = gemm_time_s(hw, flops, operands, precision_) + memory_time_s(hw, act) + l.kernels * launch_s;
-      bwd += gemm_time_s(hw, 2.0 * flops, 2.0 * operands, precision_) + memory_time_s(hw, 2.0 * act + 8.0 * params) +
-             2.0 * l.kernels * launch_s;
+      const double operands = precision_bytes(precision_) * params + act;
+      const double gemm = gemm_time_s(hw, flops, operands, precision_);
+      f = gemm + memory_time_s(hw, act) + l.kernels * launch_s;
+      bwd += 2.0 * gemm + memory_time_s(hw, 2.0 * act + 8.0 * params) + 2.0 * l.kernels * launch_s;
     }
     fwd += f;
     if (recompute_ && l.checkpointed) bwd += f;  // activation checkpointing: the block's forward again

@@ -175,6 +175,27 @@ class MlpModel final : public Model {
     return flops + 4.0 * static_cast<double>(stack_.widths.back());
   }
 
+  // One entry per Linear layer (its weight and bias are contiguous: DenseStack's layout) with its GEMM by shape,
+  // [samples, in] x [in, out], and its memory-bound traffic per sample: the bias add and the activation (hidden
+  // layers) or the loss (the last) each read and write the layer's fp32 output, 4 x 2 x out bytes a kernel. The
+  // forward's FLOPs beyond the GEMM (bias, activation, loss) are left to that traffic. Kernels: the GEMM and one
+  // elementwise kernel.
+  std::vector<LayerCost> layer_costs() const override {
+    std::vector<LayerCost> out;
+    for (int64_t l = 0; l < stack_.num_layers(); ++l) {
+      const auto in = static_cast<double>(stack_.widths[l]), width = static_cast<double>(stack_.widths[l + 1]);
+      LayerCost c;
+      c.param_begin = stack_.weight_offset(l);
+      c.param_end = stack_.weight_offset(l + 1);
+      c.forward_flops_per_sample = 2.0 * in * width;
+      c.kernels = 2.0;
+      c.gemms = {{1.0, width, in}};
+      c.elementwise_bytes_per_sample = 8.0 * width * (stack_.bias ? 2.0 : 1.0);
+      out.push_back(c);
+    }
+    return out;
+  }
+
   // The dense stack's buffers on a GPU (kernels/cuda_dense_mixed.h, as make_dense_scratch): every layer's
   // pre-activation and every hidden layer's activation, kept for the backward, the fp32 input batch and its labels or
   // targets; the two gradient buffers of the widest layer are the backward's working memory. No checkpointing.

@@ -482,6 +482,56 @@ TEST(Stragglers, LognormalNoiseHasMeanOne) {
   EXPECT_NEAR(sum / steps, 1.0, 5.0 * std::sqrt(std::exp(0.25) - 1.0) / std::sqrt(double(steps)));
 }
 
+// An MLP's layers are priced by their GEMM shapes: 784-128-10 with biases, 32 samples, bf16 on h100-sxm-8, every
+// term written out from compute_model.h's formulas and the profile's constants. Per Linear layer (weight and bias
+// one entry): forward = GEMM [32, in] x [in, out] (FLOP time + fixed cost + 2 bytes x (32 in + in out + 32 out) at
+// the skinny byte rate) + the bias add and activation (or loss), each reading and writing 32 x out fp32 values,
+// + 2 launches; backward = two such GEMMs, twice the elementwise traffic plus the fp32 gradient read and written
+// (8 bytes a parameter), 4 launches.
+TEST(CostModel, MlpLayersArePricedByTheirGemmShapes) {
+  RunConfig c;
+  c.model.kind = "mlp";
+  c.model.layers = {784, 128, 10};
+  c.cluster.hardware = "h100-sxm-8";
+  c.precision.mode = "bf16_mixed";
+  const std::shared_ptr<const HardwareProfile> hw = load_hardware_profile("h100-sxm-8");
+  CostModel m(c, *make_model(c));
+  StepCost cost = m.make_step_cost();
+  m.add_micro_batch(cost, 32, true);
+  const size_t b16 = static_cast<size_t>(Precision::kBf16);
+  const double s = hw->sustained_fraction, rate = 989.4e12 * hw->gemm_efficiency[b16] * s;
+  const double fixed = hw->gemm_half_gflop * 1e9 / rate, per_byte = hw->gemm_half_intensity / rate;
+  const double hbm = hw->hbm_TBps * 1e12 * hw->hbm_achievable_fraction * s, launch = hw->launch_overhead_us * 1e-6;
+  double fwd = 0.0, bwd = 0.0;
+  for (auto [in, out] : {std::pair<double, double>{784, 128}, {128, 10}}) {
+    const double gemm = 2.0 * 32 * in * out / rate + fixed + 2.0 * (32 * in + in * out + 32 * out) * per_byte;
+    const double ew = 32 * 2 * 8.0 * out;  // two kernels, 4-byte values read and written
+    fwd += gemm + ew / hbm + 2 * launch;
+    bwd += 2 * gemm + (2 * ew + 8.0 * (in * out + out)) / hbm + 4 * launch;
+  }
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], fwd, 1e-15);
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], bwd, 1e-15);
+  // Two GEMMs forward and four backward, each with its fixed cost (not one per weight and bias tensor).
+  EXPECT_GT(cost.compute_s[static_cast<size_t>(Phase::kBackward)], 4 * fixed);
+}
+
+// A layer whose shape is not declared (the default: one entry per tensor, FLOPs shared by parameter count): its
+// weights count at the compute precision's size, and its backward is two GEMMs with a fixed cost each.
+TEST(CostModel, ShapeUnknownLayerCountsWeightsAtThePrecisionAndTwoBackwardGemms) {
+  const std::shared_ptr<const HardwareProfile> hw = load_hardware_profile("h100-sxm-8");
+  std::vector<LayerCost> layers = {{0, 1000, 2e6, 0.0, 1.0}};
+  CostModel m(hw, 1, layers, StragglerConfig{}, 1, Precision::kBf16);
+  StepCost cost = m.make_step_cost();
+  m.add_micro_batch(cost, 4, true);
+  const size_t b16 = static_cast<size_t>(Precision::kBf16);
+  const double s = hw->sustained_fraction, rate = 989.4e12 * hw->gemm_efficiency[b16] * s;
+  const double fixed = hw->gemm_half_gflop * 1e9 / rate, per_byte = hw->gemm_half_intensity / rate;
+  const double hbm = hw->hbm_TBps * 1e12 * hw->hbm_achievable_fraction * s, launch = hw->launch_overhead_us * 1e-6;
+  const double gemm = 4 * 2e6 / rate + fixed + 2.0 * 1000 * per_byte;  // 1,000 bf16 weights, no activations
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], gemm + launch, 1e-15);
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], 2 * gemm + 8000.0 / hbm + 2 * launch, 1e-15);
+}
+
 TEST(CostModel, BucketsOverlapBackwardOnTheModeledStep) {
   // Two equal layers; bucket A holds the last layer (ready halfway through backward), bucket B the first (ready at
   // the end). One rank: collectives are free, so only the 2-rank case exposes anything.
