@@ -73,8 +73,9 @@ PowerSgdBucket powersgd_bucket(const CompressionConfig& c, const BucketShape& b)
 size_t expected_kept(const CompressionConfig& c, size_t n) {
   if (!(c.expected_density > 0.0 && c.expected_density <= 1.0))
     throw Error(fmt::format("compression.expected_density: {} keeps a share of values that depends on the gradient; "
-                            "a bucket priced without one needs compression.expected_density in (0, 1], got {}",
-                            c.kind, c.expected_density));
+                            "a bucket priced without one needs compression.expected_density in (0, 1], {}", c.kind,
+                            c.expected_density == 0.0 ? std::string("not given")
+                                                      : fmt::format("got {}", c.expected_density)));
   return kept_count(n, c.expected_density, 0);
 }
 

@@ -1245,7 +1245,11 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
   // (under another optimizer kind, check_kind_specific refuses nesterov)
   if (c.training.optimizer.nesterov && c.training.optimizer.kind == "sgd" && c.training.optimizer.momentum <= 0)
     add("training.optimizer.nesterov", "Nesterov needs training.optimizer.momentum > 0");
-  if (c.training.target.metric == "eval_accuracy" && !(c.training.target.value > 0 && c.training.target.value <= 1))
+  // A field some mode requires, left at its default (0: not given), is said to be required, not to be "0".
+  if (c.training.target.metric == "eval_accuracy" && c.training.target.value == 0)
+    add("training.target.value", "required by training.target.metric \"eval_accuracy\": expected the accuracy to "
+                                 "reach, in (0, 1] (e.g. 0.8)");
+  else if (c.training.target.metric == "eval_accuracy" && !(c.training.target.value > 0 && c.training.target.value <= 1))
     add("training.target.value", fmt::format("an accuracy target is in (0, 1], got {}", c.training.target.value));
   if (c.data.kind == "teacher" && c.data.teacher.task == "classification" && c.data.teacher.noise > 1)
     add("data.teacher.noise", fmt::format("classification: a label-flip probability, expected <= 1, got {}",
@@ -1287,7 +1291,13 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                             "\"none\" (compressed pushes are priced on the modeled clock while they train)");
   if (c.compression.kind == "threshold" || c.compression.kind == "dgc") {
     const double density = c.compression.expected_density;
-    if (timing && !(density > 0.0 && density <= 1.0))
+    if (timing && density == 0.0)  // the default: not given
+      add("compression.expected_density",
+          fmt::format("required in timing-only runs (training.mode \"timing\", --timing-only) of compression.kind "
+                      "\"{}\": the share of values it keeps depends on the gradient, which a timing-only run does "
+                      "not compute; expected the fraction kept per bucket in (0, 1] (e.g. 0.001)",
+                      c.compression.kind));
+    else if (timing && !(density > 0.0 && density <= 1.0))
       add("compression.expected_density",
           fmt::format("{} keeps a share of values that depends on the gradient, which a timing-only run does not "
                       "compute: expected the fraction kept per bucket in (0, 1] (e.g. 0.001), got {}",

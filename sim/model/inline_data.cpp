@@ -115,9 +115,11 @@ class InlineData : public Dataset {
     classification_ = config.model.loss == "cross_entropy";
     GS_EXPECT(k_ >= 1, "training.accumulation_steps: must be >= 1");
     if (!ranks.is_array() || static_cast<int64_t>(ranks.size()) != n) {
-      fail("data.ranks: expected a list of " + std::to_string(n) + " rows (one list of micro-batches per rank, " +
-           "cluster.ranks = " + std::to_string(n) + "), got " +
-           (ranks.is_array() ? std::to_string(ranks.size()) + " rows" : kind_of(ranks)));
+      fail(std::string("data.ranks: ") + (ranks.is_null() ? "required by data.kind \"inline\": " : "") +
+           "expected a list of " + std::to_string(n) + " rows (one list of micro-batches per rank, cluster.ranks = " +
+           std::to_string(n) + ")" +
+           (ranks.is_null() ? ""
+                            : ", got " + (ranks.is_array() ? std::to_string(ranks.size()) + " rows" : kind_of(ranks))));
     }
     const json& eval = config.data.eval;
     if (!eval.is_null() && !eval.is_object()) fail("data.eval: expected {\"x\": ..., \"y\": ...} or null");

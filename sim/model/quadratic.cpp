@@ -33,7 +33,7 @@ std::vector<std::vector<double>> parse_rows(const json& j, const std::string& pa
   const std::string expected =
       fmt::format("expected a list of {} numbers (the length of model.initial_w), or 1 or {} such lists (one per rank)",
                   d, ranks);
-  if (j.is_null()) throw Error(fmt::format("{}: {}, got null", path, expected));
+  if (j.is_null()) throw Error(fmt::format("{}: required by model.kind \"quadratic\": {}", path, expected));
   std::vector<std::vector<double>> rows;
   if (j.is_array() && !j.empty() && j[0].is_array()) {
     if (j.size() != 1 && static_cast<int64_t>(j.size()) != ranks) {
@@ -124,7 +124,8 @@ class QuadraticModel final : public Model {
 // Throws gs::Error for a missing or malformed model.initial_w, model.a or model.b (the message names the path).
 std::unique_ptr<Model> make_quadratic(const RunConfig& config) {
   const ModelConfig& m = config.model;
-  if (m.initial_w.is_null()) throw Error("model.initial_w: expected a list of numbers (the starting point), got null");
+  if (m.initial_w.is_null())
+    throw Error("model.initial_w: required by model.kind \"quadratic\": expected a list of numbers (the starting point)");
   std::vector<double> w0 = parse_row(m.initial_w, "model.initial_w");
   if (w0.empty()) throw Error("model.initial_w: expected at least 1 number, got []");
   for (size_t i = 0; i < w0.size(); ++i) {  // the parameters are float32 (a, b stay double: the gradient's math)

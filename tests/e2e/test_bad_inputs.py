@@ -102,3 +102,63 @@ def test_a_filter_that_leaves_out_the_refused_runs_runs_the_rest(tmp_path):
     # validate has no filter: it reports the problem.
     p = run("validate", path, "--set", "training.mode=timing")
     assert p.returncode == 2 and refusal in p.stderr, p.stderr
+
+
+def no_claimed_value(stderr, path):
+    """No line of the refusal about `path` says a value was given ("got ..."): the user gave none."""
+    return not [t for t in stderr.splitlines() if f": {path}:" in t and "got" in t]
+
+
+@pytest.mark.parametrize("kind", ["dgc", "threshold"])
+def test_a_timing_only_run_without_an_expected_density_says_it_is_required(tmp_path, kind):
+    """threshold and dgc keep a share of values that depends on the gradient: a timing-only run needs
+    compression.expected_density. Left out, the refusal said "got 0" (its default); it says the field is required in
+    timing-only runs, with its range, naming the file and the path, exit 2 before any run."""
+    field = "compression.expected_density"
+    required = f'{field}: required in timing-only runs (training.mode "timing", --timing-only) of compression.kind ' \
+               f'"{kind}"'
+    train = write(tmp_path, dict(scenario(steps=4), compression={"kind": kind}), "train.json")
+    timing = scenario(name="t", steps=2, axes={}, compression={"kind": kind})
+    timing.update(model={"kind": "gpt2-small"}, data={"kind": "none", "batch_per_rank": 4},
+                  cluster={"ranks": 8, "hardware": "h100-sxm-8"}, training={"mode": "timing", "steps": 2})
+    timing = write(tmp_path, timing, "timing.json")
+    for path, args in ((train, ["--timing-only"]), (timing, [])):
+        for command in (["run", path, *args, "--out", tmp_path / "out"], ["run", path, *args, "--dry-run"]):
+            p = run(*command)
+            assert p.returncode == 2, p.stderr
+            assert f"{path}: {required}" in p.stderr, p.stderr
+            assert "expected the fraction kept per bucket in (0, 1] (e.g. 0.001)" in p.stderr, p.stderr
+            assert no_claimed_value(p.stderr, field), p.stderr
+            assert "nothing was run" in p.stderr and not (tmp_path / "out").exists(), p.stderr
+    # Given, it runs: the density is what a training run would measure.
+    p = run("run", timing, "--set", f"{field}=0.001", "--dry-run")
+    assert p.returncode == 0, p.stderr
+
+
+def test_fields_a_mode_requires_are_said_to_be_required_when_left_out(tmp_path):
+    """The same for the other fields a setting requires and whose default means "not given": an accuracy target's
+    value, the quadratic model's starting point and curvatures, the rows of inline data. None of them claims a value
+    ("got 0", "got null"); a value given out of range is still quoted."""
+    target = scenario(steps=4)
+    target["training"]["target"] = {"metric": "eval_accuracy"}
+    quad = {"name": "q", "model": {"kind": "quadratic"}, "data": {"kind": "none"}, "training": {"steps": 2}}
+    quad_w = dict(quad, model={"kind": "quadratic", "initial_w": [1.0, 2.0]})
+    inline = {"name": "i", "model": {"kind": "linear", "layers": [2, 1], "loss": "mse"}, "data": {"kind": "inline"},
+              "cluster": {"ranks": 2}, "training": {"steps": 2}}
+    cases = [
+        (target, "training.target.value",
+         'required by training.target.metric "eval_accuracy": expected the accuracy to reach, in (0, 1]'),
+        (quad, "model.initial_w", 'required by model.kind "quadratic": expected a list of numbers'),
+        (quad_w, "model.a", 'required by model.kind "quadratic": expected a list of 2 numbers'),
+        (inline, "data.ranks", 'required by data.kind "inline": expected a list of 2 rows'),
+    ]
+    for n, (doc, field, required) in enumerate(cases):
+        path = write(tmp_path, doc, f"{n}.json")
+        p = run("validate", path)
+        assert p.returncode == 2, p.stderr
+        assert f"{path}: {field}: {required}" in p.stderr, p.stderr
+        assert no_claimed_value(p.stderr, field), p.stderr
+    target["training"]["target"]["value"] = 1.5
+    path = write(tmp_path, target, "given.json")
+    p = run("validate", path)
+    assert p.returncode == 2 and f"{path}: training.target.value: an accuracy target is in (0, 1], got 1.5" in p.stderr
