@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -55,6 +56,56 @@ std::string type_text(gs::FieldType t) {
 // The width of what a command prints on stdout (validate, --dry-run, list): gs::output_columns of stdout, 0 (lines
 // not wrapped) when unknown, as for the progress on stderr.
 size_t stdout_columns() { return gs::output_columns(isatty(STDOUT_FILENO) != 0, STDOUT_FILENO); }
+
+// CLI11's help (--help of gradsweep and of each command) at stdout_columns(), the width list and validate print at;
+// unknown (a pipe without COLUMNS): CLI11's own lines. The name column stays as CLI11 aligns it and a description
+// wraps under its own first line; where that would leave it fewer than 30 characters, it goes below the name,
+// indented 4. The description and usage lines wrap with continuation lines indented 2.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  explicit HelpFormatter(size_t columns) : columns_(columns) {}
+  std::string make_option(const CLI::Option* opt, bool is_positional) const override {
+    if (columns_ == 0) return CLI::Formatter::make_option(opt, is_positional);
+    return row(make_option_name(opt, is_positional) + make_option_opts(opt), make_option_desc(opt));
+  }
+  std::string make_subcommand(const CLI::App* sub) const override {
+    if (columns_ == 0) return CLI::Formatter::make_subcommand(sub);
+    return row(sub->get_display_name(true), sub->get_description());
+  }
+  std::string make_description(const CLI::App* app) const override {
+    return wrapped(CLI::Formatter::make_description(app));
+  }
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    return wrapped(CLI::Formatter::make_usage(app, std::move(name)));
+  }
+
+ private:
+  // text's lines wrapped (gs::wrap_lines), its final newline kept.
+  std::string wrapped(const std::string& text) const {
+    if (columns_ == 0 || text.empty()) return text;
+    const bool newline = text.back() == '\n';
+    return gs::wrap_lines(newline ? text.substr(0, text.size() - 1) : text, columns_) + (newline ? "\n" : "");
+  }
+  // "  name   description" with the description's paragraphs wrapped at the name column (or below the name).
+  std::string row(const std::string& name, const std::string& desc) const {
+    const std::string left = "  " + name;
+    const size_t column = get_column_width();
+    const bool beside = columns_ >= column + 30;
+    const size_t indent = beside ? column : 4;
+    const size_t width = columns_ > indent + 20 ? columns_ - indent : 20;  // gs::wrap_to: lines of width - 1
+    std::vector<std::string> lines;
+    std::istringstream paragraphs(desc);
+    for (std::string para; std::getline(paragraphs, para);) {
+      std::istringstream wrapped_para(gs::wrap_to(para, width, 0));
+      for (std::string l; std::getline(wrapped_para, l);) lines.push_back(std::move(l));
+    }
+    const bool first_beside = beside && left.size() < column && !lines.empty();
+    std::string out = first_beside ? left + std::string(column - left.size(), ' ') + lines[0] : left;
+    for (size_t i = first_beside ? 1 : 0; i < lines.size(); ++i) out += "\n" + std::string(indent, ' ') + lines[i];
+    return out + "\n";
+  }
+  size_t columns_;
+};
 
 // `gradsweep list`: one section per registry, "  name  doc" with the name column as wide as the longest name of
 // all sections and the doc wrapped under itself to stdout_columns() (each paragraph one line when it is unknown).
@@ -157,6 +208,7 @@ int merge_command(const gs::MergeRequest& req) {
 int main(int argc, char** argv) {
   CLI::App app{"gradsweep: simulate and benchmark data-parallel training strategies; sweeps scenario files and "
                "writes JSON reports (tools/plot.py draws them)"};
+  app.formatter(std::make_shared<HelpFormatter>(stdout_columns()));  // before the commands: they take a copy
   app.require_subcommand(1);
   std::vector<std::string> args(argv, argv + argc);
 

@@ -241,3 +241,46 @@ def test_a_count_of_one_is_singular(tmp_path):
     p = subprocess.run([str(BIN), "run", str(path), "--filter", "one", "--dry-run"], capture_output=True, text=True,
                        env=env_columns(None), timeout=120)
     assert p.returncode == 0 and "1 of 1 run match --filter one" in p.stdout, p.stdout
+
+
+COMMANDS = [[], ["run"], ["validate"], ["list"], ["fields"], ["price"], ["calibrate"], ["merge"]]
+FILTER_DOC = ("run only the runs whose id this pattern matches somewhere: RE2 syntax (linear-time matching), at most "
+              "512 characters (scenarios/README.md)")
+
+
+def help_of(command, columns):
+    p = subprocess.run([str(BIN), *command, "--help"], capture_output=True, text=True, env=env_columns(columns),
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "gradsweep")
+def test_help_wraps_to_COLUMNS_with_the_option_column_kept(command):
+    """--help (of gradsweep and of every command) follows the width rule of validate and list: COLUMNS, else the
+    terminal's, else unwrapped. At 80 every line fits (its lines ran to 159 characters) with the same words as the
+    unwrapped help, each description's lines starting at the column its first line starts at."""
+    whole, lines = help_of(command, None), help_of(command, COLUMNS)
+    assert not too_long(lines), too_long(lines)
+    assert " ".join(lines).split() == " ".join(whole).split(), lines
+    # A row of the option or command table: "  name" then its description at column 30 (CLI11's), or on the lines
+    # below when the name reaches it; every continuation line starts there too.
+    rows = [n for n, t in enumerate(lines) if re.match(r"  \S", t)]
+    assert rows, lines
+    for n in rows:
+        for t in lines[n + 1:]:
+            if not t.startswith(" " * 30):
+                break
+            assert t[30] != " ", (t, lines)
+    if command == ["run"]:
+        at = next(n for n, t in enumerate(lines) if t.startswith("  --filter TEXT "))
+        assert lines[at] == f"{'  --filter TEXT':<30}run only the runs whose id this pattern matches", lines
+        assert [t[30:] for t in lines[at + 1:at + 3]] == ["somewhere: RE2 syntax (linear-time matching), at",
+                                                         "most 512 characters (scenarios/README.md)"], lines
+
+
+def test_help_keeps_a_long_description_on_one_line_where_it_fits():
+    """At COLUMNS=200 the --filter description (140 characters) is whole on its option's line, as without a width."""
+    want = f"{'  --filter TEXT':<30}{FILTER_DOC}"
+    assert want in help_of(["run"], 200) and want in help_of(["run"], None)
+    assert help_of([], 200) == help_of([], None)  # its longest line, 159 characters, fits in 199
