@@ -287,6 +287,34 @@ std::string replace_refusal(const ExistingReport& e, const Scenario& s, const Dr
   return out;
 }
 
+// head ("  [i] ") and a run id, broken where the line is full after a '.' between the id's parts (run_id_parts),
+// continuation lines indented 2 past the id; a part longer than a line is cut at the line's end. The lines joined
+// without their indents give the id back (what --filter takes). No final newline.
+std::string id_lines(const std::string& head, const std::vector<std::string>& parts, size_t columns) {
+  const size_t max = columns == 0 ? std::string::npos : (columns > 1 ? columns - 1 : 1);
+  const size_t indent = std::min(head.size() + 2, max / 2);
+  std::string out, line = head;
+  bool fresh = true;  // line holds its prefix only
+  auto flush = [&] {
+    out += line + "\n";
+    line = std::string(indent, ' ');
+    fresh = true;
+  };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string part = parts[i] + (i + 1 < parts.size() ? "." : "");
+    if (!fresh && line.size() + part.size() > max) flush();
+    while (line.size() + part.size() > max) {  // longer than a line
+      const size_t room = max > line.size() ? max - line.size() : 0;
+      line += part.substr(0, room);
+      part.erase(0, room);
+      flush();
+    }
+    line += part;
+    fresh = false;
+  }
+  return out + line;
+}
+
 // done: the ids a --resume keeps (nullptr: not a resume). columns: the output's width (0: lines as they are).
 // shard: the slice listed (inactive: all runs).
 std::string dry_run_listing(const Scenario& s, const std::string& filter, const std::map<std::string, json>* done,
@@ -316,9 +344,9 @@ std::string dry_run_listing(const Scenario& s, const std::string& filter, const 
       out += line + "\n";
       continue;
     }
-    // The id whole on its own line (it is what --filter takes; longer than the line, it runs past it), the values
-    // below it, under the id, each kept whole where it fits.
-    out += head + r.id + "\n";
+    // The id on a line of its own (longer than the line, on lines of its own, id_lines), the values below it, under
+    // the id, each kept whole where it fits.
+    out += id_lines(head, run_id_parts(s, r), columns) + "\n";
     const size_t room = columns > head.size() ? columns - head.size() : 1;
     std::string text;
     for (const auto& v : values) text += (text.empty() ? "" : " ") + whole_if_fits(v.substr(v[0] == ' '), room - 1);

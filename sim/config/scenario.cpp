@@ -102,6 +102,20 @@ std::string leaf_of(const std::string& path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
+// Whether the swept paths' last names differ: a run id names each value by it, else by its whole path.
+bool leaves_are_unique(const std::vector<SweepAxis>& axes) {
+  std::set<std::string> leaves;
+  bool unique = true;
+  for (const auto& a : axes)
+    for (const auto& p : a.paths) unique &= leaves.insert(leaf_of(p)).second;
+  return unique;
+}
+
+// One swept value's part of a run id: "leaf=value" (or "dotted.path=value", leaves_are_unique).
+std::string id_part(const std::string& path, const json& v, bool leaves_unique) {
+  return (leaves_unique ? leaf_of(path) : path) + "=" + value_text(v);
+}
+
 // Reads one axis's value list; issues name `where`.
 // Fields holding a file or folder path that the scenario file gives relative to its own folder: every path field of
 // the schema (cluster.hardware only when it names a file, is_hardware_profile_path; a built-in name stays a name).
@@ -628,10 +642,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   std::map<std::string, std::set<int64_t>> over_gpus;
   std::map<std::string, std::pair<std::string, int>> gpus_of;  // file -> (name, gpus_per_node)
   std::vector<std::string> measure_error_none;  // ids of runs that write measure_error true under kind "none"
-  std::set<std::string> leaves;
-  bool leaves_unique = true;
-  for (const auto& a : s.axes)
-    for (const auto& p : a.paths) leaves_unique &= leaves.insert(leaf_of(p)).second;
+  const bool leaves_unique = leaves_are_unique(s.axes);
   for (int64_t point = 0; point < points; ++point) {
     std::vector<size_t> pick(s.axes.size());
     int64_t rest = point;
@@ -650,7 +661,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
         // null: the field's default. A relative file path from the scenario's folder; the id keeps the value given.
         apply_value(cfg, a.paths[p], resolve_file_path(a.paths[p], v, scenario_folder(s.path)));
         swept[a.paths[p]] = v;
-        id += "." + (leaves_unique ? leaf_of(a.paths[p]) : a.paths[p]) + "=" + value_text(v);
+        id += "." + id_part(a.paths[p], v, leaves_unique);
         where.emplace_back(a.paths[p], a.group < 0
                                            ? fmt::format("sweep.axes[\"{}\"][{}]", a.paths[p], pick[ai])
                                            : fmt::format("sweep.zip[{}][\"{}\"][{}]", a.group, a.paths[p],
@@ -749,6 +760,17 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     }
   if (!issues.empty()) throw ScenarioError(file, issues);
   return s;
+}
+
+std::vector<std::string> run_id_parts(const Scenario& s, const RunSpec& r) {
+  std::vector<std::string> parts = {s.name};
+  const bool leaves_unique = leaves_are_unique(s.axes);
+  for (const auto& a : s.axes)
+    for (const auto& p : a.paths) parts.push_back(id_part(p, r.swept.value(p, json()), leaves_unique));
+  parts.push_back("r" + std::to_string(r.repeat));
+  std::string joined;
+  for (const auto& part : parts) joined += (joined.empty() ? "" : ".") + part;
+  return joined == r.id ? parts : std::vector<std::string>{r.id};
 }
 
 std::vector<std::string> expansion_parts(const Scenario& s) {

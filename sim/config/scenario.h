@@ -69,6 +69,10 @@ Scenario load_scenario(const std::string& file, const std::vector<std::string>& 
 Scenario parse_scenario(const std::string& text, const std::string& file_for_messages,
                         const std::vector<std::string>& overrides = {}, const IdPattern* keep = nullptr);
 
+// A run's id in the parts it joins with '.': the scenario's name, "key=value" per swept path (the path's last name,
+// or the whole path where two swept paths share it), "r<repeat>"; {id} for a run not from s's expansion.
+std::vector<std::string> run_id_parts(const Scenario& s, const RunSpec& r);
+
 // "12 runs = 4 [training.accumulation_steps] x 3 [cluster.ranks]" (x R [repeats] when repeats > 1).
 std::string describe_expansion(const Scenario& s);
 // The same text in its parts, which describe_expansion joins with spaces: "12 runs =",

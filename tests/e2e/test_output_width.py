@@ -196,7 +196,8 @@ def dry_run_lines(tmp_path, path):
 def test_validate_and_the_dry_run_honor_COLUMNS(tmp_path, columns):
     """validate and --dry-run print to stdout at the output's width as the run's own lines do: $COLUMNS when set;
     unknown (a pipe without it), each line as it is. A run's line that does not fit has its id on a line of its own
-    and its values below, under the id; nothing is lost (the words are those of the one-line output)."""
+    (on lines of its own, broken after a '.', when longer than the line) and its values below, under the id; nothing
+    is lost (the words are those of the one-line output, the id's pieces joined)."""
     path = long_axes(tmp_path)
     p = subprocess.run([str(BIN), "validate", str(path)], capture_output=True, text=True, env=env_columns(columns),
                        timeout=120)
@@ -216,14 +217,46 @@ def test_validate_and_the_dry_run_honor_COLUMNS(tmp_path, columns):
     if columns is None:
         assert lines == expected
         return
-    assert " ".join(lines).split() == " ".join(expected).split(), lines
-    # Only a run id longer than the line runs past it (ids stay whole: --filter takes them).
-    id_lines = {"  " + " ".join(want.split()[:2]) for want in expected[1:]}
-    assert all(len(t) <= columns - 1 or t in id_lines for t in lines), [t for t in lines if len(t) > columns - 1]
+    assert all(len(t) <= columns - 1 for t in lines), [t for t in lines if len(t) > columns - 1]
+    assert joined_ids(lines) == " ".join(expected).split(), lines
     for k, want in enumerate(expected[1:]):
         head, run_id = want.split()[:2]
-        at = lines.index(f"  {head} {run_id}")  # the id alone on its line (each run's line is over 80 characters)
-        assert lines[at + 1].startswith(" " * len(f"  {head} ") + "cluster.ranks="), lines
+        at, pieces = id_at(lines, head)
+        assert "".join(pieces) == run_id, (run_id, lines)
+        if columns == 80:  # the id (61 characters with its head) alone on its line: each run's line is over 80
+            assert pieces == [run_id], lines
+        else:  # broken after a '.' between its parts, 2 further in than the id
+            assert len(pieces) > 1 and all(p.endswith(".") for p in pieces[:-1]), lines
+            assert all(t.startswith(" " * (len(f"  {head} ") + 2) + p) for t, p in zip(lines[at + 1:], pieces[1:]))
+        assert lines[at + len(pieces)].startswith(" " * len(f"  {head} ") + "cluster.ranks="), lines
+
+
+def id_at(lines, head):
+    """The line of run `head` ("[3]") in a dry run's listing and the pieces of its id: the rest of that line and the
+    lines below indented 2 past the id (id_lines in sim/app/driver.cpp)."""
+    lead = f"  {head} "
+    at = next(n for n, t in enumerate(lines) if t.startswith(lead))
+    pieces = [lines[at][len(lead):]]
+    for t in lines[at + 1:]:
+        if not (t.startswith(" " * (len(lead) + 2)) and t[len(lead) + 2] != " "):
+            break
+        pieces.append(t.strip())
+    return at, pieces
+
+
+def joined_ids(lines):
+    """The words of a dry run's listing with each run id's pieces joined back."""
+    words, n = [], 0
+    while n < len(lines):
+        m = re.match(r"  (\[\d+\]) ", lines[n])
+        if not m:
+            words += lines[n].split()
+            n += 1
+            continue
+        at, pieces = id_at(lines[n:], m.group(1))
+        words += [m.group(1), "".join(pieces)]
+        n += len(pieces)
+    return words
 
 
 def test_a_count_of_one_is_singular(tmp_path):
@@ -284,3 +317,34 @@ def test_help_keeps_a_long_description_on_one_line_where_it_fits():
     want = f"{'  --filter TEXT':<30}{FILTER_DOC}"
     assert want in help_of(["run"], 200) and want in help_of(["run"], None)
     assert help_of([], 200) == help_of([], None)  # its longest line, 159 characters, fits in 199
+
+
+SHIPPED = sorted(p for p in (REPO / "scenarios").rglob("*.json") if "hardware" not in p.parts)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO / "scenarios")))
+def test_every_shipped_scenarios_dry_run_fits_80_columns(tmp_path, path):
+    """A dry run at COLUMNS=80 fits every line in 80 columns (long run ids were printed whole: up to 277 characters
+    in scenarios/strategies/all.json); an id too long for its line is broken after the '.' between its key=value
+    parts and reads back whole, as the one-line listing of a pipe without COLUMNS prints it."""
+    args = [str(BIN), "run", str(path), "--dry-run", "--out", str(tmp_path / "out")]
+    whole = subprocess.run(args, capture_output=True, text=True, env=env_columns(None), timeout=120)
+    assert whole.returncode == 0, whole.stderr
+    p = subprocess.run(args, capture_output=True, text=True, env=env_columns(COLUMNS), timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert not too_long(lines), too_long(lines)
+    runs = [t.split()[1:] for t in whole.stdout.splitlines() if re.match(r"  \[\d+\] ", t)]
+    assert runs, whole.stdout
+    for k, (run_id, *values) in enumerate(runs):
+        at, pieces = id_at(lines, f"[{k}]")
+        assert "".join(pieces) == run_id, (run_id, pieces)
+        # Broken only after the '.' before a part: "key=" of a swept path (its last name or the whole path) or the
+        # repeat "r<k>" at the end, never inside a value.
+        keys = {w.split("=")[0] for w in values if "=" in w}
+        keys |= {key.rsplit(".", 1)[-1] for key in keys}
+        for n in range(1, len(pieces)):
+            rest = "".join(pieces[n:])
+            assert pieces[n - 1].endswith(".") and (re.fullmatch(r"r\d+", rest) or
+                                                   any(rest.startswith(key + "=") for key in keys)), pieces
+    assert joined_ids(lines) == whole.stdout.split()
