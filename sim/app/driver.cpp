@@ -508,17 +508,28 @@ std::string finished_metrics(const json& run, bool timing_only) {
 }
 
 // A finished run's line "[i/N] ID passed in 1.2s: eval_accuracy 0.8 ..." fitted to `columns` (0: one line as it is):
-// the id cut in its middle (as on the live line) where "[i/N] ID passed in 1.2s:" would not fit, the metrics on the
-// lines below where they do not fit beside it, and the run's message (a skip's reason) on lines of its own.
+// the id cut in its middle (as on the live line) as far as "[i/N] ID passed in 1.2s:" needs to fit, the metrics on
+// the lines below where they do not fit beside it, and the run's message (a skip's reason) on lines of its own. Where
+// fewer than 8 characters of the id would be left, the id (cut to the line) has the first line and the outcome, whole
+// where it fits a line, starts the next: the outcome and its time are never cut for the id.
 std::string finished_run_text(const std::string& count, const std::string& id, const std::string& outcome,
                               const std::string& metrics, const std::string& message, size_t columns) {
   const std::string tail = " " + outcome + (metrics.empty() ? "" : ":");
   if (columns == 0)  // one line as it is, the metrics' kNoBreak printed as spaces (wrap_to at width 0)
     return wrap_to(count + " " + id + tail + metrics + (message.empty() ? "" : " (" + message + ")"), 0, 0);
   const size_t max = columns > 1 ? columns - 1 : 1, fixed = count.size() + 1 + tail.size();
-  std::string head = count + " " + middle_cut(id, fixed + 20 < max ? max - fixed : 20) + tail;
-  std::replace(head.begin(), head.end(), ' ', kNoBreak);
-  std::string text = wrap_to(head + metrics, columns, count.size() + 1);
+  const size_t indent = std::min(count.size() + 1, max / 2), room = max > fixed ? max - fixed : 0;
+  std::string text;
+  if (room >= std::min<size_t>(8, id.size())) {
+    std::string head = count + " " + middle_cut(id, room) + tail;
+    std::replace(head.begin(), head.end(), ' ', kNoBreak);
+    text = wrap_to(head + metrics, columns, indent);
+  } else {  // "[i/N] ID" alone, then the outcome and the metrics under the id
+    const std::string pad(indent, ' ');
+    text = count + " " + middle_cut(id, max > count.size() + 1 ? max - count.size() - 1 : 1) + "\n" + pad;
+    for (char c : wrap_to(whole_if_fits(tail.substr(1), max - indent) + metrics, columns - indent, 0))
+      text += c == '\n' ? "\n" + pad : std::string(1, c);
+  }
   if (!message.empty()) text += "\n" + wrap_lines(std::string(count.size() + 1, ' ') + "(" + message + ")", columns);
   return text;
 }

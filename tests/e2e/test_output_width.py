@@ -348,3 +348,36 @@ def test_every_shipped_scenarios_dry_run_fits_80_columns(tmp_path, path):
             assert pieces[n - 1].endswith(".") and (re.fullmatch(r"r\d+", rest) or
                                                    any(rest.startswith(key + "=") for key in keys)), pieces
     assert joined_ids(lines) == whole.stdout.split()
+
+
+@pytest.mark.parametrize("columns", [40, 30])
+def test_a_finished_runs_line_keeps_its_outcome_and_time_at_narrow_widths(tmp_path, columns):
+    """At COLUMNS=40 a finished run's line cut its time ("passed in 0" | ".0s:") to keep 20 characters of the id: the
+    id is shortened first (its head and tail around "..."), the outcome and time stay whole on one line; at 30,
+    with too little room beside them for the id, the id has the line and the outcome starts the next, under it.
+    The runs: scenarios/zero_llm.json, timing-only, 2 steps, its 8 ZeRO stage 1 and 2 runs of 16."""
+    out = tmp_path / "out"
+    p = subprocess.run([str(BIN), "run", str(REPO / "scenarios" / "zero_llm.json"), "--set", "training.steps=2",
+                        "--filter", "stage=[12]", "--out", str(out)], capture_output=True, text=True,
+                       env=env_columns(columns), timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert all(len(t) <= columns - 1 for t in lines), [t for t in lines if len(t) > columns - 1]
+    runs = [(r["id"], r["disposition"]) for r in json.loads((out / "report.json").read_text())["runs"]]
+    assert len(runs) == 8 and {d for _, d in runs} <= {"passed", "skipped"}, runs  # skipped: over the GPU's memory
+    for k, (run_id, disposition) in enumerate(runs, start=1):
+        at = [n for n, t in enumerate(lines) if t.startswith(f"[{k}/8] ")]
+        assert len(at) == 1, lines
+        first, below = lines[at[0]], lines[at[0] + 1]
+        shown = first.split()[1]
+        # Whole, or its head and tail around "..." (which "..." it is: the id's own dots may touch it).
+        cuts = [(shown[:n], shown[n + 3:]) for n in range(len(shown)) if shown.startswith("...", n)]
+        assert shown == run_id or any(run_id.startswith(h) and run_id.endswith(t) and len(h) + len(t) < len(run_id)
+                                      for h, t in cuts), (shown, run_id)
+        outcome = re.compile(disposition + r" in \d+\.\ds(:|$)")
+        if columns == 40:
+            assert re.fullmatch(rf"\[{k}/8\] \S+ {disposition} in \d+\.\ds:?", first), first
+        else:
+            assert first == f"[{k}/8] {shown}" and outcome.match(below[len(f'[{k}/8] '):]), (first, below)
+            assert below.startswith(" " * len(f"[{k}/8] ")), below
+        assert len(outcome.findall(first + "\n" + below)) == 1, (first, below)
