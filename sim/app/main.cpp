@@ -203,6 +203,16 @@ int merge_command(const gs::MergeRequest& req) {
   return 0;
 }
 
+// A command line CLI11 refuses (a missing or unknown argument, a value of the wrong type, --retry-failed without
+// --resume, ...): "gradsweep: CMD: what (see gradsweep CMD --help)" on stderr and exit 2, as every other refusal;
+// --help (CLI11's CallForHelp, exit code 0) prints the help. cmd: the subcommand given ("" when none was).
+int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string& cmd) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  const std::string named = cmd.empty() ? "" : cmd + ": ";
+  print_wrapped(fmt::format("gradsweep: {}{} (see gradsweep {}--help)", named, e.what(), cmd.empty() ? "" : cmd + " "));
+  return kExitBadInput;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -312,13 +322,8 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
+    return parse_error(app, e, argc > 1 && argv[1][0] != '-' ? argv[1] : "");
   }
 
   try {

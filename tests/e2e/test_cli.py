@@ -371,3 +371,33 @@ def test_resume_dry_run_shows_kept_and_rerun_ids_and_is_refused_as_the_resume_is
     real = run("run", path, "--out", out, "--resume")
     assert real.returncode == 2
     assert real.stderr == dry.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["merge"], "merge: sources is required"),
+    (["merge", "SLICES"], "merge: --out is required"),
+    (["merge", "SLICES", "--out"], "merge: --out: 1 required TEXT missing"),
+    (["run", "--bogus"], "run: The following argument was not expected: --bogus"),
+    (["run", "--retry-failed"], "run: --retry-failed requires --resume"),
+    (["validate"], "validate: scenario is required"),
+    (["list", "extra"], "list: The following argument was not expected: extra"),
+    (["fields", "--x"], "fields: The following argument was not expected: --x"),
+    (["price", "--ranks", "abc"], "price: Could not convert: --ranks = abc"),
+    (["calibrate", "--base", "h100-sxm-8"], "calibrate: --out is required"),
+])
+def test_command_line_errors_of_every_command_say_gradsweep_and_exit_2(tmp_path, args, message):
+    """CLI11's refusals read like every other: one "gradsweep: CMD: ..." line on stderr pointing at CMD's --help."""
+    args = [str(tmp_path / "slices") if a == "SLICES" else a for a in args]
+    p = run(*args, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    assert p.stderr == f"gradsweep: {message} (see gradsweep {args[0]} --help)\n"
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+def test_a_missing_command_says_gradsweep_and_exits_2():
+    p = run()
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("gradsweep: ") and p.stderr.endswith(" (see gradsweep --help)\n"), p.stderr
+    help_ = run("merge", "--help")
+    assert help_.returncode == 0 and "--allow-missing" in help_.stdout and help_.stderr == ""
