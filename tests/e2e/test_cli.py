@@ -49,21 +49,6 @@ def run(*args, **kw):
     return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
 
 
-def comparable(report):
-    """What must match between an uninterrupted and a resumed sweep: everything but timings."""
-    out = []
-    for r in report["runs"]:
-        out.append({
-            "id": r["id"], "index": r["index"], "swept": r["swept"], "config": r["config"],
-            "disposition": r["disposition"], "steps": r["steps_completed"],
-            "loss": [p["train_loss"] for p in r["convergence"]["series"]],
-            "eval": [(p["eval_loss"], p["eval_accuracy"]) for p in r["convergence"]["series"]],
-            "bytes": r["communication"]["bytes_sent_per_rank_per_step"],
-            "target": {k: v for k, v in (r["time_to_target"] or {}).items() if k in ("reached", "step")},
-        })
-    return out
-
-
 def test_sweep_writes_a_report_that_validates(tmp_path):
     out = tmp_path / "out"
     p = run("run", write(tmp_path, scenario()), "--out", out)
@@ -149,7 +134,7 @@ def test_dry_run_prints_the_product_and_runs_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_killed_sweep_leaves_a_valid_report_and_resume_completes_it(tmp_path):
+def test_killed_sweep_leaves_a_valid_report_and_resume_completes_it(tmp_path, comparable):
     doc = scenario(steps=150, axes={"training.accumulation_steps": [1, 2, 3], "cluster.ranks": [1, 2]})
     path = write(tmp_path, doc)
     full, cut = tmp_path / "full", tmp_path / "cut"

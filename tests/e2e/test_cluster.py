@@ -63,22 +63,6 @@ def run(*args, **kw):
     return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
 
 
-def comparable(report):
-    """What must match between the unsharded sweep and the merged slices: everything but timings."""
-    out = []
-    for r in report["runs"]:
-        out.append({
-            "id": r["id"], "index": r["index"], "swept": r["swept"], "config": r["config"],
-            "disposition": r["disposition"], "steps": r["steps_completed"],
-            "loss": [p["train_loss"] for p in r["convergence"]["series"]],
-            "eval": [(p["eval_loss"], p["eval_accuracy"]) for p in r["convergence"]["series"]],
-            "bytes": r["communication"]["bytes_sent_per_rank_per_step"],
-            "target": {k: v for k, v in (r["time_to_target"] or {}).items() if k in ("reached", "step")},
-            "modeled": r["timing"]["modeled"] if r["timing"] else None,
-        })
-    return out
-
-
 def load(path):
     report = json.loads(Path(path).read_text())
     jsonschema.validate(report, SCHEMA)
@@ -144,7 +128,7 @@ def test_a_bad_shard_exits_2_before_any_run(tmp_path, bad, why):
     assert not out.exists()
 
 
-def test_three_slices_merge_into_the_unsharded_report(tmp_path):
+def test_three_slices_merge_into_the_unsharded_report(tmp_path, comparable):
     path = write(tmp_path, scenario())
     full, sliced, merged = tmp_path / "full", tmp_path / "sliced", tmp_path / "merged"
     assert run("run", path, "--out", full, "--quiet").returncode == 0
@@ -172,7 +156,7 @@ def test_three_slices_merge_into_the_unsharded_report(tmp_path):
     assert all(r["id"] in c.stdout for r in whole["runs"]), c.stdout
 
 
-def test_a_killed_slice_resumes_and_then_merges(tmp_path):
+def test_a_killed_slice_resumes_and_then_merges(tmp_path, comparable):
     doc = scenario(steps=60)
     path = write(tmp_path, doc)
     full, sliced, merged = tmp_path / "full", tmp_path / "sliced", tmp_path / "merged"

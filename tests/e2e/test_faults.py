@@ -11,7 +11,7 @@ import subprocess
 import jsonschema
 import pytest
 
-from test_cli import BIN, SCHEMA, comparable, run, scenario, write
+from test_cli import BIN, SCHEMA, run, scenario, write
 
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
 
@@ -47,7 +47,7 @@ def load_valid(out):
     return report
 
 
-def resume_and_compare(path, out, full, *extra):
+def resume_and_compare(comparable, path, out, full, *extra):
     p = run("run", path, "--out", out, "--resume", "--quiet", *extra)
     assert p.returncode == 0, p.stderr
     resumed = load_valid(out)
@@ -57,7 +57,7 @@ def resume_and_compare(path, out, full, *extra):
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_at_a_chosen_step_records_interrupted_and_resume_completes(tmp_path, sig, code):
+def test_signal_at_a_chosen_step_records_interrupted_and_resume_completes(tmp_path, sig, code, comparable):
     path = three_runs(tmp_path)
     full = full_report(tmp_path, path)
     out = tmp_path / "cut"
@@ -77,10 +77,10 @@ def test_signal_at_a_chosen_step_records_interrupted_and_resume_completes(tmp_pa
     assert [p["step"] for p in second["convergence"]["series"]] == list(range(1, 12))
     assert second["message"] == f"stopped after step 11 of {STEPS}"
     assert comparable({"runs": [first]}) == comparable({"runs": [full["runs"][0]]})
-    resume_and_compare(path, out, full)
+    resume_and_compare(comparable, path, out, full)
 
 
-def test_second_signal_mid_write_exits_at_once_and_the_report_survives(tmp_path):
+def test_second_signal_mid_write_exits_at_once_and_the_report_survives(tmp_path, comparable):
     path = three_runs(tmp_path)
     full = full_report(tmp_path, path)
     out = tmp_path / "cut"
@@ -100,13 +100,13 @@ def test_second_signal_mid_write_exits_at_once_and_the_report_survives(tmp_path)
     assert json.loads(lines[1])["disposition"] == "passed"
     with pytest.raises(ValueError):
         json.loads(lines[2])  # the cut line: it exited inside the write, not after finishing it
-    resume_and_compare(path, out, full)
+    resume_and_compare(comparable, path, out, full)
     # The resumed journal holds no glued or cut line.
     for line in (out / "runs.jsonl").read_text().splitlines():
         json.loads(line)
 
 
-def test_disk_full_mid_sweep_exits_3_keeps_finished_runs_and_resume_completes(tmp_path):
+def test_disk_full_mid_sweep_exits_3_keeps_finished_runs_and_resume_completes(tmp_path, comparable):
     path = three_runs(tmp_path)
     full = full_report(tmp_path, path)
     out = tmp_path / "cut"
@@ -118,7 +118,7 @@ def test_disk_full_mid_sweep_exits_3_keeps_finished_runs_and_resume_completes(tm
     assert [r["disposition"] for r in report["runs"]][:1] == ["passed"]
     assert len(report["runs"]) <= 2
     assert (out / "runs.jsonl").read_text().endswith("\n"), "no partial journal line"
-    resume_and_compare(path, out, full)
+    resume_and_compare(comparable, path, out, full)
 
 
 def test_disk_full_or_unwritable_folder_leaves_the_previous_report_intact(tmp_path):
