@@ -3,6 +3,7 @@
 #include "sim/report/file_io.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,6 +243,32 @@ void remove_stale_temporaries(const std::string& path) {
   const std::string prefix = p.filename().string() + ".tmp.";
   for (const auto& entry : std::filesystem::directory_iterator(p.parent_path().empty() ? "." : p.parent_path(), ec))
     if (entry.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(entry.path(), ec);
+}
+
+int lock_exclusive(const std::string& path) {
+  for (int attempt = 0; attempt < 100; ++attempt) {  // each retry follows a holder that removed the file
+    const int fd = file_ops().open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK || err == EINTR) return kLockHeld;
+      errno = err;
+      return -1;
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      return fd;
+    ::close(fd);  // the lock of a removed file: take the one at path now
+  }
+  return kLockHeld;
+}
+
+void remove_lock_file(int fd, const std::string& path) {
+  if (fd < 0) return;
+  ::unlink(path.c_str());  // under the lock: nobody else holds this file's lock, and a later locker sees it gone
+  ::close(fd);
 }
 
 }  // namespace gs

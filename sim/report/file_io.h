@@ -68,6 +68,18 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // partial line stays behind) and ReportIoError names the file.
 void append_file_durable(const std::string& path, const std::string& text);
 
+// An exclusive flock on the lock file `path` (created 0644 through file_ops().open), taken without waiting. Once
+// held it is checked to be the file at `path` still: a holder that removed the file (remove_lock_file) left the
+// lock of an unlinked file to whoever had opened it just before, so such a lock is let go and the new file locked
+// instead. Returns the descriptor; kLockHeld when another process holds the lock; -1 (errno set) when the file
+// cannot be opened.
+constexpr int kLockHeld = -2;
+int lock_exclusive(const std::string& path);
+
+// Removes the lock file `path`, then closes fd, the exclusive lock lock_exclusive(path) returned (so the file removed
+// is always the one this process holds, never one another process has locked since).
+void remove_lock_file(int fd, const std::string& path);
+
 // Removes leftover "<path>.tmp.*" files of writers that were killed mid-write (call with the folder's lock held).
 void remove_stale_temporaries(const std::string& path);
 

@@ -214,6 +214,20 @@ struct SourceLocks {
   }
 };
 
+// The merged report's folder's .lock, held (exclusively) while the merge writes there and removed when it ends, done
+// or refused: a finished merged folder holds no lock file. One another process holds is never touched.
+struct OutLock {
+  int fd = -1;
+  std::string path;
+  ~OutLock() { remove_lock_file(fd, path); }
+  void take(const std::string& dir) {
+    path = dir + "/.lock";
+    fd = lock_exclusive(path);
+    if (fd == kLockHeld) throw Error("another gradsweep is writing " + dir + "; wait for it or choose another --out");
+    if (fd < 0) throw ReportIoError("cannot write in " + dir + " (creating .lock: " + std::strerror(errno) + ")");
+  }
+};
+
 // Reads every source's slice reports, checks that they are slices of one sweep, and takes their locks.
 std::vector<SliceReport> read_slices(const std::vector<std::string>& sources, SourceLocks& locks) {
   if (sources.empty()) throw Error("merge: give the slice reports or their folders to merge");
@@ -395,12 +409,8 @@ MergeResult merge_reports(const MergeRequest& req) {
   // The new folder: one writer at a time, and a report there is never replaced.
   if (file_ops().mkdirs(req.out_dir) != 0)
     throw ReportIoError("cannot create the report folder " + req.out_dir + ": " + std::strerror(errno));
-  const int lock = file_ops().open(req.out_dir + "/.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock < 0)
-    throw ReportIoError("cannot write in " + req.out_dir + " (creating .lock: " + std::strerror(errno) + ")");
-  locks.fds.push_back(lock);
-  if (::flock(lock, LOCK_EX | LOCK_NB) != 0)
-    throw Error("another gradsweep is writing " + req.out_dir + "; wait for it or choose another --out");
+  OutLock out_lock;
+  out_lock.take(req.out_dir);
   for (const char* name : {"report.json", "runs.jsonl"}) {
     std::error_code ec;
     if (fs::exists(fs::symlink_status(req.out_dir + "/" + name, ec)))

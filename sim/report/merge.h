@@ -5,7 +5,8 @@
 // fields are left out; and, unless allowed, a sweep that lacks runs (a slice that is absent, or one that did not run
 // all of its runs, or was stopped in one: `interrupted`), naming them. The run files the kept runs name (timeline/,
 // weights/, batches/) are copied beside the new report. Nothing is written before every check passed; the report is
-// written atomically.
+// written atomically. The new folder's .lock is held while the merge writes there and removed when it ends, done or
+// refused (a lock another process holds is never removed: lock_exclusive, remove_lock_file).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

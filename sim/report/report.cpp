@@ -2,7 +2,6 @@
 #include "sim/report/report.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -815,12 +814,10 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     throw ReportIoError("cannot create the report folder " + dir_ + ": " + std::strerror(errno));
   // One writer per folder: a second sweep into the same folder would interleave the journal.
   std::string lock_path = dir_ + "/.lock";
-  lock_.fd = file_ops().open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_.fd = lock_exclusive(lock_path);
+  if (lock_.fd == kLockHeld) throw Error("another gradsweep is writing " + dir_ + "; wait for it or choose another --out");
   if (lock_.fd < 0)
     throw ReportIoError("cannot write in the report folder " + dir_ + " (creating .lock: " + std::strerror(errno) + ")");
-  if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
-    throw Error("another gradsweep is writing " + dir_ + "; wait for it or choose another --out");
-  }
   // Opening a FIFO or device named report.json / runs.jsonl would block or never end: refuse them by name first.
   for (const std::string& path : {report_path(), journal_path()}) {
     if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);

@@ -3,6 +3,7 @@ id hashes to slice K (FNV-1a 64 of the id modulo N, plus 1, computed here apart 
 OUT/shard-K-of-N/; `gradsweep merge` joins the slices into a report whose runs equal the unsharded sweep's (timings
 aside), refuses slices of another scenario or --set values, runs of one id that differ, and missing runs; a slice
 killed mid-sweep is finished with --resume and then merges."""
+import fcntl
 import json
 import os
 import re
@@ -308,3 +309,29 @@ def test_merge_copies_the_run_files(tmp_path):
         k = slice_of(r["id"], 2)
         assert (merged / name).read_bytes() == (sliced / f"shard-{k}-of-2" / name).read_bytes()
     assert "4 run files copied" in p.stderr
+
+
+def test_merge_leaves_no_lock_file_and_never_removes_one_that_is_held(tmp_path):
+    path = write(tmp_path, scenario(steps=5))
+    sliced, merged = tmp_path / "sliced", tmp_path / "merged"
+    run_slices(path, sliced, 2)
+    p = run("merge", sliced, "--out", merged)
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in merged.iterdir()) == ["report.json"]
+    # Refused (a report is never replaced) after it locked the folder: its lock file goes too.
+    p = run("merge", sliced, "--out", merged)
+    assert p.returncode == 2 and "report.json exists" in p.stderr, p.stderr
+    assert sorted(f.name for f in merged.iterdir()) == ["report.json"]
+    # A lock another live process holds stays where it is, the same file.
+    other = tmp_path / "other"
+    other.mkdir()
+    with open(other / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = run("merge", sliced, "--out", other)
+        assert p.returncode == 2 and f"another gradsweep is writing {other}" in p.stderr, p.stderr
+        assert (other / ".lock").exists() and os.stat(other / ".lock").st_ino == os.fstat(held.fileno()).st_ino
+    assert sorted(f.name for f in other.iterdir()) == [".lock"]
+    # Once let go, the merge takes that folder and leaves it without a lock file.
+    p = run("merge", sliced, "--out", other)
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in other.iterdir()) == ["report.json"]

@@ -3,6 +3,8 @@
 // step and the first non-finite quantity. Signals and the CLI's exit codes are tested on the binary in
 // tests/e2e/test_faults.py.
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -362,6 +364,69 @@ TEST(FaultsLimits, InlineEmptinessCheckIsFastForLargeAccumulation) {
   d["training"]["accumulation_steps"] = 1;
   std::string m = problems(d);
   EXPECT_NE(m.find("step 2 has no samples on any rank"), std::string::npos) << m;
+}
+
+// Between a locker's open and its flock, the holder removes the lock file (remove_lock_file) and, with third_locker,
+// another process creates and locks a new one: the race that removing a lock file opens. open returns the old file.
+class RemovedWhileOpening : public FileOps {
+ public:
+  bool third_locker = false;
+  int opens = 0, other_fd = -1;
+  int open(const std::string& path, int flags, mode_t mode) override {
+    const int fd = FileOps::open(path, flags, mode);
+    if (++opens == 1) {
+      ::unlink(path.c_str());
+      if (third_locker) {
+        other_fd = FileOps::open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (other_fd < 0 || ::flock(other_fd, LOCK_EX | LOCK_NB) != 0) ADD_FAILURE() << "the third locker failed";
+      }
+    }
+    return fd;
+  }
+};
+
+bool same_file(int fd, const std::string& path) {
+  struct stat a {}, b {};
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+TEST_F(FaultsFiles, LockFileIsExclusiveAndItsHolderRemovesIt) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = (dir_ / ".lock").string();
+  const int fd = lock_exclusive(path);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(lock_exclusive(path), kLockHeld);
+  EXPECT_TRUE(same_file(fd, path));
+  remove_lock_file(fd, path);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  const int again = lock_exclusive(path);  // a new file, free
+  ASSERT_GE(again, 0);
+  remove_lock_file(again, path);
+}
+
+TEST_F(FaultsFiles, TheLockOfALockFileRemovedMeanwhileIsNotKept) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = (dir_ / ".lock").string();
+  {
+    // The removed file's flock is free, but the folder's lock is now the new file's, held by the third process.
+    RemovedWhileOpening race;
+    race.third_locker = true;
+    ScopedOps scoped(&race);
+    EXPECT_EQ(lock_exclusive(path), kLockHeld);
+    EXPECT_EQ(race.opens, 2);  // the removed file, then the one at path now
+    ::close(race.other_fd);
+  }
+  std::filesystem::remove(path);
+  {
+    // Removed and not replaced: the lock taken is that of a new file at path, not of the removed one.
+    RemovedWhileOpening race;
+    ScopedOps scoped(&race);
+    const int fd = lock_exclusive(path);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(race.opens, 2);
+    EXPECT_TRUE(same_file(fd, path));
+    remove_lock_file(fd, path);
+  }
 }
 
 }  // namespace
