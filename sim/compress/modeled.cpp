@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -184,6 +185,99 @@ void add_bucket_price(StepCost& cost, const BucketPrice& price, size_t begin, si
   kernels(price.encode);
   for (const WireCall& call : price.calls) cost.add_collective(priced_kind(call.kind), call.bytes, range);
   kernels(price.decode);
+}
+
+ModeledReduction modeled_reduction(const CompressionConfig& c, const std::vector<std::pair<size_t, size_t>>& buckets,
+                                   size_t n, int ranks, const std::vector<TensorInfo>* tensors) {
+  ModeledReduction r;
+  r.buckets = c.kind == "topk" && c.scope == "model" ? std::vector<std::pair<size_t, size_t>>{{0, n}} : buckets;
+  r.n = n;
+  r.ranks = ranks;
+  r.error_feedback = c.error_feedback != "none" && c.kind != "dgc";  // dgc keeps its own residual
+  r.tensors = tensors;
+  return r;
+}
+
+int64_t compression_price_class(const CompressionConfig& c, int64_t step) {
+  if (c.kind == "powersgd" && step < c.start_step) return 1;
+  return 0;
+}
+
+namespace {
+
+BucketShape modeled_shape(const ModeledReduction& r, int64_t step, const std::pair<size_t, size_t>& bucket) {
+  BucketShape shape;
+  shape.begin = bucket.first;
+  shape.end = bucket.second;
+  shape.ranks = r.ranks;
+  shape.step = step;
+  shape.error_feedback = r.error_feedback;
+  shape.tensors = r.tensors;
+  return shape;
+}
+
+// One rank's modeled step: its encoded bytes, the bytes it puts on the wire (NCCL nBytes x nccl-tests' bus-bandwidth
+// factor, as the modeled clock counts them) and the collectives it issues.
+struct StepTotals {
+  double payload = 0.0, wire = 0.0, calls = 0.0;
+};
+
+StepTotals modeled_step_totals(const CompressionConfig& c, const ModeledReduction& r, int64_t step) {
+  StepTotals t;
+  for (const auto& b : r.buckets) {
+    const BucketPrice p = price_compressed_bucket(c, modeled_shape(r, step, b));
+    t.payload += p.payload_bytes;
+    for (const WireCall& call : p.calls) {
+      t.wire += call.bytes * CollectiveModel::busbw_factor(priced_kind(call.kind), r.ranks);
+      t.calls += 1.0;
+    }
+  }
+  return t;
+}
+
+// The collective that carries the payload (the compressor's collective()): casts and PowerSGD's factors are summed in
+// an all-reduce, the other payloads gathered.
+const char* modeled_collective(const std::string& kind) {
+  const bool summed = cast_bytes(kind) > 0.0 || kind == "powersgd";
+  return collective_name(summed ? WireCollective::kAllReduce : WireCollective::kAllGather);
+}
+
+}  // namespace
+
+void add_modeled_reduction(StepCost& cost, const CompressionConfig& c, const ModeledReduction& r, int64_t step) {
+  for (const auto& b : r.buckets)
+    add_bucket_price(cost, price_compressed_bucket(c, modeled_shape(r, step, b)), b.first, b.second);
+}
+
+nlohmann::json modeled_compression_report(const CompressionConfig& c, const ModeledReduction& r, int64_t steps) {
+  std::map<int64_t, StepTotals> by_class;  // one priced step per class (compression_price_class)
+  StepTotals sum;
+  for (int64_t t = 0; t < steps; ++t) {
+    auto it = by_class.find(compression_price_class(c, t));
+    if (it == by_class.end()) it = by_class.emplace(compression_price_class(c, t), modeled_step_totals(c, r, t)).first;
+    sum.payload += it->second.payload;
+    sum.wire += it->second.wire;
+    sum.calls += it->second.calls;
+  }
+  const double per = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
+  const double dense = 4.0 * static_cast<double>(r.n);
+  const double pay = sum.payload * per;
+  nlohmann::json j;
+  j["kind"] = c.kind;
+  j["collective"] = modeled_collective(c.kind);
+  j["error_feedback"] = c.kind == "dgc" ? "own" : (c.error_feedback == "gradient" ? "plain" : c.error_feedback);
+  j["dense_bytes_per_rank_per_step"] = dense;
+  j["payload_bytes_per_rank_per_step"] = pay;
+  j["wire_bytes_per_rank_per_step"] = sum.wire * per;
+  j["collectives_per_rank_per_step"] = sum.calls * per;
+  j["compression_ratio"] = pay > 0 ? nlohmann::json(dense / pay) : nlohmann::json(nullptr);
+  if (cast_bytes(c.kind) > 0.0) j["accumulate"] = c.accumulate;
+  // Measured on a clock or from the gradient's values: a timing-only run has neither (its modeled encode and decode
+  // time is timing.modeled's compress phase).
+  for (const char* key : {"compress_time", "decompress_time", "relative_error", "max_relative_error", "residual_norm"})
+    j[key] = nullptr;
+  j["modeled"] = true;
+  return j;
 }
 
 }  // namespace gs

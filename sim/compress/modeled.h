@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/compress/compressor.h"
@@ -68,5 +69,33 @@ EncodePasses encode_passes(const std::string& kind);
 
 // Adds a bucket's price to the rank's modeled step on the bucket's chain: encode, the collectives, then decode.
 void add_bucket_price(StepCost& cost, const BucketPrice& price, size_t begin, size_t end);
+
+// What a timing-only run's compressed reduction is made of: the ranges priced as buckets (the strategy's buckets; top-k
+// with scope "model": one over the whole gradient), the gradient's elements, the ranks, and the shape's other fields.
+struct ModeledReduction {
+  std::vector<std::pair<size_t, size_t>> buckets;
+  size_t n = 0;
+  int ranks = 1;
+  bool error_feedback = false;                       // the reducer's residual (not dgc's own)
+  const std::vector<TensorInfo>* tensors = nullptr;  // the model's tensor table (PowerSGD's matrices)
+};
+ModeledReduction modeled_reduction(const CompressionConfig& c, const std::vector<std::pair<size_t, size_t>>& buckets,
+                                   size_t n, int ranks, const std::vector<TensorInfo>* tensors);
+
+// Steps whose buckets are priced alike share a class (the first member of a strategy's PriceKey: a timing-only run
+// prices one step per class): 0 for the steps priced as every step after the schedules; powersgd before start_step:
+// 1 (dense fp32).
+int64_t compression_price_class(const CompressionConfig& c, int64_t step);
+
+// Adds every bucket of step `step`, priced from its shape alone, to the rank's modeled step (timing-only runs).
+void add_modeled_reduction(StepCost& cost, const CompressionConfig& c, const ModeledReduction& r, int64_t step);
+
+// The report's "compression" object of a timing-only run of `steps` optimizer steps (reports/README.md,
+// "compression"), from the same prices: the keys a training run writes that are defined without the gradient's
+// values (kind, collective, error_feedback, dense / payload / wire bytes per rank and step as means over the steps,
+// compression_ratio, accumulate for casts) plus collectives_per_rank_per_step and "modeled": true; the keys that need
+// values or a measured clock (compress_time, decompress_time, relative_error, max_relative_error, residual_norm)
+// are null.
+nlohmann::json modeled_compression_report(const CompressionConfig& c, const ModeledReduction& r, int64_t steps);
 
 }  // namespace gs

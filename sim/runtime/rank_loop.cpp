@@ -567,6 +567,7 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
     monitor.step_done(step + 1, nothing_trained);
     if (monitor.stop_after(step + 1, monitor.read_stop())) break;
   }
+  res.compression = strategy->modeled_compression(res.steps_completed);
 }
 
 // The host backend's run (and the staged cuda path's: the same loop and strategies with forward / backward /

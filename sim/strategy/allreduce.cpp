@@ -39,7 +39,6 @@ class AllReduce final : public SyncStrategy {
         staleness_(static_cast<size_t>(s.config.sync.staleness)),
         overlap_(s.config.sync.overlap),
         cost_model_(s.cost_model),
-        tensors_(&s.model.tensors()),
         wire_bytes_(gradient_wire_bytes(s.config)),
         optimizer_(update_optimizer(s.config)),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
@@ -47,6 +46,9 @@ class AllReduce final : public SyncStrategy {
     wire_config_ = wire_config(s.config);
     if (s.timing_only) {  // timing-only: price alone, no buffers (one precision step prices its passes)
       precision_.emplace_back(s.config);
+      std::vector<std::pair<size_t, size_t>> ranges;
+      for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
+      modeled_ = modeled_reduction(wire_config_.compression, ranges, n_, ranks_, &s.model.tensors());
       return;
     }
     if (wire_config_.compression.kind != "none") {
@@ -90,6 +92,11 @@ class AllReduce final : public SyncStrategy {
   nlohmann::json compression_report() const {
     return compressed_ ? compressed_->report() : nlohmann::json(nullptr);
   }
+  // Timing-only runs: the compression object from the buckets' modeled prices (sim/compress/modeled.h).
+  nlohmann::json modeled_compression(int64_t steps) const override {
+    const CompressionConfig& cc = wire_config_.compression;
+    return cc.kind == "none" ? nlohmann::json(nullptr) : modeled_compression_report(cc, modeled_, steps);
+  }
 
   void step(const StepInput& in) override {
     price(in);
@@ -108,15 +115,16 @@ class AllReduce final : public SyncStrategy {
   // The modeled step: one all-reduce per bucket (fp32 gradients), overlapped with backward, then the optimizer.
   PriceKey price(const StepInput& in) const override {
     const CompressionConfig& cc = wire_config_.compression;
-    // PowerSGD sends dense before its start_step: those steps price apart.
-    const PriceKey key{cc.kind == "powersgd" && in.step < cc.start_step ? 1 : 0, 0};
+    // Steps whose buckets price differently (PowerSGD's dense steps before its start_step) price apart.
+    const PriceKey key{compression_price_class(cc, in.step), 0};
     if (in.cost == nullptr) return key;
     in.cost->overlap_backward = overlap_;
     in.cost->deferred_steps = static_cast<int64_t>(staleness_);
     if (compressed_) {
       // Training runs: CompressedReduction prices each bucket while it reduces it (price_compressed_bucket).
     } else if (cc.kind != "none") {
-      price_modeled_compression(in);
+      // Timing-only runs: every bucket priced from its shape alone, as CompressedReduction prices it.
+      add_modeled_reduction(*in.cost, cc, modeled_, in.step);
     } else {
       for (const Bucket& b : buckets_)
         in.cost->add_collective(CollectiveKind::kAllReduce, wire_bytes_ * static_cast<double>(b.end - b.begin),
@@ -125,24 +133,6 @@ class AllReduce final : public SyncStrategy {
     if (cost_model_ != nullptr) cost_model_->add_optimizer(*in.cost, optimizer_, static_cast<double>(n_));
     precision_[precision_.size() == 1 ? 0 : static_cast<size_t>(in.rank)].price(*in.cost, static_cast<double>(n_));
     return key;
-  }
-
-  // Timing-only runs: every bucket (top-k over the whole model: one) priced from its shape alone, as the training
-  // run's CompressedReduction prices it (sim/compress/modeled.h).
-  void price_modeled_compression(const StepInput& in) const {
-    const CompressionConfig& cc = wire_config_.compression;
-    BucketShape shape;
-    shape.ranks = ranks_;
-    shape.step = in.step;
-    shape.error_feedback = cc.error_feedback != "none" && cc.kind != "dgc";  // dgc keeps its own residual
-    shape.tensors = tensors_;
-    auto one = [&](size_t begin, size_t end) {
-      shape.begin = begin;
-      shape.end = end;
-      add_bucket_price(*in.cost, price_compressed_bucket(cc, shape), begin, end);
-    };
-    if (cc.kind == "topk" && cc.scope == "model") return one(0, n_);
-    for (const Bucket& b : buckets_) one(b.begin, b.end);
   }
 
   // Bytes a ring all-reduce of the whole gradient puts on the wire per rank (nccl-tests: 2(n-1)/n * size).
@@ -315,7 +305,6 @@ class AllReduce final : public SyncStrategy {
   size_t staleness_;  // sync.staleness
   bool overlap_;      // sync.overlap (modeled clock only)
   const CostModel* cost_model_;
-  const std::vector<TensorInfo>* tensors_;  // the model's tensor table (PowerSGD's matrices, timing-only pricing)
   double wire_bytes_;  // bytes per gradient element on the wire (precision: 2 under fp16_pure)
   OptimizerConfig optimizer_;
   std::vector<Bucket> buckets_;
@@ -327,6 +316,7 @@ class AllReduce final : public SyncStrategy {
   std::vector<Ring> ring_;      // staleness > 0: one per optimizer
   RunConfig wire_config_;                            // read by compressed_ (it keeps a reference)
   std::unique_ptr<CompressedReduction> compressed_;  // compression.kind != "none" (or fp16_pure's fp16 wire)
+  ModeledReduction modeled_;                         // timing-only runs: what price_compressed_bucket prices
 };
 
 }  // namespace

@@ -174,6 +174,9 @@ class SyncStrategy {
   virtual bool replicas_identical(int64_t total_steps) const = 0;
   // After the run: what the report takes from the strategy.
   virtual StrategyReport report() const { return {}; }
+  // After a timing-only run of `steps` optimizer steps: the report's "compression" object from the modeled prices
+  // alone (null: the gradients travel uncompressed, or the strategy models no compressor).
+  virtual nlohmann::json modeled_compression(int64_t steps) const { return nullptr; }
   // The run's step control (once, before the rank threads start): the lockstep one unless the strategy's ranks do
   // not step together (the parameter server supplies its own and reports through setup.progress).
   virtual std::unique_ptr<StepControl> make_control(const ControlSetup& setup) { return setup.lockstep(); }

@@ -294,6 +294,87 @@ TEST(CompressModeledEquality, TimingOnlyRunMatchesTrainingRun) {
   }
 }
 
+// ---- The report's compression object of a timing-only run ---------------------------------------------------------
+
+// A timing-only GPT-2 small run (8 ranks, h100-sxm-8) with compression `comp`; its report entry.
+json gpt2_small_timing(const json& comp, const json& sync = {{"kind", "allreduce"}}) {
+  const json s = {{"name", "t"},
+                  {"model", {{"kind", "gpt2-small"}}},
+                  {"data", {{"kind", "none"}, {"batch_per_rank", 1}}},
+                  {"cluster", {{"ranks", 8}, {"hardware", "h100-sxm-8"}}},
+                  {"training", {{"mode", "timing"}, {"steps", 3}, {"eval_every", 0}}},
+                  {"sync", sync},
+                  {"compression", comp}};
+  return test::run_scenario_text(s.dump()).at(0);
+}
+
+// GPT-2 small (Radford et al. 2019: 12 layers, d = 768, d_ff = 3072, vocab 50257, context 1024, tied head):
+// embeddings 50257 x 768 + 1024 x 768; per layer two LayerNorms (2 x 768 each), qkv 2304 x 768 + 2304, proj
+// 768 x 768 + 768, fc 3072 x 768 + 3072, proj 768 x 3072 + 768; the final LayerNorm 2 x 768.
+constexpr double kGpt2SmallParams = 50257.0 * 768 + 1024.0 * 768 +
+                                    12.0 * (4 * 768 + 2304.0 * 768 + 2304 + 768.0 * 768 + 768 + 3072.0 * 768 + 3072 +
+                                            768.0 * 3072 + 768) +
+                                    2 * 768;
+
+TEST(CompressModeledReport, TimingOnlyTopKWritesTheWireFormatsBytes) {
+  // One top-k over the whole model at 1%: k = round(0.01 x 124,439,808) = 1,244,398 (index + value pairs, 8 bytes):
+  // 9,955,184 payload bytes; the all-gather of 8 such payloads puts 7/8 of 8 x 9,955,184 on the wire per rank.
+  ASSERT_EQ(kGpt2SmallParams, 124439808.0);
+  const double k = 1244398.0, payload = 8.0 * k;
+  for (const json& comp : {json{{"kind", "topk"}, {"ratio", 0.01}, {"scope", "model"}},
+                           json{{"kind", "topk"}, {"ratio", 0.01}, {"error_feedback", "gradient"}}}) {
+    // The second: per bucket, one bucket holding the whole gradient (sync.bucket_mb larger than its 475 MiB).
+    const json run = gpt2_small_timing(comp, {{"kind", "allreduce"}, {"bucket_mb", 1024}, {"first_bucket_mb", 1024}});
+    ASSERT_EQ(run["num_params"], kGpt2SmallParams);
+    const json& c = run["compression"];
+    ASSERT_TRUE(c.is_object()) << run.dump().substr(0, 400);
+    EXPECT_EQ(c["kind"], "topk");
+    EXPECT_EQ(c["collective"], "all_gather");
+    EXPECT_EQ(c["modeled"], true);
+    EXPECT_EQ(c["error_feedback"], comp.contains("error_feedback") ? "plain" : "none");
+    EXPECT_EQ(c["dense_bytes_per_rank_per_step"], 4.0 * kGpt2SmallParams);
+    EXPECT_EQ(c["payload_bytes_per_rank_per_step"], payload);
+    EXPECT_DOUBLE_EQ(c["wire_bytes_per_rank_per_step"].get<double>(), 7.0 / 8.0 * 8.0 * payload);
+    EXPECT_EQ(c["collectives_per_rank_per_step"], 1.0);
+    EXPECT_DOUBLE_EQ(c["compression_ratio"].get<double>(), 4.0 * kGpt2SmallParams / payload);
+    for (const char* key : {"compress_time", "decompress_time", "relative_error", "max_relative_error",
+                            "residual_norm"})
+      EXPECT_TRUE(c[key].is_null()) << key;
+    // The same bytes the modeled clock put on the wire.
+    EXPECT_DOUBLE_EQ(run["communication"]["bytes_sent_per_rank_per_step"][0].get<double>(),
+                     c["wire_bytes_per_rank_per_step"].get<double>());
+  }
+}
+
+TEST(CompressModeledReport, TimingOnlyPowerSgdWritesFactorsAndDenseRest) {
+  // Rank 4: every matrix [rows, cols] of GPT-2 small has (rows + cols) x 4 x 2 < rows x cols, so each sends P and Q,
+  // (rows + cols) x 4 fp32 values: wte (50257 + 768) 4, wpe (1024 + 768) 4, per layer qkv (2304 + 768) 4, proj
+  // (768 + 768) 4, fc and mlp proj (3072 + 768) 4 each; the biases and LayerNorms go dense (9984 per layer + 1536).
+  const double factors = (50257.0 + 768) * 4 + (1024.0 + 768) * 4 +
+                         12.0 * ((2304.0 + 768) * 4 + (768.0 + 768) * 4 + 2 * (3072.0 + 768) * 4);
+  const double dense = 12.0 * (4 * 768 + 2304 + 768 + 3072 + 768) + 2 * 768;
+  const double payload = 4.0 * (factors + dense);
+  ASSERT_EQ(payload, 3689744.0);
+  // start_step 1 of 3 steps: step 0 all-reduces the dense fp32 gradient (4 x 124,439,808 bytes), steps 1 and 2 the
+  // payload; the ring all-reduce puts 2 x 7/8 of each on the wire.
+  const json run = gpt2_small_timing({{"kind", "powersgd"}, {"rank", 4}, {"start_step", 1}});
+  const json& c = run["compression"];
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["collective"], "all_reduce");
+  const double mean_payload = (4.0 * kGpt2SmallParams + 2.0 * payload) / 3.0;
+  EXPECT_DOUBLE_EQ(c["payload_bytes_per_rank_per_step"].get<double>(), mean_payload);
+  EXPECT_DOUBLE_EQ(c["wire_bytes_per_rank_per_step"].get<double>(), 2.0 * 7.0 / 8.0 * mean_payload);
+  // From step 1 on alone (start_step 0): the compressed steps only.
+  const json c0 = gpt2_small_timing({{"kind", "powersgd"}, {"rank", 4}})["compression"];
+  EXPECT_DOUBLE_EQ(c0["payload_bytes_per_rank_per_step"].get<double>(), payload);
+  EXPECT_DOUBLE_EQ(c0["compression_ratio"].get<double>(), 4.0 * kGpt2SmallParams / payload);
+}
+
+// An uncompressed timing-only run still writes null.
+TEST(CompressModeledReport, UncompressedTimingOnlyRunWritesNull) {
+  EXPECT_TRUE(gpt2_small_timing({{"kind", "none"}})["compression"].is_null());
+}
+
 // ---- compression.expected_density and the timing-only refusals ------------------------------------------------------
 
 std::vector<ConfigIssue> issues_of(const json& j) {
