@@ -13,6 +13,7 @@
 
 #include "kernels/compress.h"
 #include "sim/compress/compressor.h"
+#include "sim/compress/modeled.h"
 #include "sim/compress/reduce.h"
 #include "sim/config/run_kinds.h"
 #include "sim/cost/hardware_profile.h"
@@ -283,7 +284,7 @@ double activation_element_bytes(const std::string& mode) { return mode == "fp32"
 // (every bucket's, as they may all be in flight while backward overlaps). PowerSGD: P and Q of every matrix (the
 // all-reduced payload) and the warm-start Q kept across steps. threshold keeps a value-dependent count: bounded by
 // every value kept (8 bytes each); dgc by its step-0 warm-up density; both by compression.expected_density where a
-// timing-only run gives it.
+// timing-only run gives it (dgc: its step-0 warm-up density, modeled_density).
 int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
   const auto& cp = c.compression;
   if (cp.kind == "none") return 0;
@@ -321,13 +322,11 @@ int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
     } else if (cp.kind == "randomk") {
       own += (cp.shared_indices ? 4.0 : 8.0) * static_cast<double>(kept_count(m, cp.ratio, cp.k));
     } else if ((cp.kind == "threshold" || cp.kind == "dgc") && cp.expected_density > 0) {  // timing-only runs
-      own += 8.0 * static_cast<double>(kept_count(m, cp.expected_density, 0));
+      own += 8.0 * static_cast<double>(kept_count(m, modeled_density(cp, 0), 0));  // dgc: step 0 keeps the most
     } else if (cp.kind == "threshold") {
       own += 8.0 * static_cast<double>(m);
     } else if (cp.kind == "dgc") {
-      const double ratio = cp.warmup_steps > 0 ? std::pow(cp.ratio, 1.0 / static_cast<double>(cp.warmup_steps + 1))
-                                               : cp.ratio;
-      own += 8.0 * static_cast<double>(kept_count(m, ratio, 0));
+      own += 8.0 * static_cast<double>(kept_count(m, dgc_density_at(cp.ratio, cp.warmup_steps, 0), 0));
     } else if (cp.kind == "qsgd") {
       own += static_cast<double>(qsgd_encoded_bytes(m, static_cast<int>(cp.levels)));
     } else if (cp.kind == "terngrad") {

@@ -135,6 +135,12 @@ struct PowerSgdInitialQ {
 };
 std::vector<PowerSgdInitialQ> powersgd_initial_q(const RunConfig& c, const Model& m);
 
+// DGC's exponential warm-up (Lin et al. 2018, section 3.4) of the fraction kept at 0-based step t:
+// target^((t + 1) / (W + 1)) for t < W = warmup (0.25 -> 0.0625 -> ... for target 0.001, W = 4), then target. The dgc
+// compressor's ratio follows it with target compression.ratio; a timing-only run's density with target
+// compression.expected_density (sim/compress/modeled.cpp).
+double dgc_density_at(double target, int64_t warmup, int64_t step);
+
 // Number of values kept out of n for ratio/k settings: k if k > 0, else max(1, round(ratio * n)), at most n.
 size_t kept_count(size_t n, double ratio, int64_t k);
 

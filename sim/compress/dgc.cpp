@@ -1,8 +1,9 @@
 // `dgc`: Deep Gradient Compression (Lin et al., ICLR 2018). Per rank and bucket: local gradient clipping (scale g to
 // L2 norm <= clip_norm), momentum correction u = m u + g, velocity v = v + u, a threshold estimated from a Philox
 // sample of |v| (kernels/compress.h sampled_threshold) at this step's ratio, the values |v| >= threshold sent as
-// index + value pairs, then momentum factor masking: u and v zeroed where sent. The ratio warms up exponentially:
-// ratio_t = ratio^((t+1)/(W+1)) for t < W (0.25 -> 0.0625 -> ... for ratio 0.001, W = 4, as the paper's schedule).
+// index + value pairs, then momentum factor masking: u and v zeroed where sent. The ratio warms up exponentially
+// (dgc_density_at): ratio_t = ratio^((t+1)/(W+1)) for t < W (0.25 -> 0.0625 -> ... for ratio 0.001, W = 4, as the
+// paper's schedule).
 // DGC keeps its own residual (v); its invariant: sum of sent + v == sum over steps of u.
 #include <cmath>
 
@@ -21,12 +22,6 @@ class Dgc final : public Compressor {
   bool own_feedback() const override { return true; }
   const std::vector<float>* own_residual() const override { return &v_; }
 
-  // The ratio of step t (0-based) under the warm-up.
-  static double ratio_at(double ratio, int64_t warmup, int64_t step) {
-    if (step >= warmup) return ratio;
-    return std::pow(ratio, static_cast<double>(step + 1) / static_cast<double>(warmup + 1));
-  }
-
   void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
     thread_local std::vector<uint32_t> idx;
     const size_t n = job.n;
@@ -43,7 +38,7 @@ class Dgc final : public Compressor {
       u[i] = momentum_ * u[i] + clip * job.p[i];
       v[i] += u[i];
     }
-    const double ratio = ratio_at(ratio_, warmup_, job.step);
+    const double ratio = dgc_density_at(ratio_, warmup_, job.step);
     const size_t samples = std::max<size_t>(1, static_cast<size_t>(std::ceil(sample_ratio_ * static_cast<double>(n))));
     const float thr = sampled_threshold(v, n, ratio, job.seed, job.stream(), samples);
     idx.resize(n);
@@ -68,6 +63,11 @@ class Dgc final : public Compressor {
 };
 
 }  // namespace
+
+double dgc_density_at(double target, int64_t warmup, int64_t step) {
+  if (step >= warmup) return target;
+  return std::pow(target, static_cast<double>(step + 1) / static_cast<double>(warmup + 1));
+}
 
 std::unique_ptr<Compressor> make_dgc(const RunConfig& rc, const Model& m, int) {
   const CompressionConfig& c = rc.compression;

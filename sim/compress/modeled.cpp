@@ -70,19 +70,24 @@ PowerSgdBucket powersgd_bucket(const CompressionConfig& c, const BucketShape& b)
   return out;
 }
 
-// Values kept by threshold / dgc without a measurement: expected_density of the bucket (at least one).
-size_t expected_kept(const CompressionConfig& c, size_t n) {
+// Values kept by threshold / dgc without a measurement at 0-based step `step`: the bucket's expected density (at least
+// one value); dgc's follows its warm-up (modeled_density).
+size_t expected_kept(const CompressionConfig& c, size_t n, int64_t step) {
   if (!(c.expected_density > 0.0 && c.expected_density <= 1.0))
     throw Error(fmt::format("compression.expected_density: {} keeps a share of values that depends on the gradient; "
                             "a bucket priced without one needs compression.expected_density in (0, 1], {}", c.kind,
                             c.expected_density == 0.0 ? std::string("not given")
                                                       : fmt::format("got {}", c.expected_density)));
-  return kept_count(n, c.expected_density, 0);
+  return kept_count(n, modeled_density(c, step), 0);
 }
 
 }  // namespace
 
 bool density_is_data_dependent(const std::string& kind) { return kind == "threshold" || kind == "dgc"; }
+
+double modeled_density(const CompressionConfig& c, int64_t step) {
+  return c.kind == "dgc" ? dgc_density_at(c.expected_density, c.warmup_steps, step) : c.expected_density;
+}
 
 EncodePasses encode_passes(const std::string& kind) {
   // torch.topk on CUDA for a slice this large takes the multi-block radix select (mbtopk::launch in
@@ -129,7 +134,7 @@ BucketPrice price_compressed_bucket(const CompressionConfig& c, const BucketShap
     if (measured) {
       gather(b.measured_own_bytes, b.measured_max_bytes);
     } else {
-      const double bytes = 8.0 * static_cast<double>(expected_kept(c, n));
+      const double bytes = 8.0 * static_cast<double>(expected_kept(c, n, b.step));
       gather(bytes, bytes);
     }
   } else if (kind == "qsgd") {
@@ -200,6 +205,7 @@ ModeledReduction modeled_reduction(const CompressionConfig& c, const std::vector
 
 int64_t compression_price_class(const CompressionConfig& c, int64_t step) {
   if (c.kind == "powersgd" && step < c.start_step) return 1;
+  if (c.kind == "dgc" && step < c.warmup_steps) return 1 + step;  // each warm-up step keeps its own density
   return 0;
 }
 
@@ -242,6 +248,21 @@ const char* modeled_collective(const std::string& kind) {
   return collective_name(summed ? WireCollective::kAllReduce : WireCollective::kAllGather);
 }
 
+// DGC's warm-up steps run (at most kMaxWarmupListed): each step's density and one rank's bytes.
+template <class Totals>
+nlohmann::json dgc_warmup_json(const CompressionConfig& c, int64_t steps, Totals& totals) {
+  constexpr int64_t kMaxWarmupListed = 1000;
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t t = 0; t < std::min({steps, c.warmup_steps, kMaxWarmupListed}); ++t) {
+    const StepTotals& one = totals(t);
+    out.push_back({{"step", t},
+                   {"density", modeled_density(c, t)},
+                   {"payload_bytes_per_rank", one.payload},
+                   {"wire_bytes_per_rank", one.wire}});
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_modeled_reduction(StepCost& cost, const CompressionConfig& c, const ModeledReduction& r, int64_t step) {
@@ -251,13 +272,17 @@ void add_modeled_reduction(StepCost& cost, const CompressionConfig& c, const Mod
 
 nlohmann::json modeled_compression_report(const CompressionConfig& c, const ModeledReduction& r, int64_t steps) {
   std::map<int64_t, StepTotals> by_class;  // one priced step per class (compression_price_class)
-  StepTotals sum;
-  for (int64_t t = 0; t < steps; ++t) {
+  auto totals = [&](int64_t t) -> const StepTotals& {
     auto it = by_class.find(compression_price_class(c, t));
     if (it == by_class.end()) it = by_class.emplace(compression_price_class(c, t), modeled_step_totals(c, r, t)).first;
-    sum.payload += it->second.payload;
-    sum.wire += it->second.wire;
-    sum.calls += it->second.calls;
+    return it->second;
+  };
+  StepTotals sum;
+  for (int64_t t = 0; t < steps; ++t) {
+    const StepTotals& one = totals(t);
+    sum.payload += one.payload;
+    sum.wire += one.wire;
+    sum.calls += one.calls;
   }
   const double per = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   const double dense = 4.0 * static_cast<double>(r.n);
@@ -277,6 +302,8 @@ nlohmann::json modeled_compression_report(const CompressionConfig& c, const Mode
   for (const char* key : {"compress_time", "decompress_time", "relative_error", "max_relative_error", "residual_norm"})
     j[key] = nullptr;
   j["modeled"] = true;
+  if (density_is_data_dependent(c.kind)) j["expected_density"] = c.expected_density;
+  if (c.kind == "dgc" && c.warmup_steps > 0) j["warmup"] = dgc_warmup_json(c, steps, totals);
   return j;
 }
 

@@ -54,6 +54,11 @@ struct BucketShape {
 // True for the compressors whose payload size depends on the gradient's values at a fixed setting (threshold, dgc).
 bool density_is_data_dependent(const std::string& kind);
 
+// The fraction of each bucket a timing-only run of threshold or dgc keeps at 0-based step `step`:
+// compression.expected_density; dgc's during its warm-up (compression.warmup_steps W) follows the compressor's
+// schedule ending at it (dgc_density_at): expected_density^((step + 1) / (W + 1)) for step < W.
+double modeled_density(const CompressionConfig& c, int64_t step);
+
 // The price of one bucket (kind != "none"). Throws gs::Error for threshold / dgc without a measured payload and
 // without compression.expected_density.
 BucketPrice price_compressed_bucket(const CompressionConfig& c, const BucketShape& b);
@@ -84,7 +89,7 @@ ModeledReduction modeled_reduction(const CompressionConfig& c, const std::vector
 
 // Steps whose buckets are priced alike share a class (the first member of a strategy's PriceKey: a timing-only run
 // prices one step per class): 0 for the steps priced as every step after the schedules; powersgd before start_step:
-// 1 (dense fp32).
+// 1 (dense fp32); dgc's warm-up step t < warmup_steps: 1 + t (modeled_density).
 int64_t compression_price_class(const CompressionConfig& c, int64_t step);
 
 // Adds every bucket of step `step`, priced from its shape alone, to the rank's modeled step (timing-only runs).

@@ -302,7 +302,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(cp.expected_density,
     F("compression.expected_density", "threshold, dgc: the fraction of each bucket's values kept, which depends on the "
                                       "gradient: required in (0, 1] by timing-only runs (training.mode \"timing\"), "
-                                      "which price the payload from it; training runs measure it (0: not given)")
+                                      "which price the payload from it (dgc: the density after its warm-up, whose "
+                                      "steps follow the warm-up schedule ending at it); training runs measure it (0: "
+                                      "not given)")
         .at_least(0).at_most(1));
   v(cp.measure_error, F("compression.measure_error",
                         "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, dgc, qsgd, "

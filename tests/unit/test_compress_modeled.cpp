@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "kernels/rng.h"
+#include "sim/app/memory.h"
 #include "sim/compress/modeled.h"
 #include "sim/compress/reduce.h"
 #include "sim/config/scenario.h"
@@ -297,12 +298,12 @@ TEST(CompressModeledEquality, TimingOnlyRunMatchesTrainingRun) {
 // ---- The report's compression object of a timing-only run ---------------------------------------------------------
 
 // A timing-only GPT-2 small run (8 ranks, h100-sxm-8) with compression `comp`; its report entry.
-json gpt2_small_timing(const json& comp, const json& sync = {{"kind", "allreduce"}}) {
+json gpt2_small_timing(const json& comp, const json& sync = {{"kind", "allreduce"}}, int steps = 3) {
   const json s = {{"name", "t"},
                   {"model", {{"kind", "gpt2-small"}}},
                   {"data", {{"kind", "none"}, {"batch_per_rank", 1}}},
                   {"cluster", {{"ranks", 8}, {"hardware", "h100-sxm-8"}}},
-                  {"training", {{"mode", "timing"}, {"steps", 3}, {"eval_every", 0}}},
+                  {"training", {{"mode", "timing"}, {"steps", steps}, {"eval_every", 0}}},
                   {"sync", sync},
                   {"compression", comp}};
   return test::run_scenario_text(s.dump()).at(0);
@@ -368,6 +369,72 @@ TEST(CompressModeledReport, TimingOnlyPowerSgdWritesFactorsAndDenseRest) {
   const json c0 = gpt2_small_timing({{"kind", "powersgd"}, {"rank", 4}})["compression"];
   EXPECT_DOUBLE_EQ(c0["payload_bytes_per_rank_per_step"].get<double>(), payload);
   EXPECT_DOUBLE_EQ(c0["compression_ratio"].get<double>(), 4.0 * kGpt2SmallParams / payload);
+}
+
+// DGC's warm-up (Lin et al. 2018, section 3.4; docs/strategies.md): over W steps the density rises exponentially to its
+// target, d_t = d^((t + 1) / (W + 1)) for t < W, then d. A timing-only run's target is compression.expected_density.
+TEST(CompressModeledDgcWarmup, BucketBytesFollowTheScheduleEndingAtTheExpectedDensity) {
+  // n = 1,000,000 on 4 ranks, d = 0.001, W = 4: 0.001^(1/5) = 0.2512 -> 251,189 kept, 0.001^(2/5) = 0.0631 -> 63,096,
+  // 0.001^(3/5) = 0.01585 -> 15,849, 0.001^(4/5) = 0.003981 -> 3,981, then 1,000 (8 bytes each).
+  const json comp = {{"kind", "dgc"}, {"expected_density", 0.001}, {"warmup_steps", 4}};
+  const double kept[] = {251189, 63096, 15849, 3981, 1000, 1000};
+  BucketShape b;
+  b.end = 1000000;
+  b.ranks = 4;
+  for (int64_t t = 0; t < 6; ++t) {
+    b.step = t;
+    const BucketPrice p = price_compressed_bucket(compression(comp), b);
+    EXPECT_EQ(p.payload_bytes, 8.0 * kept[t]) << "step " << t;
+    EXPECT_EQ(calls_of(p), (Calls{{kAG, 4 * 8.0 * kept[t]}})) << "step " << t;
+    const double d = t < 4 ? std::pow(0.001, (t + 1) / 5.0) : 0.001;
+    EXPECT_EQ(kept[t], std::max(1.0, std::round(d * 1e6))) << "step " << t;
+  }
+  // Without a warm-up every step keeps the target.
+  b.step = 0;
+  EXPECT_EQ(price_compressed_bucket(compression({{"kind", "dgc"}, {"expected_density", 0.001}}), b).payload_bytes,
+            8000.0);
+}
+
+TEST(CompressModeledDgcWarmup, TimingOnlyRunReportsEveryWarmupStep) {
+  // GPT-2 small in one bucket, 8 ranks, d = 0.01, W = 3, 5 steps: steps 0..2 keep round(n 0.01^((t + 1) / 4)), steps
+  // 3 and 4 round(0.01 n) = 1,244,398.
+  const json run = gpt2_small_timing({{"kind", "dgc"}, {"expected_density", 0.01}, {"warmup_steps", 3}},
+                                     {{"kind", "allreduce"}, {"bucket_mb", 1024}, {"first_bucket_mb", 1024}}, 5);
+  const json& c = run["compression"];
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["error_feedback"], "own");
+  EXPECT_EQ(c["expected_density"], 0.01);
+  double sum = 0.0;
+  for (int64_t t = 0; t < 3; ++t) {
+    const double d = std::pow(0.01, (t + 1) / 4.0);
+    const double payload = 8.0 * std::round(d * kGpt2SmallParams);
+    sum += payload;
+    const json& w = c["warmup"].at(static_cast<size_t>(t));
+    EXPECT_EQ(w["step"], t);
+    EXPECT_DOUBLE_EQ(w["density"].get<double>(), d);
+    EXPECT_EQ(w["payload_bytes_per_rank"], payload) << t;
+    EXPECT_DOUBLE_EQ(w["wire_bytes_per_rank"].get<double>(), 7.0 * payload) << t;  // 7/8 of 8 payloads
+  }
+  EXPECT_EQ(c["warmup"].size(), 3u);
+  sum += 2 * 8.0 * 1244398.0;
+  EXPECT_DOUBLE_EQ(c["payload_bytes_per_rank_per_step"].get<double>(), sum / 5.0);
+  EXPECT_DOUBLE_EQ(run["communication"]["bytes_sent_per_rank_per_step"][0].get<double>(), 7.0 * sum / 5.0);
+}
+
+// The GPU memory estimate holds the largest payload of the run: DGC's step 0, 0.01^(1/4) of the bucket, its own and
+// the 8 gathered (docs/memory.md, compression buffers).
+TEST(CompressModeledDgcWarmup, CompressionBuffersHoldTheFirstWarmupStep) {
+  const json s = {{"name", "t"},
+                  {"model", {{"kind", "gpt2-small"}}},
+                  {"data", {{"kind", "none"}, {"batch_per_rank", 1}}},
+                  {"cluster", {{"ranks", 8}, {"hardware", "h100-sxm-8"}}},
+                  {"training", {{"mode", "timing"}, {"steps", 5}}},
+                  {"sync", {{"kind", "allreduce"}, {"bucket_mb", 1024}, {"first_bucket_mb", 1024}}},
+                  {"compression", {{"kind", "dgc"}, {"expected_density", 0.01}, {"warmup_steps", 3}}}};
+  const RunConfig c = parse_scenario(s.dump(), "t.json", {}).runs.at(0).config;
+  const GpuMemoryEstimate e = estimate_gpu_memory(c, *make_model(c));
+  EXPECT_EQ(e.compression_bytes,
+            static_cast<int64_t>(9.0 * 8.0 * std::round(std::pow(0.01, 1.0 / 4.0) * kGpt2SmallParams)));
 }
 
 // An uncompressed timing-only run still writes null.
