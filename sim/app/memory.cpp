@@ -343,6 +343,36 @@ int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
 
 std::string gib_text(double bytes) { return fmt::format("{:.1f} GiB", bytes / 1073741824.0); }
 
+// The smallest ZeRO stage (sync.kind "zero", sync.stage 1 to 3; a zero run: the stages above its own) at which the run
+// fits, the rest as configured, by estimate_gpu_memory; a compressor ZeRO does not take (anything but the fp16 and bf16
+// casts) is left out, and said so. "" on one rank (nothing to shard) and for a zero run at stage 3.
+std::string zero_stage_hint(const RunConfig& c, const Model& model) {
+  if (c.cluster.ranks <= 1) return "";
+  if (c.training.optimizer.kind == "onebit_adam")
+    return "ZeRO (sync.kind \"zero\") does not run training.optimizer.kind \"onebit_adam\"";
+  const int64_t first = c.sync.kind == "zero" ? c.sync.stage + 1 : 1;
+  if (first > 3) return "";
+  RunConfig x = c;
+  x.sync.kind = "zero";
+  x.sync.staleness = 0;
+  std::string without;
+  if (const std::string& k = c.compression.kind; k != "none" && k != "fp16" && k != "bf16") {
+    x.compression.kind = "none";
+    without = fmt::format(", without compression.kind \"{}\", which ZeRO does not take", k);
+  }
+  x.compression.error_feedback = "none";
+  for (int64_t stage = first; stage <= 3; ++stage) {
+    x.sync.stage = stage;
+    const GpuMemoryEstimate e = estimate_gpu_memory(x, model);
+    if (e.fits())
+      return fmt::format("with ZeRO (sync.kind \"zero\"{}) the smallest sync.stage that fits is {} ({} per rank{})",
+                         c.sync.kind == "zero" ? ", above this run's stage" : "", stage,
+                         gib_text(static_cast<double>(e.total_bytes())), without);
+  }
+  return fmt::format("no ZeRO stage fits either (sync.kind \"zero\", sync.stage 3: {} per rank{})",
+                     gib_text(static_cast<double>(estimate_gpu_memory(x, model).total_bytes())), without);
+}
+
 }  // namespace
 
 int64_t GpuMemoryEstimate::total_bytes() const {
@@ -517,6 +547,7 @@ std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
                        n > 0 ? static_cast<double>(e.model_states_bytes()) / n : 0.0,
                        buffers > 0 ? " and the buffers " + gib_text(buffers) : std::string());
   }
+  if (const std::string zero = zero_stage_hint(c, model); !zero.empty()) hint += "; " + zero;
   // The built-in profiles whose GPU holds it as configured.
   std::string others;
   for (const std::string& name : hardware_profile_names()) {

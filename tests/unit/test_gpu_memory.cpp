@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "sim/config/run_config.h"
 #include "sim/config/scenario.h"
 #include "sim/cost/cost_model.h"
@@ -73,6 +75,49 @@ TEST(GpuMemory, Llama7bWithAdamWDoesNotFitAnH100AndTheMessageSaysWhy) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
   // Not on an H200 either (126.9 GiB usable: states 113.0 + DDP buckets 25.1 GiB): no profile suggested.
   EXPECT_EQ(m.find("as configured it fits"), std::string::npos) << m;
+}
+
+// LLaMA-7B's shape (Touvron et al. 2023): L = 32 blocks, h = 4096, a = 32 heads, f = 11008, V = 32000, s = 2048.
+// One micro-batch's activations at e = 2 bytes, b = 1, from docs/memory.md: per block 8e s h + 4e s f + e a s^2; outside
+// the blocks the token ids and labels (16 s), the final norm's and the head's inputs (2e s h), the logits (e s V),
+// their fp32 log-softmax (4 s V) and its backward's two fp32 gradients (8 s V).
+double llama7b_activations_bytes() {
+  const double e = 2, s = 2048, h = 4096, a = 32, f = 11008, V = 32000, L = 32;
+  return L * (8 * e * s * h + 4 * e * s * f + e * a * s * s) + 16 * s + 2 * e * s * h + e * s * V + 4 * s * V +
+         8 * s * V;
+}
+
+// The skip message names the smallest ZeRO stage that fits, from the ZeRO paper's model states (Rajbhandari et al.
+// 2020, section 5.1: 2 + 2 + K bytes per parameter, stage 1 shards the K, stage 2 also the gradient's, stage 3 all;
+// here the gradient is fp32, 4 bytes, and K = 12 for AdamW's master weights and moments) per rank of N = 8 with the
+// partition ceil(n / 8), plus the activations and the buffers docs/memory.md names (stage 1: DDP's bucket copy of the
+// fp32 gradient, 4n; stage 2: one 25 MiB reduce bucket), against 72 GiB usable.
+TEST(GpuMemory, SkipMessageNamesTheSmallestZeroStageThatFits) {
+  RunConfig c = preset("llama-7b");
+  c.cluster.ranks = 8;
+  const double n = kLlama7b, part = std::ceil(n / 8), usable = 0.9 * 80 * 1073741824.0;
+  const double act = llama7b_activations_bytes();
+  EXPECT_NEAR(static_cast<double>(estimate(c).activations_bytes), act, 1e-6 * act);
+  const double stage1 = 2 * n + 4 * n + 12 * part + 4 * n + act;  // 97.1 GB: does not fit
+  const double stage2 = 2 * n + 4 * part + 12 * part + 25.0 * 1048576 + act;  // 46.6 GB: fits
+  ASSERT_GT(stage1, usable);
+  ASSERT_LT(stage2, usable);
+  std::string m = gpu_memory_skip_reason(c, *make_model(c));
+  EXPECT_NE(m.find(fmt::format("the smallest sync.stage that fits is 2 ({:.1f} GiB per rank)", stage2 / 1073741824.0)),
+            std::string::npos)
+      << m;
+  // The same run as ZeRO stage 1: the stages above it.
+  c.sync.kind = "zero";
+  c.sync.stage = 1;
+  m = gpu_memory_skip_reason(c, *make_model(c));
+  EXPECT_NE(m.find("above this run's stage) the smallest sync.stage that fits is 2"), std::string::npos) << m;
+  // On 2 ranks even stage 3 does not fit: 18 bytes x ceil(n / 2) of states and the activations alone exceed 72 GiB.
+  c.sync.kind = "allreduce";
+  c.cluster.ranks = 2;
+  ASSERT_GT(18 * std::ceil(n / 2) + act, usable);
+  m = gpu_memory_skip_reason(c, *make_model(c));
+  EXPECT_NE(m.find("no ZeRO stage fits either (sync.kind \"zero\", sync.stage 3: "), std::string::npos) << m;
+  EXPECT_EQ(m.find("smallest sync.stage"), std::string::npos) << m;
 }
 
 // One block's activations at e = 2 are Korthikanti et al. 2022's s b h (34 + 5 a s / h) (section 4.1; GPT-2 has
