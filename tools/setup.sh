@@ -12,6 +12,7 @@ packages=(
   build-essential cmake ninja-build ccache git pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev zlib1g-dev librandom123-dev libre2-dev libssl-dev
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3 python3-venv python3-pip python3-matplotlib python3-numpy python3-jsonschema python3-pytest
   python3-torch
