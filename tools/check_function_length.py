@@ -26,7 +26,7 @@ ALLOWED = {
     # Scenario loading: size limits, sweep axes, zip groups, --set overrides and expansion in one pass.
     ("sim/config/scenario.cpp", "parse_scenario"): "scenario loading and sweep expansion in one pass",
     # The command line: one CLI11 subcommand definition per command.
-    ("sim/app/main.cpp", "main"): "the command line's subcommand table",
+    ("sim/app/main.cpp", "commands"): "the command line's subcommand table",
     # The sweep driver's loop (resume, memory checks, journal, progress lines).
     ("sim/app/driver.cpp", "run_sweep"): "the sweep driver's loop",
     # A run's report object, one key per line (reports/README.md).

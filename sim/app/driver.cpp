@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/comm/process_group.h"
 #include "sim/core/error.h"
 #include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
@@ -31,6 +32,7 @@
 #include "sim/report/run_files.h"
 #include "sim/report/timeline.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/runtime/run_plan.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -533,11 +535,109 @@ std::string finished_run_text(const std::string& count, const std::string& id, c
   if (!message.empty()) text += "\n" + wrap_lines(std::string(count.size() + 1, ' ') + "(" + message + ")", columns);
   return text;
 }
+// The runs of this slice that the filter keeps, in expansion order.
+std::vector<const RunSpec*> planned_runs(const Scenario& s, const DriverOptions& o, const IdPattern& re) {
+  std::vector<const RunSpec*> planned;
+  for (const auto& r : s.runs)
+    if (o.shard().holds(r.id) && re.search(r.id)) planned.push_back(&r);
+  return planned;
+}
+
+// Across processes: every process must run the same runs of the same scenario (file, --set values, --filter,
+// --shard), else they would wait for each other forever; refused on every process alike (FNV-1a of what decides it).
+void check_same_sweep(const Scenario& s, const std::vector<const RunSpec*>& runs) {
+  std::string key = s.sha256;
+  for (const std::string& o : s.overrides) key += "\n" + o;
+  for (const RunSpec* r : runs) key += "\n" + r->id;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  ProcessGroup& g = process_group();
+  std::vector<uint64_t> all(static_cast<size_t>(g.size()));
+  g.all_gather(&h, all.data(), sizeof h);
+  for (size_t p = 1; p < all.size(); ++p)
+    if (all[p] != all[0])
+      throw Error(fmt::format("process {} of mpirun was given another sweep than process 0 (scenario file, --set, "
+                              "--filter or --shard differ): give every process the same command",
+                              p));
+}
+
+// Across processes (mpirun): what the job cannot run, refused before anything is written (ScenarioError: exit 2).
+// One issue per field and message, naming its first run and how many more.
+void refuse_across_processes(const Scenario& s, const DriverOptions& o, const std::vector<const RunSpec*>& runs) {
+  const int processes = process_group().size();
+  if (processes <= 1) return;
+  if (o.resume)
+    throw Error("--resume does not run across processes (mpirun): resume without mpirun, or run into a new --out");
+  check_same_sweep(s, runs);
+  std::vector<ConfigIssue> issues;
+  std::vector<size_t> more;
+  for (const RunSpec* r : runs)
+    for (const ConfigIssue& i : process_issues(r->config, processes)) {
+      auto same = [&](const ConfigIssue& x) { return x.path == i.path && x.message.rfind(i.message, 0) == 0; };
+      const auto it = std::find_if(issues.begin(), issues.end(), same);
+      if (it != issues.end()) {
+        ++more[static_cast<size_t>(it - issues.begin())];
+        continue;
+      }
+      issues.push_back({i.path, i.message + " (run " + r->id});
+      more.push_back(0);
+    }
+  if (issues.empty()) return;
+  for (size_t k = 0; k < issues.size(); ++k)
+    issues[k].message += more[k] > 0 ? fmt::format(" and {} more)", more[k]) : ")";
+  throw ScenarioError(s.path, issues);
+}
+
+// Process 0's `value` on every process (a decision of the sweep: run, skip, stop).
+int decided_by_process_0(int value) {
+  process_group().broadcast(&value, sizeof value, 0);
+  return value;
+}
+
+// How long a process whose run failed waits for the others to finish that run before it ends the job itself.
+constexpr double kFailedRunWaitS = 30.0;
+constexpr double kNoDeadlineS = 1e9;
+
+// Process 0 after each run, across processes: a run failed here or in another process, so the report (with the runs
+// so far) is flushed and the whole job ends with exit status 1 (MPI_Abort).
+void end_job_after_failure(ReportWriter& writer, bool failed) {
+  ProcessGroup& g = process_group();
+  if (g.size() <= 1) return;
+  if (!failed && g.max_within(0, kNoDeadlineS).value_or(1) == 0) return;
+  writer.flush();
+  std::fprintf(stderr, "gradsweep: a run failed across processes; %s has the runs so far; ending the job\n",
+               writer.report_path().c_str());
+  g.abort(1);
+}
+
+// The other processes (mpirun rank > 0): the same runs in the same order with process 0's decisions; nothing is
+// written. A failed run ends the job (process 0 flushes its report first when it can).
+int follow_sweep(const std::vector<const RunSpec*>& todo) {
+  g_report_open.store(true);  // a signal is a stop request, which process 0 reads and shares
+  ProcessGroup& g = process_group();
+  for (const RunSpec* spec : todo) {
+    if (decided_by_process_0(0) == 0) break;
+    RunResult res;
+    if (decided_by_process_0(0) == 1) res = run_training(spec->config, RunHooks{});
+    const bool failed = res.disposition == "failed";
+    if (failed) std::fprintf(stderr, "gradsweep: process %d: run %s failed: %s\n", g.rank(), spec->id.c_str(),
+                             res.message.c_str());
+    const std::optional<int> any = g.max_within(failed ? 1 : 0, failed ? kFailedRunWaitS : kNoDeadlineS);
+    if (any && *any == 0) continue;
+    if (any) std::this_thread::sleep_for(std::chrono::duration<double>(kFailedRunWaitS));  // process 0 ends the job
+    g.abort(1);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_sweep(const Scenario& s, const DriverOptions& o) {
   const IdPattern re = make_filter(o.filter, s);
   openblas_set_num_threads(1);  // one BLAS thread per rank thread
+  const std::vector<const RunSpec*> planned = planned_runs(s, o, re);
+  refuse_across_processes(s, o, planned);
+  if (process_group().rank() != 0) return follow_sweep(planned);
   const std::string dir = report_dir(s, o);
   const json header = report_header(s, o);
   std::vector<std::string> rerun = {"interrupted"};
@@ -597,7 +697,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   double finished_s = 0.0;  // wall time of the runs of this sweep finished so far
   for (size_t i = 0; i < todo.size(); ++i) {
     const RunSpec& spec = *todo[i];
-    if (g_stop.load()) break;
+    if (decided_by_process_0(g_stop.load() ? 0 : 1) == 0) break;
     double last_print = 0.0;
     RunHooks hooks;
     hooks.stop = &g_stop;
@@ -632,7 +732,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
     RunResult res;
     const json memory = run_memory(spec, &res.message);
-    if (res.message.empty()) {
+    if (decided_by_process_0(res.message.empty() ? 1 : 2) == 1) {
       res = run_training(spec.config, hooks);
     } else {
       res.disposition = "skipped";
@@ -681,6 +781,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
                                      output_columns(tty))
                        .c_str());
     }
+    end_job_after_failure(writer, res.disposition == "failed");
   }
   writer.flush();
   if (!o.quiet)

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "sim/comm/process_group.h"
 #include "sim/compress/compressor.h"
 #include "sim/config/scenario.h"
 #include "sim/cost/calibrate.h"
@@ -213,9 +214,8 @@ int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string
   return kExitBadInput;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Every command (main runs it between the start and the end of the job's processes).
+int commands(int argc, char** argv) {
   CLI::App app{"gradsweep: simulate and benchmark data-parallel training strategies; sweeps scenario files and "
                "writes JSON reports (tools/plot.py draws them)"};
   app.formatter(std::make_shared<HelpFormatter>(stdout_columns()));  // before the commands: they take a copy
@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
       std::optional<gs::IdPattern> keep;
       if (!filter.empty()) keep.emplace(gs::compile_filter(filter));
       gs::Scenario s = gs::load_scenario(scenario_file, sets, keep ? &*keep : nullptr);
-      print_notes(s);
+      if (gs::process_group().rank() == 0) print_notes(s);  // mpirun: once, not once per process
       if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
       gs::DriverOptions o;
       o.out_dir = out_dir;
@@ -418,4 +418,18 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   return 0;
+}
+
+}  // namespace
+
+// Under mpirun MPI starts first (and a build without MPI refuses such a launch, exit 2); a command that fails in one
+// process of the job aborts every process with its exit status.
+int main(int argc, char** argv) {
+  try {
+    gs::start_processes(&argc, &argv);
+  } catch (const std::exception& e) {
+    print_wrapped(fmt::format("gradsweep: {}", e.what()));
+    return kExitBadInput;
+  }
+  return gs::finish_processes(commands(argc, argv));
 }

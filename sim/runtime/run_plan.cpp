@@ -60,4 +60,25 @@ std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res) {
   return plan;
 }
 
+std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
+  std::vector<ConfigIssue> out;
+  if (processes <= 1) return out;
+  const std::string np = "mpirun -np " + std::to_string(processes);
+  auto refuse = [&](const std::string& field, const std::string& value, const std::string& supported) {
+    out.push_back({field, "\"" + value + "\" does not run across processes (" + np + "); supported: " + supported});
+  };
+  if (c.cluster.ranks % processes != 0)
+    out.push_back({"cluster.ranks", std::to_string(c.cluster.ranks) + " ranks cannot be split evenly over " +
+                                        std::to_string(processes) + " processes (" + np +
+                                        "): expected a multiple of " + std::to_string(processes)});
+  if (c.sync.kind != "allreduce") refuse("sync.kind", c.sync.kind, "\"allreduce\"");
+  if (c.training.optimizer.kind == "onebit_adam")
+    refuse("training.optimizer.kind", c.training.optimizer.kind, "sgd, adam, adamw");
+  if (c.compression.kind != "none") refuse("compression.kind", c.compression.kind, "\"none\"");
+  if (c.precision.mode == "fp16_pure") refuse("precision.mode", c.precision.mode, "every mode but fp16_pure");
+  if (c.cluster.backend == "cuda") refuse("cluster.backend", c.cluster.backend, "\"host\" (or \"auto\" on host)");
+  if (c.data.cache.policy != "none") refuse("data.cache.policy", c.data.cache.policy, "\"none\"");
+  return out;
+}
+
 }  // namespace gs

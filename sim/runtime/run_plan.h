@@ -5,6 +5,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/config/run_config.h"
 #include "sim/config/run_kinds.h"
@@ -38,5 +39,10 @@ struct RunPlan {
 // as "failed" with the message (and backend_reason when the backend was chosen) and returns nullopt. Sets
 // res.backend_reason and res.cuda_path of the chosen backend.
 std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res);
+
+// Why `config` cannot run across `processes` processes under mpirun (docs/cluster.md, "One run across processes
+// (MPI)"): one issue per field, empty when it can (always for one process). Supported: sync.kind allreduce
+// (uncompressed, with gradient accumulation), the host backend, cluster.ranks a multiple of processes.
+std::vector<ConfigIssue> process_issues(const RunConfig& config, int processes);
 
 }  // namespace gs
