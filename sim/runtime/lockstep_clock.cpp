@@ -3,11 +3,60 @@
 #include "sim/runtime/lockstep_clock.h"
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "sim/core/error.h"
 
 namespace gs {
+
+namespace {
+
+// One rank's record of one step as bytes for process 0 (LockstepModeledClock::share): a fixed header, then its
+// chains (plain data).
+struct CostHeader {
+  std::array<double, kPhaseCount> compute_s{};
+  std::array<double, kPhaseCount> chain_compute_s{};
+  double last_backward_s = 0.0;
+  double served_bytes = 0.0;
+  double fetch_s = 0.0;
+  int64_t micro_batches = 0;
+  int64_t deferred_steps = 0;
+  uint64_t chains = 0;
+  bool synchronous = false;
+  bool overlap_backward = true;
+};
+static_assert(std::is_trivially_copyable_v<CommChain>, "chains travel as bytes");
+
+void append_cost(std::vector<char>& out, const StepCost& c, double fetch_s) {
+  const CostHeader h{c.compute_s,    c.chain_compute_s, c.last_backward_s, c.served_bytes,      fetch_s,
+                     c.micro_batches, c.deferred_steps, c.chains.size(),   c.synchronous, c.overlap_backward};
+  const char* hp = reinterpret_cast<const char*>(&h);
+  out.insert(out.end(), hp, hp + sizeof h);
+  const char* cp = reinterpret_cast<const char*>(c.chains.data());
+  out.insert(out.end(), cp, cp + c.chains.size() * sizeof(CommChain));
+}
+
+const char* read_cost(const char* at, StepCost& c, double& fetch_s) {
+  CostHeader h;
+  std::memcpy(&h, at, sizeof h);
+  at += sizeof h;
+  c.compute_s = h.compute_s;
+  c.chain_compute_s = h.chain_compute_s;
+  c.last_backward_s = h.last_backward_s;
+  c.served_bytes = h.served_bytes;
+  c.micro_batches = h.micro_batches;
+  c.deferred_steps = h.deferred_steps;
+  c.synchronous = h.synchronous;
+  c.overlap_backward = h.overlap_backward;
+  c.chains.resize(h.chains);
+  std::memcpy(static_cast<void*>(c.chains.data()), at, h.chains * sizeof(CommChain));
+  fetch_s = h.fetch_s;
+  return at + h.chains * sizeof(CommChain);
+}
+
+}  // namespace
 
 int64_t prefetch_depth_steps(const RunConfig& config) {
   const int64_t K = std::max<int64_t>(1, config.training.accumulation_steps);
@@ -77,7 +126,31 @@ void LockstepModeledClock::model_step(int64_t step) {
 }
 
 void LockstepModeledClock::finish(int64_t steps_completed) {
+  if (group_ != nullptr && shared_ < steps_completed) share(steps_completed - 1);
+  if (group_ != nullptr && group_->rank() != 0) return;
   if (modeled_done_ < steps_completed) model_step(steps_completed - 1);
+}
+
+void LockstepModeledClock::spread(ProcessGroup& group, int first_rank, int local_ranks) {
+  if (group.size() <= 1) return;
+  group_ = &group;
+  first_rank_ = first_rank;
+  local_ranks_ = local_ranks;
+}
+
+void LockstepModeledClock::share(int64_t step) {
+  if (group_ == nullptr) return;
+  std::vector<double>& fetch = fetch_slots_[slot(step)];
+  std::vector<char> mine;
+  for (int r = first_rank_; r < first_rank_ + local_ranks_; ++r)
+    append_cost(mine, cost(step, r), fetch[static_cast<size_t>(r)]);
+  const std::vector<std::vector<char>> all = group_->gather_to_root(mine);
+  shared_ = step + 1;
+  for (size_t p = 1; p < all.size(); ++p) {
+    const char* at = all[p].data();
+    for (int r = static_cast<int>(p) * local_ranks_; r < static_cast<int>(p + 1) * local_ranks_; ++r)
+      at = read_cost(at, cost(step, r), fetch[static_cast<size_t>(r)]);
+  }
 }
 
 }  // namespace gs

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "sim/comm/process_group.h"
 #include "sim/config/run_config.h"
 #include "sim/cost/cost_model.h"
 #include "sim/cost/step_cost.h"
@@ -39,8 +40,15 @@ class LockstepModeledClock {
   void set_fetch_s(int64_t step, int rank, double fetch_s) { fetch_slots_[slot(step)][static_cast<size_t>(rank)] = fetch_s; }
   // Models step `step` (steps must come in order 0, 1, 2, ...; see the class comment).
   void model_step(int64_t step);
-  // After the run: models the last completed step if it is not modeled yet (steps_completed >= 1).
+  // After the run: models the last completed step if it is not modeled yet (steps_completed >= 1); across
+  // processes it shares that step first and only process 0 models.
   void finish(int64_t steps_completed);
+
+  // Across processes (mpirun): this process records ranks first_rank .. first_rank + local_ranks - 1. Each process's
+  // first rank calls share(t) where rank 0 calls model_step(t) (before it), and process 0 receives the other
+  // processes' records of step t into its slots; one process: nothing to share.
+  void spread(ProcessGroup& group, int first_rank, int local_ranks);
+  void share(int64_t step);
   int64_t modeled_done() const { return modeled_done_; }
 
  private:
@@ -56,6 +64,10 @@ class LockstepModeledClock {
   std::vector<double> rank_clock_s_;  // each rank's modeled time (carry_rank_clocks)
   double modeled_total_s_ = 0.0;      // rank 0's modeled time after the steps modeled so far
   int64_t modeled_done_ = 0;          // steps modeled so far
+  ProcessGroup* group_ = nullptr;     // spread: the job's processes
+  int first_rank_ = 0;
+  int local_ranks_ = 0;
+  int64_t shared_ = 0;                // steps shared so far
 };
 
 // The loader queue's depth in optimizer steps: data.prefetch micro-batches over training.accumulation_steps K,

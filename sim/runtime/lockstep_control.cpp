@@ -23,7 +23,9 @@ LockstepControl::LockstepControl(const Setup& s)
       total_(s.total_steps),
       trace_(s.trace),
       scaler_active_(s.scaler_active),
-      rank_(static_cast<size_t>(s.ranks)) {}
+      first_rank_(s.first_rank),
+      rank_(static_cast<size_t>(s.ranks)),
+      trace_buf_(s.trace ? static_cast<size_t>(s.ranks) * s.num_params : 0) {}
 
 void LockstepControl::begin_step(int rank, int64_t) {
   RankStep& s = rank_[static_cast<size_t>(rank)];
@@ -83,35 +85,43 @@ StepEnd LockstepControl::step_end(int64_t step, const RankStep& s, bool want_eva
   return e;
 }
 
+void LockstepControl::record_step(int rank, int64_t step, const RankStep& s, const PhaseClock& clock) {
+  ++ended_;
+  if (step > 0) modeled_.share(step - 1);
+  if (rank != 0) return;
+  trained_s_ += clock.steps().back().step_s;
+  monitor_.record(step + 1, trained_s_, s.train_loss, s.ctl[kCtlSamples]);
+  if (step > 0) modeled_.model_step(step - 1);
+}
+
+void LockstepControl::gather_trace(int rank) {
+  comm_.all_gather(rank, trace_buf_.data(), strategy_.params(rank), n_);
+  if (rank != 0) return;
+  std::vector<std::vector<float>> snap;
+  for (int r = 0; r < ranks_; ++r) {
+    const float* p = trace_buf_.data() + static_cast<size_t>(r) * n_;
+    snap.emplace_back(p, p + n_);
+  }
+  res_.trace.push_back(std::move(snap));
+}
+
 bool LockstepControl::end_step(int rank, int64_t step, const StepVerdict& verdict, const PhaseClock& clock) {
   const RankStep& s = rank_[static_cast<size_t>(rank)];
-  if (rank == 0) {
-    trained_s_ += clock.steps().back().step_s;
-    monitor_.record(step + 1, trained_s_, s.train_loss, s.ctl[kCtlSamples]);
-    if (step > 0) modeled_.model_step(step - 1);
-  }
+  if (rank == first_rank_) record_step(rank, step, s, clock);
   const StepEnd e = step_end(step, s, verdict.apply && monitor_.eval_due(step + 1));
   if (!trace_ && !e.eval && !e.reading.any() && verdict.apply) {
     if (rank == 0) monitor_.step_done(step + 1, s.train_loss);
     return true;
   }
   comm_.barrier(rank);  // parameters of this step are final everywhere
-  if (rank == 0) {
-    if (trace_) {
-      std::vector<std::vector<float>> snap;
-      for (int r = 0; r < ranks_; ++r) {
-        const float* p = strategy_.params(r);
-        snap.emplace_back(p, p + n_);
-      }
-      res_.trace.push_back(std::move(snap));
-    }
-    if (monitor_.end_step(e, [&] { return strategy_.eval_params(); })) stop_all_.store(true);
-  }
-  comm_.barrier(rank);
+  if (trace_) gather_trace(rank);
+  double stop = 0.0;  // rank 0's decision, all-reduced: every rank of every process stops or goes on together
+  if (rank == 0 && monitor_.end_step(e, [&] { return strategy_.eval_params(); })) stop = 1.0;
+  comm_.all_reduce_sum(rank, &stop, 1);
   comm_.take_stats(rank);
-  return !stop_all_.load();
+  return stop == 0.0;
 }
 
-void LockstepControl::finish() { modeled_.finish(res_.steps_completed); }
+void LockstepControl::finish() { modeled_.finish(ended_); }
 
 }  // namespace gs

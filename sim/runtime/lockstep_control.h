@@ -30,6 +30,7 @@ class LockstepControl final : public StepControl {
     int64_t total_steps = 0;
     bool trace = false;          // report.trace: every rank's parameters after every step
     bool scaler_active = false;  // a non-finite loss is the loss scaler's (skipped step), not a divergence
+    int first_rank = 0;          // this process's first rank (mpirun: the one that shares the modeled clock)
   };
   explicit LockstepControl(const Setup& s);
 
@@ -41,9 +42,10 @@ class LockstepControl final : public StepControl {
   // the order computed: the parameters entering it, a scaler that cannot recover, the loss, the gradient. Throws
   // gs::Error when no rank had a sample.
   StepVerdict combine(int rank, int64_t step, const StepTally& tally, PhaseClock& clock) override;
-  // Rank 0 records the step (RunMonitor::record; the modeled clock models the step before); when an evaluation, a
-  // trace, a stop or a divergence is due every rank waits at a barrier while rank 0 ends the step
-  // (RunMonitor::end_step), then they all stop or go on together.
+  // Rank 0 records the step (RunMonitor::record; the modeled clock models the step before, which each process's
+  // first rank shares first); when an evaluation, a trace, a stop or a divergence is due every rank waits at a
+  // barrier (under trace every rank's parameters are all-gathered for rank 0) while rank 0 ends the step
+  // (RunMonitor::end_step), then its decision to stop is all-reduced, so they all stop or go on together.
   bool end_step(int rank, int64_t step, const StepVerdict& verdict, const PhaseClock& clock) override;
   // Models the last completed step.
   void finish() override;
@@ -61,6 +63,10 @@ class LockstepControl final : public StepControl {
     NonFinite non_finite = NonFinite::kNone;
   };
   StepEnd step_end(int64_t step, const RankStep& s, bool want_eval) const;
+  // The first local rank's part of end_step: shares the step before, and on rank 0 records this one and models it.
+  void record_step(int rank, int64_t step, const RankStep& s, const PhaseClock& clock);
+  // report.trace: every rank's parameters into trace_buf_, rank 0 appends them to res.trace.
+  void gather_trace(int rank);
 
   Communicator& comm_;
   RunMonitor& monitor_;
@@ -72,9 +78,11 @@ class LockstepControl final : public StepControl {
   int64_t total_;
   bool trace_;
   bool scaler_active_;
+  int first_rank_;
   std::vector<RankStep> rank_;
-  std::atomic<bool> stop_all_{false};
-  double trained_s_ = 0.0;  // rank 0's cumulative step time (measured clock)
+  std::vector<float> trace_buf_;  // report.trace: [rank][param] of the step (all ranks write their own block)
+  int64_t ended_ = 0;             // steps ended by this process's first rank
+  double trained_s_ = 0.0;        // rank 0's cumulative step time (measured clock)
 };
 
 }  // namespace gs

@@ -21,6 +21,7 @@
 #include "kernels/convert.h"
 #include "kernels/nvtx.h"
 #include "sim/comm/communicator.h"
+#include "sim/comm/process_group.h"
 #include "sim/core/error.h"
 #include "sim/cost/cost_model.h"
 #include "sim/cost/storage_model.h"
@@ -34,6 +35,7 @@
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/lockstep_control.h"
+#include "sim/runtime/rank_gather.h"
 #include "sim/runtime/run_monitor.h"
 #include "sim/runtime/run_plan.h"
 #include "sim/runtime/world.h"
@@ -214,6 +216,10 @@ class HostRun {
   };
   void init_data_result();
   void init_params();
+  // The communicator of the run's ranks: across processes under mpirun, else the backend's.
+  std::unique_ptr<Communicator> make_comm(const std::vector<Device>& devices);
+  // Across processes: the per-rank results of the other processes' ranks into process 0's (rank_gather.h).
+  void gather_ranks();
   void rank_main(int rank);
   // The step's K micro-batches: data, forward, backward (the accumulation rule), precision counters, modeled cost.
   void micro_batches(RankState& rs, int rank, const float* params, StepCost& cost, StepTally& tally,
@@ -228,6 +234,10 @@ class HostRun {
   RunResult& res_;
   double wall0_;
   const int ranks_;
+  // mpirun: this process runs ranks first_rank_ .. first_rank_ + local_ranks_ - 1 (all of them in one process).
+  ProcessGroup& group_;
+  const int local_ranks_;
+  const int first_rank_;
   const int64_t K_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Dataset> data_;
@@ -269,11 +279,13 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
       res_(res),
       wall0_(wall0),
       ranks_(plan.shape.ranks),
+      group_(process_group()),
+      local_ranks_(ranks_ / group_.size()),
+      first_rank_(group_.rank() * local_ranks_),
       K_(plan.shape.micro_batches),
       model_(std::move(model)),
       data_(std::move(data)),
-      // Staged: the strategies' buffers are host memory, so the communicator is the host's.
-      comm_(plan.staged() ? make_host_communicator(ranks_) : make_communicator(devices)),
+      comm_(make_comm(devices)),
       cost_model_(config_, *model_),
       strategy_([&] {
         res_.hardware = cost_model_.hardware().name;
@@ -294,6 +306,7 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
   if (data_->train_size() > 0 && cache_capacity_samples(config_, *data_) > 0)
     cache_ = std::make_unique<DataCache>(*data_, config_, ranks_per_node_);
   init_data_result();
+  modeled_.spread(group_, first_rank_, local_ranks_);
   res_.steps_planned = total_;
   res_.num_params = static_cast<int64_t>(n_);
   res_.classification = model_->classification();
@@ -310,7 +323,7 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
   control.lockstep = [this] {
     return std::make_unique<LockstepControl>(LockstepControl::Setup{
         *comm_, monitor_, modeled_, *strategy_, res_, ranks_, n_, total_, config_.report.trace,
-        plan_.scaler_active()});
+        plan_.scaler_active(), first_rank_});
   };
   // A free-running strategy's progress points, from inside its serialized section in modeled-time order. Measured
   // training time leaves the evaluations out, as lockstep runs' does.
@@ -330,6 +343,20 @@ void HostRun::init_data_result() {
   data_result_.steps_per_epoch = data_->steps_per_epoch();
   data_result_.max_queue_depth.assign(static_cast<size_t>(ranks_), 0);
   data_result_.steps.assign(static_cast<size_t>(ranks_), {});
+}
+
+std::unique_ptr<Communicator> HostRun::make_comm(const std::vector<Device>& devices) {
+  if (group_.size() > 1) return make_process_communicator(local_ranks_, first_rank_, group_);
+  // Staged: the strategies' buffers are host memory, so the communicator is the host's.
+  return plan_.staged() ? make_host_communicator(ranks_) : make_communicator(devices);
+}
+
+void HostRun::gather_ranks() {
+  gather_rank_rows(group_, res_.steps, first_rank_, local_ranks_);
+  gather_rank_rows(group_, data_result_.steps, first_rank_, local_ranks_);
+  gather_rank_values(group_, data_result_.max_queue_depth, first_rank_, local_ranks_);
+  gather_rank_values(group_, rank_counters_, first_rank_, local_ranks_);
+  gather_rank_values(group_, first_nonfinite_, first_rank_, local_ranks_);
 }
 
 // Initial parameters: identical on every rank (written once per distinct buffer).
@@ -461,7 +488,7 @@ void HostRun::rank_main(int rank) {
 }
 
 void HostRun::run() {
-  World world(ranks_);
+  World world(local_ranks_, first_rank_);
   train_start_s_ = now_s();
   world.run([this](int rank) { rank_main(rank); },
             [this] {
@@ -473,6 +500,7 @@ void HostRun::run() {
 
 void HostRun::finish() {
   control_->finish();
+  gather_ranks();
   const StrategyReport report = strategy_->report();
   adopt_modeled_rank_steps(report.modeled_rank_steps, res_);
   res_.staleness = report.staleness;
@@ -591,11 +619,29 @@ void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double
 
 }  // namespace
 
+namespace {
+
+// Across processes (mpirun) no two ranks share a buffer (cluster.share_identical off: the same bits, RunConfig).
+RunConfig for_this_job(const RunConfig& requested) {
+  RunConfig c = requested;
+  if (process_group().size() > 1) c.cluster.share_identical = false;
+  return c;
+}
+
+}  // namespace
+
 RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   RunResult res;
-  const std::optional<RunPlan> resolved = plan_run(requested, res);
+  const std::optional<RunPlan> resolved = plan_run(for_this_job(requested), res);
   if (!resolved) return res;
   const RunPlan& plan = *resolved;
+  if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != Backend::kHost) {
+    res.set_disposition(Disposition::kFailed, "cluster.backend: the run chose the " +
+                                                  std::string(backend_name(plan.backend.backend)) +
+                                                  " backend; across processes (mpirun) only the host backend runs "
+                                                  "(set cluster.backend \"host\")");
+    return res;
+  }
 #if defined(GRADSWEEP_HAVE_CUDA)
   // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the host loop with the
   // GPU model (cuda_model.h) in place of the host model.

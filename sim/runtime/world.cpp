@@ -10,15 +10,15 @@
 
 namespace gs {
 
-World::World(int ranks) {
+World::World(int ranks, int first_rank) : first_rank_(first_rank) {
   GS_EXPECT(ranks >= 1, "a world needs at least one rank");
   threads_.reserve(static_cast<size_t>(ranks));
   nvtx_initialize();  // before the rank threads: NVTX3's lazy initialization is not thread-safe
   try {
-    for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { thread_main(r); });
+    for (int r = first_rank; r < first_rank + ranks; ++r) threads_.emplace_back([this, r] { thread_main(r); });
   } catch (const std::exception& e) {
     // Not every rank thread could start (thread or memory limits): stop and join the ones that did.
-    size_t started = threads_.size();
+    const size_t started = threads_.size();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;

@@ -14,7 +14,9 @@ namespace gs {
 
 class World {
  public:
-  explicit World(int ranks);
+  // first_rank: the rank the first thread runs (under mpirun a process runs ranks first_rank .. first_rank +
+  // ranks - 1 of the job's); job(rank) and error messages get those ranks.
+  explicit World(int ranks, int first_rank = 0);
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -27,6 +29,7 @@ class World {
  private:
   void thread_main(int rank);
 
+  int first_rank_ = 0;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
