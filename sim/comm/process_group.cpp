@@ -54,7 +54,8 @@ void start_processes(int* argc, char*** argv) {
   if (!built_with_mpi())
     throw Error("launched under mpirun (" + *launched +
                 ") but this gradsweep was built without MPI: install libopenmpi-dev and openmpi-bin "
-                "(tools/setup.sh), rebuild (tools/build.sh finds MPI by itself), or run without mpirun");
+                "(tools/setup.sh) and build again in a new build folder (rm -rf build; tools/build.sh), or run "
+                "without mpirun");
 #if defined(GRADSWEEP_WITH_MPI)
   current() = start_mpi_process_group(argc, argv);
   g_mpi_started = true;
