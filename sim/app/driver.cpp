@@ -25,6 +25,7 @@
 #include "sim/core/error.h"
 #include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
+#include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "sim/report/file_io.h"
 #include "sim/report/report.h"
@@ -535,6 +536,41 @@ std::string finished_run_text(const std::string& count, const std::string& id, c
   if (!message.empty()) text += "\n" + wrap_lines(std::string(count.size() + 1, ' ') + "(" + message + ")", columns);
   return text;
 }
+// GRADSWEEP_TEST_FAULTS fail_read=N (file_io.h): the dataset of the run, whose N-th sample read in this process
+// throws.
+class FailingReads final : public Dataset {
+ public:
+  FailingReads(std::unique_ptr<Dataset> inner, int64_t fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
+  int64_t in_dim() const override { return inner_->in_dim(); }
+  int64_t out_dim() const override { return inner_->out_dim(); }
+  bool classification() const override { return inner_->classification(); }
+  int64_t steps_per_epoch() const override { return inner_->steps_per_epoch(); }
+  void micro_batch(int64_t step, int64_t micro, int rank, Batch& out) const override {
+    inner_->micro_batch(step, micro, rank, out);
+  }
+  const Batch& eval_set() const override { return inner_->eval_set(); }
+  int64_t train_size() const override { return inner_->train_size(); }
+  int64_t stored_sample_bytes() const override { return inner_->stored_sample_bytes(); }
+  void shape_batch(Batch& out, int64_t count, int rank) const override { inner_->shape_batch(out, count, rank); }
+  void read_sample(int64_t i, Batch& out, int64_t row) const override {
+    if (++reads_ == fail_at_) throw Error(fmt::format("test fault fail_read: sample {} read {}", i, fail_at_));
+    inner_->read_sample(i, out, row);
+  }
+
+ private:
+  std::unique_ptr<Dataset> inner_;
+  int64_t fail_at_;
+  mutable std::atomic<int64_t> reads_{0};
+};
+
+// The run's hooks' dataset under the test fault fail_read (none without it).
+void add_read_fault(RunHooks& hooks) {
+  const std::optional<std::string> f = test_fault("fail_read");
+  if (!f) return;
+  const int64_t n = std::atoll(f->c_str());
+  hooks.make_dataset = [n](const RunConfig& c) { return std::make_unique<FailingReads>(make_dataset(c), n); };
+}
+
 // The runs of this slice that the filter keeps, in expansion order.
 std::vector<const RunSpec*> planned_runs(const Scenario& s, const DriverOptions& o, const IdPattern& re) {
   std::vector<const RunSpec*> planned;
@@ -595,16 +631,18 @@ int decided_by_process_0(int value) {
 }
 
 // How long a process whose run failed waits for the others to finish that run before it ends the job itself.
-constexpr double kFailedRunWaitS = 30.0;
+constexpr double kFailedRunWaitS = 10.0;
 constexpr double kNoDeadlineS = 1e9;
 
-// Process 0 after each run, across processes: a run failed here or in another process, so the report (with the runs
-// so far) is flushed and the whole job ends with exit status 1 (MPI_Abort).
+// Process 0 after each run, across processes: report.json is rewritten (a process that fails in the next run leaves
+// process 0 inside a collective, where it cannot write any more); when a run failed here or in another process the
+// whole job then ends with exit status 1 (MPI_Abort).
 void end_job_after_failure(ReportWriter& writer, bool failed) {
   ProcessGroup& g = process_group();
   if (g.size() <= 1) return;
-  if (!failed && g.max_within(0, kNoDeadlineS).value_or(1) == 0) return;
+  const bool all_passed = !failed && g.max_within(0, kNoDeadlineS).value_or(1) == 0;
   writer.flush();
+  if (all_passed) return;
   std::fprintf(stderr, "gradsweep: a run failed across processes; %s has the runs so far; ending the job\n",
                writer.report_path().c_str());
   g.abort(1);
@@ -618,7 +656,9 @@ int follow_sweep(const std::vector<const RunSpec*>& todo) {
   for (const RunSpec* spec : todo) {
     if (decided_by_process_0(0) == 0) break;
     RunResult res;
-    if (decided_by_process_0(0) == 1) res = run_training(spec->config, RunHooks{});
+    RunHooks hooks;
+    add_read_fault(hooks);
+    if (decided_by_process_0(0) == 1) res = run_training(spec->config, hooks);
     const bool failed = res.disposition == "failed";
     if (failed) std::fprintf(stderr, "gradsweep: process %d: run %s failed: %s\n", g.rank(), spec->id.c_str(),
                              res.message.c_str());
@@ -701,6 +741,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     double last_print = 0.0;
     RunHooks hooks;
     hooks.stop = &g_stop;
+    add_read_fault(hooks);
     double run0 = now_s();
     if (tty || stop_run == i + 1 || step_delay_ms > 0) {
       hooks.on_step = [&](int64_t step, int64_t total, double loss) {

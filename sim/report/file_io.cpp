@@ -161,11 +161,12 @@ void install_test_faults() {
       faulty.stop_in_write.push_back(parse_counted(k, v));
     } else if (k == "unwritable") {
       faulty.unwritable.push_back(v);
-    } else if (k != "stop_at" && k != "stop_before_report" && k != "step_delay_ms") {
+    } else if (k != "stop_at" && k != "stop_before_report" && k != "step_delay_ms" && k != "fail_read") {
       throw Error("GRADSWEEP_TEST_FAULTS: unknown fault \"" + k +
-                  "\"; expected disk_full, unwritable, stop_in_write, stop_at, stop_before_report or step_delay_ms");
+                  "\"; expected disk_full, unwritable, stop_in_write, stop_at, stop_before_report, step_delay_ms or "
+                  "fail_read");
     }
-    any = any || (k != "stop_at" && k != "stop_before_report" && k != "step_delay_ms");
+    any = any || (k != "stop_at" && k != "stop_before_report" && k != "step_delay_ms" && k != "fail_read");
   }
   installed = true;
   if (any) set_file_ops(&faulty);

@@ -52,6 +52,8 @@ FileOps* set_file_ops(FileOps* ops);
 //                          itself (SIGSTOP) so a test can signal it while no run is in progress
 //   step_delay_ms=N        read by the driver: every optimizer step waits N ms (rank 0's progress hook), so a test
 //                          sees the live progress line refresh whatever the machine's speed
+//   fail_read=N            read by the driver: the N-th training sample this process reads (1-based, over its ranks'
+//                          loaders; indexable datasets) throws, so the run fails mid-run in this process alone
 // Installs the file faults (idempotent); throws gs::Error for a malformed value.
 void install_test_faults();
 // The value of one GRADSWEEP_TEST_FAULTS entry ("stop_at" -> "2:5"), or nullopt.

@@ -2,9 +2,11 @@
 of 3 threads and as 3 processes of 2 give the same parameters after every step, bit for bit (report.trace), as the
 same 6 ranks in one process, for plain all-reduce and with gradient accumulation; so do the losses, evaluations,
 modeled clock and per-rank data records of process 0's report. Refused configurations exit 2 before anything is
-written. Skipped where mpirun or an MPI build of gradsweep is missing."""
+written; a run that fails in one process ends the job (never a hang) with process 0's report holding the runs
+before it. Skipped where mpirun or an MPI build of gradsweep is missing."""
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -108,6 +110,34 @@ def test_only_process_0_writes_anything(tmp_path):
     assert p.returncode == 0, p.stderr
     assert len(runs_of(a)) == 2
     assert not b.exists()
+
+
+def mpmd(path, out, faulty, processes=3, timeout=60):
+    """mpirun's MPMD form: process `faulty` alone gets GRADSWEEP_TEST_FAULTS=fail_read=100 (its 100th sample read
+    throws: in the second run, as the first reads 4 steps x 2 ranks x 8 samples = 64 per process)."""
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe"]
+    for p in range(processes):
+        env = ["env", "GRADSWEEP_TEST_FAULTS=fail_read=100"] if p == faulty else []
+        cmd += [*([":"] if p else []), "-np", "1", *env, str(BIN), "run", str(path), "--out", str(out), "--quiet"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ROOT_OK})
+
+
+def test_a_run_failing_in_process_0_is_reported_and_ends_the_job(tmp_path):
+    out = tmp_path / "out"
+    p = mpmd(scenario(tmp_path), out, faulty=0)
+    assert p.returncode != 0
+    runs = sorted(runs_of(out).values(), key=lambda r: r["index"])
+    assert [r["disposition"] for r in runs] == ["passed", "failed"]
+    assert "test fault fail_read" in runs[1]["message"]
+    assert runs[1]["steps_completed"] < 4
+
+
+def test_a_run_failing_in_another_process_ends_the_job_without_a_hang(tmp_path):
+    out = tmp_path / "out"
+    p = mpmd(scenario(tmp_path), out, faulty=2)  # the processes 0 and 1 wait inside a collective: process 2 ends it
+    assert p.returncode != 0
+    assert re.search(r"process 2: run mpi\.accumulation_steps=3\.r0 failed: rank [45]: test fault fail_read", p.stderr)
+    assert [r["disposition"] for r in runs_of(out).values()] == ["passed"]  # the run finished before
 
 
 @pytest.mark.parametrize("sets,field", [
