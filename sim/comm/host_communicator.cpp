@@ -8,42 +8,17 @@
 
 #include "sim/comm/collective_op.h"
 #include "sim/comm/communicator.h"
+#include "sim/comm/host_slots.h"
 
 namespace gs {
 
 namespace {
 
-// Elements per tile: the accumulator (16 KiB) stays in L1 while the N inputs stream through.
-constexpr size_t kTileBytes = 16 * 1024;
-// Rank ranges start at multiples of 64 bytes (16 floats) from the buffer's start: with 64-byte aligned buffers no two
-// ranks write the same cache line.
-constexpr size_t kRangeAlignBytes = 64;
-
 using Op = CollectiveOp;
-
-// One call's arguments as a rank published them (the call's descriptor, as NCCL packs them).
-struct alignas(64) Slot {
-  Op op = Op::kBarrier;
-  size_t count = 0;
-  int root = 0;
-  const void* in = nullptr;
-  void* out = nullptr;
-};
-
-// Per-rank counters; written only by the owning rank's thread.
-struct alignas(64) RankStats {
-  CommStats stats;
-};
-
-// [lo, hi) of the elements rank `rank` of `ranks` reduces: contiguous, in rank order, starting on 64-byte multiples.
-template <typename T>
-std::pair<size_t, size_t> owned_range(size_t count, int ranks, int rank) {
-  constexpr size_t kAlign = kRangeAlignBytes / sizeof(T);
-  size_t chunk = (count + ranks - 1) / ranks;
-  chunk = (chunk + kAlign - 1) / kAlign * kAlign;
-  const size_t lo = std::min(count, chunk * static_cast<size_t>(rank));
-  return {lo, std::min(count, lo + chunk)};
-}
+using host_slots::kTileBytes;
+using host_slots::owned_range;
+using host_slots::RankStats;
+using host_slots::Slot;
 
 // acc[i] = a[i] + b[i]; acc[i] += b[i]: element loops the compiler vectorizes (strict IEEE, one add per element, so
 // the order across ranks is the loop order of the caller).

@@ -12,38 +12,18 @@
 
 #include "sim/comm/collective_op.h"
 #include "sim/comm/communicator.h"
+#include "sim/comm/host_slots.h"
 #include "sim/comm/process_group.h"
 #include "sim/core/error.h"
 
 namespace gs {
 namespace {
 
-constexpr size_t kTileBytes = 16 * 1024;
-constexpr size_t kRangeAlignBytes = 64;
-
 using Op = CollectiveOp;
-
-struct alignas(64) Slot {
-  Op op = Op::kBarrier;
-  size_t count = 0;
-  int root = 0;
-  const void* in = nullptr;
-  void* out = nullptr;
-};
-
-struct alignas(64) RankStats {
-  CommStats stats;
-};
-
-// [lo, hi) of `count` elements that local rank `index` of `ranks` handles (64-byte aligned starts).
-template <typename T>
-std::pair<size_t, size_t> owned_range(size_t count, int ranks, int index) {
-  constexpr size_t kAlign = kRangeAlignBytes / sizeof(T);
-  size_t chunk = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
-  chunk = (chunk + kAlign - 1) / kAlign * kAlign;
-  const size_t lo = std::min(count, chunk * static_cast<size_t>(index));
-  return {lo, std::min(count, lo + chunk)};
-}
+using host_slots::kTileBytes;
+using host_slots::owned_range;
+using host_slots::RankStats;
+using host_slots::Slot;
 
 // acc[0..n) = block_0[off..] + block_1[off..] + ... + block_{N-1}[off..], left to right, where block_r starts at
 // blocks + r * stride: the same additions in the same order as HostCommunicator's sum_tile_in_rank_order.
