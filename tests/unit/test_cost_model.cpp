@@ -482,6 +482,18 @@ TEST(Stragglers, LognormalNoiseHasMeanOne) {
   EXPECT_NEAR(sum / steps, 1.0, 5.0 * std::sqrt(std::exp(0.25) - 1.0) / std::sqrt(double(steps)));
 }
 
+// h100-sxm-8's bf16 terms as compute_model.h writes them: the large-GEMM rate (989.4 TFLOP/s dense x efficiency x
+// sustained), the fixed cost per GEMM, the cost per operand byte, the HBM rate and one launch.
+struct Bf16Terms {
+  double rate, fixed, per_byte, hbm, launch;
+};
+Bf16Terms bf16_terms(const HardwareProfile& hw) {
+  const size_t b16 = static_cast<size_t>(Precision::kBf16);
+  const double s = hw.sustained_fraction, rate = 989.4e12 * hw.gemm_efficiency[b16] * s;
+  return {rate, hw.gemm_half_gflop * 1e9 / rate, hw.gemm_half_intensity / rate,
+          hw.hbm_TBps * 1e12 * hw.hbm_achievable_fraction * s, hw.launch_overhead_us * 1e-6};
+}
+
 // An MLP's layers are priced by their GEMM shapes: 784-128-10 with biases, 32 samples, bf16 on h100-sxm-8, every
 // term written out from compute_model.h's formulas and the profile's constants. Per Linear layer (weight and bias
 // one entry): forward = GEMM [32, in] x [in, out] (FLOP time + fixed cost + 2 bytes x (32 in + in out + 32 out) at
@@ -498,10 +510,7 @@ TEST(CostModel, MlpLayersArePricedByTheirGemmShapes) {
   CostModel m(c, *make_model(c));
   StepCost cost = m.make_step_cost();
   m.add_micro_batch(cost, 32, true);
-  const size_t b16 = static_cast<size_t>(Precision::kBf16);
-  const double s = hw->sustained_fraction, rate = 989.4e12 * hw->gemm_efficiency[b16] * s;
-  const double fixed = hw->gemm_half_gflop * 1e9 / rate, per_byte = hw->gemm_half_intensity / rate;
-  const double hbm = hw->hbm_TBps * 1e12 * hw->hbm_achievable_fraction * s, launch = hw->launch_overhead_us * 1e-6;
+  const auto [rate, fixed, per_byte, hbm, launch] = bf16_terms(*hw);
   double fwd = 0.0, bwd = 0.0;
   for (auto [in, out] : {std::pair<double, double>{784, 128}, {128, 10}}) {
     const double gemm = 2.0 * 32 * in * out / rate + fixed + 2.0 * (32 * in + in * out + 32 * out) * per_byte;
@@ -523,10 +532,7 @@ TEST(CostModel, ShapeUnknownLayerCountsWeightsAtThePrecisionAndTwoBackwardGemms)
   CostModel m(hw, 1, layers, StragglerConfig{}, 1, Precision::kBf16);
   StepCost cost = m.make_step_cost();
   m.add_micro_batch(cost, 4, true);
-  const size_t b16 = static_cast<size_t>(Precision::kBf16);
-  const double s = hw->sustained_fraction, rate = 989.4e12 * hw->gemm_efficiency[b16] * s;
-  const double fixed = hw->gemm_half_gflop * 1e9 / rate, per_byte = hw->gemm_half_intensity / rate;
-  const double hbm = hw->hbm_TBps * 1e12 * hw->hbm_achievable_fraction * s, launch = hw->launch_overhead_us * 1e-6;
+  const auto [rate, fixed, per_byte, hbm, launch] = bf16_terms(*hw);
   const double gemm = 4 * 2e6 / rate + fixed + 2.0 * 1000 * per_byte;  // 1,000 bf16 weights, no activations
   EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], gemm + launch, 1e-15);
   EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], 2 * gemm + 8000.0 / hbm + 2 * launch, 1e-15);
