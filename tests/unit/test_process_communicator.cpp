@@ -106,7 +106,7 @@ void check_all_reduce(int processes, int local, size_t count) {
   const std::vector<T> want = rank_order_sum(bufs);
   run_threads(ranks, [&](int r) { job.comm_of(r).all_reduce_sum(r, bufs[static_cast<size_t>(r)].data(), count); });
   for (int r = 0; r < ranks; ++r)
-    EXPECT_EQ(std::memcmp(bufs[static_cast<size_t>(r)].data(), want.data(), count * sizeof(T)), 0)
+    EXPECT_TRUE(count == 0 || std::memcmp(bufs[static_cast<size_t>(r)].data(), want.data(), count * sizeof(T)) == 0)
         << processes << " x " << local << " ranks, count " << count << ", rank " << r;
 }
 
