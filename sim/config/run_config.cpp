@@ -174,6 +174,9 @@ void visit_fields(V& v, RunConfig& c) {
                         .at_least(0));
   v(o.beta1, F("training.optimizer.beta1", "adam, adamw, onebit_adam: beta1 (DeepSpeed's betas[0])").at_least(0).below(1));
   v(o.beta2, F("training.optimizer.beta2", "adam, adamw, onebit_adam: beta2 (DeepSpeed's betas[1])").at_least(0).below(1));
+  v(o.betas, F("training.optimizer.betas", "adam, adamw, onebit_adam: [beta1, beta2], DeepSpeed's and torch's "
+                                           "spelling of beta1 and beta2 (give one or the other; null: beta1 and "
+                                           "beta2)"));
   v(o.eps, F("training.optimizer.eps", "adam, adamw, onebit_adam: epsilon").above(0));
   v(o.freeze_step, F("training.optimizer.freeze_step", "onebit_adam: optimizer steps before the variance freezes and "
                                                        "the momentum travels 1-bit compressed (DeepSpeed's default "
@@ -511,6 +514,42 @@ class Reader {
   const std::vector<std::string>& bad_fields() const { return bad_; }
 };
 
+// training.optimizer.betas [b1, b2] (DeepSpeed's and torch's spelling) into beta1 and beta2, and betas back to null
+// (a resolved config writes beta1 and beta2). Refused, with its path, beside beta1 or beta2, or as anything but two
+// numbers >= 0 and < 1. Returns false when refused.
+bool read_betas(const json& j, OptimizerConfig& o, std::vector<ConfigIssue>& issues) {
+  const std::string path = "training.optimizer.betas";
+  const json v = o.betas;
+  o.betas = nullptr;
+  if (v.is_null()) return true;
+  auto refuse = [&](const std::string& at, const std::string& msg) {
+    issues.push_back({at, msg});
+    return false;
+  };
+  for (const char* one : {"training.optimizer.beta1", "training.optimizer.beta2"})
+    if (const json* b = find_path(j, one); b != nullptr && !b->is_null())
+      return refuse(path, fmt::format("give the betas once, as betas [beta1, beta2] (DeepSpeed's spelling) or as "
+                                      "beta1 and beta2, not both: {} is given too", one));
+  if (!v.is_array() || v.size() != 2)
+    return refuse(path, "expected a list of two numbers [beta1, beta2], each >= 0 and < 1, got " + show(v));
+  for (size_t i = 0; i < 2; ++i)
+    if (!v[i].is_number() || !(v[i].get<double>() >= 0.0 && v[i].get<double>() < 1.0))
+      return refuse(fmt::format("{}[{}]", path, i), fmt::format("expected a number >= 0 and < 1 ({}), got {}",
+                                                                i == 0 ? "beta1" : "beta2", show(v[i])));
+  o.beta1 = v[0].get<double>();
+  o.beta2 = v[1].get<double>();
+  return true;
+}
+
+// The fields of j into c (Reader, then betas into beta1 and beta2); returns the fields whose value was refused.
+std::vector<std::string> read_fields(const json& j, RunConfig& c, std::vector<ConfigIssue>& issues) {
+  Reader r(j, issues);
+  visit_fields(r, c);
+  std::vector<std::string> bad = r.bad_fields();
+  if (!read_betas(j, c.training.optimizer, issues)) bad.push_back("training.optimizer.betas");
+  return bad;
+}
+
 class Writer {
  public:
   template <class T>
@@ -673,6 +712,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"training.optimizer.nesterov", "training.optimizer.kind", "sgd", {"sgd"}},
       {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
       {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
+      {"training.optimizer.betas", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
       {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
       {"training.optimizer.freeze_step", "training.optimizer.kind", "sgd", {"onebit_adam"}},
       {"training.optimizer.exp_avg_mask", "training.optimizer.kind", "sgd", {"onebit_adam"}},
@@ -946,8 +986,7 @@ std::function<bool(const std::string&)> clean_unless(std::vector<std::string> ta
 std::vector<ConfigIssue> cross_field_issues(const json& j) {
   std::vector<ConfigIssue> out;
   RunConfig c;
-  Reader r(j, out);
-  visit_fields(r, c);
+  read_fields(j, c, out);
   if (!out.empty()) return out;
   apply_pitfall_alias(j, c, out);
   if (!out.empty()) return out;
@@ -986,8 +1025,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
   auto with_size_limits = [&](std::vector<ConfigIssue> out) {
     std::vector<ConfigIssue> read_issues;
     RunConfig c;
-    Reader r(base, read_issues);
-    visit_fields(r, c);
+    read_fields(base, c, read_issues);
     if (!read_issues.empty()) return out;
     std::vector<std::string> taken = bad;
     for (const auto& i : out) taken.push_back(i.path);
@@ -1006,8 +1044,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
     if (touches) return with_size_limits({});
     std::vector<ConfigIssue> out;
     RunConfig c;
-    Reader r(base, out);
-    visit_fields(r, c);
+    read_fields(base, c, out);
     if (out.empty()) apply_pitfall_alias(base, c, out);
     if (out.empty()) validate_config(c, out);
     return out;
@@ -1133,9 +1170,7 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
       issues.push_back({"training.target.value", "a target value needs training.target.metric"});
   }
   size_t before = issues.size();
-  Reader r(j, issues);
-  visit_fields(r, c);
-  std::vector<std::string> bad = r.bad_fields();
+  std::vector<std::string> bad = read_fields(j, c, issues);
   for (const auto& f : config_fields()) {
     // A field under a section given as something else than an object ("model": "mlp", reported by find_unknown)
     // could not be read either: its default must not be judged against the other fields.

@@ -23,6 +23,9 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // adam, adamw, onebit_adam: DeepSpeed's and torch's spelling [beta1, beta2], read into beta1 and beta2 (a config
+  // read from JSON holds null here: the values are in beta1 and beta2).
+  json betas = nullptr;
   // adam, adamw: the first moment's update as PyTorch >= 2.0 writes it, "lerp" (exp_avg.lerp_(grad, 1 - beta1)), or
   // as 1.13 did, "mul_add" (exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)); they differ in the last bit.
   std::string first_moment = "lerp";

@@ -215,5 +215,40 @@ TEST(OnebitAdam, RefusesWhatItDoesNotCombineWith) {
                   "training.optimizer.exp_avg_mask", "zero_variance"));
 }
 
+RunConfig parsed(const std::string& optimizer) {
+  const std::string text = R"({"name": "t", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "cluster": {"ranks": 2},
+    "training": {"steps": 3, "optimizer": )" + optimizer + "}}";
+  return parse_scenario(text, "ok.json", {}).runs.at(0).config;
+}
+
+TEST(OnebitAdam, AcceptsDeepSpeedsBetasListAsBeta1AndBeta2) {
+  const RunConfig c = parsed(R"({"kind": "onebit_adam", "betas": [0.8, 0.95]})");
+  EXPECT_EQ(c.training.optimizer.beta1, 0.8);
+  EXPECT_EQ(c.training.optimizer.beta2, 0.95);
+  EXPECT_TRUE(c.training.optimizer.betas.is_null());  // the resolved config writes beta1 and beta2
+  const json written = config_to_json(c)["training"]["optimizer"];
+  EXPECT_EQ(written["beta1"], 0.8);
+  EXPECT_TRUE(written["betas"].is_null());
+  EXPECT_EQ(parsed(R"({"kind": "adam", "betas": [0, 0.5]})").training.optimizer.beta2, 0.5);
+}
+
+TEST(OnebitAdam, RefusesBetasWithBeta1OrBeta2OrOfTheWrongShape) {
+  auto opt = [](const std::string& o) { return R"("training": {"optimizer": )" + o + "}"; };
+  const std::string p = "training.optimizer.betas";
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": [0.8, 0.9], "beta1": 0.8})")), p,
+                  "not both: training.optimizer.beta1 is given too"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "adam", "betas": [0.8, 0.9], "beta2": 0.9})")), p, "beta2 is given"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": [0.8]})")), p,
+                  "expected a list of two numbers [beta1, beta2], each >= 0 and < 1, got [0.8]"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": 0.9})")), p, "a list of two numbers"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": [0.8, 0.9, 0.99]})")), p, "two numbers"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": [0.9, 1.0]})")), p + "[1]",
+                  "expected a number >= 0 and < 1 (beta2), got 1.0"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": [-0.1, 0.9]})")), p + "[0]", "(beta1)"));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "onebit_adam", "betas": ["0.9", 0.9]})")), p + "[0]", "got \"0.9\""));
+  EXPECT_TRUE(has(issues_of(opt(R"({"kind": "sgd", "betas": [0.9, 0.9]})")), p, "only applies"));
+}
+
 }  // namespace
 }  // namespace gs
