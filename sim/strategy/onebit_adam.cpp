@@ -82,6 +82,21 @@ bool sign_bit(const float* message, size_t head, size_t i) {
 // A message of one scale (word 0) and `count` packed sign bits, in 4-byte words.
 size_t message_words(size_t count) { return 1 + (count / 8 + 3) / 4; }
 
+// One side's error feedback (the worker's over x = pad(m), the server's over its chunk c), in place over x[0,
+// error.size()): x += error (buffer_m.add_(worker_error), compensated_server_m.add_(server_error)); the scale
+// s = ||x|| / sqrt(count); error = x - s sign(x). Returns the message: s, then the packed signs of x.
+std::vector<float> compensate_and_pack(float* x, std::vector<float>& error, float* scale) {
+  const size_t count = error.size();
+  for (size_t i = 0; i < count; ++i) x[i] = x[i] + error[i];
+  const float s = rms_scale(x, count);
+  for (size_t i = 0; i < count; ++i) error[i] = x[i] - (x[i] < 0.0f ? -s : s);
+  std::vector<float> message(message_words(count));
+  message[0] = s;
+  pack_signs(x, count, message, 1);
+  *scale = s;
+  return message;
+}
+
 nlohmann::json summary(const std::vector<double>& v) {
   const Summary s = summarize(v);
   return {{"count", s.count}, {"p50", s.p50}, {"max", s.max}, {"mean", s.mean}, {"last", v.back()}};
@@ -106,15 +121,12 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
   thread_local std::vector<float> x;
   x.assign(P, 0.0f);
   for (size_t i = 0; i < n; ++i) x[i] = m[i];
-  for (size_t i = 0; i < P; ++i) x[i] = x[i] + worker_error[i];
-  const float ws = rms_scale(x.data(), P);
-  for (size_t i = 0; i < P; ++i) worker_error[i] = x[i] - (x[i] < 0.0f ? -ws : ws);
+  float ws = 0.0f;
+  const std::vector<float> send = compensate_and_pack(x.data(), worker_error, &ws);
   // Phase 1 (DeepSpeed: all-to-all of the sign chunks and all-gather of the scales): one all-gather of the scale and
   // all packed signs; rank q reads chunk q of every rank.
-  const size_t w1 = message_words(P);
-  std::vector<float> send(w1), recv(w1 * static_cast<size_t>(N));
-  send[0] = ws;
-  pack_signs(x.data(), P, send, 1);
+  const size_t w1 = send.size();
+  std::vector<float> recv(w1 * static_cast<size_t>(N));
   double compress_s = now_s() - t0;
   comm.all_gather(rank, recv.data(), send.data(), w1);
   const double t1 = now_s();
@@ -131,14 +143,11 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
       c[i] = j == 0 ? v : c[i] + v;
     }
   }
-  for (size_t i = 0; i < C; ++i) c[i] = c[i] + server_error[i];
-  const float ss = rms_scale(c.data(), C);
-  for (size_t i = 0; i < C; ++i) server_error[i] = c[i] - (c[i] < 0.0f ? -ss : ss);
+  float ss = 0.0f;
+  const std::vector<float> send2 = compensate_and_pack(c.data(), server_error, &ss);
   // Phase 2: all-gather of the server scales and signs; m = every chunk decoded, cut to n.
-  const size_t w2 = message_words(C);
-  std::vector<float> send2(w2), recv2(w2 * static_cast<size_t>(N));
-  send2[0] = ss;
-  pack_signs(c.data(), C, send2, 1);
+  const size_t w2 = send2.size();
+  std::vector<float> recv2(w2 * static_cast<size_t>(N));
   compress_s += now_s() - t1;
   comm.all_gather(rank, recv2.data(), send2.data(), w2);
   const double t2 = now_s();
