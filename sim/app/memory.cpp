@@ -164,7 +164,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
 
   // Parameters (strategy/allreduce.cpp: one replica when shared, else one per rank; independent: one per rank) and
   // the initial copy of rank_loop.cpp.
-  const bool onebit = c.training.optimizer.kind == "onebit_adam";  // strategy/onebit_adam.cpp: one replica per rank
+  // strategy/onebit_adam.cpp, zero_one_adam.cpp: one replica per rank
+  const bool onebit = owns_communication(c.training.optimizer);
   const bool shared = c.sync.kind == "allreduce" && c.cluster.share_identical && !onebit;
   const int64_t replicas = shared ? 1 : N;
   e.parameters_bytes = (replicas + 1) * n * kF;
@@ -176,7 +177,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   if (c.sync.kind == "local_sgd") e.parameters_bytes += n * kF;
   // Optimizer state per replica (optim/optimizer.cpp): momentum buffer, or Adam's two moments.
   const OptimizerConfig o = update_optimizer(c);  // momentum correction: SGD's buffer is the velocity (below)
-  const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
+  // (0/1 Adam: m, v and the accumulated update of its local steps, DeepSpeed's momentum_accumulator)
+  const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : o.kind == "zero_one_adam" ? 3 : 2;
   e.optimizer_bytes = replicas * state * n * kF;
   // Error feedback: one residual per rank of the full gradient (dgc: its momentum and accumulation buffers, two),
   // and a compressor's encode/decode staging of up to one gradient per rank. Low precision: a working copy of the
@@ -348,8 +350,8 @@ std::string gib_text(double bytes) { return fmt::format("{:.1f} GiB", bytes / 10
 // casts) is left out, and said so. "" on one rank (nothing to shard) and for a zero run at stage 3.
 std::string zero_stage_hint(const RunConfig& c, const Model& model) {
   if (c.cluster.ranks <= 1) return "";
-  if (c.training.optimizer.kind == "onebit_adam")
-    return "ZeRO (sync.kind \"zero\") does not run training.optimizer.kind \"onebit_adam\"";
+  if (owns_communication(c.training.optimizer))
+    return "ZeRO (sync.kind \"zero\") does not run training.optimizer.kind \"" + c.training.optimizer.kind + "\"";
   const int64_t first = c.sync.kind == "zero" ? c.sync.stage + 1 : 1;
   if (first > 3) return "";
   RunConfig x = c;
@@ -469,9 +471,11 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
     // through the same buckets. One rank alone communicates nothing.
     if (sync != "independent" && c.cluster.ranks > 1) e.communication_bytes = bytes(n * bpp.wire);
   }
-  if (c.training.optimizer.kind == "onebit_adam" && c.cluster.ranks > 1) {
-    // 1-bit Adam (strategy/onebit_adam.cpp): worker error (padded P) and server error (P / N) in fp32, the packed
-    // signs sent and the N received of both phases.
+  // 0/1 Adam: its momentum_accumulator (fp32, beside m and v).
+  if (c.training.optimizer.kind == "zero_one_adam") e.optimizer_bytes += bytes(4.0 * n);
+  if (owns_communication(c.training.optimizer) && c.cluster.ranks > 1) {
+    // 1-bit and 0/1 Adam (strategy/onebit_adam.cpp, zero_one_adam.cpp): worker error (padded P) and server error
+    // (P / N) in fp32, the packed signs sent and the N received of both phases.
     const double N = static_cast<double>(c.cluster.ranks);
     const auto P = static_cast<double>(onebit_padded_elements(static_cast<size_t>(n), static_cast<int>(N)));
     e.error_feedback_bytes = bytes(4.0 * (P + P / N));

@@ -162,22 +162,25 @@ void visit_fields(V& v, RunConfig& c) {
                                       "delay_allreduce (sets sync.overlap false)")
                     .one_of({"none", "zero_grad_in_loop", "mean_of_means", "fp16_pure_unscaled", "delay_allreduce"}));
   auto& o = tr.optimizer;
-  v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw, onebit_adam (DeepSpeed's 1-bit Adam: "
-                                         "sync.kind \"allreduce\" only; it owns the communication, "
-                                         "docs/strategies.md)")
-                .one_of({"sgd", "adam", "adamw", "onebit_adam"}));
+  v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw, onebit_adam (DeepSpeed's 1-bit Adam), "
+                                         "zero_one_adam (DeepSpeed's 0/1 Adam); the last two: sync.kind \"allreduce\" "
+                                         "only, they own the communication (docs/strategies.md)")
+                .one_of({"sgd", "adam", "adamw", "onebit_adam", "zero_one_adam"}));
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
   v(o.momentum, F("training.optimizer.momentum", "sgd: momentum").at_least(0).below(1));
   v(o.nesterov, F("training.optimizer.nesterov", "sgd: Nesterov momentum"));
-  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam: "
-                                                         "DeepSpeed's wd * p added to the update")
+  v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam, "
+                                                         "zero_one_adam: DeepSpeed's wd * p added to the update")
                         .at_least(0));
-  v(o.beta1, F("training.optimizer.beta1", "adam, adamw, onebit_adam: beta1 (DeepSpeed's betas[0])").at_least(0).below(1));
-  v(o.beta2, F("training.optimizer.beta2", "adam, adamw, onebit_adam: beta2 (DeepSpeed's betas[1])").at_least(0).below(1));
-  v(o.betas, F("training.optimizer.betas", "adam, adamw, onebit_adam: [beta1, beta2], DeepSpeed's and torch's "
+  v(o.beta1, F("training.optimizer.beta1", "adam, adamw, onebit_adam, zero_one_adam: beta1 (DeepSpeed's betas[0])")
+                   .at_least(0).below(1));
+  v(o.beta2, F("training.optimizer.beta2", "adam, adamw, onebit_adam, zero_one_adam: beta2 (DeepSpeed's betas[1])")
+                   .at_least(0).below(1));
+  v(o.betas, F("training.optimizer.betas", "adam, adamw, onebit_adam, zero_one_adam: [beta1, beta2], DeepSpeed's and "
+                                           "torch's "
                                            "spelling of beta1 and beta2 (give one or the other; null: beta1 and "
                                            "beta2)"));
-  v(o.eps, F("training.optimizer.eps", "adam, adamw, onebit_adam: epsilon").above(0));
+  v(o.eps, F("training.optimizer.eps", "adam, adamw, onebit_adam, zero_one_adam: epsilon").above(0));
   v(o.freeze_step, F("training.optimizer.freeze_step", "onebit_adam: optimizer steps before the variance freezes and "
                                                        "the momentum travels 1-bit compressed (DeepSpeed's default "
                                                        "100000; steps 2 .. max(2, freeze_step) are uncompressed Adam)")
@@ -187,6 +190,25 @@ void visit_fields(V& v, RunConfig& c) {
                                                          "values are never 0): none (DeepSpeed's default), or "
                                                          "zero_variance (0 where the frozen variance is exactly 0)")
                         .one_of({"none", "zero_variance"}));
+  v(o.var_freeze_step, F("training.optimizer.var_freeze_step", "zero_one_adam: the last step whose variance may "
+                                                               "update; from the first step k > var_freeze_step on "
+                                                               "(k >= 2) the variance is frozen and the local steps "
+                                                               "begin (DeepSpeed's default 100000)")
+                           .at_least(0).at_most(1e12));
+  v(o.var_update_scaler, F("training.optimizer.var_update_scaler", "zero_one_adam: variance updates (every "
+                                                                   "var_interval-th step, var_interval from 1) after "
+                                                                   "which var_interval doubles (the paper's kappa; "
+                                                                   "DeepSpeed's default 16)")
+                             .at_least(1).at_most(1e12));
+  v(o.local_step_scaler, F("training.optimizer.local_step_scaler", "zero_one_adam: frozen steps after which the "
+                                                                   "local-step interval doubles (DeepSpeed's default "
+                                                                   "32678)")
+                             .at_least(1).at_most(1e12));
+  v(o.local_step_clipper, F("training.optimizer.local_step_clipper", "zero_one_adam: the largest local-step "
+                                                                     "interval (the paper's H; DeepSpeed's default "
+                                                                     "16); a frozen step k syncs when k % interval "
+                                                                     "== 0")
+                              .at_least(1).at_most(1e12));
   v(o.first_moment, F("training.optimizer.first_moment", "adam, adamw: the first moment's update as PyTorch >= 2.0 "
                                                          "(lerp: exp_avg.lerp_(grad, 1 - beta1)) or 1.13 (mul_add: "
                                                          "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)) writes it; "
@@ -710,12 +732,16 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"sync.first_bucket_mb", "sync.kind", "allreduce", kBucketed},
       {"training.optimizer.momentum", "training.optimizer.kind", "sgd", {"sgd"}},
       {"training.optimizer.nesterov", "training.optimizer.kind", "sgd", {"sgd"}},
-      {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
-      {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
-      {"training.optimizer.betas", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
-      {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam"}},
+      {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
+      {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
+      {"training.optimizer.betas", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
+      {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
       {"training.optimizer.freeze_step", "training.optimizer.kind", "sgd", {"onebit_adam"}},
       {"training.optimizer.exp_avg_mask", "training.optimizer.kind", "sgd", {"onebit_adam"}},
+      {"training.optimizer.var_freeze_step", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
+      {"training.optimizer.var_update_scaler", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
+      {"training.optimizer.local_step_scaler", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
+      {"training.optimizer.local_step_clipper", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
       {"training.optimizer.first_moment", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
       {"training.schedule.step_size", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.gamma", "training.schedule.kind", "constant", {"step"}},
@@ -1232,19 +1258,20 @@ void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) 
                       q + " runs heavy-ball momentum in each rank's velocity; Nesterov is not modeled there, got true"});
 }
 
-// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp) owns the gradient's communication: the
-// all-reduce of its warm-up and the compressed all-reduce of the momentum after it. Settings that would change either
-// are refused.
+// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp) and "zero_one_adam"
+// (sim/strategy/zero_one_adam.cpp) own the gradient's communication: the full-precision all-reduce of the steps that
+// update the variance and DeepSpeed's compressed all-reduce of the momentum (or, for 0/1 Adam, of the gradient and of
+// the accumulated update). Settings that would change either are refused.
 void check_onebit_adam(const RunConfig& c, std::vector<ConfigIssue>& issues) {
-  if (c.training.optimizer.kind != "onebit_adam") return;
-  const std::string by = "training.optimizer.kind \"onebit_adam\" ";
+  if (!owns_communication(c.training.optimizer)) return;
+  const std::string by = "training.optimizer.kind \"" + c.training.optimizer.kind + "\" ";
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, by + msg}); };
   if (c.sync.kind != "allreduce")
-    add("sync.kind", "runs its own all-reduce (uncompressed during the warm-up, then DeepSpeed's compressed all-reduce "
-                     "of the momentum); it replaces sync.kind \"allreduce\" and combines with no other strategy "
+    add("sync.kind", "runs its own all-reduce (uncompressed while the variance updates, DeepSpeed's compressed "
+                     "all-reduce otherwise); it replaces sync.kind \"allreduce\" and combines with no other strategy "
                      "(DeepSpeed refuses it under ZeRO too): expected \"allreduce\", got \"" + c.sync.kind + "\"");
   if (c.compression.kind != "none")
-    add("compression.kind", "compresses the momentum itself (1 bit per value with error feedback on worker and "
+    add("compression.kind", "compresses what it sends itself (1 bit per value with error feedback on worker and "
                             "server): expected \"none\", got \"" + c.compression.kind + "\"");
   if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
     add("sync.staleness", "applies every step's momentum in that step: expected 0, got " +
@@ -1258,8 +1285,8 @@ void check_onebit_adam(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                 "for it): expected \"none\" (or \"auto\" outside fp16_mixed), got \"" +
                                     c.precision.loss_scale + "\"");
   if (c.training.clip_grad_norm > 0)
-    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam keeps max_grad_norm but never "
-                                               "applies it): expected 0, got {}", c.training.clip_grad_norm));
+    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam and ZeroOneAdam keep "
+                                               "max_grad_norm but never apply it): expected 0, got {}", c.training.clip_grad_norm));
   if (c.training.pitfall != "none")
     add("training.pitfall", "is modeled without the pitfalls (they change the divisors of the plain all-reduce): "
                             "expected \"none\", got \"" + c.training.pitfall + "\"");

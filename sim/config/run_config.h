@@ -15,7 +15,9 @@ namespace gs {
 using json = nlohmann::json;
 
 struct OptimizerConfig {
-  std::string kind = "sgd";  // sgd | adam | adamw | onebit_adam (a sync strategy of its own: sim/strategy/onebit_adam.cpp)
+  // sgd | adam | adamw | onebit_adam | zero_one_adam (the last two are sync strategies of their own:
+  // sim/strategy/onebit_adam.cpp, sim/strategy/zero_one_adam.cpp)
+  std::string kind = "sgd";
   double lr = 0.05;
   double momentum = 0.0;
   bool nesterov = false;
@@ -23,7 +25,7 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  // adam, adamw, onebit_adam: DeepSpeed's and torch's spelling [beta1, beta2], read into beta1 and beta2 (a config
+  // adam, adamw, onebit_adam, zero_one_adam: DeepSpeed's and torch's spelling [beta1, beta2], read into beta1 and beta2 (a config
   // read from JSON holds null here: the values are in beta1 and beta2).
   json betas = nullptr;
   // adam, adamw: the first moment's update as PyTorch >= 2.0 writes it, "lerp" (exp_avg.lerp_(grad, 1 - beta1)), or
@@ -36,7 +38,21 @@ struct OptimizerConfig {
   // (1-bit values cannot be zero). "none" (DeepSpeed's default: no mask) or "zero_variance" (0 where the frozen
   // variance is exactly 0: coordinates whose gradient was zero through the whole warm-up).
   std::string exp_avg_mask = "none";
+  // zero_one_adam (DeepSpeed ZeroOneAdam's names and defaults, deepspeed/runtime/fp16/onebit/zoadam.py): the last
+  // step whose variance may update (the freeze comes after the first step k > var_freeze_step); the number of
+  // variance updates after which their interval doubles (the paper's kappa); the frozen steps after which the
+  // local-step interval doubles; the largest local-step interval (the paper's H).
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
 };
+
+// The optimizers that own the gradient's communication and run as sync strategies of their own (in place of
+// sync.kind "allreduce"): DeepSpeed's 1-bit Adam and 0/1 Adam.
+inline bool owns_communication(const OptimizerConfig& o) {
+  return o.kind == "onebit_adam" || o.kind == "zero_one_adam";
+}
 
 struct ScheduleConfig {
   std::string kind = "constant";  // constant | step | warmup_cosine

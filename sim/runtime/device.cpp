@@ -67,9 +67,9 @@ std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
     refuse("data.kind", quoted(c.data.kind), "\"fashion_mnist\", \"teacher\", \"inline\"");
   if (c.data.cache.policy != "none") refuse("data.cache.policy", quoted(c.data.cache.policy), "\"none\"");
   if (c.sync.kind != "allreduce") refuse("sync.kind", quoted(c.sync.kind), "\"allreduce\"");
-  if (c.training.optimizer.kind == "onebit_adam")
-    refuse("training.optimizer.kind", "\"onebit_adam\" (its compressed all-reduce of the momentum runs on the host "
-                                      "backend only)", "\"sgd\", \"adam\", \"adamw\"");
+  if (owns_communication(c.training.optimizer))
+    refuse("training.optimizer.kind", quoted(c.training.optimizer.kind) + " (its compressed all-reduce runs on the "
+                                      "host backend only)", "\"sgd\", \"adam\", \"adamw\"");
   if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
     refuse("sync.staleness", "a delayed update (" + std::to_string(c.sync.staleness) + ")", "0");
   if (c.precision.mode == "fp16_pure")
@@ -98,8 +98,8 @@ std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& c) {
   // The GPU model exists for the dense stacks only (cuda_model.h).
   if (c.model.kind != "mlp" && c.model.kind != "linear")
     refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
-  if (c.training.optimizer.kind == "onebit_adam")
-    refuse("training.optimizer.kind", "\"onebit_adam\"", "\"sgd\", \"adam\", \"adamw\"");
+  if (owns_communication(c.training.optimizer))
+    refuse("training.optimizer.kind", quoted(c.training.optimizer.kind), "\"sgd\", \"adam\", \"adamw\"");
   // Every precision mode has GPU forward/backward (kernels/cuda_dense*.h: fp32, tf32, the mixed stack's bf16_mixed,
   // fp16_mixed, fp16_pure, fp8_mixed); a new mode without them is refused here.
   // Real straggler delays are injected by the device-resident loop only; the host rank loop (host backend and the

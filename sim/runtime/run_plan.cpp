@@ -72,7 +72,7 @@ std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
                                         std::to_string(processes) + " processes (" + np +
                                         "): expected a multiple of " + std::to_string(processes)});
   if (c.sync.kind != "allreduce") refuse("sync.kind", c.sync.kind, "\"allreduce\"");
-  if (c.training.optimizer.kind == "onebit_adam")
+  if (owns_communication(c.training.optimizer))
     refuse("training.optimizer.kind", c.training.optimizer.kind, "sgd, adam, adamw");
   if (c.compression.kind != "none") refuse("compression.kind", c.compression.kind, "\"none\"");
   if (c.precision.mode == "fp16_pure") refuse("precision.mode", c.precision.mode, "every mode but fp16_pure");

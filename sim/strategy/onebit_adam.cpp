@@ -167,6 +167,83 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
   }
 }
 
+// The compressed all-reduce over padded P (chunk C = P / N): worker x = m + e, its norm, e and the packed signs
+// (read m, e; write x; read x twice; write e; write P/8), the server's unpack-and-sum of N chunks, + its error,
+// norm, error and packing, and the final unpack (read P/8 bits, write 4 P).
+void onebit_price_compressed(StepCost& cost, size_t padded, int ranks) {
+  const double P = static_cast<double>(padded), N = ranks, C = P / N;
+  cost.add_pass(Phase::kCompress, 24.0 * P + P / 8.0);
+  cost.add_collective(CollectiveKind::kReduceScatter, P / 8.0);  // DeepSpeed's all-to-all of the signs
+  cost.add_collective(CollectiveKind::kAllGather, 4.0 * N);      // worker scales
+  cost.add_pass(Phase::kCompress, C * (N / 8.0 + 4.0) + 24.0 * C + C / 8.0);
+  cost.add_collective(CollectiveKind::kAllGather, P / 8.0);  // server signs
+  cost.add_collective(CollectiveKind::kAllGather, 4.0 * N);  // server scales
+  cost.add_pass(Phase::kCompress, P / 8.0 + 4.0 * P);
+}
+
+// residual_norm: the worker error; server_error_norm: the server error of each rank's chunk.
+nlohmann::json onebit_compression_report(const std::vector<const std::vector<OnebitNorms>*>& calls, size_t n,
+                                         size_t padded, const std::string& kind) {
+  if (calls.empty() || calls[0]->empty()) return nullptr;
+  const auto ranks = static_cast<int>(calls.size());
+  std::vector<double> enc, dec, worker, server;
+  for (const auto* rank_calls : calls)
+    for (const OnebitNorms& s : *rank_calls) {
+      enc.push_back(s.compress_s);
+      dec.push_back(s.decompress_s);
+    }
+  for (size_t t = 0; t < calls[0]->size(); ++t) {
+    double w = 0.0, v = 0.0;
+    for (const auto* rank_calls : calls) {
+      if (t >= rank_calls->size()) continue;  // a rank that ended early (a failed run)
+      w += (*rank_calls)[t].worker_error;
+      v += (*rank_calls)[t].server_error;
+    }
+    worker.push_back(w / ranks);
+    server.push_back(v / ranks);
+  }
+  const double P = static_cast<double>(padded), N = ranks;
+  const double dense = 4.0 * static_cast<double>(n), payload = P / 8.0 + 4.0 + P / (8.0 * N) + 4.0;
+  nlohmann::json j;
+  j["kind"] = kind;
+  j["collective"] = "all_gather";
+  j["error_feedback"] = "own";
+  j["dense_bytes_per_rank_per_step"] = dense;
+  j["payload_bytes_per_rank_per_step"] = payload;  // the rank's sign message of each phase, with its scale
+  j["wire_bytes_per_rank_per_step"] = onebit_wire_bytes(padded, ranks);
+  j["compression_ratio"] = dense / payload;
+  j["compress_time"] = ms_summary(enc);
+  j["decompress_time"] = ms_summary(dec);
+  j["relative_error"] = nullptr;
+  j["residual_norm"] = summary(worker);
+  j["server_error_norm"] = summary(server);
+  j["padded_elements"] = padded;
+  return j;
+}
+
+void deepspeed_first_moment(float* m, const float* g, size_t n, double beta1) {
+  const auto b1 = static_cast<float>(beta1), a1 = static_cast<float>(1.0 - beta1);
+  for (size_t i = 0; i < n; ++i) m[i] = std::fma(a1, g[i], m[i] * b1);
+}
+
+void deepspeed_second_moment(float* v, const float* g, size_t n, double beta2) {
+  const auto b2 = static_cast<float>(beta2), a2 = static_cast<float>(1.0 - beta2);
+  for (size_t i = 0; i < n; ++i) v[i] = std::fma(a2 * g[i], g[i], v[i] * b2);
+}
+
+void deepspeed_update(float* p, const float* m, const float* v, size_t n, const OptimizerConfig& o, double lr,
+                      float* accumulated) {
+  const auto eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);
+  const auto neg_lr = static_cast<float>(-lr);
+  for (size_t i = 0; i < n; ++i) {
+    float u = m[i] / (std::sqrt(v[i]) + eps);
+    if (o.weight_decay > 0.0) u = u + wd * p[i];
+    const float step = neg_lr * u;
+    p[i] = p[i] + step;
+    if (accumulated != nullptr) accumulated[i] = accumulated[i] + step;
+  }
+}
+
 namespace {
 
 class OnebitAdam final : public SyncStrategy {
@@ -212,41 +289,13 @@ class OnebitAdam final : public SyncStrategy {
   // first compressed step and on one rank (nothing is compressed).
   StrategyReport report() const override {
     StrategyReport rep;
-    if (ranks_state_.empty() || ranks_state_[0].steps.empty()) return rep;
-    std::vector<double> enc, dec, worker, server;
-    for (const RankState& r : ranks_state_)
-      for (const OnebitNorms& s : r.steps) {
-        enc.push_back(s.compress_s);
-        dec.push_back(s.decompress_s);
-      }
-    for (size_t t = 0; t < ranks_state_[0].steps.size(); ++t) {
-      double w = 0.0, v = 0.0;
-      for (const RankState& r : ranks_state_) {
-        if (t >= r.steps.size()) continue;  // a rank that ended early (a failed run)
-        w += r.steps[t].worker_error;
-        v += r.steps[t].server_error;
-      }
-      worker.push_back(w / ranks_);
-      server.push_back(v / ranks_);
-    }
-    const double P = static_cast<double>(padded_), N = ranks_;
-    const double dense = 4.0 * static_cast<double>(n_), payload = P / 8.0 + 4.0 + P / (8.0 * N) + 4.0;
-    nlohmann::json& j = rep.compression;
-    j["kind"] = "onebit_adam";
-    j["collective"] = "all_gather";
-    j["error_feedback"] = "own";
-    j["dense_bytes_per_rank_per_step"] = dense;
-    j["payload_bytes_per_rank_per_step"] = payload;  // the rank's sign message of each phase, with its scale
-    j["wire_bytes_per_rank_per_step"] = onebit_wire_bytes(padded_, ranks_);
-    j["compression_ratio"] = dense / payload;
-    j["compress_time"] = ms_summary(enc);
-    j["decompress_time"] = ms_summary(dec);
-    j["relative_error"] = nullptr;
-    j["residual_norm"] = summary(worker);
-    j["server_error_norm"] = summary(server);
-    j["freeze_step"] = opt_.freeze_step;
-    j["compressed_steps"] = ranks_state_[0].steps.size();
-    j["padded_elements"] = padded_;
+    if (ranks_state_.empty()) return rep;
+    std::vector<const std::vector<OnebitNorms>*> calls;
+    for (const RankState& r : ranks_state_) calls.push_back(&r.steps);
+    rep.compression = onebit_compression_report(calls, n_, padded_, "onebit_adam");
+    if (rep.compression.is_null()) return rep;
+    rep.compression["freeze_step"] = opt_.freeze_step;
+    rep.compression["compressed_steps"] = ranks_state_[0].steps.size();
     return rep;
   }
 
@@ -271,8 +320,9 @@ class OnebitAdam final : public SyncStrategy {
       PhaseTimer t(clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.global_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-      moments(r, in.grad, true);
-      update(r, in.lr);
+      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+      deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
+      deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
       return;
     }
     {
@@ -281,7 +331,7 @@ class OnebitAdam final : public SyncStrategy {
       // The rank's own mean gradient (DeepSpeed: the engine's all-reduce is off; each rank's loss is its mean).
       const float s = static_cast<float>(in.local_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
-      moments(r, in.grad, false);
+      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
     }
     if (ranks_ > 1) {
       if (r.worker_error.empty()) {  // made at the first compressed step (state['worker_error'] not in state)
@@ -294,7 +344,7 @@ class OnebitAdam final : public SyncStrategy {
     GS_NVTX_RANGE(kOptimizer);
     PhaseTimer t(clock, Phase::kOptimizer);
     if (mask_zero_variance_) apply_mask(r);
-    update(r, in.lr);
+    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
   }
 
   const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
@@ -316,26 +366,12 @@ class OnebitAdam final : public SyncStrategy {
                             GradRange{b.begin, b.end});
     if (phase == OnebitPhase::kWarmup && cost_model_ != nullptr) cost_model_->add_optimizer(cost, opt_, n);
     if (phase == OnebitPhase::kWarmup) return key;
-    if (ranks_ > 1) price_compressed(cost);
+    if (ranks_ > 1) onebit_price_compressed(cost, padded_, ranks_);
     if (phase == OnebitPhase::kCompressed) {
       cost.add_pass(Phase::kOptimizer, 8.0 * n + 12.0 * n);  // g / local samples; m = b1 m + (1 - b1) g
       cost.add_pass(Phase::kOptimizer, 16.0 * n);            // p += -lr m / (sqrt(v) + eps): read p, m, v, write p
     }
     return key;
-  }
-
-  // The compressed all-reduce over padded P (chunk C = P / N): worker x = m + e, its norm, e and the packed signs
-  // (read m, e; write x; read x twice; write e; write P/8), the server's unpack-and-sum of N chunks, + its error,
-  // norm, error and packing, and the final unpack (read P/8 bits, write 4 P).
-  void price_compressed(StepCost& cost) const {
-    const double P = static_cast<double>(padded_), N = ranks_, C = P / N;
-    cost.add_pass(Phase::kCompress, 24.0 * P + P / 8.0);
-    cost.add_collective(CollectiveKind::kReduceScatter, P / 8.0);  // DeepSpeed's all-to-all of the signs
-    cost.add_collective(CollectiveKind::kAllGather, 4.0 * N);      // worker scales
-    cost.add_pass(Phase::kCompress, C * (N / 8.0 + 4.0) + 24.0 * C + C / 8.0);
-    cost.add_collective(CollectiveKind::kAllGather, P / 8.0);  // server signs
-    cost.add_collective(CollectiveKind::kAllGather, 4.0 * N);  // server scales
-    cost.add_pass(Phase::kCompress, P / 8.0 + 4.0 * P);
   }
 
   void all_reduce_gradient(const StepInput& in) {
@@ -365,27 +401,6 @@ class OnebitAdam final : public SyncStrategy {
       for (size_t i = 0; i < n_; ++i) r.mask[i] = r.v[i] == 0.0f ? 0.0f : 1.0f;
     }
     for (size_t i = 0; i < n_; ++i) r.m[i] = r.m[i] * r.mask[i];
-  }
-
-  // DeepSpeed's exp_avg.mul_(beta1).add_(1 - beta1, grad) and, in the warm-up, exp_avg_sq.mul_(beta2).addcmul_(1 -
-  // beta2, grad, grad); the scalars rounded to float from double as torch does with Python floats.
-  void moments(RankState& r, const float* g, bool second) const {
-    const auto b1 = static_cast<float>(opt_.beta1), a1 = static_cast<float>(1.0 - opt_.beta1);
-    const auto b2 = static_cast<float>(opt_.beta2), a2 = static_cast<float>(1.0 - opt_.beta2);
-    for (size_t i = 0; i < n_; ++i) r.m[i] = std::fma(a1, g[i], r.m[i] * b1);
-    if (!second) return;
-    for (size_t i = 0; i < n_; ++i) r.v[i] = std::fma(a2 * g[i], g[i], r.v[i] * b2);
-  }
-
-  // update = exp_avg / (exp_avg_sq.sqrt() + eps); update += weight_decay * p (weight_decay > 0); p.add_(-lr * update).
-  void update(RankState& r, double lr) const {
-    const auto eps = static_cast<float>(opt_.eps), wd = static_cast<float>(opt_.weight_decay);
-    const auto neg_lr = static_cast<float>(-lr);
-    for (size_t i = 0; i < n_; ++i) {
-      float u = r.m[i] / (std::sqrt(r.v[i]) + eps);
-      if (opt_.weight_decay > 0.0) u = u + wd * r.params[i];
-      r.params[i] = r.params[i] + neg_lr * u;
-    }
   }
 
   Communicator& comm_;

@@ -1,11 +1,16 @@
 // DeepSpeed's 1-bit Adam (training.optimizer.kind "onebit_adam"; Tang et al. 2021, arXiv 2102.02888): the pieces
-// the strategy (onebit_adam.cpp), the memory estimate and the tests share.
+// the strategy (onebit_adam.cpp), 0/1 Adam (zero_one_adam.cpp), the memory estimate and the tests share.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/comm/communicator.h"
+#include "sim/config/run_config.h"
+#include "sim/cost/step_cost.h"
 
 namespace gs {
 
@@ -51,5 +56,26 @@ void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t 
 // the all-to-all of the packed signs ((N-1)/N x padded/8), the all-gather of the worker scales ((N-1) x 4), the
 // all-gather of the server signs ((N-1)/N x padded/8, each rank's chunk/8) and of the server scales ((N-1) x 4).
 double onebit_wire_bytes(size_t padded, int ranks);
+
+// The modeled cost of one compressed all-reduce over `padded` elements on N ranks (the worker's and the server's
+// compression passes, DeepSpeed's four collectives with the all-to-all priced as a reduce-scatter of the same bytes,
+// the final decoding).
+void onebit_price_compressed(StepCost& cost, size_t padded, int ranks);
+
+// The report's "compression" object (reports/README.md) over compressed all-reduce calls: calls[r] holds rank r's
+// calls in order (every rank makes the same calls). DeepSpeed's message sizes per call, every rank's compression and
+// decoding times, and the error-feedback norms per call averaged over the ranks. Null when there is no call.
+nlohmann::json onebit_compression_report(const std::vector<const std::vector<OnebitNorms>*>& calls, size_t n,
+                                         size_t padded, const std::string& kind);
+
+// DeepSpeed's element-wise Adam pieces, as torch's CPU kernels compute them in float32 (the scalars rounded to float
+// from double as torch does with Python floats): exp_avg.mul_(beta1).add_(1 - beta1, g) (one fused add);
+// exp_avg_sq.mul_(beta2).addcmul_(1 - beta2, g, g); and update = exp_avg / (exp_avg_sq.sqrt() + eps),
+// update += weight_decay * p (weight_decay > 0), p.add_(-lr * update), with `accumulated` (when not null) also
+// receiving accumulated.add_(-lr * update) (0/1 Adam's momentum_accumulator).
+void deepspeed_first_moment(float* m, const float* g, size_t n, double beta1);
+void deepspeed_second_moment(float* v, const float* g, size_t n, double beta2);
+void deepspeed_update(float* p, const float* m, const float* v, size_t n, const OptimizerConfig& o, double lr,
+                      float* accumulated = nullptr);
 
 }  // namespace gs

@@ -31,10 +31,12 @@ const std::vector<StrategyEntry>& strategy_registry() {
 
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup) {
   // An optimizer that owns its communication replaces the all-reduce.
-  if (setup.config.training.optimizer.kind == "onebit_adam") {
+  if (owns_communication(setup.config.training.optimizer)) {
     if (setup.config.sync.kind != "allreduce")
-      throw Error(fmt::format("sync.kind: training.optimizer.kind \"onebit_adam\" runs its own all-reduce: expected "
-                              "\"allreduce\", got \"{}\"", setup.config.sync.kind));
+      throw Error(fmt::format("sync.kind: training.optimizer.kind \"{}\" runs its own all-reduce: expected "
+                              "\"allreduce\", got \"{}\"", setup.config.training.optimizer.kind,
+                              setup.config.sync.kind));
+    if (setup.config.training.optimizer.kind == "zero_one_adam") return make_zero_one_adam(setup);
     return make_onebit_adam(setup);
   }
   std::string known;

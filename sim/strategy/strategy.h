@@ -199,5 +199,7 @@ std::unique_ptr<SyncStrategy> make_zero(const StrategySetup& setup);
 // training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp): chosen by make_strategy in place of
 // sync.kind "allreduce" (validate_config refuses it with any other sync.kind).
 std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup);
+// training.optimizer.kind "zero_one_adam" (sim/strategy/zero_one_adam.cpp): likewise.
+std::unique_ptr<SyncStrategy> make_zero_one_adam(const StrategySetup& setup);
 
 }  // namespace gs

@@ -1,0 +1,297 @@
+// training.optimizer.kind "zero_one_adam": DeepSpeed's 0/1 Adam (Lu et al. 2022, arXiv 2202.06009; DeepSpeed
+// ZeroOneAdam.step, deepspeed/runtime/fp16/onebit/zoadam.py) as a sync strategy, because it owns the communication:
+// the engine's full-precision all-reduce of the gradient runs only on the steps that update the variance
+// (enable_backward_allreduce), every other exchange is 1-bit Adam's compressed all-reduce (onebit_adam.h), and the
+// local steps after the freeze exchange nothing. Per 1-based step k (zero_one_phase, zero_one_adam.h):
+//   k = 1: the zero momentum_accumulator goes through one compressed all-reduce; nothing moves; the error buffers are
+//          dropped (and made again, zero, at step 2);
+//   variance step: g = all-reduced gradient / S; v = b2 v + (1 - b2) g^2; m = b1 m + (1 - b1) g;
+//   1-bit gradient step: g = compressed_allreduce(the rank's mean gradient); m = b1 m + (1 - b1) g (one rank: DeepSpeed
+//          skips the whole branch, m does not change);
+//   both: u = m / (sqrt(v) + eps) (+ wd p); p += (-lr) u.
+//   After the last unfrozen step the worker and server errors are zeroed once. Frozen steps (the rank's own gradient):
+//   m = b1 m + (1 - b1) g_r; lrs += lr; u as above; p += (-lr) u; cb += (-lr) u; and at a sync step
+//   p -= cb; cb *= sqrt(v) + eps; cb = compressed_allreduce(cb); m = -(cb / lrs); p += cb / (sqrt(v) + eps);
+//   cb = 0; lrs = 0.
+// The scalars are rounded to float as torch does with Python floats (lrs is summed in double, a Python float). As for
+// 1-bit Adam the flat parameter buffer is one tensor (DeepSpeed's FP16_Optimizer flattens each group); exp_avg_mask
+// and bias_correction (ZeroOneAdam never applies it) are not modeled.
+#include "sim/strategy/zero_one_adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/nvtx.h"
+#include "sim/core/clock.h"
+#include "sim/core/error.h"
+#include "sim/strategy/bucket_all_reduce.h"
+#include "sim/strategy/onebit_adam.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+
+ZeroOneSchedule zero_one_schedule(const OptimizerConfig& o) {
+  return {o.var_freeze_step, o.var_update_scaler, o.local_step_scaler, o.local_step_clipper};
+}
+
+int64_t zero_one_last_unfrozen_step(const ZeroOneSchedule& s) { return std::max<int64_t>(2, s.var_freeze_step + 1); }
+
+int64_t zero_one_var_interval(int64_t k, int64_t var_update_scaler) {
+  // Updates of one interval I: var_update_scaler consecutive multiples of I from `first`; the next interval's first
+  // update is the first multiple of 2I after the last of them.
+  const int64_t s = std::max<int64_t>(1, var_update_scaler);
+  int64_t interval = 1, first = 2;
+  while (true) {
+    if (k < first || (k - first + interval - 1) / interval <= s - 1) return interval;
+    const int64_t last = first + (s - 1) * interval;  // < k: no overflow
+    interval *= 2;
+    first = (last / interval + 1) * interval;
+  }
+}
+
+int64_t zero_one_local_step_interval(int64_t k, const ZeroOneSchedule& s) {
+  const int64_t frozen_before = std::max<int64_t>(0, k - zero_one_last_unfrozen_step(s) - 1);
+  const int64_t doublings = frozen_before / std::max<int64_t>(1, s.local_step_scaler);
+  const int64_t clipper = std::max<int64_t>(1, s.local_step_clipper);
+  return doublings >= 62 ? clipper : std::min(clipper, int64_t{1} << doublings);
+}
+
+ZeroOnePhase zero_one_phase(int64_t k, const ZeroOneSchedule& s) {
+  if (k <= 1) return ZeroOnePhase::kInit;
+  if (k <= zero_one_last_unfrozen_step(s))
+    return k % zero_one_var_interval(k, s.var_update_scaler) == 0 ? ZeroOnePhase::kVariance
+                                                                  : ZeroOnePhase::kOnebitGradient;
+  return k % zero_one_local_step_interval(k, s) == 0 ? ZeroOnePhase::kSync : ZeroOnePhase::kLocal;
+}
+
+namespace {
+
+class ZeroOneAdam final : public SyncStrategy {
+ public:
+  explicit ZeroOneAdam(const StrategySetup& s)
+      : comm_(s.comm),
+        ranks_(s.ranks),
+        n_(s.model.num_params()),
+        padded_(onebit_padded_elements(n_, s.ranks)),
+        cost_model_(s.cost_model),
+        opt_(s.config.training.optimizer),
+        schedule_(zero_one_schedule(opt_)),
+        buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                              static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    GS_EXPECT(opt_.kind == "zero_one_adam",
+              "the zero_one_adam strategy runs training.optimizer.kind \"zero_one_adam\"");
+    if (s.timing_only) return;
+    ranks_state_.resize(static_cast<size_t>(ranks_));
+    for (RankState& r : ranks_state_) {
+      r.params.assign(n_, 0.0f);
+      r.m.assign(n_, 0.0f);
+      r.v.assign(n_, 0.0f);
+      r.cb.assign(n_, 0.0f);
+    }
+  }
+
+  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.data(); }
+  // Evaluation reads rank 0's replica (what a DeepSpeed user evaluating on rank 0 sees): after the freeze the
+  // replicas differ between syncs, and by rounding after them too (p - cb is not bit for bit the synced point).
+  const float* eval_params() override { return ranks_state_[0].params.data(); }
+  // Identical while every step applies one all-reduced value: up to the last unfrozen step, or on one rank.
+  bool replicas_identical(int64_t total_steps) const override {
+    return ranks_ == 1 || total_steps <= zero_one_last_unfrozen_step(schedule_);
+  }
+
+  struct RankState {
+    std::vector<float> params, m, v, cb, worker_error, server_error;  // cb: DeepSpeed's momentum_accumulator
+    double lrs = 0.0;                                                 // state['lrs']: the lrs since the last sync
+    OnebitNorms norms;                                                // the last compressed all-reduce's
+    std::vector<OnebitNorms> calls;       // every compressed all-reduce after the first step's
+    int64_t counts[5] = {0, 0, 0, 0, 0};  // steps per ZeroOnePhase
+  };
+  const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
+
+  // The report's "compression" object over the compressed all-reduces after the first step (of the gradient before
+  // the freeze, of the accumulated update at the syncs), per call; null on one rank and before the first such call.
+  StrategyReport report() const override {
+    StrategyReport rep;
+    if (ranks_state_.empty()) return rep;
+    std::vector<const std::vector<OnebitNorms>*> calls;
+    for (const RankState& r : ranks_state_) calls.push_back(&r.calls);
+    rep.compression = onebit_compression_report(calls, n_, padded_, "zero_one_adam");
+    if (rep.compression.is_null()) return rep;
+    const int64_t* c = ranks_state_[0].counts;
+    nlohmann::json& j = rep.compression;
+    j["var_freeze_step"] = opt_.var_freeze_step;
+    j["compressed_calls"] = ranks_state_[0].calls.size();
+    j["steps"] = {{"init", c[0]}, {"variance", c[1]}, {"onebit_gradient", c[2]}, {"local", c[3]}, {"sync", c[4]}};
+    return rep;
+  }
+
+  void step(const StepInput& in) override {
+    price(in);
+    RankState& r = ranks_state_[static_cast<size_t>(in.rank)];
+    const int64_t k = in.step + 1;
+    const ZeroOnePhase phase = zero_one_phase(k, schedule_);
+    ++r.counts[static_cast<int>(phase)];
+    switch (phase) {
+      case ZeroOnePhase::kInit:
+        return init_step(in, r);
+      case ZeroOnePhase::kVariance:
+        variance_step(in, r);
+        break;
+      case ZeroOnePhase::kOnebitGradient:
+        onebit_gradient_step(in, r);
+        break;
+      case ZeroOnePhase::kLocal:
+      case ZeroOnePhase::kSync:
+        frozen_step(in, r, phase == ZeroOnePhase::kSync);
+        break;
+    }
+    if (k == zero_one_last_unfrozen_step(schedule_)) {  // reinitial_error_buffer: zeroed once at the freeze
+      std::fill(r.worker_error.begin(), r.worker_error.end(), 0.0f);
+      std::fill(r.server_error.begin(), r.server_error.end(), 0.0f);
+    }
+  }
+
+  PriceKey price(const StepInput& in) const override;
+
+ private:
+  // Step 1: the engine still all-reduces the gradient (enable_backward_allreduce starts true) and the optimizer
+  // returns before using it; the zero momentum_accumulator through the compressed all-reduce with fresh error
+  // buffers, which step 2 makes again (zero).
+  void init_step(const StepInput& in, RankState& r) {
+    all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
+    if (ranks_ > 1) {
+      r.worker_error.assign(padded_, 0.0f);
+      r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
+      compressed(in, r, r.cb.data());
+      std::fill(r.worker_error.begin(), r.worker_error.end(), 0.0f);
+      std::fill(r.server_error.begin(), r.server_error.end(), 0.0f);
+    }
+  }
+
+  void variance_step(const StepInput& in, RankState& r) {
+    all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
+    GS_NVTX_RANGE(kOptimizer);
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    const float s = static_cast<float>(in.global_samples);
+    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+    deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
+    deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+  }
+
+  // The rank's own mean gradient (the engine's all-reduce is off; each rank's loss is its mean).
+  void local_mean(const StepInput& in) const {
+    const float s = static_cast<float>(in.local_samples);
+    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
+  }
+
+  void onebit_gradient_step(const StepInput& in, RankState& r) {
+    {
+      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      local_mean(in);
+    }
+    if (ranks_ > 1) {
+      compressed(in, r, in.grad);
+      r.calls.push_back(r.norms);
+    }
+    GS_NVTX_RANGE(kOptimizer);
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    if (ranks_ > 1) deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+  }
+
+  void frozen_step(const StepInput& in, RankState& r, bool sync) {
+    {
+      GS_NVTX_RANGE(kOptimizer);
+      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      local_mean(in);
+      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+      r.lrs += in.lr;
+      deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr, r.cb.data());
+      if (!sync) return;
+      const auto eps = static_cast<float>(opt_.eps);
+      for (size_t i = 0; i < n_; ++i) {
+        r.params[i] = r.params[i] - r.cb[i];
+        r.cb[i] = r.cb[i] * (std::sqrt(r.v[i]) + eps);
+      }
+    }
+    if (ranks_ > 1) {
+      compressed(in, r, r.cb.data());
+      r.calls.push_back(r.norms);
+    }
+    GS_NVTX_RANGE(kOptimizer);
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    const auto eps = static_cast<float>(opt_.eps), lrs = static_cast<float>(r.lrs);
+    for (size_t i = 0; i < n_; ++i) {
+      r.m[i] = 0.0f - r.cb[i] / lrs;  // exp_avg.zero_().add_(comm_buffer / lrs, alpha=-1)
+      r.params[i] = r.params[i] + r.cb[i] / (std::sqrt(r.v[i]) + eps);
+      r.cb[i] = 0.0f;
+    }
+    r.lrs = 0.0;
+  }
+
+  // One compressed all-reduce of x[0, n) in place, timed, its wait moved out of the compress phase, DeepSpeed's
+  // message bytes on the wire.
+  void compressed(const StepInput& in, RankState& r, float* x) {
+    PhaseClock& clock = *in.clock;
+    {
+      GS_NVTX_RANGE(kCompress);
+      PhaseTimer t(clock, Phase::kCompress);
+      onebit_compressed_allreduce(comm_, in.rank, x, n_, r.worker_error, r.server_error, &r.norms);
+    }
+    CommStats st = comm_.take_stats(in.rank);
+    clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
+    clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded_, ranks_)));
+  }
+
+  Communicator& comm_;
+  int ranks_;
+  size_t n_;
+  size_t padded_;
+  const CostModel* cost_model_;
+  OptimizerConfig opt_;
+  ZeroOneSchedule schedule_;
+  std::vector<Bucket> buckets_;
+  std::vector<RankState> ranks_state_;
+};
+
+// The modeled step by phase: the engine's bucketed fp32 all-reduce after backward on the first step and the
+// variance steps; the compressed all-reduce (onebit_price_compressed) on the first step, the 1-bit gradient steps and
+// the syncs; no communication on the local steps; the element-wise passes of each.
+PriceKey ZeroOneAdam::price(const StepInput& in) const {
+  const ZeroOnePhase phase = zero_one_phase(in.step + 1, schedule_);
+  const PriceKey key{static_cast<int64_t>(phase), 0};
+  if (in.cost == nullptr) return key;
+  StepCost& cost = *in.cost;
+  cost.overlap_backward = false;
+  const double n = static_cast<double>(n_);
+  if (phase == ZeroOnePhase::kInit || phase == ZeroOnePhase::kVariance)
+    for (const Bucket& b : buckets_)
+      cost.add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin),
+                          GradRange{b.begin, b.end});
+  if (phase == ZeroOnePhase::kVariance && cost_model_ != nullptr) cost_model_->add_optimizer(cost, opt_, n);
+  const bool compresses =
+      phase == ZeroOnePhase::kInit || phase == ZeroOnePhase::kOnebitGradient || phase == ZeroOnePhase::kSync;
+  if (compresses && ranks_ > 1) onebit_price_compressed(cost, padded_, ranks_);
+  if (phase == ZeroOnePhase::kOnebitGradient) {
+    cost.add_pass(Phase::kOptimizer, 8.0 * n + 12.0 * n);  // g / local samples; m = b1 m + (1 - b1) g
+    cost.add_pass(Phase::kOptimizer, 16.0 * n);            // p += -lr m / (sqrt(v) + eps): read p, m, v, write p
+  }
+  if (phase == ZeroOnePhase::kLocal || phase == ZeroOnePhase::kSync) {
+    cost.add_pass(Phase::kOptimizer, 8.0 * n + 12.0 * n);  // g / local samples; m
+    cost.add_pass(Phase::kOptimizer, 28.0 * n);            // the update into p and cb: read p, m, v, cb, write p, cb
+  }
+  if (phase == ZeroOnePhase::kSync) {
+    cost.add_pass(Phase::kOptimizer, 24.0 * n);  // p -= cb; cb *= sqrt(v) + eps: read p, cb, v, write p, cb
+    cost.add_pass(Phase::kOptimizer, 28.0 * n);  // m = -cb / lrs; p += cb / (sqrt(v) + eps); cb = 0
+  }
+  return key;
+}
+
+}  // namespace
+
+std::unique_ptr<SyncStrategy> make_zero_one_adam(const StrategySetup& setup) {
+  return std::make_unique<ZeroOneAdam>(setup);
+}
+
+}  // namespace gs
