@@ -1,6 +1,6 @@
-"""training.optimizer.kind "onebit_adam" (DeepSpeed's 1-bit Adam) against an independent NumPy re-implementation of
-DeepSpeed's OnebitAdam and compressed_allreduce (tests/tools/onebit_adam_reference.py, written from DeepSpeed's
-source), on the quadratic model whose per-rank gradients are closed-form: every rank's parameters after every step
+"""training.optimizer.kind "onebit_adam" (DeepSpeed's 1-bit Adam) and "zero_one_adam" (DeepSpeed's 0/1 Adam) against
+an independent NumPy re-implementation of DeepSpeed's OnebitAdam, ZeroOneAdam and compressed_allreduce
+(tests/tools/onebit_adam_reference.py, written from DeepSpeed's source), on the quadratic model whose per-rank gradients are closed-form: every rank's parameters after every step
 (report.trace). The reference itself is checked against a two-rank compressed all-reduce worked out by hand."""
 import json
 import math
@@ -30,6 +30,12 @@ def quadratic_problem(ranks, d, seed):
 
 
 def run_onebit(tmp_path, ranks, a, b, w0, optimizer, steps, tag=""):
+    run = run_report(tmp_path, ranks, a, b, w0, optimizer, steps, tag)
+    return np.array(run["trace"]["params"], dtype=F32)  # [step][rank][i]
+
+
+def run_report(tmp_path, ranks, a, b, w0, optimizer, steps, tag=""):
+    """The report's run of a quadratic-model run under optimizer (kind onebit_adam unless it names another)."""
     cfg = {"name": "onebit", "model": {"kind": "quadratic", "a": a.tolist(), "b": b.tolist(),
                                        "initial_w": [float(x) for x in w0]},
            "data": {"kind": "none"}, "cluster": {"ranks": ranks, "backend": "host"},
@@ -43,7 +49,7 @@ def run_onebit(tmp_path, ranks, a, b, w0, optimizer, steps, tag=""):
     assert p.returncode == 0, p.stderr
     run = json.loads((out / "report.json").read_text())["runs"][0]
     assert run["disposition"] == "passed", run.get("message")
-    return np.array(run["trace"]["params"], dtype=F32)  # [step][rank][i]
+    return run
 
 
 def local_gradient(a, b, w, r):
@@ -136,3 +142,65 @@ def test_a_zero_variance_coordinate_explodes_without_deepspeeds_mask_and_stays_w
     assert ulps(masked, want) == 0.0
     want_plain, _ = reference_trace(2, a, b, w0, base, steps=6)
     assert ulps(plain, want_plain) == 0.0
+
+
+ZERO_ONE = {"kind": "zero_one_adam", "lr": 0.02, "beta1": 0.8, "beta2": 0.99, "weight_decay": 0.01,
+            "var_freeze_step": 12, "var_update_scaler": 2, "local_step_scaler": 2, "local_step_clipper": 4}
+# ZeroOneAdam's counters for ZERO_ONE, written out: init; variance updates at 2, 3 (interval 1), 4, 6 (2), 8, 12 (4);
+# the 1-bit gradient at the other steps up to 13 (the first step > var_freeze_step, after which it freezes); frozen
+# steps 14, 15 at local interval 1, 16, 17 at 2, then 4: syncs at 14, 15, 16, 20, 24.
+ZERO_ONE_PHASES = (["init", "variance", "variance", "variance", "onebit_gradient", "variance", "onebit_gradient",
+                    "variance", "onebit_gradient", "onebit_gradient", "onebit_gradient", "variance", "onebit_gradient",
+                    "sync", "sync", "sync", "local", "local", "local", "sync", "local", "local", "local", "sync"])
+
+
+def zero_one_reference(ranks, a, b, w0, o, steps):
+    opt = ref.ZeroOneAdam(w0, ranks, o["lr"], o["beta1"], o["beta2"], 1e-8, o["weight_decay"], o["var_freeze_step"],
+                          o["var_update_scaler"], o["local_step_scaler"], o["local_step_clipper"])
+    trace, phases = [], []
+    for _ in range(steps):
+        local = [local_gradient(a, b, opt.params[r], r) for r in range(ranks)]
+        total = local[0].copy()
+        for r in range(1, ranks):  # the engine's all-reduce: the sum in rank order, then / S (one sample per rank)
+            total = (total + local[r]).astype(F32)
+        phases.append(opt.step(averaged=(total / F32(ranks)).astype(F32), local=local))
+        trace.append(np.stack(opt.params))
+    return np.array(trace), phases
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_zero_one_adam_equals_deepspeeds_zero_one_adam_through_every_phase(tmp_path, ranks):
+    a, b, w0 = quadratic_problem(max(ranks, 2), 37, seed=10 + ranks)
+    a, b = a[:ranks], b[:ranks]
+    run = run_report(tmp_path, ranks, a, b, w0, ZERO_ONE, steps=24, tag="_zero_one")
+    got = np.array(run["trace"]["params"], dtype=F32)
+    want, phases = zero_one_reference(ranks, a, b, w0, ZERO_ONE, steps=24)
+    assert phases == ZERO_ONE_PHASES
+    assert np.array_equal(got[0], np.stack([w0] * ranks)), "the initialization step moves no parameter"
+    diff = ulps(got, want)
+    assert diff == 0.0, f"{ranks} ranks: {diff} ulps from the reference"
+    if ranks == 1:
+        assert run["replicas_identical"] is True
+        return
+    for r in range(1, ranks):  # one all-reduced value per step up to the freeze, then each rank's own replica
+        assert np.array_equal(got[:13, r], got[:13, 0])
+        assert not np.array_equal(got[16, r], got[16, 0]), "a local step moves each replica on its own"
+    assert run["replicas_identical"] is False
+    c = run["compression"]
+    assert c["kind"] == "zero_one_adam"
+    assert c["steps"] == {"init": 1, "variance": 6, "onebit_gradient": 6, "local": 6, "sync": 5}
+    assert c["compressed_calls"] == 6 + 5
+    assert len(c["residual_norm"]) and c["residual_norm"]["count"] == 11
+
+
+def test_zero_one_adam_before_the_freeze_is_adam_without_bias_correction_on_variance_steps(tmp_path):
+    # var_update_scaler large: every step 2 .. 6 updates the variance from the all-reduced gradient; step 2 by hand.
+    a, b, w0 = quadratic_problem(2, 5, seed=3)
+    o = {**ZERO_ONE, "var_update_scaler": 1000, "var_freeze_step": 1000}
+    got = np.array(run_report(tmp_path, 2, a, b, w0, o, steps=6, tag="_var")["trace"]["params"], dtype=F32)
+    want, phases = zero_one_reference(2, a, b, w0, o, steps=6)
+    assert phases == ["init"] + ["variance"] * 5
+    g = np.mean([a[r] * (w0.astype(np.float64) - b[r]) for r in range(2)], axis=0)
+    u = 0.2 * g / (np.sqrt(0.01 * g * g) + 1e-8) + 0.01 * w0
+    assert got[1][0] == pytest.approx(w0 - 0.02 * u, rel=1e-5, abs=1e-6)
+    assert ulps(got, want) == 0.0

@@ -143,3 +143,134 @@ class OnebitAdam:
         for r in range(self.size):
             self._update(r)
         return "compressed"
+
+
+class ZeroOneAdam:
+    """DeepSpeed's 0/1 Adam (ZeroOneAdam.step in deepspeed/runtime/fp16/onebit/zoadam.py; arXiv 2202.06009) for every
+    rank, transcribed state by state: the per-parameter counters (var_interval, var_counter, local_step_interval,
+    local_step_counter, lrs), the optimizer's initialize / freeze_key / reinitial_error_buffer flags, and the engine's
+    enable_backward_allreduce flag that the optimizer sets for the next step (true at the start). One parameter
+    group holding one flat tensor; the same float32 conventions as OnebitAdam above, and for a tensor divided by a
+    Python float (comm_buffer / state['lrs']) torch's CPU kernel: a / float32(lrs)."""
+
+    def __init__(self, params, size, lr, beta1, beta2, eps, weight_decay, var_freeze_step=100000,
+                 var_update_scaler=16, local_step_scaler=32678, local_step_clipper=16):
+        self.size = size
+        self.lr, self.b1, self.b2, self.eps, self.wd = lr, beta1, beta2, eps, weight_decay
+        self.var_freeze_step, self.var_update_scaler = var_freeze_step, var_update_scaler
+        self.local_step_scaler, self.local_step_clipper = local_step_scaler, local_step_clipper
+        n = params.size
+        self.params = [params.astype(F32).copy() for _ in range(size)]
+        self.m = [np.zeros(n, F32) for _ in range(size)]
+        self.v = [np.zeros(n, F32) for _ in range(size)]
+        self.worker_error = None  # 'worker_error' not in state
+        self.initialize = False
+        self.freeze_key = False
+        self.reinitial_error_buffer = False
+        self.enable_backward_allreduce = True
+        self.step_count = 0
+
+    def _init_state(self):
+        """The `if not self.initialize or 'worker_error' not in state.keys()` block."""
+        n = self.params[0].size
+        self.var_interval, self.var_counter = 1, 0
+        self.local_step_interval, self.local_step_counter = 1, 0
+        self.lrs = [0.0] * self.size
+        padded = padded_size(n, self.size)
+        self.worker_error = [np.zeros(padded, F32) for _ in range(self.size)]
+        self.server_error = [np.zeros(padded // self.size, F32) for _ in range(self.size)]
+        self.cb = [np.zeros(n, F32) for _ in range(self.size)]  # momentum_accumulator
+
+    def _first_moment(self, r, g):
+        self.m[r] = fma32(F32(1.0 - self.b1), g, (self.m[r] * F32(self.b1)).astype(F32))
+
+    def _denominator(self, r):
+        return (np.sqrt(self.v[r]).astype(F32) + F32(self.eps)).astype(F32)
+
+    def _moments(self, grads):
+        """The first `if self.initialize:` block; returns the step's kind."""
+        if self.freeze_key:
+            for r in range(self.size):
+                self._first_moment(r, grads[r])
+                self.lrs[r] += self.lr
+            return "local"
+        if self.step_count % self.var_interval == 0:
+            for r in range(self.size):
+                self.v[r] = fma32((F32(1.0 - self.b2) * grads[r]).astype(F32), grads[r],
+                                  (self.v[r] * F32(self.b2)).astype(F32))
+                self._first_moment(r, grads[r])
+            return "variance"
+        if self.size > 1:
+            g = compressed_allreduce([x.copy() for x in grads], self.worker_error, self.server_error)
+            for r in range(self.size):
+                self._first_moment(r, g)
+        return "onebit_gradient"
+
+    def _update_and_sync(self):
+        """The second `if self.initialize:` block: the update, and the sync when one is due."""
+        for r in range(self.size):
+            update = (self.m[r] / self._denominator(r)).astype(F32)
+            if self.wd > 0.0:
+                update = (update + (F32(self.wd) * self.params[r]).astype(F32)).astype(F32)
+            x = (F32(-self.lr) * update).astype(F32)
+            self.params[r] = (self.params[r] + x).astype(F32)
+            if self.freeze_key:
+                self.cb[r] = (self.cb[r] + x).astype(F32)
+        if not (self.step_count % self.local_step_interval == 0 and self.freeze_key):
+            return False
+        for r in range(self.size):
+            self.params[r] = (self.params[r] + (F32(-1.0) * self.cb[r]).astype(F32)).astype(F32)
+            self.cb[r] = (self.cb[r] * self._denominator(r)).astype(F32)
+        if self.size > 1:
+            out = compressed_allreduce(self.cb, self.worker_error, self.server_error)
+            self.cb = [out.copy() for _ in range(self.size)]
+        for r in range(self.size):
+            q = (self.cb[r] / F32(self.lrs[r])).astype(F32)
+            self.m[r] = (np.zeros_like(q) + (F32(-1.0) * q).astype(F32)).astype(F32)
+            self.params[r] = (self.params[r] + (self.cb[r] / self._denominator(r)).astype(F32)).astype(F32)
+            self.cb[r] = np.zeros_like(self.cb[r])
+            self.lrs[r] = 0.0
+        return True
+
+    def _counters(self):
+        k = self.step_count
+        if not self.freeze_key:
+            if k % self.var_interval == 0:
+                self.var_counter += 1
+                if self.var_counter == self.var_update_scaler:
+                    self.var_counter = 0
+                    self.var_interval *= 2
+            self.enable_backward_allreduce = (k + 1) % self.var_interval == 0
+        else:
+            self.local_step_counter += 1
+            if self.local_step_counter == self.local_step_scaler:
+                self.local_step_counter = 0
+                self.local_step_interval = min(self.local_step_clipper, self.local_step_interval * 2)
+
+    def step(self, averaged, local):
+        """One step. averaged: the all-reduced mean gradient (used while the engine's all-reduce is on); local: each
+        rank's own mean gradient. Returns the step's kind: init, variance, onebit_gradient, local or sync."""
+        grads = [averaged] * self.size if self.enable_backward_allreduce else local
+        if not self.initialize or self.worker_error is None:
+            self._init_state()
+        self.step_count += 1
+        if not self.initialize:
+            if self.size > 1:  # comm_buffer.set_(compressed_allreduce(comm_buffer, ...)) of the zero accumulator
+                out = compressed_allreduce(self.cb, self.worker_error, self.server_error)
+                self.cb = [out.copy() for _ in range(self.size)]
+            self.freeze_key = False
+            self.worker_error = self.server_error = None  # state.pop('worker_error'), state.pop('server_error')
+            self.initialize = True
+            return "init"
+        kind = self._moments(grads)
+        if self._update_and_sync():
+            kind = "sync"
+        self._counters()
+        if self.step_count > self.var_freeze_step:
+            self.freeze_key = True
+            self.enable_backward_allreduce = False
+        if self.freeze_key and not self.reinitial_error_buffer:
+            for e in self.worker_error + self.server_error:
+                e[:] = 0
+            self.reinitial_error_buffer = True
+        return kind
