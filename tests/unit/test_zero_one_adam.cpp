@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/app/memory.h"
@@ -136,6 +137,58 @@ TEST(ZeroOneAdam, MemoryCountsTheMomentumAccumulatorAndBothErrorBuffers) {
   const GpuMemoryEstimate g = estimate_gpu_memory(c, *model);  // 212 parameters: P = 224, chunk 56
   EXPECT_EQ(g.optimizer_bytes, 12 * 212);
   EXPECT_EQ(g.error_feedback_bytes, 4 * (224 + 56));
+}
+
+// The wire bytes the modeled clock records for 0-based step `step` of a timing-only strategy, and the step's key.
+double priced_wire_bytes(const RunConfig& c, int64_t step, PriceKey* key) {
+  auto model = make_model(c);
+  CostModel cost_model(c, *model);
+  const int ranks = static_cast<int>(c.cluster.ranks);
+  auto comm = make_host_communicator(ranks);
+  StrategySetup setup{c, *model, *comm, ranks, &cost_model, true};
+  auto strategy = make_strategy(setup);
+  StepCost cost = cost_model.make_step_cost();
+  StepInput in;
+  in.step = step;
+  in.cost = &cost;
+  *key = strategy->price(in);
+  double wire = 0.0;
+  for (const CommChain& ch : cost.chains) wire += ch.wire_bytes;
+  return wire;
+}
+
+TEST(ZeroOneAdam, ModeledClockPricesEachPhasesMessages) {
+  // 212 parameters on 4 ranks, P = 224; the schedule of test_onebit_adam.py (var_freeze_step 12, scaler 2, local
+  // scaler 2, clipper 4). fp32 all-reduce: 2 (N-1)/N x 4n; compressed all-reduce: DeepSpeed's all-to-all as a
+  // reduce-scatter of P/8 bytes ((N-1)/N of them on the wire), all-gathers of P/8 signs and of two N scales.
+  RunConfig c = zero_one_config(4);
+  c.cluster.hardware = "h100-sxm-8";
+  c.training.optimizer.var_freeze_step = 12;
+  c.training.optimizer.var_update_scaler = 2;
+  c.training.optimizer.local_step_scaler = 2;
+  c.training.optimizer.local_step_clipper = 4;
+  const double n = 212.0, padded = 224.0, N = 4.0;
+  const double fp32 = 2.0 * (N - 1) / N * 4.0 * n,
+               onebit = 2.0 * (N - 1) / N * padded / 8.0 + 2.0 * (N - 1) / N * 4.0 * N;
+  ASSERT_DOUBLE_EQ(onebit_wire_bytes(224, 4), onebit);
+  const std::vector<std::pair<int64_t, std::pair<P, double>>> steps = {{1, {P::kInit, fp32 + onebit}},
+                                                                       {2, {P::kVariance, fp32}},
+                                                                       {5, {P::kOnebitGradient, onebit}},
+                                                                       {12, {P::kVariance, fp32}},
+                                                                       {13, {P::kOnebitGradient, onebit}},
+                                                                       {14, {P::kSync, onebit}},
+                                                                       {17, {P::kLocal, 0.0}},
+                                                                       {19, {P::kLocal, 0.0}},
+                                                                       {20, {P::kSync, onebit}}};
+  for (const auto& [k, want] : steps) {
+    PriceKey key;
+    EXPECT_DOUBLE_EQ(priced_wire_bytes(c, k - 1, &key), want.second) << "step " << k;
+    EXPECT_EQ(key.first, static_cast<int64_t>(want.first)) << "step " << k;
+  }
+  // One rank: no compressed all-reduce (DeepSpeed: size > 1), the variance steps' all-reduce of one rank is free.
+  c.cluster.ranks = 1;
+  PriceKey key;
+  EXPECT_DOUBLE_EQ(priced_wire_bytes(c, 4, &key), 0.0);
 }
 
 TEST(ZeroOneAdam, TheDeviceLoopsAndProcessesRefuseIt) {
