@@ -34,13 +34,14 @@ def run_onebit(tmp_path, ranks, a, b, w0, optimizer, steps, tag=""):
     return np.array(run["trace"]["params"], dtype=F32)  # [step][rank][i]
 
 
-def run_report(tmp_path, ranks, a, b, w0, optimizer, steps, tag=""):
+def run_report(tmp_path, ranks, a, b, w0, optimizer, steps, tag="", mode="train"):
     """The report's run of a quadratic-model run under optimizer (kind onebit_adam unless it names another)."""
     cfg = {"name": "onebit", "model": {"kind": "quadratic", "a": a.tolist(), "b": b.tolist(),
                                        "initial_w": [float(x) for x in w0]},
            "data": {"kind": "none"}, "cluster": {"ranks": ranks, "backend": "host"},
-           "training": {"steps": steps, "eval_every": 0, "optimizer": {"kind": "onebit_adam", **optimizer}},
-           "report": {"trace": True}}
+           "training": {"steps": steps, "eval_every": 0, "mode": mode,
+                        "optimizer": {"kind": "onebit_adam", **optimizer}},
+           "report": {"trace": mode == "train"}}
     path = tmp_path / f"onebit_{ranks}{tag}.json"
     path.write_text(json.dumps(cfg))
     out = tmp_path / f"out_{ranks}{tag}"
@@ -191,6 +192,13 @@ def test_zero_one_adam_equals_deepspeeds_zero_one_adam_through_every_phase(tmp_p
     assert c["steps"] == {"init": 1, "variance": 6, "onebit_gradient": 6, "local": 6, "sync": 5}
     assert c["compressed_calls"] == 6 + 5
     assert len(c["residual_norm"]) and c["residual_norm"]["count"] == 11
+    if ranks == 2:  # n 37, P 48: the fp32 all-reduce 2 (N-1)/N x 4n = 148 bytes at init and 6 variance steps; the
+        # compressed all-reduce (N-1)/N x P/8 twice + (N-1) x 4 twice = 14 bytes at init, 6 1-bit gradient steps and
+        # 5 syncs; local steps nothing.
+        want_bytes = (7 * 148 + 12 * 14) / 24
+        assert run["communication"]["bytes_sent_per_rank_per_step"] == pytest.approx([want_bytes] * 2)
+        timing = run_report(tmp_path, ranks, a, b, w0, ZERO_ONE, steps=24, tag="_timing", mode="timing")
+        assert timing["communication"]["bytes_sent_per_rank_per_step"] == pytest.approx([want_bytes] * 2)
 
 
 def test_zero_one_adam_before_the_freeze_is_adam_without_bias_correction_on_variance_steps(tmp_path):

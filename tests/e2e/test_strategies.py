@@ -53,9 +53,10 @@ def test_the_folder_has_every_strategy_of_issue_10():
 # Values a scenario may give that the resolved config writes as another: compression.error_feedback's booleans
 # (scenarios/README.md: true is "gradient", false "none").
 # A swept null leaves the field at its default (zero.json's allreduce row has no stage: sync.stage's default, 1).
-# (onebit_adam.json's Adam row has no freeze_step: its default, 100000.)
+# (onebit_adam.json's Adam row has no freeze_step: its default, 100000; likewise 0/1 Adam's fields.)
 RESOLVED = {"compression.error_feedback": {True: "gradient", False: "none"}, "sync.stage": {None: 1},
-            "training.optimizer.freeze_step": {None: 100000}}
+            "training.optimizer.freeze_step": {None: 100000}, "training.optimizer.var_freeze_step": {None: 100000},
+            "training.optimizer.local_step_scaler": {None: 32678}}
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
