@@ -106,7 +106,6 @@ class ZeroOneAdam final : public SyncStrategy {
     std::vector<OnebitNorms> calls;       // every compressed all-reduce after the first step's
     int64_t counts[5] = {0, 0, 0, 0, 0};  // steps per ZeroOnePhase
   };
-  const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
 
   // The report's "compression" object over the compressed all-reduces after the first step (of the gradient before
   // the freeze, of the accumulated update at the syncs), per call; null on one rank and before the first such call.
