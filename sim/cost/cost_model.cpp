@@ -78,20 +78,22 @@ Precision compute_precision(const std::string& mode) {
 CostModel::CostModel(const RunConfig& config, const Model& model)
     : CostModel(load_hardware_profile(config.cluster.hardware), static_cast<int>(config.cluster.ranks),
                 model.layer_costs(), config.cluster.stragglers, static_cast<uint64_t>(config.training.seed),
-                compute_precision(config.precision.mode), nccl_algo_from_name(config.cluster.nccl_algo)) {
+                compute_precision(config.precision.mode), nccl_algo_from_name(config.cluster.nccl_algo),
+                parse_precision_mode(config.precision.mode)) {
   recompute_ = config.training.activation_checkpointing;
   record_layouts_ = config.report.timeline;
 }
 
 CostModel::CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
                      StragglerConfig stragglers, uint64_t seed, Precision precision,
-                     std::optional<NcclAlgo> nccl_algo)
+                     std::optional<NcclAlgo> nccl_algo, PrecisionMode mode)
     : hw_(std::move(hw)),
       coll_(*hw_, ranks, nccl_algo),
       layers_(std::move(layers)),
       stragglers_(std::move(stragglers)),
       seed_(seed),
-      precision_(precision) {
+      precision_(precision),
+      mode_(mode) {
   double total = 0.0;
   for (const auto& l : layers_) total += l.forward_flops_per_sample;
   bool by_params = total <= 0;
@@ -144,17 +146,17 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
   if (last) cost.last_backward_s = bwd;
 }
 
+double CostModel::optimizer_bytes_per_param(const OptimizerConfig& opt) const {
+  const int k = opt.kind == "sgd" ? (opt.momentum != 0.0 ? 1 : 0) : 2;
+  const BytesPerParam b = bytes_per_param(mode_, k);
+  const double p = b.master > 0 ? b.master : b.weights;  // the copy the optimizer steps
+  // Division by S (g read and written), then the update: p, g and the state read, p and the state written.
+  return 2.0 * b.gradients + (2.0 * p + b.gradients + 2.0 * b.optimizer_state);
+}
+
 void CostModel::add_optimizer(StepCost& cost, const OptimizerConfig& opt, double params) const {
-  // Division by S: read and write the gradient. Then the update.
-  double bytes = 8.0, flops = 1.0;
-  if (opt.kind == "sgd") {
-    bytes += opt.momentum > 0 ? 20.0 : 12.0;
-    flops += opt.momentum > 0 ? 4.0 : 2.0;
-  } else {
-    bytes += 28.0;
-    flops += 12.0;
-  }
-  cost.add_op(Phase::kOptimizer, flops * params, bytes * params, Precision::kFp32, 2.0);
+  const double flops = 1.0 + (opt.kind == "sgd" ? (opt.momentum != 0.0 ? 4.0 : 2.0) : 12.0);
+  cost.add_op(Phase::kOptimizer, flops * params, optimizer_bytes_per_param(opt) * params, Precision::kFp32, 2.0);
 }
 
 double CostModel::backward_done_fraction(size_t begin) const {

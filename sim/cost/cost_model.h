@@ -104,7 +104,7 @@ class CostModel {
   // Same from parts (tests).
   CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::vector<LayerCost> layers,
             StragglerConfig stragglers, uint64_t seed, Precision precision = Precision::kFp32,
-            std::optional<NcclAlgo> nccl_algo = std::nullopt);
+            std::optional<NcclAlgo> nccl_algo = std::nullopt, PrecisionMode mode = PrecisionMode::kFp32);
 
   const HardwareProfile& hardware() const { return *hw_; }
   const CollectiveModel& collectives() const { return coll_; }
@@ -117,9 +117,14 @@ class CostModel {
   // parameter (fp32 gradient read and written) + twice the launches. Under training.activation_checkpointing the
   // backward also runs the forward of every layer marked checkpointed again (the recomputation).
   void add_micro_batch(StepCost& cost, int64_t samples, bool last) const;
-  // Optimizer step over `params` fp32 parameters, including the division by S: SGD reads p, g (and momentum) and
-  // writes p (and momentum); Adam/AdamW read p, g, m, v and write p, m, v.
+  // Optimizer step over `params` parameters, including the division by S (the gradient read and written): SGD reads
+  // p, g (and momentum) and writes p (and momentum); Adam/AdamW read p, g, m, v and write p, m, v. Each tensor at
+  // its size in the precision mode (bytes_per_param): fp32 where a mode keeps fp32 master weights, gradients and
+  // state (fp32, tf32, the mixed modes), fp16 under fp16_pure (model.half(): torch.optim's state is made like the
+  // weights), so pure fp16 moves half of fp32's bytes.
   void add_optimizer(StepCost& cost, const OptimizerConfig& opt, double params) const;
+  // HBM bytes per parameter of that optimizer step (read + written).
+  double optimizer_bytes_per_param(const OptimizerConfig& opt) const;
 
   // The modeled step of every rank from the ranks' records of that step (ranks[r] is rank r's); with
   // record_layouts() each ModeledStep carries its StepLayout.
@@ -140,6 +145,7 @@ class CostModel {
   StragglerConfig stragglers_;
   uint64_t seed_;
   Precision precision_;
+  PrecisionMode mode_;  // precision.mode: the sizes of the optimizer's tensors
   bool recompute_ = false;  // training.activation_checkpointing
   bool record_layouts_ = false;  // report.timeline
 };

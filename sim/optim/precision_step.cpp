@@ -54,10 +54,10 @@ bool ScaledUpdate::decide(bool nonfinite, int64_t step, bool loss_nonfinite) {
 }
 
 void PrecisionStep::price(StepCost& cost, double n) const {
+  const double g = store_fp16_ ? 2.0 : 4.0;  // bytes per gradient element: fp16_pure's gradient is fp16
   double bytes = 0.0;
-  if (scaler_.active()) bytes += 8.0 * n;   // unscale in place, with the inf/NaN check fused
-  if (clip_grad_norm_ > 0.0) bytes += 12.0 * n;  // norm (read), then scale (read + write)
-  if (store_fp16_) bytes += 4.0 * n;        // the averaged gradient rounded to fp16 in place (fp16 read + write)
+  if (scaler_.active()) bytes += 2.0 * g * n;        // unscale in place, with the inf/NaN check fused
+  if (clip_grad_norm_ > 0.0) bytes += 3.0 * g * n;  // norm (read), then scale (read + write)
   if (bytes > 0.0) cost.add_pass(Phase::kOptimizer, bytes);
 }
 

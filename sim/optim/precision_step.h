@@ -48,8 +48,11 @@ class PrecisionStep {
 
   const LossScaler& scaler() const { return scaler_; }
 
-  // Modeled clock: the passes before_update adds over n gradient elements (unscale + inf/NaN check: read and write
-  // 4 bytes each; clipping: the norm's read, then the scaling's read and write), in the optimizer phase.
+  // Modeled clock: the passes before_update adds over n gradient elements (unscale + inf/NaN check: read and write;
+  // clipping: the norm's read, then the scaling's read and write), in the optimizer phase, at 4 bytes an element (2
+  // under fp16_pure, whose gradient is fp16). fp16_pure's rounding to fp16 adds no pass: on a GPU the gradient, the
+  // weights and the optimizer state are fp16 tensors (model.half()), which the optimizer reads and writes as such
+  // (CostModel::add_optimizer prices it at fp16 sizes); the host rounds fp32 copies only to emulate that.
   void price(StepCost& cost, double n) const;
 
  private:

@@ -132,9 +132,10 @@ class ParameterServer final : public SyncStrategy {
     compressed_ = compression_.kind != "none";
     StepCost apply = s.cost_model->make_step_cost();
     s.cost_model->add_optimizer(apply, optimizer_config_, static_cast<double>(per));
-    // BSP sums N dense pushes in one pass; compressed pushes are decoded push by push instead (decode_s).
+    // BSP sums N dense pushes in one pass (N read, one written, each at the gradient's size: fp16 under fp16_pure);
+    // compressed pushes are decoded push by push instead (decode_s).
     if (staleness_ == 0 && !compressed_)
-      apply.add_pass(Phase::kOptimizer, 4.0 * (ranks_ + 1) * static_cast<double>(per));
+      apply.add_pass(Phase::kOptimizer, gradient_wire_bytes(s.config) * (ranks_ + 1) * static_cast<double>(per));
     apply_s_ = apply.compute_s[static_cast<size_t>(Phase::kOptimizer)];
     shard_elems_ = static_cast<double>(per);
     skipped_by_rank_.assign(static_cast<size_t>(ranks_), 0);

@@ -538,6 +538,44 @@ TEST(CostModel, ShapeUnknownLayerCountsWeightsAtThePrecisionAndTwoBackwardGemms)
   EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], 2 * gemm + 8000.0 / hbm + 2 * launch, 1e-15);
 }
 
+// The optimizer phase moves each precision mode's tensors at their size. Per parameter, with k state buffers (plain
+// SGD 0, momentum 1, Adam 2): the division by S reads and writes the gradient, the update reads p, g and the k
+// states and writes p and the k states. Modes with fp32 master weights, gradients and state (fp32, tf32, the mixed
+// modes: their weight cast to the format is a forward pass, not the optimizer's) move 4 bytes each:
+// 4 (2 + 3 + 2k) = 20 + 8k; fp16_pure (model.half(): torch.optim's state is fp16 like the weights) 2 each: 10 + 4k,
+// half of fp32, with no rounding pass of its own. FLOPs per parameter: the division 1, then SGD p -= lr g 2,
+// momentum m = mu m + g and p -= lr m 4, Adam 12; at the profile's fp32 rate; two launches.
+TEST(CostModel, OptimizerPhaseMovesEachModesTensorsAtTheirSize) {
+  const std::shared_ptr<const HardwareProfile> hw = load_hardware_profile("h100-pcie-8");
+  const size_t f32 = static_cast<size_t>(Precision::kFp32);
+  const double s = hw->sustained_fraction, hbm = hw->hbm_TBps * 1e12 * hw->hbm_achievable_fraction * s;
+  const double rate = hw->peak_tflops[f32] * 1e12 * hw->gemm_efficiency[f32] * s;
+  const double n = 784 * 128 + 128 + 128 * 10 + 10;  // the MLP's parameters
+  struct Opt {
+    const char* kind;
+    double momentum, k, flops;
+  };
+  for (const Opt& o : {Opt{"sgd", 0.0, 0, 3}, Opt{"sgd", 0.9, 1, 5}, Opt{"adam", 0.9, 2, 13}}) {
+    for (const char* mode : {"fp32", "tf32", "bf16_mixed", "fp16_mixed", "fp8_mixed", "fp16_pure"}) {
+      RunConfig c;
+      c.model.kind = "mlp";
+      c.model.layers = {784, 128, 10};
+      c.cluster.hardware = "h100-pcie-8";
+      c.precision.mode = mode;
+      c.training.optimizer.kind = o.kind;
+      c.training.optimizer.momentum = o.momentum;
+      CostModel m(c, *make_model(c));
+      StepCost cost = m.make_step_cost();
+      m.add_optimizer(cost, c.training.optimizer, n);
+      const double bytes = std::string(mode) == "fp16_pure" ? 10 + 4 * o.k : 20 + 8 * o.k;
+      EXPECT_DOUBLE_EQ(m.optimizer_bytes_per_param(c.training.optimizer), bytes) << mode << " " << o.kind;
+      EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kOptimizer)],
+                  o.flops * n / rate + bytes * n / hbm + 2 * hw->launch_overhead_us * 1e-6, 1e-15)
+          << mode << " " << o.kind << " k " << o.k;
+    }
+  }
+}
+
 TEST(CostModel, BucketsOverlapBackwardOnTheModeledStep) {
   // Two equal layers; bucket A holds the last layer (ready halfway through backward), bucket B the first (ready at
   // the end). One rank: collectives are free, so only the 2-rank case exposes anything.

@@ -657,8 +657,8 @@ TEST(PrecisionModes, Fp16PureAllReduceSumsInFp16InRankOrder) {
   EXPECT_EQ(runs[0]["precision"]["bytes_per_param"]["wire_bytes"].get<double>(), 2.0);
 }
 
-// Modeled clock: the scaler's unscale/check pass (8 bytes per parameter), clipping (12) and the mixed modes' per
-// micro-batch casts ((4 + format bytes) forward, (format bytes + 8) backward) are memory passes on the profile.
+// Modeled clock: the scaler's unscale/check pass (8 bytes per parameter; 4 under fp16_pure), clipping (12; 6) and the
+// mixed modes' per micro-batch casts ((4 + format bytes) forward, (format bytes + 8) backward) are memory passes on the profile.
 TEST(PrecisionModes, ModeledClockPricesScalerClippingAndCastsAsMemoryPasses) {
   const auto hw = load_hardware_profile("h100-sxm-8");
   const CollectiveModel coll(*hw, 4);
@@ -676,6 +676,18 @@ TEST(PrecisionModes, ModeledClockPricesScalerClippingAndCastsAsMemoryPasses) {
   const PrecisionStep fp32_step(fp32_config);
   fp32_step.price(none, n);  // fp32, no scaler, no clipping: nothing added
   EXPECT_EQ(none.compute_s[static_cast<size_t>(Phase::kOptimizer)], 0.0);
+  // fp16_pure: the same passes over an fp16 gradient (2 + 2 and 2 + 2 + 2 bytes), and no rounding pass: without a
+  // scaler or clipping nothing is added (its fp16 storage is priced in the optimizer's own bytes).
+  RunConfig pure_config = c;
+  pure_config.precision.mode = "fp16_pure";
+  StepCost pure_scaled(hw.get(), &coll);
+  PrecisionStep(pure_config).price(pure_scaled, n);
+  EXPECT_DOUBLE_EQ(pure_scaled.compute_s[static_cast<size_t>(Phase::kOptimizer)], pass_time_s(*hw, 10.0 * n));
+  pure_config.precision.loss_scale = "none";
+  pure_config.training.clip_grad_norm = 0.0;
+  StepCost pure_plain(hw.get(), &coll);
+  PrecisionStep(pure_config).price(pure_plain, n);
+  EXPECT_EQ(pure_plain.compute_s[static_cast<size_t>(Phase::kOptimizer)], 0.0);
   StepCost casts(hw.get(), &coll);
   price_precision_micro_batch(casts, PrecisionMode::kBf16Mixed, n);
   EXPECT_DOUBLE_EQ(casts.compute_s[static_cast<size_t>(Phase::kForward)], pass_time_s(*hw, 6.0 * n));
