@@ -208,6 +208,38 @@ TEST(ComputeModel, CopiedProfileKeepsTheFittedFixedTimePerGemm) {
   EXPECT_NEAR(pcie_us, sxm_us, 0.002);
 }
 
+// h100-pcie-8 has no measured collective curve: it takes h100-sxm-8's fitted fixed costs (launch_us 9.25 us a call,
+// latency_scale 1.454 on NCCL's latencies; the launch and enqueue cost is the GPU's and NCCL's, not the link's) over
+// NCCL's PCIe constants. A small all-reduce on 8 ranks is then ring LL (NCCL src/graph/tuning.cc, single node):
+// latency baseLat[Ring][LL] 6.6 us + 2 (8 - 1) hops x hwLat[PCI][Ring][LL] 1.0 us = 20.6 us; bus bandwidth
+// min(llMaxBw 87.7, 48 GB/s (PCIe Gen5 x16 as NCCL reads it) / 4) = 12 GB/s, algorithm bandwidth 12 x 8 / 14.
+// time = 9.25 + 1.454 x 20.6 + S / algbw, written out here from those constants.
+TEST(CollectiveModel, PcieSmallAllReduceIsTheFittedFixedCostPlusSizeOverBandwidth) {
+  const CollectiveModel pcie(*load_hardware_profile("h100-pcie-8"), 8);
+  const double algbw_Bps = 12.0 * 8.0 / 14.0 * 1e9;
+  for (double s : {1 * kKiB, 8 * kKiB, 64 * kKiB}) {
+    const CollectiveCost c = pcie.best(CollectiveKind::kAllReduce, s);
+    EXPECT_NEAR(c.time_s, (9.25 + 1.454 * 20.6) * 1e-6 + s / algbw_Bps, 1e-12) << s;
+    EXPECT_EQ(c.algo, NcclAlgo::kRing);
+    EXPECT_EQ(c.proto, NcclProto::kLL);
+  }
+  // 8 KiB: 39.20 + 1.19 = 40.40 us (h100-sxm-8's measured curve: 28.3 us; before the fixed costs: 21.8 us).
+  EXPECT_NEAR(pcie.best(CollectiveKind::kAllReduce, 8 * kKiB).time_s * 1e6, 40.40, 0.005);
+}
+
+// PCIe's bandwidth is lower than NVLink's and the fixed costs are the same, so an all-reduce on 8 x H100 PCIe is never
+// cheaper than on 8 x H100 SXM (priced there from its measured curve), at every size from 1 KiB to 1 GiB (factor
+// 2^(1/4)).
+TEST(CollectiveModel, PcieAllReduceIsNeverCheaperThanNvlink) {
+  const auto pcie_hw = load_hardware_profile("h100-pcie-8"), sxm_hw = load_hardware_profile("h100-sxm-8");
+  EXPECT_EQ(pcie_hw->latency_scale, sxm_hw->latency_scale);
+  for (size_t c = 0; c < kProfileCollectiveCount; ++c) EXPECT_EQ(pcie_hw->launch_us[c], sxm_hw->launch_us[c]) << c;
+  const CollectiveModel pcie(*pcie_hw, 8), sxm(*sxm_hw, 8);
+  for (double s = kKiB; s <= kGiB * 1.0001; s *= std::pow(2.0, 0.25)) {
+    EXPECT_GE(pcie.best(CollectiveKind::kAllReduce, s).time_s, sxm.best(CollectiveKind::kAllReduce, s).time_s) << s;
+  }
+}
+
 // More work never costs less: on every shipped profile, at every precision, a GEMM's time does not fall when m, n
 // or k doubles, over m, n, k in 1, 2, 4 .. 16384. (The former product of two hyperbolic falloffs failed this far
 // below its fitted range: its cross term falls as 1 / (GFLOP x FLOP per byte).)
