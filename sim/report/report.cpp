@@ -610,7 +610,8 @@ void for_each_journal_entry(const std::string& text, const std::string& path,
 }  // namespace
 
 std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
-                                           const std::vector<std::string>& rerun, bool* journal_ok_out) {
+                                           const std::vector<std::string>& rerun, bool* journal_ok_out,
+                                           json* merged_out) {
   const std::string report_path = dir + "/report.json", journal_path = dir + "/runs.jsonl";
   // Opening a FIFO or device named report.json / runs.jsonl would block or never end: refuse them by name first.
   for (const std::string& path : {report_path, journal_path}) {
@@ -637,6 +638,8 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
                           ? &old["context"]["scenario_sha256"]
                           : nullptr;
     bool has_runs = old.is_object() && old.contains("runs") && old["runs"].is_array() && !old["runs"].empty();
+    if (merged_out != nullptr && old.is_object() && old.contains("merged") && old["merged"].is_object())
+      *merged_out = old["merged"];
     if (sha != nullptr) {
       check(*sha, old["context"].value("overrides", json::array()), old["context"].value("overrides_sha256", json()),
             report_path, old["context"]);
@@ -841,7 +844,7 @@ ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json heade
     return;
   }
   bool journal_ok = false;
-  runs_ = resumable_runs(dir_, scenario, rerun, &journal_ok);  // the checks a --resume --dry-run makes too
+  runs_ = resumable_runs(dir_, scenario, rerun, &journal_ok, &merged_);  // the checks a --resume --dry-run makes too
   if (journal_ok) {
     // A line cut by a kill or a full disk ends without a newline: cut it off, or the next appended line would be
     // glued to it and lost to the next --resume.
@@ -865,9 +868,21 @@ ReportWriter::LockFile::~LockFile() {
 
 void ReportWriter::append_line(const std::string& line) { append_file_durable(journal_path(), line); }
 
+void ReportWriter::note_resumed(const std::string& id, bool completed) {
+  json& resumed = merged_["resumed"];
+  if (!resumed.is_array()) resumed = json::array();
+  json kept = json::array();
+  for (const auto& r : resumed)
+    if (r != json(id)) kept.push_back(r);
+  if (completed) kept.push_back(id);
+  resumed = std::move(kept);
+}
+
 void ReportWriter::add(const json& run, Rewrite rewrite) {
-  runs_[run["id"].get<std::string>()] = run;
+  const std::string id = run["id"].get<std::string>();
+  runs_[id] = run;
   append_line(dump_valid_utf8(run) + "\n");
+  if (merged_.is_object()) note_resumed(id, run.value("disposition", json()) != json("interrupted"));
   const double wait_s = std::min(kMaxRewriteIntervalS, 20.0 * last_flush_cost_s_);
   if (rewrite == Rewrite::kAuto && now_s() - last_flush_s_ >= wait_s) flush();
 }
@@ -883,6 +898,7 @@ void ReportWriter::flush() {
   json runs = json::array();
   for (const json* r : ordered) runs.push_back(*r);
   doc["runs"] = runs;
+  if (merged_.is_object()) doc["merged"] = merged_;
   write_file_atomic(report_path(), dump_valid_utf8(doc, 1) + "\n");
   last_flush_s_ = now_s();
   last_flush_cost_s_ = last_flush_s_ - start;

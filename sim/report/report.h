@@ -38,10 +38,11 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
 // the journal runs.jsonl without writing anything; none when the folder or both files are absent. Throws gs::Error
 // exactly as ReportWriter's resume does (another scenario or other --set values, an unreadable file, a report run
 // that is not a run) and ReportIoError for a FIFO or device in their place. journal_ok (optional): whether the
-// journal's header line matched this scenario. --resume --dry-run shows its answer.
+// journal's header line matched this scenario. merged (optional): report.json's `merged` block (gradsweep merge), null
+// when it has none. --resume --dry-run shows its answer.
 std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
                                            const std::vector<std::string>& rerun = {"interrupted"},
-                                           bool* journal_ok = nullptr);
+                                           bool* journal_ok = nullptr, json* merged = nullptr);
 
 // What a sweep without --resume would replace in a report folder: the runs that report.json and the journal
 // runs.jsonl hold there, whose they are and what a --resume would keep (reports/README.md, "A report is never
@@ -80,6 +81,8 @@ class ReportWriter {
   // timeout); otherwise start empty. The journal's first line records the scenario's sha256 and overrides; resuming
   // throws gs::Error when report.json or the journal belongs to another scenario or overrides, or when it cannot
   // tell. Without resume a folder holding runs is refused or moved aside (`existing`; moved_aside() names where).
+  // Resuming a merged report (gradsweep merge --allow-missing) keeps its `merged` block and lists in its `resumed`
+  // the ids of the runs the resumes completed.
   // Throws ReportIoError when the folder cannot be created or written.
   ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
                const std::vector<std::string>& rerun = {"interrupted"},
@@ -107,10 +110,13 @@ class ReportWriter {
 
  private:
   void append_line(const std::string& line);  // appends and fdatasyncs one journal line
+  // merged_.resumed: id listed last (completed) or left out (an interrupted run, which the next --resume reruns).
+  void note_resumed(const std::string& id, bool completed);
 
   std::string dir_;
   std::string moved_aside_;
   json header_;
+  json merged_;                        // the resumed report's `merged` block (null: not a merged report)
   std::map<std::string, json> runs_;  // by id
   double last_flush_s_ = 0.0;     // when report.json was last written (steady clock, s)
   double last_flush_cost_s_ = 0.0;  // how long that write took

@@ -335,3 +335,28 @@ def test_merge_leaves_no_lock_file_and_never_removes_one_that_is_held(tmp_path):
     p = run("merge", sliced, "--out", other)
     assert p.returncode == 0, p.stderr
     assert sorted(f.name for f in other.iterdir()) == ["report.json"]
+
+
+def test_a_resume_into_an_allow_missing_merge_keeps_its_merged_block(tmp_path):
+    """`merge --allow-missing` of slice 2 of 2 lists slice 1 as missing; `run --resume` into the merged folder runs
+    slice 1's runs (those whose id hashes to 1, computed here) and keeps the merged block as the merge wrote it, with
+    `resumed` naming the runs the resume completed, in the sweep's order. A second resume has nothing to run and
+    changes nothing of it."""
+    path = write(tmp_path, scenario(steps=4))
+    sliced, merged = tmp_path / "sliced", tmp_path / "merged"
+    assert run("run", path, "--shard", "2/2", "--out", sliced, "--quiet").returncode == 0
+    p = run("merge", sliced / "shard-2-of-2", "--out", merged, "--allow-missing")
+    assert p.returncode == 0, p.stderr
+    before = load(merged / "report.json")["merged"]
+    assert before["missing_shards"] == [1] and "resumed" not in before
+    p = run("run", path, "--out", merged, "--resume", "--quiet")
+    assert p.returncode == 0, p.stderr
+    report = load(merged / "report.json")
+    ids = [r["id"] for r in report["runs"]]
+    assert len(ids) == 4 and [r["index"] for r in report["runs"]] == [0, 1, 2, 3]
+    first_slice = [i for i in ids if slice_of(i, 2) == 1]
+    assert first_slice, ids  # the hash puts some of the 4 runs in slice 1 (else the merge would lack nothing)
+    assert report["merged"] == dict(before, resumed=first_slice)
+    assert all(r["disposition"] == "passed" for r in report["runs"])
+    assert run("run", path, "--out", merged, "--resume", "--quiet").returncode == 0
+    assert load(merged / "report.json")["merged"] == dict(before, resumed=first_slice)
