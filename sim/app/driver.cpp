@@ -814,12 +814,16 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
     if (res.disposition == "failed") exit_code = 1;
     finished_s += now_s() - run0;
     if (!o.quiet) {
-      const std::string metrics = finished_metrics(run, spec.config.training.mode == "timing");
+      // A skipped run never started: no time and no metrics, only why, after the colon ("ID skipped: does not fit
+      // ...").
+      const bool skipped = res.disposition == "skipped";
+      const std::string metrics = skipped ? (res.message.empty() ? "" : " " + res.message)
+                                          : finished_metrics(run, spec.config.training.mode == "timing");
+      const std::string outcome = skipped ? res.disposition : fmt::format("{} in {:.1f}s", res.disposition, res.wall_s);
       if (tty) std::fputs("\r\033[K", stderr);  // the live line's place
       std::fprintf(stderr, "%s\n",
-                   finished_run_text(fmt::format("[{}/{}]", i + 1, todo.size()), spec.id,
-                                     fmt::format("{} in {:.1f}s", res.disposition, res.wall_s), metrics, res.message,
-                                     output_columns(tty))
+                   finished_run_text(fmt::format("[{}/{}]", i + 1, todo.size()), spec.id, outcome, metrics,
+                                     skipped ? "" : res.message, output_columns(tty))
                        .c_str());
     }
     end_job_after_failure(writer, res.disposition == "failed");

@@ -3,6 +3,7 @@ width (so it redraws in place instead of leaving a line behind), keeps i/N, the 
 and of the whole sweep, and cuts a long run id in its middle; the lines that stay are wrapped to the width; a --filter that matches no run says how many runs there
 are and what their ids look like."""
 import fcntl
+import json
 import os
 import re
 import select
@@ -119,3 +120,30 @@ def test_a_filter_that_matches_no_run_says_what_the_ids_look_like(tmp_path):
     assert f'--filter "lr=0.5": 0 of 3 runs match; ids look like {NAME}.lr=0.1.momentum=0.9.r0, ' in p.stderr
     assert "a --set on a swept path changes the ids" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_skipped_timing_only_run_says_why_in_one_clause(tmp_path):
+    """A run that does not fit one GPU is skipped before it starts: its line is "[i/N] ID skipped: why", one clause,
+    with no time ("in 0.0s" for a run that never started), no timing-only note ("no loss or accuracy") and no reason
+    in parentheses after it; the run that fits still prints its time and modeled step."""
+    doc = {"name": "llm", "model": {"kind": "llama-7b"}, "data": {"kind": "none", "batch_per_rank": 1},
+           "cluster": {"ranks": 8, "hardware": "h100-sxm-8"},
+           "training": {"mode": "timing", "steps": 2, "eval_every": 0, "optimizer": {"kind": "adamw", "lr": 1e-4}},
+           "precision": {"mode": "bf16_mixed"},
+           # 121.3 GB of weights, gradients and AdamW states do not fit an 80 GB H100; fp16_pure with checkpointing
+           # fits an H200's 141 GB.
+           "sweep": {"zip": {"cluster.hardware": ["h100-sxm-8", "h200-sxm-8"],
+                             "precision.mode": ["bf16_mixed", "fp16_pure"],
+                             "training.activation_checkpointing": [False, True]}}}
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, doc), "--out", out)
+    assert p.returncode == 0, p.stderr
+    skipped, passed = json.loads((out / "report.json").read_text())["runs"]
+    assert skipped["disposition"] == "skipped" and passed["disposition"] == "passed"
+    lines = p.stderr.splitlines()
+    assert f"[1/2] {skipped['id']} skipped: {skipped['message']}" in lines, p.stderr
+    assert skipped["message"].startswith('does not fit one GPU of hardware profile "h100-sxm-8"'), skipped["message"]
+    first = next(t for t in lines if t.startswith("[1/2] "))
+    assert " in 0.0s" not in first and "timing-only" not in first and ") (" not in first, first
+    second = next(t for t in lines if t.startswith("[2/2] "))
+    assert re.match(rf"\[2/2\] {re.escape(passed['id'])} passed in \d+\.\ds: modeled step ", second), second
