@@ -569,6 +569,12 @@ std::vector<std::string> read_fields(const json& j, RunConfig& c, std::vector<Co
   visit_fields(r, c);
   std::vector<std::string> bad = r.bad_fields();
   if (!read_betas(j, c.training.optimizer, issues)) bad.push_back("training.optimizer.betas");
+  // Fields whose default 0 means "not given": whether the input gives them (null is the default, as in sweeps).
+  auto given = [&](const char* path) {
+    const json* v = find_path(j, path);
+    return v != nullptr && !v->is_null();
+  };
+  c.training.target.value_given = given("training.target.value");
   return bad;
 }
 
@@ -1309,10 +1315,16 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
   // (under another optimizer kind, check_kind_specific refuses nesterov)
   if (c.training.optimizer.nesterov && c.training.optimizer.kind == "sgd" && c.training.optimizer.momentum <= 0)
     add("training.optimizer.nesterov", "Nesterov needs training.optimizer.momentum > 0");
-  // A field some mode requires, left at its default (0: not given), is said to be required, not to be "0".
-  if (c.training.target.metric == "eval_accuracy" && c.training.target.value == 0)
+  // A field some mode requires, left out (read_fields' *_given), is said to be required, not to be "0"; a 0 given is
+  // quoted.
+  const TargetConfig& target = c.training.target;
+  if (target.metric == "eval_accuracy" && !target.value_given)
     add("training.target.value", "required by training.target.metric \"eval_accuracy\": expected the accuracy to "
                                  "reach, in (0, 1] (e.g. 0.8)");
+  else if ((target.metric == "eval_loss" || target.metric == "train_loss") && !target.value_given)
+    add("training.target.value",
+        fmt::format("required by training.target.metric \"{}\": expected the loss to reach (the target is met at "
+                    "{} <= value; e.g. 0.5)", target.metric, target.metric));
   else if (c.training.target.metric == "eval_accuracy" && !(c.training.target.value > 0 && c.training.target.value <= 1))
     add("training.target.value", fmt::format("an accuracy target is in (0, 1], got {}", c.training.target.value));
   if (c.data.kind == "teacher" && c.data.teacher.task == "classification" && c.data.teacher.noise > 1)

@@ -65,6 +65,7 @@ struct ScheduleConfig {
 struct TargetConfig {
   std::string metric;  // "" (none) | eval_accuracy | eval_loss | train_loss
   double value = 0.0;  // reached when accuracy >= value, or loss <= value
+  bool value_given = false;  // written in the input (read_fields): a 0 given is a value, not a missing one
 };
 
 struct ModelConfig {

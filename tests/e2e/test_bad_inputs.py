@@ -162,3 +162,35 @@ def test_fields_a_mode_requires_are_said_to_be_required_when_left_out(tmp_path):
     path = write(tmp_path, target, "given.json")
     p = run("validate", path)
     assert p.returncode == 2 and f"{path}: training.target.value: an accuracy target is in (0, 1], got 1.5" in p.stderr
+
+
+@pytest.mark.parametrize("metric", ["eval_loss", "train_loss"])
+def test_a_loss_target_without_a_value_is_refused(tmp_path, metric):
+    """A loss target left without its value read as "loss <= 0" (the default), a target no run reaches: it is refused
+    like an accuracy target without one, naming the file, the path and what is expected, exit 2 before any run."""
+    doc = scenario(steps=4, axes={})
+    doc["training"]["target"] = {"metric": metric}
+    path = write(tmp_path, doc)
+    required = f'training.target.value: required by training.target.metric "{metric}": expected the loss to reach'
+    for command in (["validate", path], ["run", path, "--out", tmp_path / "out"]):
+        p = run(*command)
+        assert p.returncode == 2, p.stderr
+        assert f"{path}: {required}" in p.stderr, p.stderr
+        assert no_claimed_value(p.stderr, "training.target.value"), p.stderr
+    assert not (tmp_path / "out").exists()
+    # Given (0 too: a loss of 0 can be reached by an exact model), it is accepted.
+    for value in (0.5, 0):
+        doc["training"]["target"]["value"] = value
+        p = run("validate", write(tmp_path, doc, f"given{value}.json"))
+        assert p.returncode == 0, p.stderr
+
+
+def test_an_accuracy_target_of_0_given_is_out_of_range_not_missing(tmp_path):
+    doc = scenario(steps=4, axes={})
+    doc["training"]["target"] = {"metric": "eval_accuracy", "value": 0}
+    path = write(tmp_path, doc)
+    p = run("validate", path)
+    assert p.returncode == 2, p.stderr
+    assert f"{path}: training.target.value: an accuracy target is in (0, 1], got 0" in p.stderr, p.stderr
+    assert "required" not in p.stderr, p.stderr
+
