@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "sim/core/count_text.h"
 #include "sim/core/error.h"
 #include "sim/core/json_io.h"
 #include "sim/model/dataset.h"
@@ -70,7 +71,7 @@ Batch parse_micro_batch(const json& mb, bool classification, const Dims& d, cons
     const json& x = mb["x"];
     if (!x.is_array()) fail(path + ".x: expected a list of rows, got " + kind_of(x));
     if (x.size() != y.size()) {
-      fail(path + ".y: expected " + std::to_string(x.size()) + " entries (one per row of x), got " +
+      fail(path + ".y: expected " + count_text(x.size(), "entry", "entries") + " (one per row of x), got " +
            std::to_string(y.size()));
     }
     for (size_t i = 0; i < x.size(); ++i) {
@@ -116,10 +117,9 @@ class InlineData : public Dataset {
     GS_EXPECT(k_ >= 1, "training.accumulation_steps: must be >= 1");
     if (!ranks.is_array() || static_cast<int64_t>(ranks.size()) != n) {
       fail(std::string("data.ranks: ") + (ranks.is_null() ? "required by data.kind \"inline\": " : "") +
-           "expected a list of " + std::to_string(n) + " rows (one list of micro-batches per rank, cluster.ranks = " +
-           std::to_string(n) + ")" +
-           (ranks.is_null() ? ""
-                            : ", got " + (ranks.is_array() ? std::to_string(ranks.size()) + " rows" : kind_of(ranks))));
+           "expected a list of " + count_text(n, "row") +
+           " (one list of micro-batches per rank, cluster.ranks = " + std::to_string(n) + ")" +
+           (ranks.is_null() ? "" : ", got " + (ranks.is_array() ? count_text(ranks.size(), "row") : kind_of(ranks))));
     }
     const json& eval = config.data.eval;
     if (!eval.is_null() && !eval.is_object()) fail("data.eval: expected {\"x\": ..., \"y\": ...} or null");

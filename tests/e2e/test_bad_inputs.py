@@ -194,3 +194,32 @@ def test_an_accuracy_target_of_0_given_is_out_of_range_not_missing(tmp_path):
     assert f"{path}: training.target.value: an accuracy target is in (0, 1], got 0" in p.stderr, p.stderr
     assert "required" not in p.stderr, p.stderr
 
+
+def inline_linear(ranks, rows):
+    """A linear model [2 -> 1] on inline data: `rows` lists of one micro-batch each for cluster.ranks = `ranks`."""
+    batch = {"x": [[1.0, 2.0]], "y": [[0.5]]}
+    return {"name": "i", "model": {"kind": "linear", "layers": [2, 1], "loss": "mse"},
+            "data": {"kind": "inline", "ranks": [[batch] for _ in range(rows)]},
+            "cluster": {"ranks": ranks}, "training": {"steps": 2, "optimizer": {"kind": "sgd", "lr": 0.1}}}
+
+
+@pytest.mark.parametrize("ranks, rows, expected", [
+    (1, 2, "expected a list of 1 row (one list of micro-batches per rank, cluster.ranks = 1), got 2 rows"),
+    (2, 1, "expected a list of 2 rows (one list of micro-batches per rank, cluster.ranks = 2), got 1 row"),
+    (3, 2, "expected a list of 3 rows (one list of micro-batches per rank, cluster.ranks = 3), got 2 rows"),
+])
+def test_inline_data_counts_its_rows_in_the_singular_and_plural(tmp_path, ranks, rows, expected):
+    path = write(tmp_path, inline_linear(ranks, rows))
+    p = run("validate", path)
+    assert p.returncode == 2, p.stderr
+    assert f"{path}: data.ranks: {expected}" in p.stderr.splitlines(), p.stderr
+
+
+def test_inline_targets_are_counted_against_one_row_of_x(tmp_path):
+    doc = inline_linear(1, 1)
+    doc["data"]["ranks"][0][0]["y"] = [[0.5], [0.25]]
+    path = write(tmp_path, doc)
+    p = run("validate", path)
+    assert p.returncode == 2, p.stderr
+    assert "data.ranks[0][0].y: expected 1 entry (one per row of x), got 2" in p.stderr, p.stderr
+

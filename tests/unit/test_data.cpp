@@ -632,7 +632,7 @@ TEST(DataInline, BadShapesNameThePath) {
   expect_error(make(1, R"([[ {"x": [[1]], "y": [0.5]} ]])", "cross_entropy"),
                "data.ranks[0][0].y[0]: expected a class label");
   expect_error([] { make_dataset(inline_config(1, 1, json())); },
-               "data.ranks: required by data.kind \"inline\": expected a list of 1 rows");
+               "data.ranks: required by data.kind \"inline\": expected a list of 1 row (one list");
   auto c = inline_config(1, 1, json::parse(R"([[ {"x": [[1, 2]], "y": [[1]]} ]])"));
   c.data.eval = json::parse(R"({"x": [[1]], "y": [[1]]})");
   expect_error([&] { make_dataset(c); }, "data.eval.x[0]: expected 2 numbers");
