@@ -575,6 +575,7 @@ std::vector<std::string> read_fields(const json& j, RunConfig& c, std::vector<Co
     return v != nullptr && !v->is_null();
   };
   c.training.target.value_given = given("training.target.value");
+  c.compression.expected_density_given = given("compression.expected_density");
   return bad;
 }
 
@@ -1367,7 +1368,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                             "\"none\" (compressed pushes are priced on the modeled clock while they train)");
   if (c.compression.kind == "threshold" || c.compression.kind == "dgc") {
     const double density = c.compression.expected_density;
-    if (timing && density == 0.0)  // the default: not given
+    if (timing && !c.compression.expected_density_given)
       add("compression.expected_density",
           fmt::format("required in timing-only runs (training.mode \"timing\", --timing-only) of compression.kind "
                       "\"{}\": the share of values it keeps depends on the gradient, which a timing-only run does "
@@ -1375,9 +1376,9 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                       c.compression.kind));
     else if (timing && !(density > 0.0 && density <= 1.0))
       add("compression.expected_density",
-          fmt::format("{} keeps a share of values that depends on the gradient, which a timing-only run does not "
-                      "compute: expected the fraction kept per bucket in (0, 1] (e.g. 0.001), got {}",
-                      c.compression.kind, density));
+          fmt::format("out of range (0, 1], got {}: {} keeps a share of values that depends on the gradient, which "
+                      "a timing-only run does not compute; expected the fraction kept per bucket in (0, 1] (e.g. "
+                      "0.001)", density, c.compression.kind));
     if (!timing && density != 0.0)
       add("compression.expected_density",
           fmt::format("a training run measures the share of values {} keeps: remove it (it is for training.mode "

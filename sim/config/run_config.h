@@ -203,6 +203,7 @@ struct CompressionConfig {
   // threshold, dgc: the fraction of values kept, which depends on the gradient's values; timing-only runs
   // (training.mode "timing") price their payload from it and need it in (0, 1]; training runs measure it (0: not given).
   double expected_density = 0.0;
+  bool expected_density_given = false;  // written in the input (read_fields): a 0 given is out of range, not missing
   bool measure_error = true;        // report the decoded average's relative error (one extra fp32 all-reduce)
 };
 

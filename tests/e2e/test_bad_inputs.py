@@ -223,3 +223,22 @@ def test_inline_targets_are_counted_against_one_row_of_x(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "data.ranks[0][0].y: expected 1 entry (one per row of x), got 2" in p.stderr, p.stderr
 
+
+@pytest.mark.parametrize("kind", ["dgc", "threshold"])
+def test_an_expected_density_of_0_given_is_out_of_range_not_missing(tmp_path, kind):
+    """compression.expected_density: 0 written (or set with --set) is a value out of (0, 1], quoted; only a density
+    left out is "required"."""
+    field = "compression.expected_density"
+    timing = scenario(name="t", steps=2, axes={}, compression={"kind": kind, "expected_density": 0})
+    timing.update(model={"kind": "gpt2-small"}, data={"kind": "none", "batch_per_rank": 4},
+                  cluster={"ranks": 8, "hardware": "h100-sxm-8"}, training={"mode": "timing", "steps": 2})
+    given = write(tmp_path, timing, "given.json")
+    del timing["compression"]["expected_density"]
+    left_out = write(tmp_path, timing, "left_out.json")
+    for path, extra in ((given, []), (left_out, ["--set", f"{field}=0"])):
+        p = run("run", path, *extra, "--out", tmp_path / "out")
+        assert p.returncode == 2, p.stderr
+        assert f"{path}: {field}: out of range (0, 1], got 0: {kind} keeps a share of values" in p.stderr, p.stderr
+        assert "required" not in p.stderr and not (tmp_path / "out").exists(), p.stderr
+    p = run("validate", left_out)
+    assert p.returncode == 2 and f"{left_out}: {field}: required in timing-only runs" in p.stderr, p.stderr
