@@ -363,12 +363,17 @@ std::string zero_stage_hint(const RunConfig& c, const Model& model) {
     without = fmt::format(", without compression.kind \"{}\", which ZeRO does not take", k);
   }
   x.compression.error_feedback = "none";
+  // With accumulation, stages 2 and 3 keep the gradient sharded only when every micro-batch is reduced.
+  const bool every =
+      c.training.accumulation_steps > 1 && x.compression.kind == "none" && c.precision.mode != "fp16_pure";
   for (int64_t stage = first; stage <= 3; ++stage) {
     x.sync.stage = stage;
+    x.sync.reduce_every_microbatch = stage >= 2 && (every || c.sync.reduce_every_microbatch);
     const GpuMemoryEstimate e = estimate_gpu_memory(x, model);
     if (e.fits())
-      return fmt::format("with ZeRO (sync.kind \"zero\"{}) the smallest sync.stage that fits is {} ({} per rank{})",
+      return fmt::format("with ZeRO (sync.kind \"zero\"{}) the smallest sync.stage that fits is {}{} ({} per rank{})",
                          c.sync.kind == "zero" ? ", above this run's stage" : "", stage,
+                         x.sync.reduce_every_microbatch && every ? " with sync.reduce_every_microbatch true" : "",
                          gib_text(static_cast<double>(e.total_bytes())), without);
   }
   return fmt::format("no ZeRO stage fits either (sync.kind \"zero\", sync.stage 3: {} per rank{})",
@@ -448,7 +453,11 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
     const int64_t stage = c.sync.stage;
     e.weights_bytes = bytes((stage >= 3 ? part : n) * bpp.weights);
     e.master_weights_bytes = bytes(part * bpp.master);
-    e.gradients_bytes = bytes((stage >= 2 ? part : n) * bpp.gradients);
+    // Gradients sharded at stage >= 2 once reduced; with K > 1 micro-batches reduced once per step (the default) the
+    // rank accumulates the whole gradient until the last micro-batch; sync.reduce_every_microbatch reduce-scatters
+    // each micro-batch as its backward ends and accumulates only the shard (DeepSpeed stage 2).
+    const bool sharded_grad = stage >= 2 && (c.training.accumulation_steps <= 1 || c.sync.reduce_every_microbatch);
+    e.gradients_bytes = bytes((sharded_grad ? part : n) * bpp.gradients);
     e.optimizer_bytes = bytes(part * bpp.optimizer_state);
     if (c.cluster.ranks > 1) {
       const double bucket = std::min(n, c.sync.bucket_mb * 1048576.0 / 4.0);

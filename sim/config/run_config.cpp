@@ -245,6 +245,13 @@ void visit_fields(V& v, RunConfig& c) {
   v(sy.stage, F("sync.stage", "zero: DeepSpeed's ZeRO stage: 1 shards the optimizer state, 2 also the gradients "
                               "(FSDP SHARD_GRAD_OP), 3 also the parameters (FSDP FULL_SHARD); same arithmetic as "
                               "allreduce, GPU memory and modeled clock differ").at_least(1).at_most(3));
+  v(sy.reduce_every_microbatch,
+    F("sync.reduce_every_microbatch", "zero: at sync.stage 2 or 3 with training.accumulation_steps > 1, "
+                                      "reduce-scatter every micro-batch's gradient as its backward ends and keep "
+                                      "only the shard's sum (DeepSpeed stage 2, FSDP without no_sync: the gradient "
+                                      "stays sharded, K reduce-scatters per step); false: one reduce-scatter of the "
+                                      "accumulated gradient after the last micro-batch (the whole gradient is held "
+                                      "until then)"));
   v(sy.bucket_mb, F("sync.bucket_mb", "allreduce, local_sgd, parameter_server, zero: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
   v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce, local_sgd, parameter_server, zero: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
@@ -699,6 +706,7 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"training.activation_checkpointing", "model.kind", "mlp",
        {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
       {"sync.stage", "sync.kind", "allreduce", {"zero"}},
+      {"sync.reduce_every_microbatch", "sync.kind", "allreduce", {"zero"}},
       {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
       {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
@@ -1265,6 +1273,23 @@ void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) 
                       q + " runs heavy-ball momentum in each rank's velocity; Nesterov is not modeled there, got true"});
 }
 
+// sync.reduce_every_microbatch (sync.kind "zero"; another kind is refused by check_kind_specific): sharded gradients
+// (stage 2 or 3), reduced in fp32.
+void check_reduce_every_microbatch(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.sync.kind != "zero" || !c.sync.reduce_every_microbatch) return;
+  const std::string path = "sync.reduce_every_microbatch";
+  if (c.sync.stage < 2)
+    issues.push_back({path, "true needs sharded gradients, sync.stage 2 or 3 (stage 1 keeps the whole gradient on "
+                            "every rank and reduces it once per accumulation window, as DeepSpeed's stage 1 does), got "
+                            "sync.stage 1"});
+  if (c.compression.kind != "none")
+    issues.push_back({path, fmt::format("true reduce-scatters each micro-batch in fp32; with compression.kind \"{}\" "
+                                        "use false (one cast reduce-scatter per step)", c.compression.kind)});
+  else if (c.precision.mode == "fp16_pure")
+    issues.push_back({path, "true reduce-scatters each micro-batch in fp32; precision.mode \"fp16_pure\" sends fp16 "
+                            "gradients: use false (one fp16 reduce-scatter per step)"});
+}
+
 // training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp) and "zero_one_adam"
 // (sim/strategy/zero_one_adam.cpp) own the gradient's communication: the full-precision all-reduce of the steps that
 // update the variance and DeepSpeed's compressed all-reduce of the momentum (or, for 0/1 Adam, of the gradient and of
@@ -1451,6 +1476,7 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
     else if (p == "delay_allreduce" && c.sync.overlap)
       add("training.pitfall", q + " is sync.overlap false, got true");
   }
+  check_reduce_every_microbatch(c, issues);
   if (c.sync.kind == "zero" && c.compression.kind != "none" && c.compression.kind != "fp16" &&
       c.compression.kind != "bf16")
     add("compression.kind", fmt::format("sync.kind \"zero\" reduce-scatters its gradients in fp32 or in a cast "

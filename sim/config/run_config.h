@@ -171,6 +171,10 @@ struct SyncConfig {
   bool dedicated = false;          // parameter_server: shards on dedicated devices (else co-located with workers)
   std::string ordering = "modeled";  // parameter_server: interactions in modeled-time order, or real (threads race)
   int64_t stage = 1;               // zero: DeepSpeed's ZeRO stage, 1 optimizer state, 2 + gradients, 3 + parameters
+  // zero, stage >= 2, accumulation K > 1: reduce-scatter each micro-batch's gradient as its backward ends and keep only
+  // the shard's sum (DeepSpeed stage 2, FSDP without no_sync); false: one reduce-scatter of the accumulated gradient
+  // after the last micro-batch (the full gradient is held until then)
+  bool reduce_every_microbatch = false;
 };
 
 // Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only

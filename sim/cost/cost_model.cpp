@@ -166,6 +166,23 @@ double CostModel::backward_done_fraction(size_t begin) const {
   return std::min(1.0, f);
 }
 
+double CostModel::chain_ready_s(const StepCost& c, double f, const GradRange& range) const {
+  const auto& s = c.compute_s;
+  const double data = s[static_cast<size_t>(Phase::kData)], fwd = s[static_cast<size_t>(Phase::kForward)] * f,
+               bwd = s[static_cast<size_t>(Phase::kBackward)];
+  const int64_t K = c.micro_batches;
+  if (range.micro_batch < 0 || K <= 1 || range.micro_batch >= K - 1) {  // the last backward: the step's sum
+    const double last_bwd_start = (data + s[static_cast<size_t>(Phase::kForward)] + bwd) * f - c.last_backward_s * f;
+    return last_bwd_start + c.last_backward_s * f * backward_done_fraction(range.begin);
+  }
+  // Micro-batch k < K - 1 on the compute stream (StepLayout): data, then K forwards of fwd / K and backwards of
+  // (bwd - last) / (K - 1) each, alternating; backward k ends after k + 1 of each.
+  const double each_fwd = fwd / static_cast<double>(K);
+  const double each_bwd = (bwd - c.last_backward_s) * f / static_cast<double>(K - 1);
+  const double k1 = static_cast<double>(range.micro_batch + 1);
+  return data * f + k1 * (each_fwd + each_bwd) - each_bwd + each_bwd * backward_done_fraction(range.begin);
+}
+
 std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*>& ranks, int64_t step) const {
   const size_t n = ranks.size();
   std::vector<ModeledStep> out(n);
@@ -189,10 +206,8 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     compute_end[r] = backward_end + untied_compress;
     opt[r] = (s[static_cast<size_t>(Phase::kOptimizer)] + s[static_cast<size_t>(Phase::kCommunicate)] +
               s[static_cast<size_t>(Phase::kWait)]) * f;
-    const double last_bwd_start = backward_end - c.last_backward_s * f;
     for (const CommChain& ch : c.chains) {
-      double rdy = ch.range.empty() || !c.overlap_backward ? compute_end[r]
-                                    : last_bwd_start + c.last_backward_s * f * backward_done_fraction(ch.range.begin);
+      const double rdy = ch.range.empty() || !c.overlap_backward ? compute_end[r] : chain_ready_s(c, f, ch.range);
       ready[r].push_back(rdy);
       dur[r].push_back((ch.pre_s + ch.post_s) * f + ch.comm_s);
     }

@@ -136,6 +136,10 @@ class CostModel {
   // Fraction of a micro-batch's backward done once every gradient element >= begin is produced (backward runs in
   // reverse layer order), by declared backward FLOPs (by parameter count when no FLOPs are declared).
   double backward_done_fraction(size_t begin) const;
+  // When a chain tied to gradient range `range` becomes ready on a rank whose compute runs at straggler factor f:
+  // during the backward of its micro-batch (range.micro_batch; -1 the last), once the layers from range.begin on are
+  // done (seconds from the step start).
+  double chain_ready_s(const StepCost& c, double f, const GradRange& range) const;
 
  private:
   std::shared_ptr<const HardwareProfile> hw_;

@@ -6,7 +6,8 @@
 //   in.cost->add_op(Phase::kCompress, flops, bytes, Precision::kBf16);  // a kernel with FLOPs at a format's rate
 //   in.cost->add_collective(CollectiveKind::kAllGather, bytes, GradRange{b.begin, b.end});
 //       // one bucket: starts when backward has produced gradient elements [begin, end) and the previous collective
-//       // is done (DDP overlap); bytes = NCCL's nBytes (collective_model.h), i.e. the wire format's bytes
+//       // is done (DDP overlap); bytes = NCCL's nBytes (collective_model.h), i.e. the wire format's bytes;
+//       // GradRange{b.begin, b.end, k}: produced by micro-batch k's backward instead of the last one's
 //   in.cost->add_pass(Phase::kCompress, bytes, GradRange{b.begin, b.end});  // work on that bucket's chain: before
 //                                                                       // its collective if added first, else after
 //   in.cost->add_collective(CollectiveKind::kAllReduce, bytes);         // no range: after backward, not overlapped
@@ -34,6 +35,9 @@ namespace gs {
 struct GradRange {
   size_t begin = 0;
   size_t end = 0;
+  // The micro-batch whose backward produces the range (0-based; a chain per micro-batch, e.g. ZeRO's reduce-scatter
+  // of every micro-batch); -1: the step's last micro-batch, after which the accumulated gradient is complete.
+  int64_t micro_batch = -1;
   bool empty() const { return end <= begin; }
 };
 
@@ -147,7 +151,8 @@ class StepCost {
  private:
   CommChain& chain(GradRange range) {
     for (auto& c : chains)
-      if (c.range.begin == range.begin && c.range.end == range.end) return c;
+      if (c.range.begin == range.begin && c.range.end == range.end && c.range.micro_batch == range.micro_batch)
+        return c;
     chains.push_back(CommChain{});
     chains.back().range = range;
     return chains.back();

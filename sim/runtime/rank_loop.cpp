@@ -136,13 +136,16 @@ namespace {
 // of every sample's gradient, divided by the samples. zero_grad_in_loop: the article's loop zeroes the gradient
 // before every micro-batch's backward and steps every K-th, so the update is the last non-empty micro-batch's mean
 // gradient (divided by its own size, not by K b), at the full learning rate. mean_of_means: each micro-batch's mean
-// gradient, divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i.
+// gradient, divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i. each_micro_batch
+// (a strategy that takes every micro-batch's gradient, SyncStrategy::takes_micro_batches): each backward runs into a
+// buffer of its own (micro()), then adds into the step's sum.
 class Accumulation {
  public:
-  Accumulation(Pitfall pitfall, size_t n)
+  Accumulation(Pitfall pitfall, size_t n, bool each_micro_batch)
       : zero_each_(pitfall == Pitfall::kZeroGradInLoop),
         mean_each_(pitfall == Pitfall::kMeanOfMeans),
-        micro_(mean_each_ ? n : 0) {}
+        each_(each_micro_batch && !mean_each_),
+        micro_(mean_each_ || each_ ? n : 0) {}
   // One micro-batch's backward into grad; grad_samples counts the samples behind grad.
   void backward(const Model& model, const float* params, const Batch& batch, Workspace& ws,
                 const PrecisionPolicy& precision, std::vector<float>& grad, double& grad_samples) {
@@ -156,6 +159,10 @@ class Accumulation {
       const float inv_count = 1.0f / static_cast<float>(batch.count);  // (loss_k / b_k) / K; K in divisor
       const size_t n = grad.size();
       for (size_t i = 0; i < n; ++i) grad[i] += inv_count * micro_[i];
+    } else if (each_) {
+      std::fill(micro_.begin(), micro_.end(), 0.0f);
+      model.backward(params, batch, ws, micro_.data(), precision);
+      for (size_t i = 0; i < grad.size(); ++i) grad[i] += micro_[i];
     } else {
       model.backward(params, batch, ws, grad.data(), precision);
     }
@@ -163,11 +170,15 @@ class Accumulation {
   }
   // The divisor behind the step's gradient: the samples, or K per rank under mean_of_means.
   double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
+  // each_micro_batch: the last backward's gradient alone; after empty(), zeros (a micro-batch without samples).
+  float* micro() { return micro_.data(); }
+  void empty() { std::fill(micro_.begin(), micro_.end(), 0.0f); }
 
  private:
   bool zero_each_;
   bool mean_each_;
-  std::vector<float> micro_;  // mean_of_means: one micro-batch's gradient sum
+  bool each_;
+  std::vector<float> micro_;  // mean_of_means, each_micro_batch: one micro-batch's gradient sum
 };
 
 // A run's modeled steps from a strategy that models its own clock (free-running: ranks may have different counts);
@@ -244,6 +255,7 @@ class HostRun {
   std::unique_ptr<Communicator> comm_;
   CostModel cost_model_;
   std::unique_ptr<SyncStrategy> strategy_;
+  const bool takes_micro_;  // strategy_->takes_micro_batches()
   const size_t n_;
   const int64_t total_;
   // Input pipeline: per rank a loader thread (loader.h) through the node cache (data_cache.h), priced on the modeled
@@ -293,6 +305,7 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
         setup.on_read = hooks.on_read ? &hooks.on_read : nullptr;
         return make_strategy(setup);
       }()),
+      takes_micro_(strategy_->takes_micro_batches()),
       n_(model_->num_params()),
       total_(planned_steps(config_, data_->steps_per_epoch())),
       storage_(load_storage_profile(config_.data.storage)),
@@ -378,7 +391,7 @@ HostRun::RankState::RankState(HostRun& run, int rank)
     : ws_capacity(std::max<int64_t>(run.plan_.shape.batch_per_rank, 1)),
       ws(run.model_->make_workspace(ws_capacity)),
       grad(run.n_),
-      accumulation(run.plan_.pitfall, run.n_),
+      accumulation(run.plan_.pitfall, run.n_, run.strategy_->takes_micro_batches()),
       precision(run.base_policy_),
       loader(*run.data_, run.config_, run.cache_.get(), rank, run.control_->loader_steps(), run.config_.data.prefetch),
       readers(static_cast<double>(
@@ -397,7 +410,13 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
       rs.loader.next(rs.batch, rs.micro_counts);
     }
     data_step.counts += rs.micro_counts;
-    if (rs.batch.count == 0) continue;
+    if (rs.batch.count == 0) {
+      if (takes_micro_) {  // every rank hands over every micro-batch (the strategy's collectives pair up)
+        rs.accumulation.empty();
+        strategy_->micro_batch(rank, k, rs.accumulation.micro(), rs.clock);
+      }
+      continue;
+    }
     if (rs.batch.count > rs.ws_capacity) {  // inline micro-batches may exceed b: grow to the largest seen
       rs.ws = model_->make_workspace(rs.batch.count);
       rs.ws_capacity = rs.batch.count;
@@ -412,6 +431,7 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
       PhaseTimer t(rs.clock, Phase::kBackward);
       rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad, tally.grad_samples);
     }
+    if (takes_micro_) strategy_->micro_batch(rank, k, rs.accumulation.micro(), rs.clock);
     counters.grad_values += rs.ws->precision.grad_values;
     counters.grad_underflow += rs.ws->precision.grad_underflow;
     counters.grad_nonfinite += rs.ws->precision.grad_nonfinite;

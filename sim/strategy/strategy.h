@@ -165,6 +165,12 @@ class SyncStrategy {
   // Called by every rank thread concurrently; returns when the rank's next parameters are in params(rank) and safe
   // to read for the next forward. Adds its work to in.cost through price(in).
   virtual void step(const StepInput& in) = 0;
+  // True when the rank loop also hands the strategy each micro-batch's gradient as its backward ends (micro_batch),
+  // before step() gets their sum (sync.kind "zero" with sync.reduce_every_microbatch).
+  virtual bool takes_micro_batches() const { return false; }
+  // Rank `rank`'s micro-batch k (0-based) of the step about to end: grad is that micro-batch's gradient sum alone
+  // (num_params floats; zeros for a micro-batch without samples). Called by every rank thread for every k, in order.
+  virtual void micro_batch(int rank, int64_t k, float* grad, PhaseClock& clock) {}
   // The modeled step beyond the micro-batches: records into in.cost (when not null) what rank in.rank's step in.step
   // does (its collectives, optimizer, precision passes) without touching any data (in.grad may be null), and returns
   // the step's PriceKey. Used by step() for the modeled clock and alone by timing-only runs (training.mode "timing").

@@ -30,8 +30,15 @@
 //      to the mode's format element by element, so gathering the cast values
 //      gives the same bits).
 // So the parameters are bit-identical to sync.kind allreduce with the same
-// optimizer (tests/unit/test_zero.cpp). Accumulation: the gradient is reduced
-// once per accumulation window (after the last micro-batch), at every stage.
+// optimizer (tests/unit/test_zero.cpp). Accumulation (K micro-batches per step):
+// by default the rank's gradient is summed over its micro-batches and reduced
+// once per step (after the last micro-batch), at every stage, so the whole
+// gradient is held until then. sync.reduce_every_microbatch (stage 2 or 3,
+// K > 1; DeepSpeed stage 2, FSDP without no_sync) reduce-scatters each
+// micro-batch's gradient as its backward ends (micro_batch) and keeps only the
+// shard's sum: shard = sum over k in order of (sum over ranks in rank order of
+// the ranks' micro-batch-k gradients), then steps 2-4 as above. Not the bits of
+// allreduce in general (another order of the same sums).
 #include <algorithm>
 #include <cmath>
 
@@ -65,6 +72,9 @@ public:
       : comm_(s.comm), ranks_(s.ranks), n_(s.model.num_params()),
         per_(zero_partition(s.model.num_params(), s.ranks)),
         stage_(static_cast<int>(s.config.sync.stage)),
+        k_(std::max<int64_t>(1, s.config.training.accumulation_steps)),
+        every_micro_(s.config.sync.reduce_every_microbatch && stage_ >= 2 &&
+                     k_ > 1),
         cost_model_(s.cost_model), optimizer_(update_optimizer(s.config)),
         layers_(s.model.layer_costs()),
         param_bytes_(parameter_wire_bytes(s.config)),
@@ -89,6 +99,8 @@ public:
       params_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
       gpad_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
       shard_.emplace_back(per_, 0.0f);
+      if (every_micro_)
+        acc_.emplace_back(per_, 0.0f);
       const auto [lo, hi] = range(r);
       optimizers_.push_back(make_optimizer(optimizer_, hi - lo));
       precision_.emplace_back(s.config);
@@ -104,6 +116,27 @@ public:
   float loss_scale(int rank) const override {
     return precision_[static_cast<size_t>(rank)].loss_scale();
   }
+  bool takes_micro_batches() const override { return every_micro_; }
+
+  // sync.reduce_every_microbatch: micro-batch k's gradient reduce-scattered at
+  // once, the shard summed into the rank's accumulator in micro-batch order.
+  void micro_batch(int rank, int64_t k, float *grad,
+                   PhaseClock &clock) override {
+    const size_t r = static_cast<size_t>(rank);
+    {
+      PhaseTimer t(clock, Phase::kCommunicate);
+      GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
+      std::copy(grad, grad + n_, gpad_[r].begin());
+      float *acc = acc_[r].data();
+      float *out = k == 0 ? acc : shard_[r].data();
+      comm_.reduce_scatter_sum(rank, out, gpad_[r].data(), per_);
+      if (k > 0)
+        for (size_t i = 0; i < per_; ++i)
+          acc[i] = acc[i] + out[i];
+    }
+    account(rank, clock, true);
+  }
+
   StrategyReport report() const override {
     StrategyReport r;
     r.precision = &precision_[0];
@@ -120,11 +153,14 @@ public:
     {
       PhaseTimer t(clock, Phase::kCommunicate);
       GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
-      std::copy(in.grad, in.grad + n_, gpad_[r].begin());
-      if (cast_) {
-        reduce_scatter_cast(in, shard);
+      if (every_micro_) { // reduced micro-batch by micro-batch (micro_batch)
+        std::copy(acc_[r].begin(), acc_[r].end(), shard);
       } else {
-        comm_.reduce_scatter_sum(in.rank, shard, gpad_[r].data(), per_);
+        std::copy(in.grad, in.grad + n_, gpad_[r].begin());
+        if (cast_)
+          reduce_scatter_cast(in, shard);
+        else
+          comm_.reduce_scatter_sum(in.rank, shard, gpad_[r].data(), per_);
       }
     }
     account(in.rank, clock, true);
@@ -185,10 +221,13 @@ public:
     if (in.cost == nullptr)
       return {};
     StepCost &cost = *in.cost;
-    for (const Bucket &b : buckets_)
-      cost.add_collective(CollectiveKind::kReduceScatter,
-                          grad_bytes_ * static_cast<double>(b.end - b.begin),
-                          GradRange{b.begin, b.end});
+    // reduce_every_microbatch: every micro-batch's buckets, each ready during
+    // its own backward (GradRange::micro_batch); else the step's sum's.
+    for (int64_t k = every_micro_ ? 0 : -1; k < (every_micro_ ? k_ : 0); ++k)
+      for (const Bucket &b : buckets_)
+        cost.add_collective(CollectiveKind::kReduceScatter,
+                            grad_bytes_ * static_cast<double>(b.end - b.begin),
+                            GradRange{b.begin, b.end, k});
     const double shard = static_cast<double>(per_);
     if (cost_model_ != nullptr)
       cost_model_->add_optimizer(cost, optimizer_, shard);
@@ -337,6 +376,8 @@ private:
   size_t n_;
   size_t per_; // elements per partition (padded)
   int stage_;
+  int64_t k_;          // micro-batches per step
+  bool every_micro_;   // sync.reduce_every_microbatch in effect (stage >= 2, K > 1)
   const CostModel *cost_model_;
   OptimizerConfig optimizer_;
   std::vector<LayerCost> layers_;
@@ -353,6 +394,8 @@ private:
       gpad_; // per rank: the padded gradient (and the cast wire values)
   std::vector<std::vector<float>>
       shard_; // per rank: its averaged gradient shard
+  std::vector<std::vector<float>>
+      acc_; // reduce_every_microbatch, per rank: its shard's sum so far
   std::vector<std::unique_ptr<Optimizer>>
       optimizers_; // per rank: state for its shard only
   std::vector<PrecisionStep> precision_;

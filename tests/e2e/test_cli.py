@@ -106,6 +106,19 @@ def test_bad_staleness_and_local_sgd_fields_exit_2_with_their_paths(tmp_path):
     assert run("validate", write(tmp_path, good, "good.json")).returncode == 0
 
 
+def test_reduce_every_microbatch_at_stage_1_or_without_zero_exits_2_with_file_path_and_reason(tmp_path):
+    for sync, reason in [({"kind": "zero", "stage": 1, "reduce_every_microbatch": True}, "sync.stage 2 or 3"),
+                         ({"kind": "allreduce", "reduce_every_microbatch": True}, "only applies when sync.kind is")]:
+        bad = scenario(sync=sync, axes={"training.accumulation_steps": [1, 2]})
+        p = run("validate", write(tmp_path, bad, "rem.json"))
+        assert p.returncode == 2, p.stderr
+        for fragment in ["rem.json", "sync.reduce_every_microbatch", reason]:
+            assert fragment in p.stderr, (fragment, p.stderr)
+    good = scenario(sync={"kind": "zero", "stage": 2, "reduce_every_microbatch": True},
+                    axes={"training.accumulation_steps": [1, 2]})
+    assert run("validate", write(tmp_path, good, "good.json")).returncode == 0
+
+
 def test_inline_number_past_float32_range_exits_2_naming_file_and_path(tmp_path):
     """1e39 in data.inline would be inf in float32: refused before any run, with the file and the JSON path."""
     bad = {"name": "f32", "model": {"kind": "linear", "layers": [1, 1], "bias": False, "loss": "mse"},

@@ -926,5 +926,40 @@ TEST(ConfigErrors, ZeroFieldsAreCheckedAtTheirPaths) {
   EXPECT_NE(is[0].message.find("use \"none\", \"fp16\" or \"bf16\""), std::string::npos) << is[0].message;
 }
 
+// sync.reduce_every_microbatch: only under sync.kind "zero", only with sharded gradients (stage 2 or 3), and only
+// in fp32 (no cast compressor, not fp16_pure); stage 2 and 3 take it.
+TEST(ConfigErrors, ReduceEveryMicrobatchIsRefusedWhereTheGradientIsNotShardedOrNotFp32) {
+  auto with = [](const std::string& sync, const std::string& extra = "") {
+    return issues_of(R"({"name": "z", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+      "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
+      "training": {"steps": 3, "accumulation_steps": 2}, "cluster": {"ranks": 2}, "sync": )" + sync + extra + "}");
+  };
+  auto is = with(R"({"kind": "zero", "stage": 1, "reduce_every_microbatch": true})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.reduce_every_microbatch");
+  EXPECT_NE(is[0].message.find("sync.stage 2 or 3"), std::string::npos) << is[0].message;
+  EXPECT_NE(is[0].message.find("got sync.stage 1"), std::string::npos) << is[0].message;
+  is = with(R"({"kind": "allreduce", "reduce_every_microbatch": true})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.reduce_every_microbatch");
+  EXPECT_EQ(is[0].message, "only applies when sync.kind is \"zero\" (it is \"allreduce\")");
+  is = with(R"({"kind": "zero", "stage": 2, "reduce_every_microbatch": true})", R"(, "compression": {"kind": "bf16"})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.reduce_every_microbatch");
+  EXPECT_NE(is[0].message.find("compression.kind \"bf16\""), std::string::npos) << is[0].message;
+  is = with(R"({"kind": "zero", "stage": 3, "reduce_every_microbatch": true})",
+            R"(, "precision": {"mode": "fp16_pure", "loss_scale": "dynamic"})");
+  ASSERT_EQ(is.size(), 1u) << dump_issues(is);
+  EXPECT_EQ(is[0].path, "sync.reduce_every_microbatch");
+  for (const char* sync : {R"({"kind": "zero", "stage": 2, "reduce_every_microbatch": true})",
+                           R"({"kind": "zero", "stage": 3, "reduce_every_microbatch": true})",
+                           R"({"kind": "zero", "stage": 1, "reduce_every_microbatch": false})"}) {
+    const std::string text = R"({"name": "z", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+      "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}},
+      "training": {"steps": 3, "accumulation_steps": 2}, "cluster": {"ranks": 2}, "sync": )" + std::string(sync) + "}";
+    EXPECT_NO_THROW(parse_scenario(text, "good.json")) << sync;
+  }
+}
+
 }  // namespace
 }  // namespace gs

@@ -9,7 +9,12 @@
 
 #include <cstring>
 
+#include <cmath>
+
 #include "sim/app/memory.h"
+#include "sim/config/scenario.h"
+#include "sim/cost/collective_model.h"
+#include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "tests/unit/scenario_helpers.h"
 
@@ -176,6 +181,133 @@ TEST(ZeroMemory, Llama7bModelStatesFollowTheZeroPaper) {
   // plain DP (121 GB) is skipped.
   c.sync.stage = 3;
   EXPECT_TRUE(estimate_gpu_memory(c, *model).fits());
+}
+
+// ---- sync.reduce_every_microbatch ---------------------------------------------------------------------------------
+
+// The reference of reduce_every_microbatch, computed here from the model's forward and backward and the dataset's
+// micro-batches (not from the strategy): at parameters w (every rank's, identical), rank r's gradient of micro-batch
+// k of step t is the backward of that micro-batch alone into zeros; per micro-batch the ranks' gradients are summed
+// in rank order (the host reduce-scatter's order), then those sums over micro-batches in order; divided by S = N K b
+// and applied with plain SGD as kernels/optim_math.h writes it (w = fma(-lr, g / S, w)).
+std::vector<float> reduce_every_reference(const RunConfig &c, const Model &m, const Dataset &d,
+                                          const std::vector<float> &w, int64_t t) {
+  const int N = static_cast<int>(c.cluster.ranks);
+  const int64_t K = c.training.accumulation_steps;
+  const size_t n = m.num_params();
+  const PrecisionPolicy policy = precision_policy(c.precision);
+  auto ws = m.make_workspace(c.data.batch_per_rank);
+  std::vector<float> acc(n, 0.0f), sum(n), g(n);
+  for (int64_t k = 0; k < K; ++k) {
+    for (int r = 0; r < N; ++r) {
+      Batch b;
+      d.micro_batch(t, k, r, b);
+      std::fill(g.begin(), g.end(), 0.0f);
+      m.forward(w.data(), b, *ws, policy);
+      m.backward(w.data(), b, *ws, g.data(), policy);
+      for (size_t i = 0; i < n; ++i) sum[i] = r == 0 ? g[i] : sum[i] + g[i];
+    }
+    for (size_t i = 0; i < n; ++i) acc[i] = k == 0 ? sum[i] : acc[i] + sum[i];
+  }
+  const float S = static_cast<float>(N * K * c.data.batch_per_rank);
+  const float lr = static_cast<float>(c.training.optimizer.lr);
+  std::vector<float> out = w;
+  for (size_t i = 0; i < n; ++i) out[i] = std::fma(-lr, acc[i] / S, out[i]);
+  return out;
+}
+
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Stage 2 and 3, 3 ranks, K = 3 micro-batches of 5 samples, plain SGD: every step's parameters on every rank equal
+// the reference above bit for bit (from the run's own parameters before the step, so each step is checked alone),
+// and the run is not the reduce-once run's bits (one sum per rank over its micro-batches, then over ranks: another
+// order of the same additions, which rounds differently somewhere in 173 parameters x 5 steps), though within
+// float rounding of it.
+TEST(ZeroReduceEveryMicrobatch, EqualsThePerMicroBatchReferenceAndNotReduceOnce) {
+  for (int stage : {2, 3}) {
+    json cfg = mlp(3, 3, {{"kind", "sgd"}, {"lr", 0.1}});
+    cfg["sync"] = {{"kind", "zero"}, {"stage", stage}};
+    const std::vector<json> once = test::run_scenario_text(cfg.dump());
+    cfg["sync"]["reduce_every_microbatch"] = true;
+    const std::vector<json> every = test::run_scenario_text(cfg.dump());
+    ASSERT_EQ(every[0]["disposition"], "passed") << every[0].dump().substr(0, 600);
+    const RunConfig c = parse_scenario(cfg.dump(), "<test>").runs.at(0).config;
+    const auto model = make_model(c);
+    const auto data = make_dataset(c);
+    std::vector<float> w = every[0]["trace"]["initial"].get<std::vector<float>>();
+    bool differs = false;
+    double worst = 0.0;
+    for (size_t t = 0; t < 5; ++t) {
+      const std::vector<float> want = reduce_every_reference(c, *model, *data, w, static_cast<int64_t>(t));
+      for (size_t r = 0; r < 3; ++r)
+        ASSERT_TRUE(same_bits(want, test::params_after(every[0], t, r))) << "stage " << stage << " step " << t + 1
+                                                                          << " rank " << r;
+      const std::vector<float> o = test::params_after(once[0], t, 0);
+      differs = differs || !same_bits(o, want);
+      w = want;
+      for (size_t i = 0; i < w.size(); ++i)
+        worst = std::max(worst, std::fabs(static_cast<double>(w[i]) - o[i]) / std::max(1e-3, std::fabs(static_cast<double>(w[i]))));
+    }
+    EXPECT_TRUE(differs) << "stage " << stage << ": reduce-every equals reduce-once bit for bit";
+    EXPECT_LT(worst, 1e-4) << "stage " << stage;
+    EXPECT_NE(w, every[0]["trace"]["initial"].get<std::vector<float>>());  // the model moved
+  }
+}
+
+// Timing-only gpt2-small on 8 ranks, K = 4, stage 2: the modeled wire bytes per rank and step are K reduce-scatters
+// of the fp32 gradient plus one all-gather of the fp32 weights, each (N-1)/N of its size (nccl-tests' bus-bandwidth
+// factor for reduce-scatter and all-gather): (K + 1) (N-1)/N 4n; reduce-once sends 2 (N-1)/N 4n.
+TEST(ZeroReduceEveryMicrobatch, ModelsKReduceScattersPerStep) {
+  json c = {{"name", "zr"},
+            {"model", {{"kind", "gpt2-small"}}},
+            {"data", {{"kind", "none"}, {"batch_per_rank", 2}}},
+            {"cluster", {{"ranks", 8}, {"hardware", "h100-sxm-8"}}},
+            {"sync", {{"kind", "zero"}, {"stage", 2}}},
+            {"training", {{"steps", 2}, {"mode", "timing"}, {"accumulation_steps", 4}}}};
+  const RunConfig rc = parse_scenario(c.dump(), "<test>").runs.at(0).config;
+  const double n = static_cast<double>(make_model(rc)->num_params()), N = 8, K = 4;
+  auto bytes = [&](bool every) {
+    json x = c;
+    x["sync"]["reduce_every_microbatch"] = every;
+    const std::vector<json> r = test::run_scenario_text(x.dump());
+    EXPECT_EQ(r[0]["disposition"], "passed") << r[0].dump().substr(0, 400);
+    return r[0]["communication"]["bytes_sent_per_rank_per_step"][0].get<double>();
+  };
+  const double rs = (N - 1) / N * 4.0 * n;
+  EXPECT_NEAR(bytes(true), K * rs + rs, 1e-6 * K * rs);
+  EXPECT_NEAR(bytes(false), 2.0 * rs, 1e-6 * rs);
+}
+
+// docs/memory.md, ZeRO: the gradient term at stage 2 and 3 is 4 ceil(n / N) (fp32, bf16_mixed) when the gradient is
+// reduced every micro-batch or there is one micro-batch, and the whole gradient 4n when K > 1 micro-batches are
+// reduced once (the rank accumulates all of it until the last); at stage 1 always 4n.
+TEST(ZeroReduceEveryMicrobatch, GpuMemoryHoldsAShardedGradientAccumulator) {
+  RunConfig c;
+  c.model.kind = "llama-7b";
+  c.data.kind = "none";
+  c.data.batch_per_rank = 1;
+  c.training.mode = "timing";
+  c.training.optimizer.kind = "adamw";
+  c.precision.mode = "bf16_mixed";
+  c.cluster.hardware = "h100-sxm-8";
+  c.cluster.ranks = 8;
+  c.sync.kind = "zero";
+  const double psi = 6738415616.0, part = std::ceil(psi / 8);
+  auto model = make_model(c);
+  auto grad = [&](int64_t stage, int64_t K, bool every) {
+    c.sync.stage = stage;
+    c.training.accumulation_steps = K;
+    c.sync.reduce_every_microbatch = every;
+    return estimate_gpu_memory(c, *model).gradients_bytes;
+  };
+  for (int64_t stage : {2, 3}) {
+    EXPECT_EQ(grad(stage, 4, true), static_cast<int64_t>(4 * part)) << stage;
+    EXPECT_EQ(grad(stage, 4, false), static_cast<int64_t>(4 * psi)) << stage;
+    EXPECT_EQ(grad(stage, 1, false), static_cast<int64_t>(4 * part)) << stage;
+  }
+  EXPECT_EQ(grad(1, 4, false), static_cast<int64_t>(4 * psi));
 }
 
 } // namespace
