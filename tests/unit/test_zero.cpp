@@ -12,8 +12,12 @@
 #include <cmath>
 
 #include "sim/app/memory.h"
+#include "sim/comm/communicator.h"
 #include "sim/config/scenario.h"
 #include "sim/cost/collective_model.h"
+#include "sim/cost/cost_model.h"
+#include "sim/cost/hardware_profile.h"
+#include "sim/strategy/strategy.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
 #include "tests/unit/scenario_helpers.h"
@@ -308,6 +312,147 @@ TEST(ZeroReduceEveryMicrobatch, GpuMemoryHoldsAShardedGradientAccumulator) {
     EXPECT_EQ(grad(stage, 1, false), static_cast<int64_t>(4 * part)) << stage;
   }
   EXPECT_EQ(grad(1, 4, false), static_cast<int64_t>(4 * psi));
+}
+
+// ---- Stage 3's parameter all-gathers on the modeled clock, by hand --------------------------------------------------
+
+// Three layers of 1, 4 and 1 million parameters with forward FLOPs 1 : 2 : 1, for the cost model's layer split.
+class ThreeLayers final : public Model {
+ public:
+  ThreeLayers() {
+    size_t at = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      tensors_.push_back({"layer" + std::to_string(i), {static_cast<int64_t>(kLen[i])}, at, kLen[i]});
+      layers_.push_back({at, at + kLen[i], kFlops[i], 0.0, 1.0});
+      at += kLen[i];
+    }
+  }
+  static constexpr size_t kLen[3] = {1000000, 4000000, 1000000};
+  static constexpr double kFlops[3] = {1e6, 2e6, 1e6};
+  const std::vector<TensorInfo> &tensors() const override { return tensors_; }
+  bool classification() const override { return false; }
+  void init_params(float *, uint64_t) const override {}
+  std::unique_ptr<Workspace> make_workspace(int64_t) const override { return std::make_unique<Workspace>(); }
+  double forward(const float *, const Batch &, Workspace &, const PrecisionPolicy &) const override { return 0.0; }
+  void backward(const float *, const Batch &, Workspace &, float *, const PrecisionPolicy &) const override {}
+  EvalSums evaluate(const float *, const Batch &, Workspace &) const override { return {}; }
+  double forward_flops_per_sample() const override { return 4e6; }
+  std::vector<LayerCost> layer_costs() const override { return layers_; }
+  bool shape_only() const override { return true; }
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  std::vector<LayerCost> layers_;
+};
+
+// A curve below whose first size every call costs exactly alpha + bytes / beta (collective_model.cpp: below the
+// table, the latency and bandwidth of its first two points), at sizes 1 and 2 GB, busbw = size f / time.
+BusbwCurve alpha_beta_curve(double alpha_s, double beta_Bps, double f) {
+  BusbwCurve c;
+  for (double b : {1e9, 2e9}) {
+    c.bytes.push_back(b);
+    c.busbw_GBps.push_back(b * f / ((alpha_s + b / beta_Bps) * 1e9));
+  }
+  return c;
+}
+
+// FSDP FULL_SHARD's prefetch one unit ahead (forward_prefetch, BACKWARD_PRE, limit_all_gathers: at most two units
+// gathered) on 4 ranks, fp32 weights (4 bytes), the all-gather at alpha 10 us + bytes / 100 GB/s: gathers of
+// 4, 16, 4 MB take a = 50, 170, 50 us. Forward 400 us split 1 : 2 : 1 by FLOPs (c = 100, 200, 100), backward 800 us
+// (200, 400, 200), one micro-batch. Gather i+1 is issued when unit i's compute starts (and gather i is done); unit i
+// computes once its gather is done and unit i-1 is computed:
+//   forward:  g0 [0, 50]  c0 [50, 150]  g1 [50, 220]  c1 [220, 420]  g2 [220, 270]  c2 [420, 520]: 120 us exposed
+//   backward: g2 [0, 50]  c2 [50, 250]  g1 [50, 220]  c1 [250, 650]  g0 [250, 300]  c0 [650, 850]: 50 us exposed
+// so 170 us of gathers are exposed per micro-batch. The gradient's reduce-scatter (one bucket of all 6 M fp32
+// values, 24 MB at 10 us + bytes / 100 GB/s = 250 us) is ready when the backward ends (1200 us) and runs to 1450;
+// the exposed gathers (the untied all-gather chain) follow: 1620 us before the optimizer, 420 us exposed
+// communication. With K = 2 micro-batches of the same per-micro-batch compute, twice the exposed gathers.
+TEST(ZeroStage3Prefetch, ExposedGathersAndStepTimeOfAThreeLayerToyByHand) {
+  HardwareProfile hw = *load_hardware_profile("h100-sxm-8");
+  for (auto &per : hw.curves)
+    for (auto &c : per) c = BusbwCurve{};
+  const int N = 4;
+  const double f = 3.0 / 4.0;  // nccl-tests' (n-1)/n for all-gather and reduce-scatter
+  hw.curves[static_cast<size_t>(CollectiveKind::kAllGather)][kCurveDefault] = alpha_beta_curve(10e-6, 100e9, f);
+  hw.curves[static_cast<size_t>(CollectiveKind::kReduceScatter)][kCurveDefault] = alpha_beta_curve(10e-6, 100e9, f);
+  ThreeLayers model;
+  CostModel cm(std::make_shared<const HardwareProfile>(hw), N, model.layer_costs(), StragglerConfig{}, 0);
+  for (int64_t K : {1, 2}) {
+    RunConfig c;
+    c.cluster.ranks = N;
+    c.sync.kind = "zero";
+    c.sync.stage = 3;
+    c.sync.bucket_mb = c.sync.first_bucket_mb = 1000;  // one bucket
+    c.training.accumulation_steps = K;
+    c.training.mode = "timing";
+    auto comm = make_host_communicator(N);
+    StrategySetup setup{c, model, *comm, N, &cm, true};
+    auto zero = make_strategy(setup);
+    StepCost cost = cm.make_step_cost();
+    const double k = static_cast<double>(K);
+    cost.add_time(Phase::kForward, k * 400e-6);
+    cost.add_time(Phase::kBackward, k * 800e-6);
+    cost.micro_batches = K;
+    cost.last_backward_s = 800e-6;
+    StepInput in;
+    in.cost = &cost;
+    in.global_samples = 4.0;
+    zero->price(in);
+    double gathers = -1.0, rs = -1.0;
+    for (const CommChain &ch : cost.chains) {
+      if (ch.range.empty() && ch.kind == CollectiveKind::kAllGather) gathers = ch.comm_s;
+      if (!ch.range.empty() && ch.kind == CollectiveKind::kReduceScatter) rs = ch.comm_s;
+    }
+    EXPECT_NEAR(gathers, k * 170e-6, 1e-12) << "K " << K;
+    EXPECT_NEAR(rs, 250e-6, 1e-12) << "K " << K;
+    const std::vector<const StepCost *> ranks(N, &cost);
+    const ModeledStep m = cm.model_step(ranks, 0)[0];
+    const double before_optimizer = m.times.step_s - m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)];
+    EXPECT_NEAR(before_optimizer, k * 1200e-6 + 250e-6 + k * 170e-6, 1e-12) << "K " << K;
+    EXPECT_NEAR(m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)], 250e-6 + k * 170e-6, 1e-12) << "K " << K;
+    EXPECT_GT(m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)], 0.0);
+  }
+}
+
+// sync.reduce_every_microbatch at stage 2 on the same toy, K = 2 micro-batches of forward 400 us and backward 800 us:
+// micro-batch 0's reduce-scatter (one bucket, 250 us) is ready when its backward ends (1200 us) and runs under
+// micro-batch 1 (to 1450); micro-batch 1's is ready at 2400 and ends at 2650; the post-step all-gather of the fp32
+// weights (24 MB, 250 us) follows: 2900 us before the optimizer, 500 us exposed.
+TEST(ZeroStage3Prefetch, ReduceEveryMicrobatchHidesTheEarlierReduceScattersByHand) {
+  HardwareProfile hw = *load_hardware_profile("h100-sxm-8");
+  for (auto &per : hw.curves)
+    for (auto &c : per) c = BusbwCurve{};
+  const int N = 4;
+  for (auto kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter})
+    hw.curves[static_cast<size_t>(kind)][kCurveDefault] = alpha_beta_curve(10e-6, 100e9, 3.0 / 4.0);
+  ThreeLayers model;
+  CostModel cm(std::make_shared<const HardwareProfile>(hw), N, model.layer_costs(), StragglerConfig{}, 0);
+  RunConfig c;
+  c.cluster.ranks = N;
+  c.sync.kind = "zero";
+  c.sync.stage = 2;
+  c.sync.reduce_every_microbatch = true;
+  c.sync.bucket_mb = c.sync.first_bucket_mb = 1000;
+  c.training.accumulation_steps = 2;
+  c.training.mode = "timing";
+  auto comm = make_host_communicator(N);
+  StrategySetup setup{c, model, *comm, N, &cm, true};
+  auto zero = make_strategy(setup);
+  StepCost cost = cm.make_step_cost();
+  cost.add_time(Phase::kForward, 800e-6);
+  cost.add_time(Phase::kBackward, 1600e-6);
+  cost.micro_batches = 2;
+  cost.last_backward_s = 800e-6;
+  StepInput in;
+  in.cost = &cost;
+  in.global_samples = 8.0;
+  zero->price(in);
+  ASSERT_EQ(cost.chains.size(), 3u);  // two reduce-scatters, one all-gather
+  const std::vector<const StepCost *> ranks(N, &cost);
+  const ModeledStep m = cm.model_step(ranks, 0)[0];
+  EXPECT_NEAR(m.times.step_s - m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)], 2900e-6, 1e-12);
+  EXPECT_NEAR(m.exposed_s, 500e-6, 1e-12);
+  EXPECT_NEAR(m.overlapped_s, 250e-6, 1e-12);
 }
 
 } // namespace
