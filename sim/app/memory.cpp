@@ -95,6 +95,20 @@ int64_t records_bytes(const RunConfig& c, int64_t n) {
 
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
+// sync.kind "zero" (strategy/zero.cpp) on the host: per rank its gathered parameters padded to N x per elements
+// (per = zero_partition), its padded copy of the gradient and its averaged shard, with reduce_every_microbatch the
+// shard's running sum and the rank loop's buffer of one micro-batch's gradient; the optimizer state of its shard only
+// (the ranks' shards add up to n). Replaces the replica-per-rank parameters and state counted before it.
+void add_zero_host_buffers(const RunConfig& c, int64_t n, int64_t state, MemoryEstimate& e) {
+  const int64_t N = c.cluster.ranks;
+  const auto per = static_cast<int64_t>(zero_partition(static_cast<size_t>(n), static_cast<int>(N)));
+  e.parameters_bytes = (N * per * N + n) * kF;  // the replicas and the initial copy
+  e.gradients_bytes += N * (per * N + per) * kF;
+  if (c.sync.reduce_every_microbatch && c.sync.stage >= 2 && c.training.accumulation_steps > 1)
+    e.gradients_bytes += N * (n + per) * kF;
+  e.optimizer_bytes = state * n * kF;
+}
+
 }  // namespace
 
 int64_t MemoryEstimate::total_bytes() const {
@@ -195,6 +209,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
     e.residuals_bytes += N * (P + P / N) * kF;
     e.communication_bytes += N * ((P + P / N) * kF + (N + 1) * (P / 8 + P / (8 * N) + 16));
   }
+  if (c.sync.kind == "zero") add_zero_host_buffers(c, n, state, e);
   if (c.precision.mode != "fp32") e.parameters_bytes += replicas * n * kF;
 
   // Activations: per rank the micro-batch (inputs, targets or labels, sample indices) and the model's buffers;

@@ -202,6 +202,9 @@ std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_parameter_server(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_zero(const StrategySetup& setup);
+// sync.kind "zero": elements of each rank's partition of n parameters over `ranks` (DeepSpeed's equal padded
+// partitions: ceil(n / ranks) rounded up to 16 floats).
+size_t zero_partition(size_t n, int ranks);
 // training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp): chosen by make_strategy in place of
 // sync.kind "allreduce" (validate_config refuses it with any other sync.kind).
 std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup);

@@ -50,13 +50,14 @@
 #include "sim/strategy/strategy.h"
 
 namespace gs {
-namespace {
 
 size_t zero_partition(size_t n, int ranks) {
   size_t per =
       (n + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
   return (per + 15) / 16 * 16;
 }
+
+namespace {
 
 // Bytes of one parameter element as the stage-3 and post-step all-gathers move
 // it: the format the model computes in (2 under the 16-bit and fp8 modes, whose

@@ -314,6 +314,28 @@ TEST(ZeroReduceEveryMicrobatch, GpuMemoryHoldsAShardedGradientAccumulator) {
   EXPECT_EQ(grad(1, 4, false), static_cast<int64_t>(4 * psi));
 }
 
+// The host memory estimate of a zero run (what this machine holds; strategy/zero.cpp's buffers): 1000 parameters on
+// 4 ranks, partition ceil(1000 / 4) = 250 rounded up to 16 floats: 256, padded 1024. Per rank the gathered parameters
+// (1024) and the initial copy (1000 once); the rank loop's gradient sum (1000), the padded gradient copy (1024) and
+// the shard (256); Adam's m and v for the shard only: 2 x 1000 over all ranks, not 2 x 1000 per rank. With
+// reduce_every_microbatch (stage 2, K = 2) also the shard's running sum (256) and one micro-batch's gradient (1000).
+TEST(ZeroMemory, HostEstimateCountsShardedOptimizerStateAndPaddedBuffers) {
+  RunConfig c;
+  c.cluster.ranks = 4;
+  c.sync.kind = "zero";
+  c.sync.stage = 2;
+  c.training.optimizer.kind = "adam";
+  MemoryEstimate e = estimate_run_memory(c, 1000);
+  EXPECT_EQ(e.parameters_bytes, (4 * 1024 + 1000) * 4);
+  EXPECT_EQ(e.gradients_bytes, 4 * (1000 + 1024 + 256) * 4);
+  EXPECT_EQ(e.optimizer_bytes, 2 * 1000 * 4);
+  c.training.accumulation_steps = 2;
+  c.sync.reduce_every_microbatch = true;
+  e = estimate_run_memory(c, 1000);
+  EXPECT_EQ(e.gradients_bytes, 4 * (1000 + 1024 + 256 + 256 + 1000) * 4);
+  EXPECT_EQ(e.optimizer_bytes, 2 * 1000 * 4);
+}
+
 // ---- Stage 3's parameter all-gathers on the modeled clock, by hand --------------------------------------------------
 
 // Three layers of 1, 4 and 1 million parameters with forward FLOPs 1 : 2 : 1, for the cost model's layer split.
