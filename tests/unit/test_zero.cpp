@@ -9,6 +9,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "sim/app/memory.h"
@@ -192,8 +194,8 @@ TEST(ZeroMemory, Llama7bModelStatesFollowTheZeroPaper) {
 // The reference of reduce_every_microbatch, computed here from the model's forward and backward and the dataset's
 // micro-batches (not from the strategy): at parameters w (every rank's, identical), rank r's gradient of micro-batch
 // k of step t is the backward of that micro-batch alone into zeros; per micro-batch the ranks' gradients are summed
-// in rank order (the host reduce-scatter's order), then those sums over micro-batches in order; divided by S = N K b
-// and applied with plain SGD as kernels/optim_math.h writes it (w = fma(-lr, g / S, w)).
+// in rank order (the host reduce-scatter's order), then those sums over micro-batches in order; divided by S
+// and applied with plain SGD as kernels/optim_math.h writes it (w = fma(-lr, g / S, w)), S the step's samples.
 std::vector<float> reduce_every_reference(const RunConfig &c, const Model &m, const Dataset &d,
                                           const std::vector<float> &w, int64_t t) {
   const int N = static_cast<int>(c.cluster.ranks);
@@ -202,18 +204,22 @@ std::vector<float> reduce_every_reference(const RunConfig &c, const Model &m, co
   const PrecisionPolicy policy = precision_policy(c.precision);
   auto ws = m.make_workspace(c.data.batch_per_rank);
   std::vector<float> acc(n, 0.0f), sum(n), g(n);
+  double samples = 0.0;
   for (int64_t k = 0; k < K; ++k) {
     for (int r = 0; r < N; ++r) {
       Batch b;
       d.micro_batch(t, k, r, b);
       std::fill(g.begin(), g.end(), 0.0f);
-      m.forward(w.data(), b, *ws, policy);
-      m.backward(w.data(), b, *ws, g.data(), policy);
+      samples += static_cast<double>(b.count);
+      if (b.count > 0) {  // an empty micro-batch adds zeros
+        m.forward(w.data(), b, *ws, policy);
+        m.backward(w.data(), b, *ws, g.data(), policy);
+      }
       for (size_t i = 0; i < n; ++i) sum[i] = r == 0 ? g[i] : sum[i] + g[i];
     }
     for (size_t i = 0; i < n; ++i) acc[i] = k == 0 ? sum[i] : acc[i] + sum[i];
   }
-  const float S = static_cast<float>(N * K * c.data.batch_per_rank);
+  const float S = static_cast<float>(samples);
   const float lr = static_cast<float>(c.training.optimizer.lr);
   std::vector<float> out = w;
   for (size_t i = 0; i < n; ++i) out[i] = std::fma(-lr, acc[i] / S, out[i]);
@@ -251,13 +257,46 @@ TEST(ZeroReduceEveryMicrobatch, EqualsThePerMicroBatchReferenceAndNotReduceOnce)
       const std::vector<float> o = test::params_after(once[0], t, 0);
       differs = differs || !same_bits(o, want);
       w = want;
-      for (size_t i = 0; i < w.size(); ++i)
-        worst = std::max(worst, std::fabs(static_cast<double>(w[i]) - o[i]) / std::max(1e-3, std::fabs(static_cast<double>(w[i]))));
+      for (size_t i = 0; i < w.size(); ++i) {
+        const double a = w[i], b = o[i];
+        worst = std::max(worst, std::fabs(a - b) / std::max(1e-3, std::fabs(a)));
+      }
     }
     EXPECT_TRUE(differs) << "stage " << stage << ": reduce-every equals reduce-once bit for bit";
     EXPECT_LT(worst, 1e-4) << "stage " << stage;
     EXPECT_NE(w, every[0]["trace"]["initial"].get<std::vector<float>>());  // the model moved
   }
+}
+
+// Micro-batches of different sizes, one of them empty (inline data: rank 1's second micro-batch has no samples): every
+// rank still reduce-scatters every micro-batch (an empty one as zeros), and the bits are the reference's with S the
+// step's 4 samples.
+TEST(ZeroReduceEveryMicrobatch, AnEmptyMicroBatchIsReducedAsZeros) {
+  const json cfg = {
+      {"name", "zi"},
+      {"model", {{"kind", "linear"}, {"layers", {2, 1}}, {"loss", "mse"}}},
+      {"data",
+       {{"kind", "inline"},
+        {"ranks",
+         {{{{"x", {{1.0, 2.0}, {3.0, 4.0}}}, {"y", {{1.0}, {2.0}}}}, {{"x", {{0.5, 1.0}}}, {"y", {{0.3}}}}},
+          {{{"x", {{2.0, 1.0}}}, {"y", {{1.5}}}}, {{"x", json::array()}, {"y", json::array()}}}}}}},
+      {"cluster", {{"ranks", 2}}},
+      {"sync", {{"kind", "zero"}, {"stage", 2}, {"reduce_every_microbatch", true}}},
+      {"training",
+       {{"steps", 3}, {"accumulation_steps", 2}, {"eval_every", 0}, {"optimizer", {{"kind", "sgd"}, {"lr", 0.05}}}}},
+      {"report", {{"trace", true}}}};
+  const std::vector<json> run = test::run_scenario_text(cfg.dump());
+  ASSERT_EQ(run[0]["disposition"], "passed") << run[0].dump().substr(0, 600);
+  const RunConfig c = parse_scenario(cfg.dump(), "<test>").runs.at(0).config;
+  const auto model = make_model(c);
+  const auto data = make_dataset(c);
+  std::vector<float> w = run[0]["trace"]["initial"].get<std::vector<float>>();
+  for (size_t t = 0; t < 3; ++t) {
+    w = reduce_every_reference(c, *model, *data, w, static_cast<int64_t>(t));
+    for (size_t r = 0; r < 2; ++r)
+      ASSERT_TRUE(same_bits(w, test::params_after(run[0], t, r))) << "step " << t + 1 << " rank " << r;
+  }
+  EXPECT_NE(w, run[0]["trace"]["initial"].get<std::vector<float>>());
 }
 
 // Timing-only gpt2-small on 8 ranks, K = 4, stage 2: the modeled wire bytes per rank and step are K reduce-scatters
@@ -312,6 +351,20 @@ TEST(ZeroReduceEveryMicrobatch, GpuMemoryHoldsAShardedGradientAccumulator) {
     EXPECT_EQ(grad(stage, 1, false), static_cast<int64_t>(4 * part)) << stage;
   }
   EXPECT_EQ(grad(1, 4, false), static_cast<int64_t>(4 * psi));
+  // A plain DP run with K = 4 that does not fit: the hint's stage 2 reduces every micro-batch (sharded accumulator)
+  // and says so; its estimate is 2 Psi + 4 part + 12 part + one 25 MiB fp32 reduce bucket + one micro-batch's
+  // activations (their formula is checked in test_gpu_memory.cpp).
+  c.sync.kind = "allreduce";
+  c.sync.stage = 1;
+  c.sync.reduce_every_microbatch = false;
+  c.training.accumulation_steps = 4;
+  const double act = static_cast<double>(estimate_gpu_memory(c, *model).activations_bytes);
+  const double stage2 = 2 * psi + 16 * part + 25.0 * 1048576 + act;
+  const std::string m = gpu_memory_skip_reason(c, *model);
+  EXPECT_NE(m.find(fmt::format("the smallest sync.stage that fits is 2 with sync.reduce_every_microbatch true ({:.1f} "
+                               "GiB per rank)", stage2 / 1073741824.0)),
+            std::string::npos)
+      << m;
 }
 
 // The host memory estimate of a zero run (what this machine holds; strategy/zero.cpp's buffers): 1000 parameters on
