@@ -381,6 +381,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
                                                        : json(nullptr)},
                          {"comm_ms", c.comm_s * 1e3},
                          {"compute_ms", (c.pre_s + c.post_s) * 1e3}});
+      if (c.range.micro_batch >= 0) buckets.back()["micro_batch"] = c.range.micro_batch;
     }
     j["timing"]["modeled"] = {
         {"hardware", r.hardware},

@@ -311,16 +311,28 @@ TEST(ZeroReduceEveryMicrobatch, ModelsKReduceScattersPerStep) {
             {"training", {{"steps", 2}, {"mode", "timing"}, {"accumulation_steps", 4}}}};
   const RunConfig rc = parse_scenario(c.dump(), "<test>").runs.at(0).config;
   const double n = static_cast<double>(make_model(rc)->num_params()), N = 8, K = 4;
-  auto bytes = [&](bool every) {
+  auto run = [&](bool every) {
     json x = c;
     x["sync"]["reduce_every_microbatch"] = every;
     const std::vector<json> r = test::run_scenario_text(x.dump());
     EXPECT_EQ(r[0]["disposition"], "passed") << r[0].dump().substr(0, 400);
-    return r[0]["communication"]["bytes_sent_per_rank_per_step"][0].get<double>();
+    return r[0];
   };
+  auto bytes = [](const json &r) { return r["communication"]["bytes_sent_per_rank_per_step"][0].get<double>(); };
+  const json every = run(true), once = run(false);
   const double rs = (N - 1) / N * 4.0 * n;
-  EXPECT_NEAR(bytes(true), K * rs + rs, 1e-6 * K * rs);
-  EXPECT_NEAR(bytes(false), 2.0 * rs, 1e-6 * rs);
+  EXPECT_NEAR(bytes(every), K * rs + rs, 1e-6 * K * rs);
+  EXPECT_NEAR(bytes(once), 2.0 * rs, 1e-6 * rs);
+  // The report's chains: every bucket of the reduce-once step once per micro-batch, labelled 0..K-1 in launch order.
+  const json &be = every["timing"]["modeled"]["communication"]["buckets"];
+  const json &bo = once["timing"]["modeled"]["communication"]["buckets"];
+  ASSERT_EQ(be.size(), 4 * (bo.size() - 1) + 1);  // both end with the untied all-gather of the weights
+  const size_t per = bo.size() - 1;
+  for (size_t i = 0; i + 1 < be.size(); ++i) {
+    EXPECT_EQ(be[i]["micro_batch"], static_cast<int64_t>(i / per)) << i;
+    EXPECT_EQ(be[i]["grad_begin"], bo[i % per]["grad_begin"]) << i;
+  }
+  EXPECT_FALSE(bo[0].contains("micro_batch"));
 }
 
 // docs/memory.md, ZeRO: the gradient term at stage 2 and 3 is 4 ceil(n / N) (fp32, bf16_mixed) when the gradient is
