@@ -13,6 +13,13 @@
 
 namespace gs {
 
+BlasInfo blas_info() {
+  const char* config = openblas_get_config();
+  const char* core = openblas_get_corename();
+  return {config != nullptr ? config : "", core != nullptr ? core : ""};
+}
+
+
 // ---- Ops --------------------------------------------------------------------------------------------------------
 
 template <class T>

@@ -12,6 +12,16 @@ enum class Transpose { kNo, kYes };
 enum class Activation { kRelu, kGelu };
 enum class LossKind { kCrossEntropy, kMse };
 
+// The BLAS behind gemm, as the library names itself: OpenBLAS's build configuration (openblas_get_config, e.g.
+// "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64") and the kernel it picked for this CPU at load time
+// (openblas_get_corename, e.g. "Haswell", "Cooperlake"; OPENBLAS_CORETYPE overrides the pick). GEMM results depend on
+// the kernel in their last bits, so reports record it (context.blas; docs/parity.md, "The BLAS kernel").
+struct BlasInfo {
+  const char* config;
+  const char* core;
+};
+BlasInfo blas_info();
+
 // ---- Ops --------------------------------------------------------------------------------------------------------
 
 // c (m x n) = alpha * op(a) * op(b) + beta * c, row-major; op(a) is m x k, op(b) is k x n (a is k x m when

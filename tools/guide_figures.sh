@@ -7,8 +7,12 @@
 #
 # Environment: GRADSWEEP (the binary, default build/gradsweep), PYTHON (default .venv/bin/python), OUT (the reports,
 # default /tmp/gradsweep-guide; each scenario's report is OUT/NAME/PROFILE/report.json, an earlier one moved aside), IMG (default docs/img).
+# OPENBLAS_CORETYPE (default Haswell, which every x86-64 CPU with AVX2 runs): the BLAS kernel of the host GEMMs. The
+# accuracies in docs/strategies.md move in their last digits from one kernel to another (docs/parity.md, "The BLAS
+# kernel"), so the guide is made with one named kernel; each report names it in context.blas.
 # Prints each scenario's wall time; docs/strategies.md lists the total on the 2-core development machine.
 set -euo pipefail
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 cd "$(dirname "$0")/.."
 
 GRADSWEEP=${GRADSWEEP:-build/gradsweep}

@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/dense.h"
 #include "sim/core/error.h"
 #include "sim/core/json_io.h"
 #include "sim/core/summary.h"
@@ -153,6 +154,8 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
                     {"memory_bytes", d.memory_bytes},
                     {"multiprocessors", d.multiprocessors}});
   c["gpus"] = gpus;
+  const BlasInfo blas = blas_info();
+  c["blas"] = {{"config", blas.config}, {"core", blas.core}};
   return c;
 }
 

@@ -3,6 +3,7 @@ named in it relative to its folder, hold what the run used (the trace's paramete
 docs/design.md / sim/model/dataset.h recomputed here), and round-trip: a run started with model.init.from on the
 saved initial file has the same initial trace, one started from the final file starts where the first ended."""
 import json
+import os
 import struct
 import sys
 import zipfile
@@ -186,3 +187,16 @@ def test_a_file_without_the_models_tensors_gets_one_short_message(tmp_path):
     assert 'tensor "0.weight" (shape [4, 4]) is missing' in text and "; and 75 more" in text, text
     assert "the model's tensors are 0.weight [4, 4], 0.bias [4], 2.weight [4, 4]" in text, text
     assert "(80 tensors in all)" in text and len(text) < 800, (len(text), text)
+
+
+def test_the_report_names_the_blas_kernel_the_gemms_ran_on(tmp_path):
+    # OpenBLAS reads OPENBLAS_CORETYPE when it loads, so the kernel named in the report is the one asked for, not the
+    # one this CPU would get by default (Haswell runs on every x86-64 CPU with AVX2); the config names the same core.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["OPENBLAS_CORETYPE"] = "Haswell"
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, scenario(steps=2, axes={})), "--out", out, "--quiet", env=env)
+    assert p.returncode == 0, p.stderr
+    blas = json.loads((out / "report.json").read_text())["context"]["blas"]
+    assert blas["core"] == "Haswell", blas
+    assert blas["config"].startswith("OpenBLAS "), blas

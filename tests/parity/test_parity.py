@@ -29,7 +29,7 @@ def test_optimizers_on_two_ranks_are_bit_identical(tmp_path, name):
     assert diffs.max() == 0.0, f"{name}: per-step max differences {diffs}"
 
 
-@pytest.mark.parametrize("name", ["momentum", "adamw_1.13"])
+@pytest.mark.parametrize("name", list(SGD_CASES) + list(ADAM_CASES))
 def test_four_ranks_differ_only_by_the_summation_order(tmp_path, name):
     opt = SGD_CASES.get(name) or ADAM_CASES[name]
     run = run_gradsweep(tmp_path, scenario(name.replace(".", "_") + "_4", ranks=4, optimizer=opt, steps=6))
