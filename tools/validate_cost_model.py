@@ -10,6 +10,11 @@ same source's other points: the targets are judged on these) and "other-source" 
 shown and summarized separately). --analytic also prices every all-reduce point without the profile's curve (the
 fallback a profile without measurements gets).
 
+Multi-node figures (collectives with "nodes" > 1: published all_reduce_perf tables of 2-8 nodes of 8 GPUs over
+InfiniBand or RoCE) are all "other-source": they are priced on a multi-node profile with ranks = nodes x 8 (the node
+count is ranks / gpus_per_node) and shown in a table of their own, with the targets judged over all of them and per
+published table. Their points may carry the published time (a 4th element), which is compared for sizes <= 64 KiB.
+
 Usage: tools/validate_cost_model.py [--binary build/gradsweep] [--markdown] [--analytic] [--check] [--update-doc]
   --markdown    the tables as Markdown (docs/cost-model.md's validation section is this output, with --analytic)
   --update-doc  write that Markdown between the markers of docs/cost-model.md's validation section
@@ -82,15 +87,17 @@ def collective_rows(binary, data, analytic, tmp):
     rows = []
     for c in data["collectives"]:
         sizes = [int(p[0]) for p in c["points"]]
+        nodes = int(c.get("nodes", 1))
         priced = price(binary, c["hardware"], c["op"], c["ranks"], sizes, c.get("algo"))
         fallback = {}
-        if analytic and c.get("algo", "default") == "default":
+        if analytic and nodes == 1 and c.get("algo", "default") == "default":
             fallback = price(binary, profile_without_curves(c["hardware"], tmp), c["op"], c["ranks"], sizes)
-        for s, busbw, role in c["points"]:
-            s = int(s)
+        for point in c["points"]:
+            s, busbw, role = int(point[0]), point[1], point[2]
             row = priced[s]
             factor = 2.0 * (c["ranks"] - 1) / c["ranks"] if c["op"] == "all_reduce" else 1.0
-            published_us = s * factor / (busbw * 1e3)
+            # The published time where the table gives it (multi-node rows), else the time busbw implies.
+            published_us = point[3] if len(point) > 3 else s * factor / (busbw * 1e3)
             small = s <= SMALL_MAX
             kind = "small" if small else ("busbw" if s >= BUSBW_MIN else "mid")
             # Small messages are compared by time (latency), the rest by busbw.
@@ -100,7 +107,8 @@ def collective_rows(binary, data, analytic, tmp):
                 pub, mod, unit = busbw, row["busbw_GBps"], "GB/s"
             r = {"group": f"{c['op']} {c.get('algo', 'default')}", "hardware": c["hardware"], "what": size_text(s),
                  "kind": kind, "published": pub, "modeled": mod, "unit": unit, "role": role,
-                 "source": c["source"], "from": row["from"], "algo": f"{row['algorithm']}/{row['protocol']}"}
+                 "source": c["source"], "from": row["from"], "algo": f"{row['algorithm']}/{row['protocol']}",
+                 "nodes": nodes, "ranks": c["ranks"], "setup": c.get("setup", "")}
             r["error"] = (mod - pub) / pub
             if s in fallback:
                 fb = fallback[s]["time_us"] if small else fallback[s]["busbw_GBps"]
@@ -139,7 +147,7 @@ def e2e_rows(binary, data, tmp):
         rows.append({"group": "end-to-end", "hardware": e["hardware"], "what": e["model"], "kind": "e2e",
                      "published": pub, "modeled": modeled, "unit": "tokens/s/GPU", "role": e["role"],
                      "source": e["source"], "error": (modeled - pub) / pub, "from": "run", "algo": "",
-                     "step_s": step_s})
+                     "step_s": step_s, "nodes": 1})
     return rows
 
 
@@ -168,8 +176,14 @@ def fmt_num(v):
     return f"{v:.0f}" if abs(v) >= 1000 else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
 
 
+def source_where(src):
+    """Where a source is: repository, path and commit, or an issue thread's address."""
+    if "commit" in src:
+        return f"{src['repository']} `{src.get('path', '')}` at {src['commit'][:12]}"
+    return f"{src['url']} ({src['thread']})"
+
+
 def print_tables(rows, data, markdown, analytic):
-    sources = data["sources"]
     if markdown:
         hdr = "| figure | hardware | size / model | published | modeled | error | role | source |"
         if analytic:
@@ -180,8 +194,6 @@ def print_tables(rows, data, markdown, analytic):
         print(f"{'figure':<20} {'hardware':<11} {'size/model':<10} {'published':>11} {'modeled':>11} {'unit':<13} "
               f"{'error':>7}  {'role':<12} {'from':<9} source")
     for r in rows:
-        src = sources[r["source"]]
-        where = f"{src['repository']} {src.get('path', '')}@{src['commit'][:7]}"
         if markdown:
             line = (f"| {r['group']} | {r['hardware']} | {r['what']} | {fmt_num(r['published'])} {r['unit']} | "
                     f"{fmt_num(r['modeled'])} | {100 * r['error']:+.1f}% | {r['role']} |")
@@ -204,11 +216,20 @@ def print_sources(rows, data, markdown):
     print()
     for key in used:
         s = data["sources"][key]
-        where = f"{s['repository']} `{s.get('path', '')}` at {s['commit'][:12]}"
-        print(f"{'- ' if markdown else '  '}{'`' + key + '`' if markdown else key}: {where}; {s['setup']}")
-    for e in data.get("end_to_end", [])[:1]:
+        print(f"{'- ' if markdown else '  '}{'`' + key + '`' if markdown else key}: {source_where(s)}; {s['setup']}")
+    for e in data.get("end_to_end", [])[:1] if any(r["kind"] == "e2e" for r in rows) else []:
         print(f"{'- ' if markdown else '  '}end-to-end rows: published setup vs modeled: {e['differences']}. "
               f"Adjustment: {e['adjustment']}.")
+
+
+def judge_line(res, key, markdown):
+    """One target's line: met or not, its largest (or median) |error| and the points it is judged on."""
+    text, limit = TARGETS[key]
+    met, worst, n = res[key]
+    what = "median" if key == "median" else "largest |error|"
+    return (f"{'- ' if markdown else '  '}{text}: {'met' if met else 'NOT met'} "
+            f"({what} {100 * worst:.1f}% over {n} points, target {'<' if key == 'median' else '<='} "
+            f"{100 * limit:.0f}%)")
 
 
 def print_targets(rows, markdown):
@@ -221,16 +242,11 @@ def print_targets(rows, markdown):
         print()
         print(f"{'**' if markdown else ''}Targets on {title}{'**' if markdown else ''}:")
         print()
-        for key, (text, limit) in TARGETS.items():
+        for key in TARGETS:
             if key not in res:
                 continue
-            met, worst, n = res[key]
-            what = "median" if key == "median" else "largest |error|"
-            line = (f"{'- ' if markdown else '  '}{text}: {'met' if met else 'NOT met'} "
-                    f"({what} {100 * worst:.1f}% over {n} points, target {'<' if key == 'median' else '<='} "
-                    f"{100 * limit:.0f}%)")
-            print(line)
-            if role == "held-out" and not met:
+            print(judge_line(res, key, markdown))
+            if role == "held-out" and not res[key][0]:
                 ok_all = False
     return ok_all
 
@@ -253,6 +269,73 @@ def main():
         replace_doc_section(DOC, buf.getvalue())
         return code
     return run(args)
+
+
+def print_multinode(rows, data, markdown):
+    """The multi-node table, its sources and the targets over all its rows and per published table."""
+    if not rows:
+        return
+    print()
+    if markdown:
+        print("**Multi-node all-reduce** (published all_reduce_perf tables of 2-8 nodes of 8 GPUs; other sources, "
+              "not fitted; `modeled algorithm` is the model's choice):")
+        print()
+        hdr = "| published setup | hardware (ranks) | size | published | modeled | error | modeled algorithm | source |"
+        print(hdr)
+        print("|" + "---|" * (hdr.count("|") - 1))
+    else:
+        print("Multi-node all-reduce (other sources, not fitted):")
+        print(f"{'setup':<58} {'hardware (ranks)':<28} {'size':<5} {'published':>11} {'modeled':>9} {'unit':<5} "
+              f"{'error':>7}  {'algo':<13} source")
+    for r in rows:
+        hw = f"{r['hardware']} ({r['ranks']})"
+        if markdown:
+            print(f"| {r['setup']} | {hw} | {r['what']} | {fmt_num(r['published'])} {r['unit']} | "
+                  f"{fmt_num(r['modeled'])} | {100 * r['error']:+.1f}% | {r['algo']} | {r['source']} |")
+        else:
+            print(f"{r['setup'][:58]:<58} {hw:<28} {r['what']:<5} {fmt_num(r['published']):>11} "
+                  f"{fmt_num(r['modeled']):>9} {r['unit']:<5} {100 * r['error']:>+6.1f}%  {r['algo']:<13} "
+                  f"{r['source']}")
+    print()
+    print("Multi-node sources:" if not markdown else "**Multi-node sources** (how each setup differs from the "
+          "profile it is priced on is its `note` in tools/data/published_figures.json):")
+    print()
+    seen = []
+    for r in rows:
+        if r["source"] not in seen:
+            seen.append(r["source"])
+            s = data["sources"][r["source"]]
+            print(f"{'- ' if markdown else '  '}{'`' + r['source'] + '`' if markdown else r['source']}: "
+                  f"{source_where(s)}; {s['setup']}")
+    print()
+    bold = "**" if markdown else ""
+    print(f"{bold}Targets on the multi-node rows (other sources; not fitted){bold}:")
+    print()
+    res = judge(rows, "other-source")
+    for key in TARGETS:
+        if key in res:
+            print(judge_line(res, key, markdown))
+    print()
+    print("Per published table (all-reduce busbw 1 MiB to 8 GiB: largest and median |error|, points within 10%; "
+          "time <= 64 KiB: largest |error|):")
+    print()
+    tables = []
+    for r in rows:
+        k = (r["source"], r["setup"], r["hardware"], r["ranks"])
+        if k not in tables:
+            tables.append(k)
+    for k in tables:
+        sel = [r for r in rows if (r["source"], r["setup"], r["hardware"], r["ranks"]) == k]
+        bw = [abs(r["error"]) for r in sel if r["kind"] == "busbw"]
+        small = [abs(r["error"]) for r in sel if r["kind"] == "small"]
+        parts = []
+        if bw:
+            within = sum(1 for e in bw if e <= TARGETS["busbw"][1])
+            parts.append(f"busbw largest {100 * max(bw):.1f}%, median {100 * statistics.median(bw):.1f}%, "
+                         f"{within} of {len(bw)} within 10%")
+        if small:
+            parts.append(f"time <= 64 KiB largest {100 * max(small):.1f}% over {len(small)}")
+        print(f"{'- ' if markdown else '  '}{k[0]}, {k[1]} ({k[2]}, {k[3]} ranks): {'; '.join(parts)}")
 
 
 DOC = os.path.join(ROOT, "docs", "cost-model.md")
@@ -282,6 +365,8 @@ def run(args):
         rows = collective_rows(args.binary, data, args.analytic, tmp)
         if not args.no_e2e:
             rows += e2e_rows(args.binary, data, tmp)
+    multi = [r for r in rows if r["nodes"] > 1]
+    rows = [r for r in rows if r["nodes"] == 1]
     print_tables(rows, data, args.markdown, args.analytic)
     print_sources(rows, data, args.markdown)
     ok = print_targets(rows, args.markdown)
@@ -292,6 +377,7 @@ def run(args):
             print(f"{'- ' if args.markdown else '  '}without the curves (the analytic model with the fitted latency "
                   f"scale and launch): median |error| {100 * statistics.median(an):.1f}%, largest "
                   f"{100 * max(an):.1f}% over {len(an)} all-reduce points")
+    print_multinode(multi, data, args.markdown)
     return 0 if ok or not args.check else 1
 
 

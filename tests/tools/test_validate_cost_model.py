@@ -21,12 +21,17 @@ def test_every_figure_names_a_source_with_repository_path_and_commit():
     data = json.loads(DATA.read_text())
     sources = data["sources"]
     for s in sources.values():
-        assert s["repository"] and len(s["commit"]) == 40 and s["setup"]
+        # A file at a commit, or an issue thread (its address and which comments hold the figures).
+        assert s["repository"] and s["setup"]
+        assert len(s.get("commit", "")) == 40 or (s["url"].startswith(f"https://github.com/{s['repository']}/issues/")
+                                                   and s["thread"]), s
     roles = set()
     for c in data["collectives"]:
         assert c["source"] in sources
-        for size, busbw, role in c["points"]:
-            assert size > 0 and busbw > 0
+        for point in c["points"]:
+            size, busbw, role = point[:3]
+            assert size > 0 and busbw > 0 and len(point) in (3, 4)
+            assert len(point) == 3 or point[3] > 0  # the published time, us
             roles.add(role)
     for e in data["end_to_end"]:
         assert e["source"] in sources and e["differences"] and e["adjustment"] and e["table"] and e["row"]
@@ -60,3 +65,25 @@ def test_targets_are_met_on_the_held_out_points(markdown):
     assert len(lines) == 4
     for l in lines:
         assert ": met (" in l, l
+
+
+def test_multi_node_figures_are_other_sources_priced_on_a_multi_node_profile():
+    """Each published multi-node table is compared, never fitted: its points are "other-source", it is priced on a
+    profile with an inter-node level and whole nodes of 8 ranks, and it says how its setup differs from that profile."""
+    data = json.loads(DATA.read_text())
+    multi = [c for c in data["collectives"] if c.get("nodes", 1) > 1]
+    assert len(multi) >= 3 and {c["hardware"].split("-")[0] for c in multi} == {"h100", "a100"}
+    for c in multi:
+        assert c["ranks"] == 8 * c["nodes"] and c["setup"] and c["note"], c
+        assert {p[2] for p in c["points"]} == {"other-source"}, c["setup"]
+        profile = json.loads((REPO / "scenarios" / "hardware" / (c["hardware"] + ".json")).read_text())
+        assert profile["internode"]["nics_per_node"]["value"] > 0 and profile["nodes"]["value"] > 1, c["hardware"]
+
+
+def test_multi_node_section_lists_every_published_table(markdown):
+    section = markdown.split("**Multi-node all-reduce**")[1]
+    data = json.loads(DATA.read_text())
+    for c in data["collectives"]:
+        if c.get("nodes", 1) > 1:
+            assert f"- {c['source']}, {c['setup']} ({c['hardware']}, {c['ranks']} ranks): busbw" in section, c["setup"]
+    assert "**Targets on the multi-node rows" in section
