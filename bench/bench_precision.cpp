@@ -61,8 +61,8 @@ void bm_mode(benchmark::State& state, const std::string& mode) {
   std::vector<double> step_s;
   for (auto _ : state) {
     gs::RunResult r = gs::run_training(cfg);
-    if (r.disposition != "passed") {
-      state.SkipWithError(fmt::format("run {}: {}", r.disposition, r.message).c_str());
+    if (!r.is(gs::Disposition::kPassed)) {
+      state.SkipWithError(fmt::format("run {}: {}", gs::disposition_name(r.disposition), r.message).c_str());
       return;
     }
     std::vector<double> run_step;

@@ -84,8 +84,8 @@ void bm_step(benchmark::State& state, const Workload& w, bool share) {
   std::vector<std::vector<double>> phase_s(gs::kPhaseCount);
   for (auto _ : state) {
     gs::RunResult r = gs::run_training(cfg);
-    if (r.disposition != "passed") {
-      state.SkipWithError(fmt::format("run {}: {}", r.disposition, r.message).c_str());
+    if (!r.is(gs::Disposition::kPassed)) {
+      state.SkipWithError(fmt::format("run {}: {}", gs::disposition_name(r.disposition), r.message).c_str());
       return;
     }
     const size_t ranks = r.steps.size(), steps = r.steps[0].size();

@@ -191,7 +191,8 @@ double dense_stack_forward(DenseScratch<T>& scratch, const DenseStack& stack, co
 
 template <class T>
 void dense_stack_backward(T* grad, DenseScratch<T>& scratch, const DenseStack& stack, const T* params, const T* x,
-                          int64_t rows, const T* y, const int32_t* labels) {
+                          int64_t rows, const T* y, const int32_t* labels,
+                          const std::function<void(int64_t layer)>& after_layer) {
   if (rows <= 0) return;
   const int64_t layers = stack.num_layers();
   const int64_t out_dim = stack.widths.back();
@@ -210,6 +211,7 @@ void dense_stack_backward(T* grad, DenseScratch<T>& scratch, const DenseStack& s
     // dW (out x in) += dz^T (out x rows) * a (rows x in), straight into grad (beta = 1: accumulate).
     gemm(grad + stack.weight_offset(l), dz, a, out, in, rows, Transpose::kYes, Transpose::kNo, T(1), T(1));
     if (stack.bias) add_bias_grad(grad + stack.bias_offset(l), dz, rows, out);
+    if (after_layer) after_layer(l);
     if (l == 0) break;  // the input's gradient is not needed
     // da (rows x in) = dz (rows x out) * W (out x in); then dz_prev = da * act'(pre[l-1]) in place.
     gemm(da, dz, w, rows, in, out, Transpose::kNo, Transpose::kNo, T(1), T(0));
@@ -237,7 +239,7 @@ void dense_stack_backward(T* grad, DenseScratch<T>& scratch, const DenseStack& s
   template double dense_stack_forward<T>(DenseScratch<T>&, const DenseStack&, const T*, const T*, int64_t,         \
                                          const T*, const int32_t*);                                                \
   template void dense_stack_backward<T>(T*, DenseScratch<T>&, const DenseStack&, const T*, const T*, int64_t,      \
-                                        const T*, const int32_t*);
+                                        const T*, const int32_t*, const std::function<void(int64_t)>&);
 
 GS_DENSE_INSTANTIATE(float)
 GS_DENSE_INSTANTIATE(double)

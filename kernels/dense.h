@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace gs {
@@ -118,10 +119,12 @@ double dense_stack_forward(DenseScratch<T>& scratch, const DenseStack& stack, co
 // After dense_stack_forward on the same inputs: grad[0..num_params()) += gradient of that loss sum with respect to
 // the parameters (accumulates; never clears). Uses scratch's gradient buffers. Standard backpropagation: per layer
 // dW += dZ^T A, db += colsum(dZ) (the micro-batch's column sums first, then added), dA_prev = dZ W,
-// dZ_prev = dA_prev * act'(Z_prev).
+// dZ_prev = dA_prev * act'(Z_prev). after_layer (optional) is called with l once layer l's weight and bias gradients
+// are in grad, layers from the last to the first (as dense_stack_backward_gpu's); not called when rows <= 0.
 template <class T>
 void dense_stack_backward(T* grad, DenseScratch<T>& scratch, const DenseStack& stack, const T* params, const T* x,
-                          int64_t rows, const T* y, const int32_t* labels);
+                          int64_t rows, const T* y, const int32_t* labels,
+                          const std::function<void(int64_t layer)>& after_layer = {});
 
 // The last forward pass's output (rows x widths.back()).
 template <class T>

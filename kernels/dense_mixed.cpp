@@ -169,7 +169,7 @@ double dense_stack_forward_mixed(DenseScratch<float>& s, MixedScratch& m, const 
 
 void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratch& m, const DenseStack& stack,
                                 const float* params, int64_t rows, const float* y, const int32_t* labels,
-                                const MixedSpec& spec) {
+                                const MixedSpec& spec, const std::function<void(int64_t layer)>& after_layer) {
   if (rows <= 0) return;
   const FloatFormat f = spec.format;
   const auto hist = static_cast<size_t>(spec.amax_history_len);
@@ -232,6 +232,7 @@ void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratc
       }
       accumulate(grad + stack.bias_offset(l), db, static_cast<size_t>(out), spec, back);
     }
+    if (after_layer) after_layer(l);
     if (l == 0) break;
     const auto na = static_cast<size_t>(rows * in);
     gemm(da, dz_op, m.w_q[l].data(), rows, in, out, Transpose::kNo, Transpose::kNo, 1.0f, 0.0f);

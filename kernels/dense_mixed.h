@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/convert.h"
@@ -72,8 +73,9 @@ double dense_stack_forward_mixed(DenseScratch<float>& s, MixedScratch& m, const 
 // at the magnitudes of PyTorch's mean-reduced loss (seed loss_scale / rows), each micro-batch's parameter gradient
 // rounded to the format (fp16/bf16 modes), then multiplied by rows and added in fp32, or (grad_in_format) added and
 // rounded in the format at the mean-loss magnitude (grad = rows x format(grad / rows + dW)). Counts into m.counters.
+// after_layer as in dense_stack_backward.
 void dense_stack_backward_mixed(float* grad, DenseScratch<float>& s, MixedScratch& m, const DenseStack& stack,
                                 const float* params, int64_t rows, const float* y, const int32_t* labels,
-                                const MixedSpec& spec);
+                                const MixedSpec& spec, const std::function<void(int64_t layer)>& after_layer = {});
 
 }  // namespace gs

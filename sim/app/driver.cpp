@@ -370,6 +370,12 @@ std::string dry_run_listing(const Scenario& s, const std::string& filter, const 
                                kept_done));
   return out;
 }
+
+// The dispositions a --resume runs again: interrupted, and with --retry-failed also failed, diverged and timeout.
+std::vector<Disposition> rerun_dispositions(const DriverOptions& o) {
+  if (!o.retry_failed) return {Disposition::kInterrupted};
+  return {Disposition::kInterrupted, Disposition::kFailed, Disposition::kDiverged, Disposition::kTimeout};
+}
 }  // namespace
 
 std::string dry_run_text(const Scenario& s, const std::string& filter, size_t columns) {
@@ -400,11 +406,9 @@ std::string dry_run_text(const Scenario& s, const DriverOptions& o, size_t colum
               "\n";
     return text;
   }
-  std::vector<std::string> rerun = {"interrupted"};  // as run_sweep's resume
-  if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
   std::map<std::string, json> done;
   try {
-    done = resumable_runs(dir, s, rerun);
+    done = resumable_runs(dir, s, rerun_dispositions(o));  // as run_sweep's resume
   } catch (const ReportIoError& e) {  // a dry run writes nothing: a plain refusal, as for a bad input
     throw Error(e.what());
   }
@@ -659,7 +663,7 @@ int follow_sweep(const std::vector<const RunSpec*>& todo) {
     RunHooks hooks;
     add_read_fault(hooks);
     if (decided_by_process_0(0) == 1) res = run_training(spec->config, hooks);
-    const bool failed = res.disposition == "failed";
+    const bool failed = res.is(Disposition::kFailed);
     if (failed) std::fprintf(stderr, "gradsweep: process %d: run %s failed: %s\n", g.rank(), spec->id.c_str(),
                              res.message.c_str());
     const std::optional<int> any = g.max_within(failed ? 1 : 0, failed ? kFailedRunWaitS : kNoDeadlineS);
@@ -668,6 +672,145 @@ int follow_sweep(const std::vector<const RunSpec*>& todo) {
     g.abort(1);
   }
   return 0;
+}
+
+// The sweep's report writer in `made`: a report is never replaced (said before anything else is tried on the folder;
+// the writer checks again under its lock), and report.json is this scenario's, valid, from here on. Errors before
+// any run say so (ReportIoError::before_any_run).
+void open_report(std::optional<ReportWriter>& made, const Scenario& s, const DriverOptions& o, const std::string& dir,
+                 const json& header) {
+  if (!o.resume && !o.overwrite) {
+    std::optional<ExistingReport> found;
+    try {
+      found = existing_report(dir, s);
+    } catch (ReportIoError& e) {
+      e.before_any_run = true;
+      throw;
+    }
+    if (found) throw Error(replace_refusal(*found, s, o));
+  }
+  try {
+    made.emplace(dir, s, header, o.resume, rerun_dispositions(o),
+                 o.overwrite ? ReportWriter::ExistingRuns::kMoveAside : ReportWriter::ExistingRuns::kRefuse);
+    made->flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
+    g_report_open.store(true);
+  } catch (ReportIoError& e) {
+    e.before_any_run = true;  // main says that nothing was run
+    throw;
+  } catch (const ReportInTheWay& e) {  // a report is never replaced: say how to go on
+    throw Error(replace_refusal(e.existing, s, o));
+  }
+}
+
+// The sweep's progress on stderr: the live line of the run in progress (a terminal only) and the test faults that
+// act at a step (stop_at, step_delay_ms).
+class SweepProgress {
+ public:
+  SweepProgress(bool tty, size_t runs) : tty_(tty), runs_(runs) {
+    const std::pair<size_t, int64_t> stop_at = stop_at_fault();
+    stop_run_ = stop_at.first;
+    stop_step_ = stop_at.second;
+    // Test fault step_delay_ms=N: each optimizer step of a run waits N ms in the progress hook (a run long enough for
+    // the live line to refresh, whatever the machine's speed).
+    if (auto f = test_fault("step_delay_ms")) step_delay_ms_ = std::atoi(f->c_str());
+  }
+  // hooks.on_step for run i (0-based) of the sweep, started at run0 (seconds); the hook reads this object.
+  void watch(RunHooks& hooks, size_t i, const RunSpec& spec, double run0) {
+    if (!tty_ && stop_run_ != i + 1 && step_delay_ms_ <= 0) return;
+    last_print_ = 0.0;
+    hooks.on_step = [this, i, &spec, run0](int64_t step, int64_t total, double loss) {
+      on_step(i, spec, run0, step, total, loss);
+    };
+  }
+  // Run i is done after `seconds`.
+  void finished(double seconds) { finished_s_ += seconds; }
+
+ private:
+  void on_step(size_t i, const RunSpec& spec, double run0, int64_t step, int64_t total, double loss) {
+    if (stop_run_ == i + 1 && step == stop_step_) ::raise(SIGSTOP);
+    if (step_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms_));
+    if (!tty_) return;
+    double t = now_s();
+    if (t - last_print_ < 0.2 && step != total) return;
+    last_print_ = t;
+    ProgressLine line;
+    line.run = i + 1;
+    line.runs = runs_;
+    line.id = spec.id;
+    line.step = step;
+    line.total = total;
+    line.loss = loss;
+    line.timing_only = spec.config.training.mode == "timing";
+    const double run_total_s = (t - run0) / static_cast<double>(step) * static_cast<double>(total);
+    // At the last step elapsed / step * total - elapsed rounds to -1e-16 as often as to 0, and a negative ETA
+    // means "unknown" to the line: clamp it to 0.
+    line.run_eta_s = std::max(0.0, run_total_s - (t - run0));
+    // The runs still to come take as long as the mean run so far (the finished ones and this one, projected).
+    const double mean_run_s = (finished_s_ + run_total_s) / static_cast<double>(i + 1);
+    line.sweep_eta_s = line.run_eta_s + mean_run_s * static_cast<double>(runs_ - i - 1);
+    const size_t columns = output_columns(true);
+    std::fprintf(stderr, "\r\033[K%s", fit_progress_line(line, columns > 0 ? columns : 80).c_str());
+  }
+
+  bool tty_;
+  size_t runs_;
+  size_t stop_run_ = 0;
+  int64_t stop_step_ = 0;
+  int step_delay_ms_ = 0;
+  double last_print_ = 0.0;
+  double finished_s_ = 0.0;  // wall time of the runs of this sweep finished so far
+};
+
+// One run's entry into the report: its timeline and run files first (report.timeline, report.save_weights,
+// report.save_batches), then the journal. A file that cannot be written stops the sweep as the report would, with
+// report.json kept as current as the disk allows.
+void record_run(ReportWriter& writer, const std::string& dir, const RunSpec& spec, const RunResult& res, json& run) {
+  try {
+    // report.timeline: the modeled clock as a trace-event file beside the report, written before the journal entry
+    // that names it; one that cannot be written stops the sweep as the report would.
+    run["timeline"] = nullptr;
+    if (spec.config.report.timeline && !res.modeled_steps.empty() && !res.modeled_steps[0].empty()) {
+      const std::string name = timeline_file_name(spec.id, spec.index);
+      const TimelineText t = timeline_text(spec.id, res);
+      if (file_ops().mkdirs(dir + "/timeline") != 0)
+        throw ReportIoError("cannot create the timeline folder " + dir + "/timeline: " + std::strerror(errno));
+      write_file_atomic(dir + "/timeline/" + name, t.text);
+      run["timeline"] = {{"file", "timeline/" + name},
+                         {"ranks", res.modeled_steps.size()},
+                         {"steps", res.modeled_steps[0].size()},
+                         {"slices", t.slices},
+                         {"bytes", t.text.size()}};
+    }
+    // report.save_weights, report.save_batches: the files for PyTorch (run_files.h), also before the journal entry.
+    const RunFiles files = res.is(Disposition::kSkipped) ? RunFiles{nullptr, nullptr} : write_run_files(dir, spec, res);
+    run["weights"] = files.weights;
+    run["batches"] = files.batches;
+    if (!files.powersgd_q.is_null()) run["powersgd_q"] = files.powersgd_q;
+    writer.add(run);
+  } catch (const ReportIoError&) {
+    // The journal (or the run's timeline) cannot take the run (disk full): keep report.json as current as the disk
+    // allows, then stop.
+    try {
+      writer.flush();
+    } catch (const ReportIoError&) {
+    }
+    throw;
+  }
+}
+
+// A finished run's line on stderr ("[i/N] ID passed in 1.2s: metrics", or "[i/N] ID skipped: why").
+void print_finished(bool tty, size_t i, size_t runs, const RunSpec& spec, const RunResult& res, const json& run) {
+  // A skipped run never started: no time and no metrics, only why, after the colon ("ID skipped: does not fit ...").
+  const bool skipped = res.is(Disposition::kSkipped);
+  const std::string metrics = skipped ? (res.message.empty() ? "" : " " + res.message)
+                                      : finished_metrics(run, spec.config.training.mode == "timing");
+  const std::string name = disposition_name(res.disposition);
+  const std::string outcome = skipped ? name : fmt::format("{} in {:.1f}s", name, res.wall_s);
+  if (tty) std::fputs("\r\033[K", stderr);  // the live line's place
+  std::fprintf(stderr, "%s\n",
+               finished_run_text(fmt::format("[{}/{}]", i + 1, runs), spec.id, outcome, metrics,
+                                 skipped ? "" : res.message, output_columns(tty))
+                   .c_str());
 }
 
 }  // namespace
@@ -679,33 +822,8 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   refuse_across_processes(s, o, planned);
   if (process_group().rank() != 0) return follow_sweep(planned);
   const std::string dir = report_dir(s, o);
-  const json header = report_header(s, o);
-  std::vector<std::string> rerun = {"interrupted"};
-  if (o.retry_failed) rerun.insert(rerun.end(), {"failed", "diverged", "timeout"});
-  // A report is never replaced: said before anything else is tried on the folder (the writer checks again under
-  // its lock).
-  if (!o.resume && !o.overwrite) {
-    std::optional<ExistingReport> found;
-    try {
-      found = existing_report(dir, s);
-    } catch (ReportIoError& e) {
-      e.before_any_run = true;
-      throw;
-    }
-    if (found) throw Error(replace_refusal(*found, s, o));
-  }
   std::optional<ReportWriter> made;
-  try {
-    made.emplace(dir, s, header, o.resume, rerun,
-                 o.overwrite ? ReportWriter::ExistingRuns::kMoveAside : ReportWriter::ExistingRuns::kRefuse);
-    made->flush();  // from here on report.json is this scenario's, valid, with the runs finished so far
-    g_report_open.store(true);
-  } catch (ReportIoError& e) {
-    e.before_any_run = true;  // main says that nothing was run
-    throw;
-  } catch (const ReportInTheWay& e) {  // a report is never replaced: say how to go on
-    throw Error(replace_refusal(e.existing, s, o));
-  }
+  open_report(made, s, o, dir, report_header(s, o));
   ReportWriter& writer = *made;
   const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
   // The lines that stay are wrapped to the output's width (output_columns: $COLUMNS, else the terminal's).
@@ -725,108 +843,33 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   if (!o.quiet)
     say(sweep_header(s, todo.size(), o.resume ? std::optional<size_t>(writer.size()) : std::nullopt,
                      writer.report_path(), output_columns(tty), o.shard()));
-  const std::pair<size_t, int64_t> stop_at = stop_at_fault();
-  const size_t stop_run = stop_at.first;  // plain names: a lambda below captures them
-  const int64_t stop_step = stop_at.second;
-  // Test fault step_delay_ms=N: each optimizer step of a run waits N ms in the progress hook (a run long enough for
-  // the live line to refresh, whatever the machine's speed).
-  int step_delay_ms = 0;
-  if (auto f = test_fault("step_delay_ms")) step_delay_ms = std::atoi(f->c_str());
+  SweepProgress progress(tty, todo.size());
   int exit_code = 0;
   double sweep0 = now_s();
-  double finished_s = 0.0;  // wall time of the runs of this sweep finished so far
   for (size_t i = 0; i < todo.size(); ++i) {
     const RunSpec& spec = *todo[i];
     if (decided_by_process_0(g_stop.load() ? 0 : 1) == 0) break;
-    double last_print = 0.0;
     RunHooks hooks;
     hooks.stop = &g_stop;
     add_read_fault(hooks);
     double run0 = now_s();
-    if (tty || stop_run == i + 1 || step_delay_ms > 0) {
-      hooks.on_step = [&](int64_t step, int64_t total, double loss) {
-        if (stop_run == i + 1 && step == stop_step) ::raise(SIGSTOP);
-        if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
-        if (!tty) return;
-        double t = now_s();
-        if (t - last_print < 0.2 && step != total) return;
-        last_print = t;
-        ProgressLine line;
-        line.run = i + 1;
-        line.runs = todo.size();
-        line.id = spec.id;
-        line.step = step;
-        line.total = total;
-        line.loss = loss;
-        line.timing_only = spec.config.training.mode == "timing";
-        const double run_total_s = (t - run0) / static_cast<double>(step) * static_cast<double>(total);
-        // At the last step elapsed / step * total - elapsed rounds to -1e-16 as often as to 0, and a negative ETA
-        // means "unknown" to the line: clamp it to 0.
-        line.run_eta_s = std::max(0.0, run_total_s - (t - run0));
-        // The runs still to come take as long as the mean run so far (the finished ones and this one, projected).
-        const double mean_run_s = (finished_s + run_total_s) / static_cast<double>(i + 1);
-        line.sweep_eta_s = line.run_eta_s + mean_run_s * static_cast<double>(todo.size() - i - 1);
-        const size_t columns = output_columns(true);
-        std::fprintf(stderr, "\r\033[K%s", fit_progress_line(line, columns > 0 ? columns : 80).c_str());
-      };
-    }
+    progress.watch(hooks, i, spec, run0);
     // Memory: estimated before the run; one that does not fit what is available is skipped, not started.
     RunResult res;
     const json memory = run_memory(spec, &res.message);
     if (decided_by_process_0(res.message.empty() ? 1 : 2) == 1) {
       res = run_training(spec.config, hooks);
     } else {
-      res.disposition = "skipped";
+      res.disposition = Disposition::kSkipped;
     }
-    json run = res.disposition == "skipped" ? run_stub_json(spec, res.disposition, res.message) : run_to_json(spec, res);
+    json run =
+        res.is(Disposition::kSkipped) ? run_stub_json(spec, res.disposition, res.message) : run_to_json(spec, res);
     run["memory"] = memory;
-    try {
-      // report.timeline: the modeled clock as a trace-event file beside the report, written before the journal entry
-      // that names it; one that cannot be written stops the sweep as the report would.
-      run["timeline"] = nullptr;
-      if (spec.config.report.timeline && !res.modeled_steps.empty() && !res.modeled_steps[0].empty()) {
-        const std::string name = timeline_file_name(spec.id, spec.index);
-        const TimelineText t = timeline_text(spec.id, res);
-        if (file_ops().mkdirs(dir + "/timeline") != 0)
-          throw ReportIoError("cannot create the timeline folder " + dir + "/timeline: " + std::strerror(errno));
-        write_file_atomic(dir + "/timeline/" + name, t.text);
-        run["timeline"] = {{"file", "timeline/" + name},
-                           {"ranks", res.modeled_steps.size()},
-                           {"steps", res.modeled_steps[0].size()},
-                           {"slices", t.slices},
-                           {"bytes", t.text.size()}};
-      }
-      // report.save_weights, report.save_batches: the files for PyTorch (run_files.h), also before the journal entry.
-      const RunFiles files = res.disposition == "skipped" ? RunFiles{nullptr, nullptr} : write_run_files(dir, spec, res);
-      run["weights"] = files.weights;
-      run["batches"] = files.batches;
-      if (!files.powersgd_q.is_null()) run["powersgd_q"] = files.powersgd_q;
-      writer.add(run);
-    } catch (const ReportIoError&) {
-      // The journal (or the run's timeline) cannot take the run (disk full): keep report.json as current as the disk
-      // allows, then stop.
-      try {
-        writer.flush();
-      } catch (const ReportIoError&) {
-      }
-      throw;
-    }
-    if (res.disposition == "failed") exit_code = 1;
-    finished_s += now_s() - run0;
-    if (!o.quiet) {
-      // A skipped run never started: no time and no metrics, only why, after the colon ("ID skipped: does not fit
-      // ...").
-      const bool skipped = res.disposition == "skipped";
-      const std::string metrics = skipped ? (res.message.empty() ? "" : " " + res.message)
-                                          : finished_metrics(run, spec.config.training.mode == "timing");
-      const std::string outcome = skipped ? res.disposition : fmt::format("{} in {:.1f}s", res.disposition, res.wall_s);
-      if (tty) std::fputs("\r\033[K", stderr);  // the live line's place
-      std::fprintf(stderr, "%s\n",
-                   finished_run_text(fmt::format("[{}/{}]", i + 1, todo.size()), spec.id, outcome, metrics,
-                                     skipped ? "" : res.message, output_columns(tty))
-                       .c_str());
-    }
-    end_job_after_failure(writer, res.disposition == "failed");
+    record_run(writer, dir, spec, res, run);
+    if (res.is(Disposition::kFailed)) exit_code = 1;
+    progress.finished(now_s() - run0);
+    if (!o.quiet) print_finished(tty, i, todo.size(), spec, res, run);
+    end_job_after_failure(writer, res.is(Disposition::kFailed));
   }
   writer.flush();
   if (!o.quiet)

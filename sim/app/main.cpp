@@ -214,78 +214,151 @@ int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string
   return kExitBadInput;
 }
 
-// Every command (main runs it between the start and the end of the job's processes).
-int commands(int argc, char** argv) {
-  CLI::App app{"gradsweep: simulate and benchmark data-parallel training strategies; sweeps scenario files and "
-               "writes JSON reports (tools/plot.py draws them)"};
-  app.formatter(std::make_shared<HelpFormatter>(stdout_columns()));  // before the commands: they take a copy
-  app.require_subcommand(1);
-  std::vector<std::string> args(argv, argv + argc);
-
-  std::string scenario_file, out_dir, filter, hardware, validate_hardware;
+// `gradsweep run`: its options, and what it does once parsed.
+struct RunArgs {
+  CLI::App* cmd = nullptr;
+  std::string scenario_file, out_dir, filter, hardware, shard_text;
   std::vector<std::string> sets;
   bool dry_run = false, resume = false, retry_failed = false, quiet = false, timing_only = false, overwrite = false;
-  CLI::App* run = app.add_subcommand("run", "run a scenario's sweep and write its report");
-  run->add_option("scenario", scenario_file, "scenario file (default: scenarios/quickstart.json)");
-  run->add_option("--out", out_dir, "report folder (default: reports/<scenario name>)");
-  run->add_option("--set", sets, "override a field: dotted.path=value (JSON value, or a plain string); repeatable")
+};
+
+void add_run_command(CLI::App& app, RunArgs& a) {
+  CLI::App* run = a.cmd = app.add_subcommand("run", "run a scenario's sweep and write its report");
+  run->add_option("scenario", a.scenario_file, "scenario file (default: scenarios/quickstart.json)");
+  run->add_option("--out", a.out_dir, "report folder (default: reports/<scenario name>)");
+  run->add_option("--set", a.sets, "override a field: dotted.path=value (JSON value, or a plain string); repeatable")
       ->allow_extra_args(false)
       ->type_name("PATH=VALUE");
-  run->add_option("--hardware", hardware,
+  run->add_option("--hardware", a.hardware,
                   "hardware profile of the modeled clock: a name from `gradsweep list` or a profile file "
                   "(same as --set cluster.hardware=NAME)");
-  run->add_flag("--timing-only", timing_only,
+  run->add_flag("--timing-only", a.timing_only,
                 "price the schedule alone on the modeled clock: no arithmetic, no model memory (same as --set "
                 "training.mode=timing)");
-  run->add_option("--filter", filter,
+  run->add_option("--filter", a.filter,
                   "run only the runs whose id this pattern matches somewhere: RE2 syntax (linear-time matching), at "
                   "most 512 characters (scenarios/README.md)");
-  run->add_flag("--dry-run", dry_run, "print the expansion and each run's id and swept values; run nothing");
+  run->add_flag("--dry-run", a.dry_run, "print the expansion and each run's id and swept values; run nothing");
   CLI::Option* resume_flag =
-      run->add_flag("--resume", resume, "keep the runs already in the report; run the missing and interrupted ids");
-  run->add_flag("--retry-failed", retry_failed, "with --resume: also rerun failed, diverged and timed-out runs")
+      run->add_flag("--resume", a.resume, "keep the runs already in the report; run the missing and interrupted ids");
+  run->add_flag("--retry-failed", a.retry_failed, "with --resume: also rerun failed, diverged and timed-out runs")
       ->needs(resume_flag);
-  run->add_flag("--overwrite", overwrite,
+  run->add_flag("--overwrite", a.overwrite,
                 "when the report folder holds runs: move its report.json, runs.jsonl, figures and run files "
                 "(weights/, batches/, timeline/) into "
                 "replaced-<date>-<time>/ inside it, then run (without it such a folder is refused)")
       ->excludes(resume_flag);
-  run->add_flag("--quiet", quiet, "no progress on stderr");
-  std::string shard_text;
-  run->add_option("--shard", shard_text,
+  run->add_flag("--quiet", a.quiet, "no progress on stderr");
+  run->add_option("--shard", a.shard_text,
                   "run only slice K of N of the sweep (a run's slice depends on its id alone), into "
                   "<out>/shard-K-of-N/; K from 1 as SLURM_ARRAY_TASK_ID; gradsweep merge joins the slices "
                   "(docs/cluster.md)")
       ->type_name("K/N");
+}
 
-  std::string validate_file;
-  std::vector<std::string> validate_sets;
-  CLI::App* validate = app.add_subcommand("validate", "check a scenario file and print its expansion; runs nothing");
-  validate->add_option("scenario", validate_file, "scenario file")->required();
-  validate->add_option("--set", validate_sets, "override a field: dotted.path=value; repeatable")
+int run_command(RunArgs& a, const std::vector<std::string>& args) {
+  gs::install_stop_handlers();
+  gs::install_test_faults();  // GRADSWEEP_TEST_FAULTS (tests only; nothing when unset)
+  if (a.scenario_file.empty()) a.scenario_file = default_scenario();
+  // --shard is checked before the scenario is read: a bad slice is refused before anything else.
+  const gs::Shard shard = a.cmd->count("--shard") > 0 ? gs::parse_shard(a.shard_text) : gs::Shard{};
+  if (!a.hardware.empty()) a.sets.push_back("cluster.hardware=" + a.hardware);
+  if (a.timing_only) a.sets.push_back("training.mode=timing");
+  // The filter before the scenario: the problems of runs it leaves out do not refuse the sweep.
+  std::optional<gs::IdPattern> keep;
+  if (!a.filter.empty()) keep.emplace(gs::compile_filter(a.filter));
+  gs::Scenario s = gs::load_scenario(a.scenario_file, a.sets, keep ? &*keep : nullptr);
+  if (gs::process_group().rank() == 0) print_notes(s);  // mpirun: once, not once per process
+  if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
+  gs::DriverOptions o;
+  o.out_dir = a.out_dir;
+  o.filter = a.filter;
+  o.resume = a.resume;
+  o.retry_failed = a.retry_failed;
+  o.overwrite = a.overwrite;
+  o.argv = args;
+  o.quiet = a.quiet;
+  o.shard_index = shard.index;
+  o.shard_count = shard.count;
+  if (a.dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be
+    std::fputs(gs::dry_run_text(s, o, stdout_columns()).c_str(), stdout);
+    return 0;
+  }
+  return gs::run_sweep(s, o);
+}
+
+// `gradsweep validate`.
+struct ValidateArgs {
+  CLI::App* cmd = nullptr;
+  std::string file, hardware;
+  std::vector<std::string> sets;
+};
+
+void add_validate_command(CLI::App& app, ValidateArgs& a) {
+  a.cmd = app.add_subcommand("validate", "check a scenario file and print its expansion; runs nothing");
+  a.cmd->add_option("scenario", a.file, "scenario file")->required();
+  a.cmd->add_option("--set", a.sets, "override a field: dotted.path=value; repeatable")
       ->allow_extra_args(false)
       ->type_name("PATH=VALUE");
-  validate->add_option("--hardware", validate_hardware, "hardware profile (same as --set cluster.hardware=NAME)");
+  a.cmd->add_option("--hardware", a.hardware, "hardware profile (same as --set cluster.hardware=NAME)");
+}
 
-  CLI::App* list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes, hardware profiles");
-  CLI::App* fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");
+int validate_command(ValidateArgs& a) {
+  if (!a.hardware.empty()) a.sets.push_back("cluster.hardware=" + a.hardware);
+  gs::Scenario s = gs::load_scenario(a.file, a.sets);
+  print_notes(s);
+  std::printf("%s\n", gs::validate_text(a.file, s, stdout_columns()).c_str());
+  return 0;
+}
 
-  std::string price_hw = "h100-sxm-8", price_op = "all_reduce", price_bytes = "1K:8G", price_algo, price_dtype = "fp32";
-  int price_ranks = 0;
-  bool price_as_json = false;
-  CLI::App* price = app.add_subcommand("price", "print the modeled clock's collective times as nccl-tests prints them "
-                                                "(size, count, type, time, algbw, busbw, algorithm, protocol)");
-  price->add_option("--hardware", price_hw, "hardware profile: a name from `gradsweep list` or a profile file");
-  price->add_option("--op", price_op, "all_reduce | all_gather | reduce_scatter | broadcast");
-  price->add_option("--ranks", price_ranks, "communicator size (default: the profile's GPUs)");
-  price->add_option("--bytes", price_bytes, "SIZE or MIN:MAX[:FACTOR], K/M/G binary as nccl-tests (default 1K:8G:2)");
-  price->add_option("--algo", price_algo, "force an algorithm as NCCL_ALGO does: ring | tree | nvls");
-  price->add_option("--dtype", price_dtype, "element type: fp32 | fp16 | bf16 | fp64 | fp8 | int8 | uint8 | int32");
-  price->add_flag("--json", price_as_json, "the same rows as JSON");
+// `gradsweep price`.
+struct PriceArgs {
+  CLI::App* cmd = nullptr;
+  std::string hardware = "h100-sxm-8", op = "all_reduce", bytes = "1K:8G", algo, dtype = "fp32";
+  int ranks = 0;
+  bool as_json = false;
+};
 
-  gs::CalibrateRequest cal;
-  CLI::App* calibrate = app.add_subcommand("calibrate", "write a hardware profile from your own nccl-tests and GEMM "
-                                                        "measurements, printing the fit's error per point");
+void add_price_command(CLI::App& app, PriceArgs& a) {
+  CLI::App* price = a.cmd = app.add_subcommand("price", "print the modeled clock's collective times as nccl-tests "
+                                                        "prints them (size, count, type, time, algbw, busbw, "
+                                                        "algorithm, protocol)");
+  price->add_option("--hardware", a.hardware, "hardware profile: a name from `gradsweep list` or a profile file");
+  price->add_option("--op", a.op, "all_reduce | all_gather | reduce_scatter | broadcast");
+  price->add_option("--ranks", a.ranks, "communicator size (default: the profile's GPUs)");
+  price->add_option("--bytes", a.bytes, "SIZE or MIN:MAX[:FACTOR], K/M/G binary as nccl-tests (default 1K:8G:2)");
+  price->add_option("--algo", a.algo, "force an algorithm as NCCL_ALGO does: ring | tree | nvls");
+  price->add_option("--dtype", a.dtype, "element type: fp32 | fp16 | bf16 | fp64 | fp8 | int8 | uint8 | int32");
+  price->add_flag("--json", a.as_json, "the same rows as JSON");
+}
+
+int price_command(const PriceArgs& a) {
+  gs::PriceRequest r;
+  r.hardware = a.hardware;
+  r.op = gs::collective_kind_from_name(a.op);
+  r.ranks = a.ranks;
+  gs::parse_size_range(a.bytes, r);
+  r.algo = gs::nccl_algo_from_name(a.algo);
+  r.dtype = gs::data_type_from_name(a.dtype);
+  const auto rows = gs::price_rows(r);
+  if (a.as_json)
+    std::printf("%s\n", gs::price_json(r, rows).dump(2).c_str());
+  else
+    std::fputs(gs::price_table(r, rows).c_str(), stdout);
+  return 0;
+}
+
+// `gradsweep calibrate`.
+struct CalibrateArgs {
+  CLI::App* cmd = nullptr;
+  gs::CalibrateRequest req;
+};
+
+void add_calibrate_command(CLI::App& app, CalibrateArgs& a) {
+  CLI::App* calibrate = a.cmd = app.add_subcommand("calibrate", "write a hardware profile from your own nccl-tests "
+                                                                "and GEMM measurements, printing the fit's error per "
+                                                                "point");
+  gs::CalibrateRequest& cal = a.req;
   calibrate->add_option("--base", cal.base, "profile to start from (name or file)")->required();
   calibrate->add_option("--nccl-tests", cal.nccl_files,
                         "nccl-tests output, text or -J JSON; [OP[:ALGO]=]FILE when the file does not say which "
@@ -297,18 +370,104 @@ int commands(int argc, char** argv) {
       ->type_name("FILE");
   calibrate->add_option("--name", cal.name, "the new profile's name (default: the output file's name)");
   calibrate->add_option("--out", cal.out, "profile file to write (refused if it exists)")->required();
+}
 
-  gs::MergeRequest merge_req;
-  CLI::App* merge = app.add_subcommand("merge", "join the reports of a sweep's slices (run --shard K/N) into one report "
-                                                "(docs/cluster.md)");
-  merge->add_option("sources", merge_req.sources,
+int calibrate_command(const CalibrateArgs& a) {
+  const gs::CalibrateRequest& cal = a.req;
+  if (std::filesystem::exists(cal.out)) {
+    std::fprintf(stderr, "gradsweep: --out %s exists; calibrate writes a new profile file: give another path\n",
+                 cal.out.c_str());
+    return kExitBadInput;
+  }
+  const gs::CalibrateResult res = gs::calibrate(cal);
+  gs::write_file_atomic(cal.out, res.profile_text);
+  std::fputs(res.report.c_str(), stdout);
+  std::printf("\nwrote %s (use it as --hardware %s or cluster.hardware)\n", cal.out.c_str(), cal.out.c_str());
+  return 0;
+}
+
+// `gradsweep merge`.
+struct MergeArgs {
+  CLI::App* cmd = nullptr;
+  gs::MergeRequest req;
+};
+
+void add_merge_command(CLI::App& app, MergeArgs& a) {
+  CLI::App* merge = a.cmd = app.add_subcommand("merge", "join the reports of a sweep's slices (run --shard K/N) into "
+                                                        "one report (docs/cluster.md)");
+  merge->add_option("sources", a.req.sources,
                     "slice reports: report.json files, their folders, or the slices' --out folder (its "
                     "shard-K-of-N/ folders)")
       ->required()
       ->type_name("REPORT...");
-  merge->add_option("--out", merge_req.out_dir, "folder of the merged report (refused when it holds one)")->required();
-  merge->add_flag("--allow-missing", merge_req.allow_missing,
+  merge->add_option("--out", a.req.out_dir, "folder of the merged report (refused when it holds one)")->required();
+  merge->add_flag("--allow-missing", a.req.allow_missing,
                   "write the report even when slices or runs are missing (listed in its merged block)");
+}
+
+// Every command's options, bound to the CLI11 app in the order `--help` lists them.
+struct Commands {
+  RunArgs run;
+  ValidateArgs validate;
+  CLI::App* list = nullptr;
+  CLI::App* fields = nullptr;
+  PriceArgs price;
+  CalibrateArgs calibrate;
+  MergeArgs merge;
+};
+
+// The parsed command, run; refusals turned into their exit status and message.
+int dispatch(Commands& c, const std::vector<std::string>& args) {
+  try {
+    if (c.list->parsed()) {
+      print_list();
+      return 0;
+    }
+    if (c.fields->parsed()) {
+      print_fields();
+      return 0;
+    }
+    if (c.price.cmd->parsed()) return price_command(c.price);
+    if (c.calibrate.cmd->parsed()) return calibrate_command(c.calibrate);
+    if (c.merge.cmd->parsed()) {
+      c.merge.req.argv = args;
+      return merge_command(c.merge.req);
+    }
+    if (c.validate.cmd->parsed()) return validate_command(c.validate);
+    if (c.run.cmd->parsed()) return run_command(c.run, args);
+  } catch (const gs::ReportIoError& e) {
+    print_wrapped(fmt::format("gradsweep: {}\ngradsweep: the report could not be written; {}", e.what(),
+                              e.before_any_run ? "nothing was run"
+                                               : "runs journaled so far are kept (--resume continues once the folder "
+                                                 "is writable)"));
+    return kExitReportIo;
+  } catch (const gs::ScenarioError& e) {
+    print_wrapped(fmt::format("{}\n{} problem{}; nothing was run", e.what(), e.issues().size(),
+                              e.issues().size() == 1 ? "" : "s"));
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    print_wrapped(fmt::format("gradsweep: {}", e.what()));
+    return kExitBadInput;
+  }
+  return 0;
+}
+
+// Every command (main runs it between the start and the end of the job's processes).
+int commands(int argc, char** argv) {
+  CLI::App app{"gradsweep: simulate and benchmark data-parallel training strategies; sweeps scenario files and "
+               "writes JSON reports (tools/plot.py draws them)"};
+  app.formatter(std::make_shared<HelpFormatter>(stdout_columns()));  // before the commands: they take a copy
+  app.require_subcommand(1);
+  const std::vector<std::string> args(argv, argv + argc);
+  Commands c;
+  add_run_command(app, c.run);
+  add_validate_command(app, c.validate);
+  c.list = app.add_subcommand("list", "list models, datasets, sync strategies, compressors, precision modes, "
+                                      "hardware profiles");
+  c.fields = app.add_subcommand("fields", "print every scenario field with type, default and range (Markdown)");
+  add_price_command(app, c.price);
+  add_calibrate_command(app, c.calibrate);
+  add_merge_command(app, c.merge);
 
   if (argc > 1 && argv[1][0] != '-') {
     std::string cmd = argv[1];
@@ -325,99 +484,7 @@ int commands(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return parse_error(app, e, argc > 1 && argv[1][0] != '-' ? argv[1] : "");
   }
-
-  try {
-    if (list->parsed()) {
-      print_list();
-      return 0;
-    }
-    if (fields->parsed()) {
-      print_fields();
-      return 0;
-    }
-    if (price->parsed()) {
-      gs::PriceRequest r;
-      r.hardware = price_hw;
-      r.op = gs::collective_kind_from_name(price_op);
-      r.ranks = price_ranks;
-      gs::parse_size_range(price_bytes, r);
-      r.algo = gs::nccl_algo_from_name(price_algo);
-      r.dtype = gs::data_type_from_name(price_dtype);
-      const auto rows = gs::price_rows(r);
-      if (price_as_json)
-        std::printf("%s\n", gs::price_json(r, rows).dump(2).c_str());
-      else
-        std::fputs(gs::price_table(r, rows).c_str(), stdout);
-      return 0;
-    }
-    if (calibrate->parsed()) {
-      if (std::filesystem::exists(cal.out)) {
-        std::fprintf(stderr, "gradsweep: --out %s exists; calibrate writes a new profile file: give another path\n",
-                     cal.out.c_str());
-        return kExitBadInput;
-      }
-      const gs::CalibrateResult res = gs::calibrate(cal);
-      gs::write_file_atomic(cal.out, res.profile_text);
-      std::fputs(res.report.c_str(), stdout);
-      std::printf("\nwrote %s (use it as --hardware %s or cluster.hardware)\n", cal.out.c_str(), cal.out.c_str());
-      return 0;
-    }
-    if (merge->parsed()) {
-      merge_req.argv = args;
-      return merge_command(merge_req);
-    }
-    if (validate->parsed()) {
-      if (!validate_hardware.empty()) validate_sets.push_back("cluster.hardware=" + validate_hardware);
-      gs::Scenario s = gs::load_scenario(validate_file, validate_sets);
-      print_notes(s);
-      std::printf("%s\n", gs::validate_text(validate_file, s, stdout_columns()).c_str());
-      return 0;
-    }
-    if (run->parsed()) {
-      gs::install_stop_handlers();
-      gs::install_test_faults();  // GRADSWEEP_TEST_FAULTS (tests only; nothing when unset)
-      if (scenario_file.empty()) scenario_file = default_scenario();
-      // --shard is checked before the scenario is read: a bad slice is refused before anything else.
-      const gs::Shard shard = run->count("--shard") > 0 ? gs::parse_shard(shard_text) : gs::Shard{};
-      if (!hardware.empty()) sets.push_back("cluster.hardware=" + hardware);
-      if (timing_only) sets.push_back("training.mode=timing");
-      // The filter before the scenario: the problems of runs it leaves out do not refuse the sweep.
-      std::optional<gs::IdPattern> keep;
-      if (!filter.empty()) keep.emplace(gs::compile_filter(filter));
-      gs::Scenario s = gs::load_scenario(scenario_file, sets, keep ? &*keep : nullptr);
-      if (gs::process_group().rank() == 0) print_notes(s);  // mpirun: once, not once per process
-      if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
-      gs::DriverOptions o;
-      o.out_dir = out_dir;
-      o.filter = filter;
-      o.resume = resume;
-      o.retry_failed = retry_failed;
-      o.overwrite = overwrite;
-      o.argv = args;
-      o.quiet = quiet;
-      o.shard_index = shard.index;
-      o.shard_count = shard.count;
-      if (dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be
-        std::fputs(gs::dry_run_text(s, o, stdout_columns()).c_str(), stdout);
-        return 0;
-      }
-      return gs::run_sweep(s, o);
-    }
-  } catch (const gs::ReportIoError& e) {
-    print_wrapped(fmt::format("gradsweep: {}\ngradsweep: the report could not be written; {}", e.what(),
-                              e.before_any_run ? "nothing was run"
-                                               : "runs journaled so far are kept (--resume continues once the folder "
-                                                 "is writable)"));
-    return kExitReportIo;
-  } catch (const gs::ScenarioError& e) {
-    print_wrapped(fmt::format("{}\n{} problem{}; nothing was run", e.what(), e.issues().size(),
-                              e.issues().size() == 1 ? "" : "s"));
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    print_wrapped(fmt::format("gradsweep: {}", e.what()));
-    return kExitBadInput;
-  }
-  return 0;
+  return dispatch(c, args);
 }
 
 }  // namespace

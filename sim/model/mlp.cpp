@@ -3,6 +3,7 @@
 // model (linear.cpp) is this model with one layer and optional explicit initial values.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -130,18 +131,23 @@ class MlpModel final : public Model {
                                      labels(batch, 0), spec);
   }
 
-  // Follows the path of the forward before it (same batch, same policy).
+  // Follows the path of the forward before it (same batch, same policy). Each layer (weight and bias) is announced
+  // to ws.grad_ready as the stack finishes it, last layer first.
   void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
                 const PrecisionPolicy& p) const override {
     MlpWorkspace& w = as_mlp_workspace(ws);
     auto& s = w.scratch;
+    std::function<void(int64_t)> after_layer;  // two pointers: held in place, no allocation
+    if (w.grad_ready != nullptr)
+      after_layer = [this, &w](int64_t l) { announce_layer(w, stack_.weight_offset(l), stack_.weight_offset(l + 1)); };
     if (!w.last_forward_mixed) {
-      dense_stack_backward(grad, s, stack_, params, batch.x.data(), batch.count, targets(batch, 0), labels(batch, 0));
+      dense_stack_backward(grad, s, stack_, params, batch.x.data(), batch.count, targets(batch, 0), labels(batch, 0),
+                           after_layer);
       return;
     }
     const MixedCounters before = w.mixed.counters;
     dense_stack_backward_mixed(grad, s, w.mixed, stack_, params, batch.count, targets(batch, 0), labels(batch, 0),
-                               mixed_spec(p));
+                               mixed_spec(p), after_layer);
     w.precision.grad_values += w.mixed.counters.grad_values - before.grad_values;
     w.precision.grad_underflow += w.mixed.counters.grad_underflow - before.grad_underflow;
     w.precision.grad_nonfinite += w.mixed.counters.grad_nonfinite - before.grad_nonfinite;

@@ -89,11 +89,29 @@ struct PrecisionCounters {
   uint64_t grad_nonfinite = 0;  // of those, values that were or became inf/NaN
 };
 
+// Where a backward announces its finished gradient (Workspace::grad_ready), the shape of PyTorch c10d's autograd
+// hooks: backward calls layer_ready once per layer of the tensor table (one or more consecutive tensors, e.g. a dense
+// layer's weight and bias), last layer first, as soon as nothing later in that backward writes elements [begin, end)
+// of the gradient it adds into. Called on the rank's own thread, once per layer and backward (never per element).
+class GradReady {
+ public:
+  virtual void layer_ready(size_t begin, size_t end) = 0;
+
+ protected:
+  ~GradReady() = default;
+};
+
 // Per-rank scratch of a model (activations of the last forward, etc.).
 struct Workspace {
   virtual ~Workspace() = default;
   PrecisionCounters precision;  // cumulative since the workspace was made; the model adds, the rank loop reads
+  GradReady* grad_ready = nullptr;  // set by the caller: backward announces each finished layer there (null: none)
 };
+
+// What a model's backward calls after finishing the gradient of elements [begin, end) (one layer).
+inline void announce_layer(Workspace& ws, size_t begin, size_t end) {
+  if (ws.grad_ready != nullptr) ws.grad_ready->layer_ready(begin, end);
+}
 
 // One forward GEMM of a layer: [rows_per_sample x samples, k] x [k, n] (backward: two GEMMs of the same FLOPs).
 struct LayerGemm {
@@ -149,6 +167,8 @@ class Model {
   // Returns the SUM over the batch of the per-sample losses; keeps what backward needs in ws.
   virtual double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const = 0;
   // After forward on the same batch: grad[0..num_params()) += gradient of that sum (accumulates; never clears).
+  // Announces every layer to ws.grad_ready (announce_layer) as its gradient is final, last layer first, together
+  // covering the whole table once.
   virtual void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
                         const PrecisionPolicy& p) const = 0;
   // Loss sum and correct count over batch (forward only).

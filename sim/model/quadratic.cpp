@@ -85,7 +85,7 @@ class QuadraticModel final : public Model {
     return static_cast<double>(batch.count) * 0.5 * f;
   }
 
-  // grad += count * a_rank * (w - b_rank).
+  // grad += count * a_rank * (w - b_rank); one layer (w) announced after it.
   void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
                 const PrecisionPolicy& p) const override {
     const auto& a = row(a_, batch.rank, "a");
@@ -94,6 +94,7 @@ class QuadraticModel final : public Model {
     for (size_t i = 0; i < w0_.size(); ++i) {
       grad[i] += static_cast<float>(count * a[i] * (static_cast<double>(params[i]) - b[i]));
     }
+    announce_layer(ws, 0, w0_.size());
   }
 
   EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {

@@ -304,7 +304,7 @@ void check_complete(const std::vector<SliceReport>& slices, const JoinedRuns& jo
       const auto it = joined.by_id.find(id);
       if (it == joined.by_id.end())
         lacking.push_back(id);
-      else if (it->second.first->value("disposition", json()) == json("interrupted"))
+      else if (run_disposition(*it->second.first) == Disposition::kInterrupted)
         stopped.push_back(id);
     }
     if (lacking.empty() && stopped.empty()) continue;

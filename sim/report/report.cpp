@@ -159,14 +159,19 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
   return c;
 }
 
-json run_stub_json(const RunSpec& spec, const std::string& disposition, const std::string& message) {
+std::optional<Disposition> run_disposition(const json& run) {
+  const auto d = run.find("disposition");
+  return d != run.end() && d->is_string() ? parse_disposition(d->get<std::string>()) : std::nullopt;
+}
+
+json run_stub_json(const RunSpec& spec, Disposition disposition, const std::string& message) {
   json j;
   j["id"] = spec.id;
   j["index"] = spec.index;
   j["repeat"] = spec.repeat;
   j["swept"] = spec.swept;
   j["config"] = config_to_json(spec.config);
-  j["disposition"] = disposition;
+  j["disposition"] = disposition_name(disposition);
   j["message"] = message.empty() ? json(nullptr) : json(message);
   j["steps_completed"] = 0;
   j["wall_s"] = 0.0;
@@ -319,118 +324,113 @@ json model_error_json(const std::vector<std::vector<StepTimes>>& measured,
   return {{"phases", phases}, {"step", rel(kPhaseCount)}};
 }
 
-json run_to_json(const RunSpec& spec, const RunResult& r) {
-  json j = run_stub_json(spec, r.disposition, r.message);
-  j["steps_completed"] = r.steps_completed;
-  j["wall_s"] = r.wall_s;
-  j["num_params"] = r.num_params;
-  j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
-  j["backend_reason"] = r.backend_reason.empty() ? json(nullptr) : json(r.backend_reason);
-  j["cuda_path"] = r.cuda_path.empty() ? json(nullptr) : json(r.cuda_path);  // cuda: "device" | "staged"
-  j["replicas_identical"] = r.num_params > 0 ? json(r.replicas_identical) : json(nullptr);
-  j["compression"] = r.compression;
-  j["divergence"] = r.disposition == "diverged"
-                        ? json{{"step", r.divergence_step}, {"quantity", r.divergence_quantity}}
-                        : json(nullptr);
-  bool has_steps = !r.steps.empty() && !r.steps[0].empty();
-  if (has_steps) {
-    json phases = json::object();
-    for (size_t p = 0; p < kPhaseCount; ++p)
-      phases[kPhaseNames[p]] = phase_json(r.steps, [p](const StepTimes& st) { return st.phase_s[p]; });
-    j["timing"]["measured"] = {{"phases", phases}, {"step", phase_json(r.steps, [](const StepTimes& st) {
-                                                     return st.step_s;
-                                                   })}};
-    double trained_s = r.series.empty() ? 0.0 : r.series.back().measured_s;
-    j["throughput"]["samples_per_s"] = trained_s > 0 ? num(r.samples_trained / trained_s) : json(nullptr);
-    // Communication: mean bytes per step per rank; algbw from the all-reduced gradient size over the median
-    // communicate time (exposed, waiting excluded), busbw with nccl-tests' all-reduce factor 2(n-1)/n.
-    json bytes = json::array();
-    std::vector<double> comm_s;
-    for (const auto& rank_steps : r.steps) {
-      double b = 0.0;
-      for (const auto& st : rank_steps) {
-        b += static_cast<double>(st.bytes_sent);
-        comm_s.push_back(st.phase_s[static_cast<size_t>(Phase::kCommunicate)]);
-      }
-      bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
+namespace {
+
+// The measured clock's part of a run (timing.measured, throughput.samples_per_s, communication), from its steps.
+void add_measured(const RunResult& r, json& j) {
+  json phases = json::object();
+  for (size_t p = 0; p < kPhaseCount; ++p)
+    phases[kPhaseNames[p]] = phase_json(r.steps, [p](const StepTimes& st) { return st.phase_s[p]; });
+  j["timing"]["measured"] = {{"phases", phases}, {"step", phase_json(r.steps, [](const StepTimes& st) {
+                                                   return st.step_s;
+                                                 })}};
+  double trained_s = r.series.empty() ? 0.0 : r.series.back().measured_s;
+  j["throughput"]["samples_per_s"] = trained_s > 0 ? num(r.samples_trained / trained_s) : json(nullptr);
+  // Communication: mean bytes per step per rank; algbw from the all-reduced gradient size over the median
+  // communicate time (exposed, waiting excluded), busbw with nccl-tests' all-reduce factor 2(n-1)/n.
+  json bytes = json::array();
+  std::vector<double> comm_s;
+  for (const auto& rank_steps : r.steps) {
+    double b = 0.0;
+    for (const auto& st : rank_steps) {
+      b += static_cast<double>(st.bytes_sent);
+      comm_s.push_back(st.phase_s[static_cast<size_t>(Phase::kCommunicate)]);
     }
-    j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
-    const int n = static_cast<int>(r.steps.size());
-    double any_bytes = 0.0;
-    for (const auto& b : bytes) any_bytes += b.get<double>();
-    Summary cs = summarize(comm_s);
-    if (n > 1 && any_bytes > 0 && cs.p50 > 0) {
-      double algbw = static_cast<double>(r.num_params) * 4.0 / cs.p50 / 1e9;
-      j["communication"]["algbw_GBps"] = algbw;
-      j["communication"]["busbw_GBps"] = algbw * 2.0 * (n - 1) / n;
-    }
+    bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
   }
-  const bool has_modeled = !r.modeled_steps.empty() && !r.modeled_steps[0].empty();
-  if (has_modeled) {
-    // The modeled clock, same shape as measured, plus the communication split and the chosen algorithm per chain
-    // (bucket) of rank 0's first step.
-    json phases = json::object();
-    for (size_t p = 0; p < kPhaseCount; ++p)
-      phases[kPhaseNames[p]] = phase_json(r.modeled_steps, [p](const StepTimes& st) { return st.phase_s[p]; });
-    auto same = [](double x) { return x; };
-    json buckets = json::array();
-    for (const CommChain& c : r.modeled_chains) {
-      buckets.push_back({{"grad_begin", c.range.begin},
-                         {"grad_end", c.range.end},
-                         {"bytes", c.bytes},
-                         {"algorithm", c.has_collective ? json(kNcclAlgoNames[static_cast<size_t>(c.chosen.algo)])
-                                                        : json(nullptr)},
-                         {"protocol", c.has_collective ? json(kNcclProtoNames[static_cast<size_t>(c.chosen.proto)])
-                                                       : json(nullptr)},
-                         {"comm_ms", c.comm_s * 1e3},
-                         {"compute_ms", (c.pre_s + c.post_s) * 1e3}});
-      if (c.range.micro_batch >= 0) buckets.back()["micro_batch"] = c.range.micro_batch;
-    }
-    j["timing"]["modeled"] = {
-        {"hardware", r.hardware},
-        {"phases", phases},
-        {"step", phase_json(r.modeled_steps, [](const StepTimes& st) { return st.step_s; })},
-        {"communication", {{"exposed", phase_json(r.modeled_exposed_s, same)},
-                           {"overlapped", phase_json(r.modeled_overlapped_s, same)},
-                           {"buckets", buckets}}}};
-    // Where the model is known to be a bound rather than an estimate (a parameter server: sim/cost/ps_cost.h).
-    if (const std::optional<ModeledBound> bound = parameter_server_bound(spec.config)) {
-      j["timing"]["modeled"]["bound"] = bound->kind;
-      j["timing"]["modeled"]["bound_reason"] = bound->reason;
-    }
-    // Where every rank had its own GPU the measured clock is the hardware the model prices: compare them.
-    if (r.ranks_one_per_gpu && has_steps) j["timing"]["model_error"] = model_error_json(r.steps, r.modeled_steps);
-    // Timing-only runs (no measured step): the bytes per rank and step the modeled clock priced (the cost model's
-    // collectives at nccl-tests' bus-bandwidth factor, the host communicator's count; parameter server: push + pull).
-    if (!has_steps) {
-      json bytes = json::array();
-      for (const auto& rank_steps : r.modeled_steps) {
-        double b = 0.0;
-        for (const auto& st : rank_steps) b += static_cast<double>(st.bytes_sent);
-        bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
-      }
-      j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
-      // nccl-tests' algbw and busbw of the step's collectives on the modeled clock: their NCCL bytes and wire bytes
-      // over their time (rank 0's first step; chains with a collective only).
-      double coll_bytes = 0.0, coll_wire = 0.0, coll_s = 0.0;
-      for (const CommChain& c : r.modeled_chains)
-        if (c.has_collective && c.comm_s > 0) {
-          coll_bytes += c.bytes;
-          coll_wire += c.wire_bytes;
-          coll_s += c.comm_s;
-        }
-      if (coll_s > 0) {
-        j["communication"]["algbw_GBps"] = coll_bytes / coll_s / 1e9;
-        j["communication"]["busbw_GBps"] = coll_wire / coll_s / 1e9;
-      }
-    }
-    double modeled_s = r.series.empty() ? 0.0 : r.series.back().modeled_s;
-    j["throughput"]["modeled_samples_per_s"] = modeled_s > 0 ? num(r.samples_trained / modeled_s) : json(nullptr);
+  j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
+  const int n = static_cast<int>(r.steps.size());
+  double any_bytes = 0.0;
+  for (const auto& b : bytes) any_bytes += b.get<double>();
+  Summary cs = summarize(comm_s);
+  if (n > 1 && any_bytes > 0 && cs.p50 > 0) {
+    double algbw = static_cast<double>(r.num_params) * 4.0 / cs.p50 / 1e9;
+    j["communication"]["algbw_GBps"] = algbw;
+    j["communication"]["busbw_GBps"] = algbw * 2.0 * (n - 1) / n;
   }
+}
+
+// Timing-only runs (no measured step): the bytes per rank and step the modeled clock priced (the cost model's
+// collectives at nccl-tests' bus-bandwidth factor, the host communicator's count; parameter server: push + pull).
+void add_modeled_communication(const RunResult& r, json& j) {
+  json bytes = json::array();
+  for (const auto& rank_steps : r.modeled_steps) {
+    double b = 0.0;
+    for (const auto& st : rank_steps) b += static_cast<double>(st.bytes_sent);
+    bytes.push_back(rank_steps.empty() ? 0.0 : b / static_cast<double>(rank_steps.size()));
+  }
+  j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
+  // nccl-tests' algbw and busbw of the step's collectives on the modeled clock: their NCCL bytes and wire bytes
+  // over their time (rank 0's first step; chains with a collective only).
+  double coll_bytes = 0.0, coll_wire = 0.0, coll_s = 0.0;
+  for (const CommChain& c : r.modeled_chains)
+    if (c.has_collective && c.comm_s > 0) {
+      coll_bytes += c.bytes;
+      coll_wire += c.wire_bytes;
+      coll_s += c.comm_s;
+    }
+  if (coll_s > 0) {
+    j["communication"]["algbw_GBps"] = coll_bytes / coll_s / 1e9;
+    j["communication"]["busbw_GBps"] = coll_wire / coll_s / 1e9;
+  }
+}
+
+// The modeled clock's part of a run (timing.modeled, its bound and model error, throughput.modeled_samples_per_s;
+// a timing-only run's communication).
+void add_modeled(const RunSpec& spec, const RunResult& r, bool has_steps, json& j) {
+  // The modeled clock, same shape as measured, plus the communication split and the chosen algorithm per chain
+  // (bucket) of rank 0's first step.
+  json phases = json::object();
+  for (size_t p = 0; p < kPhaseCount; ++p)
+    phases[kPhaseNames[p]] = phase_json(r.modeled_steps, [p](const StepTimes& st) { return st.phase_s[p]; });
+  auto same = [](double x) { return x; };
+  json buckets = json::array();
+  for (const CommChain& c : r.modeled_chains) {
+    buckets.push_back({{"grad_begin", c.range.begin},
+                       {"grad_end", c.range.end},
+                       {"bytes", c.bytes},
+                       {"algorithm", c.has_collective ? json(kNcclAlgoNames[static_cast<size_t>(c.chosen.algo)])
+                                                      : json(nullptr)},
+                       {"protocol", c.has_collective ? json(kNcclProtoNames[static_cast<size_t>(c.chosen.proto)])
+                                                     : json(nullptr)},
+                       {"comm_ms", c.comm_s * 1e3},
+                       {"compute_ms", (c.pre_s + c.post_s) * 1e3}});
+    if (c.range.micro_batch >= 0) buckets.back()["micro_batch"] = c.range.micro_batch;
+  }
+  j["timing"]["modeled"] = {
+      {"hardware", r.hardware},
+      {"phases", phases},
+      {"step", phase_json(r.modeled_steps, [](const StepTimes& st) { return st.step_s; })},
+      {"communication", {{"exposed", phase_json(r.modeled_exposed_s, same)},
+                         {"overlapped", phase_json(r.modeled_overlapped_s, same)},
+                         {"buckets", buckets}}}};
+  // Where the model is known to be a bound rather than an estimate (a parameter server: sim/cost/ps_cost.h).
+  if (const std::optional<ModeledBound> bound = parameter_server_bound(spec.config)) {
+    j["timing"]["modeled"]["bound"] = bound->kind;
+    j["timing"]["modeled"]["bound_reason"] = bound->reason;
+  }
+  // Where every rank had its own GPU the measured clock is the hardware the model prices: compare them.
+  if (r.ranks_one_per_gpu && has_steps) j["timing"]["model_error"] = model_error_json(r.steps, r.modeled_steps);
+  if (!has_steps) add_modeled_communication(r, j);
+  double modeled_s = r.series.empty() ? 0.0 : r.series.back().modeled_s;
+  j["throughput"]["modeled_samples_per_s"] = modeled_s > 0 ? num(r.samples_trained / modeled_s) : json(nullptr);
+}
+
+// convergence: the series (every step up to kMaxSeriesPoints steps; beyond that every k-th step, plus every
+// evaluation and the last step, so a million-step run keeps a report of a few MB) and the final values.
+json convergence_json(const RunResult& r, bool has_modeled) {
   json series = json::array();
   std::optional<double> last_eval_loss, last_eval_acc;
-  // Every step up to kMaxSeriesPoints steps; beyond that every k-th step, plus every evaluation and the last step,
-  // so a million-step run keeps a report of a few MB. Time to target below uses every step.
   const size_t stride = (r.series.size() + kMaxSeriesPoints - 1) / kMaxSeriesPoints;
   for (size_t i = 0; i < r.series.size(); ++i) {
     const SeriesPoint& pt = r.series[i];
@@ -445,31 +445,55 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
                       {"eval_loss", num(pt.eval_loss)},
                       {"eval_accuracy", num(pt.eval_accuracy)}});
   }
-  j["convergence"]["series"] = series;
-  j["convergence"]["final"] = {{"train_loss", r.series.empty() ? json(nullptr) : num(r.series.back().train_loss)},
-                               {"eval_loss", num(last_eval_loss)},
-                               {"eval_accuracy", num(last_eval_acc)}};
-  // Time to target: the first recorded point where the metric reaches the value.
-  const TargetConfig& tg = spec.config.training.target;
-  if (!tg.metric.empty()) {
-    json t = {{"metric", tg.metric}, {"value", tg.value}, {"reached", false},
-              {"step", nullptr},     {"measured_s", nullptr}, {"modeled_s", nullptr}};
-    for (const auto& pt : r.series) {
-      std::optional<double> v = tg.metric == "eval_accuracy" ? pt.eval_accuracy
-                                : tg.metric == "eval_loss"   ? pt.eval_loss
-                                                             : std::optional<double>(pt.train_loss);
-      if (!v || !std::isfinite(*v)) continue;
-      bool hit = tg.metric == "eval_accuracy" ? *v >= tg.value : *v <= tg.value;
-      if (hit) {
-        t["reached"] = true;
-        t["step"] = pt.step;
-        t["measured_s"] = pt.measured_s;
-        if (has_modeled) t["modeled_s"] = pt.modeled_s;
-        break;
-      }
+  return {{"series", series},
+          {"final", {{"train_loss", r.series.empty() ? json(nullptr) : num(r.series.back().train_loss)},
+                     {"eval_loss", num(last_eval_loss)},
+                     {"eval_accuracy", num(last_eval_acc)}}}};
+}
+
+// time_to_target: the first recorded point where the metric reaches the value (every step, not the thinned series).
+json time_to_target_json(const TargetConfig& tg, const RunResult& r, bool has_modeled) {
+  json t = {{"metric", tg.metric}, {"value", tg.value}, {"reached", false},
+            {"step", nullptr},     {"measured_s", nullptr}, {"modeled_s", nullptr}};
+  for (const auto& pt : r.series) {
+    std::optional<double> v = tg.metric == "eval_accuracy" ? pt.eval_accuracy
+                              : tg.metric == "eval_loss"   ? pt.eval_loss
+                                                           : std::optional<double>(pt.train_loss);
+    if (!v || !std::isfinite(*v)) continue;
+    bool hit = tg.metric == "eval_accuracy" ? *v >= tg.value : *v <= tg.value;
+    if (hit) {
+      t["reached"] = true;
+      t["step"] = pt.step;
+      t["measured_s"] = pt.measured_s;
+      if (has_modeled) t["modeled_s"] = pt.modeled_s;
+      break;
     }
-    j["time_to_target"] = t;
   }
+  return t;
+}
+
+}  // namespace
+
+json run_to_json(const RunSpec& spec, const RunResult& r) {
+  json j = run_stub_json(spec, r.disposition, r.message);
+  j["steps_completed"] = r.steps_completed;
+  j["wall_s"] = r.wall_s;
+  j["num_params"] = r.num_params;
+  j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
+  j["backend_reason"] = r.backend_reason.empty() ? json(nullptr) : json(r.backend_reason);
+  j["cuda_path"] = r.cuda_path.empty() ? json(nullptr) : json(r.cuda_path);  // cuda: "device" | "staged"
+  j["replicas_identical"] = r.num_params > 0 ? json(r.replicas_identical) : json(nullptr);
+  j["compression"] = r.compression;
+  j["divergence"] = r.is(Disposition::kDiverged)
+                        ? json{{"step", r.divergence_step}, {"quantity", r.divergence_quantity}}
+                        : json(nullptr);
+  const bool has_steps = !r.steps.empty() && !r.steps[0].empty();
+  if (has_steps) add_measured(r, j);
+  const bool has_modeled = !r.modeled_steps.empty() && !r.modeled_steps[0].empty();
+  if (has_modeled) add_modeled(spec, r, has_steps, j);
+  j["convergence"] = convergence_json(r, has_modeled);
+  if (const TargetConfig& tg = spec.config.training.target; !tg.metric.empty())
+    j["time_to_target"] = time_to_target_json(tg, r, has_modeled);
   if (r.precision) j["precision"] = precision_json(*r.precision);
   j["staleness"] = r.staleness;  // free-running strategies (parameter server); null otherwise
   if (r.data) j["data"] = data_json(*r.data, r);
@@ -614,7 +638,7 @@ void for_each_journal_entry(const std::string& text, const std::string& path,
 }  // namespace
 
 std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
-                                           const std::vector<std::string>& rerun, bool* journal_ok_out,
+                                           const std::vector<Disposition>& rerun, bool* journal_ok_out,
                                            json* merged_out) {
   const std::string report_path = dir + "/report.json", journal_path = dir + "/runs.jsonl";
   // Opening a FIFO or device named report.json / runs.jsonl would block or never end: refuse them by name first.
@@ -686,8 +710,8 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
   }
   std::map<std::string, json> runs;
   for (const auto& run : found) {
-    const std::string disposition = run.contains("disposition") ? run["disposition"].get<std::string>() : "";
-    if (std::find(rerun.begin(), rerun.end(), disposition) != rerun.end()) {  // unfinished or retried: run again
+    const std::optional<Disposition> d = run_disposition(run);
+    if (d && std::find(rerun.begin(), rerun.end(), *d) != rerun.end()) {  // unfinished or retried: run again
       runs.erase(run["id"].get<std::string>());
       continue;
     }
@@ -704,15 +728,14 @@ std::optional<ExistingReport> existing_report(const std::string& dir, const Scen
   }
   ExistingReport e;
   e.dir = dir;
-  std::map<std::string, std::string> last;  // run id -> its last disposition (the journal's lines come later)
+  std::map<std::string, std::optional<Disposition>> last;  // run id -> its last disposition (journal lines later)
   bool unreadable = false;                  // a file there that is not a report we can read: it is kept too
   auto note = [&](const std::string& why) {
     if (e.mismatch.empty()) e.mismatch = why;
   };
   auto take = [&](const json& run) {
     if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) return;
-    const auto d = run.find("disposition");
-    last[run["id"].get<std::string>()] = d != run.end() && d->is_string() ? d->get<std::string>() : "";
+    last[run["id"].get<std::string>()] = run_disposition(run);
   };
   std::error_code ec;
   if (std::filesystem::exists(report_path, ec)) {
@@ -764,7 +787,7 @@ std::optional<ExistingReport> existing_report(const std::string& dir, const Scen
   }
   if (last.empty() && !unreadable) return std::nullopt;  // nothing that a new report would lose
   e.runs = last.size();
-  for (const auto& [id, d] : last) e.interrupted += d == "interrupted" ? 1 : 0;
+  for (const auto& [id, d] : last) e.interrupted += d == Disposition::kInterrupted ? 1 : 0;
   if (e.mismatch.empty()) {
     try {
       e.kept = resumable_runs(dir, scenario);
@@ -813,7 +836,7 @@ std::string move_report_aside(const std::string& dir) {
 }
 
 ReportWriter::ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
-                           const std::vector<std::string>& rerun, ExistingRuns existing)
+                           const std::vector<Disposition>& rerun, ExistingRuns existing)
     : dir_(std::move(dir)), header_(std::move(header)) {
 
   std::error_code ec;
@@ -886,7 +909,7 @@ void ReportWriter::add(const json& run, Rewrite rewrite) {
   const std::string id = run["id"].get<std::string>();
   runs_[id] = run;
   append_line(dump_valid_utf8(run) + "\n");
-  if (merged_.is_object()) note_resumed(id, run.value("disposition", json()) != json("interrupted"));
+  if (merged_.is_object()) note_resumed(id, run_disposition(run) != Disposition::kInterrupted);
   const double wait_s = std::min(kMaxRewriteIntervalS, 20.0 * last_flush_cost_s_);
   if (rewrite == Rewrite::kAuto && now_s() - last_flush_s_ >= wait_s) flush();
 }

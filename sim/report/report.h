@@ -22,7 +22,9 @@ constexpr size_t kMaxSeriesPoints = 10000;
 // One run's entry of runs[] (ids, resolved config, disposition, timing, communication, convergence, target, trace).
 json run_to_json(const RunSpec& spec, const RunResult& result);
 // An entry for a run that never started (skipped, or failed before its rank loop).
-json run_stub_json(const RunSpec& spec, const std::string& disposition, const std::string& message);
+json run_stub_json(const RunSpec& spec, Disposition disposition, const std::string& message);
+// The disposition a report's run entry names (its "disposition" text); nullopt when it has none or another text.
+std::optional<Disposition> run_disposition(const json& run);
 
 // timing.model_error: the modeled clock's relative error against the measured one, per phase and for the whole step,
 // (M - T) / T with T the measured and M the modeled seconds summed over every rank and step the two clocks share
@@ -41,7 +43,7 @@ json context_json(const Scenario& scenario, const std::vector<std::string>& argv
 // journal's header line matched this scenario. merged (optional): report.json's `merged` block (gradsweep merge), null
 // when it has none. --resume --dry-run shows its answer.
 std::map<std::string, json> resumable_runs(const std::string& dir, const Scenario& scenario,
-                                           const std::vector<std::string>& rerun = {"interrupted"},
+                                           const std::vector<Disposition>& rerun = {Disposition::kInterrupted},
                                            bool* journal_ok = nullptr, json* merged = nullptr);
 
 // What a sweep without --resume would replace in a report folder: the runs that report.json and the journal
@@ -85,7 +87,7 @@ class ReportWriter {
   // the ids of the runs the resumes completed.
   // Throws ReportIoError when the folder cannot be created or written.
   ReportWriter(std::string dir, const Scenario& scenario, json header, bool resume,
-               const std::vector<std::string>& rerun = {"interrupted"},
+               const std::vector<Disposition>& rerun = {Disposition::kInterrupted},
                ExistingRuns existing = ExistingRuns::kRefuse);
   ReportWriter(const ReportWriter&) = delete;
   ReportWriter& operator=(const ReportWriter&) = delete;

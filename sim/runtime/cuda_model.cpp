@@ -146,6 +146,9 @@ class GpuDenseModel final : public Model {
     }
     GS_CUDA_CHECK(cudaMemcpyAsync(grad, w.grad.get(), n * sizeof(float), cudaMemcpyDeviceToHost, st));
     GS_CUDA_CHECK(cudaStreamSynchronize(st));
+    // The host copy is final only now: every layer announced after the download, last layer first.
+    for (int64_t l = stack_.num_layers() - 1; l >= 0; --l)
+      announce_layer(ws, stack_.weight_offset(l), stack_.weight_offset(l + 1));
   }
 
   // fp32 forward in chunks of the workspace's capacity (as the host model), loss sums added in double on the host.

@@ -18,6 +18,7 @@ namespace gs {
 //  - forward uploads the parameters and the batch, runs the forward, synchronizes and returns the loss SUM (double).
 //  - backward uploads the host `grad`, adds the batch's gradient on the device (fp32 GEMMs with beta 1, or the mixed
 //    stack's accumulation), and downloads the sum into `grad`: grad += gradient of the loss sum, as the host model.
+//    The host `grad` is final only after the download, so every layer is announced to ws.grad_ready then, last first.
 //    fp32 / tf32 under a loss scale: the unscaled gradient times the scale (gpu::scale), then added; its non-finite
 //    values are counted in ws.precision.grad_nonfinite (the host counts the scaled intermediate tensors instead).
 //    bf16_mixed / fp16_mixed / fp16_pure / fp8_mixed: the mixed stack (kernels/cuda_dense_mixed.h) with the host

@@ -137,8 +137,8 @@ namespace {
 // before every micro-batch's backward and steps every K-th, so the update is the last non-empty micro-batch's mean
 // gradient (divided by its own size, not by K b), at the full learning rate. mean_of_means: each micro-batch's mean
 // gradient, divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i. each_micro_batch
-// (a strategy that takes every micro-batch's gradient, SyncStrategy::takes_micro_batches): each backward runs into a
-// buffer of its own (micro()), then adds into the step's sum.
+// (a gradient subscriber takes every micro-batch's gradient, GradientHooks::Gradient::kEachMicroBatch): each backward
+// runs into a buffer of its own (micro()), then adds into the step's sum.
 class Accumulation {
  public:
   Accumulation(Pitfall pitfall, size_t n, bool each_micro_batch)
@@ -170,6 +170,10 @@ class Accumulation {
   }
   // The divisor behind the step's gradient: the samples, or K per rank under mean_of_means.
   double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
+  // The buffer the next backward adds into: the micro-batch's own, or the step's sum `grad`.
+  const float* target(const std::vector<float>& grad) const {
+    return mean_each_ || each_ ? micro_.data() : grad.data();
+  }
   // each_micro_batch: the last backward's gradient alone; after empty(), zeros (a micro-batch without samples).
   float* micro() { return micro_.data(); }
   void empty() { std::fill(micro_.begin(), micro_.end(), 0.0f); }
@@ -179,6 +183,27 @@ class Accumulation {
   bool mean_each_;
   bool each_;
   std::vector<float> micro_;  // mean_of_means, each_micro_batch: one micro-batch's gradient sum
+};
+
+// One rank's backward events (GradReady, set as its workspace's grad_ready) relayed to the run's gradient subscribers
+// with the rank and micro-batch they belong to; one call per layer, nothing allocated.
+class LayerRelay final : public GradReady {
+ public:
+  LayerRelay(const GradientHooks& hooks, int rank) : hooks_(hooks) { event_.rank = rank; }
+  // Before micro-batch k's backward into `grad` (Accumulation::target).
+  void begin(int64_t k, const float* grad) {
+    event_.micro_batch = k;
+    event_.grad = grad;
+  }
+  void layer_ready(size_t begin, size_t end) override {
+    event_.begin = begin;
+    event_.end = end;
+    hooks_.layer_ready(event_);
+  }
+
+ private:
+  const GradientHooks& hooks_;
+  LayerReady event_;
 };
 
 // A run's modeled steps from a strategy that models its own clock (free-running: ranks may have different counts);
@@ -216,6 +241,7 @@ class HostRun {
     PhaseClock clock;
     int64_t ws_capacity;
     std::unique_ptr<Workspace> ws;
+    LayerRelay relay;  // ws->grad_ready when the run has gradient subscribers
     Batch batch;
     std::vector<float> grad;
     Accumulation accumulation;
@@ -235,6 +261,10 @@ class HostRun {
   // The step's K micro-batches: data, forward, backward (the accumulation rule), precision counters, modeled cost.
   void micro_batches(RankState& rs, int rank, const float* params, StepCost& cost, StepTally& tally,
                      DataStepRecord& data_step);
+  // A workspace for micro-batches of up to `samples`, its backward events relayed when anyone subscribed.
+  std::unique_ptr<Workspace> make_workspace(RankState& rs, int64_t samples) const;
+  // The end of micro-batch k to the gradient subscribers (every micro-batch, with or without samples).
+  void end_micro_batch(RankState& rs, int rank, int64_t k);
   // The loader's work behind the step's batches on the modeled clock (storage reads and peer transfers).
   double fetch_modeled_s(const RankState& rs, const DataCounts& dc) const;
   void finish();
@@ -254,10 +284,13 @@ class HostRun {
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Communicator> comm_;
   CostModel cost_model_;
-  std::unique_ptr<SyncStrategy> strategy_;
-  const bool takes_micro_;  // strategy_->takes_micro_batches()
   const size_t n_;
   const int64_t total_;
+  // Gradient-ready subscriptions (the strategy's, made in its constructor, and a test's) and the strategy's claims.
+  GradientHooks gradients_;
+  StrategyTraits traits_;
+  std::unique_ptr<SyncStrategy> strategy_;
+  const bool each_micro_;  // gradients_.each_micro_batch(): micro-batch gradients kept apart
   // Input pipeline: per rank a loader thread (loader.h) through the node cache (data_cache.h), priced on the modeled
   // clock by the storage profile and the prefetch recurrence (storage_model.h).
   const StorageProfile storage_;
@@ -299,15 +332,20 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
       data_(std::move(data)),
       comm_(make_comm(devices)),
       cost_model_(config_, *model_),
+      n_(model_->num_params()),
+      total_(planned_steps(config_, data_->steps_per_epoch())),
       strategy_([&] {
         res_.hardware = cost_model_.hardware().name;
         StrategySetup setup{config_, *model_, *comm_, ranks_, &cost_model_};
         setup.on_read = hooks.on_read ? &hooks.on_read : nullptr;
-        return make_strategy(setup);
+        setup.total_steps = total_;
+        setup.gradients = &gradients_;
+        setup.traits = &traits_;
+        std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
+        if (hooks.subscribe_gradients) hooks.subscribe_gradients(gradients_);
+        return strategy;
       }()),
-      takes_micro_(strategy_->takes_micro_batches()),
-      n_(model_->num_params()),
-      total_(planned_steps(config_, data_->steps_per_epoch())),
+      each_micro_(gradients_.each_micro_batch()),
       storage_(load_storage_profile(config_.data.storage)),
       ranks_per_node_(std::max(1, std::min(ranks_, cost_model_.hardware().gpus_per_node))),
       modeled_(cost_model_, config_, res_),
@@ -323,7 +361,7 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
   res_.steps_planned = total_;
   res_.num_params = static_cast<int64_t>(n_);
   res_.classification = model_->classification();
-  res_.replicas_identical = strategy_->replicas_identical(total_);
+  res_.replicas_identical = traits_.replicas_identical;
   res_.steps.assign(static_cast<size_t>(ranks_), {});
   init_params();
   monitor_.set_evaluator([this](const float* p) {
@@ -389,15 +427,33 @@ void HostRun::init_params() {
 
 HostRun::RankState::RankState(HostRun& run, int rank)
     : ws_capacity(std::max<int64_t>(run.plan_.shape.batch_per_rank, 1)),
-      ws(run.model_->make_workspace(ws_capacity)),
+      relay(run.gradients_, rank),
       grad(run.n_),
-      accumulation(run.plan_.pitfall, run.n_, run.strategy_->takes_micro_batches()),
+      accumulation(run.plan_.pitfall, run.n_, run.each_micro_),
       precision(run.base_policy_),
       loader(*run.data_, run.config_, run.cache_.get(), rank, run.control_->loader_steps(), run.config_.data.prefetch),
       readers(static_cast<double>(
           std::min(run.ranks_per_node_, run.ranks_ - rank / run.ranks_per_node_ * run.ranks_per_node_))),
       window(static_cast<double>(std::max<int64_t>(1, run.config_.data.prefetch) * run.plan_.shape.batch_per_rank)) {
   clock.reserve(static_cast<size_t>(std::min<int64_t>(run.total_, 1 << 16)));
+  ws = run.make_workspace(*this, ws_capacity);
+}
+
+std::unique_ptr<Workspace> HostRun::make_workspace(RankState& rs, int64_t samples) const {
+  std::unique_ptr<Workspace> ws = model_->make_workspace(samples);
+  if (!gradients_.empty()) ws->grad_ready = &rs.relay;
+  return ws;
+}
+
+void HostRun::end_micro_batch(RankState& rs, int rank, int64_t k) {
+  if (gradients_.empty()) return;
+  MicroBatchEnd e;
+  e.rank = rank;
+  e.micro_batch = k;
+  e.last = k + 1 == K_;
+  e.grad = each_micro_ ? rs.accumulation.micro() : nullptr;
+  e.clock = &rs.clock;
+  gradients_.micro_batch_end(e);
 }
 
 void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCost& cost, StepTally& tally,
@@ -410,15 +466,13 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
       rs.loader.next(rs.batch, rs.micro_counts);
     }
     data_step.counts += rs.micro_counts;
-    if (rs.batch.count == 0) {
-      if (takes_micro_) {  // every rank hands over every micro-batch (the strategy's collectives pair up)
-        rs.accumulation.empty();
-        strategy_->micro_batch(rank, k, rs.accumulation.micro(), rs.clock);
-      }
+    if (rs.batch.count == 0) {  // no backward; every rank still ends every micro-batch (subscribers' collectives pair)
+      if (each_micro_) rs.accumulation.empty();
+      end_micro_batch(rs, rank, k);
       continue;
     }
     if (rs.batch.count > rs.ws_capacity) {  // inline micro-batches may exceed b: grow to the largest seen
-      rs.ws = model_->make_workspace(rs.batch.count);
+      rs.ws = make_workspace(rs, rs.batch.count);
       rs.ws_capacity = rs.batch.count;
     }
     {
@@ -429,9 +483,10 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
     {
       GS_NVTX_RANGE(kBackward);
       PhaseTimer t(rs.clock, Phase::kBackward);
+      rs.relay.begin(k, rs.accumulation.target(rs.grad));
       rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad, tally.grad_samples);
     }
-    if (takes_micro_) strategy_->micro_batch(rank, k, rs.accumulation.micro(), rs.clock);
+    end_micro_batch(rs, rank, k);
     counters.grad_values += rs.ws->precision.grad_values;
     counters.grad_underflow += rs.ws->precision.grad_underflow;
     counters.grad_nonfinite += rs.ws->precision.grad_nonfinite;
@@ -521,7 +576,7 @@ void HostRun::run() {
 void HostRun::finish() {
   control_->finish();
   gather_ranks();
-  const StrategyReport report = strategy_->report();
+  const StrategyReport report = strategy_->report(ReportContext{res_.steps_completed});
   adopt_modeled_rank_steps(report.modeled_rank_steps, res_);
   res_.staleness = report.staleness;
   // The strategy's claim of identical replicas, checked against the trace when there is one.
@@ -553,13 +608,16 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   CostModel cost_model(config, *model);
   res.hardware = cost_model.hardware().name;
   std::unique_ptr<Communicator> comm = make_host_communicator(ranks);
-  StrategySetup setup{config, *model, *comm, ranks, &cost_model, true};
-  std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
   const int64_t total = config.training.steps;
+  StrategyTraits traits;
+  StrategySetup setup{config, *model, *comm, ranks, &cost_model, true};
+  setup.total_steps = total;
+  setup.traits = &traits;
+  std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
   res.steps_planned = total;
   res.num_params = static_cast<int64_t>(model->num_params());
   res.classification = model->classification();
-  res.replicas_identical = strategy->replicas_identical(total);
+  res.replicas_identical = traits.replicas_identical;
   StepCost cost = cost_model.make_step_cost();
   for (int64_t k = 0; k < K; ++k) {
     cost_model.add_micro_batch(cost, b, k + 1 == K);
@@ -615,7 +673,7 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
     monitor.step_done(step + 1, nothing_trained);
     if (monitor.stop_after(step + 1, monitor.read_stop())) break;
   }
-  res.compression = strategy->modeled_compression(res.steps_completed);
+  res.compression = strategy->report(ReportContext{res.steps_completed}).compression;
 }
 
 // The host backend's run (and the staged cuda path's: the same loop and strategies with forward / backward /

@@ -11,6 +11,7 @@
 #include "sim/runtime/run_result.h"
 
 namespace gs {
+class GradientHooks;
 struct ParameterRead;
 struct RunPlan;
 }
@@ -29,6 +30,9 @@ struct RunHooks {
   std::function<void(const ParameterRead&)> on_read;
   // When set, builds the run's dataset instead of the registry (tests: a dataset whose reads fail mid-run).
   std::function<std::unique_ptr<Dataset>(const RunConfig&)> make_dataset;
+  // Tests: subscribes listeners of their own to the host rank loop's gradient-ready events (sim/strategy/strategy.h,
+  // GradientHooks), after the strategy's; events come on the rank threads.
+  std::function<void(GradientHooks&)> subscribe_gradients;
 };
 
 // Number of optimizer steps the config asks for (training.steps, or epochs x steps per epoch).

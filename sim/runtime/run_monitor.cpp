@@ -108,7 +108,7 @@ bool RunMonitor::progress(const ProgressPoint& p, size_t bad_params, bool scaler
 }
 
 void RunMonitor::diverged(int64_t step, NonFinite q, double train_loss, const std::string& detail) {
-  res_.disposition = disposition_name(Disposition::kDiverged);
+  res_.disposition = Disposition::kDiverged;
   res_.divergence_quantity = non_finite_name(q);
   const std::string paren = detail.empty() ? std::string() : " (" + detail + ")";
   if (q == NonFinite::kParameters) {
@@ -137,7 +137,7 @@ void RunMonitor::diverged(int64_t step, NonFinite q, double train_loss, const st
 }
 
 void RunMonitor::diverged_at_progress(int64_t step, size_t bad_params, double train_loss) {
-  res_.disposition = disposition_name(Disposition::kDiverged);
+  res_.disposition = Disposition::kDiverged;
   res_.divergence_step = step;
   res_.divergence_quantity = bad_params > 0 ? "parameters" : "train_loss";
   res_.message = bad_params > 0 ? fmt::format("diverged at step {}: the first non-finite quantity is the server's "
@@ -148,7 +148,7 @@ void RunMonitor::diverged_at_progress(int64_t step, size_t bad_params, double tr
 
 void RunMonitor::final_parameters_checked(size_t bad_params) {
   if (!res_.is(Disposition::kPassed) || bad_params == 0) return;
-  res_.disposition = disposition_name(Disposition::kDiverged);
+  res_.disposition = Disposition::kDiverged;
   res_.divergence_step = res_.steps_completed;
   res_.divergence_quantity = "parameters";
   res_.message = fmt::format("diverged at step {}: the first non-finite quantity is the parameters after its update",
@@ -157,7 +157,7 @@ void RunMonitor::final_parameters_checked(size_t bad_params) {
 
 bool RunMonitor::stop_after(int64_t steps_done, const StopReading& reading) {
   if (!reading.any() || steps_done >= total_) return false;
-  res_.disposition = disposition_name(reading.timed_out ? Disposition::kTimeout : Disposition::kInterrupted);
+  res_.disposition = reading.timed_out ? Disposition::kTimeout : Disposition::kInterrupted;
   res_.message = reading.timed_out ? fmt::format("stopped after step {} of {}: training.run_timeout_s {} s passed",
                                                  steps_done, total_, timeout_s_)
                                    : fmt::format("stopped after step {} of {}", steps_done, total_);

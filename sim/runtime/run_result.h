@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,8 +66,9 @@ struct DataResult {
   std::vector<std::vector<DataStepRecord>> steps;  // [rank][step]
 };
 
-// How a run ended (report key "disposition"). The rank loops set it through set_disposition / is; the report and
-// the driver read RunResult::disposition, its name.
+// How a run ended (report key "disposition"). The rank loops set it through set_disposition; the driver and the
+// report compare the enum; only the report's text has its name (disposition_name), and what reads a report back
+// turns the name into the enum (parse_disposition).
 enum class Disposition { kPassed, kDiverged, kFailed, kSkipped, kInterrupted, kTimeout };
 // "passed" | "diverged" | "failed" | "skipped" | "interrupted" | "timeout"
 inline const char* disposition_name(Disposition d) {
@@ -80,12 +82,20 @@ inline const char* disposition_name(Disposition d) {
   }
   return "failed";
 }
+inline std::ostream& operator<<(std::ostream& os, Disposition d) { return os << disposition_name(d); }
+// The disposition a report names (disposition_name's inverse); nullopt for any other text.
+inline std::optional<Disposition> parse_disposition(const std::string& name) {
+  for (Disposition d : {Disposition::kPassed, Disposition::kDiverged, Disposition::kFailed, Disposition::kSkipped,
+                        Disposition::kInterrupted, Disposition::kTimeout})
+    if (name == disposition_name(d)) return d;
+  return std::nullopt;
+}
 
 struct RunResult {
-  std::string disposition = "passed";  // disposition_name(Disposition): passed | diverged | failed | skipped | ...
-  bool is(Disposition d) const { return disposition == disposition_name(d); }
+  Disposition disposition = Disposition::kPassed;
+  bool is(Disposition d) const { return disposition == d; }
   void set_disposition(Disposition d, std::string why) {
-    disposition = disposition_name(d);
+    disposition = d;
     message = std::move(why);
   }
   std::string message;
@@ -115,7 +125,7 @@ struct RunResult {
   std::vector<SeriesPoint> series;
   bool classification = false;
   bool replicas_identical = true;             // the strategy's claim
-  json compression;                           // the strategy's compression_report() (null: uncompressed)
+  json compression;                           // the strategy's report: its compression object (null: uncompressed)
   std::vector<float> trace_initial;           // report.trace: parameters before step 1
   std::vector<std::vector<std::vector<float>>> trace;  // report.trace: [step][rank][param] after each step
   // report.save_weights: the parameters before step 1 (as every rank starts) and after the last step (the strategy's
@@ -123,7 +133,7 @@ struct RunResult {
   // when not asked for.
   std::vector<float> initial_params, final_params;
   std::optional<PrecisionResult> precision;   // filled for every run that started training
-  json staleness;  // free-running strategies' staleness_report() (report key "staleness"); null otherwise
+  json staleness;  // the strategy's report: a free-running strategy's staleness object (key "staleness"); or null
   std::optional<DataResult> data;             // filled for every run that started training
 };
 

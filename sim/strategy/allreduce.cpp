@@ -1,18 +1,6 @@
-// `allreduce`: bulk-synchronous data parallelism (docs/design.md, section 2): bucketed all-reduce (sum, rank order) of
-// the local gradient sums, divided by S, the same optimizer step on every rank. Extend: a new wire encoding is a
-// compressor (sim/compress/registry.cpp); a new rule for applying the averaged gradient goes into apply_update.
-// With cluster.share_identical (host backend) the ranks hold one shared parameter buffer and optimizer: each rank
-// reduces its 1/N slice of the gradients straight into a shared buffer (same order, same bits) and updates that slice,
-// so the N identical copies and N identical optimizer passes are done once. Results are bit-for-bit the same.
-// With compression (compression.kind other than "none") the communication is CompressedReduction's
-// (sim/compress/reduce.cpp) and the shared fast path is off: lossy compressors keep per-rank residuals and state.
-// Delayed update (sync.staleness s > 0): the step-t update applies the averaged gradient of step t - s, kept in a ring
-// of s averaged gradients (with the rank's own gradient buffer, s + 1 buffers); steps t < s apply nothing and the last
-// s gradients are never applied. The gradient of a step is reduced, then unscaled, checked and clipped (PrecisionStep)
-// in that step, with the loss scale its backward used; the scaler's skip drops that gradient from the ring, and the
-// optimizer later applies it at the step's learning rate with t = updates applied so far. Error feedback and other
-// compressor state work on what is sent, so they are unchanged by when the result is applied. The shared fast path
-// keeps one shared ring. sync.overlap false changes the modeled clock only (no bucket overlaps backward).
+// `allreduce`: bulk-synchronous data parallelism (docs/design.md, section 2): the AllReduce strategy (bucketed
+// all-reduce of the gradient sums, divided by S, the same optimizer step on every rank), with its shared-buffer fast
+// path, compressed reductions and delayed updates (sync.staleness).
 #include <algorithm>
 
 #include "kernels/nvtx.h"
@@ -28,6 +16,22 @@ namespace {
 
 constexpr size_t kTileElems = 4096;
 
+// Extend: a new wire encoding is a compressor (sim/compress/registry.cpp); a new rule for applying the averaged
+// gradient goes into apply_update.
+// With cluster.share_identical (host backend) the ranks hold one shared parameter buffer and optimizer: each rank
+// reduces its 1/N slice of the gradients straight into a shared buffer (same order, same bits) and updates that slice,
+// so the N identical copies and N identical optimizer passes are done once. Results are bit-for-bit the same.
+// With compression (compression.kind other than "none") the communication is CompressedReduction's
+// (sim/compress/reduce.cpp) and the shared fast path is off: lossy compressors keep per-rank residuals and state.
+// Delayed update (sync.staleness s > 0): the step-t update applies the averaged gradient of step t - s, kept in a ring
+// of s averaged gradients (with the rank's own gradient buffer, s + 1 buffers); steps t < s apply nothing and the last
+// s gradients are never applied. The gradient of a step is reduced, then unscaled, checked and clipped (PrecisionStep)
+// in that step, with the loss scale its backward used; the scaler's skip drops that gradient from the ring, and the
+// optimizer later applies it at the step's learning rate with t = updates applied so far. Error feedback and other
+// compressor state work on what is sent, so they are unchanged by when the result is applied. The shared fast path
+// keeps one shared ring. sync.overlap false changes the modeled clock only (no bucket overlaps backward).
+// On the host a collective blocks its rank thread, so the buckets are reduced after the micro-batches (no
+// subscription to the gradient-ready events); the modeled clock prices their overlap with backward (price).
 class AllReduce final : public SyncStrategy {
  public:
   explicit AllReduce(const StrategySetup& s)
@@ -44,6 +48,7 @@ class AllReduce final : public SyncStrategy {
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     wire_config_ = wire_config(s.config);
+    s.claim_replicas_identical(true);  // every rank applies the same averaged gradient
     if (s.timing_only) {  // timing-only: price alone, no buffers (one precision step prices its passes)
       precision_.emplace_back(s.config);
       std::vector<std::pair<size_t, size_t>> ranges;
@@ -80,22 +85,20 @@ class AllReduce final : public SyncStrategy {
 
   float* params(int rank) override { return params_[shared_ ? 0 : static_cast<size_t>(rank)].data(); }
   const float* eval_params() override { return params_[0].data(); }
-  bool replicas_identical(int64_t) const override { return true; }
   float loss_scale(int rank) const override { return precision_[shared_ ? 0 : static_cast<size_t>(rank)].loss_scale(); }
-  // The report follows rank 0's precision step (under all-reduce every rank's decides alike).
-  StrategyReport report() const override {
+  // The report follows rank 0's precision step (under all-reduce every rank's decides alike). Compression: what the
+  // reduction measured, or in timing-only runs (no CompressedReduction) the buckets' modeled prices over the steps
+  // (sim/compress/modeled.h).
+  StrategyReport report(const ReportContext& context) const override {
     StrategyReport r;
     r.precision = &precision_[0];
-    r.compression = compression_report();
-    return r;
-  }
-  nlohmann::json compression_report() const {
-    return compressed_ ? compressed_->report() : nlohmann::json(nullptr);
-  }
-  // Timing-only runs: the compression object from the buckets' modeled prices (sim/compress/modeled.h).
-  nlohmann::json modeled_compression(int64_t steps) const override {
     const CompressionConfig& cc = wire_config_.compression;
-    return cc.kind == "none" ? nlohmann::json(nullptr) : modeled_compression_report(cc, modeled_, steps);
+    if (compressed_) {
+      r.compression = compressed_->report();
+    } else if (cc.kind != "none") {
+      r.compression = modeled_compression_report(cc, modeled_, context.steps);
+    }
+    return r;
   }
 
   void step(const StepInput& in) override {

@@ -12,6 +12,7 @@ class Independent final : public SyncStrategy {
  public:
   explicit Independent(const StrategySetup& s)
       : n_(s.model.num_params()), cost_model_(s.cost_model), optimizer_(s.config.training.optimizer) {
+    s.claim_replicas_identical(false);  // every replica follows its own data
     for (int r = 0; r < s.ranks; ++r) precision_.emplace_back(s.config);  // each rank its own loss scaler
     if (s.timing_only) return;  // timing-only: price alone, no buffers
     for (int r = 0; r < s.ranks; ++r) {
@@ -40,9 +41,8 @@ class Independent final : public SyncStrategy {
     ps.after_update(params(in.rank), opt, 0, n_);
   }
   const float* eval_params() override { return params_[0].data(); }
-  bool replicas_identical(int64_t) const override { return false; }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
-  StrategyReport report() const override {
+  StrategyReport report(const ReportContext&) const override {
     StrategyReport r;
     r.precision = &precision_[0];  // rank 0's scaler
     return r;

@@ -1,14 +1,5 @@
-// `local_sgd`: local SGD with periodic parameter averaging (docs/design.md, section 2), with an optional synchronous warm-up
-// (post-local SGD, Lin et al. 2020). Extend here: another averaging rule (e.g. a schedule of periods) is a change to
-// averages_after(); another thing to average is one more all-reduce in average().
-//
-// Steps t < sync.warmup_steps (0-based) are synchronous all-reduce steps: the gradient sum is all-reduced, divided by
-// the step's sample count S, and every rank applies the same update to its replica. After the warm-up each rank
-// divides its gradient by its own sample count and applies its own optimizer with its own loss scaler; after local
-// steps H, 2H, ... (H = sync.period, counted from the end of the warm-up: the step counter ticks once per optimizer
-// step, case BC16) the parameters are averaged over ranks (rank-order sum, then / N, so every rank holds the same
-// bits), and with sync.average_optimizer_state also every optimizer state buffer (momentum, Adam moments). Adam's step
-// count stays per rank. Evaluation between averages uses the replicas' average, computed for evaluation only.
+// `local_sgd`: the LocalSgd strategy: local optimizer steps with periodic parameter averaging (docs/design.md,
+// section 2), after an optional synchronous warm-up (post-local SGD, Lin et al. 2020).
 #include <algorithm>
 
 #include "kernels/nvtx.h"
@@ -19,6 +10,16 @@
 namespace gs {
 namespace {
 
+// Extend here: another averaging rule (e.g. a schedule of periods) is a change to averages_after(); another thing to
+// average is one more all-reduce in average().
+//
+// Steps t < sync.warmup_steps (0-based) are synchronous all-reduce steps: the gradient sum is all-reduced, divided by
+// the step's sample count S, and every rank applies the same update to its replica. After the warm-up each rank
+// divides its gradient by its own sample count and applies its own optimizer with its own loss scaler; after local
+// steps H, 2H, ... (H = sync.period, counted from the end of the warm-up: the step counter ticks once per optimizer
+// step, case BC16) the parameters are averaged over ranks (rank-order sum, then / N, so every rank holds the same
+// bits), and with sync.average_optimizer_state also every optimizer state buffer (momentum, Adam moments). Adam's step
+// count stays per rank. Evaluation between averages uses the replicas' average, computed for evaluation only.
 class LocalSgd final : public SyncStrategy {
  public:
   explicit LocalSgd(const StrategySetup& s)
@@ -32,6 +33,9 @@ class LocalSgd final : public SyncStrategy {
         optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
+    // Identical after every step only when every step ends with an average (H = 1), there is one rank, or the
+    // warm-up covers the whole run (every step is a synchronous all-reduce step).
+    s.claim_replicas_identical(period_ == 1 || ranks_ == 1 || warmup_ >= s.total_steps);
     for (int r = 0; r < s.ranks; ++r) precision_.emplace_back(s.config);  // each rank its own loss scaler
     const OptimizerConfig& o = s.config.training.optimizer;
     state_buffers_ = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
@@ -43,13 +47,8 @@ class LocalSgd final : public SyncStrategy {
   }
 
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
-  // Identical after every step only when every step ends with an average (H = 1), there is one rank, or the warm-up
-  // covers the whole run (every step is a synchronous all-reduce step).
-  bool replicas_identical(int64_t total_steps) const override {
-    return period_ == 1 || ranks_ == 1 || warmup_ >= total_steps;
-  }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
-  StrategyReport report() const override {
+  StrategyReport report(const ReportContext&) const override {
     StrategyReport r;
     r.precision = &precision_[0];  // rank 0's scaler
     return r;

@@ -1,21 +1,5 @@
-// training.optimizer.kind "onebit_adam": DeepSpeed's 1-bit Adam (Tang et al. 2021, arXiv 2102.02888; DeepSpeed
-// OnebitAdam.step, deepspeed/runtime/fp16/onebit/adam.py) as a sync strategy, because it owns the communication:
-// during the warm-up the gradient is all-reduced (DeepSpeed's engine, enable_backward_allreduce) and after it only the
-// momentum travels, through the compressed all-reduce (onebit_adam.h). Per 1-based step k (state['step']):
-//   k = 1: DeepSpeed's initialization step: the error buffers are made and the (zero) momentum goes through one
-//          compressed all-reduce; no parameter moves and the buffers are dropped after it (the gradient is still
-//          all-reduced by the engine);
-//   2 <= k <= max(freeze_step, 2): g = all-reduced gradient / S;
-//          m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (exp_avg.mul_(b1).add_(1 - b1, g), exp_avg_sq.mul_(b2)
-//          .addcmul_(1 - b2, g, g): torch's CPU kernels fuse each add, kernels/optim_math.h);
-//   later: v frozen; each rank's m = b1 m + (1 - b1) g_r with its local mean gradient g_r (the all-reduce is off),
-//          then m = compressed_allreduce(m) with fresh worker and server error buffers at the first such step.
-// Every step that moves: u = m / (sqrt(v) + eps) (no bias correction: OnebitAdam never applies it), u += wd p when
-// weight_decay > 0, p += (-lr) u. With one rank nothing is compressed (DeepSpeed: `if self.size > 1`).
-// The flat parameter buffer is one tensor: DeepSpeed runs 1-bit Adam under FP16_Optimizer, which flattens each
-// parameter group into one fp32 master (deepspeed/runtime/fp16/fused_optimizer.py), so one compressed all-reduce
-// covers the whole model. DeepSpeed's exp_avg_mask: training.optimizer.exp_avg_mask "zero_variance" (a mask made
-// from the frozen variance); its non-freeze parameter groups are not modeled (one group).
+// training.optimizer.kind "onebit_adam": the OnebitAdam strategy (DeepSpeed's 1-bit Adam as a sync strategy, because
+// it owns the communication) and the pieces onebit_adam.h declares (compressed all-reduce, pricing, report, Adam).
 #include "sim/strategy/onebit_adam.h"
 
 #include <algorithm>
@@ -246,6 +230,24 @@ void deepspeed_update(float* p, const float* m, const float* v, size_t n, const 
 
 namespace {
 
+// DeepSpeed's 1-bit Adam (Tang et al. 2021, arXiv 2102.02888; DeepSpeed OnebitAdam.step,
+// deepspeed/runtime/fp16/onebit/adam.py) as a sync strategy, because it owns the communication: during the warm-up the
+// gradient is all-reduced (DeepSpeed's engine, enable_backward_allreduce) and after it only the momentum travels,
+// through the compressed all-reduce (onebit_adam.h). Per 1-based step k (state['step']):
+//   k = 1: DeepSpeed's initialization step: the error buffers are made and the (zero) momentum goes through one
+//          compressed all-reduce; no parameter moves and the buffers are dropped after it (the gradient is still
+//          all-reduced by the engine);
+//   2 <= k <= max(freeze_step, 2): g = all-reduced gradient / S;
+//          m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (exp_avg.mul_(b1).add_(1 - b1, g), exp_avg_sq.mul_(b2)
+//          .addcmul_(1 - b2, g, g): torch's CPU kernels fuse each add, kernels/optim_math.h);
+//   later: v frozen; each rank's m = b1 m + (1 - b1) g_r with its local mean gradient g_r (the all-reduce is off),
+//          then m = compressed_allreduce(m) with fresh worker and server error buffers at the first such step.
+// Every step that moves: u = m / (sqrt(v) + eps) (no bias correction: OnebitAdam never applies it), u += wd p when
+// weight_decay > 0, p += (-lr) u. With one rank nothing is compressed (DeepSpeed: `if self.size > 1`).
+// The flat parameter buffer is one tensor: DeepSpeed runs 1-bit Adam under FP16_Optimizer, which flattens each
+// parameter group into one fp32 master (deepspeed/runtime/fp16/fused_optimizer.py), so one compressed all-reduce
+// covers the whole model. DeepSpeed's exp_avg_mask: training.optimizer.exp_avg_mask "zero_variance" (a mask made
+// from the frozen variance); its non-freeze parameter groups are not modeled (one group).
 class OnebitAdam final : public SyncStrategy {
  public:
   explicit OnebitAdam(const StrategySetup& s)
@@ -259,6 +261,9 @@ class OnebitAdam final : public SyncStrategy {
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     GS_EXPECT(opt_.kind == "onebit_adam", "the onebit_adam strategy runs training.optimizer.kind \"onebit_adam\"");
+    // Every rank applies the same all-reduced gradient (warm-up) or the same decompressed momentum (after it) with the
+    // same frozen variance.
+    s.claim_replicas_identical(true);
     if (s.timing_only) return;
     ranks_state_.resize(static_cast<size_t>(ranks_));
     for (RankState& r : ranks_state_) {
@@ -270,9 +275,6 @@ class OnebitAdam final : public SyncStrategy {
 
   float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.data(); }
   const float* eval_params() override { return ranks_state_[0].params.data(); }
-  // Every rank applies the same all-reduced gradient (warm-up) or the same decompressed momentum (after it) with the
-  // same frozen variance.
-  bool replicas_identical(int64_t) const override { return true; }
 
   // State of rank `rank` for tests: m (exp_avg), v (exp_avg_sq), worker and server error (empty outside the
   // compressed stage).
@@ -287,7 +289,7 @@ class OnebitAdam final : public SyncStrategy {
   // compression and decoding times of every rank, and the error-feedback norms per step averaged over the ranks
   // (residual_norm: the worker error; server_error_norm: the server error of each rank's chunk). Null before the
   // first compressed step and on one rank (nothing is compressed).
-  StrategyReport report() const override {
+  StrategyReport report(const ReportContext&) const override {
     StrategyReport rep;
     if (ranks_state_.empty()) return rep;
     std::vector<const std::vector<OnebitNorms>*> calls;

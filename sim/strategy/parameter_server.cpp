@@ -1,6 +1,48 @@
-// `parameter_server` (docs/design.md, section 2): the server owns the parameters (sharded over sync.shards shards) and the
-// optimizer; each worker computes a gradient on the parameters it last pulled, pushes it, and pulls again. Extend: a
-// new consistency model is a rule in may_start; the workers' step control is FreeRunningControl at the end.
+// `parameter_server` (docs/design.md, section 2): the ParameterServer strategy (server shards own the parameters and
+// the optimizer; workers push gradients and pull parameters; BSP, SSP, asynchronous) and its free-running step
+// control (FreeRunningControl).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "sim/compress/compressor.h"
+#include "sim/compress/modeled.h"
+#include "sim/core/error.h"
+#include "sim/optim/optimizer.h"
+#include "sim/core/summary.h"
+#include "sim/comm/scheduler.h"
+#include "sim/cost/ps_cost.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+namespace {
+
+constexpr size_t kTileElems = 4096;
+
+json histogram_json(const std::map<int64_t, int64_t>& h) {
+  json values = json::array(), counts = json::array();
+  double sum = 0.0, total = 0.0;
+  int64_t max = 0;
+  for (const auto& [v, c] : h) {
+    values.push_back(v);
+    counts.push_back(c);
+    sum += static_cast<double>(v) * static_cast<double>(c);
+    total += static_cast<double>(c);
+    max = std::max(max, v);
+  }
+  return {{"values", values},
+          {"counts", counts},
+          {"mean", total > 0 ? json(sum / total) : json(nullptr)},
+          {"max", total > 0 ? json(max) : json(nullptr)}};
+}
+
+// The server owns the parameters (sharded over sync.shards shards) and the optimizer; each worker computes a gradient
+// on the parameters it last pulled, pushes it, and pulls again. Extend: a new consistency model is a rule in may_start;
+// the workers' step control is FreeRunningControl at the end.
 // sync.staleness 0 = BSP (the server sums a clock's pushes in rank order, divides by their samples, applies once),
 // s = SSP (Ho et al. 2013: a worker starts clock c only when every worker has finished clock c - s - 1), "inf" =
 // asynchronous (every push applied on arrival, with its own mean gradient at learning rate lr / N: N pushes are one
@@ -52,45 +94,6 @@
 // Gradient clipping (training.clip_grad_norm) is per worker, before the push, on the worker's own mean gradient
 // (after unscaling), as local clipping in DGC (Lin et al. 2018); it is not the clipping of the averaged gradient that
 // allreduce does.
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <map>
-#include <optional>
-
-#include <fmt/format.h>
-
-#include "sim/compress/compressor.h"
-#include "sim/compress/modeled.h"
-#include "sim/core/error.h"
-#include "sim/optim/optimizer.h"
-#include "sim/core/summary.h"
-#include "sim/comm/scheduler.h"
-#include "sim/cost/ps_cost.h"
-#include "sim/strategy/strategy.h"
-
-namespace gs {
-namespace {
-
-constexpr size_t kTileElems = 4096;
-
-json histogram_json(const std::map<int64_t, int64_t>& h) {
-  json values = json::array(), counts = json::array();
-  double sum = 0.0, total = 0.0;
-  int64_t max = 0;
-  for (const auto& [v, c] : h) {
-    values.push_back(v);
-    counts.push_back(c);
-    sum += static_cast<double>(v) * static_cast<double>(c);
-    total += static_cast<double>(c);
-    max = std::max(max, v);
-  }
-  return {{"values", values},
-          {"counts", counts},
-          {"mean", total > 0 ? json(sum / total) : json(nullptr)},
-          {"max", total > 0 ? json(max) : json(nullptr)}};
-}
-
 class ParameterServer final : public SyncStrategy {
   struct PushRecord;  // one compressed push (below)
 
@@ -110,7 +113,10 @@ class ParameterServer final : public SyncStrategy {
         cost_model_(s.cost_model),
         tensors_(&s.model.tensors()),
         server_precision_(s.config),
+        timing_only_(s.timing_only),
         sched_(s.ranks, parse_ordering(s.config.sync.ordering)) {
+    // BSP: every worker pulls the same parameters after each clock; SSP and async workers read different versions.
+    s.claim_replicas_identical(staleness_ == 0);
     for (int r = 0; r < ranks_; ++r) precision_.emplace_back(s.config);  // each worker its own loss scaler
     scaled_ = precision_.front().scaler().active();
     clip_ = s.config.training.clip_grad_norm > 0;
@@ -186,12 +192,12 @@ class ParameterServer final : public SyncStrategy {
 
   float* params(int rank) override { return worker_[static_cast<size_t>(rank)].data(); }
   const float* eval_params() override { return server_.data(); }
-  // BSP: every worker pulls the same parameters after each clock; SSP and async workers read different versions.
-  bool replicas_identical(int64_t) const override { return staleness_ == 0; }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
-  // The report's precision section follows worker 0's scaler; every worker's skips are in the staleness report.
-  StrategyReport report() const override {
+  // The report's precision section follows worker 0's scaler; every worker's skips are in the staleness report. A
+  // timing-only run (no workers) reports nothing of its own.
+  StrategyReport report(const ReportContext&) const override {
     StrategyReport r;
+    if (timing_only_) return r;
     r.precision = &precision_[0];
     r.compression = compression_report();
     r.staleness = staleness_report();
@@ -724,6 +730,7 @@ class ParameterServer final : public SyncStrategy {
   const CostModel* cost_model_;
   const std::vector<TensorInfo>* tensors_;
   const PrecisionStep server_precision_;  // fp16_pure: the server's fp16 storage (no scaler runs on the server)
+  const bool timing_only_;                // training.mode "timing": priced only, no workers or buffers
   InteractionScheduler sched_;
   std::vector<std::pair<size_t, size_t>> shard_ranges_;
   std::vector<double> wire_bytes_;  // per rank, each way: the part of a dense push or pull that crosses the wire

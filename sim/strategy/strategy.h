@@ -95,6 +95,75 @@ class StepControl {
   virtual void abort() {}
 };
 
+// ---- Gradient-ready events: the shape of PyTorch c10d's Reducer ---------------------------------------------------
+// Per rank and optimizer step the rank loop relays, for each micro-batch k = 0 .. K-1 in order, the model's events of
+// its backward (layer_ready: one layer's elements are final for that backward, last layer first, as Model::backward
+// announces them; none for a micro-batch without samples, which runs no backward) and then the micro-batch's end
+// (micro_batch_end, every micro-batch). A strategy subscribes in its constructor (StrategySetup::gradients) to what
+// it acts on; the rank loop asks it nothing. Events come on the rank's own thread, one call per layer or micro-batch.
+
+// One layer of rank `rank`'s backward of micro-batch `micro_batch` is finished.
+struct LayerReady {
+  int rank = 0;
+  int64_t micro_batch = 0;      // 0-based within the step
+  size_t begin = 0, end = 0;    // the layer's elements [begin, end) of the flat gradient
+  const float* grad = nullptr;  // the buffer that backward adds into (num_params floats): the micro-batch's own
+                                // gradient under GradientHooks::Gradient::kEachMicroBatch, else the step's running sum
+};
+
+// Rank `rank`'s micro-batch `micro_batch` has ended (its backward, if it had samples, is done).
+struct MicroBatchEnd {
+  int rank = 0;
+  int64_t micro_batch = 0;
+  bool last = false;            // the step's last micro-batch
+  // The micro-batch's gradient sum alone (num_params floats; zeros for a micro-batch without samples) when a
+  // subscriber asked for it (GradientHooks::Gradient::kEachMicroBatch); null otherwise.
+  const float* grad = nullptr;
+  PhaseClock* clock = nullptr;  // the rank's measured clock: a subscriber times its work here (communicate, wait)
+};
+
+class GradientSubscriber {
+ public:
+  virtual void layer_ready(const LayerReady& event) {}
+  virtual void micro_batch_end(const MicroBatchEnd& event) {}
+
+ protected:
+  ~GradientSubscriber() = default;
+};
+
+// The subscriptions of one run (owned by the loop that runs it; filled before the rank threads start, then read only).
+class GradientHooks {
+ public:
+  // kRunningSum: the backward adds straight into the step's gradient sum (the events' grad is that sum);
+  // kEachMicroBatch: each micro-batch's backward runs into a buffer of its own, handed to micro_batch_end before it
+  // is added into the sum (c10d without no_sync: every micro-batch's gradient is reduced).
+  enum class Gradient { kRunningSum, kEachMicroBatch };
+  void subscribe(GradientSubscriber& subscriber, Gradient gradient = Gradient::kRunningSum) {
+    subscribers_.push_back(&subscriber);
+    each_micro_batch_ = each_micro_batch_ || gradient == Gradient::kEachMicroBatch;
+  }
+  bool empty() const { return subscribers_.empty(); }
+  bool each_micro_batch() const { return each_micro_batch_; }
+  void layer_ready(const LayerReady& event) const {
+    for (GradientSubscriber* s : subscribers_) s->layer_ready(event);
+  }
+  void micro_batch_end(const MicroBatchEnd& event) const {
+    for (GradientSubscriber* s : subscribers_) s->micro_batch_end(event);
+  }
+
+ private:
+  std::vector<GradientSubscriber*> subscribers_;
+  bool each_micro_batch_ = false;
+};
+
+// What a strategy states about a run once, in its constructor (StrategySetup::claim_*); the loop records it before
+// the run.
+struct StrategyTraits {
+  // Every rank's parameters are equal after every step of the run (the report's replicas_identical, checked against
+  // the trace under report.trace).
+  bool replicas_identical = true;
+};
+
 // What a strategy is built from (once per run, before the rank threads start).
 struct StrategySetup {
   const RunConfig& config;
@@ -102,8 +171,18 @@ struct StrategySetup {
   Communicator& comm;
   int ranks;
   const CostModel* cost_model = nullptr;  // prices optimizer steps and the like (add_optimizer)
-  bool timing_only = false;               // training.mode "timing": allocate nothing; only price is called
+  bool timing_only = false;               // training.mode "timing": allocate nothing; only price and report are called
   const std::function<void(const ParameterRead&)>* on_read = nullptr;  // tests: every parameter read (free-running)
+  int64_t total_steps = 0;                // the run's planned optimizer steps
+  // Where the strategy subscribes to the rank loop's gradient-ready events; null where no rank loop runs it
+  // (timing-only runs, the cuda device loop's pricing, tests that only price).
+  GradientHooks* gradients = nullptr;
+  StrategyTraits* traits = nullptr;       // where the claims below go (null: nobody records them)
+
+  // The strategy's claim that every rank's parameters are equal after every step of this run.
+  void claim_replicas_identical(bool identical) const {
+    if (traits != nullptr) traits->replicas_identical = identical;
+  }
 };
 
 // One rank's call at the end of its optimizer step.
@@ -130,11 +209,18 @@ struct StepInput {
 // class). Most strategies: {0, 0} for every step and rank. The timing-only loop prices one step per key.
 using PriceKey = std::pair<int64_t, int>;
 
+// What SyncStrategy::report is asked with.
+struct ReportContext {
+  int64_t steps = 0;  // optimizer steps the run completed (a timing-only run's modeled compression counts them)
+};
+
 // What a strategy reports after the run (SyncStrategy::report).
 struct StrategyReport {
   // The precision step (loss scaler, clipping) the report's "precision" object follows (rank 0's); null when none.
   const PrecisionStep* precision = nullptr;
-  nlohmann::json compression;  // the report's "compression" object; null when gradients travel uncompressed
+  // The report's "compression" object (a timing-only run's from the modeled prices alone); null when gradients
+  // travel uncompressed or the strategy models no compressor.
+  nlohmann::json compression;
   nlohmann::json staleness;    // the report's "staleness" object (free-running strategies); null otherwise
   // [rank][step] modeled steps of a strategy that models its own clock (free-running: ranks step on their own);
   // empty when the rank loop's lockstep modeled clock has them.
@@ -152,6 +238,10 @@ struct ControlSetup {
   std::function<std::unique_ptr<StepControl>()> lockstep;
 };
 
+// The seven methods every loop calls: the parameters (params, eval_params, loss_scale), the step and its price
+// (step, price), the report after the run and the step control before it. What a strategy needs from the rank loop
+// beyond the step (micro-batch gradients, per-layer readiness) it subscribes to in its constructor (GradientHooks);
+// what it claims about the run it states there too (StrategySetup::claim_replicas_identical).
 class SyncStrategy {
  public:
   virtual ~SyncStrategy() = default;
@@ -165,24 +255,14 @@ class SyncStrategy {
   // Called by every rank thread concurrently; returns when the rank's next parameters are in params(rank) and safe
   // to read for the next forward. Adds its work to in.cost through price(in).
   virtual void step(const StepInput& in) = 0;
-  // True when the rank loop also hands the strategy each micro-batch's gradient as its backward ends (micro_batch),
-  // before step() gets their sum (sync.kind "zero" with sync.reduce_every_microbatch).
-  virtual bool takes_micro_batches() const { return false; }
-  // Rank `rank`'s micro-batch k (0-based) of the step about to end: grad is that micro-batch's gradient sum alone
-  // (num_params floats; zeros for a micro-batch without samples). Called by every rank thread for every k, in order.
-  virtual void micro_batch(int rank, int64_t k, float* grad, PhaseClock& clock) {}
   // The modeled step beyond the micro-batches: records into in.cost (when not null) what rank in.rank's step in.step
   // does (its collectives, optimizer, precision passes) without touching any data (in.grad may be null), and returns
-  // the step's PriceKey. Used by step() for the modeled clock and alone by timing-only runs (training.mode "timing").
+  // the step's PriceKey. Used by step() for the modeled clock and alone by timing-only runs (training.mode "timing")
+  // and the cuda device loop. Bucket readiness comes from each chain's GradRange and the model's layer table
+  // (CostModel::chain_ready_s), the order the gradient-ready events follow.
   virtual PriceKey price(const StepInput& in) const = 0;
-  // True when every rank's parameters are equal after every step of a run of total_steps optimizer steps (the
-  // strategy's claim, recorded before the run; the report checks it under trace).
-  virtual bool replicas_identical(int64_t total_steps) const = 0;
-  // After the run: what the report takes from the strategy.
-  virtual StrategyReport report() const { return {}; }
-  // After a timing-only run of `steps` optimizer steps: the report's "compression" object from the modeled prices
-  // alone (null: the gradients travel uncompressed, or the strategy models no compressor).
-  virtual nlohmann::json modeled_compression(int64_t steps) const { return nullptr; }
+  // After the run (one thread): what the report takes from the strategy; a timing-only run's too.
+  virtual StrategyReport report(const ReportContext& context) const { return {}; }
   // The run's step control (once, before the rank threads start): the lockstep one unless the strategy's ranks do
   // not step together (the parameter server supplies its own and reports through setup.progress).
   virtual std::unique_ptr<StepControl> make_control(const ControlSetup& setup) { return setup.lockstep(); }

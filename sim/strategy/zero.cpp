@@ -1,44 +1,6 @@
-// `zero`: ZeRO / FSDP sharded data parallelism (Rajbhandari et al. 2020;
-// docs/strategies.md, "zero"), sync.stage 1 (optimizer state sharded), 2 (+
-// gradients, FSDP SHARD_GRAD_OP), 3 (+ parameters, FSDP FULL_SHARD).
-//
-// Partitioning (DeepSpeed's equal padded partitions): the flat parameter vector
-// of n elements is padded to N x per elements, per = ceil(n / N) rounded up to
-// 16 floats (64 bytes); rank r owns [r per, min(n, (r+1) per)). Host
-// arithmetic, the same for every stage (the stages differ in GPU memory and on
-// the modeled clock):
-//   1. the rank's gradient sum is reduce-scattered
-//   (Communicator::reduce_scatter_sum: element i summed over ranks
-//      0..N-1 in rank order, the host all-reduce's order), then divided by S on
-//      the shard; under a cast compressor (compression.kind fp16 / bf16,
-//      communication_data_type) each rank casts its mean gradient as the cast
-//      all-reduce does (sim/compress/cast.cpp) and the owner sums its shard in
-//      the format (or in fp32 with compression.accumulate "fp32") in rank
-//      order, with the same pre / post division;
-//   2. the precision step (loss-scale unscale and check, clipping):
-//   element-wise on the shard when neither a scaler nor
-//      clipping runs; otherwise the shards are all-gathered on the host so the
-//      decision (skip, clip coefficient) is taken on the whole averaged
-//      gradient, with the bits all-reduce takes it with (DeepSpeed all-reduces
-//      an overflow flag and the squared norm: the modeled clock prices those
-//      two scalars, not the gather);
-//   3. the rank's optimizer updates its shard only; its state (momentum, Adam's
-//   m and v) is allocated for the shard;
-//      under mixed precision the fp32 master weights updated are the shard's;
-//   4. the updated shards are all-gathered into every rank's full parameters
-//   (fp32 on the host: the forward casts them
-//      to the mode's format element by element, so gathering the cast values
-//      gives the same bits).
-// So the parameters are bit-identical to sync.kind allreduce with the same
-// optimizer (tests/unit/test_zero.cpp). Accumulation (K micro-batches per step):
-// by default the rank's gradient is summed over its micro-batches and reduced
-// once per step (after the last micro-batch), at every stage, so the whole
-// gradient is held until then. sync.reduce_every_microbatch (stage 2 or 3,
-// K > 1; DeepSpeed stage 2, FSDP without no_sync) reduce-scatters each
-// micro-batch's gradient as its backward ends (micro_batch) and keeps only the
-// shard's sum: shard = sum over k in order of (sum over ranks in rank order of
-// the ranks' micro-batch-k gradients), then steps 2-4 as above. Not the bits of
-// allreduce in general (another order of the same sums).
+// `zero`: ZeRO / FSDP sharded data parallelism (Rajbhandari et al. 2020; docs/strategies.md, "zero"), sync.stage
+// 1-3: the Zero strategy (reduce-scatter, sharded update, all-gather; each micro-batch reduced as it ends under
+// sync.reduce_every_microbatch) and zero_partition.
 #include <algorithm>
 #include <cmath>
 
@@ -67,7 +29,31 @@ double parameter_wire_bytes(const RunConfig &c) {
   return p == Precision::kFp32 || p == Precision::kTf32 ? 4.0 : 2.0;
 }
 
-class Zero final : public SyncStrategy {
+// Partitioning (DeepSpeed's equal padded partitions): the flat parameter vector of n elements is padded to N x per
+// elements, per = ceil(n / N) rounded up to 16 floats (64 bytes); rank r owns [r per, min(n, (r+1) per)). Host
+// arithmetic, the same for every stage (the stages differ in GPU memory and on the modeled clock):
+//   1. the rank's gradient sum is reduce-scattered (Communicator::reduce_scatter_sum: element i summed over ranks
+//      0..N-1 in rank order, the host all-reduce's order), then divided by S on the shard; under a cast compressor
+//      (compression.kind fp16 / bf16, communication_data_type) each rank casts its mean gradient as the cast
+//      all-reduce does (sim/compress/cast.cpp) and the owner sums its shard in the format (or in fp32 with
+//      compression.accumulate "fp32") in rank order, with the same pre / post division;
+//   2. the precision step (loss-scale unscale and check, clipping): element-wise on the shard when neither a scaler
+//      nor clipping runs; otherwise the shards are all-gathered on the host so the decision (skip, clip coefficient)
+//      is taken on the whole averaged gradient, with the bits all-reduce takes it with (DeepSpeed all-reduces an
+//      overflow flag and the squared norm: the modeled clock prices those two scalars, not the gather);
+//   3. the rank's optimizer updates its shard only; its state (momentum, Adam's m and v) is allocated for the shard;
+//      under mixed precision the fp32 master weights updated are the shard's;
+//   4. the updated shards are all-gathered into every rank's full parameters (fp32 on the host: the forward casts
+//      them to the mode's format element by element, so gathering the cast values gives the same bits).
+// So the parameters are bit-identical to sync.kind allreduce with the same optimizer (tests/unit/test_zero.cpp).
+// Accumulation (K micro-batches per step): by default the rank's gradient is summed over its micro-batches and
+// reduced once per step (after the last micro-batch), at every stage, so the whole gradient is held until then.
+// sync.reduce_every_microbatch (stage 2 or 3, K > 1; DeepSpeed stage 2, FSDP without no_sync) reduce-scatters each
+// micro-batch's gradient as its backward ends (a subscriber of the rank loop's micro-batch ends, GradientHooks,
+// micro_batch_end) and keeps only the shard's sum: shard = sum over k in order of (sum over ranks in rank order of
+// the ranks' micro-batch-k gradients), then steps 2-4 as above. Not the bits of allreduce in general (another order
+// of the same sums).
+class Zero final : public SyncStrategy, public GradientSubscriber {
 public:
   explicit Zero(const StrategySetup &s)
       : comm_(s.comm), ranks_(s.ranks), n_(s.model.num_params()),
@@ -92,9 +78,14 @@ public:
       fp32_sum_ = w.compression.accumulate == "fp32";
     }
     grad_bytes_ = cast_ ? 2.0 : 4.0;
+    s.claim_replicas_identical(true);  // every rank gathers the same updated shards
     if (s.timing_only) {
       precision_.emplace_back(s.config);
       return;
+    }
+    if (every_micro_) {  // each micro-batch's own gradient, reduce-scattered as it ends (micro_batch_end)
+      GS_EXPECT(s.gradients != nullptr, "sync.reduce_every_microbatch: the strategy runs without gradient events");
+      s.gradients->subscribe(*this, GradientHooks::Gradient::kEachMicroBatch);
     }
     for (int r = 0; r < ranks_; ++r) {
       params_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
@@ -113,32 +104,30 @@ public:
     return params_[static_cast<size_t>(rank)].data();
   }
   const float *eval_params() override { return params_[0].data(); }
-  bool replicas_identical(int64_t) const override { return true; }
   float loss_scale(int rank) const override {
     return precision_[static_cast<size_t>(rank)].loss_scale();
   }
-  bool takes_micro_batches() const override { return every_micro_; }
 
   // sync.reduce_every_microbatch: micro-batch k's gradient reduce-scattered at
   // once, the shard summed into the rank's accumulator in micro-batch order.
-  void micro_batch(int rank, int64_t k, float *grad,
-                   PhaseClock &clock) override {
-    const size_t r = static_cast<size_t>(rank);
+  void micro_batch_end(const MicroBatchEnd &e) override {
+    const size_t r = static_cast<size_t>(e.rank);
+    PhaseClock &clock = *e.clock;
     {
       PhaseTimer t(clock, Phase::kCommunicate);
       GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
-      std::copy(grad, grad + n_, gpad_[r].begin());
+      std::copy(e.grad, e.grad + n_, gpad_[r].begin());
       float *acc = acc_[r].data();
-      float *out = k == 0 ? acc : shard_[r].data();
-      comm_.reduce_scatter_sum(rank, out, gpad_[r].data(), per_);
-      if (k > 0)
+      float *out = e.micro_batch == 0 ? acc : shard_[r].data();
+      comm_.reduce_scatter_sum(e.rank, out, gpad_[r].data(), per_);
+      if (e.micro_batch > 0)
         for (size_t i = 0; i < per_; ++i)
           acc[i] = acc[i] + out[i];
     }
-    account(rank, clock, true);
+    account(e.rank, clock, true);
   }
 
-  StrategyReport report() const override {
+  StrategyReport report(const ReportContext &) const override {
     StrategyReport r;
     r.precision = &precision_[0];
     return r;
@@ -154,7 +143,7 @@ public:
     {
       PhaseTimer t(clock, Phase::kCommunicate);
       GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
-      if (every_micro_) { // reduced micro-batch by micro-batch (micro_batch)
+      if (every_micro_) { // reduced micro-batch by micro-batch (micro_batch_end)
         std::copy(acc_[r].begin(), acc_[r].end(), shard);
       } else {
         std::copy(in.grad, in.grad + n_, gpad_[r].begin());

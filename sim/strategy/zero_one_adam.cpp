@@ -1,21 +1,5 @@
-// training.optimizer.kind "zero_one_adam": DeepSpeed's 0/1 Adam (Lu et al. 2022, arXiv 2202.06009; DeepSpeed
-// ZeroOneAdam.step, deepspeed/runtime/fp16/onebit/zoadam.py) as a sync strategy, because it owns the communication:
-// the engine's full-precision all-reduce of the gradient runs only on the steps that update the variance
-// (enable_backward_allreduce), every other exchange is 1-bit Adam's compressed all-reduce (onebit_adam.h), and the
-// local steps after the freeze exchange nothing. Per 1-based step k (zero_one_phase, zero_one_adam.h):
-//   k = 1: the zero momentum_accumulator goes through one compressed all-reduce; nothing moves; the error buffers are
-//          dropped (and made again, zero, at step 2);
-//   variance step: g = all-reduced gradient / S; v = b2 v + (1 - b2) g^2; m = b1 m + (1 - b1) g;
-//   1-bit gradient step: g = compressed_allreduce(the rank's mean gradient); m = b1 m + (1 - b1) g (one rank: DeepSpeed
-//          skips the whole branch, m does not change);
-//   both: u = m / (sqrt(v) + eps) (+ wd p); p += (-lr) u.
-//   After the last unfrozen step the worker and server errors are zeroed once. Frozen steps (the rank's own gradient):
-//   m = b1 m + (1 - b1) g_r; lrs += lr; u as above; p += (-lr) u; cb += (-lr) u; and at a sync step
-//   p -= cb; cb *= sqrt(v) + eps; cb = compressed_allreduce(cb); m = -(cb / lrs); p += cb / (sqrt(v) + eps);
-//   cb = 0; lrs = 0.
-// The scalars are rounded to float as torch does with Python floats (lrs is summed in double, a Python float). As for
-// 1-bit Adam the flat parameter buffer is one tensor (DeepSpeed's FP16_Optimizer flattens each group); exp_avg_mask
-// and bias_correction (ZeroOneAdam never applies it) are not modeled.
+// training.optimizer.kind "zero_one_adam": the ZeroOneAdam strategy (DeepSpeed's 0/1 Adam as a sync strategy,
+// because it owns the communication) and its step schedule (zero_one_adam.h).
 #include "sim/strategy/zero_one_adam.h"
 
 #include <algorithm>
@@ -66,6 +50,24 @@ ZeroOnePhase zero_one_phase(int64_t k, const ZeroOneSchedule& s) {
 
 namespace {
 
+// DeepSpeed's 0/1 Adam (Lu et al. 2022, arXiv 2202.06009; DeepSpeed ZeroOneAdam.step,
+// deepspeed/runtime/fp16/onebit/zoadam.py) as a sync strategy, because it owns the communication: the engine's
+// full-precision all-reduce of the gradient runs only on the steps that update the variance
+// (enable_backward_allreduce), every other exchange is 1-bit Adam's compressed all-reduce (onebit_adam.h), and the
+// local steps after the freeze exchange nothing. Per 1-based step k (zero_one_phase, zero_one_adam.h):
+//   k = 1: the zero momentum_accumulator goes through one compressed all-reduce; nothing moves; the error buffers are
+//          dropped (and made again, zero, at step 2);
+//   variance step: g = all-reduced gradient / S; v = b2 v + (1 - b2) g^2; m = b1 m + (1 - b1) g;
+//   1-bit gradient step: g = compressed_allreduce(the rank's mean gradient); m = b1 m + (1 - b1) g (one rank: DeepSpeed
+//          skips the whole branch, m does not change);
+//   both: u = m / (sqrt(v) + eps) (+ wd p); p += (-lr) u.
+//   After the last unfrozen step the worker and server errors are zeroed once. Frozen steps (the rank's own gradient):
+//   m = b1 m + (1 - b1) g_r; lrs += lr; u as above; p += (-lr) u; cb += (-lr) u; and at a sync step
+//   p -= cb; cb *= sqrt(v) + eps; cb = compressed_allreduce(cb); m = -(cb / lrs); p += cb / (sqrt(v) + eps);
+//   cb = 0; lrs = 0.
+// The scalars are rounded to float as torch does with Python floats (lrs is summed in double, a Python float). As for
+// 1-bit Adam the flat parameter buffer is one tensor (DeepSpeed's FP16_Optimizer flattens each group); exp_avg_mask
+// and bias_correction (ZeroOneAdam never applies it) are not modeled.
 class ZeroOneAdam final : public SyncStrategy {
  public:
   explicit ZeroOneAdam(const StrategySetup& s)
@@ -80,6 +82,8 @@ class ZeroOneAdam final : public SyncStrategy {
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     GS_EXPECT(opt_.kind == "zero_one_adam",
               "the zero_one_adam strategy runs training.optimizer.kind \"zero_one_adam\"");
+    // Identical while every step applies one all-reduced value: up to the last unfrozen step, or on one rank.
+    s.claim_replicas_identical(ranks_ == 1 || s.total_steps <= zero_one_last_unfrozen_step(schedule_));
     if (s.timing_only) return;
     ranks_state_.resize(static_cast<size_t>(ranks_));
     for (RankState& r : ranks_state_) {
@@ -94,10 +98,6 @@ class ZeroOneAdam final : public SyncStrategy {
   // Evaluation reads rank 0's replica (what a DeepSpeed user evaluating on rank 0 sees): after the freeze the
   // replicas differ between syncs, and by rounding after them too (p - cb is not bit for bit the synced point).
   const float* eval_params() override { return ranks_state_[0].params.data(); }
-  // Identical while every step applies one all-reduced value: up to the last unfrozen step, or on one rank.
-  bool replicas_identical(int64_t total_steps) const override {
-    return ranks_ == 1 || total_steps <= zero_one_last_unfrozen_step(schedule_);
-  }
 
   struct RankState {
     std::vector<float> params, m, v, cb, worker_error, server_error;  // cb: DeepSpeed's momentum_accumulator
@@ -109,7 +109,7 @@ class ZeroOneAdam final : public SyncStrategy {
 
   // The report's "compression" object over the compressed all-reduces after the first step (of the gradient before
   // the freeze, of the accumulated update at the syncs), per call; null on one rank and before the first such call.
-  StrategyReport report() const override {
+  StrategyReport report(const ReportContext&) const override {
     StrategyReport rep;
     if (ranks_state_.empty()) return rep;
     std::vector<const std::vector<OnebitNorms>*> calls;

@@ -52,8 +52,8 @@ TEST(GpuEndToEnd, QuickstartOnCudaMatchesHost) {
   std::printf("data: %s\n", fashion_mnist_installed() ? "fashion_mnist" : "teacher (no Fashion-MNIST here)");
   const RunResult host = run_training(quickstart("host", 4, 300));
   const RunResult cuda = run_training(quickstart("cuda", 4, 300));
-  ASSERT_EQ(host.disposition, "passed") << host.message;
-  ASSERT_EQ(cuda.disposition, "passed") << cuda.message;
+  ASSERT_EQ(host.disposition, Disposition::kPassed) << host.message;
+  ASSERT_EQ(cuda.disposition, Disposition::kPassed) << cuda.message;
   EXPECT_EQ(host.backend, "host");
   EXPECT_EQ(cuda.backend, "cuda");
   ASSERT_EQ(cuda.series.size(), host.series.size());
@@ -97,7 +97,7 @@ TEST(GpuEndToEnd, EightRanksOnOneGpuMatchHostAndSerial) {
   const RunResult cuda8 = run_training(make("cuda", 8, 8));
   const RunResult host8 = run_training(make("host", 8, 8));
   const RunResult cuda1 = run_training(make("cuda", 1, 64));
-  for (const RunResult* r : {&cuda8, &host8, &cuda1}) ASSERT_EQ(r->disposition, "passed") << r->message;
+  for (const RunResult* r : {&cuda8, &host8, &cuda1}) ASSERT_EQ(r->disposition, Disposition::kPassed) << r->message;
   if (cuda_status().device_count < 8) {
     EXPECT_FALSE(cuda8.ranks_one_per_gpu) << "8 ranks on fewer GPUs go through local";
   }
@@ -133,7 +133,7 @@ TEST(GpuEndToEnd, LocalBucketOverlapIsBitIdenticalToReducingAfterBackward) {
   const RunResult over = run("true");
   const RunResult after = run("false");
   for (const RunResult* r : {&over, &after}) {
-    ASSERT_EQ(r->disposition, "passed") << r->message;
+    ASSERT_EQ(r->disposition, Disposition::kPassed) << r->message;
     EXPECT_FALSE(r->ranks_one_per_gpu);
     ASSERT_EQ(r->series.size(), 12u);
   }
@@ -153,7 +153,7 @@ TEST(GpuEndToEnd, InjectedStragglerShowsOnTheMeasuredClock) {
     "cluster": {"ranks": 2, "backend": "cuda", "hardware": "h200-1",
                 "stragglers": {"factors": [3, 1], "inject": true}}})";
   const RunResult r = run_training(parse_scenario(kScenario, "s.json").runs.at(0).config);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   double bwd[2] = {0, 0};
   for (int rank = 0; rank < 2; ++rank)
     for (const StepTimes& st : r.steps[static_cast<size_t>(rank)])
@@ -177,8 +177,8 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
   };
   const RunResult host = run_training(make("host", {"precision.mode=bf16_mixed"}));
   const RunResult cuda = run_training(make("cuda", {"precision.mode=bf16_mixed"}));
-  ASSERT_EQ(host.disposition, "passed") << host.message;
-  ASSERT_EQ(cuda.disposition, "passed") << cuda.message;
+  ASSERT_EQ(host.disposition, Disposition::kPassed) << host.message;
+  ASSERT_EQ(cuda.disposition, Disposition::kPassed) << cuda.message;
   ASSERT_EQ(cuda.series.size(), host.series.size());
   for (size_t i = 0; i < cuda.series.size(); ++i)
     EXPECT_LE(relative(cuda.series[i].train_loss, host.series[i].train_loss), 2e-2) << "step " << i + 1;
@@ -194,8 +194,8 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
                                          "precision.initial_scale=16777216"};
   const RunResult h16 = run_training(make("host", fp16));
   const RunResult c16 = run_training(make("cuda", fp16));
-  ASSERT_EQ(h16.disposition, "passed") << h16.message;
-  ASSERT_EQ(c16.disposition, "passed") << c16.message;
+  ASSERT_EQ(h16.disposition, Disposition::kPassed) << h16.message;
+  ASSERT_EQ(c16.disposition, Disposition::kPassed) << c16.message;
   ASSERT_TRUE(c16.precision && h16.precision);
   const auto& cs = c16.precision->skipped_steps;
   ASSERT_FALSE(cs.empty());
@@ -237,8 +237,8 @@ TEST(GpuEndToEnd, Fp8AndTf32OnCudaMatchHost) {
   for (const Case& c : {Case{"fp8_mixed", "fp8_mixed", 1e-1, 1e-1}, Case{"tf32", "fp32", 2e-2, 2e-2}}) {
     const RunResult host = run_training(make("host", c.host_mode));
     const RunResult cuda = run_training(make("cuda", c.mode));
-    ASSERT_EQ(host.disposition, "passed") << c.mode << ": " << host.message;
-    ASSERT_EQ(cuda.disposition, "passed") << c.mode << ": " << cuda.message;
+    ASSERT_EQ(host.disposition, Disposition::kPassed) << c.mode << ": " << host.message;
+    ASSERT_EQ(cuda.disposition, Disposition::kPassed) << c.mode << ": " << cuda.message;
     EXPECT_EQ(cuda.backend, "cuda");
     ASSERT_EQ(cuda.series.size(), host.series.size()) << c.mode;
     for (size_t i = 0; i < cuda.series.size(); ++i)
@@ -266,7 +266,7 @@ TEST(GpuEndToEnd, DetectTakesTheGpusProfile) {
   RunConfig c = quickstart("cuda", 1, 2);
   c.cluster.hardware = "detect";
   const RunResult r = run_training(c);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   if (name.find("H200") != std::string::npos && p.device_count == 1) {
     EXPECT_EQ(r.hardware, "h200-1");
   }
@@ -298,7 +298,7 @@ TEST(GpuEndToEnd, NonFiniteLossSkipsTheWindowOnDeviceLoopAndStagedPath) {
     SCOPED_TRACE(mode);
     const RunConfig c = parse_scenario(text, "l.json", {std::string("precision.mode=") + mode}).runs.at(0).config;
     const RunResult r = run_training(c);
-    ASSERT_EQ(r.disposition, "passed") << r.message;
+    ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
     EXPECT_EQ(r.cuda_path, std::string(mode) == "fp32" ? "staged" : "device");
     ASSERT_TRUE(r.precision);
     EXPECT_EQ(r.precision->skipped_steps, (std::vector<int64_t>{2}));

@@ -174,8 +174,8 @@ Pair expect_staged_matches_host(const std::vector<std::string>& cuda_sets, const
     return test::small_mlp_config(s);
   };
   Pair p{run_training(make("host", host_sets)), run_training(make("cuda", cuda_sets))};
-  EXPECT_EQ(p.host.disposition, "passed") << p.host.message;
-  EXPECT_EQ(p.cuda.disposition, "passed") << p.cuda.message;
+  EXPECT_EQ(p.host.disposition, Disposition::kPassed) << p.host.message;
+  EXPECT_EQ(p.cuda.disposition, Disposition::kPassed) << p.cuda.message;
   EXPECT_EQ(p.cuda.backend, "cuda");
   EXPECT_EQ(p.cuda.cuda_path, "staged") << p.cuda.backend_reason;
   EXPECT_EQ(p.cuda.backend_reason.rfind("cluster.backend \"cuda\", staged path", 0), 0u) << p.cuda.backend_reason;

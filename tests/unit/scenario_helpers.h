@@ -17,7 +17,7 @@ inline std::vector<json> run_scenario_text(const std::string& text, const std::v
   std::vector<json> out;
   for (const auto& spec : s.runs) {
     RunResult r = run_training(spec.config);
-    EXPECT_EQ(r.disposition, "passed") << spec.id << ": " << r.message;
+    EXPECT_EQ(r.disposition, Disposition::kPassed) << spec.id << ": " << r.message;
     out.push_back(run_to_json(spec, r));
   }
   return out;

@@ -484,7 +484,7 @@ TEST(Backend, ModelErrorIsTheRelativeErrorOfTheSums) {
 TEST(Backend, RunRecordsTheBackendAndWhy) {
   Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=auto"});
   const RunResult r = run_training(s.runs.at(0).config);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   const BackendChoice want = choose_backend(s.runs.at(0).config);
   EXPECT_EQ(r.backend, want.backend == Backend::kCuda ? "cuda" : "host");
   EXPECT_EQ(r.backend_reason, want.reason);
@@ -502,12 +502,12 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   RunConfig c = s.runs.at(0).config;  // validation refuses cuda here; run_training must too, as a failed run
   c.cluster.backend = "cuda";
   const RunResult f = run_training(c);
-  EXPECT_EQ(f.disposition, "failed");
+  EXPECT_EQ(f.disposition, Disposition::kFailed);
   EXPECT_NE(f.message.find("cluster.backend"), std::string::npos) << f.message;
   EXPECT_EQ(f.steps_completed, 0);
   c.sync.kind = "local_sgd";  // a staged configuration: refused the same way, before any step
   const RunResult g = run_training(c);
-  EXPECT_EQ(g.disposition, "failed");
+  EXPECT_EQ(g.disposition, Disposition::kFailed);
   EXPECT_NE(g.message.find("cluster.backend"), std::string::npos) << g.message;
   EXPECT_EQ(g.steps_completed, 0);
 }
@@ -543,12 +543,12 @@ TEST(Backend, StickyCudaErrorIsNamedAndFailsTheLaterCudaRuns) {
   RunConfig cuda = config_with("host");  // validation would refuse cuda without a GPU; run_training is what is tested
   cuda.cluster.backend = "cuda";
   const RunResult r = run_training(cuda);
-  EXPECT_EQ(r.disposition, "failed");
+  EXPECT_EQ(r.disposition, Disposition::kFailed);
   EXPECT_NE(r.message.find("sticky CUDA error"), std::string::npos) << r.message;
   EXPECT_NE(r.message.find(first), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
   const RunResult h = run_training(config_with("host"));
-  EXPECT_EQ(h.disposition, "passed") << h.message;
+  EXPECT_EQ(h.disposition, Disposition::kPassed) << h.message;
 }
 #endif
 

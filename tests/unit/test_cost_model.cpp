@@ -660,7 +660,7 @@ TEST(TimingOnly, OneRankStepIsTheDeclaredComputeAndEightRanksAddOnlyExposedCommu
   c.training.steps = 5;
   c.cluster.ranks = 1;
   RunResult one = run_training(c);
-  ASSERT_EQ(one.disposition, "passed") << one.message;
+  ASSERT_EQ(one.disposition, Disposition::kPassed) << one.message;
   EXPECT_TRUE(one.steps.empty());  // no measured clock: nothing ran
   ASSERT_EQ(one.modeled_steps.size(), 1u);
   ASSERT_EQ(one.modeled_steps[0].size(), 5u);
@@ -673,7 +673,7 @@ TEST(TimingOnly, OneRankStepIsTheDeclaredComputeAndEightRanksAddOnlyExposedCommu
   EXPECT_NEAR(one.series.back().modeled_s, 5 * s1.step_s, 1e-12);
   c.cluster.ranks = 8;
   RunResult eight = run_training(c);
-  ASSERT_EQ(eight.disposition, "passed") << eight.message;
+  ASSERT_EQ(eight.disposition, Disposition::kPassed) << eight.message;
   const StepTimes& s8 = eight.modeled_steps[7][0];
   EXPECT_DOUBLE_EQ(s8.phase_s[static_cast<size_t>(Phase::kForward)], f);
   EXPECT_NEAR(s8.step_s, f + b + o + eight.modeled_exposed_s[7][0], 1e-12);
@@ -689,7 +689,7 @@ TEST(TimingOnly, RunTimeoutStopsALongRunAsTimeout) {
   c.training.steps = 50000000;  // far more than 0.2 s of modeling on any machine
   c.training.run_timeout_s = 0.2;
   RunResult r = run_training(c);
-  EXPECT_EQ(r.disposition, "timeout") << r.message;
+  EXPECT_EQ(r.disposition, Disposition::kTimeout) << r.message;
   EXPECT_GT(r.steps_completed, 0);
   EXPECT_LT(r.steps_completed, c.training.steps);
   EXPECT_EQ(static_cast<int64_t>(r.series.size()), r.steps_completed);

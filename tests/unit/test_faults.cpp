@@ -201,7 +201,8 @@ TEST_F(FaultsFiles, RetryFailedRerunsFailedDivergedAndTimeoutRuns) {
       EXPECT_TRUE(plain.done(std::string("x.") + d)) << d;
     EXPECT_FALSE(plain.done("x.interrupted"));
   }
-  ReportWriter retry(dir_.string(), scenario_, header_, true, {"interrupted", "failed", "diverged", "timeout"});
+  ReportWriter retry(dir_.string(), scenario_, header_, true,
+                     {Disposition::kInterrupted, Disposition::kFailed, Disposition::kDiverged, Disposition::kTimeout});
   EXPECT_TRUE(retry.done("x.passed"));
   EXPECT_TRUE(retry.done("x.skipped"));
   for (const char* d : {"failed", "diverged", "timeout", "interrupted"})
@@ -229,7 +230,7 @@ RunConfig linear_run(double x, double w0, double lr, int64_t steps) {
 TEST(FaultsDivergence, LossOverflowsFirst) {
   // x = 1e30, w = 1: the prediction 1e30 is a float, its loss 0.5 * 1e60 is not.
   RunResult r = run_training(linear_run(1e30, 1.0, 0.1, 10));
-  EXPECT_EQ(r.disposition, "diverged");
+  EXPECT_EQ(r.disposition, Disposition::kDiverged);
   EXPECT_EQ(r.divergence_quantity, "train_loss");
   EXPECT_EQ(r.divergence_step, 1);
   EXPECT_EQ(r.steps_completed, 1);
@@ -240,7 +241,7 @@ TEST(FaultsDivergence, LossOverflowsFirst) {
 TEST(FaultsDivergence, GradientOverflowsFirst) {
   // x = 3e38 (float max 3.4e38), w = 1e-30: prediction 3e8, loss 4.5e16 (finite), gradient 3e8 * 3e38 = inf.
   RunResult r = run_training(linear_run(3e38, 1e-30, 0.1, 10));
-  EXPECT_EQ(r.disposition, "diverged");
+  EXPECT_EQ(r.disposition, Disposition::kDiverged);
   EXPECT_EQ(r.divergence_quantity, "gradient");
   EXPECT_EQ(r.divergence_step, 1);
   ASSERT_EQ(r.series.size(), 1u);
@@ -252,7 +253,7 @@ TEST(FaultsDivergence, ParametersOverflowFirst) {
   // x = 1e5, w = 1: loss 5e9 and gradient 1e10 are finite; the update 1 - 1e30 * 1e10 is -inf in float. Step 2
   // sees the non-finite parameters: the quantity is the parameters after step 1's update.
   RunResult r = run_training(linear_run(1e5, 1.0, 1e30, 10));
-  EXPECT_EQ(r.disposition, "diverged");
+  EXPECT_EQ(r.disposition, Disposition::kDiverged);
   EXPECT_EQ(r.divergence_quantity, "parameters");
   EXPECT_EQ(r.divergence_step, 1);
   ASSERT_GE(r.series.size(), 1u);
@@ -263,7 +264,7 @@ TEST(FaultsDivergence, ParametersOverflowFirst) {
 TEST(FaultsDivergence, AStableRunIsNotFlagged) {
   // w <- w - 0.1 * w * 1: w = 0.9^k, loss 0.5 * 0.81^k, all finite.
   RunResult r = run_training(linear_run(1.0, 1.0, 0.1, 5));
-  EXPECT_EQ(r.disposition, "passed") << r.message;
+  EXPECT_EQ(r.disposition, Disposition::kPassed) << r.message;
   ASSERT_EQ(r.series.size(), 5u);
   EXPECT_NEAR(r.series[4].train_loss, 0.5 * std::pow(0.81, 4), 1e-6);
 }
@@ -274,7 +275,7 @@ TEST(FaultsTimeout, RunStopsAtAStepBoundaryAfterTheLimit) {
   c.data.ranks = json::array({c.data.ranks[0], c.data.ranks[0]});
   c.training.run_timeout_s = 0.2;
   RunResult r = run_training(c);
-  EXPECT_EQ(r.disposition, "timeout") << r.message;
+  EXPECT_EQ(r.disposition, Disposition::kTimeout) << r.message;
   EXPECT_GT(r.steps_completed, 0);
   EXPECT_LT(r.steps_completed, 1000000000);
   EXPECT_EQ(static_cast<int64_t>(r.series.size()), r.steps_completed);

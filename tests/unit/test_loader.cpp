@@ -526,7 +526,7 @@ TEST(DataLoader, AFailingLoaderFailsTheRunWithFileAndOffsetAndNoRankHangs) {
       ASSERT_EQ(fut.wait_for(std::chrono::seconds(120)), std::future_status::ready)
           << "a rank hangs (" << policy << ", prefetch " << prefetch << ")";
       const RunResult r = fut.get();
-      EXPECT_EQ(r.disposition, "failed");
+      EXPECT_EQ(r.disposition, Disposition::kFailed);
       EXPECT_NE(r.message.find("rank 2: /data/shard-3.idx: byte offset 4096: truncated"), std::string::npos)
           << r.message;
       EXPECT_LE(r.steps_completed, 3);

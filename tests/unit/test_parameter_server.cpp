@@ -155,7 +155,7 @@ TEST(StrategyParameterServer, SspBoundHoldsOnEveryRead) {
     c["training"]["eval_every"] = 0;
     Scenario sc = parse_scenario(c.dump(), "<test>");
     RunResult r = run_training(sc.runs[0].config, hooks);
-    ASSERT_EQ(r.disposition, "passed") << r.message;
+    ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
     EXPECT_GT(reads, 4 * 140);
     EXPECT_EQ(violations, 0) << "staleness " << s;
     EXPECT_GT(at_bound, 0) << "staleness " << s << ": the bound was never reached";
@@ -170,7 +170,7 @@ TEST(StrategyParameterServer, SspBoundHoldsOnEveryRead) {
   json c = ps_run(4, 150, {{"kind", "parameter_server"}, {"staleness", "inf"}}, stragglers);
   Scenario sc = parse_scenario(c.dump(), "<test>");
   RunResult r = run_training(sc.runs[0].config, hooks);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   EXPECT_GT(violations, 0) << "an asynchronous run with a 3x speed spread should read beyond staleness 1";
 }
 

@@ -271,7 +271,7 @@ TEST(PitfallDelayAllreduce, ExposesTheWholeCommunicationAndStalenessHidesIt) {
   RunResult off = run_training(delayed);
   RunResult on = run_training(config("none", 0));
   RunResult stale = run_training(config("delay_allreduce", 1));
-  ASSERT_EQ(off.disposition, "passed") << off.message;
+  ASSERT_EQ(off.disposition, Disposition::kPassed) << off.message;
   EXPECT_NEAR(off.modeled_exposed_s[0][1], whole, 1e-12 * whole);
   EXPECT_LT(on.modeled_exposed_s[0][1], whole);
   const StepTimes& s = stale.modeled_steps[0][1];

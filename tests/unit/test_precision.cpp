@@ -598,7 +598,7 @@ TEST(PrecisionModes, Tf32OnTheHostIsSkippedWithItsReason) {
                                           json::array({json::array({sample({1.0})})})),
                                "<test>", {});
   RunResult r = run_training(sc.runs[0].config);
-  EXPECT_EQ(r.disposition, "skipped");
+  EXPECT_EQ(r.disposition, Disposition::kSkipped);
   EXPECT_NE(r.message.find("GPU"), std::string::npos);
   EXPECT_EQ(r.steps_completed, 0);
 }

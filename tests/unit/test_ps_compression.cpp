@@ -114,7 +114,7 @@ TEST(StrategyPsCompression, TopkWithErrorFeedbackAppliesTheHandComputedUpdate) {
     const float* server = ps->eval_params();
     EXPECT_EQ(std::vector<float>(server, server + 8), w[static_cast<size_t>(t)]) << "after step " << t + 1;
   }
-  const auto steps = ps->report().modeled_rank_steps;
+  const auto steps = ps->report({}).modeled_rank_steps;
   ASSERT_EQ(steps[0].size(), 3u);
   const CollectiveModel& coll = cm.collectives();
   for (size_t t = 0; t < 3; ++t) {
@@ -123,7 +123,7 @@ TEST(StrategyPsCompression, TopkWithErrorFeedbackAppliesTheHandComputedUpdate) {
     EXPECT_DOUBLE_EQ(steps[0][t].times.phase_s[static_cast<size_t>(Phase::kCommunicate)],
                      coll.p2p_s(16) + (pulls ? coll.p2p_s(32) : 0.0)) << t;
   }
-  const json rep = ps->report().compression;
+  const json rep = ps->report({}).compression;
   EXPECT_EQ(rep["payload_bytes_per_rank_per_step"].get<double>(), 16.0);
   EXPECT_EQ(rep["dense_bytes_per_rank_per_step"].get<double>(), 32.0);
   EXPECT_EQ(rep["compression_ratio"].get<double>(), 2.0);
@@ -326,7 +326,7 @@ TEST(StrategyPsPrecision, OverflowingWorkerSkipsItsPushAndHalvesOnlyItsOwnScale)
       EXPECT_EQ(ps->loss_scale(2), s16);
     }
   }
-  const json st = ps->report().staleness;
+  const json st = ps->report({}).staleness;
   EXPECT_EQ(st["skipped_pushes_per_rank"], json::array({0, 1, 0}));
   EXPECT_EQ(st["loss_scale_per_rank"], json::array({s16, s16 / 2, s16}));
 }
@@ -446,7 +446,7 @@ TEST(StrategyPsPrecision, Fp16PureServerStoresFp16AndLosesSmallUpdates) {
     ps->step(in);
     EXPECT_EQ(ps->eval_params()[0], expected[t]) << "step " << t + 1;
   }
-  EXPECT_EQ(ps->report().modeled_rank_steps[0][0].times.bytes_sent, 2u);  // its push; the dedicated server sends the pull
+  EXPECT_EQ(ps->report({}).modeled_rank_steps[0][0].times.bytes_sent, 2u);  // its push; the dedicated server sends the pull
 }
 
 TEST(StrategyPsCompressionConfig, PowerSgdIsRefusedOnTheParameterServerOthersAreAccepted) {

@@ -183,7 +183,7 @@ TEST(ParameterServerBound, NamesTheRunsWhoseModelIsABound) {
 TEST(ParameterServerLinks, BspRunQueuesPushesAndPullsOnTheShardHost) {
   const RunConfig c = ps_config({{"kind", "parameter_server"}, {"staleness", 0}, {"shards", 1}});
   const RunResult r = run_training(c);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   const auto hw = load_hardware_profile("h100-pcie-8");
   const double n = static_cast<double>(r.num_params), N = 3.0;
   const double a = hw->p2p_latency_us * 1e-6, W = hw->nccl_links * hw->nccl_link_bw_GBps * 1e9, B = 4.0 * n;
@@ -215,7 +215,7 @@ TEST(ParameterServerLinks, TimingOnlyBspClockQueuesOnTheShardHost) {
   const RunConfig c = ps_config({{"kind", "parameter_server"}, {"staleness", 0}, {"shards", 1}},
                                 {{"training", {{"mode", "timing"}, {"steps", 3}}}});
   const RunResult r = run_training(c);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   const auto hw = load_hardware_profile("h100-pcie-8");
   const double n = static_cast<double>(r.num_params);
   const double a = hw->p2p_latency_us * 1e-6, W = hw->nccl_links * hw->nccl_link_bw_GBps * 1e9, B = 4.0 * n;

@@ -181,7 +181,8 @@ TEST_F(ReportFiles, ResumeRefusesAReportOfAnotherScenario) {
   }
   EXPECT_EQ(slurp(dir_ / "report.json"), report_before);
   EXPECT_EQ(slurp(dir_ / "runs.jsonl"), journal_before);
-  ReportWriter fresh(dir_.string(), changed, header, false, {"interrupted"}, ReportWriter::ExistingRuns::kMoveAside);
+  ReportWriter fresh(dir_.string(), changed, header, false, {Disposition::kInterrupted},
+                     ReportWriter::ExistingRuns::kMoveAside);
   EXPECT_FALSE(fresh.done("x.r0"));
   const std::filesystem::path aside = fresh.moved_aside();
   EXPECT_EQ(aside.parent_path(), dir_);

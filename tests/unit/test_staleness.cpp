@@ -254,8 +254,8 @@ TEST(DelayedAllReduceClock, OverlapOffExposesTheWholeCommunication) {
   for (const char* hw : {"h100-pcie-8", "h100-sxm-8"}) {
     RunResult off = run_training(timing_config(hw, 0, false));
     RunResult on = run_training(timing_config(hw, 0, true));
-    ASSERT_EQ(off.disposition, "passed") << off.message;
-    ASSERT_EQ(on.disposition, "passed") << on.message;
+    ASSERT_EQ(off.disposition, Disposition::kPassed) << off.message;
+    ASSERT_EQ(on.disposition, Disposition::kPassed) << on.message;
     const double whole = whole_communication_s(timing_config(hw, 0, false));
     for (size_t r = 0; r < 8; ++r) {
       EXPECT_NEAR(off.modeled_exposed_s[r][1], whole, 1e-12 * whole) << hw;
@@ -276,7 +276,7 @@ TEST(DelayedAllReduceClock, ExposedCommunicationFallsWithStaleness) {
   std::vector<double> exposed;
   for (int64_t s : {0, 1, 2, 4}) {
     RunResult r = run_training(timing_config(hw, s, true));
-    ASSERT_EQ(r.disposition, "passed") << r.message;
+    ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
     exposed.push_back(r.modeled_exposed_s[0][1]);
     const double C = step_compute_s(r.modeled_steps[0][1]);
     if (s == 0) {
@@ -437,7 +437,7 @@ TEST(LocalSgd, CommunicatesOnlyOnAveragingSteps) {
   cfg["sync"] = {{"kind", "local_sgd"}, {"period", H}};
   Scenario sc = parse_scenario(cfg.dump(), "<test>");
   RunResult r = run_training(sc.runs[0].config);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   const double n = static_cast<double>(r.num_params);
   for (size_t t = 0; t < steps; ++t) {
     const bool avg = (t + 1) % H == 0;
@@ -455,7 +455,7 @@ TEST(LocalSgd, CommunicatesOnlyOnAveragingSteps) {
   timing.sync.period = H;
   timing.sync.warmup_steps = 1;
   RunResult tr = run_training(timing);
-  ASSERT_EQ(tr.disposition, "passed") << tr.message;
+  ASSERT_EQ(tr.disposition, Disposition::kPassed) << tr.message;
   const double params = static_cast<double>(tr.num_params);
   for (size_t t = 0; t < steps; ++t) {
     const double bytes = static_cast<double>(tr.modeled_steps[0][t].bytes_sent);
@@ -507,7 +507,7 @@ TEST(LocalSgdClock, AveragingPricesOneAllReducePerBuffer) {
     c.sync.period = 2;
     c.sync.average_optimizer_state = k.average_state;
     RunResult r = run_training(c);
-    ASSERT_EQ(r.disposition, "passed") << r.message;
+    ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
     auto model = make_model(c);
     CostModel cm(c, *model);
     const double one = cm.collectives().best(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(r.num_params)).time_s;
@@ -532,7 +532,7 @@ TEST(LocalSgdClock, AveragingWaitsForTheLagOfEveryLocalStep) {
   c.sync.kind = "local_sgd";
   c.sync.period = 4;
   RunResult r = run_training(c);
-  ASSERT_EQ(r.disposition, "passed") << r.message;
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   const double C0 = r.modeled_steps[0][0].step_s;  // a local step: compute only
   const double C1 = r.modeled_steps[1][0].step_s;
   EXPECT_NEAR(C1, 2.0 * C0, 1e-12 * C1);

@@ -184,7 +184,7 @@ TEST(TrainingDispositions, NonFiniteLossStopsTheRunAsDiverged) {
             {"training", {{"steps", 200}, {"eval_every", 0}, {"optimizer", {{"kind", "sgd"}, {"lr", 1e6}}}}}};
   Scenario sc = parse_scenario(s.dump(), "<test>");
   RunResult r = run_training(sc.runs[0].config);
-  EXPECT_EQ(r.disposition, "diverged");
+  EXPECT_EQ(r.disposition, Disposition::kDiverged);
   EXPECT_LT(r.steps_completed, 200);
   EXPECT_GT(r.steps_completed, 1);
   ASSERT_EQ(static_cast<int64_t>(r.series.size()), r.steps_completed);
@@ -229,7 +229,7 @@ TEST(TrainingWorld, AFailedRunIsReportedNotThrown) {
   c.data.path = "/nonexistent/folder";
   c.training.steps = 2;
   RunResult r = run_training(c);
-  EXPECT_EQ(r.disposition, "failed");
+  EXPECT_EQ(r.disposition, Disposition::kFailed);
   EXPECT_NE(r.message.find("/nonexistent/folder"), std::string::npos) << r.message;
 }
 
