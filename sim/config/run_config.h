@@ -1,7 +1,8 @@
 // RunConfig: one fully resolved point of a sweep, a plain struct with every field typed. The field table in
 // run_config.cpp (visit_fields) is the single source of paths, types, defaults, ranges and docs: loading, writing,
 // validation, `gradsweep fields` and scenarios/README.md all come from it. A new option is one struct member here
-// plus one line in that table.
+// plus one line in that table. This layer is a leaf (it includes sim/core/ only): reading with the cross-field rules
+// (config_from_json, validate_config) is above the registries, in sim/validate/validate.h.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -284,21 +285,8 @@ const std::vector<FieldInfo>& config_fields();
 // True when path (dotted) is a leaf of the field table.
 bool is_config_field(const std::string& path);
 
-// Reads j (a whole run configuration, possibly partial: missing fields keep defaults) into a RunConfig. Type and
-// range problems, unknown keys (with a did-you-mean suggestion) and cross-field rules are appended to issues, all at
-// once: a mistyped or out-of-range field does not hide the cross-field problems of other fields, but a cross-field
-// problem that depends on a mistyped field is left out (it is reported only when it holds for every value the
-// mistyped fields could take: their default, their choices, their range's ends and a few values between). The
-// returned config is only meaningful when no issue was added.
-RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues);
-
 // Every field, resolved (the form stored in reports).
 json config_to_json(const RunConfig& c);
-
-// Cross-field rules (model/data compatibility, trace size, ...). Appends to issues. structural_checks false skips
-// the checks that construct the model and the dataset (config_from_json does when some field is mistyped: they
-// depend on nearly every field).
-void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks = true);
 
 // "did you mean ..." for an unknown key at `path` (dotted), "" if nothing is close.
 std::string suggest_key(const std::string& path);
