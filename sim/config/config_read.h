@@ -10,14 +10,16 @@
 namespace gs {
 
 // j (a JSON object, possibly partial: missing fields keep their defaults) into c: unknown keys (with did-you-mean),
-// fields given for another kind, a target value without a metric, types and ranges, appended to issues. Returns the
-// fields whose value was refused or could not be read (mistyped, out of range, under a section that is no object):
-// the cross-field rules must not judge their defaults.
-std::vector<std::string> read_config(const json& j, RunConfig& c, std::vector<ConfigIssue>& issues);
+// fields given for another kind (the kind fields' choices and options from `kinds`), a target value without a
+// metric, types and ranges, appended to issues. Returns the fields whose value was refused or could not be read
+// (mistyped, out of range, under a section that is no object): the cross-field rules must not judge their defaults.
+std::vector<std::string> read_config(const json& j, const KindCatalog& kinds, RunConfig& c,
+                                     std::vector<ConfigIssue>& issues);
 
-// The fields of j into c (types and ranges; betas into beta1 and beta2; whether the fields whose default 0 means
-// "not given" were given); returns the fields whose value was refused.
-std::vector<std::string> read_fields(const json& j, RunConfig& c, std::vector<ConfigIssue>& issues);
+// The fields of j into c (types and ranges, a kind field's choices from `kinds`; betas into beta1 and beta2; whether
+// the fields whose default 0 means "not given" were given); returns the fields whose value was refused.
+std::vector<std::string> read_fields(const json& j, const KindCatalog& kinds, RunConfig& c,
+                                     std::vector<ConfigIssue>& issues);
 
 // training.pitfall fp16_pure_unscaled and delay_allreduce stand for settings of other fields: a field the scenario
 // leaves out takes the pitfall's value; one it sets to anything else is refused (validate_config checks the result).

@@ -48,54 +48,61 @@ struct F {
     info.bool_true = when_true;
     return *this;
   }
+  // A kind field: its choices are a registry's names (KindCatalog), not written here.
+  F& registry_choices() {
+    info.registry_kind = true;
+    return *this;
+  }
 };
 
-// The one table. Order is the order of `gradsweep fields` and of scenarios/README.md.
+// The one table. Order is the order of `gradsweep fields` and of scenarios/README.md. A doc that starts with
+// "{<kind field>}: " starts, in field_table, with the kinds of that field whose registry entries name the field
+// ("{compression.kind}: fraction ..." is "topk, randomk, dgc: fraction ..."): a new kind that takes the field is
+// listed by its registry line.
 template <class V>
 void visit_fields(V& v, RunConfig& c) {
   v(c.name, F("name", "scenario name: the report folder and the prefix of run ids"));
   auto& m = c.model;
-  v(m.kind, F("model.kind", "model (see `gradsweep list`)")
-                .one_of({"mlp", "linear", "quadratic", "gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m",
-                        "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}));
+  v(m.kind, F("model.kind", "model (see `gradsweep list`)").registry_choices());
   v(m.layers, F("model.layers", "mlp: widths [in, hidden..., out]; linear: [in, out]").at_least(1).at_most(1 << 20));
-  v(m.activation, F("model.activation", "mlp: hidden activation").one_of({"relu", "gelu"}));
+  v(m.activation, F("model.activation", "{model.kind}: hidden activation").one_of({"relu", "gelu"}));
   v(m.loss, F("model.loss", "per-sample loss: softmax cross-entropy, or mse = 0.5*||y_hat - y||^2")
                 .one_of({"cross_entropy", "mse"}));
   v(m.bias, F("model.bias", "mlp/linear: layers have a bias"));
-  v(m.initial_weights, F("model.initial_weights", "linear: explicit initial weights, one row per output"));
-  v(m.initial_bias, F("model.initial_bias", "linear: explicit initial bias"));
-  v(m.a, F("model.a", "quadratic: curvatures a_ri, one row per rank or one row for all"));
-  v(m.b, F("model.b", "quadratic: minimizers b_ri, one row per rank or one row for all"));
-  v(m.initial_w, F("model.initial_w", "quadratic: initial parameters"));
-  v(m.init_from, F("model.init.from", "mlp, linear, quadratic: initial parameters from a .safetensors or .npz file "
+  v(m.initial_weights, F("model.initial_weights", "{model.kind}: explicit initial weights, one row per output"));
+  v(m.initial_bias, F("model.initial_bias", "{model.kind}: explicit initial bias"));
+  v(m.a, F("model.a", "{model.kind}: curvatures a_ri, one row per rank or one row for all"));
+  v(m.b, F("model.b", "{model.kind}: minimizers b_ri, one row per rank or one row for all"));
+  v(m.initial_w, F("model.initial_w", "{model.kind}: initial parameters"));
+  v(m.init_from, F("model.init.from", "{model.kind}: initial parameters from a .safetensors or .npz file "
                                       "(F32; F64, F16, BF16 converted), tensors named as torch's state_dict of the "
                                       "same model (docs/models.md); a relative path is taken from the scenario "
                                       "file's folder (empty: the model's own init)"));
-  v(m.sequence_length, F("model.sequence_length", "gpt2-small, gpt2-xl, llama-7b, mpt-125m, mpt-350m, mpt-760m, "
-                                                  "mpt-1b, mpt-3b, mpt-7b: tokens per sample (0: the preset's "
+  v(m.sequence_length, F("model.sequence_length", "{model.kind}: tokens per sample (0: the preset's "
                                                   "context)")
                            .at_least(0).at_most(1 << 20));
 
   auto& d = c.data;
-  v(d.kind, F("data.kind", "dataset (see `gradsweep list`)").one_of({"fashion_mnist", "teacher", "inline", "none"}));
+  v(d.kind, F("data.kind", "dataset (see `gradsweep list`)").registry_choices());
   v(d.batch_per_rank, F("data.batch_per_rank", "samples per micro-batch per rank (b)").at_least(1).at_most(1 << 20));
-  v(d.path, F("data.path", "fashion_mnist: folder of the IDX .gz files; a relative path is taken from the scenario "
+  v(d.path, F("data.path", "{data.kind}: folder of the IDX .gz files; a relative path is taken from the scenario "
                           "file's folder (empty: Debian's dataset-fashion-mnist)"));
   v(d.shuffle, F("data.shuffle", "reshuffle the training set every epoch (from the seed)"));
-  v(d.eval_samples, F("data.eval_samples", "fashion_mnist: evaluate on the first n test samples (0: all)").at_least(0));
+  v(d.eval_samples, F("data.eval_samples", "{data.kind}: evaluate on the first n test samples (0: all)").at_least(0));
   auto& t = d.teacher;
-  v(t.task, F("data.teacher.task", "teacher: labels or regression targets").one_of({"classification", "regression"}));
-  v(t.in_dim, F("data.teacher.in_dim", "teacher: input features").at_least(1).at_most(1 << 16));
-  v(t.hidden, F("data.teacher.hidden", "teacher: hidden width").at_least(1).at_most(1 << 16));
-  v(t.out_dim, F("data.teacher.out_dim", "teacher: classes or regression outputs").at_least(1).at_most(1 << 16));
-  v(t.noise, F("data.teacher.noise", "teacher: target noise stdev (regression) or label-flip probability").at_least(0));
-  v(t.train_samples, F("data.teacher.train_samples", "teacher: training set size (one epoch)").at_least(1)
+  v(t.task, F("data.teacher.task", "{data.kind}: labels or regression targets")
+                .one_of({"classification", "regression"}));
+  v(t.in_dim, F("data.teacher.in_dim", "{data.kind}: input features").at_least(1).at_most(1 << 16));
+  v(t.hidden, F("data.teacher.hidden", "{data.kind}: hidden width").at_least(1).at_most(1 << 16));
+  v(t.out_dim, F("data.teacher.out_dim", "{data.kind}: classes or regression outputs").at_least(1).at_most(1 << 16));
+  v(t.noise, F("data.teacher.noise", "{data.kind}: target noise stdev (regression) or label-flip probability")
+                 .at_least(0));
+  v(t.train_samples, F("data.teacher.train_samples", "{data.kind}: training set size (one epoch)").at_least(1)
                          .at_most(1e8));
-  v(t.eval_samples, F("data.teacher.eval_samples", "teacher: evaluation set size").at_least(1).at_most(1e7));
-  v(t.seed, F("data.teacher.seed", "teacher: seed of its weights and samples (fixed across repeats)").at_least(0));
-  v(d.ranks, F("data.ranks", "inline: per rank, a list of micro-batches {\"x\": [[...]], \"y\": [[...]]}"));
-  v(d.eval, F("data.eval", "inline: evaluation set {\"x\", \"y\"} (null: every training sample)"));
+  v(t.eval_samples, F("data.teacher.eval_samples", "{data.kind}: evaluation set size").at_least(1).at_most(1e7));
+  v(t.seed, F("data.teacher.seed", "{data.kind}: seed of its weights and samples (fixed across repeats)").at_least(0));
+  v(d.ranks, F("data.ranks", "{data.kind}: per rank, a list of micro-batches {\"x\": [[...]], \"y\": [[...]]}"));
+  v(d.eval, F("data.eval", "{data.kind}: evaluation set {\"x\", \"y\"} (null: every training sample)"));
   v(d.prefetch, F("data.prefetch", "loader thread's queue bound in micro-batches (0: no loader thread, each rank reads "
                                    "its own micro-batches)").at_least(0).at_most(1 << 16));
   v(d.storage, F("data.storage", "storage profile of the modeled clock: local_nvme, nfs, object_store "
@@ -156,54 +163,57 @@ void visit_fields(V& v, RunConfig& c) {
   v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw, onebit_adam (DeepSpeed's 1-bit Adam), "
                                          "zero_one_adam (DeepSpeed's 0/1 Adam); the last two: sync.kind \"allreduce\" "
                                          "only, they own the communication (docs/strategies.md)")
-                .one_of({"sgd", "adam", "adamw", "onebit_adam", "zero_one_adam"}));
+                .registry_choices());
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
-  v(o.momentum, F("training.optimizer.momentum", "sgd: momentum").at_least(0).below(1));
-  v(o.nesterov, F("training.optimizer.nesterov", "sgd: Nesterov momentum"));
+  v(o.momentum, F("training.optimizer.momentum", "{training.optimizer.kind}: momentum").at_least(0).below(1));
+  v(o.nesterov, F("training.optimizer.nesterov", "{training.optimizer.kind}: Nesterov momentum"));
   v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam, "
                                                          "zero_one_adam: DeepSpeed's wd * p added to the update")
                         .at_least(0));
-  v(o.beta1, F("training.optimizer.beta1", "adam, adamw, onebit_adam, zero_one_adam: beta1 (DeepSpeed's betas[0])")
+  v(o.beta1, F("training.optimizer.beta1", "{training.optimizer.kind}: beta1 (DeepSpeed's betas[0])")
                    .at_least(0).below(1));
-  v(o.beta2, F("training.optimizer.beta2", "adam, adamw, onebit_adam, zero_one_adam: beta2 (DeepSpeed's betas[1])")
+  v(o.beta2, F("training.optimizer.beta2", "{training.optimizer.kind}: beta2 (DeepSpeed's betas[1])")
                    .at_least(0).below(1));
-  v(o.betas, F("training.optimizer.betas", "adam, adamw, onebit_adam, zero_one_adam: [beta1, beta2], DeepSpeed's and "
+  v(o.betas, F("training.optimizer.betas", "{training.optimizer.kind}: [beta1, beta2], DeepSpeed's and "
                                            "torch's "
                                            "spelling of beta1 and beta2 (give one or the other; null: beta1 and "
                                            "beta2)"));
-  v(o.eps, F("training.optimizer.eps", "adam, adamw, onebit_adam, zero_one_adam: epsilon").above(0));
-  v(o.freeze_step, F("training.optimizer.freeze_step", "onebit_adam: optimizer steps before the variance freezes and "
-                                                       "the momentum travels 1-bit compressed (DeepSpeed's default "
-                                                       "100000; steps 2 .. max(2, freeze_step) are uncompressed Adam)")
+  v(o.eps, F("training.optimizer.eps", "{training.optimizer.kind}: epsilon").above(0));
+  v(o.freeze_step, F("training.optimizer.freeze_step", "{training.optimizer.kind}: optimizer steps before the "
+                                                       "variance freezes and the momentum travels 1-bit compressed "
+                                                       "(DeepSpeed's default 100000; steps 2 .. max(2, freeze_step) "
+                                                       "are uncompressed Adam)")
                        .at_least(0).at_most(1e12));
-  v(o.exp_avg_mask, F("training.optimizer.exp_avg_mask", "onebit_adam: DeepSpeed's exp_avg_mask, multiplied into "
-                                                         "the momentum after every compressed all-reduce (1-bit "
-                                                         "values are never 0): none (DeepSpeed's default), or "
-                                                         "zero_variance (0 where the frozen variance is exactly 0)")
+  v(o.exp_avg_mask, F("training.optimizer.exp_avg_mask", "{training.optimizer.kind}: DeepSpeed's exp_avg_mask, "
+                                                         "multiplied into the momentum after every compressed "
+                                                         "all-reduce (1-bit values are never 0): none (DeepSpeed's "
+                                                         "default), or zero_variance (0 where the frozen variance is "
+                                                         "exactly 0)")
                         .one_of({"none", "zero_variance"}));
-  v(o.var_freeze_step, F("training.optimizer.var_freeze_step", "zero_one_adam: the last step whose variance may "
-                                                               "update; from the first step k > var_freeze_step on "
-                                                               "(k >= 2) the variance is frozen and the local steps "
-                                                               "begin (DeepSpeed's default 100000)")
+  v(o.var_freeze_step, F("training.optimizer.var_freeze_step", "{training.optimizer.kind}: the last step whose "
+                                                               "variance may update; from the first step k > "
+                                                               "var_freeze_step on (k >= 2) the variance is frozen "
+                                                               "and the local steps begin (DeepSpeed's default 100000)")
                            .at_least(0).at_most(1e12));
-  v(o.var_update_scaler, F("training.optimizer.var_update_scaler", "zero_one_adam: variance updates (every "
+  v(o.var_update_scaler, F("training.optimizer.var_update_scaler", "{training.optimizer.kind}: variance updates (every "
                                                                    "var_interval-th step, var_interval from 1) after "
                                                                    "which var_interval doubles (the paper's kappa; "
                                                                    "DeepSpeed's default 16)")
                              .at_least(1).at_most(1e12));
-  v(o.local_step_scaler, F("training.optimizer.local_step_scaler", "zero_one_adam: frozen steps after which the "
-                                                                   "local-step interval doubles (DeepSpeed's default "
-                                                                   "32678)")
+  v(o.local_step_scaler, F("training.optimizer.local_step_scaler", "{training.optimizer.kind}: frozen steps after "
+                                                                   "which the local-step interval doubles "
+                                                                   "(DeepSpeed's default 32678)")
                              .at_least(1).at_most(1e12));
-  v(o.local_step_clipper, F("training.optimizer.local_step_clipper", "zero_one_adam: the largest local-step "
-                                                                     "interval (the paper's H; DeepSpeed's default "
-                                                                     "16); a frozen step k syncs when k % interval "
-                                                                     "== 0")
+  v(o.local_step_clipper, F("training.optimizer.local_step_clipper", "{training.optimizer.kind}: the largest "
+                                                                     "local-step interval (the paper's H; DeepSpeed's "
+                                                                     "default 16); a frozen step k syncs when k % "
+                                                                     "interval == 0")
                               .at_least(1).at_most(1e12));
-  v(o.first_moment, F("training.optimizer.first_moment", "adam, adamw: the first moment's update as PyTorch >= 2.0 "
-                                                         "(lerp: exp_avg.lerp_(grad, 1 - beta1)) or 1.13 (mul_add: "
-                                                         "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)) writes it; "
-                                                         "they differ in the last bit (docs/parity.md)")
+  v(o.first_moment, F("training.optimizer.first_moment", "{training.optimizer.kind}: the first moment's update as "
+                                                         "PyTorch >= 2.0 (lerp: exp_avg.lerp_(grad, 1 - beta1)) or "
+                                                         "1.13 (mul_add: exp_avg.mul_(beta1).add_(grad, alpha=1 - "
+                                                         "beta1)) writes it; they differ in the last bit "
+                                                         "(docs/parity.md)")
                         .one_of({"lerp", "mul_add"}));
   auto& s = tr.schedule;
   v(s.kind, F("training.schedule.kind", "learning-rate schedule").one_of({"constant", "step", "warmup_cosine"}));
@@ -225,57 +235,54 @@ void visit_fields(V& v, RunConfig& c) {
   v(tr.run_timeout_s, F("training.run_timeout_s", "wall-clock limit of one run in seconds: past it the run stops at "
                                                   "the next step boundary as `timeout` (0: none)").at_least(0).at_most(1e7));
   v(tr.activation_checkpointing,
-    F("training.activation_checkpointing", "gpt2-small, gpt2-xl, llama-7b, mpt-125m, mpt-350m, mpt-760m, mpt-1b, "
-                                           "mpt-3b, mpt-7b: keep only each block's input and recompute the block "
+    F("training.activation_checkpointing", "{model.kind}: keep only each block's input and recompute the block "
                                            "in the backward (torch.utils.checkpoint per block): GPU memory "
                                            "estimate and modeled clock (one more forward of every block)"));
 
   auto& sy = c.sync;
-  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)")
-                 .one_of({"allreduce", "independent", "local_sgd", "parameter_server", "zero"}));
-  v(sy.stage, F("sync.stage", "zero: DeepSpeed's ZeRO stage: 1 shards the optimizer state, 2 also the gradients "
+  v(sy.kind, F("sync.kind", "sync strategy (see `gradsweep list`)").registry_choices());
+  v(sy.stage, F("sync.stage", "{sync.kind}: DeepSpeed's ZeRO stage: 1 shards the optimizer state, 2 also the gradients "
                               "(FSDP SHARD_GRAD_OP), 3 also the parameters (FSDP FULL_SHARD); same arithmetic as "
                               "allreduce, GPU memory and modeled clock differ").at_least(1).at_most(3));
   v(sy.reduce_every_microbatch,
-    F("sync.reduce_every_microbatch", "zero: at sync.stage 2 or 3 with training.accumulation_steps > 1, "
+    F("sync.reduce_every_microbatch", "{sync.kind}: at sync.stage 2 or 3 with training.accumulation_steps > 1, "
                                       "reduce-scatter every micro-batch's gradient as its backward ends and keep "
                                       "only the shard's sum (DeepSpeed stage 2, FSDP without no_sync: the gradient "
                                       "stays sharded, K reduce-scatters per step); false: one reduce-scatter of the "
                                       "accumulated gradient after the last micro-batch (the whole gradient is held "
                                       "until then)"));
-  v(sy.bucket_mb, F("sync.bucket_mb", "allreduce, local_sgd, parameter_server, zero: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
-  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "allreduce, local_sgd, parameter_server, zero: first bucket in MiB").above(0).at_most(1 << 20));
+  v(sy.bucket_mb, F("sync.bucket_mb", "{sync.kind}: bucket size in MiB (after the first)").above(0).at_most(1 << 20));
+  v(sy.first_bucket_mb, F("sync.first_bucket_mb", "{sync.kind}: first bucket in MiB").above(0).at_most(1 << 20));
   v(sy.staleness, F("sync.staleness", "allreduce: delayed update, the step-t update applies the averaged gradient of "
                                       "step t-s (0: synchronous; steps t < s apply nothing). parameter_server: 0 = BSP, "
                                       "s = SSP (a worker starts clock c only when every worker finished clock c - s - "
                                       "1), \"inf\" = asynchronous; SSP and asynchronous servers apply each push at "
                                       "lr / ranks").at_least(0).at_most(1024).or_inf());
-  v(sy.overlap, F("sync.overlap", "allreduce: buckets start during backward (false: after the whole backward, apex's "
+  v(sy.overlap, F("sync.overlap", "{sync.kind}: buckets start during backward (false: after the whole backward, apex's "
                                   "delay_allreduce; same arithmetic, modeled clock only)"));
-  v(sy.period, F("sync.period", "local_sgd: average the parameters after steps H, 2H, ... (H = period, counted "
+  v(sy.period, F("sync.period", "{sync.kind}: average the parameters after steps H, 2H, ... (H = period, counted "
                                 "after the warm-up)").at_least(1).at_most(1e9));
   v(sy.average_optimizer_state, F("sync.average_optimizer_state",
-                                  "local_sgd: also average the optimizer state (momentum, Adam moments) when averaging"));
-  v(sy.warmup_steps, F("sync.warmup_steps", "local_sgd: first steps run as synchronous all-reduce (post-local SGD, "
+                                  "{sync.kind}: also average the optimizer state (momentum, Adam moments) when "
+                                  "averaging"));
+  v(sy.warmup_steps, F("sync.warmup_steps", "{sync.kind}: first steps run as synchronous all-reduce (post-local SGD, "
                                             "Lin et al. 2020)").at_least(0).at_most(1e9));
-  v(sy.shards, F("sync.shards", "parameter_server: server shards the parameters are split over (0: one per rank); "
+  v(sy.shards, F("sync.shards", "{sync.kind}: server shards the parameters are split over (0: one per rank); "
                                   "priced on the modeled clock, which orders SSP and asynchronous pushes, so under "
                                   "those it also changes the result (BSP results do not change)")
                    .at_least(0).at_most(kMaxRanks));
-  v(sy.dedicated, F("sync.dedicated", "parameter_server: shards on dedicated devices (every push and pull crosses the "
+  v(sy.dedicated, F("sync.dedicated", "{sync.kind}: shards on dedicated devices (every push and pull crosses the "
                                       "wire) instead of co-located with the workers; arithmetic unchanged, but the modeled prices "
                                       "order SSP and asynchronous pushes, so under those the result changes too"));
-  v(sy.ordering, F("sync.ordering", "parameter_server: order of pushes and pulls, by modeled time with ties by rank "
+  v(sy.ordering, F("sync.ordering", "{sync.kind}: order of pushes and pulls, by modeled time with ties by rank "
                                     "(reproducible) or as the threads race (real)").one_of({"modeled", "real"}));
   auto& cp = c.compression;
   v(cp.kind, F("compression.kind", "gradient compressor (see `gradsweep list`); parameter_server: each worker encodes "
                                    "its push (own error feedback), the server decodes and sums in fp32, pulls stay "
                                    "dense fp32 (every kind but powersgd)")
-                 .one_of({"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd",
-                          "terngrad", "signsgd", "onebit", "powersgd"}));
+                 .registry_choices());
   v(cp.error_feedback, F("compression.error_feedback",
-                         "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, qsgd, terngrad, "
-                         "signsgd, onebit, powersgd: where error feedback sits (every lossy kind but dgc). gradient "
+                         "{compression.kind}: where error feedback sits (every lossy kind but dgc). gradient "
                          "(also true): each rank keeps e, sends C(g + e), e = g + e - decode(sent); momentum "
                          "(topk, randomk, threshold; allreduce, sgd without nesterov): DGC's momentum correction, "
                          "u = m u + g, v = v + u, send C(v), u and v zeroed where sent, the optimizer without its "
@@ -283,55 +290,59 @@ void visit_fields(V& v, RunConfig& c) {
                          "mean of the g_i; none (also false)")
                              .one_of({"none", "gradient", "momentum", "ef21"})
                              .bool_means("none", "gradient"));
-  v(cp.divide, F("compression.divide", "allreduce, zero: casts send each rank's mean gradient (its sum / its samples, "
+  v(cp.divide, F("compression.divide", "{sync.kind}: casts send each rank's mean gradient (its sum / its samples, "
                                        "in fp32, as DDP's fp16_compress_hook) and divide by the ranks N in the "
                                        "format before the sum, after it, or split (2^floor(log2(N)/2) before, the "
                                        "rest after); not parameter_server (each worker pushes its mean gradient "
                                        "cast; the server rescales each by its samples, sums in fp32, then "
                                        "divides)").one_of({"pre", "post", "split"}));
-  v(cp.accumulate, F("compression.accumulate", "fp16, bf16, fp8_e4m3, fp8_e5m2: the all-reduce sums in the wire "
+  v(cp.accumulate, F("compression.accumulate", "{compression.kind}: the all-reduce sums in the wire "
                                                "format, rounding at every add as NCCL's ring does (wire), or in fp32 "
                                                "(fp32: a reduce-scatter of the cast values summed in fp32 by each "
                                                "chunk's owner, then an all-gather of the fp32 sums; wire bytes "
                                                "(N-1)/N x (cast + 4) per element, as Megatron's fp32 grad "
                                                "all-reduce of cast values)").one_of({"wire", "fp32"}));
-  v(cp.ratio, F("compression.ratio", "topk, randomk, dgc: fraction of values kept (when k is 0)").above(0)
+  v(cp.ratio, F("compression.ratio", "{compression.kind}: fraction of values kept (when k is 0)").above(0)
                   .at_most(1));
-  v(cp.k, F("compression.k", "topk, randomk: values kept per bucket (0: use ratio)").at_least(0));
-  v(cp.scope, F("compression.scope", "topk: select per bucket or over the whole model").one_of({"bucket", "model"}));
-  v(cp.shared_indices, F("compression.shared_indices", "randomk: the same index set on every rank (not sent)"));
-  v(cp.unbiased, F("compression.unbiased", "randomk: scale kept values by d/k (unbiased)"));
-  v(cp.tau, F("compression.tau", "threshold: send values with abs(p) >= tau").at_least(0));
-  v(cp.levels, F("compression.levels", "qsgd: quantization levels s").at_least(1).at_most(1 << 20));
-  v(cp.vote, F("compression.vote", "signsgd: receivers take the majority vote of signs (sign(0) = 0)"));
-  v(cp.rank, F("compression.rank", "powersgd: rank r per matrix").at_least(1).at_most(1 << 16));
-  v(cp.start_step, F("compression.start_step", "powersgd: dense fp32 all-reduce before this step (0-based)")
+  v(cp.k, F("compression.k", "{compression.kind}: values kept per bucket (0: use ratio)").at_least(0));
+  v(cp.scope, F("compression.scope", "{compression.kind}: select per bucket or over the whole model")
+                  .one_of({"bucket", "model"}));
+  v(cp.shared_indices,
+    F("compression.shared_indices", "{compression.kind}: the same index set on every rank (not sent)"));
+  v(cp.unbiased, F("compression.unbiased", "{compression.kind}: scale kept values by d/k (unbiased)"));
+  v(cp.tau, F("compression.tau", "{compression.kind}: send values with abs(p) >= tau").at_least(0));
+  v(cp.levels, F("compression.levels", "{compression.kind}: quantization levels s").at_least(1).at_most(1 << 20));
+  v(cp.vote, F("compression.vote", "{compression.kind}: receivers take the majority vote of signs (sign(0) = 0)"));
+  v(cp.rank, F("compression.rank", "{compression.kind}: rank r per matrix").at_least(1).at_most(1 << 16));
+  v(cp.start_step, F("compression.start_step", "{compression.kind}: dense fp32 all-reduce before this step (0-based)")
                        .at_least(0));
   v(cp.min_compression_rate,
-    F("compression.min_compression_rate", "powersgd: a matrix [rows, count / rows] is compressed iff (rows + cols) "
-                                          "r x this < rows cols, else sent dense (PowerSGDState's "
+    F("compression.min_compression_rate", "{compression.kind}: a matrix [rows, count / rows] is compressed iff (rows "
+                                          "+ cols) r x this < rows cols, else sent dense (PowerSGDState's "
                                           "min_compression_rate; torch's default is 2)").at_least(1));
   v(cp.orthogonalization_epsilon,
     F("compression.orthogonalization_epsilon",
-      "powersgd: Gram-Schmidt divides each column of P and Q by its norm + this, in PyTorch's units of mean "
+      "{compression.kind}: Gram-Schmidt divides each column of P and Q by its norm + this, in PyTorch's units of mean "
       "gradients (PowerSGDState's orthogonalization_epsilon; 0, torch's default, turns an all-zero column into NaN "
       "as torch does; 1e-8 keeps it 0)").at_least(0));
-  v(cp.momentum, F("compression.momentum", "dgc: momentum of the local momentum correction").at_least(0).below(1));
-  v(cp.clip_norm, F("compression.clip_norm", "dgc: local gradient clipping to this L2 norm (0: off)").at_least(0));
-  v(cp.warmup_steps, F("compression.warmup_steps", "dgc: exponential warm-up of the ratio over these steps (0: none)")
+  v(cp.momentum, F("compression.momentum", "{compression.kind}: momentum of the local momentum correction")
+                     .at_least(0).below(1));
+  v(cp.clip_norm, F("compression.clip_norm", "{compression.kind}: local gradient clipping to this L2 norm (0: off)")
+                      .at_least(0));
+  v(cp.warmup_steps, F("compression.warmup_steps", "{compression.kind}: exponential warm-up of the ratio over these "
+                                                   "steps (0: none)")
                          .at_least(0));
-  v(cp.sample_ratio, F("compression.sample_ratio", "dgc: fraction of values sampled for the threshold").above(0)
-                         .at_most(1));
+  v(cp.sample_ratio, F("compression.sample_ratio", "{compression.kind}: fraction of values sampled for the threshold")
+                         .above(0).at_most(1));
   v(cp.expected_density,
-    F("compression.expected_density", "threshold, dgc: the fraction of each bucket's values kept, which depends on the "
-                                      "gradient: required in (0, 1] by timing-only runs (training.mode \"timing\"), "
-                                      "which price the payload from it (dgc: the density after its warm-up, whose "
-                                      "steps follow the warm-up schedule ending at it); training runs measure it (0: "
-                                      "not given)")
+    F("compression.expected_density", "{compression.kind}: the fraction of each bucket's values kept, which depends "
+                                      "on the gradient: required in (0, 1] by timing-only runs (training.mode "
+                                      "\"timing\"), which price the payload from it (dgc: the density after its "
+                                      "warm-up, whose steps follow the warm-up schedule ending at it); training runs "
+                                      "measure it (0: not given)")
         .at_least(0).at_most(1));
   v(cp.measure_error, F("compression.measure_error",
-                        "fp16, bf16, fp8_e4m3, fp8_e5m2, topk, randomk, threshold, dgc, qsgd, "
-                        "terngrad, signsgd, onebit, powersgd: report the relative error of the decoded average (costs "
+                        "{compression.kind}: report the relative error of the decoded average (costs "
                         "one fp32 all-reduce, not counted)"));
   auto& pr = c.precision;
   v(pr.mode, F("precision.mode", "fp32; tf32 (GPU only); bf16_mixed, fp16_mixed (fp32 master weights, operands rounded "
@@ -368,6 +379,35 @@ void visit_fields(V& v, RunConfig& c) {
   v(c.report.timeline, F("report.timeline", "write the modeled clock of the run as a Chrome trace-event file "
                                            "(Perfetto, chrome://tracing) in timeline/ beside the report; runs of at "
                                            "most 50 optimizer steps (docs/profiling.md)"));
+}
+
+// The field table as visit_fields writes it: paths, types, defaults, ranges; the kind fields without their choices
+// and the docs with their "{<kind field>}: " heads (field_table fills both in from a KindCatalog).
+const std::vector<FieldInfo>& bare_fields();
+
+// The names of a kind field's choices in `kinds`; throws when the catalog lacks the field.
+std::vector<std::string> kind_names(const KindCatalog& kinds, const std::string& path) {
+  for (const KindField& f : kinds)
+    if (f.path == path) {
+      std::vector<std::string> names;
+      for (const KindChoice& k : f.choices) names.push_back(k.name);
+      return names;
+    }
+  throw Error("the kind catalog has no choices for " + path + " (registry_kinds(), sim/validate/validate.h)");
+}
+
+// The choices of a selector field: a kind field's from `kinds`, another's from the table.
+std::vector<std::string> selector_choices(const KindCatalog& kinds, const std::string& path) {
+  for (const auto& f : bare_fields())
+    if (f.path == path) return f.registry_kind ? kind_names(kinds, path) : f.choices;
+  return {};
+}
+
+// A field's default as a string (the kind fields' defaults: "mlp", "none", ...).
+std::string field_default(const std::string& path) {
+  for (const auto& f : bare_fields())
+    if (f.path == path && f.default_value.is_string()) return f.default_value.get<std::string>();
+  return "";
 }
 
 // Walks a dotted path into j; nullptr if absent.
@@ -446,13 +486,17 @@ const std::map<std::string, bool>& float32_fields() {
 
 class Reader {
  public:
-  Reader(const json& j, std::vector<ConfigIssue>& issues) : j_(j), issues_(issues) {}
+  Reader(const json& j, const KindCatalog& kinds, std::vector<ConfigIssue>& issues)
+      : j_(j), kinds_(kinds), issues_(issues) {}
 
   template <class T>
   void operator()(T& ref, const F& f) {
     const json* v = find_path(j_, f.info.path);
     if (v == nullptr) return;  // default stays
-    read(ref, *v, f.info);
+    if (!f.info.registry_kind) return read(ref, *v, f.info);
+    FieldInfo info = f.info;  // a kind field: its choices are the registry's
+    info.choices = kind_names(kinds_, info.path);
+    read(ref, *v, info);
   }
 
  private:
@@ -527,6 +571,7 @@ class Reader {
   }
 
   const json& j_;
+  const KindCatalog& kinds_;
   std::vector<ConfigIssue>& issues_;
   std::vector<std::string> bad_;  // fields whose value was refused (they keep their default)
 
@@ -617,7 +662,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 const std::set<std::string>& known_paths() {
   static const std::set<std::string> paths = [] {
     std::set<std::string> s;
-    for (const auto& f : config_fields()) {
+    for (const auto& f : bare_fields()) {
       s.insert(f.path);
       for (size_t dot = f.path.find('.'); dot != std::string::npos; dot = f.path.find('.', dot + 1))
         s.insert(f.path.substr(0, dot));
@@ -647,92 +692,25 @@ void find_unknown(const json& j, const std::string& prefix, std::vector<ConfigIs
 // v as a resolved config writes it: a bool given for a string field with bool_means becomes its choice.
 json resolved_value(const std::string& path, const json& v) {
   if (as_bool_alias(v) == 0) return v;
-  for (const auto& f : config_fields())
+  for (const auto& f : bare_fields())
     if (f.path == path && !f.bool_true.empty()) return json(as_bool_alias(v) > 0 ? f.bool_true : f.bool_false);
   return v;
 }
 
-// Fields that only mean something for one kind; giving them for another kind is a mistake, not a no-op. Every field
-// whose doc starts with "<kinds>: " (choices of one selector field) has a rule here (a test walks the docs).
-void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
-  struct Rule {
-    const char* path;
-    const char* kind_path;
-    const char* kind_default;
-    std::vector<const char*> kinds;
-    bool loss_scale = false;  // kind_path is precision.loss_scale: "auto" is dynamic for fp16_mixed, none otherwise
-  };
-  static const std::vector<const char*> kBucketed = {"allreduce", "local_sgd", "parameter_server", "zero"};
-  static const std::vector<const char*> kCaching = {"lru", "static", "partitioned"};
-  static const std::vector<Rule> kRules = {
-      {"data.ranks", "data.kind", "fashion_mnist", {"inline"}},
-      {"data.eval", "data.kind", "fashion_mnist", {"inline"}},
-      {"data.teacher", "data.kind", "fashion_mnist", {"teacher"}},
-      {"data.path", "data.kind", "fashion_mnist", {"fashion_mnist"}},
-      {"data.eval_samples", "data.kind", "fashion_mnist", {"fashion_mnist"}},
-      {"model.initial_weights", "model.kind", "mlp", {"linear"}},
-      {"model.initial_bias", "model.kind", "mlp", {"linear"}},
-      {"model.a", "model.kind", "mlp", {"quadratic"}},
-      {"model.b", "model.kind", "mlp", {"quadratic"}},
-      {"model.initial_w", "model.kind", "mlp", {"quadratic"}},
-      {"model.init.from", "model.kind", "mlp", {"mlp", "linear", "quadratic"}},
-      {"model.sequence_length", "model.kind", "mlp",
-       {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
-      {"training.activation_checkpointing", "model.kind", "mlp",
-       {"gpt2-small", "gpt2-xl", "llama-7b", "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b"}},
-      {"sync.stage", "sync.kind", "allreduce", {"zero"}},
-      {"sync.reduce_every_microbatch", "sync.kind", "allreduce", {"zero"}},
-      {"sync.shards", "sync.kind", "allreduce", {"parameter_server"}},
-      {"sync.dedicated", "sync.kind", "allreduce", {"parameter_server"}},
-      {"sync.ordering", "sync.kind", "allreduce", {"parameter_server"}},
-      {"compression.error_feedback", "compression.kind", "none",
-       {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "qsgd", "terngrad", "signsgd",
-        "onebit", "powersgd"}},
-      {"compression.divide", "compression.kind", "none", {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}},
-      {"compression.accumulate", "compression.kind", "none", {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}},
-      {"compression.measure_error", "compression.kind", "none",
-       {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold", "dgc", "qsgd", "terngrad", "signsgd",
-        "onebit", "powersgd"}},
-      {"compression.ratio", "compression.kind", "none", {"topk", "randomk", "dgc"}},
-      {"compression.k", "compression.kind", "none", {"topk", "randomk"}},
-      {"compression.scope", "compression.kind", "none", {"topk"}},
-      {"compression.shared_indices", "compression.kind", "none", {"randomk"}},
-      {"compression.unbiased", "compression.kind", "none", {"randomk"}},
-      {"compression.tau", "compression.kind", "none", {"threshold"}},
-      {"compression.levels", "compression.kind", "none", {"qsgd"}},
-      {"compression.vote", "compression.kind", "none", {"signsgd"}},
-      {"compression.rank", "compression.kind", "none", {"powersgd"}},
-      {"compression.start_step", "compression.kind", "none", {"powersgd"}},
-      {"compression.min_compression_rate", "compression.kind", "none", {"powersgd"}},
-      {"compression.orthogonalization_epsilon", "compression.kind", "none", {"powersgd"}},
-      {"compression.momentum", "compression.kind", "none", {"dgc"}},
-      {"compression.clip_norm", "compression.kind", "none", {"dgc"}},
-      {"compression.warmup_steps", "compression.kind", "none", {"dgc"}},
-      {"compression.sample_ratio", "compression.kind", "none", {"dgc"}},
-      {"compression.expected_density", "compression.kind", "none", {"threshold", "dgc"}},
-      {"sync.staleness", "sync.kind", "allreduce", {"allreduce", "parameter_server"}},
-      {"sync.overlap", "sync.kind", "allreduce", {"allreduce"}},
-      {"sync.period", "sync.kind", "allreduce", {"local_sgd"}},
-      {"sync.average_optimizer_state", "sync.kind", "allreduce", {"local_sgd"}},
-      {"sync.warmup_steps", "sync.kind", "allreduce", {"local_sgd"}},
-      // The parameter server sums decoded casts in fp32 and divides after: divide is an all-reduce choice.
-      {"compression.divide", "sync.kind", "allreduce", {"allreduce", "zero"}},
-      {"compression.accumulate", "sync.kind", "allreduce", {"allreduce", "zero"}},
-      {"sync.bucket_mb", "sync.kind", "allreduce", kBucketed},
-      {"sync.first_bucket_mb", "sync.kind", "allreduce", kBucketed},
-      {"training.optimizer.momentum", "training.optimizer.kind", "sgd", {"sgd"}},
-      {"training.optimizer.nesterov", "training.optimizer.kind", "sgd", {"sgd"}},
-      {"training.optimizer.beta1", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
-      {"training.optimizer.beta2", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
-      {"training.optimizer.betas", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
-      {"training.optimizer.eps", "training.optimizer.kind", "sgd", {"adam", "adamw", "onebit_adam", "zero_one_adam"}},
-      {"training.optimizer.freeze_step", "training.optimizer.kind", "sgd", {"onebit_adam"}},
-      {"training.optimizer.exp_avg_mask", "training.optimizer.kind", "sgd", {"onebit_adam"}},
-      {"training.optimizer.var_freeze_step", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
-      {"training.optimizer.var_update_scaler", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
-      {"training.optimizer.local_step_scaler", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
-      {"training.optimizer.local_step_clipper", "training.optimizer.kind", "sgd", {"zero_one_adam"}},
-      {"training.optimizer.first_moment", "training.optimizer.kind", "sgd", {"adam", "adamw"}},
+// Fields that only mean something for some kinds; giving them for another kind is a mistake, not a no-op. Every field
+// whose doc starts with "<kinds>: " (choices of one selector field) has a rule (a test walks the docs): those of the
+// registry kinds come from their entries' options (kind_rules), those of the other selectors are written here.
+struct KindRule {
+  std::string path;       // a field, or a section ("data.teacher")
+  std::string kind_path;  // the selector
+  std::string kind_default;
+  std::vector<std::string> kinds;  // the choices under which the field applies
+  bool loss_scale = false;  // kind_path is precision.loss_scale: "auto" is dynamic for fp16_mixed, none otherwise
+};
+
+const std::vector<KindRule>& fixed_kind_rules() {
+  static const std::vector<std::string> kCaching = {"lru", "static", "partitioned"};
+  static const std::vector<KindRule> kRules = {
       {"training.schedule.step_size", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.gamma", "training.schedule.kind", "constant", {"step"}},
       {"training.schedule.warmup_steps", "training.schedule.kind", "constant", {"warmup_cosine"}},
@@ -742,20 +720,62 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
       {"precision.growth_interval", "precision.loss_scale", "auto", {"dynamic"}, true},
       {"precision.initial_scale", "precision.loss_scale", "auto", {"dynamic", "static"}, true},
       {"precision.amax_history_len", "precision.mode", "fp32", {"fp8_mixed"}},
-      {"model.activation", "model.kind", "mlp", {"mlp"}},
-      {"model.bias", "model.kind", "mlp", {"mlp", "linear"}},
-      {"model.layers", "model.kind", "mlp", {"mlp", "linear"}},
       // "auto" may take the cuda backend; where it cannot, validate_config says why (it needs a usable GPU).
       {"cluster.stragglers.inject", "cluster.backend", "auto", {"cuda", "auto"}},
       {"cluster.stragglers.noise.sigma", "cluster.stragglers.noise.kind", "none", {"normal", "lognormal"}},
       {"data.cache.capacity_fraction", "data.cache.policy", "none", kCaching},
       {"data.cache.capacity_bytes", "data.cache.policy", "none", kCaching},
   };
+  return kRules;
+}
+
+// The position of a field or a section in the field table (its first field's); throws when it names neither (an
+// option path of a registry entry that is no field).
+size_t table_position(const std::string& path, const std::string& named_by) {
+  const auto& fields = bare_fields();
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (fields[i].path == path || fields[i].path.rfind(path + ".", 0) == 0) return i;
+  throw Error(fmt::format("{}: option \"{}\" is no field or section of the configuration", named_by, path));
+}
+
+bool names_option(const KindChoice& k, const std::string& path) {
+  for (const auto& o : k.options)
+    if (path == o || path.rfind(o + ".", 0) == 0) return true;
+  return false;
+}
+
+// The rules of check_kind_specific, in the table order of their fields: one per option of a registry kind field
+// (the kinds whose entries name it; none when every kind does), the option's own section's kind field first
+// (compression.divide: compression.kind, then sync.kind), and the fixed rules.
+std::vector<KindRule> kind_rules(const KindCatalog& kinds) {
+  std::vector<std::pair<std::pair<size_t, int>, KindRule>> keyed;
+  for (const KindField& kf : kinds) {
+    std::vector<std::string> options;  // every option any kind names, once
+    for (const KindChoice& k : kf.choices)
+      for (const auto& o : k.options)
+        if (std::find(options.begin(), options.end(), o) == options.end()) options.push_back(o);
+    for (const auto& o : options) {
+      KindRule r{o, kf.path, field_default(kf.path), {}};
+      for (const KindChoice& k : kf.choices)
+        if (names_option(k, o)) r.kinds.push_back(k.name);
+      if (r.kinds.size() == kf.choices.size()) continue;  // applies under every kind
+      const bool own = o.substr(0, o.find('.')) == kf.path.substr(0, kf.path.find('.'));
+      keyed.push_back({{table_position(o, kf.path + " \"" + r.kinds.front() + "\""), own ? 0 : 1}, std::move(r)});
+    }
+  }
+  for (const KindRule& r : fixed_kind_rules()) keyed.push_back({{table_position(r.path, "fixed rule"), 0}, r});
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<KindRule> out;
+  for (auto& [key, r] : keyed) out.push_back(std::move(r));
+  return out;
+}
+
+void check_kind_specific(const json& j, const KindCatalog& kinds, std::vector<ConfigIssue>& issues) {
   static const RunConfig kDefaultConfig;
   static const json defaults = config_to_json(kDefaultConfig);
   std::string mode = "fp32";  // precision.mode, for "auto" loss scale
   if (const json* m = find_path(j, "precision.mode"); m != nullptr && m->is_string()) mode = m->get<std::string>();
-  for (const auto& r : kRules) {
+  for (const auto& r : kind_rules(kinds)) {
     const json* v = find_path(j, r.path);
     if (v == nullptr || v->is_null()) continue;
     const json* dv = find_path(defaults, r.path);
@@ -763,22 +783,18 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
     const json* k = find_path(j, r.kind_path);
     std::string kind = k != nullptr && k->is_string() ? k->get<std::string>() : r.kind_default;
     if (k != nullptr && !k->is_string()) continue;  // the kind's own error is reported
-    bool known_kind = false;  // a kind that is no choice has its own error; the rule would depend on a mistyped field
-    for (const auto& f : config_fields())
-      if (f.path == r.kind_path)
-        known_kind = std::find(f.choices.begin(), f.choices.end(), kind) != f.choices.end();
-    if (!known_kind) continue;
+    // A kind that is no choice has its own error; the rule would depend on a mistyped field.
+    const std::vector<std::string> choices = selector_choices(kinds, r.kind_path);
+    if (std::find(choices.begin(), choices.end(), kind) == choices.end()) continue;
     std::string shown = "\"" + kind + "\"";
     if (r.loss_scale && kind == "auto") {
       kind = mode == "fp16_mixed" ? "dynamic" : "none";
       shown = fmt::format("\"auto\", which is \"{}\" for precision.mode \"{}\"", kind, mode);
     }
-    bool ok = false;
-    for (const char* allowed : r.kinds) ok = ok || kind == allowed;
-    if (!ok) {
-      std::string allowed = "\"" + std::string(r.kinds.front()) + "\"";
+    if (std::find(r.kinds.begin(), r.kinds.end(), kind) == r.kinds.end()) {
+      std::string allowed = "\"" + r.kinds.front() + "\"";
       for (size_t i = 1; i < r.kinds.size(); ++i)
-        allowed += (i + 1 == r.kinds.size() ? " or \"" : ", \"") + std::string(r.kinds[i]) + "\"";
+        allowed += (i + 1 == r.kinds.size() ? " or \"" : ", \"") + r.kinds[i] + "\"";
       issues.push_back({r.path, fmt::format("only applies when {} is {} (it is {})", r.kind_path, allowed, shown)});
     }
   }
@@ -787,8 +803,9 @@ void check_kind_specific(const json& j, std::vector<ConfigIssue>& issues) {
 }  // namespace
 
 // The fields of j into c (Reader, then betas into beta1 and beta2); returns the fields whose value was refused.
-std::vector<std::string> read_fields(const json& j, RunConfig& c, std::vector<ConfigIssue>& issues) {
-  Reader r(j, issues);
+std::vector<std::string> read_fields(const json& j, const KindCatalog& kinds, RunConfig& c,
+                                     std::vector<ConfigIssue>& issues) {
+  Reader r(j, kinds, issues);
   visit_fields(r, c);
   std::vector<std::string> bad = r.bad_fields();
   if (!read_betas(j, c.training.optimizer, issues)) bad.push_back("training.optimizer.betas");
@@ -802,9 +819,10 @@ std::vector<std::string> read_fields(const json& j, RunConfig& c, std::vector<Co
   return bad;
 }
 
-std::vector<std::string> read_config(const json& j, RunConfig& c, std::vector<ConfigIssue>& issues) {
+std::vector<std::string> read_config(const json& j, const KindCatalog& kinds, RunConfig& c,
+                                     std::vector<ConfigIssue>& issues) {
   find_unknown(j, "", issues);
-  check_kind_specific(j, issues);
+  check_kind_specific(j, kinds, issues);
   {
     const json* value = find_path(j, "training.target.value");
     const json* metric = find_path(j, "training.target.metric");
@@ -813,8 +831,8 @@ std::vector<std::string> read_config(const json& j, RunConfig& c, std::vector<Co
         (metric == nullptr || (metric->is_string() && metric->get<std::string>().empty())))
       issues.push_back({"training.target.value", "a target value needs training.target.metric"});
   }
-  std::vector<std::string> bad = read_fields(j, c, issues);
-  for (const auto& f : config_fields()) {
+  std::vector<std::string> bad = read_fields(j, kinds, c, issues);
+  for (const auto& f : bare_fields()) {
     // A field under a section given as something else than an object ("model": "mlp", reported by find_unknown)
     // could not be read either: its default must not be judged against the other fields.
     for (size_t dot = f.path.find('.'); dot != std::string::npos; dot = f.path.find('.', dot + 1)) {
@@ -897,12 +915,14 @@ std::vector<json> candidate_values(const FieldInfo& f) {
 }
 
 bool is_config_field(const std::string& path) {
-  for (const auto& f : config_fields())
+  for (const auto& f : bare_fields())
     if (f.path == path) return true;
   return false;
 }
 
-const std::vector<FieldInfo>& config_fields() {
+namespace {
+
+const std::vector<FieldInfo>& bare_fields() {
   static const std::vector<FieldInfo> fields = [] {
     RunConfig defaults;
     Lister l;
@@ -910,6 +930,32 @@ const std::vector<FieldInfo>& config_fields() {
     return l.fields_;
   }();
   return fields;
+}
+
+}  // namespace
+
+std::vector<FieldInfo> field_table(const KindCatalog& kinds) {
+  std::vector<FieldInfo> out = bare_fields();
+  for (FieldInfo& f : out) {
+    if (f.registry_kind) f.choices = kind_names(kinds, f.path);
+    if (f.doc.rfind('{', 0) != 0) continue;
+    // "{kind field}: doc" -> "kind, kind: doc", the kinds whose entries name the field, in registry order.
+    const size_t close = f.doc.find("}: ");
+    const std::string kind_path = f.doc.substr(1, close - 1);
+    std::string names;
+    for (const KindField& kf : kinds)
+      if (kf.path == kind_path)
+        for (const KindChoice& k : kf.choices)
+          if (names_option(k, f.path)) names += (names.empty() ? "" : ", ") + k.name;
+    if (names.empty())
+      throw Error(fmt::format("{}: its doc starts with the kinds of {}, and no entry of {} names it", f.path,
+                              kind_path, kind_path));
+    f.doc = names + f.doc.substr(close + 1);
+  }
+  for (const KindField& kf : kinds)  // every option names a field or a section
+    for (const KindChoice& k : kf.choices)
+      for (const auto& o : k.options) table_position(o, kf.path + " \"" + k.name + "\"");
+  return out;
 }
 
 std::string suggest_key(const std::string& path) {

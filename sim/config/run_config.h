@@ -278,10 +278,30 @@ struct FieldInfo {
   bool allow_inf = false;            // integer fields: the string "inf" is also accepted (stored as INT64_MAX)
   std::string bool_false, bool_true;  // string fields: JSON false / true read as these choices (empty: refused)
   std::string doc;
+  // A kind field (model.kind, data.kind, training.optimizer.kind, sync.kind, compression.kind): its choices are the
+  // names of a registry above this layer, handed in as a KindCatalog.
+  bool registry_kind = false;
 };
 
-// Every field of RunConfig, in table order.
-const std::vector<FieldInfo>& config_fields();
+// The kind fields' choices come from the registries above this layer (models, datasets, optimizers, sync strategies,
+// compressors), which config cannot include: the validate layer hands them in (registry_kinds(),
+// sim/validate/validate.h). Each registry entry names the option paths that apply under its kind; from them the leaf
+// derives the kind field's choices, the "only applies when <kind field> is ..." rule of every option and the kinds
+// that start its doc ("{compression.kind}: ..." in the field table). A new kind is its registry line.
+struct KindChoice {
+  std::string name;                  // a choice of the kind field: the registry entry's name
+  std::vector<std::string> options;  // fields, or sections ("data.teacher"), that apply under this kind
+};
+struct KindField {
+  std::string path;                  // the kind field, "compression.kind"
+  std::vector<KindChoice> choices;   // in registry order
+};
+using KindCatalog = std::vector<KindField>;
+
+// Every field of RunConfig, in table order, with the kind fields' choices and the kinds at the start of a doc taken
+// from `kinds` (throws gs::Error when a kind field is missing from it or an option names no field). The validate
+// layer's config_fields() is this table for the registries' catalog.
+std::vector<FieldInfo> field_table(const KindCatalog& kinds);
 // True when path (dotted) is a leaf of the field table.
 bool is_config_field(const std::string& path);
 

@@ -41,13 +41,6 @@ class NoData : public Dataset {
   Batch eval_;
 };
 
-const std::vector<DatasetEntry> kDatasets = {
-    {"fashion_mnist", "Fashion-MNIST (gzip IDX files in data.path or /usr/share/datasets/fashion-mnist); 10 classes",
-     make_fashion_mnist},
-    {"teacher", "Gaussian inputs labelled by a fixed random teacher network (data.teacher.*)", make_teacher},
-    {"inline", "explicit samples per rank and micro-batch in the scenario (data.ranks, data.eval)", make_inline},
-    {"none", "no samples: one empty sample per micro-batch (the quadratic model)", make_no_data},
-};
 
 // Process-wide cache of recent epoch orders, so a rank's micro-batch costs O(b), not a shuffle of the training set.
 struct OrderKey {
@@ -78,11 +71,22 @@ std::shared_ptr<const std::vector<int64_t>> cached_shuffled_order(int64_t n, uin
 
 }  // namespace
 
-const std::vector<DatasetEntry>& dataset_registry() { return kDatasets; }
+const std::vector<DatasetEntry>& dataset_registry() {
+  static const std::vector<DatasetEntry> kDatasets = {
+      {"fashion_mnist", "Fashion-MNIST (gzip IDX files in data.path or /usr/share/datasets/fashion-mnist); 10 classes",
+       make_fashion_mnist, {"data.path", "data.eval_samples"}},
+      {"teacher", "Gaussian inputs labelled by a fixed random teacher network (data.teacher.*)", make_teacher,
+       {"data.teacher"}},
+      {"inline", "explicit samples per rank and micro-batch in the scenario (data.ranks, data.eval)", make_inline,
+       {"data.ranks", "data.eval"}},
+      {"none", "no samples: one empty sample per micro-batch (the quadratic model)", make_no_data, {}},
+  };
+  return kDatasets;
+}
 
 std::unique_ptr<Dataset> make_dataset(const RunConfig& config) {
   std::string known;
-  for (const auto& e : kDatasets) {
+  for (const auto& e : dataset_registry()) {
     if (config.data.kind == e.name) return e.make(config);
     known += known.empty() ? e.name : std::string(", ") + e.name;
   }

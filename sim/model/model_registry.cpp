@@ -1,5 +1,6 @@
-// The model registry: one line per model {name, one-line doc, factory}, in listing order, plus make_model and
-// Model::num_params. A new model is one file with its factory (declared in model.h) and one line in kModels.
+// The model registry: one line per model {name, one-line doc, factory, the fields that apply to it}, in listing order,
+// plus make_model and Model::num_params. A new model is one file with its factory (declared in model.h) and one line
+// in kModels: model.kind's choices and its fields' kind rules come from this table (sim/validate/kinds.cpp).
 #include <algorithm>
 #include <string>
 
@@ -11,25 +12,30 @@
 namespace gs {
 
 const std::vector<ModelEntry>& model_registry() {
+  using Options = std::vector<std::string>;
+  const Options preset = {"model.sequence_length", "training.activation_checkpointing"};
   static const std::vector<ModelEntry> kModels = {
       {"mlp", "fully connected layers [in, h1, ..., out], relu|gelu, cross_entropy|mse; torch.nn.Linear init",
-       make_mlp},
-      {"linear", "y = W x (+ b), layers [in, out]; optional explicit initial_weights / initial_bias", make_linear},
+       make_mlp, {"model.layers", "model.activation", "model.bias", "model.init.from"}},
+      {"linear", "y = W x (+ b), layers [in, out]; optional explicit initial_weights / initial_bias", make_linear,
+       {"model.layers", "model.bias", "model.initial_weights", "model.initial_bias", "model.init.from"}},
       {"quadratic", "per-rank f_r(w) = 0.5 * sum_i a_ri (w_i - b_ri)^2 from model.a, model.b, model.initial_w",
-       make_quadratic},
+       make_quadratic, {"model.a", "model.b", "model.initial_w", "model.init.from"}},
       {"gpt2-small", "timing-only shape preset: GPT-2 small, 124M parameters, 12 layers, d 768, context 1024",
-       make_transformer_preset},
+       make_transformer_preset, preset},
       {"gpt2-xl", "timing-only shape preset: GPT-2 XL, 1.56B parameters, 48 layers, d 1600, context 1024",
-       make_transformer_preset},
+       make_transformer_preset, preset},
       {"llama-7b", "timing-only shape preset: LLaMA-7B, 6.74B parameters, 32 layers, d 4096, context 2048",
-       make_transformer_preset},
+       make_transformer_preset, preset},
       {"mpt-125m", "timing-only shape preset: MosaicML MPT-125M, 12 layers, d 768, vocab 50368, context 2048",
-       make_transformer_preset},
-      {"mpt-350m", "timing-only shape preset: MPT-350M, 24 layers, d 1024, context 2048", make_transformer_preset},
-      {"mpt-760m", "timing-only shape preset: MPT-760M, 24 layers, d 1536, context 2048", make_transformer_preset},
-      {"mpt-1b", "timing-only shape preset: MPT-1B, 24 layers, d 2048, context 2048", make_transformer_preset},
-      {"mpt-3b", "timing-only shape preset: MPT-3B, 32 layers, d 2560, context 2048", make_transformer_preset},
-      {"mpt-7b", "timing-only shape preset: MPT-7B, 32 layers, d 4096, context 2048", make_transformer_preset},
+       make_transformer_preset, preset},
+      {"mpt-350m", "timing-only shape preset: MPT-350M, 24 layers, d 1024, context 2048", make_transformer_preset,
+       preset},
+      {"mpt-760m", "timing-only shape preset: MPT-760M, 24 layers, d 1536, context 2048", make_transformer_preset,
+       preset},
+      {"mpt-1b", "timing-only shape preset: MPT-1B, 24 layers, d 2048, context 2048", make_transformer_preset, preset},
+      {"mpt-3b", "timing-only shape preset: MPT-3B, 32 layers, d 2560, context 2048", make_transformer_preset, preset},
+      {"mpt-7b", "timing-only shape preset: MPT-7B, 32 layers, d 4096, context 2048", make_transformer_preset, preset},
   };
   return kModels;
 }

@@ -179,7 +179,7 @@ std::function<bool(const std::string&)> clean_unless(std::vector<std::string> ta
 std::vector<ConfigIssue> cross_field_issues(const json& j) {
   std::vector<ConfigIssue> out;
   RunConfig c;
-  read_fields(j, c, out);
+  read_fields(j, registry_kinds(), c, out);
   if (!out.empty()) return out;
   apply_pitfall_alias(j, c, out);
   if (!out.empty()) return out;
@@ -218,7 +218,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
   auto with_size_limits = [&](std::vector<ConfigIssue> out) {
     std::vector<ConfigIssue> read_issues;
     RunConfig c;
-    read_fields(base, c, read_issues);
+    read_fields(base, registry_kinds(), c, read_issues);
     if (!read_issues.empty()) return out;
     std::vector<std::string> taken = bad;
     for (const auto& i : out) taken.push_back(i.path);
@@ -237,7 +237,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
     if (touches) return with_size_limits({});
     std::vector<ConfigIssue> out;
     RunConfig c;
-    read_fields(base, c, out);
+    read_fields(base, registry_kinds(), c, out);
     if (out.empty()) apply_pitfall_alias(base, c, out);
     if (out.empty()) validate_config(c, out);
     return out;
@@ -815,7 +815,7 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
     issues.push_back({"", fmt::format("expected a JSON object, got {}", bounded_dump(j, 60))});
     return c;
   }
-  const std::vector<std::string> bad = read_config(j, c, issues);
+  const std::vector<std::string> bad = read_config(j, registry_kinds(), c, issues);
   if (!bad.empty()) {
     // Some fields are mistyped: report the cross-field problems that do not depend on them (see the header).
     for (auto& i : cross_field_issues_despite(j, bad)) issues.push_back(std::move(i));

@@ -12,6 +12,15 @@ namespace gs {
 
 class IdPattern;  // sim/core/id_pattern.h
 
+// The kind fields' choices and the fields that apply under each, from the registries (models, datasets, optimizers
+// and the optimizers that are strategies, sync strategies, compressors; kinds.cpp): what the config leaf reads and
+// lists the kind fields with.
+const KindCatalog& registry_kinds();
+
+// Every field of RunConfig, in table order, with the registries' choices and docs (field_table of registry_kinds()):
+// `gradsweep fields`, scenarios/README.md.
+const std::vector<FieldInfo>& config_fields();
+
 // Reads j (a whole run configuration, possibly partial: missing fields keep defaults) into a RunConfig. Type and
 // range problems, unknown keys (with a did-you-mean suggestion) and cross-field rules are appended to issues, all at
 // once: a mistyped or out-of-range field does not hide the cross-field problems of other fields, but a cross-field
