@@ -107,6 +107,7 @@ struct CompressorEntry {
   // applies when compression.kind is ..." rules and the kinds at the start of their docs are derived from them
   // (sim/validate/kinds.cpp).
   std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
 // Every compressor, in registry order ("none" first: the foundation's uncompressed path, no Compressor object).

@@ -1,6 +1,6 @@
-// The compressor registry: one line per compressor {name, doc, factory, the fields that apply to it}. Add one by
-// writing its file and one line here (README, "Adding a compressor"): compression.kind's choices and its fields' kind
-// rules come from this table (sim/validate/kinds.cpp).
+// The compressor registry: one line per compressor {name, doc, factory, the fields that apply to it, its cross-field
+// rule if it has one}. Add one by writing its file and one line here (README, "Adding a compressor"):
+// compression.kind's choices and its fields' kind rules come from this table (sim/validate/kinds.cpp).
 #include <cmath>
 
 #include <fmt/format.h>
@@ -14,6 +14,34 @@ namespace {
 std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// threshold and dgc keep a share of values that depends on the gradient: timing-only runs price it from
+// compression.expected_density, which they need in (0, 1]; training runs measure it.
+void expected_density_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const std::string path = "compression.expected_density";
+  const bool timing = c.training.mode == "timing";
+  const double density = c.compression.expected_density;
+  if (timing && !c.compression.expected_density_given)
+    issues.push_back({path, fmt::format("required in timing-only runs (training.mode \"timing\", --timing-only) of "
+                                        "compression.kind \"{}\": the share of values it keeps depends on the "
+                                        "gradient, which a timing-only run does not compute; expected the fraction "
+                                        "kept per bucket in (0, 1] (e.g. 0.001)", c.compression.kind)});
+  else if (timing && !(density > 0.0 && density <= 1.0))
+    issues.push_back({path, fmt::format("out of range (0, 1], got {}: {} keeps a share of values that depends on the "
+                                        "gradient, which a timing-only run does not compute; expected the fraction "
+                                        "kept per bucket in (0, 1] (e.g. 0.001)", density, c.compression.kind)});
+  if (!timing && density != 0.0)
+    issues.push_back({path, fmt::format("a training run measures the share of values {} keeps: remove it (it is for "
+                                        "training.mode \"timing\"), got {}", c.compression.kind, density)});
+}
+
+// PowerSGD all-reduces its factors between the workers.
+void powersgd_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.sync.kind == "parameter_server")
+    issues.push_back({"compression.kind", "powersgd needs all-reduces of its factors between the workers, which a "
+                                          "parameter server does not do: with sync.kind \"parameter_server\" use "
+                                          "another compressor (e.g. topk)"});
 }
 
 }  // namespace
@@ -36,11 +64,12 @@ const std::vector<CompressorEntry>& compressor_registry() {
       {"randomk", "k random indices (Philox; shared_indices, unbiased d/k scale); all-gather", make_randomk,
        join(lossy, {"compression.ratio", "compression.k", "compression.shared_indices", "compression.unbiased"})},
       {"threshold", "values with |p| >= tau; all-gather of index+value", make_threshold,
-       join(lossy, {"compression.tau", "compression.expected_density"})},
+       join(lossy, {"compression.tau", "compression.expected_density"}), expected_density_issues},
       {"dgc", "Deep Gradient Compression: sampled threshold, momentum correction, clipping, masking, warm-up",
        make_dgc,
        {"compression.measure_error", "compression.ratio", "compression.momentum", "compression.clip_norm",
-        "compression.warmup_steps", "compression.sample_ratio", "compression.expected_density"}},
+        "compression.warmup_steps", "compression.sample_ratio", "compression.expected_density"},
+       expected_density_issues},
       {"qsgd", "QSGD: s levels, stochastic rounding (unbiased), per-bucket norm, bit-packed; all-gather", make_qsgd,
        join(lossy, {"compression.levels"})},
       {"terngrad", "TernGrad: {-1, 0, 1} x max|p|, stochastic (unbiased), 2 bits per value; all-gather",
@@ -50,7 +79,8 @@ const std::vector<CompressorEntry>& compressor_registry() {
       {"onebit", "1-bit SGD: sign bits with per-bucket positive and negative means; all-gather", make_onebit, lossy},
       {"powersgd", "PowerSGD rank r per matrix: warm-started Q, Gram-Schmidt, two factor all-reduces", make_powersgd,
        join(lossy, {"compression.rank", "compression.start_step", "compression.min_compression_rate",
-                    "compression.orthogonalization_epsilon"})},
+                    "compression.orthogonalization_epsilon"}),
+       powersgd_issues},
   };
   return kCompressors;
 }

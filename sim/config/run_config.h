@@ -288,9 +288,13 @@ struct FieldInfo {
 // sim/validate/validate.h). Each registry entry names the option paths that apply under its kind; from them the leaf
 // derives the kind field's choices, the "only applies when <kind field> is ..." rule of every option and the kinds
 // that start its doc ("{compression.kind}: ..." in the field table). A new kind is its registry line.
+// An entry's own cross-field rule: the problems of c under its kind, appended to issues (validate_config calls the
+// rule of each kind c has; nullptr: none).
+using KindIssues = void (*)(const RunConfig& c, std::vector<ConfigIssue>& issues);
 struct KindChoice {
   std::string name;                  // a choice of the kind field: the registry entry's name
   std::vector<std::string> options;  // fields, or sections ("data.teacher"), that apply under this kind
+  KindIssues issues = nullptr;       // the entry's own rule
 };
 struct KindField {
   std::string path;                  // the kind field, "compression.kind"

@@ -69,6 +69,12 @@ std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, size_t n) { return
 std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, false); }
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, true); }
 
+// Nesterov momentum needs a momentum.
+void sgd_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.training.optimizer.nesterov && c.training.optimizer.momentum <= 0)
+    issues.push_back({"training.optimizer.nesterov", "Nesterov needs training.optimizer.momentum > 0"});
+}
+
 }  // namespace
 
 const std::vector<OptimizerEntry>& optimizer_registry() {
@@ -76,7 +82,7 @@ const std::vector<OptimizerEntry>& optimizer_registry() {
   const Options adam = {"training.optimizer.beta1", "training.optimizer.beta2", "training.optimizer.betas",
                         "training.optimizer.eps", "training.optimizer.first_moment"};
   static const std::vector<OptimizerEntry> kOptimizers = {
-      {"sgd", make_sgd, {"training.optimizer.momentum", "training.optimizer.nesterov"}},
+      {"sgd", make_sgd, {"training.optimizer.momentum", "training.optimizer.nesterov"}, sgd_issues},
       {"adam", make_adam, adam},
       {"adamw", make_adamw, adam},
   };

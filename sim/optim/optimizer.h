@@ -30,6 +30,7 @@ struct OptimizerEntry {
   // sync strategies of their own: optimizer_strategy_registry, sim/strategy/strategy.h), its fields' kind rules and
   // the kinds at the start of their docs are derived from them (sim/validate/kinds.cpp).
   std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
 // The optimizers of optimizer.cpp, in listing order (a new one: its class and one line there).

@@ -195,6 +195,7 @@ struct StrategyEntry {
   // The fields (or sections) that apply under this kind: the kind field's choices, its fields' "only applies when
   // ..." rules and the kinds at the start of their docs are derived from them (sim/validate/kinds.cpp).
   std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
 // The sync strategies (sync.kind), in listing order.

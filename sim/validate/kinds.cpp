@@ -15,7 +15,7 @@ namespace {
 
 template <class Registry>
 void add_choices(KindField& field, const Registry& registry) {
-  for (const auto& e : registry) field.choices.push_back({e.name, e.options});
+  for (const auto& e : registry) field.choices.push_back({e.name, e.options, e.issues});
 }
 
 }  // namespace

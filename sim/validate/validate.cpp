@@ -301,8 +301,6 @@ void interop_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                            count_text(std::floor(kSaveBatchesMaxIndices / global), "step")));
 }
 
-}  // namespace
-
 // compression.error_feedback "momentum" and "ef21": what each placement needs (sim/compress/reduce.cpp).
 void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   const std::string& ef = c.compression.error_feedback;
@@ -331,58 +329,17 @@ void check_error_feedback(const RunConfig& c, std::vector<ConfigIssue>& issues) 
                       q + " runs heavy-ball momentum in each rank's velocity; Nesterov is not modeled there, got true"});
 }
 
-// sync.reduce_every_microbatch (sync.kind "zero"; another kind is refused by check_kind_specific): sharded gradients
-// (stage 2 or 3), reduced in fp32.
-void check_reduce_every_microbatch(const RunConfig& c, std::vector<ConfigIssue>& issues) {
-  if (c.sync.kind != "zero" || !c.sync.reduce_every_microbatch) return;
-  const std::string path = "sync.reduce_every_microbatch";
-  if (c.sync.stage < 2)
-    issues.push_back({path, "true needs sharded gradients, sync.stage 2 or 3 (stage 1 keeps the whole gradient on "
-                            "every rank and reduces it once per accumulation window, as DeepSpeed's stage 1 does), got "
-                            "sync.stage 1"});
-  if (c.compression.kind != "none")
-    issues.push_back({path, fmt::format("true reduce-scatters each micro-batch in fp32; with compression.kind \"{}\" "
-                                        "use false (one cast reduce-scatter per step)", c.compression.kind)});
-  else if (c.precision.mode == "fp16_pure")
-    issues.push_back({path, "true reduce-scatters each micro-batch in fp32; precision.mode \"fp16_pure\" sends fp16 "
-                            "gradients: use false (one fp16 reduce-scatter per step)"});
+// The rule of c's kind of the kind field `path` (its registry entry's, registry_kinds()), if it has one.
+void kind_issues(const std::string& path, const std::string& kind, const RunConfig& c,
+                 std::vector<ConfigIssue>& issues) {
+  for (const KindField& f : registry_kinds())
+    if (f.path == path)
+      for (const KindChoice& k : f.choices)
+        if (k.name == kind && k.issues != nullptr) k.issues(c, issues);
 }
 
-// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp) and "zero_one_adam"
-// (sim/strategy/zero_one_adam.cpp) own the gradient's communication: the full-precision all-reduce of the steps that
-// update the variance and DeepSpeed's compressed all-reduce of the momentum (or, for 0/1 Adam, of the gradient and of
-// the accumulated update). Settings that would change either are refused.
-void check_onebit_adam(const RunConfig& c, std::vector<ConfigIssue>& issues) {
-  if (!owns_communication(c.training.optimizer)) return;
-  const std::string by = "training.optimizer.kind \"" + c.training.optimizer.kind + "\" ";
-  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, by + msg}); };
-  if (c.sync.kind != "allreduce")
-    add("sync.kind", "runs its own all-reduce (uncompressed while the variance updates, DeepSpeed's compressed "
-                     "all-reduce otherwise); it replaces sync.kind \"allreduce\" and combines with no other strategy "
-                     "(DeepSpeed refuses it under ZeRO too): expected \"allreduce\", got \"" + c.sync.kind + "\"");
-  if (c.compression.kind != "none")
-    add("compression.kind", "compresses what it sends itself (1 bit per value with error feedback on worker and "
-                            "server): expected \"none\", got \"" + c.compression.kind + "\"");
-  if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
-    add("sync.staleness", "applies every step's momentum in that step: expected 0, got " +
-                              fmt::format("{}", c.sync.staleness));
-  if (c.precision.mode == "fp16_pure")
-    add("precision.mode", "keeps fp32 parameters and state here (fp16_pure's fp16 storage is not modeled for it): "
-                          "expected another mode, got \"fp16_pure\"");
-  else if (c.precision.loss_scale == "static" || c.precision.loss_scale == "dynamic" ||
-           (c.precision.loss_scale == "auto" && c.precision.mode == "fp16_mixed"))
-    add("precision.loss_scale", "runs without a loss scaler here (DeepSpeed's FP16_Optimizer scaler is not modeled "
-                                "for it): expected \"none\" (or \"auto\" outside fp16_mixed), got \"" +
-                                    c.precision.loss_scale + "\"");
-  if (c.training.clip_grad_norm > 0)
-    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam and ZeroOneAdam keep "
-                                               "max_grad_norm but never apply it): expected 0, got {}", c.training.clip_grad_norm));
-  if (c.training.pitfall != "none")
-    add("training.pitfall", "is modeled without the pitfalls (they change the divisors of the plain all-reduce): "
-                            "expected \"none\", got \"" + c.training.pitfall + "\"");
-}
-
-void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks) {
+// The run's own fields: its name, the schedule, the target.
+void run_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   {
     // The name is a folder name (reports/<name>) and the prefix of run ids.
@@ -396,9 +353,6 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
   if (c.training.schedule.kind == "warmup_cosine" && c.training.schedule.min_lr > c.training.optimizer.lr)
     add("training.schedule.min_lr", fmt::format("expected <= training.optimizer.lr ({}), got {}",
                                                 c.training.optimizer.lr, c.training.schedule.min_lr));
-  // (under another optimizer kind, check_kind_specific refuses nesterov)
-  if (c.training.optimizer.nesterov && c.training.optimizer.kind == "sgd" && c.training.optimizer.momentum <= 0)
-    add("training.optimizer.nesterov", "Nesterov needs training.optimizer.momentum > 0");
   // A field some mode requires, left out (read_fields' *_given), is said to be required, not to be "0"; a 0 given is
   // quoted.
   const TargetConfig& target = c.training.target;
@@ -411,22 +365,13 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                     "{} <= value; e.g. 0.5)", target.metric, target.metric));
   else if (c.training.target.metric == "eval_accuracy" && !(c.training.target.value > 0 && c.training.target.value <= 1))
     add("training.target.value", fmt::format("an accuracy target is in (0, 1], got {}", c.training.target.value));
-  if (c.data.kind == "teacher" && c.data.teacher.task == "classification" && c.data.teacher.noise > 1)
-    add("data.teacher.noise", fmt::format("classification: a label-flip probability, expected <= 1, got {}",
-                                          c.data.teacher.noise));
-  const auto& m = c.model;
+}
+
+// What a timing-only run has not (epochs, a trace) and the files a run writes beside its report.
+void timing_and_file_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   const auto& d = c.data;
-  if (m.kind == "quadratic" && c.precision.mode != "fp32" && c.precision.mode != "tf32")
-    add("precision.mode", "the quadratic model computes in fp32 only: expected \"fp32\" (reduced precision is "
-                          "emulated by the mlp and linear models), got \"" + c.precision.mode + "\"");
-  if (m.kind == "quadratic" && (c.precision.loss_scale == "static" || c.precision.loss_scale == "dynamic"))
-    add("precision.loss_scale", "the quadratic model has no loss scaling: expected \"auto\" or \"none\", got \"" +
-                                    c.precision.loss_scale + "\"");
   const bool timing = c.training.mode == "timing";
-  const bool preset = m.kind == "gpt2-small" || m.kind == "gpt2-xl" || m.kind == "llama-7b" ||
-                      m.kind.rfind("mpt-", 0) == 0;
-  if (preset && !timing)
-    add("training.mode", "model.kind \"" + m.kind + "\" is a shape preset: expected \"timing\" (--timing-only)");
   if (timing && c.training.epochs > 0)
     add("training.epochs", "timing-only runs have no data and no epochs: use training.steps");
   if (timing && c.report.trace)
@@ -446,160 +391,81 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                                          "steps x ranks x buckets); this run has {:.0f}: use training.steps <= {}",
                                          kTimelineMaxSteps, steps, kTimelineMaxSteps));
   }
-  if (timing && c.compression.kind != "none" && c.sync.kind == "parameter_server")
-    add("compression.kind", "timing-only runs of sync.kind \"parameter_server\" price uncompressed pushes only: use "
-                            "\"none\" (compressed pushes are priced on the modeled clock while they train)");
-  if (c.compression.kind == "threshold" || c.compression.kind == "dgc") {
-    const double density = c.compression.expected_density;
-    if (timing && !c.compression.expected_density_given)
-      add("compression.expected_density",
-          fmt::format("required in timing-only runs (training.mode \"timing\", --timing-only) of compression.kind "
-                      "\"{}\": the share of values it keeps depends on the gradient, which a timing-only run does "
-                      "not compute; expected the fraction kept per bucket in (0, 1] (e.g. 0.001)",
-                      c.compression.kind));
-    else if (timing && !(density > 0.0 && density <= 1.0))
-      add("compression.expected_density",
-          fmt::format("out of range (0, 1], got {}: {} keeps a share of values that depends on the gradient, which "
-                      "a timing-only run does not compute; expected the fraction kept per bucket in (0, 1] (e.g. "
-                      "0.001)", density, c.compression.kind));
-    if (!timing && density != 0.0)
-      add("compression.expected_density",
-          fmt::format("a training run measures the share of values {} keeps: remove it (it is for training.mode "
-                      "\"timing\"), got {}", c.compression.kind, density));
+}
+
+// training.pitfall: refused where the mistake has no effect or is not modeled (docs/pitfalls.md).
+void pitfall_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const auto& d = c.data;
+  const bool timing = c.training.mode == "timing";
+  const std::string& p = c.training.pitfall;
+  const std::string q = "\"" + p + "\"";
+  const int64_t K = c.training.accumulation_steps;
+  if ((p == "zero_grad_in_loop" || p == "mean_of_means") && timing)
+    add("training.pitfall", q + " changes the gradient; timing-only runs compute none (use training.mode \"train\")");
+  if ((p == "zero_grad_in_loop" || p == "mean_of_means") && c.sync.kind != "allreduce")
+    add("training.pitfall", q + " is modeled for sync.kind \"allreduce\" only (the divisor it changes travels in "
+                            "the all-reduce's control values; other strategies divide by the sample count), got \"" +
+                            c.sync.kind + "\"");
+  if (p == "zero_grad_in_loop" && K < 2)
+    add("training.pitfall", q + " needs training.accumulation_steps >= 2 (with one micro-batch per step zeroing "
+                            "inside the loop is the correct loop), got " + std::to_string(K));
+  if (p == "mean_of_means") {
+    if (d.kind != "inline")
+      add("training.pitfall", q + " needs micro-batches of different sizes, which only data.kind \"inline\" gives "
+                              "(the other kinds deal b samples to every micro-batch and drop an epoch's partial "
+                              "global batch, so the mean of means is the sample-weighted mean), got \"" + d.kind +
+                              "\"");
+    if (c.precision.mode != "fp32")
+      add("training.pitfall", q + " is modeled in fp32 only (the per-micro-batch 1/(K b_k) scaling is not "
+                              "emulated in other formats), got precision.mode \"" + c.precision.mode + "\"");
   }
-  if (m.kind == "quadratic" && d.kind != "none")
-    add("data.kind", "the quadratic model takes no data: expected \"none\", got \"" + d.kind + "\"");
-  if (m.kind != "quadratic" && d.kind == "none" && !timing)
-    add("data.kind", "\"none\" is only for the quadratic model or timing-only runs (model.kind is \"" + m.kind +
-                         "\")");
-  if (preset && d.kind != "none")
-    add("data.kind", "a shape preset reads no data: expected \"none\" (samples per micro-batch: data.batch_per_rank)");
-  if (m.kind == "mlp" && m.layers.size() < 2)
-    add("model.layers", fmt::format("expected at least 2 widths [in, ..., out], got {}", m.layers.size()));
-  if (m.kind == "linear" && m.layers.size() != 2)
-    add("model.layers", fmt::format("linear: expected [in, out], got {} widths", m.layers.size()));
-  bool ce = m.loss == "cross_entropy";
-  if (m.kind != "quadratic" && m.layers.size() >= 2) {
-    int64_t in = m.layers.front(), out = m.layers.back();
-    if (d.kind == "fashion_mnist") {
-      if (in != 784) add("model.layers[0]", fmt::format("fashion_mnist has 784 inputs, got {}", in));
-      if (!ce) add("model.loss", "fashion_mnist is classification: expected \"cross_entropy\"");
-      else if (out != 10) add("model.layers", fmt::format("fashion_mnist has 10 classes: last width 10, got {}", out));
-    } else if (d.kind == "teacher") {
-      const auto& t = d.teacher;
-      if (in != t.in_dim)
-        add("model.layers[0]", fmt::format("must equal data.teacher.in_dim ({}), got {}", t.in_dim, in));
-      if (out != t.out_dim)
-        add("model.layers", fmt::format("last width must equal data.teacher.out_dim ({}), got {}", t.out_dim, out));
-      if ((t.task == "classification") != ce)
-        add("model.loss", fmt::format("data.teacher.task \"{}\" needs model.loss \"{}\"", t.task,
-                                      t.task == "classification" ? "cross_entropy" : "mse"));
-    }
-  }
-  if (c.training.target.metric == "eval_accuracy" && !ce)
-    add("training.target.metric", "eval_accuracy needs a classification model (model.loss \"cross_entropy\")");
-  if (c.training.epochs > 0 && (d.kind == "inline" || d.kind == "none"))
-    add("training.epochs", "inline and none data have no epochs: use training.steps");
-  {
-    // training.pitfall: refused where the mistake has no effect or is not modeled (docs/pitfalls.md).
-    const std::string& p = c.training.pitfall;
-    const std::string q = "\"" + p + "\"";
-    const int64_t K = c.training.accumulation_steps;
-    if ((p == "zero_grad_in_loop" || p == "mean_of_means") && timing)
-      add("training.pitfall", q + " changes the gradient; timing-only runs compute none (use training.mode \"train\")");
-    if ((p == "zero_grad_in_loop" || p == "mean_of_means") && c.sync.kind != "allreduce")
-      add("training.pitfall", q + " is modeled for sync.kind \"allreduce\" only (the divisor it changes travels in "
-                              "the all-reduce's control values; other strategies divide by the sample count), got \"" +
-                              c.sync.kind + "\"");
-    if (p == "zero_grad_in_loop" && K < 2)
-      add("training.pitfall", q + " needs training.accumulation_steps >= 2 (with one micro-batch per step zeroing "
-                              "inside the loop is the correct loop), got " + std::to_string(K));
-    if (p == "mean_of_means") {
-      if (d.kind != "inline")
-        add("training.pitfall", q + " needs micro-batches of different sizes, which only data.kind \"inline\" gives "
-                                "(the other kinds deal b samples to every micro-batch and drop an epoch's partial "
-                                "global batch, so the mean of means is the sample-weighted mean), got \"" + d.kind +
-                                "\"");
-      if (c.precision.mode != "fp32")
-        add("training.pitfall", q + " is modeled in fp32 only (the per-micro-batch 1/(K b_k) scaling is not "
-                                "emulated in other formats), got precision.mode \"" + c.precision.mode + "\"");
-    }
-    if (p == "fp16_pure_unscaled" && (c.precision.mode != "fp16_pure" ||
-                                      (c.precision.loss_scale != "none" && c.precision.loss_scale != "auto")))
-      add("training.pitfall", q + " is precision.mode \"fp16_pure\" with precision.loss_scale \"none\", got \"" +
-                              c.precision.mode + "\" with \"" + c.precision.loss_scale + "\"");
-    if (p == "delay_allreduce" && c.sync.kind != "allreduce")
-      add("training.pitfall", q + " is apex DDP's all-reduce after the whole backward: it needs sync.kind "
-                              "\"allreduce\", got \"" + c.sync.kind + "\"");
-    else if (p == "delay_allreduce" && c.sync.overlap)
-      add("training.pitfall", q + " is sync.overlap false, got true");
-  }
-  check_reduce_every_microbatch(c, issues);
-  if (c.sync.kind == "zero" && c.compression.kind != "none" && c.compression.kind != "fp16" &&
-      c.compression.kind != "bf16")
-    add("compression.kind", fmt::format("sync.kind \"zero\" reduce-scatters its gradients in fp32 or in a cast "
-                                        "format (communication_data_type): use \"none\", \"fp16\" or \"bf16\" "
-                                        "(it is \"{}\")", c.compression.kind));
-  else if (c.sync.kind == "zero" && c.compression.error_feedback != "none")
-    add("compression.error_feedback", fmt::format("\"{}\": sync.kind \"zero\" casts without error feedback "
-                                                  "(use \"none\")", c.compression.error_feedback));
-  else if (c.compression.kind != "none" && c.sync.kind != "allreduce" && c.sync.kind != "parameter_server" &&
-           c.sync.kind != "zero")
+  if (p == "fp16_pure_unscaled" && (c.precision.mode != "fp16_pure" ||
+                                    (c.precision.loss_scale != "none" && c.precision.loss_scale != "auto")))
+    add("training.pitfall", q + " is precision.mode \"fp16_pure\" with precision.loss_scale \"none\", got \"" +
+                            c.precision.mode + "\" with \"" + c.precision.loss_scale + "\"");
+  if (p == "delay_allreduce" && c.sync.kind != "allreduce")
+    add("training.pitfall", q + " is apex DDP's all-reduce after the whole backward: it needs sync.kind "
+                            "\"allreduce\", got \"" + c.sync.kind + "\"");
+  else if (p == "delay_allreduce" && c.sync.overlap)
+    add("training.pitfall", q + " is sync.overlap false, got true");
+}
+
+// Compression under a strategy that takes none (zero's and the parameter server's limits are their own rules),
+// error feedback's placements, the asynchronous staleness.
+void sync_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const SyncConfig& sy = c.sync;
+  if (c.compression.kind != "none" && sy.kind != "allreduce" && sy.kind != "parameter_server" && sy.kind != "zero")
     add("compression.kind", fmt::format("compression applies to sync.kind \"allreduce\" and \"parameter_server\" "
-                                        "(it is \"{}\")", c.sync.kind));
-  if (c.compression.kind == "powersgd" && c.sync.kind == "parameter_server")
-    add("compression.kind", "powersgd needs all-reduces of its factors between the workers, which a parameter server "
-                            "does not do: with sync.kind \"parameter_server\" use another compressor (e.g. topk)");
+                                        "(it is \"{}\")", sy.kind));
   check_error_feedback(c, issues);
-  check_onebit_adam(c, issues);
-  {
-    // Parameter server: what this version supports (docs/design.md, section 2; sim/strategy/parameter_server.cpp).
-    const SyncConfig& sy = c.sync;
-    const bool ps = sy.kind == "parameter_server";
-    if (sy.kind == "allreduce" && sy.staleness > 0 && sy.staleness != kStalenessInf && c.training.epochs == 0 &&
-        sy.staleness >= c.training.steps)
-      add("sync.staleness", fmt::format("expected fewer than training.steps ({}): with staleness {} the first update "
-                                        "is applied at step {}, so the run would never update the parameters",
-                                        c.training.steps, sy.staleness, sy.staleness + 1));
-    if (sy.staleness == kStalenessInf && !ps)
-      add("sync.staleness", fmt::format("expected an integer >= 0 for sync.kind \"{}\": \"inf\" (fully "
-                                        "asynchronous) applies to sync.kind \"parameter_server\" only", sy.kind));
-    if (ps) {
-      if (!sy.dedicated && sy.shards > c.cluster.ranks)
-        add("sync.shards", fmt::format("co-located shards live on the workers: at most cluster.ranks ({}), got {} "
-                                       "(or set sync.dedicated true)", c.cluster.ranks, sy.shards));
-      if (c.precision.mode != "fp32" && c.precision.mode != "bf16_mixed" && c.precision.mode != "fp16_mixed" &&
-          c.precision.mode != "fp16_pure")
-        add("precision.mode", fmt::format("sync.kind \"parameter_server\" supports \"fp32\", \"bf16_mixed\", "
-                                          "\"fp16_mixed\" (fp32 master weights on the server, each worker its own loss "
-                                          "scaler) and \"fp16_pure\" in this version, got \"{}\"", c.precision.mode));
-      if (c.report.trace)
-        add("report.trace", "sync.kind \"parameter_server\" has no per-step snapshot of every rank (ranks do not "
-                            "step together): use false");
-      if (c.training.mode == "timing" && sy.staleness != 0)
-        add("training.mode", "timing-only runs of sync.kind \"parameter_server\" price BSP (sync.staleness 0) only: "
-                             "SSP and asynchronous schedules need the event order of a training run");
-    }
+  if (sy.staleness == kStalenessInf && sy.kind != "parameter_server")
+    add("sync.staleness", fmt::format("expected an integer >= 0 for sync.kind \"{}\": \"inf\" (fully "
+                                      "asynchronous) applies to sync.kind \"parameter_server\" only", sy.kind));
+}
+
+// The input pipeline: the storage profile (every problem of it, one issue each: a profile file's problems name the
+// file) and the node cache.
+void storage_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const auto& d = c.data;
+  std::vector<std::string> problems;
+  try {
+    load_storage_profile(d.storage);
+  } catch (const ProfileError& e) {
+    problems = e.problems();
+  } catch (const std::exception& e) {
+    problems = {e.what()};
   }
-  {
-    // Every problem of the storage profile, one issue each (a profile file's problems name the file).
-    std::vector<std::string> problems;
-    try {
-      load_storage_profile(d.storage);
-    } catch (const ProfileError& e) {
-      problems = e.problems();
-    } catch (const std::exception& e) {
-      problems = {e.what()};
-    }
-    for (const std::string& msg : problems) {
-      const std::string prefix = "data.storage";
-      if (msg.rfind(prefix, 0) == 0 && msg.size() > prefix.size() &&
-          (msg[prefix.size()] == '.' || msg[prefix.size()] == ':')) {
-        const size_t colon = msg.find(": ");
-        add(msg.substr(0, colon), msg.substr(colon + 2));
-      } else {
-        add("data.storage", msg);
-      }
+  for (const std::string& msg : problems) {
+    const std::string prefix = "data.storage";
+    if (msg.rfind(prefix, 0) == 0 && msg.size() > prefix.size() &&
+        (msg[prefix.size()] == '.' || msg[prefix.size()] == ':')) {
+      const size_t colon = msg.find(": ");
+      add(msg.substr(0, colon), msg.substr(colon + 2));
+    } else {
+      add("data.storage", msg);
     }
   }
   if (d.cache.policy != "none" && d.kind != "fashion_mnist" && d.kind != "teacher")
@@ -610,7 +476,12 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                              "together; sync.kind \"parameter_server\" ranks run free: use \"none\"");
   if (d.cache.capacity_fraction > 0 && d.cache.capacity_bytes > 0)
     add("data.cache.capacity_bytes", "give the capacity once: capacity_bytes or capacity_fraction, not both");
-  // The machine and build decide (like data paths below): "cuda" needs a usable GPU and the cuda rank loop.
+}
+
+// The machine and build decide (like data paths): "cuda" needs a usable GPU and the cuda rank loop; the hardware
+// profile; the stragglers.
+void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
   // What neither cuda path runs (choose_cuda_path, device.h: the device-resident loop, else the staged path); "auto"
   // falls back to host for those instead.
@@ -668,145 +539,166 @@ void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool 
                                        "\"auto\" where a GPU is usable and the cuda loop runs the configuration); "
                                        "the host backend models stragglers on the modeled clock only: use false");
   }
-  if (d.kind == "fashion_mnist") {
-    std::string dir = d.path.empty() ? "/usr/share/datasets/fashion-mnist" : d.path;
-    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                          "t10k-labels-idx1-ubyte.gz"}) {
-      std::string file = dir + "/" + f;
-      if (FILE* fp = std::fopen(file.c_str(), "rb")) {
-        std::fclose(fp);
-      } else {
-        add(d.path.empty() ? "data.kind" : "data.path",
-            "missing " + file + (d.path.empty() ? " (install Debian's dataset-fashion-mnist: tools/setup.sh)" : ""));
+}
+
+// The dataset built once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
+// shapes, sizes and files are checked before any run starts: its error ("" when built) and its dimensions.
+struct CheckedData {
+  std::string error;
+  int64_t in_dim = 0, out_dim = 0;
+};
+CheckedData checked_dataset(const RunConfig& c) {
+  const auto& d = c.data;
+  static std::mutex mu;
+  using Checked = CheckedData;
+  static std::map<std::string, Checked> checked;
+  json key = config_to_json(c)["data"];
+  key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
+  // CBOR, not dump(): a --set string that is not UTF-8 (a folder named so) is kept byte for byte and does not throw
+  // (dump() throws type_error 316, which hid every other problem); two such paths stay two keys.
+  const std::vector<std::uint8_t> cbor = json::to_cbor(key);
+  const std::string cache_key(cbor.begin(), cbor.end());
+  Checked result;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = checked.find(cache_key);
+    const auto& t = d.teacher;
+    const double teacher_weights = static_cast<double>(t.hidden) * static_cast<double>(t.in_dim + t.out_dim);
+    const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
+                          static_cast<double>(d.batch_per_rank);
+    if (it != checked.end()) {
+      result = it->second;
+    } else if (d.kind == "teacher" &&
+               (teacher_weights > 1e7 || teacher_weights * static_cast<double>(t.eval_samples) > 1e8)) {
+      // Too large to build just to check it (validation stays fast and small): the constructor's checks here.
+      result.in_dim = t.in_dim;
+      result.out_dim = t.out_dim;
+      if (t.task == "classification" && t.out_dim < 2)
+        result.error = "data.teacher.out_dim: classification needs at least 2 classes";
+      else if (global > static_cast<double>(t.train_samples))
+        result.error = fmt::format("data.batch_per_rank: one global batch (ranks x accumulation_steps x "
+                                   "batch_per_rank = {:.0f} samples) exceeds the training set ({} samples)",
+                                   global, t.train_samples);
+    } else {
+      if (checked.size() >= 4096) checked.clear();  // bounded (the fuzzer validates millions of settings)
+      try {
+        auto ds = make_dataset(c);
+        result.in_dim = ds->in_dim();
+        result.out_dim = ds->out_dim();
+        if (c.training.epochs > 0 && ds->steps_per_epoch() == 0)
+          result.error = "training.epochs: the data has no epochs; use training.steps";
+      } catch (const std::exception& e) {
+        result.error = e.what();
+        if (result.error.empty()) result.error = "cannot build the dataset";
+      }
+      checked[cache_key] = result;
+    }
+  }
+  return result;
+}
+
+// Inline data against the model: every step has a sample, the model's widths fit the samples.
+void inline_data_issues(const RunConfig& c, const CheckedData& result, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const auto& d = c.data;
+  const auto& m = c.model;
+  const bool ce = m.loss == "cross_entropy";
+  if (d.kind == "inline" && d.ranks.is_array()) {
+    // A step needs at least one sample on some rank. Rank r's step t uses its micro-batches t*K .. t*K+K-1 (mod
+    // its count), so the steps repeat with the least common multiple of the counts: check one period.
+    std::vector<std::vector<size_t>> sizes;
+    for (const auto& row : d.ranks) {
+      std::vector<size_t> v;
+      for (const auto& mb : row) v.push_back(mb.contains("y") ? mb["y"].size() : 0);
+      sizes.push_back(v);
+    }
+    const int64_t K = c.training.accumulation_steps;
+    int64_t period = 1;
+    for (const auto& v : sizes)
+      if (!v.empty()) period = std::min<int64_t>(std::lcm(period, static_cast<int64_t>(v.size())), 100000);
+    // Samples in K consecutive micro-batches from position s of a rank's cyclic list, from its prefix sums in
+    // O(1) (K can be 65536 and the period 100000).
+    std::vector<std::vector<size_t>> prefix;
+    for (const auto& v : sizes) {
+      std::vector<size_t> p(v.size() + 1, 0);
+      for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
+      prefix.push_back(p);
+    }
+    for (int64_t t = 0; t < std::min(period, c.training.steps); ++t) {
+      size_t n = 0;
+      for (const auto& p : prefix) {
+        const auto L = static_cast<int64_t>(p.size()) - 1;
+        if (L <= 0) continue;
+        const int64_t s = (t * K) % L, rem = K % L;
+        n += static_cast<size_t>(K / L) * p.back();
+        n += s + rem <= L ? p[static_cast<size_t>(s + rem)] - p[static_cast<size_t>(s)]
+                          : (p.back() - p[static_cast<size_t>(s)]) + p[static_cast<size_t>(s + rem - L)];
+      }
+      if (n == 0) {
+        add("data.ranks", fmt::format("step {} has no samples on any rank (its micro-batches are all empty)", t + 1));
         break;
       }
     }
   }
-  // Structural checks of the model and of cheap datasets, by constructing them (their errors name the JSON path).
-  // Size limits (model, compression.k, report.trace, teacher, epochs): each judged when its own inputs have no
-  // problem, even when other rules failed (size_limit_issues).
-  if (structural_checks) {
+  if (d.kind == "inline" && m.kind != "quadratic" && m.layers.size() >= 2) {
+    // Dimensions inferred from the inline samples must fit the model.
+    if (result.in_dim != m.layers.front())
+      add("model.layers[0]", fmt::format("inline samples have {} inputs, got {}", result.in_dim, m.layers.front()));
+    if (ce && result.out_dim > m.layers.back())
+      add("data.ranks", fmt::format("labels must be < {} (the model's classes, model.layers' last width); "
+                                    "the data has labels up to {}", m.layers.back(), result.out_dim - 1));
+    if (!ce && result.out_dim != m.layers.back())
+      add("model.layers", fmt::format("inline targets have {} outputs, last width is {}", result.out_dim,
+                                      m.layers.back()));
+  }
+}
+
+// The structural checks of the model and of cheap datasets, by constructing them (their errors name the JSON path).
+// Size limits (model, compression.k, report.trace, teacher, epochs): each judged when its own inputs have no problem,
+// even when other rules failed (size_limit_issues). The dataset checks (building it: shapes, sizes, files) read
+// data.*, model.*, cluster.ranks, training.steps, epochs, accumulation_steps and mode: they run whenever none of those
+// has a problem, whatever else failed.
+void structural_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  {
     std::vector<std::string> taken;
     for (const auto& i : issues) taken.push_back(i.path);
     size_limit_issues(c, clean_unless(std::move(taken)), issues);
   }
-  // The dataset checks (building it: shapes, sizes, files) read data.*, model.*, cluster.ranks, training.steps,
-  // epochs, accumulation_steps and mode: they run whenever none of those has a problem, whatever else failed.
-  bool structural_ok = structural_checks;
-  if (structural_ok) {
-    std::vector<std::string> taken;
-    for (const auto& i : issues) taken.push_back(i.path);
-    const auto clean = clean_unless(std::move(taken));
-    for (const char* in : {"data.", "data", "model.", "model", "cluster.ranks", "training.steps", "training.epochs",
-                           "training.accumulation_steps", "training.mode", ""})
-      structural_ok = structural_ok && (*in == '\0' || clean(in));
-    for (const auto& i : issues) structural_ok = structural_ok && !i.path.empty();  // a whole-config problem
+  std::vector<std::string> taken;
+  for (const auto& i : issues) {
+    if (i.path.empty()) return;  // a whole-config problem
+    taken.push_back(i.path);
   }
-  if (structural_ok) {
-    if (c.training.mode == "timing") return;  // timing-only runs read no data
-    // Build the dataset once per distinct data setting (Fashion-MNIST is decoded once per process and cached), so
-    // shapes, sizes and files are checked before any run starts.
-    static std::mutex mu;
-    struct Checked {
-      std::string error;  // "" when the dataset was built
-      int64_t in_dim = 0, out_dim = 0;
-    };
-    static std::map<std::string, Checked> checked;
-    json key = config_to_json(c)["data"];
-    key["_"] = {c.cluster.ranks, c.training.accumulation_steps, c.model.loss, c.model.layers, c.training.epochs > 0};
-    // CBOR, not dump(): a --set string that is not UTF-8 (a folder named so) is kept byte for byte and does not throw
-    // (dump() throws type_error 316, which hid every other problem); two such paths stay two keys.
-    const std::vector<std::uint8_t> cbor = json::to_cbor(key);
-    const std::string cache_key(cbor.begin(), cbor.end());
-    Checked result;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = checked.find(cache_key);
-      const auto& t = d.teacher;
-      const double teacher_weights = static_cast<double>(t.hidden) * static_cast<double>(t.in_dim + t.out_dim);
-      const double global = static_cast<double>(c.cluster.ranks) * static_cast<double>(c.training.accumulation_steps) *
-                            static_cast<double>(d.batch_per_rank);
-      if (it != checked.end()) {
-        result = it->second;
-      } else if (d.kind == "teacher" &&
-                 (teacher_weights > 1e7 || teacher_weights * static_cast<double>(t.eval_samples) > 1e8)) {
-        // Too large to build just to check it (validation stays fast and small): the constructor's checks here.
-        result.in_dim = t.in_dim;
-        result.out_dim = t.out_dim;
-        if (t.task == "classification" && t.out_dim < 2)
-          result.error = "data.teacher.out_dim: classification needs at least 2 classes";
-        else if (global > static_cast<double>(t.train_samples))
-          result.error = fmt::format("data.batch_per_rank: one global batch (ranks x accumulation_steps x "
-                                     "batch_per_rank = {:.0f} samples) exceeds the training set ({} samples)",
-                                     global, t.train_samples);
-      } else {
-        if (checked.size() >= 4096) checked.clear();  // bounded (the fuzzer validates millions of settings)
-        try {
-          auto ds = make_dataset(c);
-          result.in_dim = ds->in_dim();
-          result.out_dim = ds->out_dim();
-          if (c.training.epochs > 0 && ds->steps_per_epoch() == 0)
-            result.error = "training.epochs: the data has no epochs; use training.steps";
-        } catch (const std::exception& e) {
-          result.error = e.what();
-          if (result.error.empty()) result.error = "cannot build the dataset";
-        }
-        checked[cache_key] = result;
-      }
-    }
-    if (!result.error.empty()) {
-      issues.push_back(issue_from_exception(result.error, "data"));
-      return;
-    }
-    if (d.kind == "inline" && d.ranks.is_array()) {
-      // A step needs at least one sample on some rank. Rank r's step t uses its micro-batches t*K .. t*K+K-1 (mod
-      // its count), so the steps repeat with the least common multiple of the counts: check one period.
-      std::vector<std::vector<size_t>> sizes;
-      for (const auto& row : d.ranks) {
-        std::vector<size_t> v;
-        for (const auto& mb : row) v.push_back(mb.contains("y") ? mb["y"].size() : 0);
-        sizes.push_back(v);
-      }
-      const int64_t K = c.training.accumulation_steps;
-      int64_t period = 1;
-      for (const auto& v : sizes)
-        if (!v.empty()) period = std::min<int64_t>(std::lcm(period, static_cast<int64_t>(v.size())), 100000);
-      // Samples in K consecutive micro-batches from position s of a rank's cyclic list, from its prefix sums in
-      // O(1) (K can be 65536 and the period 100000).
-      std::vector<std::vector<size_t>> prefix;
-      for (const auto& v : sizes) {
-        std::vector<size_t> p(v.size() + 1, 0);
-        for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
-        prefix.push_back(p);
-      }
-      for (int64_t t = 0; t < std::min(period, c.training.steps); ++t) {
-        size_t n = 0;
-        for (const auto& p : prefix) {
-          const auto L = static_cast<int64_t>(p.size()) - 1;
-          if (L <= 0) continue;
-          const int64_t s = (t * K) % L, rem = K % L;
-          n += static_cast<size_t>(K / L) * p.back();
-          n += s + rem <= L ? p[static_cast<size_t>(s + rem)] - p[static_cast<size_t>(s)]
-                            : (p.back() - p[static_cast<size_t>(s)]) + p[static_cast<size_t>(s + rem - L)];
-        }
-        if (n == 0) {
-          add("data.ranks", fmt::format("step {} has no samples on any rank (its micro-batches are all empty)", t + 1));
-          break;
-        }
-      }
-    }
-    if (d.kind == "inline" && m.kind != "quadratic" && m.layers.size() >= 2) {
-      // Dimensions inferred from the inline samples must fit the model.
-      if (result.in_dim != m.layers.front())
-        add("model.layers[0]", fmt::format("inline samples have {} inputs, got {}", result.in_dim, m.layers.front()));
-      if (ce && result.out_dim > m.layers.back())
-        add("data.ranks", fmt::format("labels must be < {} (the model's classes, model.layers' last width); "
-                                      "the data has labels up to {}", m.layers.back(), result.out_dim - 1));
-      if (!ce && result.out_dim != m.layers.back())
-        add("model.layers", fmt::format("inline targets have {} outputs, last width is {}", result.out_dim,
-                                        m.layers.back()));
-    }
-  }
+  const auto clean = clean_unless(std::move(taken));
+  for (const char* in : {"data.", "data", "model.", "model", "cluster.ranks", "training.steps", "training.epochs",
+                         "training.accumulation_steps", "training.mode"})
+    if (!clean(in)) return;
+  if (c.training.mode == "timing") return;  // timing-only runs read no data
+  const CheckedData result = checked_dataset(c);
+  if (!result.error.empty()) return issues.push_back(issue_from_exception(result.error, "data"));
+  inline_data_issues(c, result, issues);
+}
+
+}  // namespace
+
+// The rules in the order of the scenario's sections; a kind's own rules (its registry entry's) where its section's
+// come. The order of the issues is the order users read them in (tests compare some of them).
+void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks) {
+  run_issues(c, issues);
+  kind_issues("model.kind", c.model.kind, c, issues);
+  timing_and_file_issues(c, issues);
+  kind_issues("compression.kind", c.compression.kind, c, issues);
+  kind_issues("data.kind", c.data.kind, c, issues);
+  if (c.training.target.metric == "eval_accuracy" && c.model.loss != "cross_entropy")
+    issues.push_back({"training.target.metric", "eval_accuracy needs a classification model (model.loss "
+                                                "\"cross_entropy\")"});
+  pitfall_issues(c, issues);
+  kind_issues("sync.kind", c.sync.kind, c, issues);
+  sync_issues(c, issues);
+  kind_issues("training.optimizer.kind", c.training.optimizer.kind, c, issues);
+  storage_issues(c, issues);
+  backend_issues(c, issues);
+  if (structural_checks) structural_issues(c, issues);
 }
 
 RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
