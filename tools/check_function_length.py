@@ -21,8 +21,6 @@ ALLOWED = {
     ("sim/config/run_config.cpp", "visit_fields"): "the config field table",
     # The cuda device loop: its rank body is the next to fold into the host rank loop (StepControl, RunMonitor).
     ("sim/runtime/cuda_rank_loop.cpp", "run_training_cuda"): "the cuda device loop (folded into the rank loop next)",
-    # Scenario loading: size limits, sweep axes, zip groups, --set overrides and expansion in one pass.
-    ("sim/validate/scenario_load.cpp", "parse_scenario"): "scenario loading and sweep expansion in one pass",
     # The command line: one CLI11 subcommand definition per command.
     ("sim/app/main.cpp", "commands"): "the command line's subcommand table",
     # The sweep driver's loop (resume, memory checks, journal, progress lines).

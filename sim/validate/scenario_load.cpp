@@ -240,25 +240,9 @@ std::string ranks_over_gpus_note(const std::map<std::string, std::set<int64_t>>&
                  "storage and the node cache as nodes of " + nodes + " (docs/cost-model.md)";
 }
 
-}  // namespace
-
-Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const IdPattern* keep) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) throw ScenarioError(file, {{"", "is a folder, not a scenario file"}});
-  std::string text;
-  try {
-    text = read_json_file_text(file);  // size-capped; devices, FIFOs and sockets refused
-  } catch (const Error& e) {
-    std::string what = e.what();
-    if (what.rfind(file + ": ", 0) == 0) what = what.substr(file.size() + 2);
-    throw ScenarioError(file, {{"", what}});
-  }
-  return parse_scenario(text, file, overrides, keep);
-}
-
-Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
-                        const IdPattern* keep) {
-  std::vector<ConfigIssue> issues;
+// The scenario's text as a JSON document: size and nesting limits before parsing, syntax errors at file:line:column
+// and a top level that is no object (thrown as ScenarioError), duplicate keys (issues).
+ojson parse_document(const std::string& text, const std::string& file, std::vector<ConfigIssue>& issues) {
   // Nesting deeper than kMaxJsonDepth is refused before parsing (the parser recurses once per level); text larger
   // than a file may be is refused too.
   if (text.size() > kMaxJsonFileBytes)
@@ -320,14 +304,11 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", reason}});
   }
   if (!doc.is_object()) throw ScenarioError(file, {{"", "expected a JSON object at the top level"}});
+  return doc;
+}
 
-  Scenario s;
-  s.path = file;
-  s.raw = json::parse(doc.dump());
-  s.sha256 = sha256_hex(text);
-  s.overrides = overrides;
-
-  // Base configuration: everything but sweep and description.
+// The base configuration: everything but sweep and description, its file paths taken from the scenario's folder.
+json base_of(const ojson& doc, const std::string& file, std::vector<ConfigIssue>& issues) {
   json base = json::object();
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() == "sweep" || it.key() == "description") continue;
@@ -344,8 +325,12 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   }
   if (doc.contains("description") && !doc["description"].is_string())
     issues.push_back({"description", "expected a string"});
+  return base;
+}
 
-  // Overrides (--set path=value).
+// --set path=value, in order, into base; returns the paths they set (a field, or a section replaced by an object).
+std::set<std::string> apply_overrides(const std::vector<std::string>& overrides, json& base,
+                                      std::vector<ConfigIssue>& issues) {
   std::set<std::string> overridden;
   for (const auto& o : overrides) {
     size_t eq = o.find('=');
@@ -413,154 +398,381 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     apply_value(base, path, resolve_file_path(path, v, ""));  // null (not a string field): back to the default
     overridden.insert(path);
   }
+  return overridden;
+}
 
-  // The sweep block.
-  if (doc.contains("sweep")) {
-    const ojson& sw = doc["sweep"];
-    if (!sw.is_object()) {
-      issues.push_back({"sweep", "expected an object {\"axes\", \"zip\", \"repeats\"}"});
+// The swept paths: each a configuration field (not the name), swept once.
+class SweptPaths {
+ public:
+  explicit SweptPaths(std::vector<ConfigIssue>& issues) : issues_(issues) {}
+  bool check(const std::string& where, const std::string& path) {
+    if (path == "name") {
+      issues_.push_back({where, "the scenario name cannot be swept (it names the report folder)"});
+      return false;
+    }
+    if (is_config_field(path)) return true;
+    std::string hint = suggest_key(path);
+    issues_.push_back({where, "\"" + path + "\" is not a configuration field" +
+                                  (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
+    return false;
+  }
+  bool claim(const std::string& where, const std::string& path) {
+    if (!swept_.insert(path).second) {
+      issues_.push_back({where, "\"" + path + "\" is swept twice"});
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<ConfigIssue>& issues_;
+  std::set<std::string> swept_;
+};
+
+// sweep.axes: one axis per path (an axis over an overridden path is left out).
+void read_axes(const ojson& axes, const std::set<std::string>& overridden, SweptPaths& paths, Scenario& s,
+               std::vector<ConfigIssue>& issues) {
+  if (!axes.is_object()) {
+    issues.push_back({"sweep.axes", "expected an object {\"dotted.path\": [values...]}"});
+  } else {
+    for (auto it = axes.begin(); it != axes.end(); ++it) {
+      std::string where = "sweep.axes[\"" + it.key() + "\"]";
+      if (!paths.check(where, it.key()) || !paths.claim(where, it.key())) continue;
+      SweepAxis a;
+      a.paths = {it.key()};
+      std::vector<json> vals;
+      if (!read_values(it.value(), where, vals, issues)) continue;
+      for (size_t i = 0; i < vals.size(); ++i) {
+        bool repeated = false;
+        for (size_t j = 0; j < i && !repeated; ++j)
+          if (vals[j] == vals[i]) {
+            issues.push_back({fmt::format("{}[{}]", where, i),
+                              fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
+                                          bounded_dump(vals[i]), j)});
+            repeated = true;
+          }
+        // One mistake, one problem: the repeat is not expanded, so it does not also give two runs one id.
+        if (!repeated) a.values.push_back({vals[i]});
+      }
+      if (!is_overridden(overridden, it.key())) s.axes.push_back(a);
+    }
+  }
+}
+
+// One group of sweep.zip: paths whose lists of equal length go together (overridden paths leave the group; a group
+// emptied by overrides disappears).
+void read_zip_group(const ojson& group, size_t g, const std::set<std::string>& overridden, SweptPaths& paths,
+                    Scenario& s, std::vector<ConfigIssue>& issues) {
+  std::string gwhere = fmt::format("sweep.zip[{}]", g);
+  if (!group.is_object() || group.empty()) {
+    issues.push_back({gwhere, "expected an object {\"path\": [values], ...} of one or more paths, their "
+                              "lists of equal length"});
+    return;
+  }
+  SweepAxis a;
+  a.group = static_cast<int>(g);
+  std::vector<std::vector<json>> cols;
+  bool ok = true;
+  std::optional<size_t> first_size;  // of the group's first list, whatever its path (checked on its own)
+  for (auto it = group.begin(); it != group.end(); ++it) {
+    std::string where = gwhere + "[\"" + it.key() + "\"]";
+    const bool path_ok = paths.check(where, it.key()) && paths.claim(where, it.key());
+    std::vector<json> vals;
+    if (!read_values(it.value(), where, vals, issues)) {
+      ok = false;
+      continue;
+    }
+    if (first_size && vals.size() != *first_size) {
+      issues.push_back({where, fmt::format("expected {} values (as the group's first list), got {}",
+                                           *first_size, vals.size())});
+      ok = false;
+      continue;
+    }
+    if (!first_size) first_size = vals.size();
+    if (!path_ok) {
+      ok = false;
+      continue;
+    }
+    a.paths.push_back(it.key());
+    cols.push_back(vals);
+  }
+  if (!ok || cols.empty()) return;
+  for (size_t i = 0; i < cols.front().size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      bool same = true;
+      for (auto& c : cols) same = same && c[i] == c[j];
+      if (same) {
+        issues.push_back({fmt::format("{}[{}]", gwhere, i),
+                          fmt::format("repeats the values at [{}]; use sweep.repeats for repeated runs", j)});
+        break;
+      }
+    }
+    std::vector<json> point;
+    for (auto& c : cols) point.push_back(c[i]);
+    a.values.push_back(point);
+  }
+  // Overridden paths leave the group; a group emptied by overrides disappears.
+  SweepAxis kept;
+  kept.group = a.group;
+  for (size_t p = 0; p < a.paths.size(); ++p) {
+    if (is_overridden(overridden, a.paths[p])) continue;
+    kept.paths.push_back(a.paths[p]);
+  }
+  if (kept.paths.size() == a.paths.size()) {
+    s.axes.push_back(a);
+  } else if (!kept.paths.empty()) {
+    for (auto& point : a.values) {
+      std::vector<json> kp;
+      for (size_t p = 0; p < a.paths.size(); ++p)
+        if (!is_overridden(overridden, a.paths[p])) kp.push_back(point[p]);
+      kept.values.push_back(kp);
+    }
+    s.axes.push_back(kept);
+  }
+}
+
+// The sweep block: axes, zip groups, repeats.
+void read_sweep(const ojson& sw, const std::set<std::string>& overridden, Scenario& s,
+                std::vector<ConfigIssue>& issues) {
+  if (!sw.is_object()) return issues.push_back({"sweep", "expected an object {\"axes\", \"zip\", \"repeats\"}"});
+  for (auto it = sw.begin(); it != sw.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "axes" && k != "zip" && k != "repeats") {
+      std::string hint = k == "axis" ? "axes" : (k == "repeat" || k == "seeds") ? "repeats" : "";
+      issues.push_back({"sweep." + k, "unknown key; expected axes, zip or repeats" +
+                                          (hint.empty() ? "" : std::string("; did you mean \"sweep.") + hint +
+                                                                   "\"?")});
+    }
+  }
+  SweptPaths paths(issues);
+  if (sw.contains("axes")) read_axes(sw["axes"], overridden, paths, s, issues);
+  if (sw.contains("zip")) {
+    const ojson& zip = sw["zip"];
+    ojson groups = zip.is_object() ? ojson::array({zip}) : zip;
+    if (!groups.is_array()) {
+      issues.push_back({"sweep.zip", "expected a list of groups {\"path\": [values], \"path2\": [values]}"});
     } else {
-      for (auto it = sw.begin(); it != sw.end(); ++it) {
-        const std::string& k = it.key();
-        if (k != "axes" && k != "zip" && k != "repeats") {
-          std::string hint = k == "axis" ? "axes" : (k == "repeat" || k == "seeds") ? "repeats" : "";
-          issues.push_back({"sweep." + k, "unknown key; expected axes, zip or repeats" +
-                                              (hint.empty() ? "" : std::string("; did you mean \"sweep.") + hint +
-                                                                       "\"?")});
+      for (size_t g = 0; g < groups.size(); ++g) read_zip_group(groups[g], g, overridden, paths, s, issues);
+    }
+  }
+  if (sw.contains("repeats")) {
+    const ojson& r = sw["repeats"];
+    if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 10000)
+      issues.push_back({"sweep.repeats", "expected an integer >= 1 and <= 10000, got " + bounded_dump(r)});
+    else
+      s.repeats = r.get<int64_t>();
+  }
+}
+
+// One point of the grid (its axes' picks, last axis fastest): its configuration, swept values and id, and the place
+// in the sweep of each swept path (for messages).
+struct GridPoint {
+  json cfg;
+  json swept = json::object();
+  std::string id;                                          // without ".r<repeat>"
+  std::vector<std::pair<std::string, std::string>> where;  // path -> sweep location
+};
+
+GridPoint grid_point(const Scenario& s, const json& base, int64_t point, bool leaves_unique) {
+  std::vector<size_t> pick(s.axes.size());
+  int64_t rest = point;
+  for (size_t ai = s.axes.size(); ai-- > 0;) {
+    pick[ai] = static_cast<size_t>(rest % static_cast<int64_t>(s.axes[ai].values.size()));
+    rest /= static_cast<int64_t>(s.axes[ai].values.size());
+  }
+  GridPoint g{base, json::object(), s.name, {}};
+  for (size_t ai = 0; ai < s.axes.size(); ++ai) {
+    const auto& a = s.axes[ai];
+    for (size_t p = 0; p < a.paths.size(); ++p) {
+      const json& v = a.values[pick[ai]][p];
+      // null: the field's default. A relative file path from the scenario's folder; the id keeps the value given.
+      apply_value(g.cfg, a.paths[p], resolve_file_path(a.paths[p], v, scenario_folder(s.path)));
+      g.swept[a.paths[p]] = v;
+      g.id += "." + run_id_part(a.paths[p], v, leaves_unique);
+      g.where.emplace_back(a.paths[p], a.group < 0
+                                           ? fmt::format("sweep.axes[\"{}\"][{}]", a.paths[p], pick[ai])
+                                           : fmt::format("sweep.zip[{}][\"{}\"][{}]", a.group, a.paths[p], pick[ai]));
+    }
+  }
+  return g;
+}
+
+// What the expansion gathers besides the runs: the expanded runs' problems, each said once (on a swept path: named by
+// its place in the sweep; elsewhere: one line naming the runs it comes from), and the notes.
+class Expansion {
+ public:
+  Expansion(Scenario& s, std::vector<ConfigIssue>& issues, const std::set<std::string>& base_keys)
+      : s_(s), issues_(issues), base_keys_(base_keys) {}
+
+  // The problems of grid point g's run.
+  void add(std::vector<ConfigIssue>& run_issues, const GridPoint& g) {
+    for (auto& i : run_issues) {
+      bool placed = false;  // on a swept path: named by its place in the sweep
+      for (const auto& [path, loc] : g.where) {
+        if (i.path == path) {
+          i.path = loc;
+          placed = true;
+        } else if (i.path.rfind(path + "[", 0) == 0 || i.path.rfind(path + ".", 0) == 0) {
+          // inside a swept value: model.layers[1] -> sweep.axes["model.layers"][1][1], data.storage.latency_us ->
+          // sweep.axes["data.storage"][0].latency_us
+          i.path = loc + i.path.substr(path.size());
+          placed = true;
         }
       }
-      auto check_path = [&](const std::string& where, const std::string& path) {
-        if (path == "name") {
-          issues.push_back({where, "the scenario name cannot be swept (it names the report folder)"});
-          return false;
-        }
-        if (is_config_field(path)) return true;
-        std::string hint = suggest_key(path);
-        issues.push_back({where, "\"" + path + "\" is not a configuration field" +
-                                     (hint.empty() ? "" : "; did you mean \"" + hint + "\"?")});
-        return false;
-      };
-      std::set<std::string> swept_paths;
-      auto claim = [&](const std::string& where, const std::string& path) {
-        if (!swept_paths.insert(path).second) {
-          issues.push_back({where, "\"" + path + "\" is swept twice"});
-          return false;
-        }
-        return true;
-      };
-      if (sw.contains("axes")) {
-        const ojson& axes = sw["axes"];
-        if (!axes.is_object()) {
-          issues.push_back({"sweep.axes", "expected an object {\"dotted.path\": [values...]}"});
-        } else {
-          for (auto it = axes.begin(); it != axes.end(); ++it) {
-            std::string where = "sweep.axes[\"" + it.key() + "\"]";
-            if (!check_path(where, it.key()) || !claim(where, it.key())) continue;
-            SweepAxis a;
-            a.paths = {it.key()};
-            std::vector<json> vals;
-            if (!read_values(it.value(), where, vals, issues)) continue;
-            for (size_t i = 0; i < vals.size(); ++i) {
-              bool repeated = false;
-              for (size_t j = 0; j < i && !repeated; ++j)
-                if (vals[j] == vals[i]) {
-                  issues.push_back({fmt::format("{}[{}]", where, i),
-                                    fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
-                                                bounded_dump(vals[i]), j)});
-                  repeated = true;
-                }
-              // One mistake, one problem: the repeat is not expanded, so it does not also give two runs one id.
-              if (!repeated) a.values.push_back({vals[i]});
-            }
-            if (!is_overridden(overridden, it.key())) s.axes.push_back(a);
-          }
-        }
-      }
-      if (sw.contains("zip")) {
-        const ojson& zip = sw["zip"];
-        ojson groups = zip.is_object() ? ojson::array({zip}) : zip;
-        if (!groups.is_array()) {
-          issues.push_back({"sweep.zip", "expected a list of groups {\"path\": [values], \"path2\": [values]}"});
-        } else {
-          for (size_t g = 0; g < groups.size(); ++g) {
-            std::string gwhere = fmt::format("sweep.zip[{}]", g);
-            if (!groups[g].is_object() || groups[g].empty()) {
-              issues.push_back({gwhere, "expected an object {\"path\": [values], ...} of one or more paths, their "
-                                        "lists of equal length"});
-              continue;
-            }
-            SweepAxis a;
-            a.group = static_cast<int>(g);
-            std::vector<std::vector<json>> cols;
-            bool ok = true;
-            std::optional<size_t> first_size;  // of the group's first list, whatever its path (checked on its own)
-            for (auto it = groups[g].begin(); it != groups[g].end(); ++it) {
-              std::string where = gwhere + "[\"" + it.key() + "\"]";
-              const bool path_ok = check_path(where, it.key()) && claim(where, it.key());
-              std::vector<json> vals;
-              if (!read_values(it.value(), where, vals, issues)) {
-                ok = false;
-                continue;
-              }
-              if (first_size && vals.size() != *first_size) {
-                issues.push_back({where, fmt::format("expected {} values (as the group's first list), got {}",
-                                                     *first_size, vals.size())});
-                ok = false;
-                continue;
-              }
-              if (!first_size) first_size = vals.size();
-              if (!path_ok) {
-                ok = false;
-                continue;
-              }
-              a.paths.push_back(it.key());
-              cols.push_back(vals);
-            }
-            if (!ok || cols.empty()) continue;
-            for (size_t i = 0; i < cols.front().size(); ++i) {
-              for (size_t j = 0; j < i; ++j) {
-                bool same = true;
-                for (auto& c : cols) same = same && c[i] == c[j];
-                if (same) {
-                  issues.push_back({fmt::format("{}[{}]", gwhere, i),
-                                    fmt::format("repeats the values at [{}]; use sweep.repeats for repeated runs", j)});
-                  break;
-                }
-              }
-              std::vector<json> point;
-              for (auto& c : cols) point.push_back(c[i]);
-              a.values.push_back(point);
-            }
-            // Overridden paths leave the group; a group emptied by overrides disappears.
-            SweepAxis kept;
-            kept.group = a.group;
-            for (size_t p = 0; p < a.paths.size(); ++p) {
-              if (is_overridden(overridden, a.paths[p])) continue;
-              kept.paths.push_back(a.paths[p]);
-            }
-            if (kept.paths.size() == a.paths.size()) {
-              s.axes.push_back(a);
-            } else if (!kept.paths.empty()) {
-              for (auto& point : a.values) {
-                std::vector<json> kp;
-                for (size_t p = 0; p < a.paths.size(); ++p)
-                  if (!is_overridden(overridden, a.paths[p])) kp.push_back(point[p]);
-                kept.values.push_back(kp);
-              }
-              s.axes.push_back(kept);
-            }
-          }
-        }
-      }
-      if (sw.contains("repeats")) {
-        const ojson& r = sw["repeats"];
-        if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 10000)
-          issues.push_back({"sweep.repeats", "expected an integer >= 1 and <= 10000, got " + bounded_dump(r)});
-        else
-          s.repeats = r.get<int64_t>();
+      std::string key = message_of(i);
+      if (placed) {
+        if (seen_issue_.insert(key).second) issues_.push_back(i);
+      } else if (!base_keys_.count(key)) {
+        name_run(i, key, g.id);  // from a swept value but on another path: named by the runs it comes from
       }
     }
   }
+
+  // A problem on a path that is not swept, named by the runs (ids without ".r<repeat>") it comes from.
+  void name_run(const ConfigIssue& i, const std::string& key, const std::string& run) {
+    auto [it, fresh] = from_runs_.try_emplace(key, FromRuns{issues_.size(), i.message, {}});
+    if (fresh) issues_.push_back(i);
+    it->second.runs.push_back(run);
+  }
+
+  // cluster.ranks above the hardware profile's GPUs (allowed: docs/cost-model.md), per profile file.
+  void note_gpus(const RunConfig& rc) {
+    try {
+      auto hw = load_hardware_profile(rc.cluster.hardware);
+      // A multi-node profile prices whole nodes up to its node count across its inter-node level (hierarchical.h).
+      const bool whole_nodes = hw->nodes > 1 && rc.cluster.ranks % hw->gpus_per_node == 0 &&
+                               rc.cluster.ranks <= static_cast<int64_t>(hw->nodes) * hw->gpus_per_node;
+      if (rc.cluster.ranks > hw->gpus_per_node && !whole_nodes) over_gpus_[hw->file].insert(rc.cluster.ranks);
+      gpus_of_[hw->file] = {hw->name, hw->gpus_per_node};
+    } catch (const std::exception&) {
+      // validate_config reported it
+    }
+  }
+
+  // A run that writes compression.measure_error true under kind "none".
+  void note_measure_error(const std::string& id) { measure_error_none_.push_back(id); }
+
+  // The runs named at their problems; the notes.
+  void finish() {
+    for (auto& [key, f] : from_runs_) {
+      (void)key;
+      std::string runs;
+      const size_t shown = std::min<size_t>(f.runs.size(), 3);
+      for (size_t r = 0; r < shown; ++r) runs += (r ? ", " : "") + f.runs[r];
+      if (f.runs.size() > shown) runs += fmt::format(" and {} more", f.runs.size() - shown);
+      issues_[f.at].message = f.message + fmt::format(" (sweep run{} {})", f.runs.size() == 1 ? "" : "s", runs);
+    }
+    const auto& me = measure_error_none_;
+    if (!me.empty()) {
+      std::string runs;
+      for (size_t r = 0; r < me.size() && r < 3; ++r) runs += (r ? ", " : "") + me[r];
+      if (me.size() > 3) runs += fmt::format(" and {} more", me.size() - 3);
+      s_.notes.push_back({"compression.measure_error",
+                          fmt::format("true has no effect while compression.kind is \"none\" (nothing is compressed, "
+                                      "so no error is measured; run{} {}); accepted because true is its default",
+                                      me.size() == 1 ? "" : "s", runs)});
+    }
+    if (!over_gpus_.empty()) s_.notes.push_back({"cluster.ranks", ranks_over_gpus_note(over_gpus_, gpus_of_)});
+  }
+
+ private:
+  struct FromRuns {
+    size_t at;                      // index in issues
+    std::string message;            // without the runs
+    std::vector<std::string> runs;  // run ids without the repeat suffix
+  };
+  Scenario& s_;
+  std::vector<ConfigIssue>& issues_;
+  const std::set<std::string>& base_keys_;  // the base's problems, reported once
+  std::set<std::string> seen_issue_;
+  std::map<std::string, FromRuns> from_runs_;
+  std::map<std::string, std::set<int64_t>> over_gpus_;
+  std::map<std::string, std::pair<std::string, int>> gpus_of_;  // file -> (name, gpus_per_node)
+  std::vector<std::string> measure_error_none_;
+};
+
+// Expansion: the grid product of the axes (last axis fastest), then repeats; every grid point's run validated.
+void expand_runs(Scenario& s, const json& base, bool base_ok, const std::set<std::string>& base_keys,
+                 const IdPattern* keep, const std::string& file, std::vector<ConfigIssue>& issues) {
+  const int64_t kMaxRuns = 100000;
+  double total_runs = static_cast<double>(s.repeats);
+  for (const auto& a : s.axes) total_runs *= static_cast<double>(a.values.size());
+  if (total_runs > static_cast<double>(kMaxRuns)) {
+    issues.push_back({"sweep", fmt::format("{:.0f} runs is more than the limit of {}", total_runs, kMaxRuns)});
+    throw ScenarioError(file, issues);
+  }
+  int64_t points = 1;
+  for (const auto& a : s.axes) points *= static_cast<int64_t>(a.values.size());
+  Expansion ex(s, issues, base_keys);
+  const bool leaves_unique = swept_leaves_unique(s.axes);
+  for (int64_t point = 0; point < points; ++point) {
+    const GridPoint g = grid_point(s, base, point, leaves_unique);
+    bool kept = keep == nullptr;  // the filter keeps one of this point's runs (its ids end in .r<repeat>)
+    for (int64_t r = 0; !kept && r < s.repeats; ++r) kept = keep->search(g.id + ".r" + std::to_string(r));
+    std::vector<ConfigIssue> run_issues;
+    RunConfig rc = config_from_json(g.cfg, run_issues);
+    if (!kept) run_issues.clear();  // never run: its problems are not this sweep's (it keeps its id and index)
+    // compression.measure_error written as true (its default, so accepted: a resolved config copied from a report
+    // carries it) under kind "none": worth a note, the run measures nothing.
+    if (const json* c = g.cfg.is_object() && g.cfg.contains("compression") ? &g.cfg["compression"] : nullptr;
+        c != nullptr && c->is_object() && c->value("measure_error", json()) == json(true) &&
+        rc.compression.kind == "none" && kept)
+      ex.note_measure_error(g.id);
+    ex.add(run_issues, g);
+    if (!run_issues.empty() || !base_ok) continue;
+    if (rc.training.seed + s.repeats - 1 > 4294967295LL) {
+      ConfigIssue i{"sweep.repeats", fmt::format("training.seed {} + {} repeats passes the largest seed 4294967295",
+                                                 rc.training.seed, s.repeats)};
+      if (!g.swept.contains("training.seed")) {
+        issues.push_back(i);
+        break;
+      }
+      ex.name_run(i, message_of(i), g.id);
+      continue;
+    }
+    if (rc.cluster.ranks > 1 && kept) ex.note_gpus(rc);
+    for (int64_t r = 0; r < s.repeats; ++r) {
+      RunSpec spec;
+      spec.id = g.id + ".r" + std::to_string(r);
+      spec.repeat = r;
+      spec.index = static_cast<int64_t>(s.runs.size());
+      spec.swept = g.swept;
+      spec.config = rc;
+      spec.config.training.seed = rc.training.seed + r;
+      s.runs.push_back(std::move(spec));
+    }
+  }
+  ex.finish();
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const IdPattern* keep) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) throw ScenarioError(file, {{"", "is a folder, not a scenario file"}});
+  std::string text;
+  try {
+    text = read_json_file_text(file);  // size-capped; devices, FIFOs and sockets refused
+  } catch (const Error& e) {
+    std::string what = e.what();
+    if (what.rfind(file + ": ", 0) == 0) what = what.substr(file.size() + 2);
+    throw ScenarioError(file, {{"", what}});
+  }
+  return parse_scenario(text, file, overrides, keep);
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& file, const std::vector<std::string>& overrides,
+                        const IdPattern* keep) {
+  std::vector<ConfigIssue> issues;
+  const ojson doc = parse_document(text, file, issues);
+  Scenario s;
+  s.path = file;
+  s.raw = json::parse(doc.dump());
+  s.sha256 = sha256_hex(text);
+  s.overrides = overrides;
+  json base = base_of(doc, file, issues);
+  const std::set<std::string> overridden = apply_overrides(overrides, base, issues);
+  if (doc.contains("sweep")) read_sweep(doc["sweep"], overridden, s, issues);
 
   // Base configuration: unknown keys, types and ranges, once (not per run).
   std::vector<ConfigIssue> base_issues;
@@ -575,145 +787,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   }
   // A bad base does not stop here: the runs' own problems (a swept value against the base) join the same list.
   if (!base_issues.empty() && !base.is_object()) throw ScenarioError(file, issues);
-
-  // Expansion: grid product of axes (last axis fastest), then repeats.
-  const int64_t kMaxRuns = 100000;
-  double total_runs = static_cast<double>(s.repeats);
-  for (const auto& a : s.axes) total_runs *= static_cast<double>(a.values.size());
-  if (total_runs > static_cast<double>(kMaxRuns)) {
-    issues.push_back({"sweep", fmt::format("{:.0f} runs is more than the limit of {}", total_runs, kMaxRuns)});
-    throw ScenarioError(file, issues);
-  }
-  int64_t points = 1;
-  for (const auto& a : s.axes) points *= static_cast<int64_t>(a.values.size());
-  std::set<std::string> seen_issue;
-  // Problems of expanded runs on paths that are not swept: one line each, naming the runs they come from.
-  struct FromRuns {
-    size_t at;                      // index in issues
-    std::string message;            // without the runs
-    std::vector<std::string> runs;  // run ids without the repeat suffix
-  };
-  std::map<std::string, FromRuns> from_runs;
-  std::string run_name;  // the current grid point's id without ".r<repeat>"
-  auto name_run = [&](const ConfigIssue& i, const std::string& key) {
-    auto [it, fresh] = from_runs.try_emplace(key, FromRuns{issues.size(), i.message, {}});
-    if (fresh) issues.push_back(i);
-    it->second.runs.push_back(run_name);
-  };
-  // cluster.ranks above the hardware profile's GPUs (allowed: docs/cost-model.md), per profile file.
-  std::map<std::string, std::set<int64_t>> over_gpus;
-  std::map<std::string, std::pair<std::string, int>> gpus_of;  // file -> (name, gpus_per_node)
-  std::vector<std::string> measure_error_none;  // ids of runs that write measure_error true under kind "none"
-  const bool leaves_unique = swept_leaves_unique(s.axes);
-  for (int64_t point = 0; point < points; ++point) {
-    std::vector<size_t> pick(s.axes.size());
-    int64_t rest = point;
-    for (size_t ai = s.axes.size(); ai-- > 0;) {
-      pick[ai] = static_cast<size_t>(rest % static_cast<int64_t>(s.axes[ai].values.size()));
-      rest /= static_cast<int64_t>(s.axes[ai].values.size());
-    }
-    json cfg = base;
-    json swept = json::object();
-    std::string id = s.name;
-    std::vector<std::pair<std::string, std::string>> where;  // path -> sweep location, for messages
-    for (size_t ai = 0; ai < s.axes.size(); ++ai) {
-      const auto& a = s.axes[ai];
-      for (size_t p = 0; p < a.paths.size(); ++p) {
-        const json& v = a.values[pick[ai]][p];
-        // null: the field's default. A relative file path from the scenario's folder; the id keeps the value given.
-        apply_value(cfg, a.paths[p], resolve_file_path(a.paths[p], v, scenario_folder(s.path)));
-        swept[a.paths[p]] = v;
-        id += "." + run_id_part(a.paths[p], v, leaves_unique);
-        where.emplace_back(a.paths[p], a.group < 0
-                                           ? fmt::format("sweep.axes[\"{}\"][{}]", a.paths[p], pick[ai])
-                                           : fmt::format("sweep.zip[{}][\"{}\"][{}]", a.group, a.paths[p],
-                                                         pick[ai]));
-      }
-    }
-    run_name = id;
-    bool kept = keep == nullptr;  // the filter keeps one of this point's runs (its ids end in .r<repeat>)
-    for (int64_t r = 0; !kept && r < s.repeats; ++r) kept = keep->search(id + ".r" + std::to_string(r));
-    std::vector<ConfigIssue> run_issues;
-    RunConfig rc = config_from_json(cfg, run_issues);
-    if (!kept) run_issues.clear();  // never run: its problems are not this sweep's (it keeps its id and index)
-    // compression.measure_error written as true (its default, so accepted: a resolved config copied from a report
-    // carries it) under kind "none": worth a note, the run measures nothing.
-    if (const json* c = cfg.is_object() && cfg.contains("compression") ? &cfg["compression"] : nullptr;
-        c != nullptr && c->is_object() && c->value("measure_error", json()) == json(true) &&
-        rc.compression.kind == "none" && kept)
-      measure_error_none.push_back(id);
-    for (auto& i : run_issues) {
-      bool placed = false;  // on a swept path: named by its place in the sweep
-      for (const auto& [path, loc] : where) {
-        if (i.path == path) {
-          i.path = loc;
-          placed = true;
-        } else if (i.path.rfind(path + "[", 0) == 0 || i.path.rfind(path + ".", 0) == 0) {
-          // inside a swept value: model.layers[1] -> sweep.axes["model.layers"][1][1], data.storage.latency_us ->
-          // sweep.axes["data.storage"][0].latency_us
-          i.path = loc + i.path.substr(path.size());
-          placed = true;
-        }
-      }
-      std::string key = message_of(i);
-      if (placed) {
-        if (seen_issue.insert(key).second) issues.push_back(i);
-      } else if (!base_keys.count(key)) {
-        name_run(i, key);  // from a swept value but on another path: named by the runs it comes from
-      }
-    }
-    if (!run_issues.empty() || !base_issues.empty()) continue;
-    if (rc.training.seed + s.repeats - 1 > 4294967295LL) {
-      ConfigIssue i{"sweep.repeats", fmt::format("training.seed {} + {} repeats passes the largest seed 4294967295",
-                                                 rc.training.seed, s.repeats)};
-      if (!swept.contains("training.seed")) {
-        issues.push_back(i);
-        break;
-      }
-      name_run(i, message_of(i));
-      continue;
-    }
-    if (rc.cluster.ranks > 1 && kept) {
-      try {
-        auto hw = load_hardware_profile(rc.cluster.hardware);
-        // A multi-node profile prices whole nodes up to its node count across its inter-node level (hierarchical.h).
-        const bool whole_nodes = hw->nodes > 1 && rc.cluster.ranks % hw->gpus_per_node == 0 &&
-                                 rc.cluster.ranks <= static_cast<int64_t>(hw->nodes) * hw->gpus_per_node;
-        if (rc.cluster.ranks > hw->gpus_per_node && !whole_nodes) over_gpus[hw->file].insert(rc.cluster.ranks);
-        gpus_of[hw->file] = {hw->name, hw->gpus_per_node};
-      } catch (const std::exception&) {
-        // validate_config reported it
-      }
-    }
-    for (int64_t r = 0; r < s.repeats; ++r) {
-      RunSpec spec;
-      spec.id = id + ".r" + std::to_string(r);
-      spec.repeat = r;
-      spec.index = static_cast<int64_t>(s.runs.size());
-      spec.swept = swept;
-      spec.config = rc;
-      spec.config.training.seed = rc.training.seed + r;
-      s.runs.push_back(std::move(spec));
-    }
-  }
-  for (auto& [key, f] : from_runs) {
-    (void)key;
-    std::string runs;
-    const size_t shown = std::min<size_t>(f.runs.size(), 3);
-    for (size_t r = 0; r < shown; ++r) runs += (r ? ", " : "") + f.runs[r];
-    if (f.runs.size() > shown) runs += fmt::format(" and {} more", f.runs.size() - shown);
-    issues[f.at].message = f.message + fmt::format(" (sweep run{} {})", f.runs.size() == 1 ? "" : "s", runs);
-  }
-  if (!measure_error_none.empty()) {
-    std::string runs;
-    for (size_t r = 0; r < measure_error_none.size() && r < 3; ++r) runs += (r ? ", " : "") + measure_error_none[r];
-    if (measure_error_none.size() > 3) runs += fmt::format(" and {} more", measure_error_none.size() - 3);
-    s.notes.push_back({"compression.measure_error",
-                       fmt::format("true has no effect while compression.kind is \"none\" (nothing is compressed, "
-                                   "so no error is measured; run{} {}); accepted because true is its default",
-                                   measure_error_none.size() == 1 ? "" : "s", runs)});
-  }
-  if (!over_gpus.empty()) s.notes.push_back({"cluster.ranks", ranks_over_gpus_note(over_gpus, gpus_of)});
+  expand_runs(s, base, base_issues.empty(), base_keys, keep, file, issues);
   std::set<std::string> ids;
   for (const auto& r : s.runs)
     if (!ids.insert(r.id).second) {
