@@ -16,8 +16,8 @@ namespace gs {
 using json = nlohmann::json;
 
 struct OptimizerConfig {
-  // sgd | adam | adamw | onebit_adam | zero_one_adam (the last two are sync strategies of their own:
-  // sim/strategy/onebit_adam.cpp, sim/strategy/zero_one_adam.cpp)
+  // registry: sim/optim/optimizer.cpp (sgd, adam, adamw), then the optimizers that are sync strategies of their own
+  // (onebit_adam, zero_one_adam: optimizer_strategy_registry, sim/strategy/registry.cpp)
   std::string kind = "sgd";
   double lr = 0.05;
   double momentum = 0.0;
@@ -70,7 +70,7 @@ struct TargetConfig {
 };
 
 struct ModelConfig {
-  std::string kind = "mlp";                 // mlp | linear | quadratic
+  std::string kind = "mlp";                 // registry: sim/model/model_registry.cpp
   std::vector<int64_t> layers{784, 256, 256, 10};  // mlp: widths in->...->out; linear: [in, out]
   std::string activation = "relu";          // relu | gelu (mlp hidden layers)
   std::string loss = "cross_entropy";       // cross_entropy | mse (per-sample 0.5*||y_hat-y||^2)
@@ -105,7 +105,7 @@ struct CacheConfig {
 };
 
 struct DataConfig {
-  std::string kind = "fashion_mnist";  // fashion_mnist | teacher | inline | none
+  std::string kind = "fashion_mnist";  // registry: sim/model/dataset_registry.cpp
   int64_t batch_per_rank = 32;         // samples per micro-batch per rank (b)
   std::string path;                    // fashion_mnist: folder of the IDX .gz files ("" = Debian's package path)
   bool shuffle = true;                 // per-epoch shuffling from the seed
@@ -159,7 +159,7 @@ struct TrainingConfig {
 constexpr int64_t kStalenessInf = std::numeric_limits<int64_t>::max();
 
 struct SyncConfig {
-  std::string kind = "allreduce";  // allreduce | independent | local_sgd | parameter_server | zero (registry.cpp)
+  std::string kind = "allreduce";  // registry: sim/strategy/registry.cpp
   double bucket_mb = 25.0;         // bucket size in MiB after the first
   double first_bucket_mb = 1.0;    // first bucket (last layers) in MiB
   int64_t staleness = 0;           // allreduce: the update at step t applies the averaged gradient of step t - s;
@@ -178,8 +178,9 @@ struct SyncConfig {
   bool reduce_every_microbatch = false;
 };
 
-// Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only
-// (check_kind_specific in run_config.cpp refuses the others).
+// Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only: each
+// compressor's registry line names its own (sim/compress/registry.cpp), check_kind_specific in run_config.cpp refuses
+// the others.
 struct CompressionConfig {
   std::string kind = "none";        // registry: sim/compress/registry.cpp
   // Where the error feedback sits (lossy kinds except dgc; sim/compress/reduce.cpp): none; gradient (p = g + e;

@@ -1,6 +1,8 @@
 // Validation of run configurations and scenario loading, above the registries (docs/design.md, section 6). The config
 // layer below is a leaf (the structs, the field table, JSON reading and writing, did-you-mean); everything that judges
 // a configuration against models, datasets, hardware and storage profiles, the registries and the backend is here.
+// Its own layer above runtime (tools/check_layers.py), not part of it: it asks runtime's device.h which backend and
+// cuda path a configuration takes, and a run never validates (it gets a validated RunConfig).
 #pragma once
 #include <string>
 #include <vector>
