@@ -770,12 +770,37 @@ std::vector<KindRule> kind_rules(const KindCatalog& kinds) {
   return out;
 }
 
+bool same_catalog(const KindCatalog& a, const KindCatalog& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t f = 0; f < a.size(); ++f) {
+    if (a[f].path != b[f].path || a[f].choices.size() != b[f].choices.size()) return false;
+    for (size_t k = 0; k < a[f].choices.size(); ++k)
+      if (a[f].choices[k].name != b[f].choices[k].name || a[f].choices[k].options != b[f].choices[k].options)
+        return false;
+  }
+  return true;
+}
+
+// kind_rules(kinds), derived once per thread and catalog: a sweep reads every grid point's configuration with the
+// same one (comparing it costs a few string compares per entry, deriving the rules a thousand).
+const std::vector<KindRule>& cached_kind_rules(const KindCatalog& kinds) {
+  thread_local KindCatalog cached_kinds;
+  thread_local std::vector<KindRule> cached_rules;
+  thread_local bool valid = false;
+  if (!valid || !same_catalog(kinds, cached_kinds)) {
+    cached_rules = kind_rules(kinds);
+    cached_kinds = kinds;
+    valid = true;
+  }
+  return cached_rules;
+}
+
 void check_kind_specific(const json& j, const KindCatalog& kinds, std::vector<ConfigIssue>& issues) {
   static const RunConfig kDefaultConfig;
   static const json defaults = config_to_json(kDefaultConfig);
   std::string mode = "fp32";  // precision.mode, for "auto" loss scale
   if (const json* m = find_path(j, "precision.mode"); m != nullptr && m->is_string()) mode = m->get<std::string>();
-  for (const auto& r : kind_rules(kinds)) {
+  for (const auto& r : cached_kind_rules(kinds)) {
     const json* v = find_path(j, r.path);
     if (v == nullptr || v->is_null()) continue;
     const json* dv = find_path(defaults, r.path);
