@@ -21,10 +21,6 @@ ALLOWED = {
     ("sim/config/run_config.cpp", "visit_fields"): "the config field table",
     # The cuda device loop: its rank body is the next to fold into the host rank loop (StepControl, RunMonitor).
     ("sim/runtime/cuda_rank_loop.cpp", "run_training_cuda"): "the cuda device loop (folded into the rank loop next)",
-    # Cross-field rules, one block per section of the scenario: to be split into one function per section.
-    ("sim/config/run_config.cpp", "validate_config"): "cross-field rules, one block per section",
-    # Scenario loading: size limits, sweep axes, zip groups, --set overrides and expansion in one pass.
-    ("sim/config/scenario.cpp", "parse_scenario"): "scenario loading and sweep expansion in one pass",
 }
 SOURCES = ("*.h", "*.cpp", "*.cu", "*.cuh")
 CONTROL = re.compile(r"^(if|for|while|switch|catch|else|do|try|return|namespace|class|struct|union|enum)\b")

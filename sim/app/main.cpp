@@ -30,6 +30,7 @@
 #include "sim/report/merge.h"
 #include "sim/app/driver.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 
 namespace {
 

@@ -1,6 +1,7 @@
 // Gradient compressors (docs/design.md, section 2): the interface every compressor implements, the per-bucket job
 // the compressed reduction hands it, and the registry. A new compressor is one file under sim/compress/ plus one line
-// in kCompressors (sim/compress/registry.cpp) and its name in the compression.kind choices (sim/config/run_config.cpp).
+// in kCompressors (sim/compress/registry.cpp), which names the fields that apply to it (README, "Adding a
+// compressor").
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -102,6 +103,11 @@ struct CompressorEntry {
   const char* name;
   const char* doc;
   std::unique_ptr<Compressor> (*make)(const RunConfig& config, const Model& model, int ranks);
+  // The fields that apply under this kind (compression.ratio, ...): compression.kind's choices, its fields' "only
+  // applies when compression.kind is ..." rules and the kinds at the start of their docs are derived from them
+  // (sim/validate/kinds.cpp).
+  std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
 // Every compressor, in registry order ("none" first: the foundation's uncompressed path, no Compressor object).

@@ -163,6 +163,10 @@ BucketPrice price_compressed_bucket(const CompressionConfig& c, const BucketShap
     out.decode.flops = ps.decode_flops;
     pass.launches += 3.0 * ps.matrices;  // per matrix: P = M Q, Gram-Schmidt, Q = M^T P
     decode_launches += ps.matrices;      // per matrix: P Q^T
+  } else if (measured) {
+    // A gather compressor without a price of its own here (a new one): the payload its training run measured, the
+    // all-gather padded to the largest rank's; encode and decode one pass each (encode_passes' default).
+    gather(b.measured_own_bytes, b.measured_max_bytes);
   } else {
     throw Error(fmt::format("compression.kind: no modeled price for \"{}\"", kind));
   }

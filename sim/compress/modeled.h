@@ -59,8 +59,9 @@ bool density_is_data_dependent(const std::string& kind);
 // schedule ending at it (dgc_density_at): expected_density^((step + 1) / (W + 1)) for step < W.
 double modeled_density(const CompressionConfig& c, int64_t step);
 
-// The price of one bucket (kind != "none"). Throws gs::Error for threshold / dgc without a measured payload and
-// without compression.expected_density.
+// The price of one bucket (kind != "none"). A compressor this file does not price (a new one) is priced as a gather
+// of the payload its training run measured. Throws gs::Error for threshold / dgc without a measured payload and
+// without compression.expected_density, and for an unpriced compressor without a measured payload (timing-only runs).
 BucketPrice price_compressed_bucket(const CompressionConfig& c, const BucketShape& b);
 
 // The encode passes over the bucket's input p (in units of element_bytes x n, read or written) and the launches of

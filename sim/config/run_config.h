@@ -1,7 +1,8 @@
 // RunConfig: one fully resolved point of a sweep, a plain struct with every field typed. The field table in
 // run_config.cpp (visit_fields) is the single source of paths, types, defaults, ranges and docs: loading, writing,
 // validation, `gradsweep fields` and scenarios/README.md all come from it. A new option is one struct member here
-// plus one line in that table.
+// plus one line in that table. This layer is a leaf (it includes sim/core/ only): reading with the cross-field rules
+// (config_from_json, validate_config) is above the registries, in sim/validate/validate.h.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -15,8 +16,8 @@ namespace gs {
 using json = nlohmann::json;
 
 struct OptimizerConfig {
-  // sgd | adam | adamw | onebit_adam | zero_one_adam (the last two are sync strategies of their own:
-  // sim/strategy/onebit_adam.cpp, sim/strategy/zero_one_adam.cpp)
+  // registry: sim/optim/optimizer.cpp (sgd, adam, adamw), then the optimizers that are sync strategies of their own
+  // (onebit_adam, zero_one_adam: optimizer_strategy_registry, sim/strategy/registry.cpp)
   std::string kind = "sgd";
   double lr = 0.05;
   double momentum = 0.0;
@@ -69,7 +70,7 @@ struct TargetConfig {
 };
 
 struct ModelConfig {
-  std::string kind = "mlp";                 // mlp | linear | quadratic
+  std::string kind = "mlp";                 // registry: sim/model/model_registry.cpp
   std::vector<int64_t> layers{784, 256, 256, 10};  // mlp: widths in->...->out; linear: [in, out]
   std::string activation = "relu";          // relu | gelu (mlp hidden layers)
   std::string loss = "cross_entropy";       // cross_entropy | mse (per-sample 0.5*||y_hat-y||^2)
@@ -104,7 +105,7 @@ struct CacheConfig {
 };
 
 struct DataConfig {
-  std::string kind = "fashion_mnist";  // fashion_mnist | teacher | inline | none
+  std::string kind = "fashion_mnist";  // registry: sim/model/dataset_registry.cpp
   int64_t batch_per_rank = 32;         // samples per micro-batch per rank (b)
   std::string path;                    // fashion_mnist: folder of the IDX .gz files ("" = Debian's package path)
   bool shuffle = true;                 // per-epoch shuffling from the seed
@@ -158,7 +159,7 @@ struct TrainingConfig {
 constexpr int64_t kStalenessInf = std::numeric_limits<int64_t>::max();
 
 struct SyncConfig {
-  std::string kind = "allreduce";  // allreduce | independent | local_sgd | parameter_server | zero (registry.cpp)
+  std::string kind = "allreduce";  // registry: sim/strategy/registry.cpp
   double bucket_mb = 25.0;         // bucket size in MiB after the first
   double first_bucket_mb = 1.0;    // first bucket (last layers) in MiB
   int64_t staleness = 0;           // allreduce: the update at step t applies the averaged gradient of step t - s;
@@ -177,8 +178,9 @@ struct SyncConfig {
   bool reduce_every_microbatch = false;
 };
 
-// Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only
-// (check_kind_specific in run_config.cpp refuses the others).
+// Gradient compression (docs/design.md, section 2; sim/compress/). Fields other than kind apply to some kinds only: each
+// compressor's registry line names its own (sim/compress/registry.cpp), check_kind_specific in run_config.cpp refuses
+// the others.
 struct CompressionConfig {
   std::string kind = "none";        // registry: sim/compress/registry.cpp
   // Where the error feedback sits (lossy kinds except dgc; sim/compress/reduce.cpp): none; gradient (p = g + e;
@@ -277,28 +279,39 @@ struct FieldInfo {
   bool allow_inf = false;            // integer fields: the string "inf" is also accepted (stored as INT64_MAX)
   std::string bool_false, bool_true;  // string fields: JSON false / true read as these choices (empty: refused)
   std::string doc;
+  // A kind field (model.kind, data.kind, training.optimizer.kind, sync.kind, compression.kind): its choices are the
+  // names of a registry above this layer, handed in as a KindCatalog.
+  bool registry_kind = false;
 };
 
-// Every field of RunConfig, in table order.
-const std::vector<FieldInfo>& config_fields();
+// The kind fields' choices come from the registries above this layer (models, datasets, optimizers, sync strategies,
+// compressors), which config cannot include: the validate layer hands them in (registry_kinds(),
+// sim/validate/validate.h). Each registry entry names the option paths that apply under its kind; from them the leaf
+// derives the kind field's choices, the "only applies when <kind field> is ..." rule of every option and the kinds
+// that start its doc ("{compression.kind}: ..." in the field table). A new kind is its registry line.
+// An entry's own cross-field rule: the problems of c under its kind, appended to issues (validate_config calls the
+// rule of each kind c has; nullptr: none).
+using KindIssues = void (*)(const RunConfig& c, std::vector<ConfigIssue>& issues);
+struct KindChoice {
+  std::string name;                  // a choice of the kind field: the registry entry's name
+  std::vector<std::string> options;  // fields, or sections ("data.teacher"), that apply under this kind
+  KindIssues issues = nullptr;       // the entry's own rule
+};
+struct KindField {
+  std::string path;                  // the kind field, "compression.kind"
+  std::vector<KindChoice> choices;   // in registry order
+};
+using KindCatalog = std::vector<KindField>;
+
+// Every field of RunConfig, in table order, with the kind fields' choices and the kinds at the start of a doc taken
+// from `kinds` (throws gs::Error when a kind field is missing from it or an option names no field). The validate
+// layer's config_fields() is this table for the registries' catalog.
+std::vector<FieldInfo> field_table(const KindCatalog& kinds);
 // True when path (dotted) is a leaf of the field table.
 bool is_config_field(const std::string& path);
 
-// Reads j (a whole run configuration, possibly partial: missing fields keep defaults) into a RunConfig. Type and
-// range problems, unknown keys (with a did-you-mean suggestion) and cross-field rules are appended to issues, all at
-// once: a mistyped or out-of-range field does not hide the cross-field problems of other fields, but a cross-field
-// problem that depends on a mistyped field is left out (it is reported only when it holds for every value the
-// mistyped fields could take: their default, their choices, their range's ends and a few values between). The
-// returned config is only meaningful when no issue was added.
-RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues);
-
 // Every field, resolved (the form stored in reports).
 json config_to_json(const RunConfig& c);
-
-// Cross-field rules (model/data compatibility, trace size, ...). Appends to issues. structural_checks false skips
-// the checks that construct the model and the dataset (config_from_json does when some field is mistyped: they
-// depend on nearly every field).
-void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks = true);
 
 // "did you mean ..." for an unknown key at `path` (dotted), "" if nothing is close.
 std::string suggest_key(const std::string& path);

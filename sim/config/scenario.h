@@ -1,6 +1,7 @@
 // Scenario: a JSON file holding a base run configuration plus `sweep` (axes: grid product over dotted paths; zip:
-// groups of axes that vary together; repeats: seeds). Loading validates everything and expands the sweep into one
-// RunSpec per run; any problem, in the file or in any expanded run, is collected and reported at once.
+// groups of axes that vary together; repeats: seeds). Loading (load_scenario, parse_scenario: sim/validate/
+// validate.h) validates everything and expands the sweep into one RunSpec per run; any problem, in the file or in any
+// expanded run, is collected and reported at once.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,8 +11,6 @@
 #include "sim/core/error.h"
 
 namespace gs {
-
-class IdPattern;  // sim/core/id_pattern.h
 
 // All problems of one scenario file. what() is the whole multi-line message, one "file: path: message" per line.
 class ScenarioError : public Error {
@@ -55,19 +54,10 @@ struct Scenario {
   std::vector<ConfigIssue> notes;
 };
 
-// Reads and parses a scenario file, applies overrides ("dotted.path=value", value parsed as JSON or else taken as a
-// string; an override replaces any axis over that path), validates and expands. Throws ScenarioError with every
-// problem (JSON syntax errors as file:line:column). A problem of expanded runs is named by its sweep place when it
-// is on a swept path, else it ends with the runs it comes from: "(sweep run <id without .r>)" or "(sweep runs a, b,
-// c and N more)". Problems of the base are reported once, and the sweep is still expanded so that its own problems
-// come in the same list.
-// keep (--filter; nullptr: every run): the problems of a grid point none of whose run ids it matches are not reported
-// (those runs are still in Scenario::runs, with their ids and indices, but never run: the caller filters them out), so
-// a filter can leave out the runs that would be refused and run the rest; the base's problems are always reported.
-Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides = {},
-                       const IdPattern* keep = nullptr);
-Scenario parse_scenario(const std::string& text, const std::string& file_for_messages,
-                        const std::vector<std::string>& overrides = {}, const IdPattern* keep = nullptr);
+// Whether the swept paths' last names differ: a run id names each value by it, else by its whole path.
+bool swept_leaves_unique(const std::vector<SweepAxis>& axes);
+// One swept value's part of a run id: "leaf=value" (or "dotted.path=value" when the leaves are not unique).
+std::string run_id_part(const std::string& path, const json& v, bool leaves_unique);
 
 // A run's id in the parts it joins with '.': the scenario's name, "key=value" per swept path (the path's last name,
 // or the whole path where two swept paths share it), "r<repeat>"; {id} for a run not from s's expansion.

@@ -56,6 +56,9 @@ struct DatasetEntry {
   const char* name;
   const char* doc;
   std::unique_ptr<Dataset> (*make)(const RunConfig& config);
+  // The fields (or sections) that apply under this kind (data.kind's choices and rules: sim/validate/kinds.cpp).
+  std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
 const std::vector<DatasetEntry>& dataset_registry();

@@ -1,12 +1,17 @@
-// The dataset registry table (one line per dataset), the shared sampling rule of dataset.h (epoch orders and the
-// sample indices of a micro-batch), and the "none" dataset. A new dataset is one file plus one line in kDatasets.
+// The dataset registry table (one line per dataset: name, doc, factory, the fields that apply to it, its cross-field
+// rule), the shared sampling rule of dataset.h (epoch orders and the sample indices of a micro-batch), and the "none"
+// dataset. A new dataset is one file plus one line in kDatasets: data.kind's choices and its fields' kind rules come
+// from the table (sim/validate/kinds.cpp).
 #include <algorithm>
+#include <cstdio>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "kernels/rng.h"
 #include "sim/config/run_kinds.h"
@@ -41,13 +46,6 @@ class NoData : public Dataset {
   Batch eval_;
 };
 
-const std::vector<DatasetEntry> kDatasets = {
-    {"fashion_mnist", "Fashion-MNIST (gzip IDX files in data.path or /usr/share/datasets/fashion-mnist); 10 classes",
-     make_fashion_mnist},
-    {"teacher", "Gaussian inputs labelled by a fixed random teacher network (data.teacher.*)", make_teacher},
-    {"inline", "explicit samples per rank and micro-batch in the scenario (data.ranks, data.eval)", make_inline},
-    {"none", "no samples: one empty sample per micro-batch (the quadratic model)", make_no_data},
-};
 
 // Process-wide cache of recent epoch orders, so a rank's micro-batch costs O(b), not a shuffle of the training set.
 struct OrderKey {
@@ -76,13 +74,89 @@ std::shared_ptr<const std::vector<int64_t>> cached_shuffled_order(int64_t n, uin
   return order;
 }
 
+void add(std::vector<ConfigIssue>& issues, const std::string& path, const std::string& message) {
+  issues.push_back({path, message});
+}
+
+// A model with layers (every kind but quadratic) against the data: its first and last widths, its loss.
+bool has_layers(const ModelConfig& m) { return m.kind != "quadratic" && m.layers.size() >= 2; }
+
+// Data without epochs (inline, none): training.epochs has nothing to count.
+void no_epochs(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.training.epochs > 0) add(issues, "training.epochs", "inline and none data have no epochs: use training.steps");
+}
+
+// Fashion-MNIST: 784 inputs, 10 classes, the four IDX files in data.path (or Debian's package folder).
+void fashion_mnist_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const ModelConfig& m = c.model;
+  if (has_layers(m)) {
+    const int64_t in = m.layers.front(), out = m.layers.back();
+    if (in != 784) add(issues, "model.layers[0]", fmt::format("fashion_mnist has 784 inputs, got {}", in));
+    if (m.loss != "cross_entropy")
+      add(issues, "model.loss", "fashion_mnist is classification: expected \"cross_entropy\"");
+    else if (out != 10)
+      add(issues, "model.layers", fmt::format("fashion_mnist has 10 classes: last width 10, got {}", out));
+  }
+  const std::string& path = c.data.path;
+  const std::string dir = path.empty() ? "/usr/share/datasets/fashion-mnist" : path;
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"}) {
+    const std::string file = dir + "/" + f;
+    if (FILE* fp = std::fopen(file.c_str(), "rb")) {
+      std::fclose(fp);
+    } else {
+      add(issues, path.empty() ? "data.kind" : "data.path",
+          "missing " + file + (path.empty() ? " (install Debian's dataset-fashion-mnist: tools/setup.sh)" : ""));
+      break;
+    }
+  }
+}
+
+// The teacher: a label-flip probability for classification, and the model's shape and loss to match its task.
+void teacher_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const TeacherConfig& t = c.data.teacher;
+  if (t.task == "classification" && t.noise > 1)
+    add(issues, "data.teacher.noise",
+        fmt::format("classification: a label-flip probability, expected <= 1, got {}", t.noise));
+  const ModelConfig& m = c.model;
+  if (!has_layers(m)) return;
+  const int64_t in = m.layers.front(), out = m.layers.back();
+  if (in != t.in_dim)
+    add(issues, "model.layers[0]", fmt::format("must equal data.teacher.in_dim ({}), got {}", t.in_dim, in));
+  if (out != t.out_dim)
+    add(issues, "model.layers", fmt::format("last width must equal data.teacher.out_dim ({}), got {}", t.out_dim, out));
+  if ((t.task == "classification") != (m.loss == "cross_entropy"))
+    add(issues, "model.loss", fmt::format("data.teacher.task \"{}\" needs model.loss \"{}\"", t.task,
+                                          t.task == "classification" ? "cross_entropy" : "mse"));
+}
+
+// "none" is the quadratic model's data, or a timing-only run's.
+void no_data_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.model.kind != "quadratic" && c.training.mode != "timing")
+    add(issues, "data.kind", "\"none\" is only for the quadratic model or timing-only runs (model.kind is \"" +
+                                 c.model.kind + "\")");
+  no_epochs(c, issues);
+}
+
 }  // namespace
 
-const std::vector<DatasetEntry>& dataset_registry() { return kDatasets; }
+const std::vector<DatasetEntry>& dataset_registry() {
+  static const std::vector<DatasetEntry> kDatasets = {
+      {"fashion_mnist", "Fashion-MNIST (gzip IDX files in data.path or /usr/share/datasets/fashion-mnist); 10 classes",
+       make_fashion_mnist, {"data.path", "data.eval_samples"}, fashion_mnist_issues},
+      {"teacher", "Gaussian inputs labelled by a fixed random teacher network (data.teacher.*)", make_teacher,
+       {"data.teacher"}, teacher_issues},
+      {"inline", "explicit samples per rank and micro-batch in the scenario (data.ranks, data.eval)", make_inline,
+       {"data.ranks", "data.eval"}, no_epochs},
+      {"none", "no samples: one empty sample per micro-batch (the quadratic model)", make_no_data, {},
+       no_data_issues},
+  };
+  return kDatasets;
+}
 
 std::unique_ptr<Dataset> make_dataset(const RunConfig& config) {
   std::string known;
-  for (const auto& e : kDatasets) {
+  for (const auto& e : dataset_registry()) {
     if (config.data.kind == e.name) return e.make(config);
     known += known.empty() ? e.name : std::string(", ") + e.name;
   }

@@ -190,6 +190,10 @@ struct ModelEntry {
   const char* name;
   const char* doc;
   std::unique_ptr<Model> (*make)(const RunConfig& config);
+  // The fields (or sections) that apply under this kind: model.kind's choices, the "only applies when model.kind is
+  // ..." rules and the kinds at the start of those fields' docs are derived from them (sim/validate/kinds.cpp).
+  std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
 // The registry table (model_registry.cpp), in listing order.

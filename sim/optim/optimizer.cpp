@@ -69,22 +69,29 @@ std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, size_t n) { return
 std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, false); }
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, true); }
 
-struct OptimizerEntry {
-  const char* name;
-  std::unique_ptr<Optimizer> (*make)(const OptimizerConfig& config, size_t n);
-};
-
-const OptimizerEntry kOptimizers[] = {
-    {"sgd", make_sgd},
-    {"adam", make_adam},
-    {"adamw", make_adamw},
-};
+// Nesterov momentum needs a momentum.
+void sgd_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.training.optimizer.nesterov && c.training.optimizer.momentum <= 0)
+    issues.push_back({"training.optimizer.nesterov", "Nesterov needs training.optimizer.momentum > 0"});
+}
 
 }  // namespace
 
+const std::vector<OptimizerEntry>& optimizer_registry() {
+  using Options = std::vector<std::string>;
+  const Options adam = {"training.optimizer.beta1", "training.optimizer.beta2", "training.optimizer.betas",
+                        "training.optimizer.eps", "training.optimizer.first_moment"};
+  static const std::vector<OptimizerEntry> kOptimizers = {
+      {"sgd", make_sgd, {"training.optimizer.momentum", "training.optimizer.nesterov"}, sgd_issues},
+      {"adam", make_adam, adam},
+      {"adamw", make_adamw, adam},
+  };
+  return kOptimizers;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n) {
   std::string known;
-  for (const auto& e : kOptimizers) {
+  for (const auto& e : optimizer_registry()) {
     if (config.kind == e.name) return e.make(config, n);
     known += known.empty() ? e.name : std::string(", ") + e.name;
   }

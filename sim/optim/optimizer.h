@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/config/run_config.h"
@@ -21,6 +22,19 @@ class Optimizer {
   // State buffers (each n floats), e.g. momentum, Adam's m and v; for averaging (local SGD) and checks.
   virtual std::vector<std::vector<float>*> state() = 0;
 };
+
+struct OptimizerEntry {
+  const char* name;
+  std::unique_ptr<Optimizer> (*make)(const OptimizerConfig& config, size_t n);
+  // The fields that apply under this kind: training.optimizer.kind's choices (these, then the optimizers that run as
+  // sync strategies of their own: optimizer_strategy_registry, sim/strategy/strategy.h), its fields' kind rules and
+  // the kinds at the start of their docs are derived from them (sim/validate/kinds.cpp).
+  std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
+};
+
+// The optimizers of optimizer.cpp, in listing order (a new one: its class and one line there).
+const std::vector<OptimizerEntry>& optimizer_registry();
 
 // n = number of parameters. Throws gs::Error for an unknown kind.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n);

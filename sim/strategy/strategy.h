@@ -272,9 +272,17 @@ struct StrategyEntry {
   const char* name;
   const char* doc;
   std::unique_ptr<SyncStrategy> (*make)(const StrategySetup& setup);
+  // The fields (or sections) that apply under this kind: the kind field's choices, its fields' "only applies when
+  // ..." rules and the kinds at the start of their docs are derived from them (sim/validate/kinds.cpp).
+  std::vector<std::string> options;
+  KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
 };
 
+// The sync strategies (sync.kind), in listing order.
 const std::vector<StrategyEntry>& strategy_registry();
+// The optimizers that own the gradient's communication and run as sync strategies of their own in place of
+// sync.kind "allreduce" (training.optimizer.kind, after optimizer_registry's: DeepSpeed's 1-bit Adam and 0/1 Adam).
+const std::vector<StrategyEntry>& optimizer_strategy_registry();
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 
 std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);

@@ -71,7 +71,7 @@ def test_orthogonalization_epsilon_is_refused_below_zero_and_outside_powersgd(tm
 
 def ps_staleness_scenario(tmp_path):
     """A parameter server swept over staleness 0 (BSP) and 2 (SSP): timing-only runs price BSP only, so run with
-    --timing-only the staleness-2 run is refused (run_config.cpp: SSP needs the event order of a training run)."""
+    --timing-only the staleness-2 run is refused (sim/strategy/registry.cpp: SSP needs the event order of a training run)."""
     doc = scenario(name="ps", steps=4, axes={"sync.staleness": [0, 2]})
     doc["sync"] = {"kind": "parameter_server"}
     return write(tmp_path, doc)

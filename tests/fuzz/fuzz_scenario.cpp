@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/config/scenario.h"
+#include "sim/validate/validate.h"
 
 // Validation decodes Fashion-MNIST (the default dataset) once per process; do it before fuzzing, so the per-input
 // time limit measures the loader and validator rather than that one decode (seconds under ASan).

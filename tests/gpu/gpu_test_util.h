@@ -14,6 +14,7 @@
 
 #include "kernels/cuda_runtime.h"
 #include "sim/config/scenario.h"
+#include "sim/validate/validate.h"
 
 namespace gs::test {
 

@@ -16,6 +16,7 @@
 #include "sim/runtime/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace gs {

@@ -8,6 +8,7 @@
 #include "sim/config/scenario.h"
 #include "sim/report/report.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
 
 namespace gs::test {
 

@@ -24,6 +24,7 @@
 #include "sim/report/report.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

@@ -17,6 +17,7 @@
 #include "kernels/rng.h"
 #include "sim/compress/reduce.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -14,6 +14,7 @@
 #include "sim/compress/reduce.h"
 #include "sim/config/scenario.h"
 #include "sim/cost/cost_model.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

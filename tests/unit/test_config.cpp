@@ -14,6 +14,7 @@
 
 #include "sim/config/scenario.h"
 #include "sim/cost/hardware_profile.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

@@ -18,6 +18,7 @@
 #include "sim/cost/compute_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/cost/price.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -18,6 +18,7 @@
 #include "sim/report/file_io.h"
 #include "sim/report/report.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

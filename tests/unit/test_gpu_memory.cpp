@@ -17,6 +17,7 @@
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/model.h"
 #include "sim/app/memory.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

@@ -14,6 +14,7 @@
 #include "sim/core/error.h"
 #include "sim/core/json_io.h"
 #include "sim/cost/hardware_profile.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

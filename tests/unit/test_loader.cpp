@@ -27,6 +27,7 @@
 #include "sim/model/idx.h"
 #include "sim/model/loader.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

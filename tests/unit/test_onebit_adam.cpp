@@ -16,6 +16,7 @@
 #include "sim/runtime/device.h"
 #include "sim/strategy/onebit_adam.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

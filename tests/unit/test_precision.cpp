@@ -24,6 +24,7 @@
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
 #include "sim/optim/precision_step.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -12,6 +12,7 @@
 #include "sim/config/run_config.h"
 #include "sim/cost/cost_model.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -15,6 +15,7 @@
 #include "sim/cost/link_model.h"
 #include "sim/cost/ps_cost.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -11,6 +11,7 @@
 #include "sim/config/run_config.h"
 #include "sim/cost/cost_model.h"
 #include "sim/model/model.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -11,6 +11,7 @@
 #include "sim/config/scenario.h"
 #include "sim/core/error.h"
 #include "sim/core/shard.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

@@ -13,6 +13,7 @@
 #include "sim/config/scenario.h"
 #include "sim/cost/cost_model.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/cases.h"
 #include "tests/unit/scenario_helpers.h"
 

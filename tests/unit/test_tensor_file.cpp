@@ -15,6 +15,7 @@
 #include "sim/config/scenario.h"
 #include "sim/model/model.h"
 #include "sim/model/tensor_file.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {

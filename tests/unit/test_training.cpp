@@ -14,6 +14,7 @@
 #include "sim/comm/communicator.h"
 #include "sim/runtime/world.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -22,6 +22,7 @@
 #include "sim/strategy/strategy.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
+#include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
 namespace gs {

@@ -18,6 +18,7 @@
 #include "sim/strategy/onebit_adam.h"
 #include "sim/strategy/strategy.h"
 #include "sim/strategy/zero_one_adam.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {
