@@ -22,7 +22,7 @@ CollectiveModel::CollectiveModel(const HardwareProfile& hw, int ranks, std::opti
       p2p_latency_s_(hw.p2p_latency_us * 1e-6),
       p2p_bw_Bps_(hw.nccl_bw_GBps() * 1e9) {
   if (ranks <= 1) return;
-  if (hw.nodes > 1 && ranks > hw.gpus_per_node && ranks % hw.gpus_per_node == 0)  // hierarchical.h
+  if (spans_nodes(hw, ranks))  // hierarchical.h
     multi_node_ = std::make_shared<const HierarchicalModel>(hw, ranks / hw.gpus_per_node, hw.gpus_per_node);
   const double n = ranks;
   const double total = hw.nccl_bw_GBps();
@@ -79,6 +79,7 @@ double CollectiveModel::busbw_factor(CollectiveKind kind, int ranks) {
 }
 
 bool CollectiveModel::available(CollectiveKind kind, NcclAlgo algo) const {
+  if (multi_node_) return multi_node_->available(kind, algo);
   for (size_t p = 0; p < kNcclProtoCount; ++p)
     if (algbw_GBps(kind, algo, static_cast<NcclProto>(p)) > 0) return true;
   return false;
@@ -188,11 +189,11 @@ CollectiveCost CollectiveModel::with_algo(CollectiveKind kind, double bytes, Ncc
   CollectiveCost out;
   out.algo = algo;
   if (ranks_ <= 1) return out;
-  if (multi_node_) return multi_node_->best(kind, bytes, algo);
   if (!available(kind, algo)) {
     out.time_s = -1.0;
     return out;
   }
+  if (multi_node_) return multi_node_->best(kind, bytes, algo);
   const BusbwCurve& curve = hw_->curves[idx(kind)][static_cast<size_t>(algo)];
   if (!curve.empty()) return from_curve(curve, kind, bytes, algo);
   return fastest(out, kNcclProtoCount, [&](size_t p) { return cost(kind, bytes, algo, static_cast<NcclProto>(p)); });

@@ -58,7 +58,8 @@ class CollectiveModel {
   double latency_us(CollectiveKind kind, NcclAlgo algo, NcclProto proto) const {
     return lat_[idx(kind)][static_cast<size_t>(algo)][static_cast<size_t>(proto)];
   }
-  // Whether NCCL has this algorithm for this collective here (some protocol has bandwidth).
+  // Whether NCCL has this algorithm for this collective here (some protocol has bandwidth; across nodes, the
+  // hierarchical model's: tree and NVLSTree, named nvls, for all-reduce only).
   bool available(CollectiveKind kind, NcclAlgo algo) const;
   // Analytic time of one call moving `bytes` (NCCL's nBytes: the buffer of all-reduce and broadcast, the whole
   // gathered output of all-gather, the whole input of reduce-scatter) with one algorithm/protocol:
@@ -78,6 +79,18 @@ class CollectiveModel {
   double p2p_latency_s() const { return p2p_latency_s_; }
   double p2p_bandwidth_Bps() const { return p2p_bw_Bps_; }
   int ranks() const { return ranks_; }
+  // Whether the call spans nodes (the hierarchical model prices it), and NCCL's name of an algorithm here: nvls is
+  // NCCL's NVLSTree across nodes.
+  bool multi_node() const { return multi_node_ != nullptr; }
+  const char* algo_name(NcclAlgo algo) const { return algo_name(algo, multi_node()); }
+  static const char* algo_name(NcclAlgo algo, bool multi_node) {
+    return multi_node && algo == NcclAlgo::kNvls ? "nvlstree" : kNcclAlgoNames[static_cast<size_t>(algo)];
+  }
+  // Whether `ranks` ranks on this profile span nodes: a multi-node profile (nodes > 1) and a whole number of nodes
+  // above one.
+  static bool spans_nodes(const HardwareProfile& hw, int ranks) {
+    return hw.nodes > 1 && ranks > hw.gpus_per_node && ranks % hw.gpus_per_node == 0;
+  }
 
  private:
   static size_t idx(CollectiveKind k) { return static_cast<size_t>(k); }

@@ -152,6 +152,24 @@ class Reader {
   // Marks a section as known although none of its members may be read (an empty or mistyped section is not also
   // "no such key"); its members are still checked one by one.
   void known(const std::string& path) const { used_.insert(path + ".\x01"); }
+  // A node-count-dependent NCCL constant {"value": [2 nodes, more than 2 nodes], "source": ...}, both > 0.
+  std::array<double, 2> pair(const std::string& path) const {
+    std::array<double, 2> out{};
+    const std::string what = "[for 2 nodes, for more than 2 nodes] (NCCL's N2 and N4 columns), both > 0";
+    const json* v = sourced(path, what);
+    if (v == nullptr) return out;
+    if (!v->is_array() || v->size() != 2) {
+      fail(path + ".value", "two numbers " + what, v);
+      return out;
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      if (!(*v)[i].is_number() || (*v)[i].get<double>() <= 0 || (*v)[i].get<double>() > 1e6)
+        fail(fmt::format("{}.value[{}]", path, i), "a number in (0, 1e6]", &(*v)[i]);
+      else
+        out[i] = (*v)[i].get<double>();
+    }
+    return out;
+  }
   std::array<double, kNcclProtoCount> triple(const std::string& path) const {
     std::array<double, kNcclProtoCount> out{};
     const json* v = sourced(path, "[LL, LL128, Simple] in microseconds");
@@ -275,7 +293,8 @@ void read_internode(const Reader& r, HardwareProfile& p) {
   if (!has) {
     if (p.nodes > 1)
       r.fail("internode", "an object {\"kind\", \"nic_Gbps\", \"nics_per_node\", \"achievable_fraction\", "
-             "\"latency_us\", \"hw_lat_us\"} (nodes > 1; as in scenarios/hardware/h100-sxm-8x4-ib.json)", nullptr);
+             "\"latency_us\", \"hw_lat_us\", \"nccl\"} (nodes > 1; as in scenarios/hardware/h100-sxm-8x4-ib.json)",
+             nullptr);
     return;
   }
   r.known("internode");
@@ -291,6 +310,21 @@ void read_internode(const Reader& r, HardwareProfile& p) {
   p.internode_latency_us = r.number("internode.latency_us", 0.0, 1e6);
   p.net_hw_lat_us[static_cast<size_t>(NcclAlgo::kTree)] = r.triple("internode.hw_lat_us.tree");
   p.net_hw_lat_us[static_cast<size_t>(NcclAlgo::kRing)] = r.triple("internode.hw_lat_us.ring");
+  // NVLSTree (NVLS inside each node, a tree across them) exists only with NVLink SHARP: its NET latency is required
+  // there and refused elsewhere.
+  const std::string nvls_tree = "internode.hw_lat_us.nvls_tree";
+  if (p.nvls) {
+    p.net_hw_lat_us[static_cast<size_t>(NcclAlgo::kNvls)] = r.triple(nvls_tree);
+  } else if (r.find(nvls_tree) != nullptr) {
+    r.triple(nvls_tree);  // read, so that it is not also reported as an unknown key
+    r.fail(nvls_tree, "no nvls_tree latency: fabric.nvls is false (no NVLSTree)", r.find(nvls_tree));
+  }
+  r.known("internode.nccl");
+  p.internode_ll_max_bw_GBps = r.pair("internode.nccl.ll_max_bw_GBps");
+  p.internode_per_channel_max_ring_ll128_GBps = r.pair("internode.nccl.per_channel_max_ring_ll128_GBps");
+  p.internode_per_channel_max_tree_GBps = r.pair("internode.nccl.per_channel_max_tree_GBps");
+  p.internode_per_channel_max_tree_ll128_GBps = r.pair("internode.nccl.per_channel_max_tree_ll128_GBps");
+  p.net_overhead_us = r.number("internode.nccl.net_overhead_us", 0.0, 1e3);
 }
 
 }  // namespace

@@ -104,9 +104,20 @@ struct HardwareProfile {
   double nic_Gbps = 0.0;                 // line rate of one NIC (Gb/s)
   int nics_per_node = 0;
   double nic_achievable_fraction = 1.0;  // of the line rate that nccl-tests' busbw reaches across nodes
-  double internode_latency_us = 0.0;     // wire + switch latency per inter-node hop, added to NCCL's NET hwLat
-  // NCCL's hwLat[NCCL_HW_NET] per algorithm [LL, LL128, Simple] (tree, ring; NcclAlgo order, nvls unused).
+  // NCCL's graph latencyInter: the latency the NET plugin reports for its NICs, added to every inter-node hop (twice
+  // for Simple: tuning.cc's flush); net_ib reports 0.
+  double internode_latency_us = 0.0;
+  // NCCL's hwLat[NCCL_HW_NET] per algorithm [LL, LL128, Simple] (NcclAlgo order: tree, ring, and at kNvls the
+  // NVLSTree row, NCCL's NVLS algorithm across nodes).
   std::array<std::array<double, kNcclProtoCount>, kNcclAlgoCount> net_hw_lat_us{};
+  // NCCL's node-count-dependent constants (tuning.cc), [0] for 2 nodes (NCCL's N2 column), [1] for more (N4); the
+  // LL cap's multi-node rows are chosen by the host CPU's vendor, the per-channel caps by the GPU generation.
+  std::array<double, 2> internode_ll_max_bw_GBps{};
+  std::array<double, 2> internode_per_channel_max_ring_ll128_GBps{};
+  std::array<double, 2> internode_per_channel_max_tree_GBps{};
+  std::array<double, 2> internode_per_channel_max_tree_ll128_GBps{};
+  // NCCL's network post overhead per ring step (getNetOverhead: x86 Intel 1 us, AMD 2 us; x3 for Simple).
+  double net_overhead_us = 0.0;
   // The inter-node bandwidth one node's NICs give a ring or tree (GB/s): NICs x line rate / 8 x achievable fraction.
   double internode_GBps() const { return nics_per_node * nic_Gbps / 8.0 * nic_achievable_fraction; }
 

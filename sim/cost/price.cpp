@@ -87,8 +87,9 @@ std::vector<PriceRow> price_rows(const PriceRequest& r) {
     throw Error(fmt::format("--algo {}: NCCL has no {} {} on hardware profile \"{}\"{}",
                             kNcclAlgoNames[static_cast<size_t>(*r.algo)], kNcclAlgoNames[static_cast<size_t>(*r.algo)],
                             kCollectiveKindNames[static_cast<size_t>(r.op)], hw->name,
-                            *r.algo == NcclAlgo::kNvls ? " (fabric.nvls false: no NVLink SHARP)"
-                                                       : " (tree serves all_reduce only)"));
+                            *r.algo == NcclAlgo::kNvls && !hw->nvls ? " (fabric.nvls false: no NVLink SHARP)"
+                            : *r.algo == NcclAlgo::kNvls ? " (across nodes NVLS is NVLSTree, all_reduce only)"
+                                                         : " (tree serves all_reduce only)"));
   std::vector<PriceRow> rows;
   for (double s = r.min_bytes; s <= r.max_bytes * (1 + 1e-12); s *= r.factor) {
     PriceRow row;
@@ -111,7 +112,8 @@ std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows
   std::string out = fmt::format("# gradsweep price: {} on {} of {} ({}), modeled clock; algorithm: {}\n",
                                 kCollectiveKindNames[static_cast<size_t>(r.op)], count_text(ranks, "rank"), hw->name,
                                 hw->gpu,
-                                r.algo ? kNcclAlgoNames[static_cast<size_t>(*r.algo)] : "NCCL's choice");
+                                r.algo ? CollectiveModel::algo_name(*r.algo, CollectiveModel::spans_nodes(*hw, ranks))
+                                       : "NCCL's choice");
   out += "#\n";
   out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}  {:<5} {:<6} {}\n", "size", "count", "type",
                      "redop", "root", "time", "algbw", "busbw", "algo", "proto", "from");
@@ -119,11 +121,12 @@ std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows
                      "(GB/s)", "(GB/s)");
   const char* redop = r.op == CollectiveKind::kAllReduce || r.op == CollectiveKind::kReduceScatter ? "sum" : "none";
   const int root = r.op == CollectiveKind::kBroadcast ? 0 : -1;
+  const bool multi = CollectiveModel::spans_nodes(*hw, ranks);
   for (const PriceRow& row : rows) {
     const CollectiveCost& c = row.cost;
     out += fmt::format(" {:>12.0f} {:>13.0f} {:>9} {:>7} {:>7} {:>10.2f} {:>8.2f} {:>8.2f}  {:<5} {:<6} {}\n", row.bytes,
                        row.count, r.dtype.nccl_name, redop, root, c.time_s * 1e6, c.algbw_GBps, c.busbw_GBps,
-                       kNcclAlgoNames[static_cast<size_t>(c.algo)], kNcclProtoNames[static_cast<size_t>(c.proto)],
+                       CollectiveModel::algo_name(c.algo, multi), kNcclProtoNames[static_cast<size_t>(c.proto)],
                        kCostSourceNames[static_cast<size_t>(c.source)]);
   }
   return out;
@@ -135,8 +138,10 @@ nlohmann::json price_json(const PriceRequest& r, const std::vector<PriceRow>& ro
   j["hardware"] = hw->name;
   j["profile_file"] = hw->file;
   j["op"] = kCollectiveKindNames[static_cast<size_t>(r.op)];
-  j["ranks"] = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
-  j["algorithm_forced"] = r.algo ? nlohmann::json(kNcclAlgoNames[static_cast<size_t>(*r.algo)]) : nlohmann::json();
+  const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  const bool multi = CollectiveModel::spans_nodes(*hw, ranks);
+  j["ranks"] = ranks;
+  j["algorithm_forced"] = r.algo ? nlohmann::json(CollectiveModel::algo_name(*r.algo, multi)) : nlohmann::json();
   j["type"] = r.dtype.nccl_name;
   nlohmann::json out = nlohmann::json::array();
   for (const PriceRow& row : rows) {
@@ -146,7 +151,7 @@ nlohmann::json price_json(const PriceRequest& r, const std::vector<PriceRow>& ro
                    {"time_us", c.time_s * 1e6},
                    {"algbw_GBps", c.algbw_GBps},
                    {"busbw_GBps", c.busbw_GBps},
-                   {"algorithm", kNcclAlgoNames[static_cast<size_t>(c.algo)]},
+                   {"algorithm", CollectiveModel::algo_name(c.algo, multi)},
                    {"protocol", kNcclProtoNames[static_cast<size_t>(c.proto)]},
                    {"from", kCostSourceNames[static_cast<size_t>(c.source)]}});
   }
