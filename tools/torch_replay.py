@@ -41,6 +41,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -54,6 +55,10 @@ DEFAULT_TOLERANCE = 1e-5
 class Unsupported(Exception):
     """The run uses something this replay does not reproduce (the message says what)."""
 
+
+# Seconds one replay may take, all ranks together (GRADSWEEP_REPLAY_TIMEOUT_S overrides): the suite's replays take a few
+# seconds each on 2 cores.
+REPLAY_TIMEOUT_S = float(os.environ.get("GRADSWEEP_REPLAY_TIMEOUT_S", "300"))
 
 def load_run(report_path, run_id):
     try:
@@ -425,8 +430,17 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
         np.save(os.path.join(out_dir, f"lr{rank}.npy"), np.array(lrs, np.float64))
         # No rank leaves while another may still be inside the last step's collectives.
         dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # The results are on disk: leave without tearing torch down. Torch 1.13's teardown can deadlock: the DDP Reducer's
+    # destructor (run by the garbage collector, holding the GIL) joins ProcessGroupGloo's worker thread, which is
+    # freeing a tensor that needs the GIL (seen here: one rank of a 4-rank replay blocked for an hour in
+    # ProcessGroupGloo::~ProcessGroupGloo -> std::thread::join, its worker in TensorImpl::destroy_pyobj_if_needed).
+    # os._exit skips the teardown; the parent's join sees exit code 0.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def replay(run, sum_order="stock", clip_norm="stock", base_dir="."):
@@ -466,8 +480,17 @@ def replay(run, sum_order="stock", clip_norm="stock", base_dir="."):
         init_file = os.path.join(tmp, "rendezvous")
         # spawn, not fork: a rank forked from a process that has run PyTorch (its thread pools, OpenMP) can hang for
         # ever in its first parallel region or in gloo; a spawned rank re-imports torch (about a second) and is safe.
-        mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm, all_batches),
-                           nprocs=world, join=True, start_method="spawn")
+        ctx = mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm,
+                                                all_batches), nprocs=world, join=False, start_method="spawn")
+        # A deadline on the whole replay: a rank that hangs (a torch bug, a lost peer) ends it with an error instead
+        # of blocking the caller (a test, CI) for ever. join() raises when a rank failed.
+        deadline = time.monotonic() + REPLAY_TIMEOUT_S
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                raise RuntimeError(f"the PyTorch replay did not finish within {REPLAY_TIMEOUT_S} s (ranks killed)")
         got = np.stack([np.load(os.path.join(tmp, f"rank{r}.npy")) for r in range(world)], axis=1)
         lrs = np.load(os.path.join(tmp, "lr0.npy"))
     if not trace:

@@ -149,3 +149,16 @@ def test_powersgd_min_compression_rate_sends_the_same_matrices_dense(tmp_path):
     run = run_gradsweep(tmp_path, cfg)
     diffs, _ = replay_max(run)
     assert diffs.max() == 0.0, f"per-step max differences {diffs}"
+
+
+def test_a_replay_past_its_deadline_is_ended_with_an_error(tmp_path, monkeypatch):
+    # A rank that hangs (torch 1.13's gloo teardown can deadlock) must not block the suite: past REPLAY_TIMEOUT_S the
+    # replay kills its ranks and raises. 0.5 s is less than a spawned rank needs to import torch.
+    import time
+    import torch_replay
+    run = run_gradsweep(tmp_path, scenario("deadline", optimizer=SGD_CASES["sgd"], steps=2))
+    monkeypatch.setattr(torch_replay, "REPLAY_TIMEOUT_S", 0.5)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish within 0.5 s"):
+        replay_max(run)
+    assert time.monotonic() - start < 30

@@ -16,6 +16,7 @@
 #include "sim/model/model.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/strategy/strategy.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {
