@@ -93,7 +93,7 @@ int64_t records_bytes(const RunConfig& c, int64_t n) {
   return bytes;
 }
 
-std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+std::string size_2dp(int64_t bytes) { return binary_size_text(static_cast<double>(bytes), 2); }
 
 // sync.kind "zero" (strategy/zero.cpp) on the host: per rank its gathered parameters padded to N x per elements
 // (per = zero_partition), its padded copy of the gradient and its averaged shard, with reduce_every_microbatch the
@@ -255,7 +255,7 @@ std::string memory_skip_reason(const RunConfig& c, int64_t num_params, int64_t a
       {"optimizer", e.optimizer_bytes},     {"residuals", e.residuals_bytes},   {"activations", e.activations_bytes},
       {"communication", e.communication_bytes}, {"records", e.records_bytes}};
   for (const auto& [name, bytes] : terms)
-    if (bytes > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, gib(bytes));
+    if (bytes > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, size_2dp(bytes));
   // The largest value of one setting that fits, the others unchanged (the estimate grows with each): ranks first,
   // then the micro-batch, then the steps (records).
   auto fits = [&](const RunConfig& x) { return estimate_run_memory(x, num_params).total_bytes() <= available; };
@@ -281,7 +281,7 @@ std::string memory_skip_reason(const RunConfig& c, int64_t num_params, int64_t a
     if (int64_t s = largest(c.training.steps, [](RunConfig& x, int64_t v) { x.training.steps = v; }); s > 0)
       hint = fmt::format("the largest training.steps that fits is {}", s);
   }
-  return fmt::format("needs an estimated {} ({}) but {} is available; {}", gib(e.total_bytes()), parts, gib(available),
+  return fmt::format("needs an estimated {} ({}) but {} is available; {}", size_2dp(e.total_bytes()), parts, size_2dp(available),
                      hint);
 }
 
@@ -358,7 +358,7 @@ int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
   return static_cast<int64_t>(own * (gathered ? 1.0 + N : 1.0));
 }
 
-std::string gib_text(double bytes) { return fmt::format("{:.1f} GiB", bytes / 1073741824.0); }
+std::string size_1dp(double bytes) { return binary_size_text(bytes, 1); }
 
 // The smallest ZeRO stage (sync.kind "zero", sync.stage 1 to 3; a zero run: the stages above its own) at which the run
 // fits, the rest as configured, by estimate_gpu_memory; a compressor ZeRO does not take (anything but the fp16 and bf16
@@ -389,10 +389,10 @@ std::string zero_stage_hint(const RunConfig& c, const Model& model) {
       return fmt::format("with ZeRO (sync.kind \"zero\"{}) the smallest sync.stage that fits is {}{} ({} per rank{})",
                          c.sync.kind == "zero" ? ", above this run's stage" : "", stage,
                          x.sync.reduce_every_microbatch && every ? " with sync.reduce_every_microbatch true" : "",
-                         gib_text(static_cast<double>(e.total_bytes())), without);
+                         size_1dp(static_cast<double>(e.total_bytes())), without);
   }
   return fmt::format("no ZeRO stage fits either (sync.kind \"zero\", sync.stage 3: {} per rank{})",
-                     gib_text(static_cast<double>(estimate_gpu_memory(x, model).total_bytes())), without);
+                     size_1dp(static_cast<double>(estimate_gpu_memory(x, model).total_bytes())), without);
 }
 
 }  // namespace
@@ -529,7 +529,7 @@ std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
       {"activations", e.activations_bytes},   {"communication buffers", e.communication_bytes},
       {"compression buffers", e.compression_bytes}, {"error feedback", e.error_feedback_bytes}};
   for (const auto& [name, b] : terms)
-    if (b > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, gib_text(static_cast<double>(b)));
+    if (b > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, size_1dp(static_cast<double>(b)));
   const double n = static_cast<double>(model.num_params());
   const auto hw = load_hardware_profile(e.hardware);
   // The largest micro-batch that fits, the rest unchanged (activations grow with it; nothing else does).
@@ -570,10 +570,10 @@ std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
                        "{:.1f} bytes per parameter){}: no micro-batch fits beside them without sharding the states "
                        "over the ranks (ZeRO / FSDP: sync.kind \"zero\", sync.stage 3 shards the most), a smaller "
                        "precision.mode or another optimizer",
-                       gib_text(static_cast<double>(e.model_states_bytes())),
+                       size_1dp(static_cast<double>(e.model_states_bytes())),
                        static_cast<double>(e.model_states_bytes()) / 1e9,
                        n > 0 ? static_cast<double>(e.model_states_bytes()) / n : 0.0,
-                       buffers > 0 ? " and the buffers " + gib_text(buffers) : std::string());
+                       buffers > 0 ? " and the buffers " + size_1dp(buffers) : std::string());
   }
   if (const std::string zero = zero_stage_hint(c, model); !zero.empty()) hint += "; " + zero;
   // The built-in profiles whose GPU holds it as configured.
@@ -586,10 +586,20 @@ std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
   }
   return fmt::format("does not fit one GPU of hardware profile \"{}\" ({}): the GPU memory estimate per rank is {} "
                      "({:.1f} GB: {}) but {:.0f} GiB x memory.usable_fraction {} = {} is usable (docs/memory.md); {}{}",
-                     e.hardware, e.gpu, gib_text(static_cast<double>(e.total_bytes())),
+                     e.hardware, e.gpu, size_1dp(static_cast<double>(e.total_bytes())),
                      static_cast<double>(e.total_bytes()) / 1e9, parts, hw->memory_capacity_GiB,
-                     hw->memory_usable_fraction, gib_text(static_cast<double>(e.usable_bytes)), hint,
+                     hw->memory_usable_fraction, size_1dp(static_cast<double>(e.usable_bytes)), hint,
                      others.empty() ? "" : "; as configured it fits one GPU of " + others);
+}
+
+std::string binary_size_text(double bytes, int decimals) {
+  static constexpr const char* kUnits[] = {"GiB", "MiB", "KiB"};
+  double scale = 1073741824.0;
+  for (const char* unit : kUnits) {
+    if (bytes >= scale) return fmt::format("{:.{}f} {}", bytes / scale, decimals, unit);
+    scale /= 1024.0;
+  }
+  return fmt::format("{:.0f} B", bytes);
 }
 
 }  // namespace gs

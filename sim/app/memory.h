@@ -81,4 +81,8 @@ bool run_does_arithmetic(const RunConfig& config);
 // and the largest setting that would fit (cluster.ranks, else data.batch_per_rank, else training.steps).
 std::string memory_skip_reason(const RunConfig& config, int64_t num_params, int64_t available_bytes);
 
+// bytes as the messages print them: in the largest of GiB, MiB and KiB (powers of 1024) of which it holds at least
+// one, with `decimals` decimals, else in whole bytes ("24.0 MiB" for 25165824, "1.50 GiB" for 1610612736 at 2).
+std::string binary_size_text(double bytes, int decimals);
+
 }  // namespace gs

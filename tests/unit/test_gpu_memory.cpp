@@ -381,5 +381,28 @@ TEST(GpuMemory, CheckpointingAndTimelineAreValidated) {
     "training": {"mode": "timing", "steps": 2, "activation_checkpointing": true}})"), "");
 }
 
+// Sizes in the messages take the largest binary unit they hold at least one of, so a small buffer beside 113 GiB of
+// model states is not printed as "0.0 GiB" (PowerSGD's factors of LLaMA-7B are a few MiB).
+TEST(GpuMemory, SizesArePrintedInTheLargestUnitTheyFill) {
+  EXPECT_EQ(binary_size_text(25.0 * 1048576.0, 1), "25.0 MiB");
+  EXPECT_EQ(binary_size_text(1.5 * 1073741824.0, 2), "1.50 GiB");
+  EXPECT_EQ(binary_size_text(1073741824.0 - 1048576.0, 1), "1023.0 MiB");
+  EXPECT_EQ(binary_size_text(1536.0, 1), "1.5 KiB");
+  EXPECT_EQ(binary_size_text(512.0, 1), "512 B");
+  EXPECT_EQ(binary_size_text(0.0, 1), "0 B");
+
+  RunConfig c = preset("llama-7b");
+  c.cluster.ranks = 8;
+  c.compression.kind = "powersgd";
+  c.compression.rank = 4;
+  const std::string m = gpu_memory_skip_reason(c, *make_model(c));
+  const size_t at = m.find("compression buffers ");
+  ASSERT_NE(at, std::string::npos) << m;
+  const std::string size = m.substr(at + 20, m.find_first_of(",)", at) - at - 20);
+  EXPECT_EQ(size.find("0.0 "), std::string::npos) << size;
+  EXPECT_GT(std::stod(size), 0.0) << size;
+  EXPECT_EQ(m.find(" 0.0 GiB"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace gs
