@@ -136,7 +136,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(cl.share_identical, F("cluster.share_identical",
                           "in-process ranks share provably identical state (results are the same either way)"));
   v(cl.stragglers.factors, F("cluster.stragglers.factors",
-                             "modeled clock: persistent compute slowdown per rank [f_0, ..., f_N-1] (null: all 1)"));
+                             "modeled clock: persistent compute slowdown per rank [f_0, ..., f_N-1], or {\"RANK\": f} naming some ranks, the others 1 (\"-1\": the last rank, so it follows a sweep of cluster.ranks; null: all 1)"));
   v(cl.stragglers.noise, F("cluster.stragglers.noise.kind",
                            "modeled clock: per-step compute noise, normal max(0, 1+sigma*Z) or lognormal "
                            "exp(sigma*Z - sigma^2/2)").one_of({"none", "normal", "lognormal"}));

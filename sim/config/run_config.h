@@ -121,7 +121,8 @@ struct DataConfig {
 // Stragglers of the modeled clock (cost-model issue): a rank's compute is multiplied by factors[rank] and by per-step
 // noise; synchronous steps wait for the slowest rank.
 struct StragglerConfig {
-  json factors;                // [f_0, ..., f_{N-1}] persistent slowdown per rank (> 0); null = all 1
+  json factors;                // [f_0, ..., f_{N-1}] persistent slowdown per rank (> 0); null = all 1; the scenario
+                               // form {"RANK": f} ("-1": last rank) becomes this list in config_from_json
   std::string noise = "none";  // none | normal: max(0, 1 + sigma Z) | lognormal: exp(sigma Z - sigma^2/2)
   double sigma = 0.0;
   bool inject = false;         // apply the same delays for real on a measured GPU clock (cuda backend only)

@@ -174,12 +174,61 @@ std::function<bool(const std::string&)> clean_unless(std::vector<std::string> ta
   };
 }
 
+// cluster.stragglers.factors in its object form, {"RANK": factor, ...} (RANK a rank index, negative from the end as
+// in Python: "-1" is the last rank), becomes the list of cluster.ranks factors, the unnamed ranks 1, so one scenario
+// can keep "the last rank is 1.5x slower" across a sweep of cluster.ranks. A key that is not an integer, out of
+// [-N, N), or naming a rank another key already names is an issue at its path; the values are judged as the list's.
+void resolve_straggler_factors(RunConfig& c, std::vector<ConfigIssue>& issues) {
+  json& f = c.cluster.stragglers.factors;
+  if (!f.is_object()) return;
+  const int64_t n = c.cluster.ranks;
+  if (n < 1) return;  // cluster.ranks' own issue
+  json list = json::array();
+  for (int64_t r = 0; r < n; ++r) list.push_back(1.0);
+  std::vector<std::string> named(static_cast<size_t>(n));
+  bool ok = true;
+  for (const auto& [key, value] : f.items()) {
+    const std::string path = fmt::format("cluster.stragglers.factors[\"{}\"]", key);
+    int64_t r = 0;
+    size_t used = 0;
+    try {
+      r = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (key.empty() || used != key.size()) {
+      issues.push_back({path, fmt::format("expected a rank index as the key (0 to {}, or -1 to -{} counting from the "
+                                          "last rank), got \"{}\"", n - 1, n, key)});
+      ok = false;
+      continue;
+    }
+    const int64_t rank = r < 0 ? r + n : r;
+    if (rank < 0 || rank >= n) {
+      issues.push_back({path, fmt::format("rank {} is outside this run's {} ranks (0 to {}, or -1 to -{} counting "
+                                          "from the last rank)", r, n, n - 1, n)});
+      ok = false;
+      continue;
+    }
+    if (!named[static_cast<size_t>(rank)].empty()) {
+      issues.push_back({path, fmt::format("names rank {}, which key \"{}\" already names", rank,
+                                          named[static_cast<size_t>(rank)])});
+      ok = false;
+      continue;
+    }
+    named[static_cast<size_t>(rank)] = key;
+    list[static_cast<size_t>(rank)] = value;
+  }
+  if (ok) f = std::move(list);
+}
+
 // The cross-field issues (pitfall aliases and validate_config without the structural checks) of a configuration
 // with no type or range error.
 std::vector<ConfigIssue> cross_field_issues(const json& j) {
   std::vector<ConfigIssue> out;
   RunConfig c;
   read_fields(j, registry_kinds(), c, out);
+  if (!out.empty()) return out;
+  resolve_straggler_factors(c, out);
   if (!out.empty()) return out;
   apply_pitfall_alias(j, c, out);
   if (!out.empty()) return out;
@@ -238,6 +287,7 @@ std::vector<ConfigIssue> cross_field_issues_despite(const json& j, const std::ve
     std::vector<ConfigIssue> out;
     RunConfig c;
     read_fields(base, registry_kinds(), c, out);
+    if (out.empty()) resolve_straggler_factors(c, out);
     if (out.empty()) apply_pitfall_alias(base, c, out);
     if (out.empty()) validate_config(c, out);
     return out;
@@ -531,8 +581,9 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     if (ok && f.is_array())
       for (const auto& x : f) ok = ok && x.is_number() && x.get<double>() > 0 && x.get<double>() < 1e6;
     if (!ok)
-      add("cluster.stragglers.factors", fmt::format("expected null or a list of {} numbers > 0 and < 1e6 (one per "
-                                                    "rank), got {}",
+      add("cluster.stragglers.factors", fmt::format("expected null, a list of {} numbers > 0 and < 1e6 (one per "
+                                                    "rank), or an object {{\"RANK\": factor}} naming some ranks "
+                                                    "(the others 1; \"-1\" is the last rank), got {}",
                                                     c.cluster.ranks, bounded_dump(f)));
     if (c.cluster.stragglers.inject && !on_cuda && c.cluster.backend != "host")  // host: the kind rule says it
       add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
@@ -714,6 +765,8 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues) {
     return c;
   }
   const size_t before = issues.size();
+  resolve_straggler_factors(c, issues);
+  if (issues.size() != before) return c;
   apply_pitfall_alias(j, c, issues);
   if (issues.size() == before) {
     validate_config(c, issues);

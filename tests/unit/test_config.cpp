@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "sim/config/scenario.h"
+#include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/validate/validate.h"
 
@@ -439,6 +440,37 @@ TEST(ConfigErrors, SweepProblemsNameTheirPlaceAndDoNotHideEachOther) {
   ASSERT_EQ(layers.size(), 1u) << dump_issues(layers);
   EXPECT_EQ(layers[0].path, "sweep.axes[\"model.layers\"][1][1]") << dump_issues(layers);
   EXPECT_NE(layers[0].message.find("got \"x\""), std::string::npos) << layers[0].message;
+}
+
+// cluster.stragglers.factors as {"RANK": factor}: the named ranks get their factor, the others 1, and "-1" is each
+// run's last rank, so "the last rank is 1.5x slower" follows a sweep of cluster.ranks.
+TEST(ConfigErrors, StragglerFactorsByRankFollowARanksSweep) {
+  const std::string head = R"({"name": "q", "model": {"kind": "mlp", "layers": [8, 4, 3]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 8, "out_dim": 3}}, "training": {"steps": 3}, )";
+  const Scenario s = parse_scenario(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"-1": 1.5, "0": 2}}},
+    "sweep": {"axes": {"cluster.ranks": [2, 3, 8]}}})", "s.json");
+  ASSERT_EQ(s.runs.size(), 3u);
+  EXPECT_EQ(s.runs[0].config.cluster.stragglers.factors, json::parse("[2, 1.5]"));
+  EXPECT_EQ(s.runs[1].config.cluster.stragglers.factors, json::parse("[2, 1.0, 1.5]"));
+  EXPECT_EQ(s.runs[2].config.cluster.stragglers.factors, json::parse("[2, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.5]"));
+  // The modeled clock reads the resolved list: rank 7 of 8 computes 1.5x, rank 3 1x (no noise).
+  EXPECT_EQ(straggler_factor(s.runs[2].config.cluster.stragglers, 1, 0, 7), 1.5);
+  EXPECT_EQ(straggler_factor(s.runs[2].config.cluster.stragglers, 1, 0, 3), 1.0);
+
+  // A key outside a run's ranks is named for that run only; a key that is no integer, and two keys naming one rank.
+  auto far = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"5": 1.5}}},
+    "sweep": {"axes": {"cluster.ranks": [4, 8]}}})");
+  ASSERT_EQ(far.size(), 1u) << dump_issues(far);
+  EXPECT_TRUE(has_issue(far, "cluster.stragglers.factors[\"5\"]", "outside this run's 4 ranks")) << dump_issues(far);
+  EXPECT_TRUE(has_issue(far, "cluster.stragglers.factors[\"5\"]", "(sweep run q.ranks=4)")) << dump_issues(far);
+  auto word = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"last": 1.5}}}})");
+  EXPECT_TRUE(has_issue(word, "cluster.stragglers.factors[\"last\"]", "expected a rank index")) << dump_issues(word);
+  auto twice = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"3": 1.5, "-1": 2}}}})");
+  ASSERT_EQ(twice.size(), 1u) << dump_issues(twice);
+  EXPECT_NE(twice[0].message.find("names rank 3"), std::string::npos) << dump_issues(twice);
+  // The values are judged as the list's: > 0 and < 1e6.
+  auto zero = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"1": 0}}}})");
+  EXPECT_TRUE(has_issue(zero, "cluster.stragglers.factors", "numbers > 0 and < 1e6")) << dump_issues(zero);
 }
 
 // A cross-field rule is judged on the runs when the sweep sets a field it reads: the base never runs on its own.
