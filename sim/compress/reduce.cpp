@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/nvtx.h"
+#include "sim/comm/rank_gather.h"
 #include "sim/compress/modeled.h"
 #include "sim/core/error.h"
 #include "sim/cost/step_cost.h"
@@ -313,6 +314,14 @@ void CompressedReduction::price_bucket(StepCost& cost, const CompressTally& t, i
     shape.measured_max_bytes = t.calls.front().bytes / static_cast<double>(ranks_);
   }
   add_bucket_price(cost, price_compressed_bucket(config_.compression, shape), begin, end);
+}
+
+void CompressedReduction::gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) {
+  if (group.size() <= 1) return;
+  std::vector<std::vector<StepRecord>> rows(state_.size());
+  for (size_t r = 0; r < state_.size(); ++r) rows[r] = std::move(state_[r]->steps);
+  gather_rank_rows(group, rows, first_rank, local_ranks);
+  for (size_t r = 0; r < state_.size(); ++r) state_[r]->steps = std::move(rows[r]);
 }
 
 namespace {

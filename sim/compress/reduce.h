@@ -14,6 +14,7 @@
 namespace gs {
 
 struct Bucket;
+class ProcessGroup;
 class StepCost;
 
 // The optimizer a strategy runs on the reduced gradient: training.optimizer, except that with
@@ -44,6 +45,10 @@ class CompressedReduction {
 
   // The report's "compression" object (reports/README.md). Call after the run.
   nlohmann::json report() const;
+  // Across processes (mpirun), after the run, on every process: the per-step records of the other processes' ranks
+  // to process 0 (this process runs ranks first_rank .. first_rank + local_ranks - 1), so its report() averages over
+  // every rank as one process's does. One process: nothing happens.
+  void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks);
 
   // Rank r's error-feedback residual (n floats; empty without error feedback). compression.error_feedback
   // "gradient": e; "momentum": the accumulated velocity v; "ef21": the rank's tracked gradient g_i; DGC: its v. For

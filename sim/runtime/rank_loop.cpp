@@ -22,6 +22,7 @@
 #include "kernels/nvtx.h"
 #include "sim/comm/communicator.h"
 #include "sim/comm/process_group.h"
+#include "sim/comm/rank_gather.h"
 #include "sim/core/error.h"
 #include "sim/cost/cost_model.h"
 #include "sim/cost/storage_model.h"
@@ -35,7 +36,6 @@
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/lockstep_control.h"
-#include "sim/runtime/rank_gather.h"
 #include "sim/runtime/run_monitor.h"
 #include "sim/runtime/run_plan.h"
 #include "sim/runtime/world.h"
@@ -408,6 +408,7 @@ void HostRun::gather_ranks() {
   gather_rank_values(group_, data_result_.max_queue_depth, first_rank_, local_ranks_);
   gather_rank_values(group_, rank_counters_, first_rank_, local_ranks_);
   gather_rank_values(group_, first_nonfinite_, first_rank_, local_ranks_);
+  strategy_->gather_ranks(group_, first_rank_, local_ranks_);
 }
 
 // Initial parameters: identical on every rank (written once per distinct buffer).

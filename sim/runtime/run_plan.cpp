@@ -71,11 +71,17 @@ std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
     out.push_back({"cluster.ranks", std::to_string(c.cluster.ranks) + " ranks cannot be split evenly over " +
                                         std::to_string(processes) + " processes (" + np +
                                         "): expected a multiple of " + std::to_string(processes)});
-  if (c.sync.kind != "allreduce") refuse("sync.kind", c.sync.kind, "\"allreduce\"");
+  if (c.sync.kind == "parameter_server")
+    out.push_back({"sync.kind", "\"parameter_server\" does not run across processes (" + np +
+                                    "): its server shards are memory of one process, which every worker's pushes "
+                                    "and pulls reach one at a time in the order of all workers' modeled clocks; "
+                                    "across processes that would take point-to-point messages to the server's "
+                                    "process in that global order, and the MPI path has only collectives in rank "
+                                    "order; run it without mpirun, or use sync.kind \"allreduce\""});
+  else if (c.sync.kind != "allreduce")
+    refuse("sync.kind", c.sync.kind, "\"allreduce\"");
   if (owns_communication(c.training.optimizer))
     refuse("training.optimizer.kind", c.training.optimizer.kind, "sgd, adam, adamw");
-  if (c.compression.kind != "none") refuse("compression.kind", c.compression.kind, "\"none\"");
-  if (c.precision.mode == "fp16_pure") refuse("precision.mode", c.precision.mode, "every mode but fp16_pure");
   if (c.cluster.backend == "cuda") refuse("cluster.backend", c.cluster.backend, "\"host\" (or \"auto\" on host)");
   if (c.data.cache.policy != "none") refuse("data.cache.policy", c.data.cache.policy, "\"none\"");
   return out;

@@ -101,6 +101,11 @@ class AllReduce final : public SyncStrategy {
     return r;
   }
 
+  // Across processes: the compressed reduction's per-rank records (the uncompressed path keeps none).
+  void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) override {
+    if (compressed_) compressed_->gather_ranks(group, first_rank, local_ranks);
+  }
+
   void step(const StepInput& in) override {
     price(in);
     if (shared_) {

@@ -21,6 +21,8 @@
 
 namespace gs {
 
+class ProcessGroup;  // sim/comm/process_group.h
+
 // A contiguous range of the flat gradient buffer communicated as one unit, [begin, end) in elements.
 struct Bucket {
   size_t begin = 0;
@@ -239,9 +241,10 @@ struct ControlSetup {
 };
 
 // The seven methods every loop calls: the parameters (params, eval_params, loss_scale), the step and its price
-// (step, price), the report after the run and the step control before it. What a strategy needs from the rank loop
-// beyond the step (micro-batch gradients, per-layer readiness) it subscribes to in its constructor (GradientHooks);
-// what it claims about the run it states there too (StrategySetup::claim_replicas_identical).
+// (step, price), the report after the run and the step control before it; across processes (mpirun) the host rank
+// loop also calls gather_ranks before the report. What a strategy needs from the rank loop beyond the step
+// (micro-batch gradients, per-layer readiness) it subscribes to in its constructor (GradientHooks); what it claims
+// about the run it states there too (StrategySetup::claim_replicas_identical).
 class SyncStrategy {
  public:
   virtual ~SyncStrategy() = default;
@@ -263,6 +266,10 @@ class SyncStrategy {
   virtual PriceKey price(const StepInput& in) const = 0;
   // After the run (one thread): what the report takes from the strategy; a timing-only run's too.
   virtual StrategyReport report(const ReportContext& context) const { return {}; }
+  // Across processes (mpirun), after the run and before report(), on every process: brings what report() reads of
+  // the other processes' ranks (first_rank .. first_rank + local_ranks - 1 are this process's) to process 0, e.g. with
+  // gather_rank_rows (sim/comm/rank_gather.h). Nothing to do for a strategy whose report reads no per-rank record.
+  virtual void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) {}
   // The run's step control (once, before the rank threads start): the lockstep one unless the strategy's ranks do
   // not step together (the parameter server supplies its own and reports through setup.progress).
   virtual std::unique_ptr<StepControl> make_control(const ControlSetup& setup) { return setup.lockstep(); }

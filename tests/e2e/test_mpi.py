@@ -1,7 +1,9 @@
 """One run across processes under mpirun (docs/cluster.md, "One run across processes (MPI)"): 6 ranks as 2 processes
 of 3 threads and as 3 processes of 2 give the same parameters after every step, bit for bit (report.trace), as the
-same 6 ranks in one process, for plain all-reduce and with gradient accumulation; so do the losses, evaluations,
-modeled clock and per-rank data records of process 0's report. Refused configurations exit 2 before anything is
+same 6 ranks in one process, for plain all-reduce, with gradient accumulation, under every compressor of the registry
+(`gradsweep list`) with and without error feedback, and under fp16_pure; so do the losses, evaluations, modeled clock,
+per-rank data records and the compression statistics of process 0's report. The parameter server is refused with its
+reason. Refused configurations exit 2 before anything is
 written; a run that fails in one process ends the job (never a hang) with process 0's report holding the runs
 before it. Skipped where mpirun or an MPI build of gradsweep is missing."""
 import json
@@ -143,7 +145,6 @@ def test_a_run_failing_in_another_process_ends_the_job_without_a_hang(tmp_path):
 @pytest.mark.parametrize("sets,field", [
     (["--set", "sync.kind=local_sgd"], "sync.kind"),
     (["--set", "sync.kind=parameter_server", "--set", "report.trace=false"], "sync.kind"),
-    (["--set", "compression.kind=topk"], "compression.kind"),
     (["--set", "cluster.backend=cuda"], "cluster.backend"),
     (["--set", "cluster.ranks=5"], "cluster.ranks"),
 ])
@@ -155,9 +156,102 @@ def test_refused_configuration_exits_2_and_writes_nothing(tmp_path, sets, field)
     assert not out.exists()
 
 
+def test_the_parameter_server_is_refused_with_its_reason(tmp_path):
+    out = tmp_path / "out"
+    p = mpirun(2, "run", str(scenario(tmp_path)), "--out", str(out), "--quiet", "--set", "sync.kind=parameter_server",
+               "--set", "report.trace=false")
+    assert p.returncode == 2, p.stderr
+    assert ('mpi.json: sync.kind: "parameter_server" does not run across processes (mpirun -np 2): its server shards '
+            "are memory of one process") in p.stderr
+    assert "the MPI path has only collectives in rank order" in p.stderr
+    assert not out.exists()
+
+
 def test_ranks_not_divisible_by_processes_is_refused(tmp_path):
     out = tmp_path / "out"
     p = mpirun(4, "run", str(scenario(tmp_path)), "--out", str(out), "--quiet")
     assert p.returncode == 2, p.stderr
     assert "cluster.ranks: 6 ranks cannot be split evenly over 4 processes" in p.stderr
     assert not out.exists()
+
+
+# ---- Compressors ---------------------------------------------------------------------------------------------------
+
+# One run per row (a zip sweep, so that each process count is one mpirun): every compressor of the registry, the
+# sparsifiers with error feedback (top-k also with DGC's momentum correction and EF21), signSGD with error feedback
+# and with majority vote, random-k with gradient accumulation, and fp16_pure (whose wire is the fp16 cast).
+COMPRESSED = [  # kind, error_feedback, vote, accumulation_steps, precision.mode
+    ("fp16", False, False, 1, "fp32"), ("bf16", False, False, 1, "fp32"), ("fp8_e4m3", False, False, 1, "fp32"),
+    ("fp8_e5m2", False, False, 1, "fp32"), ("topk", True, False, 1, "fp32"), ("topk", "momentum", False, 1, "fp32"),
+    ("topk", "ef21", False, 1, "fp32"), ("randomk", True, False, 1, "fp32"), ("randomk", True, False, 3, "fp32"),
+    ("threshold", True, False, 1, "fp32"), ("dgc", False, False, 1, "fp32"), ("qsgd", False, False, 1, "fp32"),
+    ("terngrad", True, False, 1, "fp32"), ("signsgd", True, False, 1, "fp32"), ("signsgd", False, True, 1, "fp32"),
+    ("onebit", True, False, 1, "fp32"), ("powersgd", True, False, 1, "fp32"), ("none", False, False, 1, "fp16_pure"),
+]
+KEYS = ["compression.kind", "compression.error_feedback", "compression.vote", "training.accumulation_steps",
+        "precision.mode"]
+
+
+def compressed_scenario(tmp_path):
+    zip_ = {k: [row[i] for row in COMPRESSED] for i, k in enumerate(KEYS)}
+    return scenario(tmp_path, sweep={"zip": zip_})
+
+
+def registry_compressors():
+    p = subprocess.run([str(BIN), "list"], capture_output=True, text=True, timeout=30, check=True)
+    section = p.stdout.split("compressors (compression.kind):\n")[1]
+    kinds = []
+    for line in section.splitlines():
+        if not line.startswith("  "):
+            break
+        kinds.append(line.split()[0])
+    return kinds
+
+
+def test_every_compressor_of_the_registry_is_run_under_mpi():
+    kinds = registry_compressors()
+    assert "topk" in kinds and "powersgd" in kinds
+    assert set(kinds) - {"none"} <= {row[0] for row in COMPRESSED}
+
+
+@pytest.fixture(scope="module")
+def compressed_reports(tmp_path_factory):
+    """processes -> the compressed sweep's runs by id (1: without mpirun), each process count run once."""
+    cache = {}
+
+    def get(processes):
+        if processes not in cache:
+            tmp = tmp_path_factory.mktemp(f"compressed{processes}")
+            path, out = compressed_scenario(tmp), tmp / "out"
+            args = ["run", str(path), "--out", str(out), "--quiet"]
+            p = (subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=120) if processes == 1
+                 else mpirun(processes, *args, timeout=120))
+            assert p.returncode == 0, p.stderr
+            cache[processes] = runs_of(out)
+        return cache[processes]
+    return get
+
+
+def without_times(compression):
+    """The report's compression object without its measured times (compress_time, decompress_time)."""
+    return {k: v for k, v in compression.items() if "time" not in k}
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize("row", COMPRESSED, ids=lambda r: "-".join(str(v) for v in r))
+def test_processes_give_the_one_process_parameters_under_compression(compressed_reports, processes, row):
+    one, many = compressed_reports(1), compressed_reports(processes)
+    assert sorted(many) == sorted(one) and len(one) == len(COMPRESSED)
+    [rid] = [rid for rid, run in one.items() if [run["swept"][k] for k in KEYS] == list(row)]
+    ref, run = one[rid], many[rid]
+    assert ref["disposition"] == "passed", ref["message"]
+    assert run["disposition"] == "passed", run["message"]
+    got = np.array(run["trace"]["params"], dtype=np.float32)
+    want = np.array(ref["trace"]["params"], dtype=np.float32)
+    assert got.shape == (4, 6, 16 * 32 + 32 + 32 * 4 + 4)
+    assert got.tobytes() == want.tobytes(), rid
+    assert not np.array_equal(got[0], got[-1])  # the parameters moved
+    assert deterministic(run) == deterministic(ref), rid
+    if row[0] != "none":
+        assert without_times(run["compression"]) == without_times(ref["compression"]), rid
+        assert run["compression"]["compress_time"]["count"] == 4 * 6  # every rank's steps, gathered to process 0

@@ -1,7 +1,9 @@
 // The communicator across processes (make_process_communicator) without MPI: P "processes" are P communicators in this
 // process joined by a process group of threads (ThreadGroup below, the MPI group's contract: all-gather in process
 // order, broadcast); their N = P x L rank threads all-reduce and all-gather, and every rank's result is compared bit
-// for bit (memcmp) with a serial sum in rank order 0..N-1, the one-process communicator's contract.
+// for bit (memcmp) with a serial sum in rank order 0..N-1, the one-process communicator's contract. The compressed
+// reduction (sim/compress/reduce.h) over those processes gives every rank the bits one process gives, for a cast, top-k,
+// PowerSGD and the other compressors, and its per-rank records gathered to process 0 give one process's report.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,9 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/rng.h"
 #include "sim/comm/communicator.h"
 #include "sim/comm/process_group.h"
+#include "sim/compress/reduce.h"
 #include "sim/core/barrier.h"
+#include "sim/validate/validate.h"
 
 namespace gs {
 namespace {
@@ -46,7 +51,15 @@ class ThreadGroup final : public ProcessGroup {
     if (p_ != root && bytes > 0) std::memcpy(buf, s_.in[static_cast<size_t>(root)], bytes);
     s_.barrier.arrive_and_wait();
   }
-  std::vector<std::vector<char>> gather_to_root(const std::vector<char>&) override { return {}; }
+  std::vector<std::vector<char>> gather_to_root(const std::vector<char>& mine) override {
+    s_.in[static_cast<size_t>(p_)] = &mine;
+    s_.barrier.arrive_and_wait();
+    std::vector<std::vector<char>> out;
+    if (p_ == 0)
+      for (const void* v : s_.in) out.push_back(*static_cast<const std::vector<char>*>(v));
+    s_.barrier.arrive_and_wait();
+    return out;
+  }
   std::optional<int> max_within(int value, double) override { return value; }
   [[noreturn]] void abort(int) override { std::abort(); }
 
@@ -148,6 +161,95 @@ TEST(ProcessCommunicator, SizeIsEveryProcesssRanksAndForeignRanksAreRefused) {
   EXPECT_EQ(job.comms[0]->size(), 6);
   float x = 1.0f;
   EXPECT_THROW(job.comms[0]->all_reduce_sum(3, &x, 1), Error);  // rank 3 is process 1's
+}
+
+// ---- The compressed reduction across processes ------------------------------------------------------------------
+
+// A linear model [in, out] with bias under `compression` for `ranks` ranks.
+RunConfig compressed_config(const json& compression, int ranks) {
+  std::vector<ConfigIssue> issues;
+  json j = {{"model", {{"kind", "linear"}, {"layers", {24, 10}}, {"bias", true}, {"loss", "mse"}}},
+            {"data", {{"kind", "inline"}, {"ranks", json::array({json::array({{{"y", {{0.0}}}}})})}}},
+            {"compression", compression}};
+  RunConfig cfg = config_from_json(j, issues);
+  cfg.cluster.ranks = ranks;
+  return cfg;
+}
+
+// Three steps of `ranks` ranks' gradient sums (Philox normals, step and rank apart) reduced by CompressedReduction
+// (red_of(rank): the reduction of the rank's process); returns [step][rank] the averaged gradients.
+template <typename ReductionOf>
+std::vector<std::vector<std::vector<float>>> reduce_steps(int ranks, size_t n, ReductionOf red_of) {
+  std::vector<std::vector<std::vector<float>>> out;
+  for (int64_t t = 0; t < 3; ++t) {
+    std::vector<std::vector<float>> g(static_cast<size_t>(ranks), std::vector<float>(n));
+    for (int r = 0; r < ranks; ++r)
+      fill_normal(g[static_cast<size_t>(r)].data(), n, 11, Purpose::kInit, static_cast<uint32_t>(t),
+                  static_cast<uint32_t>(r));
+    run_threads(ranks, [&](int r) {
+      PhaseClock clock;
+      clock.begin_step();
+      red_of(r).reduce(r, t, g[static_cast<size_t>(r)].data(), 8.0 * ranks, clock);
+      clock.end_step();
+    });
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// The report without its measured times.
+json without_times(json j) {
+  for (const char* k : {"compress_time", "decompress_time"}) j.erase(k);
+  return j;
+}
+
+TEST(ProcessCommunicator, CompressedReductionGivesTheOneProcessBitsAndReport) {
+  const std::vector<json> kinds = {
+      {{"kind", "fp16"}, {"divide", "split"}},
+      {{"kind", "bf16"}, {"accumulate", "fp32"}},
+      {{"kind", "topk"}, {"ratio", 0.1}, {"error_feedback", "gradient"}},
+      {{"kind", "threshold"}, {"tau", 0.5}, {"error_feedback", "gradient"}},
+      {{"kind", "powersgd"}, {"rank", 2}, {"error_feedback", "gradient"}},
+      {{"kind", "signsgd"}, {"vote", true}},
+      {{"kind", "dgc"}, {"ratio", 0.2}},
+      {{"kind", "qsgd"}, {"levels", 4}},
+  };
+  for (const json& kind : kinds) {
+    for (const auto& [processes, local] : std::vector<std::pair<int, int>>{{2, 3}, {3, 2}}) {
+      const int ranks = processes * local;
+      const RunConfig cfg = compressed_config(kind, ranks);
+      std::unique_ptr<Model> model = make_model(cfg);
+      const size_t n = model->num_params();
+      const std::vector<std::pair<size_t, size_t>> buckets{{0, 100}, {100, n}};
+      // One process.
+      std::unique_ptr<Communicator> host = make_host_communicator(ranks);
+      CompressedReduction one(cfg, *model, *host, ranks, buckets);
+      const auto want = reduce_steps(ranks, n, [&](int) -> CompressedReduction& { return one; });
+      // P processes: each its own reduction over its process communicator, as each mpirun process holds one.
+      Job job(processes, local);
+      std::vector<std::unique_ptr<CompressedReduction>> reds;
+      for (int p = 0; p < processes; ++p)
+        reds.push_back(std::make_unique<CompressedReduction>(cfg, *model, *job.comms[static_cast<size_t>(p)], ranks,
+                                                             buckets));
+      const auto got =
+          reduce_steps(ranks, n, [&](int r) -> CompressedReduction& { return *reds[static_cast<size_t>(r / local)]; });
+      for (size_t t = 0; t < want.size(); ++t)
+        for (int r = 0; r < ranks; ++r)
+          ASSERT_EQ(std::memcmp(got[t][static_cast<size_t>(r)].data(), want[t][static_cast<size_t>(r)].data(),
+                                n * sizeof(float)),
+                    0)
+              << kind.dump() << " " << processes << " x " << local << " step " << t << " rank " << r;
+      EXPECT_NE(want[0][0], want[2][0]) << kind.dump();  // the steps differ (not vacuous)
+      // The per-rank records to process 0: its report is one process's (times apart).
+      std::vector<std::thread> gather;
+      for (int p = 0; p < processes; ++p)
+        gather.emplace_back([&, p] {
+          reds[static_cast<size_t>(p)]->gather_ranks(*job.groups[static_cast<size_t>(p)], p * local, local);
+        });
+      for (auto& g : gather) g.join();
+      EXPECT_EQ(without_times(reds[0]->report()), without_times(one.report())) << kind.dump();
+    }
+  }
 }
 
 }  // namespace
