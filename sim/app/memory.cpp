@@ -178,7 +178,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
 
   // Parameters (strategy/allreduce.cpp: one replica when shared, else one per rank; independent: one per rank) and
   // the initial copy of rank_loop.cpp.
-  // strategy/onebit_adam.cpp, zero_one_adam.cpp: one replica per rank
+  // strategy/onebit_adam.cpp, zero_one_adam.cpp, onebit_lamb.cpp: one replica per rank
   const bool onebit = owns_communication(c.training.optimizer);
   const bool shared = c.sync.kind == "allreduce" && c.cluster.share_identical && !onebit;
   const int64_t replicas = shared ? 1 : N;
@@ -191,8 +191,12 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   if (c.sync.kind == "local_sgd") e.parameters_bytes += n * kF;
   // Optimizer state per replica (optim/optimizer.cpp): momentum buffer, or Adam's two moments.
   const OptimizerConfig o = update_optimizer(c);  // momentum correction: SGD's buffer is the velocity (below)
-  // (0/1 Adam: m, v and the accumulated update of its local steps, DeepSpeed's momentum_accumulator)
-  const int64_t state = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : o.kind == "zero_one_adam" ? 3 : 2;
+  // (0/1 Adam: m, v and the accumulated update of its local steps, DeepSpeed's momentum_accumulator; 1-bit LAMB
+  // (strategy/onebit_lamb.cpp): m, v, v_fresh, the last step's m and the update)
+  const int64_t state = o.kind == "sgd"             ? (o.momentum != 0.0 ? 1 : 0)
+                        : o.kind == "zero_one_adam" ? 3
+                        : o.kind == "onebit_lamb"   ? 5
+                                                    : 2;
   e.optimizer_bytes = replicas * state * n * kF;
   // Error feedback: one residual per rank of the full gradient (dgc: its momentum and accumulation buffers, two),
   // and a compressor's encode/decode staging of up to one gradient per rank. Low precision: a working copy of the
@@ -495,13 +499,19 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
     // through the same buckets. One rank alone communicates nothing.
     if (sync != "independent" && c.cluster.ranks > 1) e.communication_bytes = bytes(n * bpp.wire);
   }
-  // 0/1 Adam: its momentum_accumulator (fp32, beside m and v).
+  // 0/1 Adam: its momentum_accumulator (fp32, beside m and v); 1-bit LAMB: exp_avg_sq_fresh and the clone of the
+  // momentum each compressed step keeps (exp_avg_last_step), fp32.
   if (c.training.optimizer.kind == "zero_one_adam") e.optimizer_bytes += bytes(4.0 * n);
+  if (c.training.optimizer.kind == "onebit_lamb") e.optimizer_bytes += bytes(8.0 * n);
   if (owns_communication(c.training.optimizer) && c.cluster.ranks > 1) {
-    // 1-bit and 0/1 Adam (strategy/onebit_adam.cpp, zero_one_adam.cpp): worker error (padded P) and server error
+    // 1-bit Adam, 0/1 Adam and 1-bit LAMB (strategy/onebit_adam.cpp, zero_one_adam.cpp, onebit_lamb.cpp; 1-bit Adam
+    // with uncompressed_tensors: P of the compressed tensors): worker error (padded P) and server error
     // (P / N) in fp32, the packed signs sent and the N received of both phases.
     const double N = static_cast<double>(c.cluster.ranks);
-    const auto P = static_cast<double>(onebit_padded_elements(static_cast<size_t>(n), static_cast<int>(N)));
+    size_t compressed = 0;
+    for (const TensorInfo& t : model.tensors())
+      if (!onebit_non_freeze(c.training.optimizer, t)) compressed += t.count;
+    const auto P = static_cast<double>(onebit_padded_elements(compressed, static_cast<int>(N)));
     e.error_feedback_bytes = bytes(4.0 * (P + P / N));
     e.compression_bytes = bytes((N + 1.0) * (P / 8.0 + P / (8.0 * N)));
   }

@@ -74,6 +74,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(m.a, F("model.a", "{model.kind}: curvatures a_ri, one row per rank or one row for all"));
   v(m.b, F("model.b", "{model.kind}: minimizers b_ri, one row per rank or one row for all"));
   v(m.initial_w, F("model.initial_w", "{model.kind}: initial parameters"));
+  v(m.split, F("model.split", "{model.kind}: w as several tensors w0, w1, ... of these sizes, summing to the length of "
+                              "model.initial_w, each its own layer (per-tensor optimizers: onebit_lamb; "
+                              "uncompressed_tensors); [] (default): one tensor w").at_least(1).at_most(1e12));
   v(m.init_from, F("model.init.from", "{model.kind}: initial parameters from a .safetensors or .npz file "
                                       "(F32; F64, F16, BF16 converted), tensors named as torch's state_dict of the "
                                       "same model (docs/models.md); a relative path is taken from the scenario "
@@ -161,14 +164,16 @@ void visit_fields(V& v, RunConfig& c) {
                     .one_of({"none", "zero_grad_in_loop", "mean_of_means", "fp16_pure_unscaled", "delay_allreduce"}));
   auto& o = tr.optimizer;
   v(o.kind, F("training.optimizer.kind", "sgd (momentum, nesterov), adam, adamw, onebit_adam (DeepSpeed's 1-bit Adam), "
-                                         "zero_one_adam (DeepSpeed's 0/1 Adam); the last two: sync.kind \"allreduce\" "
-                                         "only, they own the communication (docs/strategies.md)")
+                                         "zero_one_adam (DeepSpeed's 0/1 Adam), onebit_lamb (DeepSpeed's 1-bit LAMB); "
+                                         "the last three: sync.kind \"allreduce\" only, they own the communication "
+                                         "(docs/strategies.md)")
                 .registry_choices());
   v(o.lr, F("training.optimizer.lr", "base learning rate").above(0));
   v(o.momentum, F("training.optimizer.momentum", "{training.optimizer.kind}: momentum").at_least(0).below(1));
   v(o.nesterov, F("training.optimizer.nesterov", "{training.optimizer.kind}: Nesterov momentum"));
   v(o.weight_decay, F("training.optimizer.weight_decay", "L2 (sgd, adam) or decoupled (adamw) decay; onebit_adam, "
-                                                         "zero_one_adam: DeepSpeed's wd * p added to the update")
+                                                         "zero_one_adam, onebit_lamb: DeepSpeed's wd * p added to "
+                                                         "the update")
                         .at_least(0));
   v(o.beta1, F("training.optimizer.beta1", "{training.optimizer.kind}: beta1 (DeepSpeed's betas[0])")
                    .at_least(0).below(1));
@@ -182,7 +187,7 @@ void visit_fields(V& v, RunConfig& c) {
   v(o.freeze_step, F("training.optimizer.freeze_step", "{training.optimizer.kind}: optimizer steps before the "
                                                        "variance freezes and the momentum travels 1-bit compressed "
                                                        "(DeepSpeed's default 100000; steps 2 .. max(2, freeze_step) "
-                                                       "are uncompressed Adam)")
+                                                       "are uncompressed Adam, or LAMB)")
                        .at_least(0).at_most(1e12));
   v(o.exp_avg_mask, F("training.optimizer.exp_avg_mask", "{training.optimizer.kind}: DeepSpeed's exp_avg_mask, "
                                                          "multiplied into the momentum after every compressed "
@@ -209,6 +214,35 @@ void visit_fields(V& v, RunConfig& c) {
                                                                      "default 16); a frozen step k syncs when k % "
                                                                      "interval == 0")
                               .at_least(1).at_most(1e12));
+  v(o.uncompressed_tensors, F("training.optimizer.uncompressed_tensors", "{training.optimizer.kind}: DeepSpeed's "
+                                                                         "non-freeze parameter group: a list of "
+                                                                         "tensor names of the model's table or "
+                                                                         "their file names (docs/models.md) whose "
+                                                                         "momentum is never compressed: after the "
+                                                                         "freeze they get uncompressed Adam on the "
+                                                                         "all-reduced gradient, variance included "
+                                                                         "(null or []: none)"));
+  v(o.max_coeff, F("training.optimizer.max_coeff", "{training.optimizer.kind}: the largest LAMB coefficient ||w|| / "
+                                                   "||update|| of a tensor in the warm-up (DeepSpeed's default 10)")
+                     .above(0));
+  v(o.min_coeff, F("training.optimizer.min_coeff", "{training.optimizer.kind}: the smallest LAMB coefficient, at most "
+                                                   "max_coeff (DeepSpeed's default 0.01)")
+                     .at_least(0));
+  v(o.coeff_beta, F("training.optimizer.coeff_beta", "{training.optimizer.kind}: the running average of each tensor's "
+                                                     "warm-up coefficients that freezes with the variance, f = "
+                                                     "coeff_beta f + (1 - coeff_beta) coeff from f = 0 (DeepSpeed's "
+                                                     "default 0.9; 1 / (1 - coeff_beta) at most freeze_step)")
+                      .at_least(0).below(1));
+  v(o.factor_max, F("training.optimizer.factor_max", "{training.optimizer.kind}: the largest factor on the frozen "
+                                                     "coefficient after the freeze (DeepSpeed's default 4)")
+                      .above(0));
+  v(o.factor_min, F("training.optimizer.factor_min", "{training.optimizer.kind}: the smallest factor on the frozen "
+                                                     "coefficient, at most factor_max (DeepSpeed's default 0.5)")
+                      .above(0));
+  v(o.factor_threshold, F("training.optimizer.factor_threshold", "{training.optimizer.kind}: how far the factor may "
+                                                                 "move in one step, a fraction of its previous value "
+                                                                 "(DeepSpeed's default 0.1)")
+                            .at_least(0));
   v(o.first_moment, F("training.optimizer.first_moment", "{training.optimizer.kind}: the first moment's update as "
                                                          "PyTorch >= 2.0 (lerp: exp_avg.lerp_(grad, 1 - beta1)) or "
                                                          "1.13 (mul_add: exp_avg.mul_(beta1).add_(grad, alpha=1 - "

@@ -17,7 +17,7 @@ using json = nlohmann::json;
 
 struct OptimizerConfig {
   // registry: sim/optim/optimizer.cpp (sgd, adam, adamw), then the optimizers that are sync strategies of their own
-  // (onebit_adam, zero_one_adam: optimizer_strategy_registry, sim/strategy/registry.cpp)
+  // (onebit_adam, zero_one_adam, onebit_lamb: optimizer_strategy_registry, sim/strategy/registry.cpp)
   std::string kind = "sgd";
   double lr = 0.05;
   double momentum = 0.0;
@@ -26,16 +26,16 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  // adam, adamw, onebit_adam, zero_one_adam: DeepSpeed's and torch's spelling [beta1, beta2], read into beta1 and beta2 (a config
-  // read from JSON holds null here: the values are in beta1 and beta2).
+  // adam, adamw, onebit_adam, zero_one_adam, onebit_lamb: DeepSpeed's and torch's spelling [beta1, beta2], read into
+  // beta1 and beta2 (a config read from JSON holds null here: the values are in beta1 and beta2).
   json betas = nullptr;
   // adam, adamw: the first moment's update as PyTorch >= 2.0 writes it, "lerp" (exp_avg.lerp_(grad, 1 - beta1)), or
   // as 1.13 did, "mul_add" (exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)); they differ in the last bit.
   std::string first_moment = "lerp";
-  // onebit_adam: the optimizer steps before the variance freezes and the momentum is compressed (DeepSpeed
-  // OnebitAdam's freeze_step and default).
+  // onebit_adam, onebit_lamb: the optimizer steps before the variance freezes and the momentum is compressed
+  // (DeepSpeed OnebitAdam's and OnebitLamb's freeze_step and default).
   int64_t freeze_step = 100000;
-  // onebit_adam: DeepSpeed's exp_avg_mask, the momentum multiplied by a 0/1 mask after every compressed all-reduce
+  // onebit_adam, onebit_lamb: DeepSpeed's exp_avg_mask, the momentum multiplied by a 0/1 mask after every compressed all-reduce
   // (1-bit values cannot be zero). "none" (DeepSpeed's default: no mask) or "zero_variance" (0 where the frozen
   // variance is exactly 0: coordinates whose gradient was zero through the whole warm-up).
   std::string exp_avg_mask = "none";
@@ -47,12 +47,27 @@ struct OptimizerConfig {
   int64_t var_update_scaler = 16;
   int64_t local_step_scaler = 32678;
   int64_t local_step_clipper = 16;
+  // onebit_adam: DeepSpeed's non-freeze parameter group: tensors of the model's table (their table or file names,
+  // docs/models.md) whose momentum is not compressed; after the freeze they get DeepSpeed's uncompressed Adam on the
+  // all-reduced gradient (their variance keeps updating). null or []: every tensor is compressed.
+  json uncompressed_tensors = nullptr;
+  // onebit_lamb (DeepSpeed OnebitLamb's names and defaults, deepspeed/runtime/fp16/onebit/lamb.py): the bounds of
+  // LAMB's per-tensor coefficient ||w|| / ||update|| during the warm-up; the running average's beta of the frozen
+  // coefficient; the bounds of the factor that scales the frozen coefficient after the freeze, and how far that
+  // factor may move from one step to the next (a fraction of its previous value).
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
 };
 
 // The optimizers that own the gradient's communication and run as sync strategies of their own (in place of
-// sync.kind "allreduce"): DeepSpeed's 1-bit Adam and 0/1 Adam.
+// sync.kind "allreduce"): DeepSpeed's 1-bit Adam, 0/1 Adam and 1-bit LAMB (optimizer_strategy_registry, which this
+// leaf cannot include: a new entry there is a name here too).
 inline bool owns_communication(const OptimizerConfig& o) {
-  return o.kind == "onebit_adam" || o.kind == "zero_one_adam";
+  return o.kind == "onebit_adam" || o.kind == "zero_one_adam" || o.kind == "onebit_lamb";
 }
 
 struct ScheduleConfig {
@@ -80,6 +95,8 @@ struct ModelConfig {
   json a;                // quadratic: per-rank curvatures [[a_r0, ...], ...] (one row per rank, or one row for all)
   json b;                // quadratic: per-rank minimizers, same shape as a
   json initial_w;        // quadratic: [w_0, ...]
+  // quadratic: w cut into tensors w0, w1, ... of these sizes (summing to the length of initial_w); empty: one tensor w
+  std::vector<int64_t> split;
   // mlp, linear, quadratic: a .safetensors or .npz file holding the initial parameters ("" = the model's own init).
   // Resolved against the scenario file's folder when relative (scenario.cpp).
   std::string init_from;

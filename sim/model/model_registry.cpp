@@ -62,7 +62,7 @@ const std::vector<ModelEntry>& model_registry() {
        {"model.layers", "model.bias", "model.initial_weights", "model.initial_bias", "model.init.from"},
        linear_issues},
       {"quadratic", "per-rank f_r(w) = 0.5 * sum_i a_ri (w_i - b_ri)^2 from model.a, model.b, model.initial_w",
-       make_quadratic, {"model.a", "model.b", "model.initial_w", "model.init.from"}, quadratic_issues},
+       make_quadratic, {"model.a", "model.b", "model.initial_w", "model.split", "model.init.from"}, quadratic_issues},
       {"gpt2-small", "timing-only shape preset: GPT-2 small, 124M parameters, 12 layers, d 768, context 1024",
        make_transformer_preset, preset, preset_issues},
       {"gpt2-xl", "timing-only shape preset: GPT-2 XL, 1.56B parameters, 48 layers, d 1600, context 1024",

@@ -55,10 +55,16 @@ std::vector<std::vector<double>> parse_rows(const json& j, const std::string& pa
 
 class QuadraticModel final : public Model {
  public:
-  QuadraticModel(std::vector<double> w0, std::vector<std::vector<double>> a, std::vector<std::vector<double>> b)
+  // split: the sizes of the tensors w0, w1, ... (summing to the length of w0); empty: one tensor w.
+  QuadraticModel(std::vector<double> w0, std::vector<std::vector<double>> a, std::vector<std::vector<double>> b,
+                 const std::vector<int64_t>& split)
       : w0_(std::move(w0)), a_(std::move(a)), b_(std::move(b)) {
-    const auto d = static_cast<int64_t>(w0_.size());
-    tensors_.push_back({"w", {d}, 0, w0_.size()});
+    if (split.empty()) tensors_.push_back({"w", {static_cast<int64_t>(w0_.size())}, 0, w0_.size()});
+    size_t offset = 0;
+    for (size_t t = 0; t < split.size(); ++t) {
+      tensors_.push_back({fmt::format("w{}", t), {split[t]}, offset, static_cast<size_t>(split[t])});
+      offset += static_cast<size_t>(split[t]);
+    }
   }
 
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
@@ -85,7 +91,7 @@ class QuadraticModel final : public Model {
     return static_cast<double>(batch.count) * 0.5 * f;
   }
 
-  // grad += count * a_rank * (w - b_rank); one layer (w) announced after it.
+  // grad += count * a_rank * (w - b_rank); then every tensor announced as a layer, the last first.
   void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
                 const PrecisionPolicy& p) const override {
     const auto& a = row(a_, batch.rank, "a");
@@ -94,7 +100,8 @@ class QuadraticModel final : public Model {
     for (size_t i = 0; i < w0_.size(); ++i) {
       grad[i] += static_cast<float>(count * a[i] * (static_cast<double>(params[i]) - b[i]));
     }
-    announce_layer(ws, 0, w0_.size());
+    for (size_t t = tensors_.size(); t-- > 0;)
+      announce_layer(ws, tensors_[t].offset, tensors_[t].offset + tensors_[t].count);
   }
 
   EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {
@@ -137,7 +144,12 @@ std::unique_ptr<Model> make_quadratic(const RunConfig& config) {
   const int64_t ranks = config.cluster.ranks;
   auto a = parse_rows(m.a, "model.a", w0.size(), ranks);
   auto b = parse_rows(m.b, "model.b", w0.size(), ranks);
-  return std::make_unique<QuadraticModel>(std::move(w0), std::move(a), std::move(b));
+  int64_t total = 0;
+  for (int64_t size : m.split) total += size;
+  if (!m.split.empty() && total != static_cast<int64_t>(w0.size()))
+    throw Error(fmt::format("model.split: expected sizes that sum to {} (the length of model.initial_w), got {} "
+                            "(sum {})", w0.size(), json(m.split).dump(), total));
+  return std::make_unique<QuadraticModel>(std::move(w0), std::move(a), std::move(b), m.split);
 }
 
 }  // namespace gs

@@ -81,7 +81,9 @@ std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
   else if (c.sync.kind != "allreduce")
     refuse("sync.kind", c.sync.kind, "\"allreduce\"");
   if (owns_communication(c.training.optimizer))
-    refuse("training.optimizer.kind", c.training.optimizer.kind, "sgd, adam, adamw");
+    refuse("training.optimizer.kind", c.training.optimizer.kind,
+           "the optimizers that leave the all-reduce to the sync strategy (all but onebit_adam, zero_one_adam and "
+           "onebit_lamb, which run their own compressed exchange)");
   if (c.cluster.backend == "cuda") refuse("cluster.backend", c.cluster.backend, "\"host\" (or \"auto\" on host)");
   if (c.data.cache.policy != "none") refuse("data.cache.policy", c.data.cache.policy, "\"none\"");
   return out;

@@ -23,6 +23,13 @@ size_t onebit_padded_elements(size_t n, int ranks) {
   return n % unit == 0 ? n : n + (unit - n % unit);
 }
 
+bool onebit_non_freeze(const OptimizerConfig& o, const TensorInfo& t) {
+  if (!o.uncompressed_tensors.is_array()) return false;
+  for (const nlohmann::json& x : o.uncompressed_tensors)
+    if (x.is_string() && (x.get<std::string>() == t.name || x.get<std::string>() == t.file_name())) return true;
+  return false;
+}
+
 OnebitPhase onebit_phase(int64_t step_1based, int64_t freeze_step) {
   if (step_1based <= 1) return OnebitPhase::kInit;
   return step_1based <= std::max<int64_t>(freeze_step, 2) ? OnebitPhase::kWarmup : OnebitPhase::kCompressed;
@@ -247,20 +254,25 @@ namespace {
 // The flat parameter buffer is one tensor: DeepSpeed runs 1-bit Adam under FP16_Optimizer, which flattens each
 // parameter group into one fp32 master (deepspeed/runtime/fp16/fused_optimizer.py), so one compressed all-reduce
 // covers the whole model. DeepSpeed's exp_avg_mask: training.optimizer.exp_avg_mask "zero_variance" (a mask made
-// from the frozen variance); its non-freeze parameter groups are not modeled (one group).
+// from the frozen variance). DeepSpeed's non-freeze parameter group (a group with non_freeze True; its momentum
+// updated in place since DeepSpeed PR 1278): training.optimizer.uncompressed_tensors names its tensors. After the
+// freeze they take the `non_freeze` branch of OnebitAdam.step: g = all_reduce(g_r) * float(1 / N) of the ranks' own
+// mean gradients, m and v both updated (their variance is never frozen), the same update; the other tensors form the
+// compressed group, one flat buffer of their values in table order (FP16_Optimizer's flat master of that group),
+// padded and compressed as above. The exp_avg_mask applies to the compressed group only.
 class OnebitAdam final : public SyncStrategy {
  public:
   explicit OnebitAdam(const StrategySetup& s)
       : comm_(s.comm),
         ranks_(s.ranks),
         n_(s.model.num_params()),
-        padded_(onebit_padded_elements(n_, s.ranks)),
         cost_model_(s.cost_model),
         opt_(s.config.training.optimizer),
         mask_zero_variance_(opt_.exp_avg_mask == "zero_variance"),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
                               static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0))) {
     GS_EXPECT(opt_.kind == "onebit_adam", "the onebit_adam strategy runs training.optimizer.kind \"onebit_adam\"");
+    split_groups(s.model.tensors());
     // Every rank applies the same all-reduced gradient (warm-up) or the same decompressed momentum (after it) with the
     // same frozen variance.
     s.claim_replicas_identical(true);
@@ -294,7 +306,7 @@ class OnebitAdam final : public SyncStrategy {
     if (ranks_state_.empty()) return rep;
     std::vector<const std::vector<OnebitNorms>*> calls;
     for (const RankState& r : ranks_state_) calls.push_back(&r.steps);
-    rep.compression = onebit_compression_report(calls, n_, padded_, "onebit_adam");
+    rep.compression = onebit_compression_report(calls, compressed_n_, padded_, "onebit_adam");
     if (rep.compression.is_null()) return rep;
     rep.compression["freeze_step"] = opt_.freeze_step;
     rep.compression["compressed_steps"] = ranks_state_[0].steps.size();
@@ -305,36 +317,68 @@ class OnebitAdam final : public SyncStrategy {
     price(in);
     RankState& r = ranks_state_[static_cast<size_t>(in.rank)];
     const OnebitPhase phase = onebit_phase(in.step + 1, opt_.freeze_step);
-    PhaseClock& clock = *in.clock;
-    if (phase != OnebitPhase::kCompressed) {
-      all_reduce_gradient(in);
-      if (phase == OnebitPhase::kInit) {
-        if (ranks_ > 1) {  // the zero momentum through the compressed all-reduce; the buffers are dropped after it
-          r.worker_error.assign(padded_, 0.0f);
-          r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
-          compressed(in, r);
-          r.worker_error.clear();
-          r.server_error.clear();
-        }
-        return;
-      }
-      GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
-      const float s = static_cast<float>(in.global_samples);
-      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
-      deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
-      deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
-      return;
+    if (phase == OnebitPhase::kCompressed) return compressed_step(in, r);
+    all_reduce_gradient(in);
+    if (phase == OnebitPhase::kInit) return init_step(in, r);
+    GS_NVTX_RANGE(kOptimizer);
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    const float s = static_cast<float>(in.global_samples);
+    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+    deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+    deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
+    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+  }
+
+  const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
+
+ private:
+  // Step 1: the zero momentum of the compressed group through the compressed all-reduce (the buffers are dropped
+  // after it). The non-freeze group takes its branch already (OnebitAdam sets adam_freeze_key for the initialization
+  // step, and that branch has no `if self.initialize`): the engine-averaged gradient all-reduced again and multiplied
+  // by 1/N goes into its m and v. No parameter moves.
+  void init_step(const StepInput& in, RankState& r) {
+    if (ranks_ > 1) {
+      r.worker_error.assign(padded_, 0.0f);
+      r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
+      compressed(in, r);
+      r.worker_error.clear();
+      r.server_error.clear();
     }
+    if (plain_.empty()) return;
+    {
+      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      const float s = static_cast<float>(in.global_samples);
+      for (const Bucket& b : plain_)
+        for (size_t i = b.begin; i < b.end; ++i) in.grad[i] = in.grad[i] / s;
+    }
+    non_freeze_moments(in, r);
+  }
+
+  // OnebitAdam.step's non_freeze branch over the uncompressed tensors: dist.all_reduce(grad); grad.mul_(1 / N);
+  // exp_avg and exp_avg_sq updated in place (DeepSpeed PR 1278) from that gradient.
+  void non_freeze_moments(const StepInput& in, RankState& r) {
+    all_reduce_buckets(comm_, in.rank, in.grad, plain_, *in.clock);
+    GS_NVTX_RANGE(kOptimizer);
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    const auto inv = static_cast<float>(1.0 / ranks_);
+    for (const Bucket& b : plain_) {
+      for (size_t i = b.begin; i < b.end; ++i) in.grad[i] = in.grad[i] * inv;
+      deepspeed_first_moment(r.m.data() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta1);
+      deepspeed_second_moment(r.v.data() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta2);
+    }
+  }
+
+  void compressed_step(const StepInput& in, RankState& r) {
     {
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
+      PhaseTimer t(*in.clock, Phase::kOptimizer);
       // The rank's own mean gradient (DeepSpeed: the engine's all-reduce is off; each rank's loss is its mean).
       const float s = static_cast<float>(in.local_samples);
       for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
-      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+      for (const Bucket& b : compressed_)
+        deepspeed_first_moment(r.m.data() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta1);
     }
+    if (!plain_.empty()) non_freeze_moments(in, r);
     if (ranks_ > 1) {
       if (r.worker_error.empty()) {  // made at the first compressed step (state['worker_error'] not in state)
         r.worker_error.assign(padded_, 0.0f);
@@ -344,14 +388,29 @@ class OnebitAdam final : public SyncStrategy {
       r.steps.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(clock, Phase::kOptimizer);
+    PhaseTimer t(*in.clock, Phase::kOptimizer);
     if (mask_zero_variance_) apply_mask(r);
     deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
   }
 
-  const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
+  // The compressed group (every tensor not in uncompressed_tensors, skipping empty ones as DeepSpeed's
+  // filter_empty_parameters) and the non-freeze group as ranges of the flat buffer, adjacent tensors merged.
+  void split_groups(const std::vector<TensorInfo>& tensors) {
+    for (const TensorInfo& t : tensors) {
+      if (t.count == 0) continue;
+      const bool plain = onebit_non_freeze(opt_, t);
+      std::vector<Bucket>& group = plain ? plain_ : compressed_;
+      if (!group.empty() && group.back().end == t.offset) group.back().end = t.offset + t.count;
+      else group.push_back({t.offset, t.offset + t.count});
+      if (!plain) compressed_n_ += t.count;
+    }
+    if (plain_.empty()) {  // one group: the whole flat buffer
+      compressed_ = {{0, n_}};
+      compressed_n_ = n_;
+    }
+    padded_ = onebit_padded_elements(compressed_n_, ranks_);
+  }
 
- private:
   // The modeled step by phase: the engine's bucketed all-reduce after backward (DeepSpeed's non-ZeRO engine reduces
   // after the backward) and the Adam update; the compressed stage's momentum update, worker and server compression,
   // its four collectives (the all-to-all priced as a reduce-scatter of the same bytes) and the update.
@@ -368,6 +427,8 @@ class OnebitAdam final : public SyncStrategy {
                             GradRange{b.begin, b.end});
     if (phase == OnebitPhase::kWarmup && cost_model_ != nullptr) cost_model_->add_optimizer(cost, opt_, n);
     if (phase == OnebitPhase::kWarmup) return key;
+    for (const Bucket& b : plain_)  // the non-freeze group's all-reduce (steps 1 and after the freeze)
+      cost.add_collective(CollectiveKind::kAllReduce, 4.0 * static_cast<double>(b.end - b.begin));
     if (ranks_ > 1) onebit_price_compressed(cost, padded_, ranks_);
     if (phase == OnebitPhase::kCompressed) {
       cost.add_pass(Phase::kOptimizer, 8.0 * n + 12.0 * n);  // g / local samples; m = b1 m + (1 - b1) g
@@ -386,7 +447,20 @@ class OnebitAdam final : public SyncStrategy {
     {
       GS_NVTX_RANGE(kCompress);
       PhaseTimer t(clock, Phase::kCompress);
-      onebit_compressed_allreduce(comm_, in.rank, r.m.data(), n_, r.worker_error, r.server_error, &r.norms);
+      if (plain_.empty()) {
+        onebit_compressed_allreduce(comm_, in.rank, r.m.data(), n_, r.worker_error, r.server_error, &r.norms);
+      } else {  // the compressed group's flat momentum (its tensors in table order), then back in place
+        thread_local std::vector<float> flat;
+        flat.clear();
+        for (const Bucket& b : compressed_) flat.insert(flat.end(), r.m.begin() + b.begin, r.m.begin() + b.end);
+        onebit_compressed_allreduce(comm_, in.rank, flat.data(), compressed_n_, r.worker_error, r.server_error,
+                                    &r.norms);
+        size_t o = 0;
+        for (const Bucket& b : compressed_) {
+          std::copy(flat.begin() + o, flat.begin() + o + (b.end - b.begin), r.m.begin() + b.begin);
+          o += b.end - b.begin;
+        }
+      }
     }
     CommStats st = comm_.take_stats(in.rank);
     clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
@@ -402,17 +476,21 @@ class OnebitAdam final : public SyncStrategy {
       r.mask.resize(n_);
       for (size_t i = 0; i < n_; ++i) r.mask[i] = r.v[i] == 0.0f ? 0.0f : 1.0f;
     }
-    for (size_t i = 0; i < n_; ++i) r.m[i] = r.m[i] * r.mask[i];
+    for (const Bucket& b : compressed_)  // the group that has the mask: the compressed one
+      for (size_t i = b.begin; i < b.end; ++i) r.m[i] = r.m[i] * r.mask[i];
   }
 
   Communicator& comm_;
   int ranks_;
   size_t n_;
-  size_t padded_;
+  size_t compressed_n_ = 0;  // the compressed group's values (n_ without uncompressed_tensors)
+  size_t padded_ = 0;        // onebit_padded_elements(compressed_n_, ranks_)
   const CostModel* cost_model_;
   OptimizerConfig opt_;
   bool mask_zero_variance_;
   std::vector<Bucket> buckets_;
+  std::vector<Bucket> compressed_;  // the compressed group's ranges of the flat buffer, in table order
+  std::vector<Bucket> plain_;       // the non-freeze group's (uncompressed_tensors), in table order
   std::vector<RankState> ranks_state_;
 };
 

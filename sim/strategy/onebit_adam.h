@@ -11,6 +11,7 @@
 #include "sim/comm/communicator.h"
 #include "sim/config/run_config.h"
 #include "sim/cost/step_cost.h"
+#include "sim/model/model.h"
 
 namespace gs {
 
@@ -18,6 +19,10 @@ namespace gs {
 // tensor padded with zeros to a multiple of size * divider, divider = lcm(size, 8) ("corrected_tensor_size"); each
 // rank serves padded / size of it ("server_chunk_size").
 size_t onebit_padded_elements(size_t n, int ranks);
+
+// 1-bit Adam's non-freeze group (training.optimizer.uncompressed_tensors): whether tensor t is in it (named by its
+// table name or its file name).
+bool onebit_non_freeze(const OptimizerConfig& o, const TensorInfo& t);
 
 // The phase of 1-based optimizer step k (DeepSpeed's state['step']) for freeze_step f: step 1 initializes the
 // error buffers (the momentum, still zero, goes through one compressed all-reduce; the parameters do not move);

@@ -77,10 +77,10 @@ void parameter_server_issues(const RunConfig& c, std::vector<ConfigIssue>& issue
                          "and asynchronous schedules need the event order of a training run");
 }
 
-// training.optimizer.kind "onebit_adam" (onebit_adam.cpp) and "zero_one_adam" (zero_one_adam.cpp) own the gradient's
-// communication: the full-precision all-reduce of the steps that update the variance and DeepSpeed's compressed
-// all-reduce of the momentum (or, for 0/1 Adam, of the gradient and of the accumulated update). Settings that would
-// change either are refused.
+// training.optimizer.kind "onebit_adam" (onebit_adam.cpp), "zero_one_adam" (zero_one_adam.cpp) and "onebit_lamb"
+// (onebit_lamb.cpp) own the gradient's communication: the full-precision all-reduce of the steps that update the
+// variance and DeepSpeed's compressed all-reduce of the momentum (or, for 0/1 Adam, of the gradient and of the
+// accumulated update). Settings that would change either are refused.
 void onebit_adam_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   const std::string by = "training.optimizer.kind \"" + c.training.optimizer.kind + "\" ";
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, by + msg}); };
@@ -103,12 +103,39 @@ void onebit_adam_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                 "for it): expected \"none\" (or \"auto\" outside fp16_mixed), got \"" +
                                     c.precision.loss_scale + "\"");
   if (c.training.clip_grad_norm > 0)
-    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam and ZeroOneAdam keep "
-                                               "max_grad_norm but never apply it): expected 0, got {}",
+    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam, ZeroOneAdam and OnebitLamb "
+                                               "keep max_grad_norm but never apply it): expected 0, got {}",
                                                c.training.clip_grad_norm));
   if (c.training.pitfall != "none")
     add("training.pitfall", "is modeled without the pitfalls (they change the divisors of the plain all-reduce): "
                             "expected \"none\", got \"" + c.training.pitfall + "\"");
+  // 1-bit Adam's non-freeze group: a list of distinct names (the model's table is checked in validate_config).
+  const json& names = c.training.optimizer.uncompressed_tensors;
+  if (c.training.optimizer.kind != "onebit_adam" || names.is_null()) return;
+  const std::string path = "training.optimizer.uncompressed_tensors";
+  if (!names.is_array())
+    return issues.push_back({path, "expected null or a list of tensor names (docs/models.md), got " + names.dump()});
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].is_string() || names[i].get<std::string>().empty()) {
+      issues.push_back({fmt::format("{}[{}]", path, i), "expected a tensor name, got " + names[i].dump()});
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (names[j] == names[i])
+        issues.push_back({fmt::format("{}[{}]", path, i), "names " + names[i].dump() + " a second time"});
+  }
+}
+
+// 1-bit LAMB: 1-bit Adam's refusals, and bounds that are ordered.
+void onebit_lamb_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  onebit_adam_issues(c, issues);
+  const OptimizerConfig& o = c.training.optimizer;
+  if (o.min_coeff > o.max_coeff)
+    issues.push_back({"training.optimizer.min_coeff", fmt::format("expected at most training.optimizer.max_coeff "
+                                                                  "({}), got {}", o.max_coeff, o.min_coeff)});
+  if (o.factor_min > o.factor_max)
+    issues.push_back({"training.optimizer.factor_min", fmt::format("expected at most training.optimizer.factor_max "
+                                                                   "({}), got {}", o.factor_max, o.factor_min)});
 }
 
 }  // namespace
@@ -146,7 +173,9 @@ const std::vector<StrategyEntry>& optimizer_strategy_registry() {
   static const std::vector<StrategyEntry> kOptimizerStrategies = {
       {"onebit_adam", "DeepSpeed's 1-bit Adam: uncompressed Adam while the variance updates, then the momentum "
                       "all-reduced 1-bit compressed with error feedback",
-       make_onebit_adam, join(betas, {"training.optimizer.freeze_step", "training.optimizer.exp_avg_mask"}),
+       make_onebit_adam,
+       join(betas, {"training.optimizer.freeze_step", "training.optimizer.exp_avg_mask",
+                    "training.optimizer.uncompressed_tensors"}),
        onebit_adam_issues},
       {"zero_one_adam", "DeepSpeed's 0/1 Adam: adaptive variance freezing, 1-bit compressed all-reduces and local "
                         "steps between syncs",
@@ -154,6 +183,13 @@ const std::vector<StrategyEntry>& optimizer_strategy_registry() {
        join(betas, {"training.optimizer.var_freeze_step", "training.optimizer.var_update_scaler",
                     "training.optimizer.local_step_scaler", "training.optimizer.local_step_clipper"}),
        onebit_adam_issues},
+      {"onebit_lamb", "DeepSpeed's 1-bit LAMB: uncompressed LAMB while the variance updates, then the momentum "
+                      "all-reduced 1-bit compressed with error feedback and the frozen per-tensor LAMB coefficients",
+       make_onebit_lamb,
+       join(betas, {"training.optimizer.freeze_step", "training.optimizer.exp_avg_mask", "training.optimizer.max_coeff",
+                    "training.optimizer.min_coeff", "training.optimizer.coeff_beta", "training.optimizer.factor_max",
+                    "training.optimizer.factor_min", "training.optimizer.factor_threshold"}),
+       onebit_lamb_issues},
   };
   return kOptimizerStrategies;
 }

@@ -288,7 +288,8 @@ struct StrategyEntry {
 // The sync strategies (sync.kind), in listing order.
 const std::vector<StrategyEntry>& strategy_registry();
 // The optimizers that own the gradient's communication and run as sync strategies of their own in place of
-// sync.kind "allreduce" (training.optimizer.kind, after optimizer_registry's: DeepSpeed's 1-bit Adam and 0/1 Adam).
+// sync.kind "allreduce" (training.optimizer.kind, after optimizer_registry's: DeepSpeed's 1-bit Adam, 0/1 Adam and
+// 1-bit LAMB).
 const std::vector<StrategyEntry>& optimizer_strategy_registry();
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 
@@ -305,5 +306,7 @@ size_t zero_partition(size_t n, int ranks);
 std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup);
 // training.optimizer.kind "zero_one_adam" (sim/strategy/zero_one_adam.cpp): likewise.
 std::unique_ptr<SyncStrategy> make_zero_one_adam(const StrategySetup& setup);
+// training.optimizer.kind "onebit_lamb" (sim/strategy/onebit_lamb.cpp): likewise.
+std::unique_ptr<SyncStrategy> make_onebit_lamb(const StrategySetup& setup);
 
 }  // namespace gs

@@ -85,6 +85,30 @@ void trace_size_issues(const RunConfig& c, const Model& model, const std::functi
                                                   max_steps)});
 }
 
+// training.optimizer.uncompressed_tensors (1-bit Adam's non-freeze group, already a list of distinct strings): every
+// name a tensor of the model's table (its name or its file name), and not all of them (nothing would be compressed).
+void uncompressed_tensor_issues(const RunConfig& c, const Model& model, std::vector<ConfigIssue>& issues) {
+  const json& names = c.training.optimizer.uncompressed_tensors;
+  if (!names.is_array() || names.empty()) return;
+  const std::string path = "training.optimizer.uncompressed_tensors";
+  std::vector<bool> named(model.tensors().size(), false);
+  std::string known;
+  for (const TensorInfo& t : model.tensors())
+    known += (known.empty() ? "" : ", ") + t.name + (t.file_name() == t.name ? "" : " (" + t.file_name() + ")");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string name = names[i].get<std::string>();
+    bool found = false;
+    for (size_t t = 0; t < model.tensors().size(); ++t)
+      if (model.tensors()[t].name == name || model.tensors()[t].file_name() == name) found = named[t] = true;
+    if (!found)
+      issues.push_back({fmt::format("{}[{}]", path, i), fmt::format("model.kind \"{}\" has no tensor \"{}\"; its "
+                                                                    "tensors: {}", c.model.kind, name, known)});
+  }
+  if (std::find(named.begin(), named.end(), false) == named.end())
+    issues.push_back({path, "names every tensor of the model, so nothing would be compressed: leave at least one "
+                            "out (or use training.optimizer.kind \"adam\")"});
+}
+
 // The size limits of a run: model construction, parameters (2^32 for a run with arithmetic), compression.k at most
 // the parameters, report.trace at most kTraceMaxParams, the teacher's size, the steps given as epochs. Each is judged
 // whenever its own inputs are well-typed and free of other problems (`clean(p)`: no mistyped field and no issue at
@@ -110,6 +134,8 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
                                          c.compression.k));
       if (clean("report.trace") && clean("report.trace_max_params") && c.report.trace)
         trace_size_issues(c, *model, clean, issues);
+      if (clean("training.optimizer.uncompressed_tensors") && clean("training.optimizer.kind"))
+        uncompressed_tensor_issues(c, *model, issues);
       // report.timeline: per rank and step about 2 slices per micro-batch, 3 per bucket (encode, collective, decode)
       // and a dozen others (phases, the loader, the measured phases); buckets of the gradient in fp32 as
       // make_buckets cuts them (whole tensors make it a few more or fewer).

@@ -274,3 +274,144 @@ class ZeroOneAdam:
                 e[:] = 0
             self.reinitial_error_buffer = True
         return kind
+
+
+class OnebitLamb:
+    """DeepSpeed's 1-bit LAMB (OnebitLamb.step in deepspeed/runtime/fp16/onebit/lamb.py; arXiv 2104.06069) for every
+    rank, transcribed from DeepSpeed's source: per parameter (here: per tensor of `sizes`, cut from one flat vector in
+    order) exp_avg, exp_avg_sq, exp_avg_sq_fresh, lamb_coeff_freeze (0.0), last_factor (1.0) and, from the first
+    compressed step, scaling_coeff; one flat momentum (exp_avg_flat) through the compressed all-reduce. The same
+    float32 conventions as OnebitAdam above; a Python scalar that multiplies or divides a tensor is rounded to float32
+    first (torch's CPU kernels); the coefficients, factors and their clipping are Python floats (float64); .item() of a
+    float32 tensor is that float32 value as a float64."""
+
+    def __init__(self, params, size, sizes, lr, beta1, beta2, eps, weight_decay, freeze_step, max_coeff=10.0,
+                 min_coeff=0.01, coeff_beta=0.9, factor_max=4.0, factor_min=0.5, factor_threshold=0.1,
+                 exp_avg_mask="none"):
+        self.size, self.sizes = size, list(sizes)
+        assert sum(self.sizes) == params.size
+        self.lr, self.b1, self.b2, self.eps, self.wd = lr, beta1, beta2, eps, weight_decay
+        self.freeze_step = freeze_step
+        self.max_coeff, self.min_coeff, self.coeff_beta = max_coeff, min_coeff, coeff_beta
+        self.factor_max, self.factor_min, self.factor_threshold = factor_max, factor_min, factor_threshold
+        self.mask_kind, self.mask = exp_avg_mask, None
+        self.params = [params.astype(F32).copy() for _ in range(size)]
+        n = params.size
+        self.m = [np.zeros(n, F32) for _ in range(size)]
+        self.v = [np.zeros(n, F32) for _ in range(size)]
+        self.fresh = [np.zeros(n, F32) for _ in range(size)]
+        t = len(self.sizes)
+        self.coeff_freeze = [[0.0] * t for _ in range(size)]
+        self.last_factor = [[1.0] * t for _ in range(size)]
+        self.lamb_coeffs = [[0.0] * t for _ in range(size)]
+        self.scaling = None
+        self.worker_error = self.server_error = None
+        self.initialize = False
+        self.freeze_key = False
+        self.step_count = 0
+
+    def _slices(self):
+        o = 0
+        for c in self.sizes:
+            yield slice(o, o + c)
+            o += c
+
+    def _clip(self, x, lo, hi):
+        if x > hi:
+            x = hi
+        if x < lo:
+            x = lo
+        return x
+
+    def _warmup(self, r, g):
+        self.m[r] = fma32(F32(1.0 - self.b1), g, (self.m[r] * F32(self.b1)).astype(F32))
+        self.v[r] = fma32((F32(1.0 - self.b2) * g).astype(F32), g, (self.v[r] * F32(self.b2)).astype(F32))
+        if self.step_count == self.freeze_step:
+            self.fresh[r] = self.v[r].copy()
+        for j, s in enumerate(self._slices()):
+            p = self.params[r][s]
+            weight_norm = norm32(p)
+            update = (self.m[r][s] / (np.sqrt(self.v[r][s]).astype(F32) + F32(self.eps))).astype(F32)
+            if self.wd > 0.0:
+                update = (update + (F32(self.wd) * p).astype(F32)).astype(F32)
+            update_norm = norm32(update)
+            coeff = 1.0
+            if weight_norm != 0 and update_norm != 0:
+                coeff = float(F32(weight_norm / update_norm))
+                coeff = self._clip(coeff, self.min_coeff, self.max_coeff)
+            if coeff != 1.0:
+                self.coeff_freeze[r][j] = self.coeff_beta * self.coeff_freeze[r][j] + (1 - self.coeff_beta) * coeff
+            self.lamb_coeffs[r][j] = coeff
+            self.params[r][s] = (p + (F32(-self.lr * coeff) * update).astype(F32)).astype(F32)
+
+    def _frozen_update(self, r, last):
+        for j, s in enumerate(self._slices()):
+            m = self.m[r][s]
+            p = self.params[r][s]
+            g = ((m - (last[s] * F32(self.b1)).astype(F32)).astype(F32) / F32(1.0 - self.b1)).astype(F32)
+            self.fresh[r][s] = fma32((F32(1.0 - self.b2) * g).astype(F32), g,
+                                     (self.fresh[r][s] * F32(self.b2)).astype(F32))
+            denom = (np.sqrt(self.v[r][s]).astype(F32) + F32(self.eps)).astype(F32)
+            prelim = (m / denom).astype(F32)
+            update = (prelim + (F32(self.wd) * p).astype(F32)).astype(F32) if self.wd > 0.0 else prelim
+            update_norm = norm32(update)
+            denom_real = (np.sqrt(self.fresh[r][s]).astype(F32) + F32(self.eps)).astype(F32)
+            factor = float(np.max((denom / denom_real).astype(F32)))
+            if self.wd > 0.0:
+                ratio = min(1.0, float(F32(norm32(prelim) / update_norm)))
+                factor = factor * ratio + (1.0 - ratio)
+            factor = self._clip(factor, self.factor_min, self.factor_max)
+            last_factor = self.last_factor[r][j]
+            if factor > last_factor * (1.0 + self.factor_threshold):
+                factor = last_factor * (1.0 + self.factor_threshold)
+            if factor < last_factor * (1.0 - self.factor_threshold):
+                factor = last_factor * (1.0 - self.factor_threshold)
+            self.last_factor[r][j] = factor
+            coeff = self.coeff_freeze[r][j] * factor
+            self.lamb_coeffs[r][j] = coeff
+            self.params[r][s] = (p + (F32(-self.lr * coeff) * update).astype(F32)).astype(F32)
+
+    def step(self, averaged, local):
+        """One step; averaged: the all-reduced mean gradient (the engine's all-reduce on), local: each rank's own mean
+        gradient. Returns init, warmup or compressed."""
+        self.step_count += 1
+        n = self.params[0].size
+        padded = padded_size(n, self.size)
+        if not self.initialize:  # the zero momentum through one compressed all-reduce, the buffers popped after it
+            if self.size > 1:
+                we = [np.zeros(padded, F32) for _ in range(self.size)]
+                se = [np.zeros(padded // self.size, F32) for _ in range(self.size)]
+                out = compressed_allreduce(self.m, we, se)
+                self.m = [out.copy() for _ in range(self.size)]
+            self.initialize = True
+            return "init"
+        if not self.freeze_key:
+            for r in range(self.size):
+                self._warmup(r, averaged)
+            if self.step_count >= self.freeze_step:
+                self.freeze_key = True
+            return "warmup"
+        last = [m.copy() for m in self.m]  # exp_avg_last_step
+        if self.scaling is None:  # from rank 0's momentum (every rank's is the same)
+            scales = [float(F32(norm32(self.m[0][s]) / F32(np.sqrt(s.stop - s.start)))) for s in self._slices()]
+            united = sum(scales) / len(scales)
+            self.scaling = [united / x for x in scales]
+        for r in range(self.size):
+            self.m[r] = fma32(F32(1.0 - self.b1), local[r], (self.m[r] * F32(self.b1)).astype(F32))
+            for j, s in enumerate(self._slices()):
+                self.m[r][s] = (self.m[r][s] * F32(self.scaling[j])).astype(F32)
+        if self.size > 1:
+            if self.worker_error is None:
+                self.worker_error = [np.zeros(padded, F32) for _ in range(self.size)]
+                self.server_error = [np.zeros(padded // self.size, F32) for _ in range(self.size)]
+            out = compressed_allreduce(self.m, self.worker_error, self.server_error)
+            self.m = [out.copy() for _ in range(self.size)]
+        for r in range(self.size):
+            for j, s in enumerate(self._slices()):
+                self.m[r][s] = (self.m[r][s] / F32(self.scaling[j])).astype(F32)
+            if self.mask_kind == "zero_variance":
+                if self.mask is None:
+                    self.mask = np.where(self.v[0] == 0, F32(0.0), F32(1.0)).astype(F32)
+                self.m[r] = (self.m[r] * self.mask).astype(F32)
+            self._frozen_update(r, last[r])
+        return "compressed"

@@ -59,7 +59,7 @@ TEST(ConfigKinds, ChoicesAreTheRegistriesNames) {
   EXPECT_EQ(field(config_fields(), "compression.kind").choices,
             (std::vector<std::string>{"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "topk", "randomk", "threshold",
                                       "dgc", "qsgd", "terngrad", "signsgd", "onebit", "powersgd"}));
-  EXPECT_EQ(optimizers, (std::vector<std::string>{"sgd", "adam", "adamw", "onebit_adam", "zero_one_adam"}));
+  EXPECT_EQ(optimizers, (std::vector<std::string>{"sgd", "adam", "adamw", "onebit_adam", "zero_one_adam", "onebit_lamb"}));
   EXPECT_EQ(field(config_fields(), "sync.kind").choices,
             (std::vector<std::string>{"allreduce", "independent", "local_sgd", "parameter_server", "zero"}));
   EXPECT_EQ(field(config_fields(), "data.kind").choices,
@@ -94,7 +94,7 @@ TEST(ConfigKinds, AFieldOfAnotherKindIsRefusedAsBefore) {
       {{{"data", {{"teacher", {{"in_dim", 4}}}}}}, "data.teacher",
        "only applies when data.kind is \"teacher\" (it is \"fashion_mnist\")"},
       {{{"training", {{"optimizer", {{"kind", "adam"}, {"freeze_step", 5}}}}}}, "training.optimizer.freeze_step",
-       "only applies when training.optimizer.kind is \"onebit_adam\" (it is \"adam\")"},
+       "only applies when training.optimizer.kind is \"onebit_adam\" or \"onebit_lamb\" (it is \"adam\")"},
   };
   for (const auto& [doc, path, message] : cases) {
     std::vector<ConfigIssue> issues;
@@ -114,7 +114,7 @@ TEST(ConfigKinds, AFieldOfAnotherKindIsRefusedAsBefore) {
   EXPECT_EQ(field(config_fields(), "compression.ratio").doc,
             "topk, randomk, dgc: fraction of values kept (when k is 0)");
   EXPECT_EQ(field(config_fields(), "training.optimizer.beta1").doc,
-            "adam, adamw, onebit_adam, zero_one_adam: beta1 (DeepSpeed's betas[0])");
+            "adam, adamw, onebit_adam, zero_one_adam, onebit_lamb: beta1 (DeepSpeed's betas[0])");
   EXPECT_EQ(field(config_fields(), "data.teacher.hidden").doc, "teacher: hidden width");
   EXPECT_EQ(field(config_fields(), "sync.bucket_mb").doc,
             "allreduce, local_sgd, parameter_server, zero: bucket size in MiB (after the first)");
