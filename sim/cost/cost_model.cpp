@@ -67,6 +67,28 @@ double straggler_factor(const StragglerConfig& s, uint64_t seed, int64_t step, i
   return f * std::exp(s.sigma * z - 0.5 * s.sigma * s.sigma);
 }
 
+UnshardTotals unshard_totals(const StepCost& c) {
+  UnshardTotals t;
+  for (const CommChain& ch : c.chains)
+    if (ch.unshard) {
+      t.time_s += ch.comm_s;
+      t.wait_s += ch.slot.stall_s;
+    }
+  return t;
+}
+
+double unshard_wait_before_s(const StepCost& c, const GradRange& range) {
+  const int64_t last = std::max<int64_t>(1, c.micro_batches) - 1;
+  const int64_t k = range.micro_batch < 0 || range.micro_batch >= last ? last : range.micro_batch;
+  double s = 0.0;
+  for (const CommChain& ch : c.chains) {
+    if (!ch.unshard) continue;
+    const int64_t m = ch.range.micro_batch;
+    if (m < k || (m == k && (!ch.slot.backward || ch.range.begin >= range.begin))) s += ch.slot.stall_s;
+  }
+  return s;
+}
+
 Precision compute_precision(const std::string& mode) {
   if (mode == "tf32") return Precision::kTf32;
   if (mode.rfind("bf16", 0) == 0) return Precision::kBf16;
@@ -171,46 +193,118 @@ double CostModel::chain_ready_s(const StepCost& c, double f, const GradRange& ra
   const double data = s[static_cast<size_t>(Phase::kData)], fwd = s[static_cast<size_t>(Phase::kForward)] * f,
                bwd = s[static_cast<size_t>(Phase::kBackward)];
   const int64_t K = c.micro_batches;
+  const double waits = unshard_wait_before_s(c, range);  // stage 3's gathers stall the compute stream
   if (range.micro_batch < 0 || K <= 1 || range.micro_batch >= K - 1) {  // the last backward: the step's sum
     const double last_bwd_start = (data + s[static_cast<size_t>(Phase::kForward)] + bwd) * f - c.last_backward_s * f;
-    return last_bwd_start + c.last_backward_s * f * backward_done_fraction(range.begin);
+    return last_bwd_start + c.last_backward_s * f * backward_done_fraction(range.begin) + waits;
   }
   // Micro-batch k < K - 1 on the compute stream (StepLayout): data, then K forwards of fwd / K and backwards of
   // (bwd - last) / (K - 1) each, alternating; backward k ends after k + 1 of each.
   const double each_fwd = fwd / static_cast<double>(K);
   const double each_bwd = (bwd - c.last_backward_s) * f / static_cast<double>(K - 1);
   const double k1 = static_cast<double>(range.micro_batch + 1);
-  return data * f + k1 * (each_fwd + each_bwd) - each_bwd + each_bwd * backward_done_fraction(range.begin);
+  return data * f + k1 * (each_fwd + each_bwd) - each_bwd + each_bwd * backward_done_fraction(range.begin) + waits;
 }
+
+namespace {
+
+// Where each pass of a step starts on the compute stream as StepLayout lays it out (data, then per micro-batch its
+// forward and its backward, each with its waits for stage-3 gathers): [2k] forward k, [2k + 1] backward k, seconds
+// from the rank's step start (after lag_s).
+std::vector<double> pass_starts(const StepLayout& l, const std::vector<CommChain>& chains) {
+  const int64_t K = std::max<int64_t>(1, l.micro_batches);
+  std::vector<double> wait(static_cast<size_t>(2 * K), 0.0), start(wait.size(), 0.0);
+  for (const CommChain& ch : chains)
+    if (ch.unshard && ch.range.micro_batch >= 0 && ch.range.micro_batch < K)
+      wait[static_cast<size_t>(2 * ch.range.micro_batch + (ch.slot.backward ? 1 : 0))] += ch.slot.stall_s;
+  const double last = K == 1 ? l.backward_s : std::min(l.last_backward_s, l.backward_s);
+  const double earlier = K == 1 ? 0.0 : (l.backward_s - last) / static_cast<double>(K - 1);
+  double t = l.data_s;
+  for (int64_t k = 0; k < K; ++k) {
+    const size_t i = static_cast<size_t>(2 * k);
+    start[i] = t;
+    t += l.forward_s / static_cast<double>(K) + wait[i];
+    start[i + 1] = t;
+    t += (k + 1 == K ? last : earlier) + wait[i + 1];
+  }
+  return start;
+}
+
+// One rank's StepLayout (CostModel::record_layouts): its compute stream from its modeled phases (t, straggler factor
+// f applied), the exposed chain work and communication after the compute, the wait for the other ranks'
+// collectives; its chains from the StepCost, the communication stream's starting at chain_start (in order), the
+// unshard stream's where their passes put them.
+StepLayout make_layout(const StepCost& c, double f, const StepTimes& t, double exposed_compress,
+                       double exposed_communicate, double wait_collective, const std::vector<double>& chain_start) {
+  const auto& ph = t.phase_s;
+  StepLayout l;
+  l.data_s = ph[static_cast<size_t>(Phase::kData)];
+  l.forward_s = ph[static_cast<size_t>(Phase::kForward)];
+  l.backward_s = ph[static_cast<size_t>(Phase::kBackward)];
+  l.last_backward_s = c.last_backward_s * f;
+  l.micro_batches = std::max<int64_t>(1, c.micro_batches);
+  l.compress_s = c.compute_s[static_cast<size_t>(Phase::kCompress)] * f;
+  l.exposed_compress_s = exposed_compress;
+  l.exposed_communicate_s = exposed_communicate;
+  l.wait_collective_s = wait_collective;
+  l.optimizer_s = ph[static_cast<size_t>(Phase::kOptimizer)];
+  const std::vector<double> pass = pass_starts(l, c.chains);
+  size_t i = 0;
+  for (const CommChain& ch : c.chains) {
+    ChainSpan span;
+    if (ch.unshard) {
+      const int64_t k = std::clamp<int64_t>(ch.range.micro_batch, 0, l.micro_batches - 1);
+      span.start_s = pass[static_cast<size_t>(2 * k + (ch.slot.backward ? 1 : 0))] + ch.slot.start_s;
+    } else {
+      span.start_s = chain_start[i++];
+    }
+    span.pre_s = ch.pre_s * f;
+    span.comm_s = ch.comm_s;
+    span.post_s = ch.post_s * f;
+    span.bytes = ch.bytes;
+    span.chosen = ch.chosen;
+    span.kind = ch.kind;
+    span.has_collective = ch.has_collective;
+    span.range = ch.range;
+    span.unshard = ch.unshard;
+    span.slot = ch.slot;
+    l.chains.push_back(span);
+  }
+  return l;
+}
+
+}  // namespace
 
 std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*>& ranks, int64_t step) const {
   const size_t n = ranks.size();
   std::vector<ModeledStep> out(n);
   bool synchronous = false;
-  size_t nchains = 0;
-  for (const StepCost* c : ranks) {
-    synchronous = synchronous || c->synchronous;
-    nchains = std::max(nchains, c->chains.size());
-  }
-  // Per rank: compute stream, chain readiness and durations.
+  for (const StepCost* c : ranks) synchronous = synchronous || c->synchronous;
+  // Per rank: compute stream (with stage 3's waits for its gathers), the communication stream's chain readiness and
+  // durations (the unshard stream's gathers are placed by their strategy: CommChain::unshard).
   std::vector<double> compute_end(n), opt(n), factor(n);
+  std::vector<UnshardTotals> unshard(n);
   std::vector<std::vector<double>> ready(n), dur(n);
+  size_t nchains = 0;
   for (size_t r = 0; r < n; ++r) {
     const StepCost& c = *ranks[r];
     const double f = straggler_factor(stragglers_, seed_, step, static_cast<int>(r));
     factor[r] = f;
+    unshard[r] = unshard_totals(c);
     const auto& s = c.compute_s;
     const double backward_end = (s[static_cast<size_t>(Phase::kData)] + s[static_cast<size_t>(Phase::kForward)] +
-                                 s[static_cast<size_t>(Phase::kBackward)]) * f;
+                                 s[static_cast<size_t>(Phase::kBackward)]) * f + unshard[r].wait_s;
     const double untied_compress = s[static_cast<size_t>(Phase::kCompress)] * f;
     compute_end[r] = backward_end + untied_compress;
     opt[r] = (s[static_cast<size_t>(Phase::kOptimizer)] + s[static_cast<size_t>(Phase::kCommunicate)] +
               s[static_cast<size_t>(Phase::kWait)]) * f;
     for (const CommChain& ch : c.chains) {
+      if (ch.unshard) continue;
       const double rdy = ch.range.empty() || !c.overlap_backward ? compute_end[r] : chain_ready_s(c, f, ch.range);
       ready[r].push_back(rdy);
       dur[r].push_back((ch.pre_s + ch.post_s) * f + ch.comm_s);
     }
+    nchains = std::max(nchains, ready[r].size());
   }
   // Synchronous: a chain starts when every rank has it ready.
   std::vector<double> ready_all(nchains, 0.0), dur_all(nchains, 0.0);
@@ -251,57 +345,41 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     }
     end[r] = std::max(compute_end[r], comm_end) + opt[r];
     ModeledStep& m = out[r];
-    m.exposed_s = alone.exposed_s;
-    m.overlapped_s = alone.overlapped_s;
+    // Stage 3's gathers: the compute stream's waits for them are exposed, the rest of their time ran under compute.
+    m.exposed_s = alone.exposed_s + unshard[r].wait_s;
+    m.overlapped_s = alone.overlapped_s + std::max(0.0, unshard[r].time_s - unshard[r].wait_s);
     auto& ph = m.times.phase_s;
     const double f = factor[r];
     for (Phase p : {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer})
       ph[static_cast<size_t>(p)] = c.compute_s[static_cast<size_t>(p)] * f;
     ph[static_cast<size_t>(Phase::kOptimizer)] += (c.compute_s[static_cast<size_t>(Phase::kCommunicate)] +
                                                    c.compute_s[static_cast<size_t>(Phase::kWait)]) * f;
-    // Exposed chain time splits between compress and communicate by the chains' composition.
+    // Exposed chain time splits between compress and communicate by the communication stream's chains' composition.
     double chain_compute = 0.0, chain_total = 0.0;
     for (const CommChain& ch : c.chains) {
+      if (ch.unshard) continue;
       chain_compute += (ch.pre_s + ch.post_s) * f;
       chain_total += (ch.pre_s + ch.post_s) * f + ch.comm_s;
     }
     const double exposed_compress = chain_total > 0 ? alone.exposed_s * chain_compute / chain_total : 0.0;
     ph[static_cast<size_t>(Phase::kCompress)] = c.compute_s[static_cast<size_t>(Phase::kCompress)] * f +
                                                 exposed_compress;
-    ph[static_cast<size_t>(Phase::kCommunicate)] = alone.exposed_s - exposed_compress;
+    const double exposed_communicate = alone.exposed_s - exposed_compress;
+    ph[static_cast<size_t>(Phase::kCommunicate)] = exposed_communicate + unshard[r].wait_s;
     double bytes = 0.0;  // on the wire (CommChain::wire_bytes), as the host communicator counts a measured step
     for (const CommChain& ch : c.chains) bytes += ch.wire_bytes;
     bytes += c.served_bytes;  // a co-located server shard's pulls to the other workers (StepCost::add_served_bytes)
     m.times.bytes_sent = static_cast<uint64_t>(bytes);
     if (record_layouts_) {
-      StepLayout l;
-      l.data_s = ph[static_cast<size_t>(Phase::kData)];
-      l.forward_s = ph[static_cast<size_t>(Phase::kForward)];
-      l.backward_s = ph[static_cast<size_t>(Phase::kBackward)];
-      l.last_backward_s = c.last_backward_s * f;
-      l.micro_batches = std::max<int64_t>(1, c.micro_batches);
-      l.compress_s = c.compute_s[static_cast<size_t>(Phase::kCompress)] * f;
-      l.exposed_compress_s = exposed_compress;
-      l.exposed_communicate_s = ph[static_cast<size_t>(Phase::kCommunicate)];
-      l.wait_collective_s = std::max(0.0, std::max(0.0, comm_end - compute_end[r]) - alone.exposed_s);
-      l.optimizer_s = ph[static_cast<size_t>(Phase::kOptimizer)];
+      std::vector<double> starts;  // the communication stream's chains
       double e = 0.0;
-      for (size_t i = 0; i < c.chains.size(); ++i) {
-        const CommChain& ch = c.chains[i];
-        ChainSpan span;
-        span.start_s = synchronous ? start_all[i] : std::max(ready[r][i], e);
-        e = span.start_s + dur[r][i];
-        span.pre_s = ch.pre_s * f;
-        span.comm_s = ch.comm_s;
-        span.post_s = ch.post_s * f;
-        span.bytes = ch.bytes;
-        span.chosen = ch.chosen;
-        span.kind = ch.kind;
-        span.has_collective = ch.has_collective;
-        span.range = ch.range;
-        l.chains.push_back(span);
+      for (size_t i = 0; i < ready[r].size(); ++i) {
+        starts.push_back(synchronous ? start_all[i] : std::max(ready[r][i], e));
+        e = starts.back() + dur[r][i];
       }
-      m.layout = std::make_shared<StepLayout>(std::move(l));
+      const double wait_collective = std::max(0.0, std::max(0.0, comm_end - compute_end[r]) - alone.exposed_s);
+      m.layout = std::make_shared<StepLayout>(
+          make_layout(c, f, m.times, exposed_compress, exposed_communicate, wait_collective, starts));
     }
   }
   const double step_all = n == 0 ? 0.0 : *std::max_element(end.begin(), end.end());

@@ -40,7 +40,20 @@ OverlapResult defer_chains(const OverlapResult& same_step, double compute_end_s,
 // (kernels/rng.h, Purpose::kStraggler, counter (step, rank)). noise "none" or sigma 0: the factor alone.
 double straggler_factor(const StragglerConfig& s, uint64_t seed, int64_t step, int rank);
 
-// One chain (bucket) of a rank's modeled step on its communication stream (StepLayout).
+// ZeRO stage 3's parameter gathers (CommChain::unshard) in one rank's step: their whole time on the unshard stream
+// and the compute stream's waits for them (the exposed part), seconds.
+struct UnshardTotals {
+  double time_s = 0.0;
+  double wait_s = 0.0;
+};
+UnshardTotals unshard_totals(const StepCost& c);
+// The compute stream's waits for stage-3 gathers before a chain tied to `range` becomes ready: all of the earlier
+// micro-batches', its own micro-batch's forward's, and its backward's before the layers from range.begin on are done
+// (the backward runs the layers in reverse). Seconds.
+double unshard_wait_before_s(const StepCost& c, const GradRange& range);
+
+// One chain (bucket) of a rank's modeled step on its communication stream (StepLayout), or one stage-3 parameter
+// gather on its unshard stream (unshard).
 struct ChainSpan {
   double start_s = 0.0;  // when it starts, seconds from the rank's step start (after StepLayout::lag_s)
   double pre_s = 0.0;    // its compute before the collectives (encode), seconds, straggler factor applied
@@ -50,7 +63,9 @@ struct ChainSpan {
   CollectiveCost chosen;  // the last collective's algorithm and protocol
   CollectiveKind kind = CollectiveKind::kAllReduce;  // and its kind
   bool has_collective = false;
-  GradRange range;        // the gradient elements it carries (empty: not tied to backward)
+  GradRange range;        // the gradient elements it carries (empty: not tied to backward); unshard: the parameters
+  bool unshard = false;   // a stage-3 parameter gather (CommChain::unshard): start_s is where its pass puts it
+  UnshardSlot slot;       // its pass, layer and the compute stream's wait for it (unshard only)
 };
 
 // Where one rank's modeled step puts its work (report.timeline; sim/report/timeline.h draws it), seconds. The
@@ -59,8 +74,10 @@ struct ChainSpan {
 // last_backward_s) / (K - 1) each, the last last_backward_s), compress_s, the communication not hidden behind compute
 // (exposed_compress_s, exposed_communicate_s: the phases compress and communicate add to the report), then
 // wait_collective_s for the other ranks' chains, optimizer_s, and the wait for the slowest rank up to the step's end.
-// Every slice of it is one of the report's phases, so they add up to the modeled step. The communication stream: one
-// ChainSpan per chain.
+// ZeRO stage 3: each pass also holds the compute stream's waits for its parameter gathers (the unshard chains'
+// slot.stall_s, at slot.compute_before of the pass's compute; phase communicate). Every slice of it is one of the
+// report's phases, so they add up to the modeled step. The communication stream: one ChainSpan per chain (the
+// unshard stream's gathers among them, unshard set).
 struct StepLayout {
   double lag_s = 0.0, data_s = 0.0, forward_s = 0.0, backward_s = 0.0, last_backward_s = 0.0, compress_s = 0.0;
   double exposed_compress_s = 0.0, exposed_communicate_s = 0.0, wait_collective_s = 0.0, optimizer_s = 0.0;
@@ -74,8 +91,9 @@ struct StepLayout {
 // One rank's modeled step (phase times in the measured clock's keys) and its communication split.
 struct ModeledStep {
   StepTimes times;
-  double exposed_s = 0.0;     // communication (and chain compute) not hidden behind compute
-  double overlapped_s = 0.0;  // communication hidden behind backward
+  double exposed_s = 0.0;     // communication (and chain compute) not hidden behind compute; stage 3: with the
+                              // compute stream's waits for the parameter gathers
+  double overlapped_s = 0.0;  // communication hidden behind compute (backward; stage 3: the gathers' hidden part)
   bool synchronous = false;   // the step had a collective: every rank waited for the slowest
   // When CostModel::record_layouts() is on (report.timeline); null otherwise (a pointer: steps are kept per rank and
   // step for the whole run, and most runs draw no timeline).
@@ -138,7 +156,8 @@ class CostModel {
   double backward_done_fraction(size_t begin) const;
   // When a chain tied to gradient range `range` becomes ready on a rank whose compute runs at straggler factor f:
   // during the backward of its micro-batch (range.micro_batch; -1 the last), once the layers from range.begin on are
-  // done (seconds from the step start).
+  // done (seconds from the step start), later by the stage-3 gather waits on the compute stream before that point
+  // (unshard_wait_before_s).
   double chain_ready_s(const StepCost& c, double f, const GradRange& range) const;
 
  private:

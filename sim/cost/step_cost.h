@@ -11,6 +11,9 @@
 //   in.cost->add_pass(Phase::kCompress, bytes, GradRange{b.begin, b.end});  // work on that bucket's chain: before
 //                                                                       // its collective if added first, else after
 //   in.cost->add_collective(CollectiveKind::kAllReduce, bytes);         // no range: after backward, not overlapped
+//   in.cost->add_unshard_gather(bytes, GradRange{l.param_begin, l.param_end, k}, slot);
+//       // ZeRO stage 3: one layer's parameter all-gather on the unshard stream, placed in its pass by the strategy
+//       // (UnshardSlot); the compute stream waits slot.stall_s for it (exposed), the rest runs under compute
 //   in.cost->add_p2p(bytes);                                            // push or pull to one peer (parameter server)
 //   in.cost->add_p2p_received(bytes);                                   // a pull: priced, counted by its sender
 //   in.cost->add_p2p_time(seconds, sent, bytes);                        // transfers priced by LinkQueues
@@ -41,7 +44,21 @@ struct GradRange {
   bool empty() const { return end <= begin; }
 };
 
-// One bucket's (or one untied) chain on the communication stream: pre work, the collectives, post work.
+// Where a stage-3 parameter all-gather (StepCost::add_unshard_gather) runs: on the unshard stream (FSDP's), beside
+// the communication stream, during one pass (forward or backward) of one micro-batch, as the strategy's prefetch
+// schedule placed it. Times in seconds from the start of the pass on the compute stream (the pass's own stalls
+// included), straggler factor 1.
+struct UnshardSlot {
+  bool backward = false;        // the pass: false forward, true backward (the re-gather before it)
+  size_t unit = 0;              // the layer (index into Model::layer_costs()) whose parameters it gathers
+  double start_s = 0.0;         // when the gather starts, from the pass's start
+  double stall_s = 0.0;         // how long the compute stream waits for it before the layer computes (exposed)
+  double compute_before = 0.0;  // fraction of the pass's compute done before that wait (the layers before it)
+};
+
+// One bucket's (or one untied) chain on the communication stream: pre work, the collectives, post work. Or, with
+// unshard set, one parameter all-gather on the unshard stream (UnshardSlot), which the communication stream's
+// schedule (schedule_chains) skips.
 struct CommChain {
   GradRange range;
   double pre_s = 0.0;    // compute on the chain before its first collective (e.g. encode), seconds
@@ -56,6 +73,8 @@ struct CommChain {
   CollectiveCost chosen;  // the last collective's choice (algorithm, protocol) for the report
   CollectiveKind kind = CollectiveKind::kAllReduce;  // the last collective's kind
   bool has_collective = false;
+  bool unshard = false;  // a stage-3 parameter gather on the unshard stream (range: the layer's parameters)
+  UnshardSlot slot;      // where it runs (unshard only)
 };
 
 class StepCost {
@@ -105,6 +124,25 @@ class StepCost {
     ch.has_collective = true;
     synchronous = true;
   }
+  // ZeRO stage 3: the all-gather of one layer's parameters (`bytes`: NCCL's nBytes, the gathered layer in the
+  // compute format; `params`: the layer's parameter range and micro-batch k >= 0) on the unshard stream, its own
+  // chain, placed where `slot` says. Priced with NCCL's lowest-time choice, its whole time on the chain (what runs
+  // under compute is overlapped, slot.stall_s is exposed: cost_model.h). Makes the step synchronous.
+  void add_unshard_gather(double bytes, GradRange params, const UnshardSlot& slot) {
+    const CollectiveCost c = coll_->best(CollectiveKind::kAllGather, bytes);
+    chains.push_back(CommChain{});
+    CommChain& ch = chains.back();
+    ch.range = params;
+    ch.comm_s = c.time_s;
+    ch.bytes = bytes;
+    ch.wire_bytes = bytes * CollectiveModel::busbw_factor(CollectiveKind::kAllGather, coll_->ranks());
+    ch.chosen = c;
+    ch.kind = CollectiveKind::kAllGather;
+    ch.has_collective = true;
+    ch.unshard = true;
+    ch.slot = slot;
+    synchronous = true;
+  }
   // A point-to-point transfer of `bytes` to one peer (not synchronous).
   void add_p2p(double bytes, GradRange range = {}) {
     CommChain& ch = chain(range);
@@ -132,6 +170,7 @@ class StepCost {
   // (add_p2p_time, queued on this rank's send link).
   void add_served_bytes(double bytes) { served_bytes += bytes; }
   const HardwareProfile& hardware() const { return *hw_; }
+  const CollectiveModel& collectives() const { return *coll_; }
 
   // Read by the modeled clock (cost_model.h).
   std::array<double, kPhaseCount> compute_s{};        // untied GPU work per phase (forward, backward, optimizer, ...)
@@ -151,7 +190,7 @@ class StepCost {
  private:
   CommChain& chain(GradRange range) {
     for (auto& c : chains)
-      if (c.range.begin == range.begin && c.range.end == range.end && c.range.micro_batch == range.micro_batch)
+      if (!c.unshard && c.range.begin == range.begin && c.range.end == range.end && c.range.micro_batch == range.micro_batch)
         return c;
     chains.push_back(CommChain{});
     chains.back().range = range;

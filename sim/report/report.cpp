@@ -371,7 +371,8 @@ void add_modeled_communication(const RunResult& r, json& j) {
   }
   j["communication"]["bytes_sent_per_rank_per_step"] = bytes;
   // nccl-tests' algbw and busbw of the step's collectives on the modeled clock: their NCCL bytes and wire bytes
-  // over their time (rank 0's first step; chains with a collective only).
+  // over their whole time, hidden or exposed (rank 0's first step; chains with a collective only; ZeRO stage 3's
+  // parameter gathers each at its own time on the unshard stream).
   double coll_bytes = 0.0, coll_wire = 0.0, coll_s = 0.0;
   for (const CommChain& c : r.modeled_chains)
     if (c.has_collective && c.comm_s > 0) {
@@ -406,6 +407,12 @@ void add_modeled(const RunSpec& spec, const RunResult& r, bool has_steps, json& 
                        {"comm_ms", c.comm_s * 1e3},
                        {"compute_ms", (c.pre_s + c.post_s) * 1e3}});
     if (c.range.micro_batch >= 0) buckets.back()["micro_batch"] = c.range.micro_batch;
+    if (c.unshard) {  // a stage-3 parameter gather on the unshard stream: grad_begin / grad_end are its parameters
+      buckets.back()["stream"] = "unshard";
+      buckets.back()["pass"] = c.slot.backward ? "backward" : "forward";
+      buckets.back()["layer"] = c.slot.unit;
+      buckets.back()["exposed_ms"] = c.slot.stall_s * 1e3;
+    }
   }
   j["timing"]["modeled"] = {
       {"hardware", r.hardware},

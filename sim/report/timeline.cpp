@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -70,15 +71,97 @@ struct Cursor {
 
 std::string step_args(int64_t step) { return fmt::format(R"({{"step":{}}})", step); }
 
+std::string algo_args(const ChainSpan& ch) {
+  return fmt::format(R"("bytes":{:.0f},"algorithm":{},"protocol":{})", ch.bytes,
+                     ch.has_collective ? quoted(kNcclAlgoNames[static_cast<size_t>(ch.chosen.algo)]) : "null",
+                     ch.has_collective ? quoted(kNcclProtoNames[static_cast<size_t>(ch.chosen.proto)]) : "null");
+}
+
+// ZeRO stage 3: the parameter gathers of micro-batch k's forward or backward, in the order the pass computes their
+// layers.
+std::vector<const ChainSpan*> pass_gathers(const StepLayout& l, int64_t k, bool backward) {
+  std::vector<const ChainSpan*> g;
+  for (const ChainSpan& ch : l.chains)
+    if (ch.unshard && ch.range.micro_batch == k && ch.slot.backward == backward) g.push_back(&ch);
+  std::stable_sort(g.begin(), g.end(), [](const ChainSpan* a, const ChainSpan* b) {
+    return a->slot.compute_before < b->slot.compute_before;
+  });
+  return g;
+}
+
+// One forward or backward of micro-batch k (0-based) on the compute track: its compute_s split where the compute
+// stream waits for a stage-3 parameter gather, each wait a communicate slice between.
+void put_pass(Cursor& c, const StepLayout& l, int64_t step, int64_t k, bool backward, double compute_s) {
+  const char* name = backward ? "backward" : "forward";
+  const std::string mb = fmt::format(R"({{"step":{},"micro_batch":{}}})", step, k + 1);
+  double done = 0.0;
+  for (const ChainSpan* g : pass_gathers(l, k, backward)) {
+    if (!(g->slot.stall_s > 0.0)) continue;
+    c.put((g->slot.compute_before - done) * compute_s, name, name, mb);
+    done = g->slot.compute_before;
+    c.put(g->slot.stall_s, "wait for parameter all-gather (exposed)", "communicate",
+          fmt::format(R"({{"step":{},"micro_batch":{},"layer":{}}})", step, k + 1, g->slot.unit));
+  }
+  c.put((1.0 - done) * compute_s, name, name, mb);
+}
+
+// The compute track of one laid-out step from `at` (the rank's step start).
+void compute_step(EventWriter& w, int tid, double at, double step_s, const StepLayout& l, int64_t step) {
+  Cursor c{w, tid, at};
+  const std::string args = step_args(step);
+  c.put(l.lag_s, "wait for the rank furthest behind", "wait", args);
+  c.put(l.data_s, "data stall", "data", args);
+  const int64_t K = std::max<int64_t>(1, l.micro_batches);
+  const double last = K == 1 ? l.backward_s : std::min(l.last_backward_s, l.backward_s);
+  const double earlier = K == 1 ? 0.0 : (l.backward_s - last) / static_cast<double>(K - 1);
+  for (int64_t k = 0; k < K; ++k) {
+    put_pass(c, l, step, k, false, l.forward_s / static_cast<double>(K));
+    put_pass(c, l, step, k, true, k + 1 == K ? last : earlier);
+  }
+  c.put(l.compress_s, "compress", "compress", args);
+  c.put(l.exposed_compress_s, "compress (exposed chain work)", "compress", args);
+  c.put(l.exposed_communicate_s, "communicate (exposed)", "communicate", args);
+  c.put(l.wait_collective_s, "wait for the other ranks' collectives", "wait", args);
+  c.put(l.optimizer_s, "optimizer", "optimizer", args);
+  c.put(at + step_s - c.at, "wait for the slowest rank", "wait", args);
+}
+
+// The communication and unshard tracks of one laid-out step starting at `at`: each stream first in, first out from
+// where its previous slice ended (comm_free, unshard_free).
+void chain_step(EventWriter& w, int rank, double at, const StepLayout& l, int64_t step, double& comm_free,
+                double& unshard_free) {
+  for (size_t i = 0; i < l.chains.size(); ++i) {
+    const ChainSpan& ch = l.chains[i];
+    if (ch.unshard) {
+      Cursor s{w, timeline_tid(rank, TimelineTrack::kUnshard), std::max(at + l.lag_s + ch.start_s, unshard_free)};
+      s.put(ch.comm_s, kCollectiveKindNames[static_cast<size_t>(ch.kind)], "collective",
+            fmt::format(R"({{"step":{},"bucket":{},{},"micro_batch":{},"pass":"{}","layer":{},"exposed_us":{:.6g},)"
+                        R"("param_begin":{},"param_end":{}}})",
+                        step, i, algo_args(ch), ch.range.micro_batch + 1, ch.slot.backward ? "backward" : "forward",
+                        ch.slot.unit, ch.slot.stall_s * 1e6, ch.range.begin, ch.range.end));
+      unshard_free = s.at;
+      continue;
+    }
+    Cursor s{w, timeline_tid(rank, TimelineTrack::kCommunication), std::max(at + l.lag_s + ch.start_s, comm_free)};
+    const std::string bucket = fmt::format(R"({{"step":{},"bucket":{}}})", step, i);
+    s.put(ch.pre_s, "encode", "chain_compute", bucket);
+    const char* name = ch.has_collective ? kCollectiveKindNames[static_cast<size_t>(ch.kind)] : "p2p";
+    s.put(ch.comm_s, name, "collective",
+          fmt::format(R"({{"step":{},"bucket":{},{},"grad_begin":{},"grad_end":{}}})", step, i, algo_args(ch),
+                      ch.range.begin, ch.range.end));
+    s.put(ch.post_s, "decode", "chain_compute", bucket);
+    comm_free = s.at;
+  }
+}
+
 // One rank's modeled steps from their layouts (StepLayout, cost_model.h).
 void modeled_rank(EventWriter& w, const RunResult& res, size_t r) {
   const int rank = static_cast<int>(r);
   const int compute = timeline_tid(rank, TimelineTrack::kCompute);
-  const int comm = timeline_tid(rank, TimelineTrack::kCommunication);
   const int loader = timeline_tid(rank, TimelineTrack::kDataLoader);
   const auto& steps = res.modeled_steps[r];
   const bool laid_out = r < res.modeled_layouts.size() && res.modeled_layouts[r].size() == steps.size();
-  double clock = 0.0, comm_free = 0.0;
+  double clock = 0.0, comm_free = 0.0, unshard_free = 0.0;
   for (size_t t = 0; t < steps.size(); ++t) {
     const StepTimes& st = steps[t];
     const auto step = static_cast<int64_t>(t) + 1;
@@ -90,47 +173,16 @@ void modeled_rank(EventWriter& w, const RunResult& res, size_t r) {
               fmt::format(R"({{"step":{},"step_ms":{:.6g},"exposed_communication_ms":{:.6g},)"
                           R"("overlapped_communication_ms":{:.6g},"bytes_sent":{}}})",
                           step, st.step_s * 1e3, exposed * 1e3, overlapped * 1e3, st.bytes_sent));
-    Cursor c{w, compute, clock};
     const std::string args = step_args(step);
     if (!laid_out) {  // modeled phases end to end (strategies that keep per-worker clocks)
+      Cursor c{w, compute, clock};
       for (size_t p = 0; p < kPhaseCount; ++p) c.put(st.phase_s[p], kPhaseNames[p], kPhaseNames[p], args);
       clock += st.step_s;
       continue;
     }
     const StepLayout& l = res.modeled_layouts[r][t];
-    c.put(l.lag_s, "wait for the rank furthest behind", "wait", args);
-    c.put(l.data_s, "data stall", "data", args);
-    const int64_t K = std::max<int64_t>(1, l.micro_batches);
-    const double last = K == 1 ? l.backward_s : std::min(l.last_backward_s, l.backward_s);
-    const double earlier = K == 1 ? 0.0 : (l.backward_s - last) / static_cast<double>(K - 1);
-    for (int64_t k = 0; k < K; ++k) {
-      const std::string mb = fmt::format(R"({{"step":{},"micro_batch":{}}})", step, k + 1);
-      c.put(l.forward_s / static_cast<double>(K), "forward", "forward", mb);
-      c.put(k + 1 == K ? last : earlier, "backward", "backward", mb);
-    }
-    c.put(l.compress_s, "compress", "compress", args);
-    c.put(l.exposed_compress_s, "compress (exposed chain work)", "compress", args);
-    c.put(l.exposed_communicate_s, "communicate (exposed)", "communicate", args);
-    c.put(l.wait_collective_s, "wait for the other ranks' collectives", "wait", args);
-    c.put(l.optimizer_s, "optimizer", "optimizer", args);
-    c.put(clock + st.step_s - c.at, "wait for the slowest rank", "wait", args);
-    // The communication stream: chains in order, each after the previous one (also across steps).
-    for (size_t i = 0; i < l.chains.size(); ++i) {
-      const ChainSpan& ch = l.chains[i];
-      Cursor s{w, comm, std::max(clock + l.lag_s + ch.start_s, comm_free)};
-      const std::string bucket = fmt::format(R"({{"step":{},"bucket":{}}})", step, i);
-      s.put(ch.pre_s, "encode", "chain_compute", bucket);
-      const char* name = ch.has_collective ? kCollectiveKindNames[static_cast<size_t>(ch.kind)] : "p2p";
-      s.put(ch.comm_s, name, "collective",
-            fmt::format(R"({{"step":{},"bucket":{},"bytes":{:.0f},"algorithm":{},"protocol":{},"grad_begin":{},)"
-                        R"("grad_end":{}}})",
-                        step, i, ch.bytes,
-                        ch.has_collective ? quoted(kNcclAlgoNames[static_cast<size_t>(ch.chosen.algo)]) : "null",
-                        ch.has_collective ? quoted(kNcclProtoNames[static_cast<size_t>(ch.chosen.proto)]) : "null",
-                        ch.range.begin, ch.range.end));
-      s.put(ch.post_s, "decode", "chain_compute", bucket);
-      comm_free = s.at;
-    }
+    compute_step(w, compute, clock, st.step_s, l, step);
+    chain_step(w, rank, clock, l, step, comm_free, unshard_free);
     if (l.fetch_begin_s >= 0.0 && l.fetch_end_s > l.fetch_begin_s)
       w.slice(loader, "load batch", "data_loader", l.fetch_begin_s, l.fetch_end_s - l.fetch_begin_s, args);
     clock += st.step_s;
@@ -166,9 +218,12 @@ TimelineText timeline_text(const std::string& run_id, const RunResult& res) {
   w.meta("process_name", 0, fmt::format(R"({{"name":{}}})", quoted(run_id + " (modeled on " + res.hardware + ")")));
   const size_t ranks = res.modeled_steps.size();
   const bool measured = !res.steps.empty() && !res.steps[0].empty();
-  bool loader = false;
+  bool loader = false, unshard = false;
   for (const auto& rank_layouts : res.modeled_layouts)
-    for (const StepLayout& l : rank_layouts) loader = loader || l.fetch_begin_s >= 0.0;
+    for (const StepLayout& l : rank_layouts) {
+      loader = loader || l.fetch_begin_s >= 0.0;
+      for (const ChainSpan& ch : l.chains) unshard = unshard || ch.unshard;
+    }
   for (size_t r = 0; r < ranks; ++r) {
     const int rank = static_cast<int>(r);
     auto track = [&](TimelineTrack t, const char* what) {
@@ -178,6 +233,7 @@ TimelineText timeline_text(const std::string& run_id, const RunResult& res) {
     };
     track(TimelineTrack::kCompute, "compute (modeled)");
     track(TimelineTrack::kCommunication, "communication (modeled)");
+    if (unshard) track(TimelineTrack::kUnshard, "unshard: parameter all-gathers (modeled)");
     if (loader) track(TimelineTrack::kDataLoader, "data loader (modeled)");
     if (measured && r < res.steps.size()) track(TimelineTrack::kMeasured, "measured phases");
   }

@@ -204,9 +204,8 @@ public:
   // elements; stages 1 and 2: one all-gather of the updated parameters (n
   // elements in the compute format) after the optimizer, not overlapped; stage
   // 3: no post-step gather, but every micro-batch all-gathers each layer's
-  // parameters before its forward and again before its backward, prefetched one
-  // layer ahead (gather_exposed_s), only the part not hidden behind the
-  // previous layer's compute exposed.
+  // parameters before its forward and again before its backward, each gather
+  // its own collective on the unshard stream (add_gathers).
   PriceKey price(const StepInput &in) const override {
     if (in.cost == nullptr)
       return {};
@@ -234,15 +233,7 @@ public:
                           param_bytes_ * static_cast<double>(n_));
       return {};
     }
-    const int64_t k = std::max<int64_t>(1, cost.micro_batches);
-    const double exposed = static_cast<double>(k) * gather_exposed_s(cost, k);
-    cost.add_collective(CollectiveKind::kAllGather,
-                        2.0 * static_cast<double>(k) * param_bytes_ *
-                            static_cast<double>(n_),
-                        GradRange{});
-    for (CommChain &c : cost.chains)
-      if (c.range.empty() && c.kind == CollectiveKind::kAllGather)
-        c.comm_s = exposed;
+    add_gathers(cost);
     return {};
   }
 
@@ -253,62 +244,85 @@ private:
     return {lo, std::min(n_, lo + per_)};
   }
 
-  // Stage 3, one micro-batch: the exposed time of the forward's and the
-  // backward's parameter all-gathers. FSDP units = the model's layers
-  // (LayerCost), unit i's compute its share of the micro-batch's forward
-  // (backward) by declared FLOPs (parameters when none). Rule (FSDP
-  // forward_prefetch / backward_prefetch BACKWARD_PRE, one unit ahead): the
-  // gather of unit i+1 starts when unit i's compute starts and the previous
-  // gather is done; unit i computes once its gather is done and unit i-1 is
-  // computed. Gathers run on their own stream (FSDP's unshard stream), not
-  // contending with the reduce-scatters. Exposed = end of the last unit's
-  // compute - the compute alone.
-  double gather_exposed_s(const StepCost &cost, int64_t k) const {
-    if (cost_model_ == nullptr)
-      return 0.0;
-    const CollectiveModel &coll = cost_model_->collectives();
-    std::vector<double> w, ag;
-    double total = 0.0;
+  // Stage 3's FSDP units: the model's layers (LayerCost), each with its
+  // parameters [begin, end) and its share of a pass's compute by declared
+  // FLOPs (parameters when none declare FLOPs); one unit of the whole model
+  // when there are no layers.
+  struct Unit {
+    size_t begin = 0, end = 0;
+    double share = 0.0; // fraction of the pass's compute
+  };
+  std::vector<Unit> units() const {
+    std::vector<Unit> u;
     bool flops = false;
     for (const LayerCost &l : layers_)
       flops = flops || l.forward_flops_per_sample > 0;
+    double total = 0.0;
     for (const LayerCost &l : layers_) {
       const double len = static_cast<double>(l.param_end - l.param_begin);
-      w.push_back(flops ? l.forward_flops_per_sample : len);
-      total += w.back();
+      u.push_back({l.param_begin, l.param_end,
+                   flops ? l.forward_flops_per_sample : len});
+      total += u.back().share;
+    }
+    if (u.empty() || total <= 0)
+      return {Unit{0, n_, 1.0}};
+    for (Unit &x : u)
+      x.share /= total;
+    return u;
+  }
+
+  // Stage 3, every micro-batch: the forward's and the backward's parameter
+  // all-gathers, one per unit (layer) with parameters, each priced at its own
+  // size on the unshard stream (StepCost::add_unshard_gather; FSDP's unshard
+  // stream, not contending with the reduce-scatters). Unit i's compute is its
+  // share of the micro-batch's forward (backward). Rule (FSDP forward_prefetch /
+  // backward_prefetch BACKWARD_PRE with limit_all_gathers, one unit ahead): the
+  // gather of unit i+1 starts when unit i's compute starts and the previous
+  // gather is done; unit i computes once its gather is done and unit i-1 is
+  // computed; the compute stream's wait for it is the gather's exposed part
+  // (UnshardSlot::stall_s), the rest of its time runs under compute. The
+  // backward runs the units in reverse. Straggler factor 1: a straggler does
+  // not change the overlap.
+  void add_gathers(StepCost &cost) const {
+    const CollectiveModel &coll = cost.collectives();
+    const std::vector<Unit> u = units();
+    std::vector<double> ag;
+    for (const Unit &x : u) {
+      const double len = static_cast<double>(x.end - x.begin);
       ag.push_back(
-          len > 0
-              ? coll.best(CollectiveKind::kAllGather, param_bytes_ * len).time_s
-              : 0.0);
+          len > 0 ? coll.best(CollectiveKind::kAllGather, param_bytes_ * len)
+                        .time_s
+                  : 0.0);
     }
-    if (w.empty() || total <= 0) {
-      w.assign(1, 1.0);
-      total = 1.0;
-      ag.assign(1, coll.best(CollectiveKind::kAllGather,
-                             param_bytes_ * static_cast<double>(n_))
-                       .time_s);
-    }
+    const int64_t k = std::max<int64_t>(1, cost.micro_batches);
     const double kd = static_cast<double>(k);
-    const double fwd =
-        cost.compute_s[static_cast<size_t>(Phase::kForward)] / kd;
-    const double bwd =
-        cost.compute_s[static_cast<size_t>(Phase::kBackward)] / kd;
-    auto pipeline = [&](double phase_s, bool reverse) {
-      const size_t m = w.size();
-      double comp_end = 0.0, ag_end = 0.0, prev_start = 0.0, busy = 0.0;
-      for (size_t j = 0; j < m; ++j) {
-        const size_t i = reverse ? m - 1 - j : j;
-        const double c = phase_s * w[i] / total;
-        ag_end = std::max(ag_end, prev_start) +
-                 ag[i]; // issued when unit j-1 started (unit 0: at once)
-        const double start = std::max(comp_end, ag_end);
-        prev_start = start;
-        comp_end = start + c;
-        busy += c;
+    const double pass_s[2] = {
+        cost.compute_s[static_cast<size_t>(Phase::kForward)] / kd,
+        cost.compute_s[static_cast<size_t>(Phase::kBackward)] / kd};
+    for (int64_t mb = 0; mb < k; ++mb)
+      for (const bool backward : {false, true}) {
+        const size_t m = u.size();
+        double comp_end = 0.0, ag_end = 0.0, prev_start = 0.0, done = 0.0;
+        for (size_t j = 0; j < m; ++j) {
+          const size_t i = backward ? m - 1 - j : j;
+          UnshardSlot slot;
+          slot.backward = backward;
+          slot.unit = i;
+          slot.compute_before = done;
+          // Issued when unit j-1 started (unit 0: at once) and gather j-1 is done.
+          slot.start_s = std::max(ag_end, prev_start);
+          ag_end = slot.start_s + ag[i];
+          const double start = std::max(comp_end, ag_end);
+          slot.stall_s = start - comp_end;
+          prev_start = start;
+          comp_end = start + pass_s[backward ? 1 : 0] * u[i].share;
+          done += u[i].share;
+          if (u[i].end > u[i].begin)
+            cost.add_unshard_gather(
+                param_bytes_ * static_cast<double>(u[i].end - u[i].begin),
+                GradRange{u[i].begin, u[i].end, mb}, slot);
+        }
       }
-      return std::max(0.0, comp_end - busy);
-    };
-    return pipeline(fwd, false) + pipeline(bwd, true);
   }
 
   // The cast reduce-scatter: every rank casts its mean gradient

@@ -144,14 +144,26 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
         const double bytes = 4.0 * static_cast<double>(model->num_params());
         const double first = c.sync.first_bucket_mb * 1048576.0, rest = c.sync.bucket_mb * 1048576.0;
         const double buckets = c.sync.kind == "independent" ? 0.0 : 1.0 + std::ceil(std::max(0.0, bytes - first) / rest);
+        // ZeRO stage 3: per micro-batch and layer with parameters, a gather before its forward and one before its
+        // backward (unshard track), each with at most a wait and a split of its pass on the compute track.
+        double gathered_layers = 0.0;
+        if (c.sync.kind == "zero" && c.sync.stage >= 3 && c.cluster.ranks > 1) {
+          for (const LayerCost& l : model->layer_costs()) gathered_layers += l.param_end > l.param_begin ? 1.0 : 0.0;
+          gathered_layers = std::max(1.0, gathered_layers);
+        }
         const double per_step = static_cast<double>(c.cluster.ranks) *
-                                (2.0 * static_cast<double>(c.training.accumulation_steps) + 3.0 * buckets + 12.0);
+                                (2.0 * static_cast<double>(c.training.accumulation_steps) + 3.0 * buckets + 12.0 +
+                                 6.0 * gathered_layers * static_cast<double>(c.training.accumulation_steps));
         const double slices = per_step * static_cast<double>(c.training.steps);
         if (slices > kTimelineMaxSlices)
           add("report.timeline", fmt::format("the timeline would hold about {:.0f} slices (ranks x (2 x micro-batches "
-                                             "+ 3 x {:.0f} buckets + 12) per step), more than the limit of {:.0f}: at "
-                                             "most {} of this run, or larger sync.bucket_mb",
-                                             slices, buckets, kTimelineMaxSlices,
+                                             "+ 3 x {:.0f} buckets + 12{}) per step), more than the limit of {:.0f}: "
+                                             "at most {} of this run, or larger sync.bucket_mb",
+                                             slices, buckets,
+                                             gathered_layers > 0
+                                                 ? fmt::format(" + 6 x {:.0f} layers x micro-batches", gathered_layers)
+                                                 : std::string(),
+                                             kTimelineMaxSlices,
                                              count_text(std::floor(kTimelineMaxSlices / per_step), "step")));
       }
     } catch (const std::exception& e) {

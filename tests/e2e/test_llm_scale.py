@@ -20,7 +20,8 @@ SCHEMA = json.loads((REPO / "reports" / "schema.json").read_text())
 
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} is not built")
 
-TRACKS = 4  # timeline tids per rank: compute, communication, data loader, measured (tid = rank * 4 + track + 1)
+# Timeline tids per rank: compute, communication, data loader, measured, unshard (tid = rank * 5 + track + 1).
+TRACKS = 5
 
 
 def run(*args):
@@ -130,6 +131,7 @@ def check_modeled(run, events):
     compute = per_track(events, 0)
     steps = per_track(events, 0, "i")
     comm = per_track(events, 1)
+    unshard = per_track(events, 4)  # ZeRO stage 3's parameter gathers, on their own stream
     assert sorted(compute) == list(range(ranks))
     for r in range(ranks):
         by_cat = defaultdict(float)
@@ -150,12 +152,13 @@ def check_modeled(run, events):
         step_us = [e["args"]["step_ms"] * 1e3 for e in steps[r]]
         for k, d in enumerate(step_us):
             assert math.isclose(starts[k + 1] - starts[k], d, rel_tol=1e-5, abs_tol=1e-3), (r, k)
-        chain_us = sum(e["dur"] for e in comm.get(r, []))
+        chain_us = sum(e["dur"] for e in comm.get(r, []) + unshard.get(r, []))
         want = (modeled["communication"]["exposed"]["per_rank"][r]["total_ms"] +
                 modeled["communication"]["overlapped"]["per_rank"][r]["total_ms"]) * 1e3
-        assert close(chain_us, want, len(comm.get(r, [])) + 1), (r, chain_us, want)
-        for a, b in zip(comm.get(r, []), comm.get(r, [])[1:]):
-            assert b["ts"] >= a["ts"] + a["dur"] - 1e-3, (a, b)
+        assert close(chain_us, want, len(comm.get(r, [])) + len(unshard.get(r, [])) + 1), (r, chain_us, want)
+        for stream in (comm, unshard):
+            for a, b in zip(stream.get(r, []), stream.get(r, [])[1:]):
+                assert b["ts"] >= a["ts"] + a["dur"] - 1e-3, (a, b)
     return compute, comm
 
 
@@ -188,6 +191,47 @@ def test_timeline_of_a_timing_only_run_adds_up_to_the_report(tmp_path):
     # The straggler: the fast ranks wait for it, it waits for nobody.
     wait = {rk: sum(e["dur"] for e in compute[rk] if e["cat"] == "wait") for rk in compute}
     assert wait[2] < 1e-3 * wait[0] and wait[0] > 0
+
+
+def test_timeline_of_zero_stage_3_has_one_slice_per_layer_gather(tmp_path):
+    """ZeRO stage 3 (GPT-2 small, bf16_mixed, 4 ranks on PCIe H100s, 2 micro-batches, 2 steps): on each rank's unshard
+    track one all_gather slice per layer with parameters, pass (forward, backward) and micro-batch, each of the
+    layer's parameters in bf16 (bytes = 2 x its parameters; (N-1)/N of that on the wire), at most as fast as the
+    PCIe link (64 GB/s per direction); the compute track's waits for them are its exposed part; the report's
+    buckets list the same gathers (stream unshard) and the run's busbw stays below the link too."""
+    doc = {"name": "z3", "model": {"kind": "gpt2-small"}, "data": {"kind": "none", "batch_per_rank": 1},
+           "cluster": {"ranks": 4, "hardware": "h100-pcie-8"}, "sync": {"kind": "zero", "stage": 3},
+           "training": {"mode": "timing", "steps": 2, "eval_every": 0, "accumulation_steps": 2},
+           "precision": {"mode": "bf16_mixed"}, "report": {"timeline": True}}
+    out = tmp_path / "out"
+    p = run("run", write(tmp_path, doc), "--out", out, "--quiet")
+    assert p.returncode == 0, p.stderr
+    report = json.loads((out / "report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    (r,) = report["runs"]
+    _, events = load_timeline(out, r)
+    compute, _ = check_modeled(r, events)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "rank 3 unshard: parameter all-gathers (modeled)" in names
+    gathers = [b for b in r["timing"]["modeled"]["communication"]["buckets"] if b.get("stream") == "unshard"]
+    layers = {b["layer"] for b in gathers}
+    assert len(layers) > 10 and len(gathers) == 2 * 2 * len(layers)  # passes x micro-batches x layers
+    unshard = per_track(events, 4)
+    assert sorted(unshard) == [0, 1, 2, 3]
+    for rank, slices in unshard.items():
+        assert len(slices) == 2 * len(gathers), rank  # every gather of both steps, one slice each
+        for e in slices:
+            a = e["args"]
+            assert e["name"] == "all_gather" and a["pass"] in ("forward", "backward")
+            assert a["bytes"] == 2 * (a["param_end"] - a["param_begin"])
+            assert a["bytes"] * 3 / 4 / (e["dur"] * 1e-6) / 1e9 <= 64.0, e
+            assert a["exposed_us"] <= e["dur"] * (1 + 1e-5) + 1e-3  # exposed_us: 6 significant digits
+        waits = sum(e["dur"] for e in compute[rank] if e["name"] == "wait for parameter all-gather (exposed)")
+        assert math.isclose(waits, sum(e["args"]["exposed_us"] for e in slices), rel_tol=1e-5, abs_tol=1e-2)
+    step1 = [e for e in unshard[0] if e["args"]["step"] == 1]
+    assert [e["args"]["bytes"] for e in step1] == [b["bytes"] for b in gathers]
+    assert r["communication"]["busbw_GBps"] <= 64.0
+    assert r["timing"]["modeled"]["communication"]["overlapped"]["all"]["total_ms"] > 0
 
 
 def test_timeline_of_a_trained_run_has_the_loader_and_the_measured_clock(tmp_path):

@@ -4,12 +4,15 @@
 // parameter server's exposed communication is its push + pull. Extend: a new strategy's wire bytes are one more case.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "sim/config/run_config.h"
 #include "sim/cost/cost_model.h"
+#include "sim/cost/hardware_profile.h"
 #include "sim/model/model.h"
 #include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
@@ -123,6 +126,74 @@ TEST(ReportCommunication, ParameterServerExposedCommunicationIsPushPlusPull) {
     EXPECT_NEAR(mean_ms(modeled["communication"]["overlapped"]), 0.0, 1e-9 * push_pull_ms) << timing;
     EXPECT_EQ(modeled["communication"]["exposed"]["all"]["count"], 3 * ranks) << timing;
   }
+}
+
+// Every collective the modeled clock records (rank 0's first step: the report's buckets and its busbw_GBps) of every
+// run of every shipped scenario (scenarios/*.json, scenarios/strategies/*.json) run timing-only, as `gradsweep run
+// --timing-only` would (epoch-based runs given 2 steps; the runs timing-only refuses, the parameter server's SSP and
+// compressed pushes, left out), moves its wire bytes (nccl-tests' busbw: nBytes x the bus-bandwidth factor) at no
+// more than the profile's link bandwidth per direction over its own time: a busbw above it means a chain's time is
+// not the time its bytes took (ZeRO stage 3's gathers once carried only their exposed part: 463.9 and 628.5 GB/s on
+// NVLink, 65.8 and 73.0 on PCIe). The one exception is NVLink SHARP's all-reduce, which the switch reduces: each GPU
+// sends and receives its buffer once, so its busbw is bounded by 2(N-1)/N x the link. Point-to-point chains
+// (parameter server): bytes sent over their time, the same bound.
+TEST(ReportCommunication, NoRecordedBusbwAboveTheLinkInAnyShippedScenarioTimingOnly) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const char* dir : {"/scenarios", "/scenarios/strategies"})
+    for (const auto& e : fs::directory_iterator(std::string(GRADSWEEP_SOURCE_DIR) + dir))
+      if (e.path().extension() == ".json") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 20u);
+  int runs = 0, refused = 0, chains = 0, stage3 = 0;
+  for (const std::string& file : files) {
+    const Scenario s = load_scenario(file);
+    for (const RunSpec& spec : s.runs) {
+      json j = config_to_json(spec.config);
+      j["training"]["mode"] = "timing";
+      if (j["training"]["epochs"].get<double>() > 0) {
+        j["training"]["epochs"] = 0.0;
+        j["training"]["steps"] = 2;
+      }
+      std::vector<ConfigIssue> issues;
+      const RunConfig c = config_from_json(j, issues);
+      if (issues.empty()) validate_config(c, issues);
+      if (!issues.empty()) {
+        ++refused;
+        continue;
+      }
+      const RunResult r = run_training(c);
+      if (r.disposition == Disposition::kSkipped) continue;  // does not fit the GPU
+      ASSERT_EQ(r.disposition, Disposition::kPassed) << spec.id << ": " << r.message;
+      ++runs;
+      const auto hw = load_hardware_profile(c.cluster.hardware);
+      const double n = static_cast<double>(c.cluster.ranks);
+      double wire = 0.0, coll_s = 0.0;
+      for (const CommChain& ch : r.modeled_chains) {
+        if (!(ch.comm_s > 0.0) || !(ch.wire_bytes > 0.0)) continue;
+        ++chains;
+        stage3 += ch.unshard ? 1 : 0;
+        const bool nvls_all_reduce =
+            ch.has_collective && ch.kind == CollectiveKind::kAllReduce && ch.chosen.algo == NcclAlgo::kNvls;
+        const double bound = hw->link_GBps_per_direction * (nvls_all_reduce ? 2.0 * (n - 1.0) / n : 1.0);
+        EXPECT_LE(ch.wire_bytes / ch.comm_s / 1e9, bound * (1.0 + 1e-9))
+            << spec.id << " (" << file << "): chain [" << ch.range.begin << ", " << ch.range.end << ") "
+            << kCollectiveKindNames[static_cast<size_t>(ch.kind)] << " " << ch.bytes << " bytes in " << ch.comm_s
+            << " s on " << c.cluster.hardware;
+        if (ch.has_collective && !nvls_all_reduce) {
+          wire += ch.wire_bytes;
+          coll_s += ch.comm_s;
+        }
+      }
+      if (coll_s > 0.0) {
+        EXPECT_LE(wire / coll_s / 1e9, hw->link_GBps_per_direction * (1.0 + 1e-9)) << spec.id;
+      }
+    }
+  }
+  EXPECT_GT(runs, 100);
+  EXPECT_GT(chains, 1000);
+  EXPECT_GT(stage3, 100) << "the stage-3 runs' per-layer gathers are among them";
+  EXPECT_LT(refused, runs);
 }
 
 }  // namespace

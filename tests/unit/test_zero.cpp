@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <vector>
 
 #include "sim/app/memory.h"
 #include "sim/comm/communicator.h"
@@ -22,6 +23,7 @@
 #include "sim/strategy/strategy.h"
 #include "sim/model/dataset.h"
 #include "sim/model/model.h"
+#include "sim/report/timeline.h"
 #include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
@@ -449,13 +451,16 @@ BusbwCurve alpha_beta_curve(double alpha_s, double beta_Bps, double f) {
 // 4, 16, 4 MB take a = 50, 170, 50 us. Forward 400 us split 1 : 2 : 1 by FLOPs (c = 100, 200, 100), backward 800 us
 // (200, 400, 200), one micro-batch. Gather i+1 is issued when unit i's compute starts (and gather i is done); unit i
 // computes once its gather is done and unit i-1 is computed:
-//   forward:  g0 [0, 50]  c0 [50, 150]  g1 [50, 220]  c1 [220, 420]  g2 [220, 270]  c2 [420, 520]: 120 us exposed
-//   backward: g2 [0, 50]  c2 [50, 250]  g1 [50, 220]  c1 [250, 650]  g0 [250, 300]  c0 [650, 850]: 50 us exposed
-// so 170 us of gathers are exposed per micro-batch. The gradient's reduce-scatter (one bucket of all 6 M fp32
-// values, 24 MB at 10 us + bytes / 100 GB/s = 250 us) is ready when the backward ends (1200 us) and runs to 1450;
-// the exposed gathers (the untied all-gather chain) follow: 1620 us before the optimizer, 420 us exposed
-// communication. With K = 2 micro-batches of the same per-micro-batch compute, twice the exposed gathers.
-TEST(ZeroStage3Prefetch, ExposedGathersAndStepTimeOfAThreeLayerToyByHand) {
+//   forward:  g0 [0, 50]  c0 [50, 150]  g1 [50, 220]  c1 [220, 420]  g2 [220, 270]  c2 [420, 520]: waits 50, 70, 0
+//   backward: g2 [0, 50]  c2 [50, 250]  g1 [50, 220]  c1 [250, 650]  g0 [250, 300]  c0 [650, 850]: waits 50, 0, 0
+// so 170 us of gathers are exposed per micro-batch (the compute stream's waits), and of their 540 us on the unshard
+// stream 370 run under compute (overlapped). Each gather is its own collective: layer i's bytes 4 x len_i (NCCL's
+// nBytes of the gathered layer), on the wire (N-1)/N of that, its own time a_i, so its busbw = 3/4 x 4 len_i / a_i
+// (below the curve's 75 GB/s). The gradient's reduce-scatter (one bucket of all 6 M fp32 values, 24 MB at 10 us +
+// bytes / 100 GB/s = 250 us) is ready when the backward ends, which the waits delay to 1370 us, and runs to 1620:
+// 1620 us before the optimizer, 420 us exposed communication. With K = 2 micro-batches of the same per-micro-batch
+// compute, every micro-batch gathers each layer again: twice the gathers, the waits and the overlap.
+TEST(ZeroStage3Prefetch, PerLayerGathersExposedAndOverlappedOfAThreeLayerToyByHand) {
   HardwareProfile hw = *load_hardware_profile("h100-sxm-8");
   for (auto &per : hw.curves)
     for (auto &c : per) c = BusbwCurve{};
@@ -465,6 +470,9 @@ TEST(ZeroStage3Prefetch, ExposedGathersAndStepTimeOfAThreeLayerToyByHand) {
   hw.curves[static_cast<size_t>(CollectiveKind::kReduceScatter)][kCurveDefault] = alpha_beta_curve(10e-6, 100e9, f);
   ThreeLayers model;
   CostModel cm(std::make_shared<const HardwareProfile>(hw), N, model.layer_costs(), StragglerConfig{}, 0);
+  cm.set_record_layouts(true);
+  const double gather_s[3] = {50e-6, 170e-6, 50e-6};
+  const double wait_fwd[3] = {50e-6, 70e-6, 0.0}, wait_bwd[3] = {0.0, 0.0, 50e-6};  // by layer
   for (int64_t K : {1, 2}) {
     RunConfig c;
     c.cluster.ranks = N;
@@ -486,19 +494,135 @@ TEST(ZeroStage3Prefetch, ExposedGathersAndStepTimeOfAThreeLayerToyByHand) {
     in.cost = &cost;
     in.global_samples = 4.0;
     zero->price(in);
-    double gathers = -1.0, rs = -1.0;
+    double rs = -1.0;
+    int gathers = 0;
+    std::vector<int> seen(static_cast<size_t>(2 * 3 * K), 0);  // (micro-batch, pass, layer)
     for (const CommChain &ch : cost.chains) {
-      if (ch.range.empty() && ch.kind == CollectiveKind::kAllGather) gathers = ch.comm_s;
       if (!ch.range.empty() && ch.kind == CollectiveKind::kReduceScatter) rs = ch.comm_s;
+      EXPECT_FALSE(ch.range.empty() && ch.kind == CollectiveKind::kAllGather) << "no aggregate gather chain";
+      if (!ch.unshard) continue;
+      ++gathers;
+      const size_t i = ch.slot.unit;
+      ASSERT_LT(i, 3u);
+      ASSERT_GE(ch.range.micro_batch, 0);
+      ASSERT_LT(ch.range.micro_batch, K);
+      ++seen[static_cast<size_t>(ch.range.micro_batch * 6 + (ch.slot.backward ? 3 : 0)) + i];
+      const double len = static_cast<double>(ThreeLayers::kLen[i]);
+      EXPECT_EQ(ch.range.end - ch.range.begin, ThreeLayers::kLen[i]);
+      EXPECT_EQ(ch.kind, CollectiveKind::kAllGather);
+      EXPECT_TRUE(ch.has_collective);
+      EXPECT_DOUBLE_EQ(ch.bytes, 4.0 * len) << "layer " << i;
+      EXPECT_DOUBLE_EQ(ch.wire_bytes, 4.0 * len * f) << "layer " << i;
+      EXPECT_NEAR(ch.comm_s, gather_s[i], 1e-12) << "layer " << i;
+      EXPECT_NEAR(ch.wire_bytes / ch.comm_s, 4.0 * len * f / gather_s[i], 1e-3) << "busbw from its own time";
+      EXPECT_LT(ch.wire_bytes / ch.comm_s, 75e9) << "below the link's 100 GB/s x 3/4";
+      EXPECT_NEAR(ch.slot.stall_s, ch.slot.backward ? wait_bwd[i] : wait_fwd[i], 1e-12)
+          << "layer " << i << (ch.slot.backward ? " backward" : " forward");
     }
-    EXPECT_NEAR(gathers, k * 170e-6, 1e-12) << "K " << K;
+    EXPECT_EQ(gathers, 2 * 3 * K) << "one gather per layer, pass and micro-batch";
+    for (int s : seen) EXPECT_EQ(s, 1);
     EXPECT_NEAR(rs, 250e-6, 1e-12) << "K " << K;
+    const UnshardTotals u = unshard_totals(cost);
+    EXPECT_NEAR(u.time_s, k * 540e-6, 1e-12);
+    EXPECT_NEAR(u.wait_s, k * 170e-6, 1e-12);
     const std::vector<const StepCost *> ranks(N, &cost);
     const ModeledStep m = cm.model_step(ranks, 0)[0];
     const double before_optimizer = m.times.step_s - m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)];
     EXPECT_NEAR(before_optimizer, k * 1200e-6 + 250e-6 + k * 170e-6, 1e-12) << "K " << K;
     EXPECT_NEAR(m.times.phase_s[static_cast<size_t>(Phase::kCommunicate)], 250e-6 + k * 170e-6, 1e-12) << "K " << K;
+    EXPECT_NEAR(m.exposed_s, 250e-6 + k * 170e-6, 1e-12) << "K " << K;
+    EXPECT_NEAR(m.overlapped_s, k * 370e-6, 1e-12) << "K " << K;
     EXPECT_GT(m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)], 0.0);
+    // The timeline (report.timeline): one slice per layer gather on the rank's unshard track, where the prefetch
+    // schedule puts it (K = 1: the forward's at 0, 50, 220 us; the backward starts at 520 us, after the forward's
+    // 400 us and its 120 us of waits, its gathers at 520, 570, 770), each as long as the gather; the compute
+    // track's waits for them are communicate slices (2 in the forward, 1 in the backward of each micro-batch).
+    ASSERT_NE(m.layout, nullptr);
+    RunResult res;
+    res.hardware = "toy";
+    res.modeled_steps.assign(1, {m.times});
+    res.modeled_layouts.assign(1, {*m.layout});
+    const json trace = json::parse(timeline_text("toy", res).text);
+    std::vector<json> gather_slices, waits;
+    for (const json &e : trace["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      if (e["tid"] == timeline_tid(0, TimelineTrack::kUnshard)) gather_slices.push_back(e);
+      const bool compute = e["tid"] == timeline_tid(0, TimelineTrack::kCompute);
+      if (compute && e["name"] == "wait for parameter all-gather (exposed)") waits.push_back(e);
+    }
+    ASSERT_EQ(gather_slices.size(), static_cast<size_t>(2 * 3 * K)) << "one slice per layer gather";
+    double wait_us = 0.0;
+    for (const json &w : waits) wait_us += w["dur"].get<double>();
+    EXPECT_EQ(waits.size(), static_cast<size_t>(3 * K));
+    EXPECT_NEAR(wait_us, k * 170.0, 1e-3);
+    for (const json &g : gather_slices) {
+      const size_t layer = g["args"]["layer"].get<size_t>();
+      EXPECT_EQ(g["name"], "all_gather");
+      EXPECT_NEAR(g["dur"].get<double>(), gather_s[layer] * 1e6, 1e-3);
+      EXPECT_EQ(g["args"]["bytes"].get<double>(), 4.0 * static_cast<double>(ThreeLayers::kLen[layer]));
+    }
+    if (K == 1) {
+      const double at[6] = {0.0, 50.0, 220.0, 520.0, 570.0, 770.0};
+      for (size_t j = 0; j < 6; ++j) EXPECT_NEAR(gather_slices[j]["ts"].get<double>(), at[j], 1e-3) << j;
+    }
+  }
+}
+
+// Stage 3 on a real preset (timing-only GPT-2 small, bf16_mixed, 8 ranks, K = 2 micro-batches): every layer with
+// parameters is gathered once before its forward and once before its backward in every micro-batch, each gather
+// its own collective of the layer's parameters in the compute format (NCCL's nBytes 2 len), (N-1)/N of that on the
+// wire, priced at its own size (the collective model's all-gather of those bytes), so its busbw is the curve's at
+// that size and never above the profile's link (450 GB/s per direction on h100-sxm-8, 64 on h100-pcie-8); the
+// report lists each with its layer, pass and exposed part, and the run's busbw is taken over their whole time.
+TEST(ZeroStage3Prefetch, Gpt2GathersEveryLayerTwicePerMicroBatchAtItsOwnSizeAndPrice) {
+  for (const char *hardware : {"h100-sxm-8", "h100-pcie-8"}) {
+    const json doc = {{"name", "z3"},
+                      {"model", {{"kind", "gpt2-small"}}},
+                      {"data", {{"kind", "none"}, {"batch_per_rank", 1}}},
+                      {"cluster", {{"ranks", 8}, {"hardware", hardware}}},
+                      {"precision", {{"mode", "bf16_mixed"}}},
+                      {"sync", {{"kind", "zero"}, {"stage", 3}}},
+                      {"training", {{"steps", 2}, {"mode", "timing"}, {"accumulation_steps", 2}}}};
+    const Scenario s = parse_scenario(doc.dump(), "<test>");
+    ASSERT_EQ(s.runs.size(), 1u);
+    const RunConfig &c = s.runs[0].config;
+    const RunResult r = run_training(c);
+    ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
+    const auto hw = load_hardware_profile(hardware);
+    const CollectiveModel coll(*hw, 8);
+    std::vector<LayerCost> layers;
+    for (const LayerCost &l : make_model(c)->layer_costs())
+      if (l.param_end > l.param_begin) layers.push_back(l);
+    ASSERT_GT(layers.size(), 10u);
+    size_t gathers = 0;
+    double wire = 0.0;
+    for (const CommChain &ch : r.modeled_chains) {
+      if (!ch.unshard) continue;
+      ++gathers;
+      ASSERT_LT(ch.slot.unit, make_model(c)->layer_costs().size());
+      const double len = static_cast<double>(ch.range.end - ch.range.begin);
+      EXPECT_DOUBLE_EQ(ch.bytes, 2.0 * len);
+      EXPECT_DOUBLE_EQ(ch.wire_bytes, 2.0 * len * 7.0 / 8.0);
+      EXPECT_DOUBLE_EQ(ch.comm_s, coll.best(CollectiveKind::kAllGather, 2.0 * len).time_s);
+      EXPECT_GE(ch.slot.stall_s, 0.0);
+      EXPECT_LE(ch.slot.stall_s, ch.comm_s + 1e-15) << "a wait is at most the gather it waits for";
+      EXPECT_LE(ch.wire_bytes / ch.comm_s / 1e9, hw->link_GBps_per_direction) << hardware;
+      wire += ch.wire_bytes;
+    }
+    EXPECT_EQ(gathers, 2 * 2 * layers.size()) << "K x (forward + backward) x layers";
+    // Every parameter gathered 2K times: 2K x (N-1)/N x 2n bytes on the wire.
+    EXPECT_NEAR(wire / (4.0 * 7.0 / 8.0 * 2.0 * static_cast<double>(r.num_params)), 1.0, 1e-12);
+    const json report = run_to_json(s.runs[0], r);
+    size_t listed = 0;
+    for (const json &b : report["timing"]["modeled"]["communication"]["buckets"])
+      if (b.value("stream", "") == "unshard") {
+        ++listed;
+        EXPECT_TRUE(b["pass"] == "forward" || b["pass"] == "backward");
+        EXPECT_LE(b["exposed_ms"].get<double>(), b["comm_ms"].get<double>() + 1e-12);
+      }
+    EXPECT_EQ(listed, gathers);
+    EXPECT_LE(report["communication"]["busbw_GBps"].get<double>(), hw->link_GBps_per_direction) << hardware;
+    EXPECT_GT(report["timing"]["modeled"]["communication"]["overlapped"]["all"]["total_ms"].get<double>(), 0.0);
   }
 }
 
