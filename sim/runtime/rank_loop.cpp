@@ -31,7 +31,7 @@
 #include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
-#include "sim/runtime/cuda_model.h"
+#include "sim/backend/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/lockstep_control.h"
@@ -684,7 +684,7 @@ void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double
   std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
   std::vector<Device> devices = make_devices(config);
   res.backend = backend_name(devices.front().backend);
-  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == Backend::kHost) {
+  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == BackendKind::kHost) {
     // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
     // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
     res.set_disposition(Disposition::kSkipped,
@@ -713,7 +713,7 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   const std::optional<RunPlan> resolved = plan_run(for_this_job(requested), res);
   if (!resolved) return res;
   const RunPlan& plan = *resolved;
-  if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != Backend::kHost) {
+  if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != BackendKind::kHost) {
     res.set_disposition(Disposition::kFailed, "cluster.backend: the run chose the " +
                                                   std::string(backend_name(plan.backend.backend)) +
                                                   " backend; across processes (mpirun) only the host backend runs "
