@@ -171,9 +171,7 @@ class Accumulation {
   // The divisor behind the step's gradient: the samples, or K per rank under mean_of_means.
   double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
   // The buffer the next backward adds into: the micro-batch's own, or the step's sum `grad`.
-  const float* target(const std::vector<float>& grad) const {
-    return mean_each_ || each_ ? micro_.data() : grad.data();
-  }
+  float* target(std::vector<float>& grad) { return mean_each_ || each_ ? micro_.data() : grad.data(); }
   // each_micro_batch: the last backward's gradient alone; after empty(), zeros (a micro-batch without samples).
   float* micro() { return micro_.data(); }
   void empty() { std::fill(micro_.begin(), micro_.end(), 0.0f); }
@@ -191,7 +189,7 @@ class LayerRelay final : public GradReady {
  public:
   LayerRelay(const GradientHooks& hooks, int rank) : hooks_(hooks) { event_.rank = rank; }
   // Before micro-batch k's backward into `grad` (Accumulation::target).
-  void begin(int64_t k, const float* grad) {
+  void begin(int64_t k, float* grad) {
     event_.micro_batch = k;
     event_.grad = grad;
   }
