@@ -172,6 +172,8 @@ class Accumulation {
   double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
   // The buffer the next backward adds into: the micro-batch's own, or the step's sum `grad`.
   float* target(std::vector<float>& grad) { return mean_each_ || each_ ? micro_.data() : grad.data(); }
+  // The backward adds into the step's sum itself (target is the sum): its last micro-batch's layers are final.
+  bool into_sum() const { return !(mean_each_ || each_); }
   // each_micro_batch: the last backward's gradient alone; after empty(), zeros (a micro-batch without samples).
   float* micro() { return micro_.data(); }
   void empty() { std::fill(micro_.begin(), micro_.end(), 0.0f); }
@@ -188,10 +190,11 @@ class Accumulation {
 class LayerRelay final : public GradReady {
  public:
   LayerRelay(const GradientHooks& hooks, int rank) : hooks_(hooks) { event_.rank = rank; }
-  // Before micro-batch k's backward into `grad` (Accumulation::target).
-  void begin(int64_t k, float* grad) {
+  // Before micro-batch k's backward into `grad` (Accumulation::target); `final`: the step's sum, last micro-batch.
+  void begin(int64_t k, float* grad, bool final) {
     event_.micro_batch = k;
     event_.grad = grad;
+    event_.final = final;
   }
   void layer_ready(size_t begin, size_t end) override {
     event_.begin = begin;
@@ -481,7 +484,7 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
     {
       GS_NVTX_RANGE(kBackward);
       PhaseTimer t(rs.clock, Phase::kBackward);
-      rs.relay.begin(k, rs.accumulation.target(rs.grad));
+      rs.relay.begin(k, rs.accumulation.target(rs.grad), k + 1 == K_ && rs.accumulation.into_sum());
       rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad, tally.grad_samples);
     }
     end_micro_batch(rs, rank, k);
