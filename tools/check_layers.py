@@ -2,7 +2,7 @@
 """Fails on an include that points up the layer order of docs/design.md section 6 (ctest `layering`, so CI runs it).
 
 Layers, bottom to top; a file may include its own layer and the ones below:
-  core < config < model, cost, comm, compress, optim < strategy < runtime < validate < report < app
+  core < config < model, cost, comm, compress, optim < strategy, backend < runtime < validate < report < app
 kernels/ stands beside them and includes nothing of sim/. A new folder under sim/ gets its layer in LAYERS.
 Exit status 1 with one line per upward include ("file:line: ..."), 0 when there is none.
 """
@@ -15,7 +15,7 @@ LAYERS = {
     "core": 0,
     "config": 1,
     "model": 2, "cost": 2, "comm": 2, "compress": 2, "optim": 2,
-    "strategy": 3,
+    "strategy": 3, "backend": 3,
     "runtime": 4,
     "validate": 5,
     "report": 6,

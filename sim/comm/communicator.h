@@ -35,6 +35,19 @@ class Communicator {
   virtual void broadcast(int rank, float* buf, size_t count, int root) = 0;
   // Blocks until every rank arrives.
   virtual void barrier(int rank) = 0;
+  // Bucketed asynchronous all-reduce (a device-resident strategy starts buckets as backward finishes them): starts the
+  // in-place sum of buf[0..count) and returns; every rank starts the same buckets in the same order and touches none
+  // of them until all_reduce_wait, which returns once every bucket this rank started is reduced. group_begin/end
+  // bracket starts that go out together (ncclGroupStart/End). The host's: the synchronous all_reduce_sum at the
+  // start (the same sums), nothing to wait for. The GPU communicators (gpu_communicator.h) start them on a
+  // communication stream.
+  virtual void all_reduce_sum_start(int rank, float* buf, size_t count) { all_reduce_sum(rank, buf, count); }
+  virtual void all_reduce_wait(int rank) { (void)rank; }
+  virtual void group_begin(int rank) { (void)rank; }
+  virtual void group_end(int rank) { (void)rank; }
+  // True when all_reduce_sum_start returns before the sum is done (device communicators): starting a bucket as
+  // backward finishes it then overlaps them. False on the host, where a start blocks the rank until every rank starts.
+  virtual bool starts_asynchronously() const { return false; }
   // Wakes every rank blocked in a collective; they throw Aborted.
   virtual void abort() = 0;
   // This rank's counters since the last take_stats(rank); resets them.

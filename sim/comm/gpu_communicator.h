@@ -20,17 +20,11 @@ class GpuCommunicator : public Communicator {
  public:
   // The stream the rank's compute kernels run on (set once per rank, before its first collective).
   virtual void set_compute_stream(int rank, cudaStream_t stream) = 0;
-  // Starts the sum all-reduce of one bucket buf[0..count) on a communication stream, after the compute stream's work
-  // so far, and returns without waiting. Every rank starts the same buckets in the same order; the buffer is not
-  // touched by the caller until all_reduce_wait.
-  virtual void all_reduce_sum_start(int rank, float* buf, size_t count) = 0;
-  // Returns once every bucket this rank started has been reduced (polling, so abort() and NCCL's asynchronous
-  // errors end the wait); the compute stream is ordered after them.
-  virtual void all_reduce_wait(int rank) = 0;
-  // Brackets several all_reduce_sum_start calls that go to the network together (ncclGroupStart/End); no-ops for
-  // local.
-  virtual void group_begin(int rank) { (void)rank; }
-  virtual void group_end(int rank) { (void)rank; }
+  // all_reduce_sum_start (Communicator): on a communication stream, after the compute stream's work so far; the
+  // caller does not touch the buffer until all_reduce_wait, which polls (so abort() and NCCL's asynchronous errors end
+  // the wait) and orders the compute stream after the reductions. group_begin/end: ncclGroupStart/End (no-ops for
+  // local).
+  bool starts_asynchronously() const override { return true; }
 };
 
 // `local`: `ranks` rank threads share GPU `device`. Every synchronous collective meets at a host barrier; rank 0 then

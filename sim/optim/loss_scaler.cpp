@@ -69,25 +69,11 @@ bool loss_scale_exhausted(LossScaleKind kind, float scale) {
 bool LossScaler::exhausted() const { return loss_scale_exhausted(settings_.kind, scale_); }
 
 GradientScan scan_gradient(const float* g, size_t begin, size_t end, bool want_norm) {
+  const ElementScan e = scan_elements(g + begin, end - begin, want_norm);
   GradientScan s;
-  uint32_t bad = 0;
-  for (size_t i = begin; i < end; ++i) {
-    uint32_t u;
-    std::memcpy(&u, g + i, sizeof u);
-    bad |= static_cast<uint32_t>((u & 0x7fffffffu) >= 0x7f800000u);  // inf or NaN (a loop the compiler vectorizes)
-  }
-  s.nonfinite = bad != 0;
-  if (s.nonfinite) {  // the count, only when there is something to count (a second pass over a bad gradient)
-    for (size_t i = begin; i < end; ++i) s.nonfinite_values += !std::isfinite(g[i]);
-  }
-  if (want_norm) {
-    double sum = 0.0;
-    for (size_t i = begin; i < end; ++i) {
-      const double x = g[i];
-      sum += x * x;
-    }
-    s.sum_squares = sum;
-  }
+  s.nonfinite = e.nonfinite > 0;
+  s.nonfinite_values = e.nonfinite;
+  s.sum_squares = e.sum_squares;
   return s;
 }
 
@@ -103,22 +89,27 @@ float clip_coefficient(float total_norm, double max_norm) {
 
 GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step,
                                       bool loss_nonfinite) {
+  return unscale_check_clip(host_element_ops(), 0, g, n, scaler, max_norm, step, loss_nonfinite);
+}
+
+GradientStepResult unscale_check_clip(ElementOps& ops, int rank, float* g, size_t n, LossScaler& scaler,
+                                      double max_norm, int64_t step, bool loss_nonfinite) {
   GradientStepResult r;
   const bool clip = max_norm > 0.0;
   if (!scaler.active() && !clip) return r;  // fp32 without clipping: the gradient is untouched
   if (scaler.active()) {
     // torch: inv_scale = scale.double().reciprocal().float(); grads *= inv_scale.
     const auto inv_scale = static_cast<float>(1.0 / static_cast<double>(scaler.scale()));
-    scale_gradient(g, 0, n, inv_scale);
+    ops.scale(rank, g, n, inv_scale);
   }
-  const GradientScan scan = scan_gradient(g, 0, n, clip);
-  r.nonfinite = scan.nonfinite;
-  r.nonfinite_values = scan.nonfinite_values;
+  const ElementScan scan = ops.scan(rank, g, n, clip);
+  r.nonfinite = scan.nonfinite > 0;
+  r.nonfinite_values = scan.nonfinite;
   const bool loss_bad = loss_nonfinite && scaler.active();
-  r.applied = scaler.update(scan.nonfinite || loss_bad, step, loss_bad ? SkipCause::kLoss : SkipCause::kGradient);
+  r.applied = scaler.update(r.nonfinite || loss_bad, step, loss_bad ? SkipCause::kLoss : SkipCause::kGradient);
   if (clip) {
     r.grad_norm = static_cast<float>(std::sqrt(scan.sum_squares));
-    if (r.applied) scale_gradient(g, 0, n, clip_coefficient(r.grad_norm, max_norm));
+    if (r.applied) ops.scale(rank, g, n, clip_coefficient(r.grad_norm, max_norm));
   }
   return r;
 }

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "sim/core/element_ops.h"
+
 namespace gs {
 
 struct PrecisionConfig;
@@ -117,5 +119,10 @@ struct GradientStepResult {
 // loop counts such a loss as a divergence before any update).
 GradientStepResult unscale_check_clip(float* g, size_t n, LossScaler& scaler, double max_norm, int64_t step,
                                       bool loss_nonfinite = false);
+// The same on rank `rank`'s buffer g of `ops`' memory (a device-resident strategy): the unscale and the clipping's
+// scaling through ops.scale, the check and the norm through ops.scan (on a device the norm's sum is in the device's
+// order, so the clipping coefficient agrees with the host's to rounding only).
+GradientStepResult unscale_check_clip(ElementOps& ops, int rank, float* g, size_t n, LossScaler& scaler,
+                                      double max_norm, int64_t step, bool loss_nonfinite = false);
 
 }  // namespace gs

@@ -65,6 +65,50 @@ class Adam : public Optimizer {
   std::vector<float> v_;  // second moment (exp_avg_sq)
 };
 
+// The optimizers on a device's memory (make_optimizer with device ElementOps): Sgd's and Adam's rules, state in that
+// memory, the update through the ops' element kernels on the whole range.
+class DeviceOptimizer : public Optimizer {
+ public:
+  DeviceOptimizer(const OptimizerConfig& c, size_t n, ElementOps& ops, int rank)
+      : config_(c), ops_(ops), rank_(rank), adam_(c.kind == "adam" || c.kind == "adamw") {
+    GS_EXPECT(adam_ || c.kind == "sgd", "training.optimizer.kind: \"" + c.kind + "\" has no device update");
+    GS_EXPECT(!c.nesterov || c.momentum > 0.0,
+              "training.optimizer.nesterov: Nesterov momentum needs training.optimizer.momentum > 0");
+    if (adam_ || c.momentum != 0.0) a_ = ops.allocate(rank, n);
+    if (adam_) b_ = ops.allocate(rank, n);
+  }
+
+  void step(float* params, const float* grad, size_t begin, size_t end, double lr, int64_t t) override {
+    GS_EXPECT(t >= 1, "optimizer step count t is 1-based");
+    if (end <= begin) return;
+    const size_t n = end - begin;
+    if (adam_) {
+      const AdamScalars s = adam_scalars(lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay,
+                                         config_.kind == "adamw", t, config_.first_moment == "lerp");
+      ops_.adam(rank_, params + begin, grad + begin, a_.get() + begin, b_.get() + begin, n, s);
+      return;
+    }
+    SgdScalars s;
+    s.lr = static_cast<float>(lr);
+    s.momentum = static_cast<float>(config_.momentum);
+    s.weight_decay = static_cast<float>(config_.weight_decay);
+    s.nesterov = config_.nesterov;
+    s.first_step = (t == 1);
+    ops_.sgd(rank_, params + begin, grad + begin, a_.get() == nullptr ? nullptr : a_.get() + begin, n, s);
+  }
+
+  std::vector<std::vector<float>*> state() override {
+    throw Error("optimizer state on a device has no host copy (device-resident strategies do not ask for it)");
+  }
+
+ private:
+  OptimizerConfig config_;
+  ElementOps& ops_;
+  int rank_;
+  bool adam_;
+  FloatBuffer a_, b_;  // momentum, or Adam's m and v
+};
+
 std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, size_t n) { return std::make_unique<Sgd>(c, n); }
 std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, false); }
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, size_t n) { return std::make_unique<Adam>(c, n, true); }
@@ -97,6 +141,15 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t 
   }
   throw_error(__FILE__, __LINE__, "kind in kOptimizers",
               "training.optimizer.kind: unknown optimizer '" + config.kind + "' (known: " + known + ")");
+}
+
+bool optimizer_has_device_update(const OptimizerConfig& config) {
+  return config.kind == "sgd" || config.kind == "adam" || config.kind == "adamw";
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, ElementOps& ops, int rank) {
+  if (ops.host()) return make_optimizer(config, n);
+  return std::make_unique<DeviceOptimizer>(config, n, ops, rank);
 }
 
 }  // namespace gs

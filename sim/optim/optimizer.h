@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/config/run_config.h"
+#include "sim/core/element_ops.h"
 
 namespace gs {
 
@@ -38,6 +39,13 @@ const std::vector<OptimizerEntry>& optimizer_registry();
 
 // n = number of parameters. Throws gs::Error for an unknown kind.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n);
+
+// The optimizer of rank `rank` over n parameters in `ops`' memory: on host memory make_optimizer's; on a device's its
+// state in buffers of that memory, its update through ops.sgd / ops.adam (the same element math and scalars), and
+// state() throws (no host copy of the state: what needs one runs on host memory). Kinds with a device update: sgd,
+// adam, adamw (optimizer_has_device_update); others throw gs::Error naming training.optimizer.kind.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, ElementOps& ops, int rank);
+bool optimizer_has_device_update(const OptimizerConfig& config);
 
 // Learning rate at optimizer step `step` (0-based) of `total_steps`:
 // constant: base; step: base * gamma^floor(step / step_size);

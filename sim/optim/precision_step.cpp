@@ -2,6 +2,7 @@
 #include "sim/optim/precision_step.h"
 
 #include "kernels/convert.h"
+#include "sim/core/error.h"
 
 namespace gs {
 
@@ -11,8 +12,14 @@ PrecisionStep::PrecisionStep(const RunConfig& config)
       store_fp16_(config.precision.mode == "fp16_pure") {}
 
 GradientStepResult PrecisionStep::before_update(float* g, size_t n, int64_t step, bool loss_nonfinite) {
+  return before_update(host_element_ops(), 0, g, n, step, loss_nonfinite);
+}
+
+GradientStepResult PrecisionStep::before_update(ElementOps& ops, int rank, float* g, size_t n, int64_t step,
+                                                bool loss_nonfinite) {
+  GS_EXPECT(!store_fp16_ || ops.host(), "precision.mode fp16_pure: its fp16 rounding runs on host memory only");
   round_gradient(g, 0, n);
-  const GradientStepResult r = unscale_check_clip(g, n, scaler_, clip_grad_norm_, step, loss_nonfinite);
+  const GradientStepResult r = unscale_check_clip(ops, rank, g, n, scaler_, clip_grad_norm_, step, loss_nonfinite);
   if (r.applied) ++updates_;
   averaged_nonfinite_values_ += r.nonfinite_values;
   if (r.nonfinite && !first_nonfinite_averaged_) first_nonfinite_averaged_ = step;
@@ -21,6 +28,13 @@ GradientStepResult PrecisionStep::before_update(float* g, size_t n, int64_t step
 
 void PrecisionStep::round_gradient(float* g, size_t begin, size_t end) const {
   if (store_fp16_ && end > begin) round_fp32_through_fp16(g + begin, g + begin, end - begin);
+}
+
+void PrecisionStep::after_update(ElementOps& ops, float* params, Optimizer& optimizer, size_t begin,
+                                 size_t end) const {
+  if (!store_fp16_) return;
+  GS_EXPECT(ops.host(), "precision.mode fp16_pure: its fp16 storage runs on host memory only");
+  after_update(params, optimizer, begin, end);
 }
 
 void PrecisionStep::after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "sim/config/run_config.h"
+#include "sim/core/element_ops.h"
 #include "sim/cost/step_cost.h"
 #include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
@@ -30,6 +31,10 @@ class PrecisionStep {
   // GradScaler.step does not call optimizer.step()). loss_nonfinite: the window's training loss over the scope was
   // inf/NaN; an active scaler skips the step for it (SkipCause::kLoss), as for a non-finite gradient.
   GradientStepResult before_update(float* g, size_t n, int64_t step, bool loss_nonfinite = false);
+  // The same on rank `rank`'s buffer g of `ops`' memory (unscale_check_clip's ops form). fp16_pure's rounding has
+  // host loops only (GS_EXPECT: ops.host() when storing fp16).
+  GradientStepResult before_update(ElementOps& ops, int rank, float* g, size_t n, int64_t step,
+                                   bool loss_nonfinite = false);
   int64_t update_count() const { return updates_; }
   // What the checks of before_update found in the averaged gradient (after unscaling): inf/NaN values summed over
   // every check, and the first (1-based) step whose averaged gradient held one. Checked where a scaler or clipping
@@ -45,6 +50,8 @@ class PrecisionStep {
   // After the optimizer updated [begin, end): under fp16_pure the parameters and every optimizer state buffer are
   // rounded to fp16 (they are stored in fp16); a no-op otherwise.
   void after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const;
+  // The same on `ops`' memory: a no-op unless storing fp16, which needs host memory (GS_EXPECT).
+  void after_update(ElementOps& ops, float* params, Optimizer& optimizer, size_t begin, size_t end) const;
 
   const LossScaler& scaler() const { return scaler_; }
 

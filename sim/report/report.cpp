@@ -27,7 +27,7 @@
 #include "sim/core/json_io.h"
 #include "sim/core/summary.h"
 #include "sim/cost/ps_cost.h"
-#include "sim/runtime/cuda_probe.h"
+#include "sim/backend/cuda_probe.h"
 #include "sim/runtime/device.h"
 
 #include "git_info.h"  // generated in the build folder

@@ -1,5 +1,5 @@
-// Device resolution, the backend choice and the communicator that goes with it; the CUDA query lives in cuda_probe.cu
-// when CUDA is compiled (a stub below otherwise). Extend: a feature a cuda loop learns drops its refusal here.
+// Device resolution, the backend choice and the communicator that goes with it; the CUDA query lives in
+// sim/backend/cuda_probe.cu when CUDA is compiled (cuda_status.cpp's stub otherwise). Extend: a feature a cuda loop learns drops its refusal here.
 #include "sim/runtime/device.h"
 
 #include <algorithm>
@@ -9,30 +9,10 @@
 
 #include "sim/core/error.h"
 #include "sim/optim/loss_scaler.h"
-#include "sim/runtime/cuda_model.h"
-#include "sim/runtime/cuda_probe.h"
+#include "sim/backend/cuda_model.h"
+#include "sim/backend/cuda_probe.h"
 
 namespace gs {
-
-#if !defined(GRADSWEEP_HAVE_CUDA)
-CudaProbe cuda_probe() {
-  CudaProbe p;
-  p.error = "built without CUDA";
-  return p;
-}
-
-// The staged cuda path's GPU model needs the CUDA side (cuda_model.cpp); validation refuses "cuda" before this.
-std::unique_ptr<Model> make_gpu_model(const RunConfig&) {
-  throw Error("cluster.backend: \"cuda\" needs a build with CUDA; this binary was built without CUDA");
-}
-#endif
-
-const CudaProbe& cuda_status() {
-  static const CudaProbe probe = cuda_probe();
-  return probe;
-}
-
-bool cuda_usable(const CudaProbe& p) { return p.compiled && p.error.empty() && p.device_count > 0; }
 
 std::optional<std::string> backend_issue(const std::string& backend, const CudaProbe& p) {
   if (backend != "cuda") return std::nullopt;
@@ -142,34 +122,34 @@ CudaPathChoice choose_cuda_path(const RunConfig& config) {
 
 BackendChoice choose_backend(const RunConfig& config, const CudaProbe& p) {
   const std::string& b = config.cluster.backend;
-  if (b == "host") return {Backend::kHost, CudaPath::kNone, "cluster.backend \"host\""};
+  if (b == "host") return {BackendKind::kHost, CudaPath::kNone, "cluster.backend \"host\""};
   if (b == "cuda") {
     const CudaPathChoice path = choose_cuda_path(config);
     if (path.path == CudaPath::kStaged)
-      return {Backend::kCuda, CudaPath::kStaged,
+      return {BackendKind::kCuda, CudaPath::kStaged,
               "cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): " + path.why};
-    return {Backend::kCuda, path.path, "cluster.backend \"cuda\""};
+    return {BackendKind::kCuda, path.path, "cluster.backend \"cuda\""};
   }
-  if (!p.compiled || !kCudaRankLoopBuilt) return {Backend::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
+  if (!p.compiled || !kCudaRankLoopBuilt) return {BackendKind::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
   if (!cuda_usable(p))
-    return {Backend::kHost, CudaPath::kNone,
+    return {BackendKind::kHost, CudaPath::kNone,
             "auto: no usable GPU (" +
                 (p.error.empty() ? std::string("the device query found no device")
                                  : "the device query says \"" + p.error + "\"") + ")"};
   const std::vector<ConfigIssue> issues = cuda_loop_issues(config);
   if (!issues.empty())
-    return {Backend::kHost, CudaPath::kNone,
+    return {BackendKind::kHost, CudaPath::kNone,
             "auto: a GPU is usable, but the cuda loop does not run this configuration: " + issues.front().path + ": " +
                 issues.front().message +
                 (cuda_staged_issues(config).empty() ? "; cluster.backend \"cuda\" runs it on the staged path" : "")};
-  return {Backend::kCuda, CudaPath::kDevice,
+  return {BackendKind::kCuda, CudaPath::kDevice,
           "auto: a usable GPU (" + (p.devices.empty() ? std::string("?") : p.devices.front().name) +
               ") and a configuration the cuda loop runs"};
 }
 
 BackendChoice choose_backend(const RunConfig& config) { return choose_backend(config, cuda_status()); }
 
-Backend resolve_backend(const RunConfig& config) {
+BackendKind resolve_backend(const RunConfig& config) {
   const std::string& b = config.cluster.backend;
   if (b != "auto" && b != "host" && b != "cuda")
     throw Error("cluster.backend: expected \"auto\", \"host\" or \"cuda\", got \"" + b + "\"");
@@ -225,10 +205,10 @@ std::string resolve_hardware(const RunConfig& config) {
               "list` or a profile file");
 }
 
-const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "host"; }
+const char* backend_name(BackendKind b) { return b == BackendKind::kCuda ? "cuda" : "host"; }
 
 std::vector<Device> make_devices(const RunConfig& config) {
-  Backend backend = resolve_backend(config);
+  BackendKind backend = resolve_backend(config);
   std::vector<Device> devices(static_cast<size_t>(config.cluster.ranks));
   for (auto& d : devices) {
     d.backend = backend;
@@ -239,7 +219,7 @@ std::vector<Device> make_devices(const RunConfig& config) {
 
 std::unique_ptr<Communicator> make_communicator(const std::vector<Device>& devices) {
   GS_EXPECT(!devices.empty(), "a run needs at least one device");
-  GS_EXPECT(devices.front().backend == Backend::kHost, "only host communicators exist in this version");
+  GS_EXPECT(devices.front().backend == BackendKind::kHost, "only host communicators exist in this version");
   return make_host_communicator(static_cast<int>(devices.size()));
 }
 

@@ -1,5 +1,5 @@
 // Device: where a rank's tensors live and its ops run, `host` (CPU threads) or `cuda` (a GPU per rank), and which
-// backend and cuda path a configuration takes (choose_backend). Extend: a new backend is one Backend value, its
+// backend and cuda path a configuration takes (choose_backend). Extend: a new backend is one BackendKind value, its
 // refusals (cuda_loop_issues-style) and its communicator in make_communicator.
 #pragma once
 #include <memory>
@@ -9,14 +9,14 @@
 
 #include "sim/comm/communicator.h"
 #include "sim/config/run_config.h"
-#include "sim/runtime/cuda_probe.h"
+#include "sim/backend/cuda_probe.h"
 
 namespace gs {
 
-enum class Backend { kHost, kCuda };
+enum class BackendKind { kHost, kCuda };
 
 struct Device {
-  Backend backend = Backend::kHost;
+  BackendKind backend = BackendKind::kHost;
   int index = 0;          // GPU ordinal (cuda), 0 on the host
   std::string name;       // "host" or the GPU's name
 };
@@ -29,14 +29,6 @@ inline constexpr bool kCudaRankLoopBuilt = true;
 #else
 inline constexpr bool kCudaRankLoopBuilt = false;
 #endif
-
-// The process's CUDA probe (cuda_probe(), queried once and kept: the answer does not change during a run).
-const CudaProbe& cuda_status();
-
-// A GPU is usable when CUDA is compiled in, the device query succeeded and found at least one device. Any error from
-// the query means no GPU: on machines without a driver it fails with "CUDA driver version is insufficient for CUDA
-// runtime version", not with "no CUDA-capable device".
-bool cuda_usable(const CudaProbe& p);
 
 // Why cluster.backend = `backend` cannot run on this machine and build (a message for the validation issue), or
 // nullopt when it can: "cuda" needs a usable GPU (the message names the probe's error) and the cuda rank loop. The
@@ -78,7 +70,7 @@ CudaPathChoice choose_cuda_path(const RunConfig& config);
 
 // The backend a run takes and why (the report's run keys `backend_reason` and `cuda_path`).
 struct BackendChoice {
-  Backend backend = Backend::kHost;
+  BackendKind backend = BackendKind::kHost;
   CudaPath cuda_path = CudaPath::kNone;  // on cuda: the loop that runs it (kNone: refused; validation says why)
   std::string reason;
 };
@@ -92,8 +84,8 @@ BackendChoice choose_backend(const RunConfig& config);
 // The backend cluster.backend resolves to (choose_backend's), except that "cuda" throws gs::Error with
 // backend_issue's message or the first cuda_staged_issues entry when neither cuda path runs the configuration
 // (validation refuses it earlier).
-Backend resolve_backend(const RunConfig& config);
-const char* backend_name(Backend b);
+BackendKind resolve_backend(const RunConfig& config);
+const char* backend_name(BackendKind b);
 
 // cluster.hardware "detect": the shipped profile (scenarios/hardware/NAME.json) for exactly `gpu_count` GPUs named
 // `gpu_name` (cudaDeviceProp::name, e.g. "NVIDIA H200"), or nullopt when no shipped profile describes that many of

@@ -32,7 +32,7 @@
 #include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
-#include "sim/runtime/cuda_model.h"
+#include "sim/backend/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/lockstep_control.h"
@@ -171,9 +171,9 @@ class Accumulation {
   // The divisor behind the step's gradient: the samples, or K per rank under mean_of_means.
   double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
   // The buffer the next backward adds into: the micro-batch's own, or the step's sum `grad`.
-  const float* target(const std::vector<float>& grad) const {
-    return mean_each_ || each_ ? micro_.data() : grad.data();
-  }
+  float* target(std::vector<float>& grad) { return mean_each_ || each_ ? micro_.data() : grad.data(); }
+  // The backward adds into the step's sum itself (target is the sum): its last micro-batch's layers are final.
+  bool into_sum() const { return !(mean_each_ || each_); }
   // each_micro_batch: the last backward's gradient alone; after empty(), zeros (a micro-batch without samples).
   float* micro() { return micro_.data(); }
   void empty() { std::fill(micro_.begin(), micro_.end(), 0.0f); }
@@ -190,10 +190,11 @@ class Accumulation {
 class LayerRelay final : public GradReady {
  public:
   LayerRelay(const GradientHooks& hooks, int rank) : hooks_(hooks) { event_.rank = rank; }
-  // Before micro-batch k's backward into `grad` (Accumulation::target).
-  void begin(int64_t k, const float* grad) {
+  // Before micro-batch k's backward into `grad` (Accumulation::target); `final`: the step's sum, last micro-batch.
+  void begin(int64_t k, float* grad, bool final) {
     event_.micro_batch = k;
     event_.grad = grad;
+    event_.final = final;
   }
   void layer_ready(size_t begin, size_t end) override {
     event_.begin = begin;
@@ -484,7 +485,7 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
     {
       GS_NVTX_RANGE(kBackward);
       PhaseTimer t(rs.clock, Phase::kBackward);
-      rs.relay.begin(k, rs.accumulation.target(rs.grad));
+      rs.relay.begin(k, rs.accumulation.target(rs.grad), k + 1 == K_ && rs.accumulation.into_sum());
       rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad, tally.grad_samples);
     }
     end_micro_batch(rs, rank, k);
@@ -685,7 +686,7 @@ void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double
   std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
   std::vector<Device> devices = make_devices(config);
   res.backend = backend_name(devices.front().backend);
-  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == Backend::kHost) {
+  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == BackendKind::kHost) {
     // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
     // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
     res.set_disposition(Disposition::kSkipped,
@@ -714,7 +715,7 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   const std::optional<RunPlan> resolved = plan_run(for_this_job(requested), res);
   if (!resolved) return res;
   const RunPlan& plan = *resolved;
-  if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != Backend::kHost) {
+  if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != BackendKind::kHost) {
     res.set_disposition(Disposition::kFailed, "cluster.backend: the run chose the " +
                                                   std::string(backend_name(plan.backend.backend)) +
                                                   " backend; across processes (mpirun) only the host backend runs "

@@ -39,7 +39,7 @@ std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res) {
 #if defined(GRADSWEEP_HAVE_CUDA)
     // After a sticky CUDA error (an illegal address, ...) every later CUDA call of this process fails: say so once,
     // naming the first error, instead of each later run failing with a confusing error of its own.
-    if (plan.backend.backend == Backend::kCuda) {
+    if (plan.backend.backend == BackendKind::kCuda) {
       const std::string sticky = gpu::sticky_cuda_error();
       if (!sticky.empty()) {
         fail(res, "not run on cuda: an earlier cuda run of this process hit a sticky CUDA error, which leaves the "
@@ -50,13 +50,13 @@ std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res) {
       }
     }
 #endif
-    if (plan.backend.backend == Backend::kCuda) resolve_backend(c);  // throws where cuda cannot run this config
+    if (plan.backend.backend == BackendKind::kCuda) resolve_backend(c);  // throws where cuda cannot run this config
   } catch (const std::exception& e) {
     fail(res, e.what());
     return std::nullopt;
   }
   res.backend_reason = plan.backend.reason;
-  if (plan.backend.backend == Backend::kCuda) res.cuda_path = cuda_path_name(plan.backend.cuda_path);
+  if (plan.backend.backend == BackendKind::kCuda) res.cuda_path = cuda_path_name(plan.backend.cuda_path);
   return plan;
 }
 

@@ -29,9 +29,9 @@ struct RunPlan {
   bool timing() const { return mode == RunMode::kTiming; }
   bool scaler_active() const { return loss_scale != LossScaleKind::kNone; }
   // cuda_rank_loop.cpp runs it (cluster.backend cuda, device path).
-  bool device_loop() const { return backend.backend == Backend::kCuda && backend.cuda_path == CudaPath::kDevice; }
+  bool device_loop() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kDevice; }
   // The host rank loop with the GPU model (cuda_model.h).
-  bool staged() const { return backend.backend == Backend::kCuda && backend.cuda_path == CudaPath::kStaged; }
+  bool staged() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kStaged; }
 };
 
 // Resolves `config` (validated) into its plan. Where the run cannot start (cluster.hardware "detect" without a usable

@@ -7,8 +7,9 @@
 #include "sim/compress/modeled.h"
 #include "sim/compress/reduce.h"
 
+#include "sim/core/element_ops.h"
+#include "sim/core/error.h"
 #include "sim/optim/optimizer.h"
-#include "sim/strategy/bucket_all_reduce.h"
 #include "sim/strategy/strategy.h"
 
 namespace gs {
@@ -30,15 +31,22 @@ constexpr size_t kTileElems = 4096;
 // optimizer later applies it at the step's learning rate with t = updates applied so far. Error feedback and other
 // compressor state work on what is sent, so they are unchanged by when the result is applied. The shared fast path
 // keeps one shared ring. sync.overlap false changes the modeled clock only (no bucket overlaps backward).
-// On the host a collective blocks its rank thread, so the buckets are reduced after the micro-batches (no
-// subscription to the gradient-ready events); the modeled clock prices their overlap with backward (price).
-class AllReduce final : public SyncStrategy {
+// Memory: the replicated path (uncompressed) runs every element operation through the run's ElementOps
+// (StrategySetup::memory(): host loops, or a backend's device memory when host_memory_reason is empty: parameters,
+// gradients, ring and optimizer state on the device, the communicator reducing device buffers); the shared fast path
+// and the compressed reduction are host loops and run on host memory only.
+// On the host a collective blocks its rank thread, so the buckets are reduced after the micro-batches; where the
+// communicator starts them asynchronously (a device) the strategy subscribes to the gradient-ready events and starts
+// each bucket as the last micro-batch's backward finishes its layers (as DDP; not with sync.overlap false or injected
+// stragglers, whose delay comes before the rank's communication). The modeled clock prices the overlap either way.
+class AllReduce final : public SyncStrategy, private GradientSubscriber {
  public:
   explicit AllReduce(const StrategySetup& s)
       : comm_(s.comm),
+        ops_(s.memory()),
         ranks_(s.ranks),
         n_(s.model.num_params()),
-        shared_(s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient() &&
+        shared_(ops_.host() && s.config.cluster.share_identical && !PrecisionStep(s.config).needs_whole_gradient() &&
                 wire_config(s.config).compression.kind == "none"),
         staleness_(static_cast<size_t>(s.config.sync.staleness)),
         overlap_(s.config.sync.overlap),
@@ -57,34 +65,38 @@ class AllReduce final : public SyncStrategy {
       return;
     }
     if (wire_config_.compression.kind != "none") {
+      GS_EXPECT(ops_.host(), "allreduce: a compressed reduction runs on host memory (host_memory_reason)");
       std::vector<std::pair<size_t, size_t>> ranges;
       for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
       compressed_ = std::make_unique<CompressedReduction>(wire_config_, s.model, s.comm, s.ranks, ranges);
     }
+    // One buffer set per optimizer: one shared (rank 0's memory), or one per rank.
+    const int owners = shared_ ? 1 : ranks_;
+    for (int r = 0; r < owners; ++r) {
+      params_.push_back(ops_.allocate(r, n_));
+      optimizers_.push_back(make_optimizer(update_optimizer(s.config), n_, ops_, r));
+    }
     if (shared_) {
-      params_.emplace_back(n_);
-      optimizers_.push_back(make_optimizer(update_optimizer(s.config), n_));
       grads_.assign(static_cast<size_t>(ranks_), nullptr);
       if (staleness_ == 0) reduced_.resize(n_);
-    } else {
-      for (int r = 0; r < ranks_; ++r) {
-        params_.emplace_back(n_);
-        optimizers_.push_back(make_optimizer(update_optimizer(s.config), n_));
-      }
     }
     // The ring of delayed gradients: one per optimizer (one shared, or one per rank).
     ring_.resize(staleness_ == 0 ? 0 : optimizers_.size());
-    for (Ring& ring : ring_) {
-      ring.grad.assign(staleness_, std::vector<float>(n_));
-      ring.skipped.assign(staleness_, 0);
+    for (size_t r = 0; r < ring_.size(); ++r) {
+      for (size_t k = 0; k < staleness_; ++k) ring_[r].grad.push_back(ops_.allocate(static_cast<int>(r), n_));
+      ring_[r].skipped.assign(staleness_, 0);
     }
     // One loss scale for all ranks: each rank keeps a copy that sees the same reduced gradient, so all copies take
     // the same decisions (one shared copy in shared mode, where no scaler or clipping runs).
     for (size_t r = 0; r < optimizers_.size(); ++r) precision_.emplace_back(s.config);
+    started_.assign(static_cast<size_t>(ranks_), 0);
+    if (s.gradients != nullptr && comm_.starts_asynchronously() && overlap_ && !compressed_ && !shared_ &&
+        !s.config.cluster.stragglers.inject)
+      s.gradients->subscribe(*this);
   }
 
-  float* params(int rank) override { return params_[shared_ ? 0 : static_cast<size_t>(rank)].data(); }
-  const float* eval_params() override { return params_[0].data(); }
+  float* params(int rank) override { return params_[shared_ ? 0 : static_cast<size_t>(rank)].get(); }
+  const float* eval_params() override { return params_[0].get(); }
   float loss_scale(int rank) const override { return precision_[shared_ ? 0 : static_cast<size_t>(rank)].loss_scale(); }
   // The report follows rank 0's precision step (under all-reduce every rank's decides alike). Compression: what the
   // reduction measured, or in timing-only runs (no CompressedReduction) the buckets' modeled prices over the steps
@@ -148,6 +160,39 @@ class AllReduce final : public SyncStrategy {
     return ranks_ <= 1 ? 0 : static_cast<uint64_t>(2.0 * (ranks_ - 1) / ranks_ * static_cast<double>(n_) * 4.0);
   }
 
+  // A bucket of the step's gradient sum `grad` starts its all-reduce (in place).
+  void start_bucket(int rank, float* grad, const Bucket& b) {
+    GS_NVTX_RANGE_BYTES(kCommunicate, (b.end - b.begin) * sizeof(float));
+    comm_.all_reduce_sum_start(rank, grad + b.begin, b.end - b.begin);
+  }
+
+  // Subscribed where buckets start asynchronously: every bucket whose elements the last micro-batch's backward has
+  // finished starts now (buckets run from the last layers to the first, as the layers are announced).
+  void layer_ready(const LayerReady& e) override {
+    if (!e.final) return;
+    size_t& next = started_[static_cast<size_t>(e.rank)];
+    for (; next < buckets_.size() && buckets_[next].begin >= e.begin; ++next) start_bucket(e.rank, e.grad, buckets_[next]);
+  }
+
+  // The bucket all-reduces of the step not started during backward (all of them on the host), then their wait;
+  // `communicate` from the end of the micro-batches (the exposed part), this rank's wait for the others moved out of
+  // it, its wire bytes counted.
+  void reduce_buckets(const StepInput& in) {
+    PhaseClock& clock = *in.clock;
+    size_t& next = started_[static_cast<size_t>(in.rank)];
+    {
+      TimedPhase t(ops_, in.rank, clock, Phase::kCommunicate);
+      comm_.group_begin(in.rank);
+      for (; next < buckets_.size(); ++next) start_bucket(in.rank, in.grad, buckets_[next]);
+      comm_.group_end(in.rank);
+      comm_.all_reduce_wait(in.rank);
+    }
+    next = 0;
+    const CommStats st = comm_.take_stats(in.rank);
+    clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
+    clock.add_bytes(st.bytes_sent);
+  }
+
   void step_replicated(const StepInput& in) {
     PhaseClock& clock = *in.clock;
     if (compressed_) {
@@ -156,15 +201,14 @@ class AllReduce final : public SyncStrategy {
       // error-feedback residuals stay in the loss-scaled units of the step that made them.
       compressed_->reduce(in.rank, in.step, in.grad, in.global_samples, clock, in.cost);
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
+      TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
       deliver(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);
       return;
     }
-    all_reduce_buckets(comm_, in.rank, in.grad, buckets_, clock);
+    reduce_buckets(in);
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(clock, Phase::kOptimizer);
-    const float s = static_cast<float>(in.global_samples);
-    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+    TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
+    ops_.divide(in.rank, in.grad, n_, static_cast<float>(in.global_samples));
     deliver(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);
   }
 
@@ -176,17 +220,17 @@ class AllReduce final : public SyncStrategy {
     if (staleness_ == 0) return apply_update(rank, g, lr, step, loss_nonfinite);
     PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
     // Unscale / check / clip with this step's loss scale; the scaler decides now whether this gradient counts.
-    const bool ok = ps.before_update(g, n_, step + 1, loss_nonfinite).applied;
+    const bool ok = ps.before_update(ops_, rank, g, n_, step + 1, loss_nonfinite).applied;
     Ring& ring = ring_[static_cast<size_t>(rank)];
     const size_t slot = static_cast<size_t>(step) % staleness_;  // holds the gradient of step - s
-    std::vector<float>& old = ring.grad[slot];
+    float* old = ring.grad[slot].get();
     if (static_cast<size_t>(step) >= staleness_ && ring.skipped[slot] == 0) {
       Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
       ++ring.applied;
-      opt.step(params(rank), old.data(), 0, n_, lr, ring.applied);
-      ps.after_update(params(rank), opt, 0, n_);
+      opt.step(params(rank), old, 0, n_, lr, ring.applied);
+      ps.after_update(ops_, params(rank), opt, 0, n_);
     }
-    std::copy(g, g + n_, old.begin());
+    ops_.copy(rank, old, g, n_);
     ring.skipped[slot] = ok ? 0 : 1;
   }
 
@@ -194,10 +238,10 @@ class AllReduce final : public SyncStrategy {
   // clipping (PrecisionStep), then the rank's optimizer, then fp16 storage rounding (fp16_pure).
   void apply_update(int rank, float* g, double lr, int64_t step, bool loss_nonfinite) {
     PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
-    if (!ps.before_update(g, n_, step + 1, loss_nonfinite).applied) return;  // skipped: inf/NaN under a loss scaler
+    if (!ps.before_update(ops_, rank, g, n_, step + 1, loss_nonfinite).applied) return;  // skipped: inf/NaN, scaler
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     opt.step(params(rank), g, 0, n_, lr, ps.update_count());
-    ps.after_update(params(rank), opt, 0, n_);
+    ps.after_update(ops_, params(rank), opt, 0, n_);
   }
 
   void step_shared(const StepInput& in) {
@@ -229,8 +273,8 @@ class AllReduce final : public SyncStrategy {
       for (size_t i = a; i < e; ++i) out[i] = out[i] / s;
       double tb = now_s();
       precision_[0].round_gradient(out, a, e);  // fp16_pure: the averaged gradient in fp16
-      optimizers_[0]->step(params_[0].data(), out, a, e, in.lr, in.step + 1);
-      precision_[0].after_update(params_[0].data(), *optimizers_[0], a, e);  // fp16_pure storage (no scaler here)
+      optimizers_[0]->step(params_[0].get(), out, a, e, in.lr, in.step + 1);
+      precision_[0].after_update(params_[0].get(), *optimizers_[0], a, e);  // fp16_pure storage (no scaler here)
       double tc = now_s();
       comm_s += tb - ta;
       opt_s += tc - tb;
@@ -258,7 +302,7 @@ class AllReduce final : public SyncStrategy {
     size_t lo = std::min(n_, per * static_cast<size_t>(in.rank));
     size_t hi = std::min(n_, lo + per);
     const float s = static_cast<float>(in.global_samples);
-    float* slot = ring_[0].grad[static_cast<size_t>(in.step) % staleness_].data();
+    float* slot = ring_[0].grad[static_cast<size_t>(in.step) % staleness_].get();
     const bool apply = static_cast<size_t>(in.step) >= staleness_;
     const int64_t t = in.step - static_cast<int64_t>(staleness_) + 1;  // updates applied including this one
     double comm_s = 0.0, opt_s = 0.0;
@@ -266,8 +310,8 @@ class AllReduce final : public SyncStrategy {
       size_t e = std::min(hi, a + kTileElems);
       double ta = now_s();
       if (apply) {
-        optimizers_[0]->step(params_[0].data(), slot, a, e, in.lr, t);
-        precision_[0].after_update(params_[0].data(), *optimizers_[0], a, e);
+        optimizers_[0]->step(params_[0].get(), slot, a, e, in.lr, t);
+        precision_[0].after_update(params_[0].get(), *optimizers_[0], a, e);
       }
       double tb = now_s();
       const float* g0 = grads_[0];
@@ -301,12 +345,13 @@ class AllReduce final : public SyncStrategy {
 
   // Delayed gradients of one optimizer: slot t % s holds the averaged gradient of step t - s between steps.
   struct Ring {
-    std::vector<std::vector<float>> grad;
+    std::vector<FloatBuffer> grad;
     std::vector<char> skipped;  // the loss scaler skipped that gradient (inf/NaN): it is never applied
     int64_t applied = 0;        // updates applied so far (the optimizer's t)
   };
 
   Communicator& comm_;
+  ElementOps& ops_;  // the memory of params_, ring_ and the optimizers' state (host, or a device's)
   int ranks_;
   size_t n_;
   bool shared_;
@@ -316,12 +361,13 @@ class AllReduce final : public SyncStrategy {
   double wire_bytes_;  // bytes per gradient element on the wire (precision: 2 under fp16_pure)
   OptimizerConfig optimizer_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<float>> params_;
+  std::vector<FloatBuffer> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
   std::vector<PrecisionStep> precision_;  // one per optimizer: loss scaler, clipping, fp16 storage
   std::vector<float*> grads_;   // shared mode: each rank's gradient of the current step
   std::vector<float> reduced_;  // shared mode: the averaged gradient
   std::vector<Ring> ring_;      // staleness > 0: one per optimizer
+  std::vector<size_t> started_;  // per rank: buckets of the step started so far (during backward, then in step)
   RunConfig wire_config_;                            // read by compressed_ (it keeps a reference)
   std::unique_ptr<CompressedReduction> compressed_;  // compression.kind != "none" (or fp16_pure's fp16 wire)
   ModeledReduction modeled_;                         // timing-only runs: what price_compressed_bucket prices

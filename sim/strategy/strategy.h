@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "sim/model/model.h"
 #include "sim/optim/precision_step.h"
 #include "sim/core/clock.h"
+#include "sim/core/element_ops.h"
 
 namespace gs {
 
@@ -109,8 +111,16 @@ struct LayerReady {
   int rank = 0;
   int64_t micro_batch = 0;      // 0-based within the step
   size_t begin = 0, end = 0;    // the layer's elements [begin, end) of the flat gradient
-  const float* grad = nullptr;  // the buffer that backward adds into (num_params floats): the micro-batch's own
-                                // gradient under GradientHooks::Gradient::kEachMicroBatch, else the step's running sum
+  // The buffer that backward adds into (num_params floats, in the run's memory: StrategySetup::ops): the micro-batch's
+  // own gradient under GradientHooks::Gradient::kEachMicroBatch or a pitfall that keeps micro-batches apart
+  // (mean_of_means), else the step's running sum.
+  float* grad = nullptr;
+  // grad is the step's gradient sum (the buffer step() gets as StepInput::grad) and [begin, end) of it is final for
+  // the step: the last micro-batch's backward into the sum itself. A subscriber may start communicating these
+  // elements here (the all-reduce's buckets on a device). The host rank loop counts the gradient's inf/NaN values
+  // after the micro-batches, which is sound only while bucket starts are synchronous (the host communicator's); a
+  // device-resident loop must tally each final layer (ElementOps::tally_nonfinite) before relaying it (not yet).
+  bool final = false;
 };
 
 // Rank `rank`'s micro-batch `micro_batch` has ended (its backward, if it had samples, is done).
@@ -177,9 +187,14 @@ struct StrategySetup {
   const std::function<void(const ParameterRead&)>* on_read = nullptr;  // tests: every parameter read (free-running)
   int64_t total_steps = 0;                // the run's planned optimizer steps
   // Where the strategy subscribes to the rank loop's gradient-ready events; null where no rank loop runs it
-  // (timing-only runs, the cuda device loop's pricing, tests that only price).
+  // (timing-only runs, tests that only price).
   GradientHooks* gradients = nullptr;
   StrategyTraits* traits = nullptr;       // where the claims below go (null: nobody records them)
+  // The memory the strategy keeps its parameters, gradients and optimizer state in, and whose element operations it
+  // runs on them (sim/core/element_ops.h): a backend's device memory when the run is device-resident (only where
+  // host_memory_reason is empty; `comm` then reduces device buffers), else null: host memory (host_element_ops()).
+  ElementOps* ops = nullptr;
+  ElementOps& memory() const { return ops != nullptr ? *ops : host_element_ops(); }
 
   // The strategy's claim that every rank's parameters are equal after every step of this run.
   void claim_replicas_identical(bool identical) const {
@@ -292,6 +307,13 @@ const std::vector<StrategyEntry>& strategy_registry();
 // 1-bit LAMB).
 const std::vector<StrategyEntry>& optimizer_strategy_registry();
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
+// What keeps `config`'s strategy from holding its buffers in a backend's device memory: its element code that exists
+// as host loops only, as "PATH: why" naming the first such setting (sync.kind, training.optimizer.kind,
+// compression.kind, precision.mode), or nullopt when every element operation of its step runs through ElementOps
+// (sync.kind allreduce uncompressed with sgd / adam / adamw, every precision mode but fp16_pure, any loss scaler,
+// clipping, delayed update, pitfall). The backend keeps such a run's buffers in host memory (the staged path on cuda:
+// residency.cpp).
+std::optional<std::string> host_memory_reason(const RunConfig& config);
 
 std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);
 std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);

@@ -576,7 +576,7 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   if (c.cluster.backend == "cuda")
     for (const ConfigIssue& i : choose_cuda_path(c).refusals) add(i.path, i.message);
   // The backend the run takes here ("cuda" counts even where validation refuses it above: one message is enough).
-  const bool on_cuda = c.cluster.backend == "cuda" || choose_backend(c).backend == Backend::kCuda;
+  const bool on_cuda = c.cluster.backend == "cuda" || choose_backend(c).backend == BackendKind::kCuda;
   auto check_profile = [&](const std::string& name) {
     try {
       load_hardware_profile(name);

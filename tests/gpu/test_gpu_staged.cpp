@@ -1,4 +1,4 @@
-// The staged cuda path (sim/runtime/cuda_model.h: the host rank loop and sync strategies with the GPU model) against
+// The staged cuda path (sim/backend/cuda_model.h: the host rank loop and sync strategies with the GPU model) against
 // the host backend: the GPU model's forward / backward / evaluate against the host model on one batch, then one run per
 // feature the device-resident loop does not run. Part of gradsweep_gpu_kernel_tests (ctest gpu.staged), whose main
 // exits 77 without a GPU. A new staged feature is one TEST here calling expect_staged_matches_host.
@@ -13,7 +13,7 @@
 
 #include "sim/config/scenario.h"
 #include "sim/model/model.h"
-#include "sim/runtime/cuda_model.h"
+#include "sim/backend/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/validate/validate.h"

@@ -51,10 +51,10 @@ TEST(Backend, UsableMeansCompiledNoErrorAndADevice) {
 }
 
 TEST(Backend, HostAndAutoResolve) {
-  EXPECT_EQ(resolve_backend(config_with("host")), Backend::kHost);
+  EXPECT_EQ(resolve_backend(config_with("host")), BackendKind::kHost);
   // auto: cuda exactly when a GPU is usable and this build has the cuda rank loop.
   const bool gpu = cuda_usable(cuda_status());
-  EXPECT_EQ(resolve_backend(config_with("auto")), gpu && kCudaRankLoopBuilt ? Backend::kCuda : Backend::kHost);
+  EXPECT_EQ(resolve_backend(config_with("auto")), gpu && kCudaRankLoopBuilt ? BackendKind::kCuda : BackendKind::kHost);
 }
 
 TEST(Backend, CudaIsRefusedAtValidationNamingTheQueryOrTheMissingRankLoop) {
@@ -216,7 +216,7 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
     RunConfig a = c;
     a.cluster.backend = "auto";
     const BackendChoice choice = choose_backend(a);
-    EXPECT_EQ(choice.backend, Backend::kHost) << set;
+    EXPECT_EQ(choice.backend, BackendKind::kHost) << set;
     if (cuda_usable(cuda_status())) {
       EXPECT_NE(choice.reason.find(path), std::string::npos) << choice.reason;
     }
@@ -370,11 +370,11 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
   };
   // cuda: the device loop, the staged path with the device loop's first issue, or none (refused: validation says).
   BackendChoice d = choose_backend(config("cuda", {}), gpu);
-  EXPECT_EQ(d.backend, Backend::kCuda);
+  EXPECT_EQ(d.backend, BackendKind::kCuda);
   EXPECT_EQ(d.cuda_path, CudaPath::kDevice);
   EXPECT_EQ(d.reason, "cluster.backend \"cuda\"");
   BackendChoice st = choose_backend(config("cuda", {"sync.kind=local_sgd"}), gpu);
-  EXPECT_EQ(st.backend, Backend::kCuda);
+  EXPECT_EQ(st.backend, BackendKind::kCuda);
   EXPECT_EQ(st.cuda_path, CudaPath::kStaged);
   EXPECT_EQ(st.reason.rfind("cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): "
                             "sync.kind: \"local_sgd\" is not run by the device-resident cuda loop",
@@ -382,7 +382,7 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
             0u)
       << st.reason;
   BackendChoice r = choose_backend(config("cuda", {"sync.kind=local_sgd"}, true), gpu);
-  EXPECT_EQ(r.backend, Backend::kCuda);
+  EXPECT_EQ(r.backend, BackendKind::kCuda);
   EXPECT_EQ(r.cuda_path, CudaPath::kNone);
   // auto takes only the device loop; for a configuration the staged path runs it says how to get it.
   BackendChoice a = choose_backend(config("auto", {}), gpu);
@@ -390,23 +390,23 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
   BackendChoice ap = choose_backend(config("auto", {"sync.kind=local_sgd"}, true), gpu);
   BackendChoice an = choose_backend(config("auto", {}), none);
   if (kCudaRankLoopBuilt) {
-    EXPECT_EQ(a.backend, Backend::kCuda);
+    EXPECT_EQ(a.backend, BackendKind::kCuda);
     EXPECT_EQ(a.cuda_path, CudaPath::kDevice);
     EXPECT_EQ(a.reason, "auto: a usable GPU (NVIDIA H200) and a configuration the cuda loop runs");
-    EXPECT_EQ(al.backend, Backend::kHost);
+    EXPECT_EQ(al.backend, BackendKind::kHost);
     EXPECT_EQ(al.reason.rfind("auto: a GPU is usable, but the cuda loop does not run this configuration: sync.kind: ",
                               0),
               0u)
         << al.reason;
     EXPECT_NE(al.reason.find("cluster.backend \"cuda\" runs it on the staged path"), std::string::npos) << al.reason;
-    EXPECT_EQ(ap.backend, Backend::kHost);
+    EXPECT_EQ(ap.backend, BackendKind::kHost);
     EXPECT_EQ(ap.reason.find("staged"), std::string::npos) << ap.reason;
-    EXPECT_EQ(an.backend, Backend::kHost);
+    EXPECT_EQ(an.backend, BackendKind::kHost);
     EXPECT_EQ(an.reason, "auto: no usable GPU (the device query says \"" + none.error + "\")");
     EXPECT_FALSE(backend_issue("cuda", gpu).has_value());
   } else {
     for (const BackendChoice* c : {&a, &al, &ap, &an}) {
-      EXPECT_EQ(c->backend, Backend::kHost);
+      EXPECT_EQ(c->backend, BackendKind::kHost);
       EXPECT_EQ(c->reason, "auto: this binary was built without CUDA");
     }
   }
@@ -443,17 +443,17 @@ TEST(Backend, CudaValidationNamesTheUnsupportedPath) {
 
 TEST(Backend, ChoiceNamesItsReason) {
   const BackendChoice host = choose_backend(config_with("host"));
-  EXPECT_EQ(host.backend, Backend::kHost);
+  EXPECT_EQ(host.backend, BackendKind::kHost);
   EXPECT_EQ(host.reason, "cluster.backend \"host\"");
   const BackendChoice a = choose_backend(config_with("auto"));
   const CudaProbe& p = cuda_status();
   if (!p.compiled) {
     EXPECT_EQ(a.reason, "auto: this binary was built without CUDA");
   } else if (!cuda_usable(p)) {
-    EXPECT_EQ(a.backend, Backend::kHost);
+    EXPECT_EQ(a.backend, BackendKind::kHost);
     EXPECT_EQ(a.reason.rfind("auto: no usable GPU", 0), 0u) << a.reason;
   } else {
-    EXPECT_EQ(a.backend, Backend::kCuda);
+    EXPECT_EQ(a.backend, BackendKind::kCuda);
     EXPECT_NE(a.reason.find(p.devices.front().name), std::string::npos) << a.reason;
   }
 }
@@ -487,12 +487,12 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   const RunResult r = run_training(s.runs.at(0).config);
   ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   const BackendChoice want = choose_backend(s.runs.at(0).config);
-  EXPECT_EQ(r.backend, want.backend == Backend::kCuda ? "cuda" : "host");
+  EXPECT_EQ(r.backend, want.backend == BackendKind::kCuda ? "cuda" : "host");
   EXPECT_EQ(r.backend_reason, want.reason);
   const json j = run_to_json(s.runs.at(0), r);
   EXPECT_EQ(j.at("backend_reason").get<std::string>(), want.reason);
   // cuda_path: the loop on cuda (auto takes only the device loop), null on host.
-  if (want.backend == Backend::kCuda) {
+  if (want.backend == BackendKind::kCuda) {
     EXPECT_EQ(j.at("cuda_path"), "device");
   } else {
     EXPECT_TRUE(j.at("cuda_path").is_null()) << j.at("cuda_path");

@@ -2,7 +2,7 @@
 // usable, which is every machine without a driver; on a GPU machine it checks the query's answers.
 #include <cstdio>
 
-#include "sim/runtime/cuda_probe.h"
+#include "sim/backend/cuda_probe.h"
 #include "sim/runtime/device.h"
 
 int main() {

@@ -144,7 +144,8 @@ class Recorder final : public GradientSubscriber {
  public:
   Recorder(int ranks, size_t n) : events(static_cast<size_t>(ranks)), grads(static_cast<size_t>(ranks)), n_(n) {}
   void layer_ready(const LayerReady& e) override {
-    events[static_cast<size_t>(e.rank)].push_back({'L', e.micro_batch, e.begin, e.end});
+    // 'F': final (the last micro-batch's backward into the step's sum), 'L' any other layer event.
+    events[static_cast<size_t>(e.rank)].push_back({e.final ? 'F' : 'L', e.micro_batch, e.begin, e.end});
     EXPECT_NE(e.grad, nullptr);
   }
   void micro_batch_end(const MicroBatchEnd& e) override {
@@ -176,7 +177,7 @@ TEST(GradientReadyRankLoop, EventsArriveInBackwardOrderThenEachMicroBatchEndsOnc
   for (int t = 0; t < steps; ++t)
     for (int64_t k = 0; k < K; ++k) {
       for (const Range& l : dense_layers_last_first(model->tensors(), true))
-        want.push_back({'L', k, l.first, l.second});
+        want.push_back({k + 1 == K ? 'F' : 'L', k, l.first, l.second});  // only the last micro-batch's are final
       want.push_back({'E', k, k + 1 == K ? 1u : 0u, 0});
     }
   for (int q = 0; q < ranks; ++q) {

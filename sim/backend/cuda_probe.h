@@ -26,8 +26,16 @@ struct CudaProbe {
   std::vector<CudaDeviceInfo> devices;
 };
 
-// Queries devices (cuda_probe.cu); without CUDA returns {compiled=false} (device.cpp). Each call queries again;
-// cuda_status() (device.h) keeps the first answer for the process.
+// Queries devices (cuda_probe.cu); without CUDA returns {compiled=false} (cuda_status.cpp). Each call queries again;
+// cuda_status() keeps the first answer for the process.
 CudaProbe cuda_probe();
+
+// The process's CUDA probe (cuda_probe(), queried once and kept: the answer does not change during a run).
+const CudaProbe& cuda_status();
+
+// A GPU is usable when CUDA is compiled in, the device query succeeded and found at least one device. Any error from
+// the query means no GPU: on machines without a driver it fails with "CUDA driver version is insufficient for CUDA
+// runtime version", not with "no CUDA-capable device".
+bool cuda_usable(const CudaProbe& p);
 
 }  // namespace gs

@@ -3,7 +3,7 @@
 // GPU workspace per rank: fp32 and tf32 through the fp32 stack (tf32 as the handle's math mode), bf16_mixed,
 // fp16_mixed, fp16_pure and fp8_mixed through the mixed stack with the host model's MixedSpec. A new precision mode
 // gets its branch in GpuDenseModel::forward / backward.
-#include "sim/runtime/cuda_model.h"
+#include "sim/backend/cuda_model.h"
 
 #include <algorithm>
 #include <memory>
@@ -18,7 +18,7 @@
 #include "kernels/cuda_runtime.h"
 #include "kernels/dense.h"
 #include "sim/core/error.h"
-#include "sim/runtime/device.h"
+#include "sim/backend/cuda_probe.h"
 
 namespace gs {
 namespace {

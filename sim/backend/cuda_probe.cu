@@ -6,7 +6,7 @@
 #include <nccl.h>
 #endif
 
-#include "sim/runtime/cuda_probe.h"
+#include "sim/backend/cuda_probe.h"
 
 namespace gs {
 

@@ -1,0 +1,136 @@
+// Element operations on the float buffers of one memory (host RAM, or a backend's device memory): everything the rank
+// loop and a device-resident strategy do with parameters, gradients and optimizer state, so that the same code runs
+// on the host and on a GPU without touching an element (docs/design.md, section 6, "The backend seam"). The host's
+// (host_element_ops) are the loops the host backend always ran, so its bits do not change; a backend with device
+// memory implements them on its device (sim/backend/). Extend: a new operation is one virtual here, its host loop in
+// element_ops.cpp and its twin in every device memory (the cuda backend's and the tests' sealed memory).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "kernels/optim_math.h"
+#include "sim/core/clock.h"
+
+namespace gs {
+
+class ElementOps;
+
+// n floats of one rank's memory, from ElementOps::allocate (zeroed) and freed by it. Move-only.
+class FloatBuffer {
+ public:
+  FloatBuffer() = default;
+  FloatBuffer(ElementOps* ops, int rank, float* data, size_t n) : ops_(ops), rank_(rank), data_(data), n_(n) {}
+  ~FloatBuffer();
+  FloatBuffer(FloatBuffer&& o) noexcept
+      : ops_(o.ops_), rank_(o.rank_), data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  FloatBuffer& operator=(FloatBuffer&& o) noexcept;
+  FloatBuffer(const FloatBuffer&) = delete;
+  FloatBuffer& operator=(const FloatBuffer&) = delete;
+  float* get() const { return data_; }
+  size_t size() const { return n_; }
+
+ private:
+  ElementOps* ops_ = nullptr;
+  int rank_ = 0;
+  float* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+// What a scan of a buffer found: its inf/NaN values and, when asked, the sum of its squares in double (the loss
+// scaler's check and clipping's norm).
+struct ElementScan {
+  size_t nonfinite = 0;
+  double sum_squares = 0.0;
+};
+
+// The operations on rank `rank`'s buffers of one memory. On a device each is ordered after the rank's earlier
+// operations (its stream) and may return before the device has run it, except those that return a value, download,
+// and settle. Every method may be called from the rank's own thread; allocate, upload, download, count_nonfinite and
+// the buffers' release also from the thread that builds or ends the run (they select the rank's device themselves).
+class ElementOps {
+ public:
+  virtual ~ElementOps() = default;
+  // True for host RAM: code that only has host loops (compressors, the shared fast path, ...) may run on it.
+  virtual bool host() const = 0;
+  // n floats of the rank's memory, zeroed.
+  FloatBuffer allocate(int rank, size_t n) { return FloatBuffer(this, rank, allocate_zeroed(rank, n), n); }
+  virtual void zero(int rank, float* x, size_t n) = 0;
+  virtual void copy(int rank, float* dst, const float* src, size_t n) = 0;
+  // From / to host memory: upload returns once `host` may be reused, download once `host` holds the values.
+  virtual void upload(int rank, float* dst, const float* host, size_t n) = 0;
+  virtual void download(int rank, float* host, const float* src, size_t n) = 0;
+  // acc[i] = acc[i] + x[i]; acc[i] = acc[i] + f * x[i] (the product and the sum rounded apart); x[i] = x[i] * f;
+  // x[i] = x[i] / d (IEEE division).
+  virtual void add(int rank, float* acc, const float* x, size_t n) = 0;
+  virtual void add_scaled(int rank, float* acc, const float* x, float f, size_t n) = 0;
+  virtual void scale(int rank, float* x, size_t n, float f) = 0;
+  virtual void divide(int rank, float* x, size_t n, float d) = 0;
+  // The inf/NaN values of x[0, n) (waits for the device).
+  virtual size_t count_nonfinite(int rank, const float* x, size_t n) = 0;
+  // The same, added to the rank's tally without waiting (several ranges, e.g. a backward's layers as they finish);
+  // take_nonfinite returns the tally and clears it (waits for the device).
+  virtual void tally_nonfinite(int rank, const float* x, size_t n) = 0;
+  virtual size_t take_nonfinite(int rank) = 0;
+  // inf/NaN count and, with want_norm, the sum of squares in double (host: in index order; a device: in a fixed
+  // order of its own, so clipping's norm agrees with the host's to rounding only). Waits for the device.
+  virtual ElementScan scan(int rank, const float* x, size_t n, bool want_norm) = 0;
+  // The optimizers' element math (kernels/optim_math.h) on elements [0, n) of the given pointers.
+  virtual void sgd(int rank, float* w, const float* g, float* buf, size_t n, const SgdScalars& s) = 0;
+  virtual void adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) = 0;
+  // The measured clock of work on this memory (TimedPhase): host, the steady clock around the call; a device, events
+  // on the rank's stream, whose times reach the clock at settle (the rank loop calls it before each step's end).
+  virtual double phase_begin(int rank) = 0;
+  virtual void phase_end(int rank, double mark, Phase phase, PhaseClock& clock) = 0;
+  virtual void settle(int rank, PhaseClock& clock) {
+    (void)rank;
+    (void)clock;
+  }
+
+ protected:
+  virtual float* allocate_zeroed(int rank, size_t n) = 0;
+  virtual void release(int rank, float* p) noexcept = 0;
+  friend class FloatBuffer;
+};
+
+inline FloatBuffer::~FloatBuffer() {
+  if (data_ != nullptr) ops_->release(rank_, data_);
+}
+
+inline FloatBuffer& FloatBuffer::operator=(FloatBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) ops_->release(rank_, data_);
+    ops_ = o.ops_;
+    rank_ = o.rank_;
+    data_ = std::exchange(o.data_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+  }
+  return *this;
+}
+
+// Adds the time of the work between construction and destruction to one phase of a rank's clock, on the clock of
+// `ops`' memory (PhaseTimer's twin: on host memory the same steady-clock seconds).
+class TimedPhase {
+ public:
+  TimedPhase(ElementOps& ops, int rank, PhaseClock& clock, Phase phase)
+      : ops_(ops), rank_(rank), clock_(clock), phase_(phase), mark_(ops.phase_begin(rank)) {}
+  ~TimedPhase() { ops_.phase_end(rank_, mark_, phase_, clock_); }
+  TimedPhase(const TimedPhase&) = delete;
+  TimedPhase& operator=(const TimedPhase&) = delete;
+
+ private:
+  ElementOps& ops_;
+  int rank_;
+  PhaseClock& clock_;
+  Phase phase_;
+  double mark_;
+};
+
+// Host RAM: the loops of the host backend (one instance for the process; the tally is per thread).
+ElementOps& host_element_ops();
+
+// The host scan (scan_gradient's): inf/NaN by a vectorizable pass, counted only when there is one; the squares summed
+// in double in index order.
+ElementScan scan_elements(const float* x, size_t n, bool want_norm);
+
+}  // namespace gs

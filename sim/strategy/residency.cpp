@@ -1,0 +1,33 @@
+// host_memory_reason (strategy.h): which strategies keep their buffers in a backend's device memory. A strategy whose
+// every element operation goes through ElementOps (sim/core/element_ops.h) runs device-resident; one with host loops
+// runs with host buffers (on the cuda backend: the staged path). Extend: a strategy or compressor that moves its
+// element code onto ElementOps drops its line here.
+#include <optional>
+#include <string>
+
+#include "sim/optim/optimizer.h"
+#include "sim/strategy/strategy.h"
+
+namespace gs {
+
+std::optional<std::string> host_memory_reason(const RunConfig& c) {
+  auto quoted = [](const std::string& v) { return "\"" + v + "\""; };
+  if (owns_communication(c.training.optimizer))
+    return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) +
+           " runs its own compressed all-reduce, whose packing and error feedback are host loops";
+  if (c.sync.kind != "allreduce")
+    return "sync.kind: " + quoted(c.sync.kind) +
+           " keeps its buffers in host memory (its averaging, server or local steps are host loops; only allreduce "
+           "runs through the element operations)";
+  if (!optimizer_has_device_update(c.training.optimizer))
+    return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) + " has no device update";
+  if (c.compression.kind != "none")
+    return "compression.kind: " + quoted(c.compression.kind) +
+           " encodes and decodes with host loops (its GPU kernels in kernels/cuda_kernels.cu are not wired into the "
+           "strategies yet)";
+  if (c.precision.mode == "fp16_pure")
+    return "precision.mode: \"fp16_pure\" sums fp16 gradients in rank order and stores fp16 weights with host loops";
+  return std::nullopt;
+}
+
+}  // namespace gs
