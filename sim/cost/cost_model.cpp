@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "kernels/rng.h"
 #include "sim/core/error.h"
@@ -87,6 +89,129 @@ double unshard_wait_before_s(const StepCost& c, const GradRange& range) {
     if (m < k || (m == k && (!ch.slot.backward || ch.range.begin >= range.begin))) s += ch.slot.stall_s;
   }
   return s;
+}
+
+namespace {
+
+// share_link's compute stream: pass p's duration ([2k] forward k, [2k + 1] backward k, as StepLayout lays them) and
+// start (known once every gather of the passes before it is placed), its stalls so far.
+struct LinkPasses {
+  std::vector<double> dur, start, stall;
+  size_t known = 1;  // passes whose start is known
+  LinkPasses(const StepCost& c, double f) {
+    const auto& s = c.compute_s;
+    const int64_t K = std::max<int64_t>(1, c.micro_batches);
+    const double bwd = s[static_cast<size_t>(Phase::kBackward)] * f;
+    const double last = K == 1 ? bwd : std::min(c.last_backward_s * f, bwd);
+    const double earlier = K == 1 ? 0.0 : (bwd - last) / static_cast<double>(K - 1);
+    for (int64_t k = 0; k < K; ++k) {
+      dur.push_back(s[static_cast<size_t>(Phase::kForward)] * f / static_cast<double>(K));
+      dur.push_back(k + 1 == K ? last : earlier);
+    }
+    start.assign(dur.size(), 0.0);
+    stall.assign(dur.size(), 0.0);
+    start[0] = s[static_cast<size_t>(Phase::kData)] * f;
+  }
+  // Starts the passes up to (and including) `next`, the pass of the next gather to place (all: dur.size()).
+  void advance(size_t next) {
+    for (; known < dur.size() && known <= next; ++known)
+      start[known] = start[known - 1] + dur[known - 1] + stall[known - 1];
+  }
+};
+
+size_t backward_pass(const GradRange& range, int64_t micro_batches) {
+  const int64_t K = std::max<int64_t>(1, micro_batches);
+  const int64_t k = range.micro_batch < 0 || range.micro_batch >= K - 1 ? K - 1 : range.micro_batch;
+  return static_cast<size_t>(2 * k + 1);
+}
+
+}  // namespace
+
+LinkSchedule share_link(const StepCost& c, double f, const std::vector<double>& ready_fraction,
+                        const std::vector<double>& floor_s) {
+  const int64_t K = std::max<int64_t>(1, c.micro_batches);
+  const auto& s = c.compute_s;
+  LinkPasses pass(c, f);
+  std::vector<size_t> gi, gp, ci;  // the gathers (chain index, pass) and the communication stream's chains
+  LinkSchedule out;
+  for (size_t j = 0; j < c.chains.size(); ++j) {
+    const CommChain& ch = c.chains[j];
+    if (!ch.unshard) {
+      ci.push_back(j);
+      continue;
+    }
+    gi.push_back(j);
+    gp.push_back(static_cast<size_t>(2 * std::clamp<int64_t>(ch.range.micro_batch, 0, K - 1) + (ch.slot.backward ? 1 : 0)));
+    out.slots.push_back(ch.slot);
+  }
+  const size_t G = gi.size(), C = ci.size();
+  const double compute_base = (s[static_cast<size_t>(Phase::kData)] + s[static_cast<size_t>(Phase::kForward)] +
+                               s[static_cast<size_t>(Phase::kBackward)] + s[static_cast<size_t>(Phase::kCompress)]) * f;
+  size_t g = 0, i = 0;
+  double link = 0.0, chain_end = 0.0, gather_end = 0.0, rdy = 0.0;
+  bool have = false;  // chain i's readiness known (every gather it waits for placed)
+  auto chain_ready = [&](size_t idx) {
+    const CommChain& ch = c.chains[ci[idx]];
+    const double x = idx < ready_fraction.size() ? ready_fraction[idx] : -1.0;
+    if (x < 0.0) {
+      if (g < G) return false;
+      rdy = compute_base + out.wait_s;
+    } else {
+      const size_t p = backward_pass(ch.range, K);
+      if (g < G && (gp[g] < p || (gp[g] == p && c.chains[gi[g]].range.begin >= ch.range.begin))) return false;
+      double w = 0.0;  // the stalls of its backward before the layers from range.begin on are done
+      for (size_t q = 0; q < G; ++q)
+        if (gp[q] == p && c.chains[gi[q]].range.begin >= ch.range.begin) w += out.slots[q].stall_s;
+      rdy = pass.start[p] + x * pass.dur[p] + w;
+    }
+    if (idx < floor_s.size()) rdy = std::max(rdy, floor_s[idx]);
+    return true;
+  };
+  pass.advance(G > 0 ? gp[0] : pass.dur.size());
+  while (g < G || i < C) {
+    double tg = std::numeric_limits<double>::infinity(), tc = tg;
+    if (g < G) {
+      const size_t p = gp[g];
+      tg = g == 0 || gp[g - 1] != p
+               ? pass.start[p]
+               : std::max(gather_end, pass.start[p] + out.slots[g].issue_after * pass.dur[p] + pass.stall[p]);
+    }
+    if (i < C && (have || (have = chain_ready(i)))) tc = std::max(rdy, chain_end) + c.chains[ci[i]].pre_s * f;
+    if (tc < tg) {  // the communication stream's chain asks first: it gets the link first
+      const CommChain& ch = c.chains[ci[i]];
+      const double on_link = std::max(tc, link);
+      link = on_link + ch.comm_s;
+      chain_end = link + ch.post_s * f;
+      if (ch.has_collective) out.link_busy_s += ch.comm_s;
+      out.ready_s.push_back(rdy);
+      out.start_s.push_back(tc - ch.pre_s * f);
+      out.end_s.push_back(chain_end);
+      ++i;
+      have = false;
+      continue;
+    }
+    const size_t p = gp[g];
+    UnshardSlot& slot = out.slots[g];
+    const double on_link = std::max(tg, link);
+    gather_end = link = on_link + c.chains[gi[g]].comm_s;
+    out.link_busy_s += c.chains[gi[g]].comm_s;
+    const double reach = pass.start[p] + slot.compute_before * pass.dur[p] + pass.stall[p];
+    slot.start_s = on_link - pass.start[p];
+    slot.stall_s = std::max(0.0, gather_end - reach);
+    pass.stall[p] += slot.stall_s;
+    out.wait_s += slot.stall_s;
+    ++g;
+    pass.advance(g < G ? gp[g] : pass.dur.size());
+  }
+  out.comm_end_s = chain_end;
+  return out;
+}
+
+std::vector<CommChain> with_modeled_slots(std::vector<CommChain> chains, const std::vector<UnshardSlot>& slots) {
+  size_t j = 0;
+  for (CommChain& ch : chains)
+    if (ch.unshard && j < slots.size()) ch.slot = slots[j++];
+  return chains;
 }
 
 Precision compute_precision(const std::string& mode) {
@@ -206,7 +331,32 @@ double CostModel::chain_ready_s(const StepCost& c, double f, const GradRange& ra
   return data * f + k1 * (each_fwd + each_bwd) - each_bwd + each_bwd * backward_done_fraction(range.begin) + waits;
 }
 
+LinkSchedule CostModel::link_schedule(const StepCost& c, double f, const std::vector<double>& floor_s) const {
+  std::vector<double> x;
+  for (const CommChain& ch : c.chains)
+    if (!ch.unshard) x.push_back(ch.range.empty() || !c.overlap_backward ? -1.0 : backward_done_fraction(ch.range.begin));
+  return share_link(c, f, x, floor_s);
+}
+
 namespace {
+
+// The communication stream's split on a shared link: its end from the schedule, exposed what ends after compute,
+// overlapped the rest of the chains' own durations (a chain's wait for the link is neither).
+OverlapResult linked_overlap(const LinkSchedule& l, double compute_end_s, const std::vector<double>& duration_s) {
+  OverlapResult o;
+  double total = 0.0;
+  for (double d : duration_s) total += d;
+  o.comm_end_s = l.comm_end_s;
+  o.exposed_s = std::max(0.0, l.comm_end_s - compute_end_s);
+  o.overlapped_s = std::max(0.0, total - o.exposed_s);
+  return o;
+}
+
+bool has_unshard(const StepCost& c) {
+  for (const CommChain& ch : c.chains)
+    if (ch.unshard) return true;
+  return false;
+}
 
 // Where each pass of a step starts on the compute stream as StepLayout lays it out (data, then per micro-batch its
 // forward and its backward, each with its waits for stage-3 gathers): [2k] forward k, [2k + 1] backward k, seconds
@@ -284,6 +434,7 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
   // durations (the unshard stream's gathers are placed by their strategy: CommChain::unshard).
   std::vector<double> compute_end(n), opt(n), factor(n);
   std::vector<UnshardTotals> unshard(n);
+  std::vector<std::optional<LinkSchedule>> link(n);  // ranks whose collectives share the link across streams
   std::vector<std::vector<double>> ready(n), dur(n);
   size_t nchains = 0;
   for (size_t r = 0; r < n; ++r) {
@@ -291,6 +442,10 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     const double f = straggler_factor(stragglers_, seed_, step, static_cast<int>(r));
     factor[r] = f;
     unshard[r] = unshard_totals(c);
+    if (has_unshard(c)) {  // two streams of collectives on one link: share it (share_link)
+      link[r] = link_schedule(c, f);
+      unshard[r].wait_s = link[r]->wait_s;
+    }
     const auto& s = c.compute_s;
     const double backward_end = (s[static_cast<size_t>(Phase::kData)] + s[static_cast<size_t>(Phase::kForward)] +
                                  s[static_cast<size_t>(Phase::kBackward)]) * f + unshard[r].wait_s;
@@ -304,6 +459,7 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
       ready[r].push_back(rdy);
       dur[r].push_back((ch.pre_s + ch.post_s) * f + ch.comm_s);
     }
+    if (link[r]) ready[r] = link[r]->ready_s;
     nchains = std::max(nchains, ready[r].size());
   }
   // Synchronous: a chain starts when every rank has it ready.
@@ -325,10 +481,23 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     }
     comm_end_all = e;
   }
+  // Shared links, synchronous: each rank's chains again, none before every rank has it ready; the step's
+  // communication ends with the last rank's.
+  double linked_end = -1.0;
+  for (size_t r = 0; r < n && synchronous; ++r) {
+    if (!link[r]) continue;
+    const double before = link[r]->wait_s;
+    link[r] = link_schedule(*ranks[r], factor[r], ready_all);
+    compute_end[r] += link[r]->wait_s - before;
+    unshard[r].wait_s = link[r]->wait_s;
+    linked_end = std::max(linked_end, link[r]->comm_end_s);
+  }
+  if (linked_end >= 0.0) comm_end_all = linked_end;
   std::vector<double> end(n);
   for (size_t r = 0; r < n; ++r) {
     const StepCost& c = *ranks[r];
     OverlapResult alone = schedule_chains(compute_end[r], ready[r], dur[r]);
+    if (link[r]) alone = linked_overlap(*link[r], compute_end[r], dur[r]);
     double comm_end = synchronous ? comm_end_all : alone.comm_end_s;
     if (c.deferred_steps > 0) {
       // Delayed update: the communication also hides behind the next s steps' compute (one step's compute stream
@@ -345,6 +514,7 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
     }
     end[r] = std::max(compute_end[r], comm_end) + opt[r];
     ModeledStep& m = out[r];
+    if (link[r]) m.unshard_slots = link[r]->slots;
     // Stage 3's gathers: the compute stream's waits for them are exposed, the rest of their time ran under compute.
     m.exposed_s = alone.exposed_s + unshard[r].wait_s;
     m.overlapped_s = alone.overlapped_s + std::max(0.0, unshard[r].time_s - unshard[r].wait_s);
@@ -377,9 +547,15 @@ std::vector<ModeledStep> CostModel::model_step(const std::vector<const StepCost*
         starts.push_back(synchronous ? start_all[i] : std::max(ready[r][i], e));
         e = starts.back() + dur[r][i];
       }
+      if (link[r]) starts = link[r]->start_s;
       const double wait_collective = std::max(0.0, std::max(0.0, comm_end - compute_end[r]) - alone.exposed_s);
-      m.layout = std::make_shared<StepLayout>(
-          make_layout(c, f, m.times, exposed_compress, exposed_communicate, wait_collective, starts));
+      StepCost placed;  // the gathers where the shared link put them
+      if (link[r]) {
+        placed = c;
+        placed.chains = with_modeled_slots(c.chains, link[r]->slots);
+      }
+      m.layout = std::make_shared<StepLayout>(make_layout(link[r] ? placed : c, f, m.times, exposed_compress,
+                                                          exposed_communicate, wait_collective, starts));
     }
   }
   const double step_all = n == 0 ? 0.0 : *std::max_element(end.begin(), end.end());

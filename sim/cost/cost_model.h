@@ -52,6 +52,29 @@ UnshardTotals unshard_totals(const StepCost& c);
 // (the backward runs the layers in reverse). Seconds.
 double unshard_wait_before_s(const StepCost& c, const GradRange& range);
 
+// Link sharing (docs/cost-model.md, "Link sharing"): one rank's step whose collectives run on two streams (ZeRO
+// stage 3's parameter gathers on the unshard stream, CommChain::unshard, beside the communication stream's chains)
+// with the rank's one link shared. The compute stream runs data, then per micro-batch its forward and backward
+// (forward / K each; the backwards as StepLayout lays them), each pass stalling before a layer until its gather is
+// done; a gather is issued at its pass's start (the first) or when the layer before it starts and the previous gather
+// is done (UnshardSlot::issue_after); a chain on the communication stream starts when it is ready and the previous
+// chain is done: chain_ready_s's point of its backward (ready_fraction[i] of it done, with the stalls before it), or
+// compute_end where ready_fraction[i] < 0 (not tied to backward, overlap off); never before floor_s[i] when given
+// (the other ranks' readiness). It asks for
+// the link after its pre work. The link serves each collective whole, in the order they ask for it (FIFO; ties: the
+// gather first). Straggler factor f scales the compute. Times in seconds from the rank's step start.
+struct LinkSchedule {
+  std::vector<UnshardSlot> slots;  // per unshard chain, in chain order: start_s (on the link) and stall_s re-placed
+  std::vector<double> ready_s, start_s, end_s;  // per communication-stream chain (chains without unshard, in order)
+  double wait_s = 0.0;       // the compute stream's stalls for the gathers, summed
+  double comm_end_s = 0.0;   // when the communication stream's last chain ends (0: none)
+  double link_busy_s = 0.0;  // the collectives' time on the link (gathers and chains' comm_s), summed
+};
+LinkSchedule share_link(const StepCost& c, double f, const std::vector<double>& ready_fraction,
+                        const std::vector<double>& floor_s = {});
+// The chains with each unshard chain's slot replaced by the modeled step's (ModeledStep::unshard_slots, when set).
+std::vector<CommChain> with_modeled_slots(std::vector<CommChain> chains, const std::vector<UnshardSlot>& slots);
+
 // One chain (bucket) of a rank's modeled step on its communication stream (StepLayout), or one stage-3 parameter
 // gather on its unshard stream (unshard).
 struct ChainSpan {
@@ -95,6 +118,8 @@ struct ModeledStep {
                               // compute stream's waits for the parameter gathers
   double overlapped_s = 0.0;  // communication hidden behind compute (backward; stage 3: the gathers' hidden part)
   bool synchronous = false;   // the step had a collective: every rank waited for the slowest
+  // ZeRO stage 3: its gathers' slots as the shared link placed them (share_link), in chain order; empty otherwise.
+  std::vector<UnshardSlot> unshard_slots;
   // When CostModel::record_layouts() is on (report.timeline); null otherwise (a pointer: steps are kept per rank and
   // step for the whole run, and most runs draw no timeline).
   std::shared_ptr<StepLayout> layout;
@@ -159,6 +184,9 @@ class CostModel {
   // done (seconds from the step start), later by the stage-3 gather waits on the compute stream before that point
   // (unshard_wait_before_s).
   double chain_ready_s(const StepCost& c, double f, const GradRange& range) const;
+  // share_link for a rank's step (each chain's ready_fraction from backward_done_fraction; -1 where its range is
+  // empty or overlap_backward is off).
+  LinkSchedule link_schedule(const StepCost& c, double f, const std::vector<double>& floor_s = {}) const;
 
  private:
   std::shared_ptr<const HardwareProfile> hw_;

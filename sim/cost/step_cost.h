@@ -54,6 +54,10 @@ struct UnshardSlot {
   double start_s = 0.0;         // when the gather starts, from the pass's start
   double stall_s = 0.0;         // how long the compute stream waits for it before the layer computes (exposed)
   double compute_before = 0.0;  // fraction of the pass's compute done before that wait (the layers before it)
+  // Fraction of the pass's compute done when it may be issued: the layer before it (in the pass's order) starts;
+  // the pass's first gather is issued at the pass's start (0). The modeled clock re-places the gather there with
+  // the link shared (cost_model.h, share_link): start_s is then when it gets the link, stall_s the wait that gives.
+  double issue_after = 0.0;
 };
 
 // One bucket's (or one untied) chain on the communication stream: pre work, the collectives, post work. Or, with

@@ -119,7 +119,7 @@ void LockstepModeledClock::model_step(int64_t step) {
     res_.modeled_exposed_s[r].push_back(m[r].exposed_s);
     res_.modeled_overlapped_s[r].push_back(m[r].overlapped_s);
   }
-  if (step == 0) res_.modeled_chains = costs[0].chains;
+  if (step == 0) res_.modeled_chains = with_modeled_slots(costs[0].chains, m[0].unshard_slots);
   modeled_total_s_ += m[0].times.step_s;
   res_.series[static_cast<size_t>(step)].modeled_s = modeled_total_s_;
   modeled_done_ = step + 1;

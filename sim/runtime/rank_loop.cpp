@@ -662,6 +662,7 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
     for (int r = 0; r < ranks; ++r) recs[static_cast<size_t>(r)] = &priced_step(step, r);
     std::vector<ModeledStep> m = cost_model.model_step(recs, step);
     carry_rank_clocks(m, rank_clock_s);
+    if (step == 0 && !m.empty()) res.modeled_chains = with_modeled_slots(res.modeled_chains, m[0].unshard_slots);
     if (cost_model.record_layouts()) res.modeled_layouts.resize(m.size());
     for (size_t r = 0; r < m.size(); ++r) {
       res.modeled_steps[r].push_back(m[r].times);

@@ -274,15 +274,17 @@ private:
   // Stage 3, every micro-batch: the forward's and the backward's parameter
   // all-gathers, one per unit (layer) with parameters, each priced at its own
   // size on the unshard stream (StepCost::add_unshard_gather; FSDP's unshard
-  // stream, not contending with the reduce-scatters). Unit i's compute is its
+  // stream; this schedule alone prices the link as its own: the modeled clock
+  // re-places each gather sharing the link with the reduce-scatters, CostModel
+  // share_link). Unit i's compute is its
   // share of the micro-batch's forward (backward). Rule (FSDP forward_prefetch /
   // backward_prefetch BACKWARD_PRE with limit_all_gathers, one unit ahead): the
   // gather of unit i+1 starts when unit i's compute starts and the previous
   // gather is done; unit i computes once its gather is done and unit i-1 is
   // computed; the compute stream's wait for it is the gather's exposed part
   // (UnshardSlot::stall_s), the rest of its time runs under compute. The
-  // backward runs the units in reverse. Straggler factor 1: a straggler does
-  // not change the overlap.
+  // backward runs the units in reverse. Straggler factor 1 here (the modeled
+  // clock re-places the gathers at the rank's factor).
   void add_gathers(StepCost &cost) const {
     const CollectiveModel &coll = cost.collectives();
     const std::vector<Unit> u = units();
@@ -302,13 +304,15 @@ private:
     for (int64_t mb = 0; mb < k; ++mb)
       for (const bool backward : {false, true}) {
         const size_t m = u.size();
-        double comp_end = 0.0, ag_end = 0.0, prev_start = 0.0, done = 0.0;
+        double comp_end = 0.0, ag_end = 0.0, prev_start = 0.0, done = 0.0,
+               issue_after = 0.0;
         for (size_t j = 0; j < m; ++j) {
           const size_t i = backward ? m - 1 - j : j;
           UnshardSlot slot;
           slot.backward = backward;
           slot.unit = i;
           slot.compute_before = done;
+          slot.issue_after = issue_after;
           // Issued when unit j-1 started (unit 0: at once) and gather j-1 is done.
           slot.start_s = std::max(ag_end, prev_start);
           ag_end = slot.start_s + ag[i];
@@ -316,6 +320,7 @@ private:
           slot.stall_s = start - comp_end;
           prev_start = start;
           comp_end = start + pass_s[backward ? 1 : 0] * u[i].share;
+          issue_after = done;  // the next gather is issued when this unit starts
           done += u[i].share;
           if (u[i].end > u[i].begin)
             cost.add_unshard_gather(

@@ -722,5 +722,74 @@ TEST(TimingOnly, MemoryEstimateHoldsOnlyThePerStepRecordsAndSkipsWhatCannotFit) 
   EXPECT_EQ(memory_skip_reason(c, 0, int64_t{1} << 30), "");
 }
 
+
+// Link sharing (share_link) on a toy computed by hand, times in arbitrary units (seconds): K = 2 micro-batches, two
+// layers of half the compute each (parameters [0, 100) and [100, 200)), forward 10 and backward 20 per micro-batch,
+// every gather 4, every reduce-scatter 6 (bucket [100, 200) ready half-way through its backward, [0, 100) at its
+// end). Micro-batch 0: forward 0-14 (gather L0 0-4, the compute waits 4; gather L1 4-8 under L0's compute 4-9),
+// backward 14-38 (gather L1 14-18, wait 4; gather L0 18-22 under L1's compute 18-28); reduce-scatter [100, 200) at 28
+// (link free since 22) to 34; [0, 100) ready at 38, asking for the link when micro-batch 1's forward issues its first
+// gather (38: the tie goes to the gather, 38-42). The reduce-scatter gets the link 42-48, before micro-batch 1's
+// gather of L1, which asks at 42 (when L0 starts) and so runs 48-52: L1 could compute at 38 + 5 + 4 = 47 and waits
+// 5 (unshared, that gather would run 42-46 and the compute not wait). Backward 1 from 57: gather L1 57-61 (wait 4),
+// L0 61-65; reduce-scatters 71-77 and 81-87. Waits 4 + 0 + 4 + 0 + 4 + 5 + 4 + 0 = 21; compute ends at 60 + 21 = 81,
+// the communication at 87; the link is busy 8 x 4 + 4 x 6 = 56.
+TEST(LinkSharing, ReduceScatterBeforeTheNextMicroBatchsGatherDelaysItByHand) {
+  StepCost c;
+  c.micro_batches = 2;
+  c.compute_s[static_cast<size_t>(Phase::kForward)] = 20.0;
+  c.compute_s[static_cast<size_t>(Phase::kBackward)] = 40.0;
+  c.last_backward_s = 20.0;
+  auto gather = [&](size_t begin, int64_t k, bool backward, double before) {
+    CommChain ch;
+    ch.range = GradRange{begin, begin + 100, k};
+    ch.comm_s = 4.0;
+    ch.has_collective = true;
+    ch.kind = CollectiveKind::kAllGather;
+    ch.unshard = true;
+    ch.slot.backward = backward;
+    ch.slot.compute_before = before;
+    ch.slot.issue_after = 0.0;  // the first gather at the pass's start, the second when the first layer starts
+    c.chains.push_back(ch);
+  };
+  auto reduce_scatter = [&](size_t begin, int64_t k) {
+    CommChain ch;
+    ch.range = GradRange{begin, begin + 100, k};
+    ch.comm_s = 6.0;
+    ch.has_collective = true;
+    ch.kind = CollectiveKind::kReduceScatter;
+    c.chains.push_back(ch);
+  };
+  for (int64_t k = 0; k < 2; ++k) {
+    gather(0, k, false, 0.0);
+    gather(100, k, false, 0.5);
+    gather(100, k, true, 0.0);
+    gather(0, k, true, 0.5);
+    reduce_scatter(100, k);
+    reduce_scatter(0, k);
+  }
+  const LinkSchedule l = share_link(c, 1.0, {0.5, 1.0, 0.5, 1.0, 0.5, 1.0, 0.5, 1.0});
+  // Chain order: micro-batch 0's four gathers and two reduce-scatters, then micro-batch 1's; slots in gather order.
+  const std::vector<double> stall = {4, 0, 4, 0, 4, 5, 4, 0}, start = {0, 4, 0, 4, 0, 10, 0, 4};
+  ASSERT_EQ(l.slots.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_NEAR(l.slots[i].stall_s, stall[i], 1e-12) << i;
+    EXPECT_NEAR(l.slots[i].start_s, start[i], 1e-12) << i;
+  }
+  const std::vector<double> ready = {28, 38, 71, 81}, begins = {28, 38, 71, 81}, ends = {34, 48, 77, 87};
+  ASSERT_EQ(l.ready_s.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(l.ready_s[i], ready[i], 1e-12) << i;
+    EXPECT_NEAR(l.start_s[i], begins[i], 1e-12) << i;
+    EXPECT_NEAR(l.end_s[i], ends[i], 1e-12) << i;
+  }
+  EXPECT_NEAR(l.wait_s, 21.0, 1e-12);
+  EXPECT_NEAR(l.comm_end_s, 87.0, 1e-12);
+  EXPECT_NEAR(l.link_busy_s, 56.0, 1e-12);
+  // A straggler at 2x: compute 120, gathers no longer wait behind the compute they overlap except the passes' first.
+  const LinkSchedule slow = share_link(c, 2.0, {0.5, 1.0, 0.5, 1.0, 0.5, 1.0, 0.5, 1.0});
+  EXPECT_NEAR(slow.wait_s, 16.0, 1e-12);  // the four first gathers of a pass, 4 each
+}
+
 }  // namespace
 }  // namespace gs

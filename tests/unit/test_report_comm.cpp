@@ -196,5 +196,58 @@ TEST(ReportCommunication, NoRecordedBusbwAboveTheLinkInAnyShippedScenarioTimingO
   EXPECT_LT(refused, runs);
 }
 
+
+// One link per rank (docs/cost-model.md, "Link sharing"): in every shipped scenario run timing-only (2 steps, with
+// its timeline, which holds every rank's every step), the collectives of a rank's step (the communication stream's
+// chains and ZeRO stage 3's gathers on the unshard stream) are busy on the link no longer than the step lasts.
+TEST(ReportCommunication, NoRankBusyOnItsLinkLongerThanItsStepInAnyShippedScenarioTimingOnly) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const char* dir : {"/scenarios", "/scenarios/strategies"})
+    for (const auto& e : fs::directory_iterator(std::string(GRADSWEEP_SOURCE_DIR) + dir))
+      if (e.path().extension() == ".json") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  int steps = 0, stage3 = 0, refused = 0;
+  for (const std::string& file : files) {
+    const Scenario s = load_scenario(file);
+    for (const RunSpec& spec : s.runs) {
+      json j = config_to_json(spec.config);
+      j["training"]["mode"] = "timing";
+      j["training"]["epochs"] = 0.0;
+      j["training"]["steps"] = 2;
+      j["report"]["timeline"] = true;
+      std::vector<ConfigIssue> issues;
+      const RunConfig c = config_from_json(j, issues);
+      if (issues.empty()) validate_config(c, issues);
+      if (!issues.empty()) {
+        ++refused;
+        continue;
+      }
+      const RunResult r = run_training(c);
+      if (r.disposition == Disposition::kSkipped) continue;
+      ASSERT_EQ(r.disposition, Disposition::kPassed) << spec.id << ": " << r.message;
+      ASSERT_EQ(r.modeled_layouts.size(), r.modeled_steps.size()) << spec.id;
+      for (size_t rank = 0; rank < r.modeled_layouts.size(); ++rank)
+        for (size_t t = 0; t < r.modeled_layouts[rank].size(); ++t) {
+          double busy = 0.0, gathers = 0.0;
+          for (const ChainSpan& ch : r.modeled_layouts[rank][t].chains)
+            if (ch.has_collective) {
+              busy += ch.comm_s;
+              gathers += ch.unshard ? ch.comm_s : 0.0;
+            }
+          const double step = r.modeled_steps[rank][t].step_s;
+          EXPECT_LE(busy, step * (1.0 + 1e-9) + 1e-12)
+              << spec.id << " (" << file << "), rank " << rank << " step " << t << ": " << busy * 1e3
+              << " ms on the link (" << gathers * 1e3 << " ms of stage-3 gathers) in a " << step * 1e3 << " ms step";
+          ++steps;
+          stage3 += gathers > 0.0 ? 1 : 0;
+        }
+    }
+  }
+  EXPECT_GT(steps, 500);
+  EXPECT_GT(stage3, 20) << "the stage-3 runs' steps are among them";
+  EXPECT_LT(refused, steps);
+}
+
 }  // namespace
 }  // namespace gs
