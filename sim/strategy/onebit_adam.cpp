@@ -41,6 +41,23 @@ double onebit_wire_bytes(size_t padded, int ranks) {
   return 2.0 * (N - 1.0) / N * bits + 2.0 * (N - 1.0) * 4.0;
 }
 
+void timed_onebit_compressed_allreduce(Communicator& comm, PhaseClock& clock, int rank, int ranks, float* m, size_t n,
+                                       size_t padded, std::vector<float>& worker_error,
+                                       std::vector<float>& server_error, OnebitNorms* norms) {
+  if (worker_error.empty()) {
+    worker_error.assign(padded, 0.0f);
+    server_error.assign(padded / static_cast<size_t>(ranks), 0.0f);
+  }
+  {
+    GS_NVTX_RANGE(kCompress);
+    PhaseTimer t(clock, Phase::kCompress);
+    onebit_compressed_allreduce(comm, rank, m, n, worker_error, server_error, norms);
+  }
+  const CommStats st = comm.take_stats(rank);
+  clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
+  clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded, ranks)));
+}
+
 namespace {
 
 // ||x|| / sqrt(count) as DeepSpeed's torch.linalg.norm(x) / np.sqrt(numel), the norm summed in double.
@@ -338,9 +355,7 @@ class OnebitAdam final : public SyncStrategy {
   // by 1/N goes into its m and v. No parameter moves.
   void init_step(const StepInput& in, RankState& r) {
     if (ranks_ > 1) {
-      r.worker_error.assign(padded_, 0.0f);
-      r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
-      compressed(in, r);
+      compressed(in, r);  // makes the error buffers zero
       r.worker_error.clear();
       r.server_error.clear();
     }
@@ -380,11 +395,7 @@ class OnebitAdam final : public SyncStrategy {
     }
     if (!plain_.empty()) non_freeze_moments(in, r);
     if (ranks_ > 1) {
-      if (r.worker_error.empty()) {  // made at the first compressed step (state['worker_error'] not in state)
-        r.worker_error.assign(padded_, 0.0f);
-        r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
-      }
-      compressed(in, r);
+      compressed(in, r);  // the error buffers made at the first compressed step (state['worker_error'] not in state)
       r.steps.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
@@ -443,29 +454,20 @@ class OnebitAdam final : public SyncStrategy {
   }
 
   void compressed(const StepInput& in, RankState& r) {
-    PhaseClock& clock = *in.clock;
-    {
-      GS_NVTX_RANGE(kCompress);
-      PhaseTimer t(clock, Phase::kCompress);
-      if (plain_.empty()) {
-        onebit_compressed_allreduce(comm_, in.rank, r.m.data(), n_, r.worker_error, r.server_error, &r.norms);
-      } else {  // the compressed group's flat momentum (its tensors in table order), then back in place
-        thread_local std::vector<float> flat;
-        flat.clear();
-        for (const Bucket& b : compressed_) flat.insert(flat.end(), r.m.begin() + b.begin, r.m.begin() + b.end);
-        onebit_compressed_allreduce(comm_, in.rank, flat.data(), compressed_n_, r.worker_error, r.server_error,
-                                    &r.norms);
-        size_t o = 0;
-        for (const Bucket& b : compressed_) {
-          std::copy(flat.begin() + o, flat.begin() + o + (b.end - b.begin), r.m.begin() + b.begin);
-          o += b.end - b.begin;
-        }
-      }
+    if (plain_.empty())
+      return timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, r.m.data(), n_, padded_,
+                                               r.worker_error, r.server_error, &r.norms);
+    // The compressed group's flat momentum (its tensors in table order), then back in place.
+    thread_local std::vector<float> flat;
+    flat.clear();
+    for (const Bucket& b : compressed_) flat.insert(flat.end(), r.m.begin() + b.begin, r.m.begin() + b.end);
+    timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, flat.data(), compressed_n_, padded_,
+                                      r.worker_error, r.server_error, &r.norms);
+    size_t o = 0;
+    for (const Bucket& b : compressed_) {
+      std::copy(flat.begin() + o, flat.begin() + o + (b.end - b.begin), r.m.begin() + b.begin);
+      o += b.end - b.begin;
     }
-    CommStats st = comm_.take_stats(in.rank);
-    clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
-    // The all-gather of every packed sign stands in for DeepSpeed's all-to-all: the wire counts the real messages.
-    clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded_, ranks_)));
   }
 
   // exp_avg.mul_(exp_avg_mask) (OnebitAdam.step, after the compressed all-reduce) with the mask of

@@ -15,6 +15,8 @@
 
 namespace gs {
 
+class PhaseClock;
+
 // DeepSpeed OnebitAdam.__init__ / step (deepspeed/runtime/fp16/onebit/adam.py): the compressed buffer is the
 // tensor padded with zeros to a multiple of size * divider, divider = lcm(size, 8) ("corrected_tensor_size"); each
 // rank serves padded / size of it ("server_chunk_size").
@@ -56,6 +58,14 @@ struct OnebitNorms {
 // follow numpy.packbits' order (first value in the most significant bit), as cupy's packbits.
 void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t n, std::vector<float>& worker_error,
                                  std::vector<float>& server_error, OnebitNorms* norms = nullptr);
+
+// onebit_compressed_allreduce as one phase of a rank's step: timed as `compress` on `clock`, the time the rank waited
+// for the others moved to `wait`, and onebit_wire_bytes(padded, ranks) added to the step's bytes (the all-gather of
+// every packed sign stands in for DeepSpeed's all-to-all; the wire counts the real messages). The error buffers are
+// made zero at the first call (DeepSpeed: state['worker_error'] made when first missing): padded floats, padded / N.
+void timed_onebit_compressed_allreduce(Communicator& comm, PhaseClock& clock, int rank, int ranks, float* m, size_t n,
+                                       size_t padded, std::vector<float>& worker_error,
+                                       std::vector<float>& server_error, OnebitNorms* norms);
 
 // Bytes one rank sends in one compressed all-reduce of `padded` elements on N ranks, at DeepSpeed's message sizes:
 // the all-to-all of the packed signs ((N-1)/N x padded/8), the all-gather of the worker scales ((N-1) x 4), the

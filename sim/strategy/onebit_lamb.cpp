@@ -107,9 +107,7 @@ class OnebitLamb final : public SyncStrategy {
       case OnebitPhase::kInit:
         all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
         if (ranks_ > 1) {  // the zero momentum through the compressed all-reduce; the buffers are dropped after it
-          r.worker_error.assign(padded_, 0.0f);
-          r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
-          compressed(in, r);
+          compressed(in, r);  // makes the error buffers zero
           r.worker_error.clear();
           r.server_error.clear();
         }
@@ -201,11 +199,7 @@ class OnebitLamb final : public SyncStrategy {
       scale_momentum(r, false);
     }
     if (ranks_ > 1) {
-      if (r.worker_error.empty()) {  // made zero at step 2, first used now
-        r.worker_error.assign(padded_, 0.0f);
-        r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
-      }
-      compressed(in, r);
+      compressed(in, r);  // the error buffers made zero at the first compressed step
       r.steps.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
@@ -258,15 +252,8 @@ class OnebitLamb final : public SyncStrategy {
 
   // The momentum through the compressed all-reduce, timed; its wait moved out; DeepSpeed's message bytes counted.
   void compressed(const StepInput& in, RankState& r) {
-    PhaseClock& clock = *in.clock;
-    {
-      GS_NVTX_RANGE(kCompress);
-      PhaseTimer t(clock, Phase::kCompress);
-      onebit_compressed_allreduce(comm_, in.rank, r.m.data(), n_, r.worker_error, r.server_error, &r.norms);
-    }
-    CommStats st = comm_.take_stats(in.rank);
-    clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
-    clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded_, ranks_)));
+    timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, r.m.data(), n_, padded_, r.worker_error,
+                                      r.server_error, &r.norms);
   }
 
   Communicator& comm_;

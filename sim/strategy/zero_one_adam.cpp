@@ -159,9 +159,7 @@ class ZeroOneAdam final : public SyncStrategy {
   void init_step(const StepInput& in, RankState& r) {
     all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
     if (ranks_ > 1) {
-      r.worker_error.assign(padded_, 0.0f);
-      r.server_error.assign(padded_ / static_cast<size_t>(ranks_), 0.0f);
-      compressed(in, r, r.cb.data());
+      compressed(in, r, r.cb.data());  // makes the error buffers zero
       std::fill(r.worker_error.begin(), r.worker_error.end(), 0.0f);
       std::fill(r.server_error.begin(), r.server_error.end(), 0.0f);
     }
@@ -232,15 +230,8 @@ class ZeroOneAdam final : public SyncStrategy {
   // One compressed all-reduce of x[0, n) in place, timed, its wait moved out of the compress phase, DeepSpeed's
   // message bytes on the wire.
   void compressed(const StepInput& in, RankState& r, float* x) {
-    PhaseClock& clock = *in.clock;
-    {
-      GS_NVTX_RANGE(kCompress);
-      PhaseTimer t(clock, Phase::kCompress);
-      onebit_compressed_allreduce(comm_, in.rank, x, n_, r.worker_error, r.server_error, &r.norms);
-    }
-    CommStats st = comm_.take_stats(in.rank);
-    clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
-    clock.add_bytes(static_cast<uint64_t>(onebit_wire_bytes(padded_, ranks_)));
+    timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, x, n_, padded_, r.worker_error,
+                                      r.server_error, &r.norms);
   }
 
   Communicator& comm_;
