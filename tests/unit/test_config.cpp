@@ -16,6 +16,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/validate/validate.h"
+#include "sim/runtime/run_plan.h"
 
 namespace gs {
 namespace {
@@ -1012,3 +1013,19 @@ TEST(ConfigErrors, ReduceEveryMicrobatchIsRefusedWhereTheGradientIsNotShardedOrN
 
 }  // namespace
 }  // namespace gs
+
+// Under mpirun -np P, cluster.ranks must be a multiple of P; the count is in the singular for one rank.
+TEST(ConfigErrors, RanksNotSplittingOverProcessesAreCountedInTheSingularAndPlural) {
+  gs::RunConfig c;
+  c.cluster.ranks = 1;
+  auto one = gs::process_issues(c, 2);
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(one[0].path, "cluster.ranks");
+  EXPECT_EQ(one[0].message, "1 rank cannot be split evenly over 2 processes (mpirun -np 2): expected a multiple of 2");
+  c.cluster.ranks = 6;
+  auto six = gs::process_issues(c, 4);
+  ASSERT_FALSE(six.empty());
+  EXPECT_EQ(six[0].message, "6 ranks cannot be split evenly over 4 processes (mpirun -np 4): expected a multiple of 4");
+  c.cluster.ranks = 8;
+  for (const auto& i : gs::process_issues(c, 4)) EXPECT_NE(i.path, "cluster.ranks") << i.message;
+}
