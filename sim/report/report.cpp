@@ -652,12 +652,15 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
   for (const std::string& path : {report_path, journal_path}) {
     if (auto problem = not_a_regular_file(path)) throw ReportIoError(*problem);
   }
+  // Where a resume cannot continue the report: the ways on that work (a plain run into the folder is refused too).
+  const std::string ways_on = fmt::format("run with --overwrite instead of --resume (it moves that report aside into "
+                                          "{}/replaced-<date>-<time>/) or choose another --out", dir);
   auto check = [&](const json& sha, const json& sets, const json& sets_fp, const std::string& where,
                    const json& written) {
     if (auto why = fingerprint_mismatch(scenario, sha, sets, sets_fp, written))
       throw Error(where + ": " + *why +
                   (why->rfind("written with --set", 0) == 0 ? "; resume with the same overrides or choose another --out"
-                                                            : "\nrun without --resume or choose another --out"));
+                                                            : "\n" + ways_on));
   };
   std::vector<json> found;
   std::error_code exists_ec;
@@ -679,15 +682,13 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
       check(*sha, old["context"].value("overrides", json::array()), old["context"].value("overrides_sha256", json()),
             report_path, old["context"]);
     } else if (has_runs) {
-      throw Error(report_path + ": cannot tell which scenario wrote it (no context.scenario_sha256); run without "
-                  "--resume or choose another --out");
+      throw Error(report_path + ": cannot tell which scenario wrote it (no context.scenario_sha256); " + ways_on);
     }
     if (has_runs) {
       size_t i = 0;
       for (const auto& run : old["runs"]) {
         if (auto problem = resumed_run_problem(run))
-          throw Error(fmt::format("{}: $.runs[{}]{}; run without --resume or choose another --out", report_path, i,
-                                  *problem));
+          throw Error(fmt::format("{}: $.runs[{}]{}; {}", report_path, i, *problem, ways_on));
         found.push_back(run);
         ++i;
       }
@@ -704,8 +705,7 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
     for_each_journal_entry(text, journal_path, [&](const json& j, bool first) {
       if (first) {
         if (!j.is_object() || !j.contains("journal"))
-          throw Error(journal_path + ": cannot tell which scenario wrote it (no header line); run without "
-                      "--resume or choose another --out");
+          throw Error(journal_path + ": cannot tell which scenario wrote it (no header line); " + ways_on);
         check(j.value("scenario_sha256", json()), j.value("overrides", json::array()),
               j.value("overrides_sha256", json()), journal_path, json());
         journal_ok = true;

@@ -3,6 +3,8 @@
 
 #include <exception>
 
+#include "sim/core/count_text.h"
+
 #if defined(GRADSWEEP_HAVE_CUDA)
 #include "kernels/cuda_runtime.h"
 #endif
@@ -68,7 +70,7 @@ std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
     out.push_back({field, "\"" + value + "\" does not run across processes (" + np + "); supported: " + supported});
   };
   if (c.cluster.ranks % processes != 0)
-    out.push_back({"cluster.ranks", std::to_string(c.cluster.ranks) + " ranks cannot be split evenly over " +
+    out.push_back({"cluster.ranks", count_text(c.cluster.ranks, "rank") + " cannot be split evenly over " +
                                         std::to_string(processes) + " processes (" + np +
                                         "): expected a multiple of " + std::to_string(processes)});
   if (c.sync.kind == "parameter_server")

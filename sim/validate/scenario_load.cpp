@@ -253,6 +253,10 @@ ojson parse_document(const std::string& text, const std::string& file, std::vect
     json_line_col(text, problem->byte, line, col);
     throw ScenarioError(fmt::format("{}:{}:{}", file, line, col), {{"", problem->message}});
   }
+  // An empty file (or one of blanks only) is said to be empty, not a syntax error at 1:1.
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw ScenarioError(file, {{"", fmt::format("the file is empty ({}): expected a scenario, a JSON object {{...}} "
+                                                "(scenarios/README.md)", text.empty() ? "0 bytes" : "blanks only")}});
   ojson doc;
   // Duplicate keys: nlohmann keeps the last silently; a scenario with two "lr" is a mistake worth naming.
   std::vector<std::vector<std::string>> keys_seen;  // per open object

@@ -215,7 +215,8 @@ std::function<bool(const std::string&)> clean_unless(std::vector<std::string> ta
 // cluster.stragglers.factors in its object form, {"RANK": factor, ...} (RANK a rank index, negative from the end as
 // in Python: "-1" is the last rank), becomes the list of cluster.ranks factors, the unnamed ranks 1, so one scenario
 // can keep "the last rank is 1.5x slower" across a sweep of cluster.ranks. A key that is not an integer, out of
-// [-N, N), or naming a rank another key already names is an issue at its path; the values are judged as the list's.
+// [-N, N), naming a rank another key already names, or whose factor is not a number > 0 and < 1e6 (the list's range)
+// is an issue at its path, quoting what the file says (not the list it would become).
 void resolve_straggler_factors(RunConfig& c, std::vector<ConfigIssue>& issues) {
   json& f = c.cluster.stragglers.factors;
   if (!f.is_object()) return;
@@ -242,14 +243,20 @@ void resolve_straggler_factors(RunConfig& c, std::vector<ConfigIssue>& issues) {
     }
     const int64_t rank = r < 0 ? r + n : r;
     if (rank < 0 || rank >= n) {
-      issues.push_back({path, fmt::format("rank {} is outside this run's {} ranks (0 to {}, or -1 to -{} counting "
-                                          "from the last rank)", r, n, n - 1, n)});
+      issues.push_back({path, fmt::format("rank {} is outside this run's {} (0 to {}, or -1 to -{} counting "
+                                          "from the last rank)", r, count_text(n, "rank"), n - 1, n)});
       ok = false;
       continue;
     }
     if (!named[static_cast<size_t>(rank)].empty()) {
       issues.push_back({path, fmt::format("names rank {}, which key \"{}\" already names", rank,
                                           named[static_cast<size_t>(rank)])});
+      ok = false;
+      continue;
+    }
+    if (!value.is_number() || !(value.get<double>() > 0 && value.get<double>() < 1e6)) {  // NaN fails both
+      issues.push_back({path, fmt::format("expected a compute slowdown factor, a number > 0 and < 1e6, got {}",
+                                          bounded_dump(value))});
       ok = false;
       continue;
     }
@@ -619,10 +626,10 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     if (ok && f.is_array())
       for (const auto& x : f) ok = ok && x.is_number() && x.get<double>() > 0 && x.get<double>() < 1e6;
     if (!ok)
-      add("cluster.stragglers.factors", fmt::format("expected null, a list of {} numbers > 0 and < 1e6 (one per "
+      add("cluster.stragglers.factors", fmt::format("expected null, a list of {} > 0 and < 1e6 (one per "
                                                     "rank), or an object {{\"RANK\": factor}} naming some ranks "
                                                     "(the others 1; \"-1\" is the last rank), got {}",
-                                                    c.cluster.ranks, bounded_dump(f)));
+                                                    count_text(c.cluster.ranks, "number"), bounded_dump(f)));
     if (c.cluster.stragglers.inject && !on_cuda && c.cluster.backend != "host")  // host: the kind rule says it
       add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
                                        "\"auto\" where a GPU is usable and the cuda loop runs the configuration); "

@@ -40,6 +40,18 @@ def test_devices_folders_and_oversized_json_inputs_are_refused_by_name(tmp_path)
         assert f"{big}: larger than {64 * 1024 * 1024} bytes (64 MiB)" in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("text,what", [("", "0 bytes"), (" \n\t\r\n", "blanks only")])
+def test_an_empty_scenario_file_is_said_to_be_empty(tmp_path, text, what):
+    f = tmp_path / "empty.json"
+    f.write_text(text)
+    for args in (("validate", f), ("run", f, "--out", tmp_path / "out")):
+        p = run(*args)
+        assert p.returncode == 2, p.stderr
+        assert f"{f}: the file is empty ({what}): expected a scenario, a JSON object" in p.stderr, p.stderr
+        assert "syntax error" not in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_mistyped_field_does_not_hide_the_trace_size_limit(tmp_path):
     doc = {"name": "a12", "model": {"kind": "mlp", "layers": [784, 64, 10]}, "data": {"kind": "fashion_mnist"},
            "cluster": {"ranks": "two"}, "training": {"steps": 10}, "report": {"trace": True}}

@@ -59,6 +59,24 @@ def test_another_scenarios_report_is_refused_and_left_as_it_was(tmp_path):
                       '    training.steps: 4, now 3'], p.stderr
 
 
+def test_a_resume_of_another_scenarios_report_names_ways_on_that_work(tmp_path):
+    """--resume into another scenario's report is refused (exit 2, folder unchanged) with the ways on: a plain run
+    would be refused as well, so the refusal names --overwrite (and where it moves the report) or another --out; the
+    first of them then works."""
+    _, out = finished(tmp_path)
+    before = snapshot(out)
+    other = write(tmp_path, scenario(name="other", steps=3, axes={"cluster.ranks": [1]}), "other.json")
+    p = run("run", other, "--out", out, "--resume")
+    assert p.returncode == 2, p.stderr
+    assert "run without --resume" not in p.stderr, p.stderr
+    assert (f"run with --overwrite instead of --resume (it moves that report aside into "
+            f"{out}/replaced-<date>-<time>/) or choose another --out") in p.stderr, p.stderr
+    assert snapshot(out) == before
+    p = run("run", other, "--out", out, "--overwrite", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert len(list(out.glob("replaced-*/report.json"))) == 1
+
+
 def test_the_refusal_of_another_version_fits_80_columns_and_names_what_changed(tmp_path):
     """The same file edited since its report: named once, with the changed settings; every line of the refusal
     within an 80-column terminal."""

@@ -16,6 +16,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/validate/validate.h"
+#include "sim/runtime/run_plan.h"
 
 namespace gs {
 namespace {
@@ -468,9 +469,25 @@ TEST(ConfigErrors, StragglerFactorsByRankFollowARanksSweep) {
   auto twice = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"3": 1.5, "-1": 2}}}})");
   ASSERT_EQ(twice.size(), 1u) << dump_issues(twice);
   EXPECT_NE(twice[0].message.find("names rank 3"), std::string::npos) << dump_issues(twice);
-  // The values are judged as the list's: > 0 and < 1e6.
-  auto zero = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"1": 0}}}})");
-  EXPECT_TRUE(has_issue(zero, "cluster.stragglers.factors", "numbers > 0 and < 1e6")) << dump_issues(zero);
+  // The values are judged as the list's, > 0 and < 1e6, at the key that gives them, quoting the value as written
+  // (not the list it would become, "[1.0,1.0,1.0,0]"), in words that do not depend on the run's ranks (one issue for
+  // a sweep of cluster.ranks).
+  for (const auto& [value, quoted] : std::vector<std::pair<std::string, std::string>>{
+           {"0", "got 0"}, {"-1", "got -1"}, {"\"a\"", "got \"a\""}, {"1e9", "got 1000000000.0"},
+           {"1e6", "got 1000000.0"}, {"null", "got null"}, {"[2]", "got [2]"}}) {
+    auto bad = issues_of(head + R"("cluster": {"ranks": 4, "stragglers": {"factors": {"-1": )" + value + "}}}}");
+    ASSERT_EQ(bad.size(), 1u) << value << "\n" << dump_issues(bad);
+    EXPECT_EQ(bad[0].path, "cluster.stragglers.factors[\"-1\"]") << dump_issues(bad);
+    EXPECT_NE(bad[0].message.find("expected a compute slowdown factor, a number > 0 and < 1e6, " + quoted), std::string::npos)
+        << dump_issues(bad);
+    EXPECT_EQ(bad[0].message.find("[1.0"), std::string::npos) << dump_issues(bad);
+  }
+  // Counts of one in the singular: one rank is "1 rank", its list "1 number".
+  auto one = issues_of(head + R"("cluster": {"ranks": 1, "stragglers": {"factors": {"2": 1.5}}}})");
+  EXPECT_TRUE(has_issue(one, "cluster.stragglers.factors[\"2\"]", "outside this run's 1 rank (0 to 0")) << dump_issues(one);
+  auto one_list = issues_of(head + R"("cluster": {"ranks": 1, "stragglers": {"factors": [0]}}})");
+  EXPECT_TRUE(has_issue(one_list, "cluster.stragglers.factors", "a list of 1 number > 0 and < 1e6 (one per rank)"))
+      << dump_issues(one_list);
 }
 
 // A cross-field rule is judged on the runs when the sweep sets a field it reads: the base never runs on its own.
@@ -996,3 +1013,19 @@ TEST(ConfigErrors, ReduceEveryMicrobatchIsRefusedWhereTheGradientIsNotShardedOrN
 
 }  // namespace
 }  // namespace gs
+
+// Under mpirun -np P, cluster.ranks must be a multiple of P; the count is in the singular for one rank.
+TEST(ConfigErrors, RanksNotSplittingOverProcessesAreCountedInTheSingularAndPlural) {
+  gs::RunConfig c;
+  c.cluster.ranks = 1;
+  auto one = gs::process_issues(c, 2);
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(one[0].path, "cluster.ranks");
+  EXPECT_EQ(one[0].message, "1 rank cannot be split evenly over 2 processes (mpirun -np 2): expected a multiple of 2");
+  c.cluster.ranks = 6;
+  auto six = gs::process_issues(c, 4);
+  ASSERT_FALSE(six.empty());
+  EXPECT_EQ(six[0].message, "6 ranks cannot be split evenly over 4 processes (mpirun -np 4): expected a multiple of 4");
+  c.cluster.ranks = 8;
+  for (const auto& i : gs::process_issues(c, 4)) EXPECT_NE(i.path, "cluster.ranks") << i.message;
+}
