@@ -576,14 +576,21 @@ std::string gpu_memory_skip_reason(const RunConfig& c, const Model& model) {
     hint = "no data.batch_per_rank fits without checkpointing; " + with_checkpointing;
   } else {
     const double buffers = static_cast<double>(e.communication_bytes + e.compression_bytes + e.error_feedback_bytes);
+    const std::string shard =
+        c.sync.kind == "zero"
+            ? (c.sync.stage < 3 ? fmt::format("without sharding more of them than sync.stage {} does (sync.stage 3 "
+                                              "shards the most)",
+                                              c.sync.stage)
+                                : std::string("even at sync.stage 3 (every state sharded) without more ranks"))
+            : std::string("without sharding the states over the ranks (ZeRO / FSDP: sync.kind \"zero\", sync.stage "
+                          "3 shards the most)");
     hint = fmt::format("the model states (weights, master weights, gradients, optimizer state) take {} ({:.1f} GB, "
-                       "{:.1f} bytes per parameter){}: no micro-batch fits beside them without sharding the states "
-                       "over the ranks (ZeRO / FSDP: sync.kind \"zero\", sync.stage 3 shards the most), a smaller "
-                       "precision.mode or another optimizer",
+                       "{:.1f} bytes per parameter){}: no micro-batch fits beside them {}, a smaller precision.mode or "
+                       "another optimizer",
                        size_1dp(static_cast<double>(e.model_states_bytes())),
                        static_cast<double>(e.model_states_bytes()) / 1e9,
                        n > 0 ? static_cast<double>(e.model_states_bytes()) / n : 0.0,
-                       buffers > 0 ? " and the buffers " + size_1dp(buffers) : std::string());
+                       buffers > 0 ? " and the buffers " + size_1dp(buffers) : std::string(), shard);
   }
   if (const std::string zero = zero_stage_hint(c, model); !zero.empty()) hint += "; " + zero;
   // The built-in profiles whose GPU holds it as configured.

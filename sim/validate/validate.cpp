@@ -86,7 +86,8 @@ void trace_size_issues(const RunConfig& c, const Model& model, const std::functi
 }
 
 // training.optimizer.uncompressed_tensors (1-bit Adam's non-freeze group, already a list of distinct strings): every
-// name a tensor of the model's table (its name or its file name), and not all of them (nothing would be compressed).
+// name a tensor of the model's table (its name or its file name), each tensor once, and not all of them (nothing
+// would be compressed).
 void uncompressed_tensor_issues(const RunConfig& c, const Model& model, std::vector<ConfigIssue>& issues) {
   const json& names = c.training.optimizer.uncompressed_tensors;
   if (!names.is_array() || names.empty()) return;
@@ -95,11 +96,20 @@ void uncompressed_tensor_issues(const RunConfig& c, const Model& model, std::vec
   std::string known;
   for (const TensorInfo& t : model.tensors())
     known += (known.empty() ? "" : ", ") + t.name + (t.file_name() == t.name ? "" : " (" + t.file_name() + ")");
+  std::vector<size_t> first_entry(model.tensors().size(), 0);
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string name = names[i].get<std::string>();
     bool found = false;
-    for (size_t t = 0; t < model.tensors().size(); ++t)
-      if (model.tensors()[t].name == name || model.tensors()[t].file_name() == name) found = named[t] = true;
+    for (size_t t = 0; t < model.tensors().size(); ++t) {
+      if (model.tensors()[t].name != name && model.tensors()[t].file_name() != name) continue;
+      found = true;
+      if (named[t])  // its name and its file name are two strings for one tensor
+        issues.push_back({fmt::format("{}[{}]", path, i),
+                          fmt::format("\"{}\" is tensor {}, which entry [{}] already names: name each tensor once",
+                                      name, model.tensors()[t].name, first_entry[t])});
+      named[t] = true;
+      first_entry[t] = i;
+    }
     if (!found)
       issues.push_back({fmt::format("{}[{}]", path, i), fmt::format("model.kind \"{}\" has no tensor \"{}\"; its "
                                                                     "tensors: {}", c.model.kind, name, known)});

@@ -112,6 +112,9 @@ TEST(GpuMemory, SkipMessageNamesTheSmallestZeroStageThatFits) {
   c.sync.stage = 1;
   m = gpu_memory_skip_reason(c, *make_model(c));
   EXPECT_NE(m.find("above this run's stage) the smallest sync.stage that fits is 2"), std::string::npos) << m;
+  // It already shards: the message asks for more sharding than its stage, not for ZeRO.
+  EXPECT_NE(m.find("without sharding more of them than sync.stage 1 does"), std::string::npos) << m;
+  EXPECT_EQ(m.find("without sharding the states over the ranks"), std::string::npos) << m;
   // On 2 ranks even stage 3 does not fit: 18 bytes x ceil(n / 2) of states and the activations alone exceed 72 GiB.
   c.sync.kind = "allreduce";
   c.cluster.ranks = 2;

@@ -334,6 +334,18 @@ TEST(OnebitLamb, OneBitAdamsNonFreezeGroupNamesTensorsOfTheModel) {
                   "names every tensor of the model"));
   EXPECT_TRUE(has(issues_of({{"kind", "onebit_adam"}, {"uncompressed_tensors", {"w1", "w1"}}}, split), p + "[1]",
                   "a second time"));
+  // A tensor's name and its file name (the PyTorch state_dict key) are two strings for one tensor: named once.
+  const std::string mlp = R"({"name": "t", "model": {"kind": "mlp", "layers": [4, 3, 2]},
+    "data": {"kind": "teacher", "teacher": {"in_dim": 4, "out_dim": 2}}, "cluster": {"ranks": 2},
+    "training": {"steps": 3, "optimizer": {"kind": "onebit_adam", "uncompressed_tensors": )";
+  std::vector<ConfigIssue> twice;
+  try {
+    parse_scenario(mlp + R"(["layer0.weight", "0.weight"]}}})", "bad.json", {});
+  } catch (const ScenarioError& e) {
+    twice = e.issues();
+  }
+  EXPECT_TRUE(has(twice, p + "[1]", "\"0.weight\" is tensor layer0.weight, which entry [0] already names"));
+  EXPECT_NO_THROW(parse_scenario(mlp + R"(["layer0.weight", "2.weight"]}}})", "good.json", {}));
   EXPECT_TRUE(has(issues_of({{"kind", "onebit_adam"}, {"uncompressed_tensors", "w1"}}, split), p,
                   "expected null or a list of tensor names"));
   EXPECT_TRUE(has(issues_of({{"kind", "onebit_adam"}, {"uncompressed_tensors", {3}}}, split), p + "[0]",
