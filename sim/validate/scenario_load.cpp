@@ -786,8 +786,14 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
     base_issues = base_issues_every_run_has(base, s.axes, std::move(base_issues), scenario_folder(s.path));
   std::set<std::string> base_keys;  // the base's problems, reported once (runs that share them do not repeat them)
   for (const auto& i : base_issues) {
-    issues.push_back(i);
     base_keys.insert(message_of(i));
+    issues.push_back(i);
+    // A value that came from the command line, not the file, says so (the file is named at the head of the list).
+    for (const std::string& o : overridden)
+      if (i.path == o || i.path.rfind(o + ".", 0) == 0 || i.path.rfind(o + "[", 0) == 0) {
+        issues.back().message += " (the value of --set " + o + ", not of the file)";
+        break;
+      }
   }
   // A bad base does not stop here: the runs' own problems (a swept value against the base) join the same list.
   if (!base_issues.empty() && !base.is_object()) throw ScenarioError(file, issues);

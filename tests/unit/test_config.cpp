@@ -140,6 +140,12 @@ TEST(ConfigErrors, SweepProblems) {
 TEST(ConfigErrors, OverridesAreCheckedLikeTheFile) {
   auto is = issues_of(kGood, {"training.optimizer.lr=-2", "training.stepz=3", "nonsense", "training.steps=1e400"});
   EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "> 0")) << dump_issues(is);
+  // QA: the file is named at the head of the list, so a bad value given on the command line says where it came from.
+  EXPECT_TRUE(has_issue(is, "training.optimizer.lr", "(the value of --set training.optimizer.lr, not of the file)"))
+      << dump_issues(is);
+  auto file_only = issues_of(R"({"name": "t", "training": {"steps": 2, "optimizer": {"lr": -2}}})");
+  EXPECT_TRUE(has_issue(file_only, "training.optimizer.lr", "> 0")) << dump_issues(file_only);
+  EXPECT_FALSE(has_issue(file_only, "training.optimizer.lr", "--set")) << dump_issues(file_only);
   EXPECT_TRUE(has_issue(is, "--set training.steps", "a double can hold, got 1e400")) << dump_issues(is);
   EXPECT_TRUE(has_issue(is, "--set training.stepz", "did you mean \"training.steps\"")) << dump_issues(is);
   EXPECT_TRUE(has_issue(is, "--set nonsense", "dotted.path=value")) << dump_issues(is);
