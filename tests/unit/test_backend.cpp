@@ -142,7 +142,8 @@ TEST(Backend, DetectOnHostIsRefusedNamingTheField) {
   } catch (const ScenarioError& e) {
     ASSERT_EQ(e.issues().size(), 1u);
     EXPECT_EQ(e.issues()[0].path, "cluster.stragglers.inject");
-    EXPECT_EQ(e.issues()[0].message, "only applies when cluster.backend is \"cuda\" or \"auto\" (it is \"host\")");
+    EXPECT_EQ(e.issues()[0].message, "only applies when cluster.backend is \"cuda\" or \"auto\" (it is \"host\") (the "
+                                     "value of --set cluster.stragglers.inject, not of the file)");
   }
 }
 
@@ -185,7 +186,7 @@ TEST(Backend, TimingOnlyOnCudaStillNeedsAUsableGpu) {
   } catch (const ScenarioError& e) {
     ASSERT_EQ(e.issues().size(), 1u) << e.what();
     EXPECT_EQ(e.issues()[0].path, "cluster.backend");
-    EXPECT_EQ(e.issues()[0].message, *backend_issue("cuda"));
+    EXPECT_EQ(e.issues()[0].message, *backend_issue("cuda") + " (the value of --set cluster.backend, not of the file)");
   }
 }
 
