@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The device check (docs/device.md): on the lent GPU machine (CUDA, CMake, ninja, PyTorch; no apt, no internet) build
 # gradsweep Release for sm_90 against the carried Debian -dev packages, run the GPU tests one gtest suite at a time,
-# the backend and NVTX tests, a short scenario on host/auto and on cuda and the GPU microbenchmarks, and leave at most
-# 6 files under $OUT: summary.txt, machine.txt, log.txt, report.json, report_cuda.json and logs.tar.gz. A new step is
-# one `step NAME TIMEOUT_S command...` line below; a new GPU test suite one `suite` line.
+# the backend and NVTX tests, short scenarios on host/auto and on cuda, a measurement on cuda and the GPU
+# microbenchmarks, and leave at most 7 files under $OUT: summary.txt, machine.txt, log.txt, report.json,
+# report_cuda.json, report_measure.json and logs.tar.gz. A new step is one `step NAME TIMEOUT_S command...` line below;
+# a new GPU test suite one `suite` line.
 #
 #   tools/device_check.sh --fetch-debs   here (Debian, apt): download the .deb files into device_debs/ (gitignored;
 #                                        ~20 MiB, carried to the device with carry ["device_debs"])
@@ -16,8 +17,9 @@
 # JUnit XML of every suite and of ctest, ctest's LastTest.log, ldd listings) is written at the end, also after a
 # failure or the deadline.
 #
-# Exit status 0 when no step failed. The whole check has one deadline (280 s on the device, so a run fits under 5
-# minutes with the machine's start and a second try fits the 15-minute device budget); each step gets its own limit or
+# Exit status 0 when no step failed. The whole check has one deadline (380 s on the device; the first device run,
+# 2026-12-04, took 55 s to build and about 110 s for the rest, so it ends well before that, and with the machine's
+# start, ~30 s, a second try fits the 15-minute device budget); each step gets its own limit or
 # what is left of the deadline, whichever is less, and a step with under 5 s left is not started (it fails as
 # "no time left"). Inside a step every timeout (ctest's, a suite's `timeout`) is below the step's limit, so the inner
 # one fires first and its output says which test was running. A failing step never stops the check: the next one runs.
@@ -52,7 +54,7 @@ if [[ $mode == rehearse ]]; then
 else
   out=${OUT:-$root/device_out}
   build_limit_s=170
-  deadline_s=${GRADSWEEP_DEVICE_DEADLINE_S:-280}
+  deadline_s=${GRADSWEEP_DEVICE_DEADLINE_S:-380}
 fi
 jobs=$(nproc)
 mkdir -p "$out"
@@ -246,6 +248,11 @@ gpu = re.findall(r'set_tests_properties\(\[=\[(.+?)\]=\] PROPERTIES .*?LABELS "g
 print("\n".join(sorted({os.path.basename(exe[t]) for t in gpu if t in exe})))
 PY
 )
+# CMake 4 writes CTestTestfile.cmake differently (on the device, 2026-12-04, the parse above found nothing and the GPU
+# suites were "not built"): the build's own targets named gradsweep_gpu* are GPU test binaries too.
+mapfile -t -O "${#gpu_test_targets[@]}" gpu_test_targets < <(ninja -C "$build" -t targets all 2>/dev/null |
+  grep -oE '^gradsweep_gpu[a-z0-9_]*' | sort -u)
+mapfile -t gpu_test_targets < <(printf '%s\n' "${gpu_test_targets[@]}" | grep . | sort -u)
 mapfile -t gpu_benches < <(ninja -C "$build" -t targets all 2>/dev/null | grep -oE '^bench_gpu[a-z0-9_]*' | sort -u)
 first_targets=(gradsweep)
 for t in "${gpu_test_targets[@]}"; do [[ -n "$t" ]] && first_targets+=("$t"); done
@@ -368,8 +375,45 @@ sys.exit(0 if ok else 1)
 PY
 }
 step cuda_scenario 45 cuda_scenario
+# A GEMM-bound MLP on one GPU in fp32, tf32 and bf16_mixed (tests/data/device_mlp.json): measured step and phase
+# medians against the modeled clock of the detected GPU, one line per run into the summary; the report comes back as
+# report_measure.json (device only; refused in the rehearsal, exit 2).
+cuda_measure() {
+  timeout -k 5 "$(inner_limit)" "$build/gradsweep" run "$root/tests/data/device_mlp.json" --out "$work/runs/measure" \
+    --quiet --set cluster.backend=cuda --set cluster.hardware=detect
+  local rc=$?
+  echo "run of device_mlp with cluster.backend=cuda: exit $rc"
+  if [[ $mode == rehearse ]]; then
+    [[ $rc -eq 2 ]]
+    return
+  fi
+  [[ -f "$work/runs/measure/report.json" ]] && cp "$work/runs/measure/report.json" "$out/report_measure.json"
+  [[ $rc -eq 0 ]] || return 1
+  python3 - "$out/report_measure.json" "$root/tools" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import report_lib  # the one report loader (bad files: ReportError naming the file)
+r = report_lib.load_report(sys.argv[1], validate=False)
+ok = True
+for run in r["runs"]:
+    t = run.get("timing") or {}
+    p50 = lambda clock, phase=None: (((t.get(clock) or {}).get("phases", {}).get(phase) if phase else
+                                      (t.get(clock) or {}).get("step")) or {}).get("all", {}).get("p50_ms")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"
+    phases = " ".join(f"{ph} {fmt(p50('measured', ph))}/{fmt(p50('modeled', ph))}"
+                      for ph in ("forward", "backward", "optimizer", "communicate"))
+    err = (t.get("model_error") or {}).get("step")
+    print(f"MEASURE {run['id']} {run['disposition']} {run.get('cuda_path')} step p50 ms measured/modeled "
+          f"{fmt(p50('measured'))}/{fmt(p50('modeled'))} (model_error {fmt(err)}); {phases}; eval_accuracy "
+          f"{run['convergence']['final']['eval_accuracy']}")
+    ok = ok and run["disposition"] == "passed" and run.get("backend") == "cuda"
+sys.exit(0 if ok else 1)
+PY
+}
+step cuda_measure 60 cuda_measure
+grep -h "^MEASURE" "$logs/cuda_measure.log" 2>/dev/null | sed 's/^MEASURE /      /' | tee -a "$summary"
 # The 2^24+3-element kernel sizes: last of the GPU tests (the longest; index and grid arithmetic past 2^24).
-suite kernels_large 60 'GpuKernels.*' large
+suite kernels_large 150 'GpuKernels.*' large
 
 # ---- the rest of the build, then the GPU microbenchmarks (Google Benchmark targets named bench_gpu*) ------------------
 if [[ ${#gpu_benches[@]} -eq 0 || -z "${gpu_benches[0]}" ]]; then
@@ -377,7 +421,7 @@ if [[ ${#gpu_benches[@]} -eq 0 || -z "${gpu_benches[0]}" ]]; then
 else
   build_benches() { ninja -C "$build" -k 0 -j "$jobs" "${gpu_benches[@]}"; }
   bench_run() {
-    timeout -k 5 "$(inner_limit)" "$build/$1" --benchmark_min_time=0.05s --benchmark_out="$logs/$1.json" \
+    timeout -k 5 "$(inner_limit)" "$build/$1" --benchmark_min_time=0.05 --benchmark_out="$logs/$1.json" \
       --benchmark_out_format=json
   }
   step build_benchmarks 60 build_benches

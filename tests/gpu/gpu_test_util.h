@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda_runtime.h"
@@ -128,10 +129,17 @@ inline uint32_t bits_of(float x) {
 }
 
 // First index where two arrays differ bitwise (a.size() when equal), for short failure messages on 2^24 elements.
+// Floating-point NaNs compare equal to each other whatever their sign and payload: IEEE 754 leaves the NaN an operation
+// produces to the implementation, and the two sides differ (seen on an H200, 2026-12-04: x86's SSE gives NaN - y the
+// first operand's NaN and an invalid operation the "default NaN" 0xFFC00000, CUDA's float arithmetic its canonical
+// 0x7FFFFFFF), so "bit for bit" means every non-NaN bit pattern equal and NaN exactly where the other side has NaN.
 template <class T>
 size_t first_bit_difference(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return 0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    }
     if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
   }
   return a.size();
