@@ -108,6 +108,9 @@ void visit_fields(V& v, RunConfig& c) {
   v(d.eval, F("data.eval", "{data.kind}: evaluation set {\"x\", \"y\"} (null: every training sample)"));
   v(d.prefetch, F("data.prefetch", "loader thread's queue bound in micro-batches (0: no loader thread, each rank reads "
                                    "its own micro-batches)").at_least(0).at_most(1 << 16));
+  v(d.loader_threads, F("data.loader_threads", "threads that read each micro-batch's samples in parallel (1: the "
+                                               "loader alone; more keep a fast GPU fed from a generated or decoded "
+                                               "set; not with a node cache)").at_least(1).at_most(64));
   v(d.storage, F("data.storage", "storage profile of the modeled clock: local_nvme, nfs, object_store "
                                  "(scenarios/hardware/storage/) or {\"bandwidth_GBps\", \"latency_us\", "
                                  "\"concurrency\"}"));

@@ -131,6 +131,7 @@ struct DataConfig {
   json ranks;  // inline: [[micro-batch, ...] per rank], micro-batch = {"x": [[...], ...], "y": [[...], ...]}
   json eval;   // inline: {"x": ..., "y": ...} evaluation set (null = every training sample)
   int64_t prefetch = 2;                // loader queue bound in micro-batches (0: the rank reads its own data)
+  int64_t loader_threads = 1;          // threads reading one micro-batch's samples (1: the loader alone; loader.h)
   json storage = "local_nvme";         // storage profile name (scenarios/hardware/storage/) or {bandwidth_GBps, ...}
   CacheConfig cache;
 };

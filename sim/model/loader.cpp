@@ -2,12 +2,46 @@
 #include "sim/model/loader.h"
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "sim/core/error.h"
 #include "sim/model/data_cache.h"
 
 namespace gs {
+
+void read_samples(const Dataset& data, const std::vector<int64_t>& indices, int64_t threads, Batch& out) {
+  const auto rows = static_cast<int64_t>(indices.size());
+  // At least kMinRowsPerThread rows a thread: below that a thread's start (tens of microseconds) costs more than
+  // the rows it would read.
+  constexpr int64_t kMinRowsPerThread = 16;
+  const int64_t parts = std::max<int64_t>(1, std::min(threads, rows / kMinRowsPerThread));
+  auto read_range = [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) data.read_sample(indices[static_cast<size_t>(s)], out, s);
+  };
+  if (parts == 1) {
+    read_range(0, rows);
+    return;
+  }
+  // Contiguous ranges of rows, part p = [p rows / parts, (p + 1) rows / parts); the calling thread reads the last.
+  std::vector<std::thread> helpers;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
+  helpers.reserve(static_cast<size_t>(parts - 1));
+  auto part = [&](int64_t p) {
+    try {
+      read_range(p * rows / parts, (p + 1) * rows / parts);
+    } catch (...) {
+      errors[static_cast<size_t>(p)] = std::current_exception();
+    }
+  };
+  for (int64_t p = 0; p + 1 < parts; ++p) helpers.emplace_back(part, p);
+  part(parts - 1);
+  for (std::thread& t : helpers) t.join();
+  for (const std::exception_ptr& e : errors)  // the first part's error, as a serial read would have met it first
+    if (e) std::rethrow_exception(e);
+}
 
 void load_micro_batch(const Dataset& data, const RunConfig& config, DataCache* cache, int64_t step, int64_t micro,
                       int rank, Batch& out, DataCounts& counts) {
@@ -25,7 +59,7 @@ void load_micro_batch(const Dataset& data, const RunConfig& config, DataCache* c
     cache->fill(data, idx, step, micro, rank, out, counts);
     return;
   }
-  for (size_t s = 0; s < idx.size(); ++s) data.read_sample(idx[s], out, static_cast<int64_t>(s));
+  read_samples(data, idx, config.data.loader_threads, out);
   counts.storage_samples = counts.samples;
   counts.storage_bytes = static_cast<double>(counts.samples * data.stored_sample_bytes());
 }

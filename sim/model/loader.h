@@ -41,8 +41,15 @@ struct DataCounts {
   }
 };
 
+// Reads samples indices[s] of an indexable dataset into rows s of out (already shaped by data.shape_batch) with
+// `threads` threads (>= 1; the calling thread is one of them): contiguous ranges of rows, at least 16 rows a thread,
+// so a small micro-batch is read by fewer threads. Each row is written by data.read_sample alone, so out is bitwise
+// the serial read's whatever the thread count. The first range's exception, if any, is rethrown after all joined.
+void read_samples(const Dataset& data, const std::vector<int64_t>& indices, int64_t threads, Batch& out);
+
 // Reads micro-batch `micro` of `rank` at `step` into out the way the loader does (through `cache` when not null),
-// counting into counts. Indexable datasets read sample by sample (read_sample); the others through micro_batch.
+// counting into counts. Indexable datasets read sample by sample (read_sample; data.loader_threads threads through
+// read_samples when there is no node cache); the others through micro_batch.
 // Thread-safe. The batch is bitwise the one data.micro_batch(step, micro, rank) gives, whatever the cache does.
 void load_micro_batch(const Dataset& data, const RunConfig& config, DataCache* cache, int64_t step, int64_t micro,
                       int rank, Batch& out, DataCounts& counts);

@@ -581,6 +581,12 @@ void storage_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                              "together; sync.kind \"parameter_server\" ranks run free: use \"none\"");
   if (d.cache.capacity_fraction > 0 && d.cache.capacity_bytes > 0)
     add("data.cache.capacity_bytes", "give the capacity once: capacity_bytes or capacity_fraction, not both");
+  if (d.loader_threads > 1 && d.kind != "fashion_mnist" && d.kind != "teacher")
+    add("data.loader_threads", "parallel reads need an indexed training set (data.kind fashion_mnist or teacher), "
+                               "got \"" + d.kind + "\": use 1");
+  else if (d.loader_threads > 1 && d.cache.policy != "none")
+    add("data.loader_threads", "the node cache \"" + d.cache.policy + "\" reads each micro-batch in its own order "
+                               "on one thread: use 1, or data.cache.policy \"none\"");
 }
 
 // The machine and build decide (like data paths): "cuda" needs a usable GPU and the cuda rank loop; the hardware

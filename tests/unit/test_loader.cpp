@@ -535,5 +535,73 @@ TEST(DataLoader, AFailingLoaderFailsTheRunWithFileAndOffsetAndNoRankHangs) {
   }
 }
 
+// data.loader_threads: a micro-batch read by several threads is bitwise the dataset's own micro_batch (the reference:
+// Dataset::micro_batch, which generates the rows in order on one thread), for thread counts below, at and above the
+// 16-rows-a-thread floor, with and without the loader thread.
+TEST(DataLoader, ParallelReadsAreTheDatasetsBatchesBitForBit) {
+  RunConfig c = teacher_config(2, 2, 100, 1000);  // 100 rows a micro-batch: at most 6 threads of >= 16 rows
+  const auto data = make_dataset(c);
+  const int64_t steps = 12;  // 2.4 epochs (G = 400 over 1000 samples)
+  std::vector<std::vector<uint64_t>> want(2);
+  for (int r = 0; r < 2; ++r)
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t k = 0; k < 2; ++k) {
+        Batch b;
+        data->micro_batch(s, k, r, b);
+        want[static_cast<size_t>(r)].push_back(fnv(b));
+      }
+  for (int64_t threads : {2, 3, 6, 7, 64}) {
+    for (int64_t prefetch : {0, 2}) {
+      c.data.loader_threads = threads;
+      LoaderRun got = run_loaders(*data, c, steps, prefetch, false, 2);
+      EXPECT_EQ(got.hashes, want) << "loader_threads " << threads << " prefetch " << prefetch;
+      for (const auto& per_step : got.counts)
+        for (const DataCounts& dc : per_step) EXPECT_EQ(dc.storage_samples, 200);
+    }
+  }
+}
+
+// A sample that fails to read fails the micro-batch whichever thread read it, with its own message; a failure in an
+// earlier range is the one reported when two ranges fail (as a serial read meets it first).
+TEST(DataLoader, AFailingParallelReadRethrowsTheFirstRangesError) {
+  RunConfig c = teacher_config(1, 1, 64, 64);  // one micro-batch holds the whole (shuffled) set
+  const std::vector<int64_t> order = micro_batch_indices(c, 64, 0, 0, 0);
+  ASSERT_EQ(order.size(), 64u);
+  for (size_t row : {size_t{0}, size_t{40}, size_t{63}}) {
+    FailingDataset failing(make_dataset(c), order[row]);
+    Batch b;
+    failing.shape_batch(b, 64, 0);
+    try {
+      read_samples(failing, order, 4, b);  // 4 ranges of 16 rows
+      ADD_FAILURE() << "row " << row << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("/data/shard-3.idx: byte offset 4096: truncated"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// The two settings it does not combine with are refused at validation, naming data.loader_threads.
+TEST(DataLoader, LoaderThreadsWithANodeCacheOrInlineDataAreRefused) {
+  RunConfig c = teacher_config(2, 1, 8, 512);
+  c.data.loader_threads = 4;
+  auto messages = [](const RunConfig& cfg) {
+    std::vector<ConfigIssue> issues;
+    validate_config(cfg, issues, false);
+    std::vector<std::string> out;
+    for (const ConfigIssue& i : issues)
+      if (i.path == "data.loader_threads") out.push_back(i.message);
+    return out;
+  };
+  EXPECT_TRUE(messages(c).empty());
+  c.data.cache.policy = "lru";
+  EXPECT_EQ(messages(c), std::vector<std::string>{"the node cache \"lru\" reads each micro-batch in its own order on "
+                                                  "one thread: use 1, or data.cache.policy \"none\""});
+  c.data.cache.policy = "none";
+  c.data.kind = "inline";
+  EXPECT_EQ(messages(c), std::vector<std::string>{"parallel reads need an indexed training set (data.kind "
+                                                  "fashion_mnist or teacher), got \"inline\": use 1"});
+}
+
 }  // namespace
 }  // namespace gs
