@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -62,12 +63,67 @@ std::string fmt_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
-// The run id cut in its middle to at most `max` characters ("abc...xyz"; the whole id when it fits).
+// The text cut in its middle to at most `max` characters ("abc...xyz"; the whole text when it fits).
 std::string middle_cut(const std::string& id, size_t max) {
   if (id.size() <= max) return id;
   if (max < 5) return id.substr(0, max);
   const size_t keep = max - 3, head = (keep + 1) / 2, tail = keep - head;
   return id.substr(0, head) + "..." + id.substr(id.size() - tail);
+}
+
+// A run id "NAME.k1=v1.k2=v2.rR" (sim/config/scenario.h) in its parts: NAME, each "key=value" and "rR". A part
+// starts after a '.' that is followed by a key ([A-Za-z_][A-Za-z0-9_]*) and '=', or by the repeat "r<digits>" at
+// the end, so the dots inside values (0.001, 1e-3.5) stay in their value.
+std::vector<std::string> run_id_parts(const std::string& id) {
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  auto starts_part = [&](size_t j) {
+    if (j >= id.size()) return false;
+    if (id[j] == 'r' && j + 1 < id.size() &&
+        id.find_first_not_of("0123456789", j + 1) == std::string::npos)
+      return true;  // the repeat
+    if (!(std::isalpha(static_cast<unsigned char>(id[j])) != 0 || id[j] == '_')) return false;
+    size_t k = j;
+    while (k < id.size() && word(id[k])) ++k;
+    return k < id.size() && id[k] == '=';
+  };
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (id[i] == '.' && starts_part(i + 1)) {
+      parts.push_back(id.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  parts.push_back(id.substr(start));
+  return parts;
+}
+
+// A run id fitted to at most `max` characters, keeping what tells the runs of a sweep apart: the whole id when it
+// fits; else without its NAME (the sweep's own name, the same in every run and printed in the sweep's header); else
+// also without its "key=null" parts (an axis value that leaves the field at its default: the key's absence says as
+// much); the last of these cut in its middle ("abc...xyz"). So at 80 columns "onebit_adam.hardware=h100-pcie-8.
+// kind=onebit_adam.lr=0.001.freeze_step=20.var_freeze_step=null.local_step_scaler=null.r0" keeps its
+// freeze_step=20, which the plain middle cut hid.
+std::string fit_run_id(const std::string& id, size_t max) {
+  if (id.size() <= max) return id;
+  std::vector<std::string> parts = run_id_parts(id);
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& s : v) out += (out.empty() ? "" : ".") + s;
+    return out;
+  };
+  if (parts.size() > 1 && parts.front().find('=') == std::string::npos) parts.erase(parts.begin());
+  std::string shorter = join(parts);
+  if (shorter.size() <= max) return shorter;
+  std::vector<std::string> set;
+  for (const std::string& s : parts) {
+    const std::string null_value = "=null";
+    const bool is_null = s.size() > null_value.size() && s.compare(s.size() - null_value.size(), null_value.size(),
+                                                                   null_value) == 0;
+    if (!is_null) set.push_back(s);
+  }
+  if (!set.empty()) shorter = join(set);
+  return middle_cut(shorter, max);
 }
 
 // " modeled step 12.3 ms, 4.56e+05 samples/s" of a run's report entry (what it has of the two; "" without either).
@@ -240,7 +296,7 @@ std::string fit_progress_line(const ProgressLine& p, size_t width) {
     if (!with_id) return f.fixed;
     const size_t room = max - fixed > loss_room ? max - fixed - loss_room : 0;
     if (room < std::min(f.min_id, p.id.size())) continue;
-    return fmt::format(fmt::runtime(f.fixed), middle_cut(p.id, room));
+    return fmt::format(fmt::runtime(f.fixed), fit_run_id(p.id, room));
   }
   const std::string last = forms[2].fixed;
   return last.substr(0, max);
@@ -528,12 +584,12 @@ std::string finished_run_text(const std::string& count, const std::string& id, c
   const size_t indent = std::min(count.size() + 1, max / 2), room = max > fixed ? max - fixed : 0;
   std::string text;
   if (room >= std::min<size_t>(8, id.size())) {
-    std::string head = count + " " + middle_cut(id, room) + tail;
+    std::string head = count + " " + fit_run_id(id, room) + tail;
     std::replace(head.begin(), head.end(), ' ', kNoBreak);
     text = wrap_to(head + metrics, columns, indent);
   } else {  // "[i/N] ID" alone, then the outcome and the metrics under the id
     const std::string pad(indent, ' ');
-    text = count + " " + middle_cut(id, max > count.size() + 1 ? max - count.size() - 1 : 1) + "\n" + pad;
+    text = count + " " + fit_run_id(id, max > count.size() + 1 ? max - count.size() - 1 : 1) + "\n" + pad;
     for (char c : wrap_to(whole_if_fits(tail.substr(1), max - indent) + metrics, columns - indent, 0))
       text += c == '\n' ? "\n" + pad : std::string(1, c);
   }

@@ -25,6 +25,32 @@ needs_fashion_mnist = pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/
                                          reason="Fashion-MNIST (dataset-fashion-mnist) is not installed")
 
 
+def id_forms(run_id):
+    """The forms a run id is shown in where it does not fit, longest first, from the documented rule (driver.h,
+    fit_progress_line): the id; without the sweep's name (its first part, before the first "key=" part); also without
+    its "key=null" parts. The last form is the one cut in its middle. The parts: split at a '.' followed by a key and
+    '=' or by the repeat "r<digits>" at the end."""
+    parts = re.split(r"\.(?=[A-Za-z_]\w*=|r\d+$)", run_id)
+    forms = [run_id]
+    if len(parts) > 1 and "=" not in parts[0]:
+        parts = parts[1:]
+        forms.append(".".join(parts))
+    kept = [p for p in parts if not (p.endswith("=null") and len(p) > len("=null"))]
+    if kept and kept != parts:
+        forms.append(".".join(kept))
+    return forms
+
+
+def is_shown_form(shown, run_id):
+    """shown is one of run_id's forms whole, or the last form's head and tail around "..." (the id's own dots may
+    touch the cut's)."""
+    forms = id_forms(run_id)
+    if shown in forms:
+        return True
+    cuts = [(shown[:n], shown[n + 3:]) for n in range(len(shown)) if shown.startswith("...", n)]
+    return any(forms[-1].startswith(h) and forms[-1].endswith(t) and len(h) + len(t) < len(forms[-1]) for h, t in cuts)
+
+
 def lines_of(output):
     """The lines a terminal shows at the end: each frame between erasures and newlines (test_progress.frames)."""
     return [text for text, _ in frames(output)]
@@ -101,8 +127,8 @@ def test_a_pipe_without_COLUMNS_gets_one_line_per_run_with_plain_spaces(tmp_path
 
 
 def test_long_ids_and_a_skip_reason_fit_80_columns(tmp_path):
-    """A run id longer than the line is cut in its middle, as on the live line; a skip's reason (long) follows
-    "skipped:" on the lines below the run's line, indented under the id."""
+    """A run id longer than the line drops the sweep's name (printed in the header), as on the live line; a skip's
+    reason (long) follows "skipped:" and goes on on the lines below, indented under the id."""
     name = "a_scenario_with_a_long_name_like_the_strategies_of_the_guide"
     doc = scenario(name=name, steps=4, axes={"training.optimizer.lr": [0.1, 0.05]})
     doc["training"]["eval_every"] = 0
@@ -115,10 +141,38 @@ def test_long_ids_and_a_skip_reason_fit_80_columns(tmp_path):
     run_lines = [n for n, t in enumerate(lines) if re.match(r"\[\d/2\] ", t)]
     assert len(run_lines) == 2, p.stderr
     for n, lr in zip(run_lines, ["0.1", "0.05"]):
-        # The id's head and tail around "...", the outcome whole.
-        assert re.fullmatch(rf"\[\d/2\] {name[:20]}\S*\.\.\.\S*lr={lr}\.r0 skipped:", lines[n]), lines[n]
-        assert len(lines[n]) == COLUMNS - 1 or name in lines[n], lines[n]  # cut only as far as needed
-        assert lines[n + 1].startswith("      needs an estimated "), p.stderr
+        # The whole id does not fit beside "[i/2] " and " skipped:"; without the name it does, whole.
+        assert len(f"[1/2] {name}.lr={lr}.r0 skipped:") > COLUMNS - 1
+        assert re.match(rf"\[\d/2\] lr={lr}\.r0 skipped: needs an estimated ", lines[n]), lines[n]
+        assert lines[n + 1].startswith("      ") and lines[n + 1][6] != " ", p.stderr
+
+
+def test_cut_ids_keep_the_values_that_tell_runs_apart(tmp_path):
+    """scenarios/strategies/onebit_adam.json at 80 columns (timing-only, 2 steps): its 16 ids end in
+    "...var_freeze_step=null.local_step_scaler=null.r0", so a middle cut of the whole id printed runs 2 and 3
+    (freeze_step 20 and 100) alike. Without the sweep's name and the null parts every run's line is told apart, and
+    each shown id is one of its documented forms."""
+    out = tmp_path / "out"
+    env = dict(os.environ, COLUMNS=str(COLUMNS))
+    p = subprocess.run([str(BIN), "run", str(REPO / "scenarios" / "strategies" / "onebit_adam.json"), "--timing-only",
+                        "--set", "training.steps=2", "--out", str(out)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert not too_long(lines), too_long(lines)
+    ids = [r["id"] for r in json.loads((out / "report.json").read_text())["runs"]]
+    assert len(ids) == 16 and len(set(ids)) == 16
+    shown = []
+    for k, run_id in enumerate(ids, start=1):
+        at = [t for t in lines if t.startswith(f"[{k}/16] ")]
+        assert len(at) == 1, lines
+        shown.append(at[0].split()[1])
+        assert is_shown_form(shown[-1], run_id), (shown[-1], run_id)
+    assert len(set(shown)) == 16, shown
+    # The plain middle cut of the whole id, for the record: it does not tell runs 2 and 3 apart at this width.
+    room = len(shown[1])
+    middle = [i[:(room - 2) // 2] + "..." + i[len(i) - (room - 3) // 2:] for i in ids[1:3]]
+    assert middle[0] == middle[1], middle
 
 
 def test_ranks_over_the_gpus_of_two_profiles_is_noted_once(tmp_path):
@@ -353,7 +407,8 @@ def test_every_shipped_scenarios_dry_run_fits_80_columns(tmp_path, path):
 @pytest.mark.parametrize("columns", [40, 30])
 def test_a_finished_runs_line_keeps_its_outcome_and_time_at_narrow_widths(tmp_path, columns):
     """At COLUMNS=40 a finished run's line cut its time ("passed in 0" | ".0s:") to keep 20 characters of the id: the
-    id is shortened first (its head and tail around "..."), the outcome and time stay whole on one line; at 30,
+    id is shortened first (id_forms, then the last form's head and tail around "..."), the outcome and time stay
+    whole on one line; at 30,
     with too little room beside them for the id, the id has the line and the outcome starts the next, under it.
     The runs: scenarios/zero_llm.json, timing-only, 2 steps, its 8 ZeRO stage 1 and 2 runs of 16."""
     out = tmp_path / "out"
@@ -370,10 +425,8 @@ def test_a_finished_runs_line_keeps_its_outcome_and_time_at_narrow_widths(tmp_pa
         assert len(at) == 1, lines
         first, below = lines[at[0]], lines[at[0] + 1]
         shown = first.split()[1]
-        # Whole, or its head and tail around "..." (which "..." it is: the id's own dots may touch it).
-        cuts = [(shown[:n], shown[n + 3:]) for n in range(len(shown)) if shown.startswith("...", n)]
-        assert shown == run_id or any(run_id.startswith(h) and run_id.endswith(t) and len(h) + len(t) < len(run_id)
-                                      for h, t in cuts), (shown, run_id)
+        # One of its forms whole, or the last form's head and tail around "...".
+        assert is_shown_form(shown, run_id), (shown, run_id)
         timed = r" in \d+\.\ds" if disposition != "skipped" else ""  # a skipped run never started: no time
         outcome = re.compile(disposition + timed + r"(:|$)")
         # At 30, "skipped:" (no time) leaves 14 characters beside it, more than the 8 the id needs: it stays beside.
