@@ -219,11 +219,11 @@ def fmt_speedup(x):
 
 
 def fmt_bytes(x):
-    """Bytes in decimal units with 3 significant digits past 9999 (12.3 kB, 4.56 GB), plain integers below."""
+    """Bytes in decimal units with 3 significant digits past 9999 (12.3 kB, 4.56 GB), whole bytes below (750 B)."""
     if math.isnan(x):
         return MISSING
     if abs(x) < 10000:
-        return f"{x:.0f}"
+        return f"{x:.0f} B"
     for unit, scale in (("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12)):
         if abs(x) < 1000 * scale or unit == "TB":
             digits = 2 if abs(x) < 10 * scale else 1 if abs(x) < 100 * scale else 0

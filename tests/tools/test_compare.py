@@ -49,19 +49,19 @@ baseline: cmp.accumulation_steps=1.ranks=2.r0
 | ---------------------------: | --------------------------: | ------------------: | ------------------: \
 | -------------------------: | -----------------: | ----------------: | ----------------- |
 | cmp.accumulation_steps=1.ranks=2.r0 | cmp       |                  1 |     2 | -         \
-|                            2 |                         0.5 |              0.8500 |                1000 \
+|                            2 |                         0.5 |              0.8500 |              1000 B \
 |                       0.25 |              1.00x |             1.00x | reached, baseline |
 | cmp.accumulation_steps=1.ranks=4.r0 | cmp       |                  1 |     4 | -         \
-|                          1.6 |                         0.2 |              0.8400 |                1500 \
+|                          1.6 |                         0.2 |              0.8400 |              1500 B \
 |                        0.4 |              1.25x |             2.50x | reached           |
 | cmp.accumulation_steps=2.ranks=2.r0 | cmp       |                  2 |     2 | -         \
-|                            - |                           - |              0.7123 |                1000 \
+|                            - |                           - |              0.7123 |              1000 B \
 |                      0.125 |                  - |                 - | not reached       |
 | cmp.accumulation_steps=2.ranks=4.r0 | cmp       |                  2 |     4 | -         \
 |                            - |                           - |                   - |                   - \
 |                          - |                  - |                 - | diverged          |
 | cmp_local.kind=local_sgd.r0         | cmp_local |                  - |     - | local_sgd \
-|                            1 |                        0.25 |              0.8512 |                 250 \
+|                            1 |                        0.25 |              0.8512 |               250 B \
 |                          - |              2.00x |             2.00x | reached           |
 
 `-` speedup: a target is set, but the run or the baseline has no time to target on that clock (not reached, \
@@ -139,7 +139,7 @@ new: tests/tools/data/compare_new.json (commit 222222222222-dirty)
 | cmp.accumulation_steps=1.ranks=2.r0 | final_eval_accuracy          |      0.8500 |      0.8600 |      +1.18% |
 | cmp.accumulation_steps=1.ranks=2.r0 | final_train_loss             |        0.38 |        0.36 |      -5.26% |
 | cmp.accumulation_steps=1.ranks=2.r0 | modeled_step_p50_ms          |         125 |         125 |      +0.00% |
-| cmp.accumulation_steps=1.ranks=2.r0 | wire_bytes_per_rank_per_step |        1000 |        1000 |      +0.00% |
+| cmp.accumulation_steps=1.ranks=2.r0 | wire_bytes_per_rank_per_step |      1000 B |      1000 B |      +0.00% |
 | cmp.accumulation_steps=1.ranks=2.r0 | exposed_communication_ms     |        0.25 |        0.25 |      +0.00% |
 | cmp.accumulation_steps=1.ranks=4.r0 | status                       |     reached | not reached |     changed |
 | cmp.accumulation_steps=1.ranks=4.r0 | time_to_target_measured_s    |         1.6 |           - |           - |
@@ -147,7 +147,7 @@ new: tests/tools/data/compare_new.json (commit 222222222222-dirty)
 | cmp.accumulation_steps=1.ranks=4.r0 | final_eval_accuracy          |      0.8400 |      0.7900 |      -5.95% |
 | cmp.accumulation_steps=1.ranks=4.r0 | final_train_loss             |         0.4 |        0.45 |     +12.50% |
 | cmp.accumulation_steps=1.ranks=4.r0 | modeled_step_p50_ms          |         100 |         110 |     +10.00% |
-| cmp.accumulation_steps=1.ranks=4.r0 | wire_bytes_per_rank_per_step |        1500 |         750 |     -50.00% |
+| cmp.accumulation_steps=1.ranks=4.r0 | wire_bytes_per_rank_per_step |      1500 B |       750 B |     -50.00% |
 | cmp.accumulation_steps=1.ranks=4.r0 | exposed_communication_ms     |         0.4 |         0.2 |     -50.00% |
 | cmp.accumulation_steps=2.ranks=2.r0 | status                       | not reached |     reached |     changed |
 | cmp.accumulation_steps=2.ranks=2.r0 | time_to_target_measured_s    |           - |           3 |           - |
@@ -155,7 +155,7 @@ new: tests/tools/data/compare_new.json (commit 222222222222-dirty)
 | cmp.accumulation_steps=2.ranks=2.r0 | final_eval_accuracy          |      0.7123 |      0.8101 |     +13.73% |
 | cmp.accumulation_steps=2.ranks=2.r0 | final_train_loss             |         0.9 |        0.45 |     -50.00% |
 | cmp.accumulation_steps=2.ranks=2.r0 | modeled_step_p50_ms          |         250 |         250 |      +0.00% |
-| cmp.accumulation_steps=2.ranks=2.r0 | wire_bytes_per_rank_per_step |        1000 |        1000 |      +0.00% |
+| cmp.accumulation_steps=2.ranks=2.r0 | wire_bytes_per_rank_per_step |      1000 B |      1000 B |      +0.00% |
 | cmp.accumulation_steps=2.ranks=2.r0 | exposed_communication_ms     |       0.125 |       0.125 |      +0.00% |
 | cmp.accumulation_steps=2.ranks=4.r0 | status                       |    diverged |      absent | only in old |
 | cmp.accumulation_steps=1.ranks=8.r0 | status                       |      absent |     reached | only in new |
@@ -422,13 +422,13 @@ baseline: cmp.accumulation_steps=1.ranks=2.r0
 | --------------------------: | ------------------: | ------------------: | -------------------------: \
 | -----------------: | ----------------: | ------------------- |
 | cmp.accumulation_steps=1.ranks=2.r0 |                  1 |     2 |                            - \
-|                           - |              0.8500 |                1000 |                       0.25 \
+|                           - |              0.8500 |              1000 B |                       0.25 \
 |             1.00x* |            1.00x* | no target, baseline |
 | cmp.accumulation_steps=1.ranks=4.r0 |                  1 |     4 |                            - \
-|                           - |              0.8400 |                1500 |                        0.3 \
+|                           - |              0.8400 |              1500 B |                        0.3 \
 |             1.50x* |            2.50x* | no target           |
 | cmp.accumulation_steps=2.ranks=2.r0 |                  2 |     2 |                            - \
-|                           - |              0.7123 |                1000 |                      0.125 \
+|                           - |              0.7123 |              1000 B |                      0.125 \
 |             0.50x* |                 - | no target           |
 | cmp.accumulation_steps=2.ranks=4.r0 |                  2 |     4 |                            - \
 |                           - |                   - |                   - |                          - \
@@ -493,7 +493,7 @@ def test_a_run_whose_modeled_clock_is_a_bound_is_marked_with_its_reason(tmp_path
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     r1 = [c.strip() for c in next(line for line in lines if line.startswith(f"| {R1} ")).split("|")]
-    assert r1[4:] == ["1.6", "0.2^", "0.8400", "1500", "0.4^", "1.25x", "2.50x^", "reached", ""]
+    assert r1[4:] == ["1.6", "0.2^", "0.8400", "1500 B", "0.4^", "1.25x", "2.50x^", "reached", ""]
     assert sum("^" in line for line in lines if line.startswith("| cmp")) == 1
     notes = [line for line in lines if line.startswith("`^`")]
     assert len(notes) == 1
