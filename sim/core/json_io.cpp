@@ -3,11 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "sim/core/error.h"
 
@@ -86,13 +88,94 @@ std::string bounded_text(const std::string& text, size_t max_chars) {
   return text.substr(0, cut) + "...";
 }
 
+std::string readable_syntax_error(const std::string& message) {
+  // nlohmann 3.x: "syntax error while parsing CONTEXT - DETAIL[; last read: 'TOKEN'][; expected EXPECTED]" (the
+  // parser's syntax_error message, nlohmann/detail/input/parser.hpp); anything else is returned as it is.
+  const std::string lead = "syntax error while parsing ";
+  const size_t dash = message.find(" - ");
+  if (message.rfind(lead, 0) != 0 || dash == std::string::npos) return message;
+  const std::string context = message.substr(lead.size(), dash - lead.size());
+  std::string detail, token, expected;
+  // The rest in its "; "-separated segments: "last read: 'TOKEN'" (TOKEN may itself hold "; "), "expected ..." (the
+  // first one), the detail (everything else, in order).
+  const std::string rest = message.substr(dash + 3), last_read = "last read: '", expected_lead = "expected ";
+  std::vector<std::string> segments;
+  for (size_t from = 0;;) {
+    const size_t to = rest.find("; ", from);
+    segments.push_back(rest.substr(from, to == std::string::npos ? std::string::npos : to - from));
+    if (to == std::string::npos) break;
+    from = to + 2;
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    std::string seg = segments[i];
+    if (seg.rfind(last_read, 0) == 0) {
+      seg = seg.substr(last_read.size());
+      while ((seg.empty() || seg.back() != '\'') && i + 1 < segments.size()) seg += "; " + segments[++i];
+      if (!seg.empty() && seg.back() == '\'') seg.pop_back();
+      token = seg;
+    } else if (seg.rfind(expected_lead, 0) == 0 && expected.empty() && !detail.empty()) {
+      expected = seg.substr(expected_lead.size());
+    } else {
+      detail += (detail.empty() ? "" : "; ") + seg;
+    }
+  }
+  const std::string where = context == "value"              ? "where a value should be"
+                            : context == "object key"       ? "where a key should be"
+                            : context == "object separator" ? "between a key and its value"
+                            : context == "object"           ? "inside an object"
+                            : context == "array"            ? "inside an array"
+                                                            : "while reading " + context;
+  // The token is what the lexer read since it last started one, which can reach back over earlier text ('"a": tru}'):
+  // what follows its last blank or separator, at most 12 bytes.
+  const size_t cut = token.find_last_of(" \t\r\n:,[{");
+  if (cut != std::string::npos && cut + 1 < token.size()) token = token.substr(cut + 1);
+  if (token.size() > 12) token = "..." + token.substr(token.size() - 12);
+  std::string out;
+  const bool trailing = expected == "end of input";
+  if (trailing) {
+    out = "more text after the JSON value ends (a file holds one JSON value)";
+    expected.clear();
+  } else if (detail == "invalid literal" && token == "'") {
+    out = "a single quote " + where;
+  } else if (detail == "invalid literal" && !token.empty()) {
+    out = "'" + token + "' is not JSON " + where;
+  } else if (detail == "unexpected end of input") {
+    out = "the text ends " + where;
+  } else {
+    out = detail + " " + where + (token.empty() ? "" : " (read '" + token + "')");
+  }
+  if (expected == "string literal")
+    expected = "a key in double quotes";
+  else if (expected == "'[', '{', or a literal")
+    expected = "a value: {...}, [...], a \"string\", a number, true, false or null";
+  else if (expected == "'}'" && context == "object")
+    expected = "',' or '}'";
+  else if (expected == "']'" && context == "array")
+    expected = "',' or ']'";
+  if (!expected.empty()) out += "; expected " + expected;
+  const bool closes = detail == "unexpected '}'" || detail == "unexpected ']'";
+  const char first = token.empty() ? '\0' : token[0];
+  if (trailing)
+    return out;
+  if (closes && (context == "object key" || context == "value"))
+    out += " (a comma before '}' or ']' is not JSON)";
+  else if (detail == "invalid literal" && (first == '/' || first == '#'))
+    out += " (comments are not JSON)";
+  else if (detail == "invalid literal" && token.find('\'') != std::string::npos)
+    out += " (strings and keys take double quotes in JSON)";
+  else if (detail == "invalid literal" && std::isalpha(static_cast<unsigned char>(first)) != 0)
+    out += " (strings and keys take double quotes; YAML and Python literals are not JSON)";
+  return out;
+}
+
 JsonParseProblem json_parse_problem(const nlohmann::json::exception& e, const std::string& text) {
   const std::string what = e.what();
   JsonParseProblem p;
   if (const auto* pe = dynamic_cast<const nlohmann::json::parse_error*>(&e)) {
     p.byte = pe->byte == 0 ? 0 : pe->byte - 1;
-    const size_t colon = what.find("; ");
-    p.reason = bounded_text(colon == std::string::npos ? what : what.substr(colon + 2));
+    // After "[json.exception.parse_error.101] parse error at line L, column C: " (the caller says where).
+    const size_t colon = what.find(": ");
+    p.reason = bounded_text(readable_syntax_error(colon == std::string::npos ? what : what.substr(colon + 2)));
     return p;
   }
   // e.g. "number overflow parsing '<token>'" (1e400, a 5000-digit number): no byte offset given, locate the token.

@@ -47,6 +47,11 @@ struct JsonParseProblem {
   std::string reason;
 };
 JsonParseProblem json_parse_problem(const nlohmann::json::exception& e, const std::string& text);
+// nlohmann's "syntax error while parsing CONTEXT - DETAIL; last read: 'T'; expected E" in words a user acts on:
+// "'h' is not JSON where a value should be (strings and keys take double quotes; YAML and Python literals are not
+// JSON)", "unexpected '}' where a key should be; expected a key in double quotes (a comma before '}' or ']' is not
+// JSON)", "the text ends inside an object; expected ',' or '}'". Other messages are returned unchanged.
+std::string readable_syntax_error(const std::string& message);
 
 // Parses JSON text read from `file` after json_limit_problem (depth, NUL byte). Errors "<file>:<line>:<col>: ..." Throws Error "<file>:<line>:<col>: JSON nested deeper
 // than 64 levels" or "<file>:<line>:<col>: not valid JSON: <parser's reason>" or "<file>: not valid JSON: ...".

@@ -87,6 +87,33 @@ TEST(JsonInputs, SyntaxErrorsNameFileLineAndColumn) {
   EXPECT_NE(what.find("not valid JSON"), std::string::npos) << what;
 }
 
+// The mistakes people make writing JSON by hand, each named in words with what JSON wants instead (the expected text is
+// the documented wording of readable_syntax_error, json_io.h; the line:column is where the parser stopped).
+TEST(JsonInputs, SyntaxErrorsSayWhatIsWrongInWords) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"hello", "p.json:1:1: not valid JSON: 'h' is not JSON where a value should be (strings and keys take double "
+                "quotes; YAML and Python literals are not JSON)"},
+      {"{\"a\": 1,}", "p.json:1:9: not valid JSON: unexpected '}' where a key should be; expected a key in double "
+                      "quotes (a comma before '}' or ']' is not JSON)"},
+      {"[1, 2,]", "p.json:1:7: not valid JSON: unexpected ']' where a value should be; expected a value: {...}, [...], "
+                  "a \"string\", a number, true, false or null (a comma before '}' or ']' is not JSON)"},
+      {"{\"a\" 1}", "p.json:1:6: not valid JSON: unexpected number literal between a key and its value; expected ':'"},
+      {"{\"a\": 1", "p.json:1:8: not valid JSON: the text ends inside an object; expected ',' or '}'"},
+      {"{\"a\": 1 \"b\": 2}", "p.json:1:11: not valid JSON: unexpected string literal inside an object; expected ',' or "
+                            "'}'"},
+      {"[1 2]", "p.json:1:4: not valid JSON: unexpected number literal inside an array; expected ',' or ']'"},
+      {"{'a': 1}", "p.json:1:2: not valid JSON: a single quote where a key should be; expected a key in double quotes "
+                   "(strings and keys take double quotes in JSON)"},
+      {"// note\n{}", "p.json:1:1: not valid JSON: '/' is not JSON where a value should be (comments are not JSON)"},
+      {"{\"a\": NaN}", "p.json:1:7: not valid JSON: 'N' is not JSON where a value should be (strings and keys take "
+                       "double quotes; YAML and Python literals are not JSON)"},
+      {"{\"a\": 1} x", "p.json:1:10: not valid JSON: more text after the JSON value ends (a file holds one JSON value)"},
+  };
+  for (const auto& [text, want] : cases) EXPECT_EQ(error_of([&] { parse_json_text(text, "p.json"); }), want) << text;
+  // A message of another shape passes unchanged.
+  EXPECT_EQ(readable_syntax_error("number overflow parsing '1e400'"), "number overflow parsing '1e400'");
+}
+
 TEST(JsonInputs, BoundedDumpCutsLongAndDeepValuesAndKeepsShortOnes) {
   const json small = json::parse(R"({"a":[1,2.5,"x\"y"],"b":null,"c":{"d":true}})");
   EXPECT_EQ(bounded_dump(small, 200), small.dump());  // nlohmann's own text when it fits
