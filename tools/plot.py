@@ -205,10 +205,13 @@ def legend_room(runs):
 
 
 def note_lines(note, width):
-    """The note wrapped to the figure's width, at most NOTE_LINES lines."""
-    lines = textwrap.wrap(note, width=int(width * 16)) if note else []
+    """The note wrapped to the figure's width between words (never inside a run id, nor at its hyphens: h100-pcie-8),
+    at most NOTE_LINES lines; a word longer than a line is cut with an ellipsis."""
+    chars = int(width * 16)
+    lines = textwrap.wrap(note, width=chars, break_long_words=False, break_on_hyphens=False) if note else []
+    lines = [rl.shorten(line, chars) for line in lines]
     if len(lines) > NOTE_LINES:
-        lines = lines[:NOTE_LINES - 1] + [rl.shorten(lines[NOTE_LINES - 1], int(width * 16) - 2) + " \u2026"]
+        lines = lines[:NOTE_LINES - 1] + [rl.shorten(lines[NOTE_LINES - 1], chars - 2) + " \u2026"]
     return lines
 
 
@@ -895,14 +898,19 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
     n = len(panels)
     ncols = min(3, math.ceil(math.sqrt(n)))  # 4 panels: 2 x 2
     nrows = math.ceil(n / ncols)
+    # Room for the y tick labels beyond the 3.0 / 1.6 inches of decorations allowed for below (0.075 in a character
+    # of 10 pt): without it long labels (a zip group's values) squeeze the axes to nothing.
+    y_label_in = max(len(rl.axis_value_text(y_axis, v)) for v in ys) * 0.075
     if n == 1:
-        fig, ax = new_figure(report, title, note, width=max(6.0, 1.2 * len(xs) + 3.0),
+        extra = max(0.0, y_label_in - 1.0)
+        fig, ax = new_figure(report, title, note, width=min(MAX_WIDTH_IN, max(6.0, 1.2 * len(xs) + 3.0 + extra)),
                              height=max(4.5, 0.8 * len(ys) + 2.5))
         grid = [ax]
         width, height = fig.get_size_inches()
-        cell_w, cell_h = (width - 3.0) / len(xs), (height - 2.5) / len(ys)
+        cell_w, cell_h = (width - 3.0 - extra) / len(xs), (height - 2.5) / len(ys)
     else:
-        panel_w, panel_h = max(3.6, 1.0 * len(xs) + 1.6), max(3.0, 0.6 * len(ys) + 1.6)
+        extra = max(0.0, y_label_in - 0.9)
+        panel_w, panel_h = max(3.6, 1.0 * len(xs) + 1.6 + extra), max(3.0, 0.6 * len(ys) + 1.6)
         width = min(ncols * panel_w + 1.2, MAX_WIDTH_IN)
         lines = note_lines(note, width)
         height = min(nrows * panel_h + 0.8, MAX_HEIGHT_IN - 0.15 * len(lines))
@@ -913,7 +921,7 @@ def fig_heatmap(report, styles, out_dir, note, metric, x_name=None, y_name=None)
         fig.suptitle(f"{rl.shorten(report['scenario_name'], 40)}: {title}", fontsize=10)
         if lines:
             fig.text(0.0, -0.01, "\n".join(lines), fontsize=7, color="#555555", va="top", ha="left")
-        cell_w = ((width - 1.2) / ncols - 1.6) / len(xs)
+        cell_w = max(0.05, ((width - 1.2) / ncols - 1.6 - extra) / len(xs))
         cell_h = ((height - 0.8) / nrows - 1.6) / len(ys)
     fontsize = 9 if cell_w >= 0.9 and cell_h >= 0.45 else 7 if cell_w >= 0.55 and cell_h >= 0.3 else 0
     if fontsize == 0:

@@ -627,12 +627,14 @@ def slowest_axis(report, runs):
 
 def axis_value_text(axis, value):
     """Tick text of one axis value: "4", or "k=4,ratio=0.1" for a zip group; long values cut, and objects shown by
-    the keys that differ along the axis (label_value)."""
+    the keys that differ along the axis (label_value). A zip group's null members are left out, as in the run ids
+    the progress lines shorten ("kind=adam,lr=0.001" for kind=adam, lr=0.001, freeze_step=null): their absence says
+    null; all null: "name=null" of each."""
     if len(axis["paths"]) == 1:
         return label_value(value[0], among=axis_values_of(axis["paths"][0], [axis]))
     names = short_paths(axis["paths"])
-    return ",".join(f"{names[p]}={label_value(v, among=axis_values_of(p, [axis]))}"
-                    for p, v in zip(axis["paths"], value))
+    pairs = [(p, v) for p, v in zip(axis["paths"], value) if v is not None] or list(zip(axis["paths"], value))
+    return ",".join(f"{names[p]}={label_value(v, among=axis_values_of(p, [axis]))}" for p, v in pairs)
 
 
 # ---- input pipeline (runs[].data; reports/README.md, "data") ------------------------------------------------------

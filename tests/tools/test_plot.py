@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import matplotlib.colors
@@ -450,6 +451,12 @@ def test_long_json_values_are_cut_in_labels(example):
     assert rl.label_value(value, among=[value, {"kind": "none"}]) == text  # every key differs: the whole object
     zipped = {"paths": ["compression", "cluster.ranks"], "values": [[value, 4]]}
     assert rl.axis_value_text(zipped, [value, 4]) == f"compression={text},ranks=4"
+    # A zip group's null members are left out; all null, each shows.
+    zipped = {"paths": ["training.optimizer.kind", "training.optimizer.freeze_step", "training.optimizer.lr"],
+              "values": [["adam", None, 0.001], ["onebit_adam", 20, 0.001], [None, None, None]]}
+    assert rl.axis_value_text(zipped, ["adam", None, 0.001]) == "kind=adam,lr=0.001"
+    assert rl.axis_value_text(zipped, ["onebit_adam", 20, 0.001]) == "kind=onebit_adam,freeze_step=20,lr=0.001"
+    assert rl.axis_value_text(zipped, [None, None, None]) == "kind=null,freeze_step=null,lr=null"
 
 
 # ---- large reports: figure sizes, legends, labels, step ticks --------------------------------------------------------
@@ -666,6 +673,51 @@ def test_big_heatmaps_drop_cell_numbers_and_thin_ticks(example, tmp_path, monkey
     finally:
         plt.close(fig)
     assert plot.tick_every(10, 1.0, 0.3) == 1 and plot.tick_every(10, 0.1, 0.25) == 3 and plot.tick_every(1, 0, 1) == 1
+
+
+def test_a_heatmap_of_long_zip_group_labels_keeps_its_layout(example, tmp_path):
+    """scenarios/strategies/onebit_adam.json's heatmap: 2 hardware profiles x 8 values of a 5-member zip group whose
+    labels ran to 75 characters squeezed the axes to nothing (matplotlib: "constrained_layout not applied because
+    axes sizes collapsed to zero"). With the null members left out and the figure widened for the labels that are
+    left, it draws without the warning and within the size limit."""
+    group = ["training.optimizer.kind", "training.optimizer.lr", "training.optimizer.freeze_step",
+             "training.optimizer.var_freeze_step", "training.optimizer.local_step_scaler"]
+    values = [["adam", 0.001, None, None, None], ["onebit_adam", 0.001, 20, None, None],
+              ["zero_one_adam", 0.001, None, 100, 10], ["onebit_lamb", 0.01, 100000, None, None]]
+    doc = sweep_report(example, ["h100-pcie-8", "h100-sxm-8"], [0], x_path="cluster.hardware")
+    template = doc["runs"][0]
+    doc["axes"][1] = {"paths": group, "values": values}
+    doc["runs"] = []
+    for x, v in itertools.product(["h100-pcie-8", "h100-sxm-8"], values):
+        run = copy.deepcopy(template)
+        run.update(id=f"z.{len(doc['runs'])}.r0", index=len(doc["runs"]),
+                   swept={"cluster.hardware": x, **dict(zip(group, v))})
+        doc["runs"].append(run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot.fig_heatmap(doc, plot.run_styles(doc["runs"]), tmp_path, "", "train_loss")
+    width, height = png_size(path)
+    assert width <= 1400 and height <= 900, (width, height)
+    assert [rl.axis_value_text(doc["axes"][1], v) for v in values] == [
+        "kind=adam,lr=0.001", "kind=onebit_adam,lr=0.001,freeze_step=20",
+        "kind=zero_one_adam,lr=0.001,var_freeze_step=100,local_step_scaler=10",
+        "kind=onebit_lamb,lr=0.01,freeze_step=100000"]
+
+
+def test_notes_break_between_words_never_inside_an_id():
+    """A "not drawn" note of long ids with hyphenated values breaks at blanks only: every line is a run of whole
+    words of the note (the ids keep their h100-pcie-8), none longer than the figure allows (16 characters an inch);
+    one word longer than a line is cut with an ellipsis."""
+    ids = [f"onebit_adam.hardware=h100-pcie-8.kind=onebit_adam.lr=0.001.freeze_step={k}.r0" for k in (20, 100, 7)]
+    note = "not drawn: " + "; ".join(f"{i} (failed: out of memory)" for i in ids)
+    words = note.split()
+    lines = plot.note_lines(note, 6.0)  # 96 characters a line
+    assert len(lines) > 1 and all(len(line) <= 96 for line in lines), lines
+    assert " ".join(lines).split() == words, lines  # whole words, in order, nothing added or cut
+    for line in lines:
+        assert all(w in words for w in line.split()), line
+    long = "x" * 200
+    assert plot.note_lines(f"not drawn: {long}", 6.0) == ["not drawn:", "x" * 95 + "\u2026"]
 
 
 def test_step_axes_have_integer_ticks(example, tmp_path, monkeypatch):
