@@ -313,6 +313,14 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+void remove_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 namespace {
 // The refusal of a sweep without --resume into a folder that holds runs: what is there, whose, and the three ways on.
 std::string replace_refusal(const ExistingReport& e, const Scenario& s, const DriverOptions& o) {

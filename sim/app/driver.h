@@ -80,6 +80,9 @@ IdPattern compile_filter(const std::string& pattern);
 // Installs the SIGINT/SIGTERM handlers (idempotent): before run_sweep opens the report a signal exits at once with
 // 128 + signal; afterwards the first one is a stop request (see above). main calls it before loading a scenario.
 void install_stop_handlers();
+// The default actions back, once the command has ended (main, before the processes' exit agreement): a signal then
+// (mpirun ending the other processes of a job whose process 0 exited non-zero) ends the process without a message.
+void remove_stop_handlers();
 
 // The --dry-run text: the expansion as a product, then each run's id and swept values (those the filter keeps).
 // With --resume (resume.resume true): what that resume would do, checked as it would check it without writing:

@@ -166,6 +166,16 @@ void print_wrapped(const std::string& text) {
   std::fprintf(stderr, "%s\n", gs::wrap_lines(text, gs::output_columns(isatty(STDERR_FILENO) != 0)).c_str());
 }
 
+// An error that ends the command. Under mpirun with several processes it is kept for finish_processes, which prints it
+// once when every process ended with the same text (a refused scenario), instead of once per process; else now.
+std::string g_deferred_error;
+void print_error(const std::string& text) {
+  if (gs::process_group().size() > 1)
+    g_deferred_error += (g_deferred_error.empty() ? "" : "\n") + text;
+  else
+    print_wrapped(text);
+}
+
 // Allowed settings worth knowing (Scenario::notes), one "note: file: path: text" each on stderr.
 void print_notes(const gs::Scenario& s) {
   for (const auto& n : s.notes) print_wrapped(fmt::format("note: {}: {}: {}", s.path, n.path, n.message));
@@ -211,7 +221,7 @@ int merge_command(const gs::MergeRequest& req) {
 int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string& cmd) {
   if (e.get_exit_code() == 0) return app.exit(e);
   const std::string named = cmd.empty() ? "" : cmd + ": ";
-  print_wrapped(fmt::format("gradsweep: {}{} (see gradsweep {}--help)", named, e.what(), cmd.empty() ? "" : cmd + " "));
+  print_error(fmt::format("gradsweep: {}{} (see gradsweep {}--help)", named, e.what(), cmd.empty() ? "" : cmd + " "));
   return kExitBadInput;
 }
 
@@ -437,17 +447,17 @@ int dispatch(Commands& c, const std::vector<std::string>& args) {
     if (c.validate.cmd->parsed()) return validate_command(c.validate);
     if (c.run.cmd->parsed()) return run_command(c.run, args);
   } catch (const gs::ReportIoError& e) {
-    print_wrapped(fmt::format("gradsweep: {}\ngradsweep: the report could not be written; {}", e.what(),
+    print_error(fmt::format("gradsweep: {}\ngradsweep: the report could not be written; {}", e.what(),
                               e.before_any_run ? "nothing was run"
                                                : "runs journaled so far are kept (--resume continues once the folder "
                                                  "is writable)"));
     return kExitReportIo;
   } catch (const gs::ScenarioError& e) {
-    print_wrapped(fmt::format("{}\n{} problem{}; nothing was run", e.what(), e.issues().size(),
+    print_error(fmt::format("{}\n{} problem{}; nothing was run", e.what(), e.issues().size(),
                               e.issues().size() == 1 ? "" : "s"));
     return kExitBadInput;
   } catch (const std::exception& e) {
-    print_wrapped(fmt::format("gradsweep: {}", e.what()));
+    print_error(fmt::format("gradsweep: {}", e.what()));
     return kExitBadInput;
   }
   return 0;
@@ -490,8 +500,9 @@ int commands(int argc, char** argv) {
 
 }  // namespace
 
-// Under mpirun MPI starts first (and a build without MPI refuses such a launch, exit 2); a command that fails in one
-// process of the job aborts every process with its exit status.
+// Under mpirun MPI starts first (and a build without MPI refuses such a launch, exit 2); at the end the processes agree
+// on the job's exit status and print a refusal they share once (finish_processes); a process that fails alone aborts
+// every process with its exit status.
 int main(int argc, char** argv) {
   try {
     gs::start_processes(&argc, &argv);
@@ -499,5 +510,7 @@ int main(int argc, char** argv) {
     print_wrapped(fmt::format("gradsweep: {}", e.what()));
     return kExitBadInput;
   }
-  return gs::finish_processes(commands(argc, argv));
+  const int code = commands(argc, argv);
+  gs::remove_stop_handlers();
+  return gs::finish_processes(code, g_deferred_error, print_wrapped);
 }

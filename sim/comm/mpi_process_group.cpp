@@ -34,6 +34,9 @@ class MpiProcessGroup final : public ProcessGroup {
   MpiProcessGroup() {
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    // The exit agreement's own communicator: a process that agrees on its exit while another is still inside a
+    // collective on MPI_COMM_WORLD must not match that collective.
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_), "MPI_Comm_dup");
   }
   int size() const override { return size_; }
   int rank() const override { return rank_; }
@@ -82,6 +85,23 @@ class MpiProcessGroup final : public ProcessGroup {
     }
   }
 
+  std::optional<ExitAgreement> agree_on_exit(int code, uint64_t text_hash, double deadline_s) override {
+    // The largest status, the largest hash and the largest complement of the hash: every hash is the same exactly
+    // when the largest equals the complement of the largest complement (its smallest).
+    unsigned long long mine[3] = {static_cast<unsigned long long>(code < 0 ? 0 : code), text_hash, ~text_hash};
+    unsigned long long all[3] = {0, 0, 0};
+    MPI_Request req;
+    check(MPI_Iallreduce(mine, all, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, exit_comm_, &req), "MPI_Iallreduce");
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
+    for (;;) {
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return ExitAgreement{static_cast<int>(all[0]), all[1] == ~all[2]};
+      if (std::chrono::steady_clock::now() > until) return std::nullopt;  // the job is aborted next
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
   [[noreturn]] void abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -92,6 +112,7 @@ class MpiProcessGroup final : public ProcessGroup {
  private:
   int size_ = 1;
   int rank_ = 0;
+  MPI_Comm exit_comm_ = MPI_COMM_NULL;
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "sim/core/error.h"
 
 namespace gs {
@@ -20,6 +22,7 @@ class SingleProcess final : public ProcessGroup {
   void broadcast(void*, size_t, int) override {}
   std::vector<std::vector<char>> gather_to_root(const std::vector<char>& mine) override { return {mine}; }
   std::optional<int> max_within(int value, double) override { return value; }
+  std::optional<ExitAgreement> agree_on_exit(int code, uint64_t, double) override { return ExitAgreement{code, true}; }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
 };
 
@@ -62,9 +65,30 @@ void start_processes(int* argc, char*** argv) {
 #endif
 }
 
-int finish_processes(int code) {
-  if (!g_mpi_started) return code;
-  if (code != 0 && process_group().size() > 1) process_group().abort(code);
+int finish_processes(int code, const std::string& error_text, const std::function<void(const std::string&)>& print) {
+  if (!g_mpi_started) {
+    if (!error_text.empty()) print(error_text);
+    return code;
+  }
+  ProcessGroup& g = process_group();
+  if (g.size() > 1) {
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a of the text
+    for (unsigned char ch : error_text) hash = (hash ^ ch) * 1099511628211ull;
+    const std::optional<ProcessGroup::ExitAgreement> agreed = g.agree_on_exit(code, hash, code != 0 ? 10.0 : 1e9);
+    if (!agreed) {
+      if (!error_text.empty()) print(fmt::format("process {}: {}", g.rank(), error_text));
+      g.abort(code);
+    }
+    if (!error_text.empty()) {
+      if (!agreed->same_text)
+        print(fmt::format("process {}: {}", g.rank(), error_text));
+      else if (g.rank() == 0)
+        print(error_text);
+    }
+    code = agreed->code;
+  } else if (!error_text.empty()) {
+    print(error_text);
+  }
 #if defined(GRADSWEEP_WITH_MPI)
   finalize_mpi();
 #endif

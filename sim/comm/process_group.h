@@ -5,6 +5,8 @@
 // MPI_THREAD_SERIALIZED).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +30,14 @@ class ProcessGroup {
   virtual std::optional<int> max_within(int value, double deadline_s) = 0;
   // Ends every process of the job with `code` (MPI_Abort); never returns.
   [[noreturn]] virtual void abort(int code) = 0;
+  // How the job's processes ended their command, agreed on a communicator of its own (so it cannot be confused with
+  // a collective another process is still inside): the largest exit status and whether every process gave the same
+  // text_hash; nothing when not every process arrived within deadline_s.
+  struct ExitAgreement {
+    int code = 0;
+    bool same_text = true;
+  };
+  virtual std::optional<ExitAgreement> agree_on_exit(int code, uint64_t text_hash, double deadline_s) = 0;
 };
 
 // The group of this process: size 1 unless start_processes started MPI.
@@ -45,9 +55,14 @@ bool built_with_mpi();
 // when the MPI cannot give the thread level.
 void start_processes(int* argc, char*** argv);
 
-// main's last call: ends MPI normally when `code` is 0; otherwise, with more than one process, aborts the job with
-// `code` (a process that stops alone would leave the others waiting). Returns `code`.
-int finish_processes(int code);
+// main's last call. One process: returns `code`. Under mpirun with several processes, each says how its command
+// ended (its exit status and `error_text`, what it has to say and has not printed: deferred_error_text) within a
+// deadline (10 s after a failure; none after success). When all arrive, the text is printed through `print` once,
+// by process 0, when every process has the same (a refused scenario: no copy per process), else by each process
+// with its own, "process P: " first; MPI ends normally (no MPI_Abort banner) and the job's largest status is
+// returned. When one does not arrive (it is inside a collective that a failed process will never join), this one
+// prints its own text and aborts the job with its status (MPI_Abort).
+int finish_processes(int code, const std::string& error_text, const std::function<void(const std::string&)>& print);
 
 // The MPI process group (mpi_process_group.cpp, MPI builds only): initializes MPI.
 std::unique_ptr<ProcessGroup> start_mpi_process_group(int* argc, char*** argv);
