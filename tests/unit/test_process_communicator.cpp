@@ -61,6 +61,8 @@ class ThreadGroup final : public ProcessGroup {
     return out;
   }
   std::optional<int> max_within(int value, double) override { return value; }
+  // Not used by the communicator under test (main's exit agreement only).
+  std::optional<ExitAgreement> agree_on_exit(int code, uint64_t, double) override { return ExitAgreement{code, true}; }
   [[noreturn]] void abort(int) override { std::abort(); }
 
  private:
