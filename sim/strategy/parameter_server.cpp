@@ -145,7 +145,19 @@ class ParameterServer final : public SyncStrategy {
     apply_s_ = apply.compute_s[static_cast<size_t>(Phase::kOptimizer)];
     shard_elems_ = static_cast<double>(per);
     skipped_by_rank_.assign(static_cast<size_t>(ranks_), 0);
-    if (s.timing_only) return;
+    if (s.timing_only) {
+      // Compressed pushes priced from the buckets' shapes (sim/compress/modeled.h), as the all-reduce's timing-only
+      // runs price theirs: the training run's buckets (top-k with scope "model": one over the whole gradient).
+      if (compressed_) {
+        std::vector<std::pair<size_t, size_t>> buckets;
+        for (const Bucket& b : make_buckets(s.model.tensors(),
+                                            static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                                            static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0)))
+          buckets.emplace_back(b.begin, b.end);
+        timing_reduction_ = modeled_reduction(compression_, buckets, n_, ranks_, tensors_);
+      }
+      return;
+    }
     if (compressed_) {
       codec_.resize(static_cast<size_t>(ranks_));
       server_comp_ = make_compressor(s.config, s.model, ranks_);
@@ -289,10 +301,16 @@ class ParameterServer final : public SyncStrategy {
     return false;
   }
 
-  // Key: the rank when its price differs from the others' (fewer co-located shards than ranks), else one for all.
+  // Key: the compression's price class of the step (powersgd before start_step, dgc's warm-up steps; 0 uncompressed)
+  // and the rank when its price differs from the others' (fewer co-located shards than ranks), else one for all.
   PriceKey price(const StepInput& in) const override {
-    const PriceKey key{0, price_depends_on_rank() ? in.rank : 0};
+    const int64_t price_class = compressed_ ? compression_price_class(compression_, in.step) : 0;
+    const PriceKey key{price_class, price_depends_on_rank() ? in.rank : 0};
     if (in.cost == nullptr) return key;
+    if (compressed_) {
+      price_compressed(in);
+      return key;
+    }
     const double bytes = wire_bytes_[static_cast<size_t>(in.rank)];
     if (bytes > 0) {
       // One BSP clock with every worker's push handed to the links at once (ps_cost.h): the pushes and the pulls
@@ -308,6 +326,48 @@ class ParameterServer final : public SyncStrategy {
     in.cost->add_time(Phase::kOptimizer, apply_s_);
     in.cost->synchronous = true;
     return key;
+  }
+
+  // A timing-only BSP clock of compressed pushes, priced as a training run's clock with every worker's push handed
+  // over at once (step(): encode_push and price_push): each worker encodes its buckets (the encode passes of
+  // encode_passes, error feedback's 3 passes, the payload written; modeled payload of price_compressed_bucket) and
+  // pushes its payload (a co-located shard's part stays); the server decodes each push (payload / shards read, the
+  // shard's fp32 sum written) and applies; every worker pulls the dense parameters.
+  void price_compressed(const StepInput& in) const {
+    const size_t ri = static_cast<size_t>(in.rank);
+    double payload = 0.0, encode_bytes = 0.0;
+    for (const auto& b : timing_reduction_.buckets) {
+      BucketShape shape;
+      shape.begin = b.first;
+      shape.end = b.second;
+      shape.ranks = ranks_;
+      shape.step = in.step;
+      shape.error_feedback = timing_reduction_.error_feedback;
+      shape.tensors = tensors_;
+      const double bucket_payload = price_compressed_bucket(compression_, shape).payload_bytes;
+      const double dense = 4.0 * static_cast<double>(shape.n());
+      encode_bytes += (shape.error_feedback ? 3.0 * dense : 0.0) + encode_passes(compression_.kind).passes * dense +
+                      bucket_payload;
+      payload += bucket_payload;
+    }
+    const bool local_shard = !dedicated_ && in.rank < shards_;
+    const double push_wire = local_shard ? payload * (shards_ - 1) / shards_ : payload;
+    StepCost enc = cost_model_->make_step_cost();
+    enc.add_pass(Phase::kCompress, encode_bytes);
+    StepCost dec = cost_model_->make_step_cost();
+    dec.add_pass(Phase::kCompress, payload / shards_ + 4.0 * shard_elems_);
+    const double encode_s = enc.compute_s[static_cast<size_t>(Phase::kCompress)];
+    const double decode_s = dec.compute_s[static_cast<size_t>(Phase::kCompress)];
+    const BspClockPrice clock = price_bsp_clock(cost_model_->collectives(), shards_, dedicated_,
+                                                std::vector<double>(static_cast<size_t>(ranks_), payload), full_bytes_,
+                                                apply_s_ + decode_s);
+    const double pull_s = *std::max_element(clock.pull_s.begin(), clock.pull_s.end());
+    if (push_wire + wire_bytes_[ri] > 0)
+      in.cost->add_p2p_time(clock.pushes_s + pull_s, push_wire, push_wire + wire_bytes_[ri]);
+    in.cost->add_served_bytes(served_bytes_[ri]);
+    in.cost->add_time(Phase::kCompress, encode_s + decode_s);
+    in.cost->add_time(Phase::kOptimizer, apply_s_);
+    in.cost->synchronous = true;
   }
 
   void step(const StepInput& in) override {
@@ -740,6 +800,7 @@ class ParameterServer final : public SyncStrategy {
   std::vector<double> served_bytes_;         // per rank and clock: the pulls its co-located shard sends to others
   double apply_s_ = 0.0;
   double shard_elems_ = 0.0;  // elements per shard
+  ModeledReduction timing_reduction_;  // timing-only compressed pushes: the buckets priced (price_compressed)
   ProgressSink sink_;
   int exhausted_rank_ = -1;  // the first worker whose loss scaler cannot recover (written and read inside turns)
 

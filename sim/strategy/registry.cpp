@@ -58,9 +58,6 @@ void parameter_server_issues(const RunConfig& c, std::vector<ConfigIssue>& issue
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   const SyncConfig& sy = c.sync;
   const bool timing = c.training.mode == "timing";
-  if (timing && c.compression.kind != "none")
-    add("compression.kind", "timing-only runs of sync.kind \"parameter_server\" price uncompressed pushes only: use "
-                            "\"none\" (compressed pushes are priced on the modeled clock while they train)");
   if (!sy.dedicated && sy.shards > c.cluster.ranks)
     add("sync.shards", fmt::format("co-located shards live on the workers: at most cluster.ranks ({}), got {} (or set "
                                    "sync.dedicated true)", c.cluster.ranks, sy.shards));
