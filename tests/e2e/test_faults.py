@@ -80,6 +80,30 @@ def test_signal_at_a_chosen_step_records_interrupted_and_resume_completes(tmp_pa
     resume_and_compare(comparable, path, out, full)
 
 
+@pytest.mark.parametrize("compression,optimizer", [
+    ({"kind": "topk", "ratio": 0.1, "error_feedback": "gradient"}, {"kind": "sgd", "lr": 0.1, "momentum": 0.9}),
+    ({"kind": "none"}, {"kind": "onebit_adam", "lr": 0.001, "freeze_step": 4}),
+])
+def test_a_resumed_run_starts_with_zero_error_buffers(tmp_path, compression, optimizer, comparable):
+    """Error-feedback state (top-k's gradient residual, 1-bit Adam's worker and server errors) is not carried into a
+    resumed run: the run interrupted after step 11 of 40 runs again from step 1 with its buffers at zero, so the
+    resumed report equals the uninterrupted one (a residual left from the cut run would change every later loss)."""
+    doc = scenario(steps=STEPS, axes={"training.accumulation_steps": [1, 2, 3]}, compression=compression)
+    doc["training"]["optimizer"] = optimizer
+    path = write(tmp_path, doc)
+    full = full_report(tmp_path, path)
+    out = tmp_path / "cut"
+    proc = start(path, out, "stop_at=2:10")
+    wait_stopped(proc)
+    proc.send_signal(signal.SIGINT)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    cut = load_valid(out)
+    assert cut["runs"][1]["disposition"] == "interrupted" and cut["runs"][1]["steps_completed"] == 11
+    resume_and_compare(comparable, path, out, full)
+
+
 def test_second_signal_mid_write_exits_at_once_and_the_report_survives(tmp_path, comparable):
     path = three_runs(tmp_path)
     full = full_report(tmp_path, path)
