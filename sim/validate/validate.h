@@ -12,6 +12,8 @@
 
 namespace gs {
 
+class Model;
+
 class IdPattern;  // sim/core/id_pattern.h
 
 // The kind fields' choices and the fields that apply under each, from the registries (models, datasets, optimizers
@@ -35,6 +37,19 @@ RunConfig config_from_json(const json& j, std::vector<ConfigIssue>& issues);
 // the checks that construct the model and the dataset (config_from_json does when some field is mistyped: they
 // depend on nearly every field).
 void validate_config(const RunConfig& c, std::vector<ConfigIssue>& issues, bool structural_checks = true);
+
+// The slices a report.timeline file holds per optimizer step (all ranks), as validation bounds it against
+// kTimelineMaxSlices: ranks x (2 x micro-batches + per_bucket x buckets + others + 6 x gathered_layers x
+// micro-batches), per_bucket 1 (the collective) or 3 with compression (encode, collective, decode), buckets as
+// make_buckets cuts the model's tensors, others 3 timing-only (communicate, compress, optimizer) or 12 + micro-batches
+// training (with the data stall, the loader's batches and 8 measured phases), gathered_layers the layers with parameters under ZeRO stage 3 (0 otherwise:
+// 2 gathers, and where they are exposed up to 2 waits and 2 splits of the compute pass). An upper estimate: at most
+// 1.3x the written file, up to 2x under ZeRO stage 3 where few gathers are exposed
+// (ReportTimeline.EstimateBoundsTheWrittenSlices).
+struct TimelineEstimate {
+  double per_step = 0.0, per_bucket = 1.0, buckets = 0.0, others = 12.0, gathered_layers = 0.0;
+};
+TimelineEstimate timeline_slices_per_step(const RunConfig& c, const Model& model);
 
 // Reads and parses a scenario file, applies overrides ("dotted.path=value", value parsed as JSON or else taken as a
 // string; an override replaces any axis over that path), validates and expands. Throws ScenarioError with every

@@ -14,6 +14,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/model/model.h"
+#include "sim/report/timeline.h"
 #include "sim/validate/validate.h"
 #include "tests/unit/scenario_helpers.h"
 
@@ -247,6 +248,46 @@ TEST(ReportCommunication, NoRankBusyOnItsLinkLongerThanItsStepInAnyShippedScenar
   EXPECT_GT(steps, 500);
   EXPECT_GT(stage3, 20) << "the stage-3 runs' steps are among them";
   EXPECT_LT(refused, steps);
+}
+
+// report.timeline's size bound (validate.h, timeline_slices_per_step) against the files written, timing-only, 2
+// steps: GPT-2 XL under ZeRO stage 3 on PCIe (gathers, waits and 145 reduce-scatter buckets: the old estimate of 3
+// slices per bucket and 250 buckets said 2.4x the file) and on NVLink, GPT-2 small on the all-reduce, an MLP with
+// top-k (encode, collective, decode per bucket), with accumulation, and a trained MLP with top-k in small buckets. The estimate may not undercount (it refuses
+// before a run writes more than the limit) and stays within 1.3x (2x under ZeRO stage 3, whose waits and compute
+// splits exist only where a gather is exposed).
+TEST(ReportTimeline, EstimateBoundsTheWrittenSlices) {
+  const std::vector<std::string> cases = {
+      R"({"model": {"kind": "gpt2-xl"}, "cluster": {"ranks": 8, "hardware": "h100-pcie-8"},
+          "sync": {"kind": "zero", "stage": 3}})",
+      R"({"model": {"kind": "gpt2-xl"}, "cluster": {"ranks": 8, "hardware": "h100-sxm-8"},
+          "sync": {"kind": "zero", "stage": 3}})",
+      R"({"model": {"kind": "gpt2-small"}, "cluster": {"ranks": 4, "hardware": "h100-sxm-8"}})",
+      R"({"model": {"kind": "gpt2-small"}, "cluster": {"ranks": 4, "hardware": "h100-sxm-8"},
+          "compression": {"kind": "topk"}})",
+      R"({"model": {"kind": "gpt2-small"}, "cluster": {"ranks": 2, "hardware": "h100-sxm-8"},
+          "training": {"accumulation_steps": 4}})",
+      R"({"model": {"kind": "mlp", "layers": [16, 64, 64, 4], "loss": "cross_entropy"}, "cluster": {"ranks": 2},
+          "data": {"kind": "teacher", "batch_per_rank": 8, "teacher": {"in_dim": 16, "out_dim": 4}},
+          "training": {"mode": "train", "steps": 3, "accumulation_steps": 2, "eval_every": 0},
+          "compression": {"kind": "topk"}, "sync": {"bucket_mb": 0.004, "first_bucket_mb": 0.004}})",
+  };
+  for (const std::string& text : cases) {
+    const json extra = json::parse(text);
+    json doc = json::parse(R"({"name": "tl", "data": {"kind": "none", "batch_per_rank": 1},
+                               "training": {"mode": "timing", "steps": 2}, "report": {"timeline": true}})");
+    doc.merge_patch(extra);
+    const Scenario sc = parse_scenario(doc.dump(), "<test>");
+    const RunConfig& c = sc.runs[0].config;
+    auto model = make_model(c);
+    const double estimate = timeline_slices_per_step(c, *model).per_step * static_cast<double>(c.training.steps);
+    const RunResult res = run_training(c);
+    ASSERT_EQ(res.disposition, Disposition::kPassed) << text << ": " << res.message;
+    const double written = static_cast<double>(timeline_text("tl", res).slices);
+    EXPECT_GE(estimate, written) << text;
+    const double most = c.sync.kind == "zero" ? 2.0 : 1.3;
+    EXPECT_LE(estimate, most * written) << text << ": estimate " << estimate << ", written " << written;
+  }
 }
 
 }  // namespace
