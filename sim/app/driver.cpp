@@ -72,27 +72,40 @@ std::string middle_cut(const std::string& id, size_t max) {
 }
 
 // A run id "NAME.k1=v1.k2=v2.rR" (sim/config/scenario.h) in its parts: NAME, each "key=value" and "rR". A part
-// starts after a '.' that is followed by a key ([A-Za-z_][A-Za-z0-9_]*) and '=', or by the repeat "r<digits>" at
-// the end, so the dots inside values (0.001, 1e-3.5) stay in their value.
+// starts after a '.' that is followed by a key and '=' (a key: words [A-Za-z_][A-Za-z0-9_]* joined by dots, as an id
+// spells a whole path where two swept paths share their last part: model.kind=, sync.stage=), or by the repeat
+// "r<digits>" at the end, so the dots inside values (0.001) stay in their value.
 std::vector<std::string> run_id_parts(const std::string& id) {
   auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
-  auto starts_part = [&](size_t j) {
-    if (j >= id.size()) return false;
-    if (id[j] == 'r' && j + 1 < id.size() &&
-        id.find_first_not_of("0123456789", j + 1) == std::string::npos)
-      return true;  // the repeat
-    if (!(std::isalpha(static_cast<unsigned char>(id[j])) != 0 || id[j] == '_')) return false;
+  auto word_start = [&](size_t k) {
+    return k < id.size() && (std::isalpha(static_cast<unsigned char>(id[k])) != 0 || id[k] == '_');
+  };
+  // Where the part starting at j ends its key: the index of its '=' (the repeat: the id's end); npos when no part
+  // starts at j.
+  auto part_key_end = [&](size_t j) -> size_t {
+    if (j >= id.size()) return std::string::npos;
+    if (id[j] == 'r' && j + 1 < id.size() && id.find_first_not_of("0123456789", j + 1) == std::string::npos)
+      return id.size();  // the repeat
+    if (!word_start(j)) return std::string::npos;
     size_t k = j;
-    while (k < id.size() && word(id[k])) ++k;
-    return k < id.size() && id[k] == '=';
+    for (;;) {
+      while (k < id.size() && word(id[k])) ++k;
+      if (k < id.size() && id[k] == '.' && word_start(k + 1)) {
+        ++k;
+        continue;
+      }
+      return k < id.size() && id[k] == '=' ? k : std::string::npos;
+    }
   };
   std::vector<std::string> parts;
   size_t start = 0;
   for (size_t i = 0; i < id.size(); ++i) {
-    if (id[i] == '.' && starts_part(i + 1)) {
-      parts.push_back(id.substr(start, i - start));
-      start = i + 1;
-    }
+    if (id[i] != '.') continue;
+    const size_t key_end = part_key_end(i + 1);
+    if (key_end == std::string::npos) continue;
+    parts.push_back(id.substr(start, i - start));
+    start = i + 1;
+    i = key_end;  // the dots of a dotted key (model.kind=) start no part
   }
   parts.push_back(id.substr(start));
   return parts;
@@ -101,9 +114,10 @@ std::vector<std::string> run_id_parts(const std::string& id) {
 // A run id fitted to at most `max` characters, keeping what tells the runs of a sweep apart: the whole id when it
 // fits; else without its NAME (the sweep's own name, the same in every run and printed in the sweep's header); else
 // also without its "key=null" parts (an axis value that leaves the field at its default: the key's absence says as
-// much); the last of these cut in its middle ("abc...xyz"). So at 80 columns "onebit_adam.hardware=h100-pcie-8.
-// kind=onebit_adam.lr=0.001.freeze_step=20.var_freeze_step=null.local_step_scaler=null.r0" keeps its
-// freeze_step=20, which the plain middle cut hid.
+// much); else its values alone, in the sweep's axis order (as the header lists the axes), joined by '/'
+// ("h100-pcie-8/onebit_adam/0.001/20/r0"); the last cut in its middle ("abc...xyz"). So at 60 to 120 columns the runs
+// of the shipped sweeps print apart, where a middle cut of the whole id printed runs alike (onebit_adam's adam and
+// zero_one_adam runs, scaling's rank counts).
 std::string fit_run_id(const std::string& id, size_t max) {
   if (id.size() <= max) return id;
   std::vector<std::string> parts = run_id_parts(id);
@@ -122,8 +136,15 @@ std::string fit_run_id(const std::string& id, size_t max) {
                                                                    null_value) == 0;
     if (!is_null) set.push_back(s);
   }
-  if (!set.empty()) shorter = join(set);
-  return middle_cut(shorter, max);
+  if (set.empty()) return middle_cut(shorter, max);
+  shorter = join(set);
+  if (shorter.size() <= max) return shorter;
+  std::string values;
+  for (const std::string& s : set) {
+    const size_t eq = s.find('=');
+    values += (values.empty() ? "" : "/") + (eq == std::string::npos ? s : s.substr(eq + 1));
+  }
+  return middle_cut(values, max);
 }
 
 // " modeled step 12.3 ms, 4.56e+05 samples/s" of a run's report entry (what it has of the two; "" without either).

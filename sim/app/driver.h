@@ -51,8 +51,8 @@ struct ProgressLine {
 };
 // The line fitted into `width` terminal columns: at most width - 1 characters, so that a refresh ("\r\033[K" + it)
 // never wraps and redraws in place. It keeps i/N, the step, the loss and both ETAs, and shortens the run id in the
-// middle ("abc...xyz") after dropping its sweep name and null parts (fit_run_id in driver.cpp), then drops the
-// words "step" and "sweep", then the id; below about 36 columns it is cut.
+// middle ("abc...xyz") after dropping its sweep name, its null parts and then its keys (fit_run_id in driver.cpp),
+// then drops the words "step" and "sweep", then the id; below about 36 columns it is cut.
 std::string fit_progress_line(const ProgressLine& p, size_t width);
 
 // Lines that stay on stderr (the sweep's first and last line, one per finished run, notes and errors) are wrapped to

@@ -176,6 +176,35 @@ void print_error(const std::string& text) {
     print_wrapped(text);
 }
 
+// load_scenario, where --hardware and --timing-only (`typed`: the path each sets and the option as typed) are --set
+// values under the hood: a problem with one names the option the user typed ("(the value of --hardware, not of the
+// file)"), not a --set they never gave, unless they also gave that path with --set.
+gs::Scenario load_naming_options(const std::string& file, const std::vector<std::string>& sets,
+                                 const gs::IdPattern* keep,
+                                 const std::vector<std::pair<std::string, std::string>>& typed) {
+  try {
+    return gs::load_scenario(file, sets, keep);
+  } catch (const gs::ScenarioError& e) {
+    std::vector<gs::ConfigIssue> issues = e.issues();
+    bool renamed = false;
+    for (const auto& [path, option] : typed) {
+      const size_t given = std::count_if(sets.begin(), sets.end(),
+                                         [&](const std::string& s) { return s.rfind(path + "=", 0) == 0; });
+      if (given != 1) continue;  // the user's own --set of that path too: keep naming --set
+      const std::string as_set = " (the value of --set " + path + ", not of the file)";
+      const std::string as_typed = " (the value of " + option + ", not of the file)";
+      for (gs::ConfigIssue& i : issues) {
+        const size_t at = i.message.find(as_set);
+        if (at == std::string::npos) continue;
+        i.message.replace(at, as_set.size(), as_typed);
+        renamed = true;
+      }
+    }
+    if (!renamed) throw;
+    throw gs::ScenarioError(e.file(), issues);
+  }
+}
+
 // Allowed settings worth knowing (Scenario::notes), one "note: file: path: text" each on stderr.
 void print_notes(const gs::Scenario& s) {
   for (const auto& n : s.notes) print_wrapped(fmt::format("note: {}: {}: {}", s.path, n.path, n.message));
@@ -273,12 +302,19 @@ int run_command(RunArgs& a, const std::vector<std::string>& args) {
   if (a.scenario_file.empty()) a.scenario_file = default_scenario();
   // --shard is checked before the scenario is read: a bad slice is refused before anything else.
   const gs::Shard shard = a.cmd->count("--shard") > 0 ? gs::parse_shard(a.shard_text) : gs::Shard{};
-  if (!a.hardware.empty()) a.sets.push_back("cluster.hardware=" + a.hardware);
-  if (a.timing_only) a.sets.push_back("training.mode=timing");
+  std::vector<std::pair<std::string, std::string>> typed;
+  if (!a.hardware.empty()) {
+    a.sets.push_back("cluster.hardware=" + a.hardware);
+    typed.emplace_back("cluster.hardware", "--hardware");
+  }
+  if (a.timing_only) {
+    a.sets.push_back("training.mode=timing");
+    typed.emplace_back("training.mode", "--timing-only");
+  }
   // The filter before the scenario: the problems of runs it leaves out do not refuse the sweep.
   std::optional<gs::IdPattern> keep;
   if (!a.filter.empty()) keep.emplace(gs::compile_filter(a.filter));
-  gs::Scenario s = gs::load_scenario(a.scenario_file, a.sets, keep ? &*keep : nullptr);
+  gs::Scenario s = load_naming_options(a.scenario_file, a.sets, keep ? &*keep : nullptr, typed);
   if (gs::process_group().rank() == 0) print_notes(s);  // mpirun: once, not once per process
   if (gs::test_fault("stop_before_report")) ::raise(SIGSTOP);  // tests: a signal before any run
   gs::DriverOptions o;
@@ -315,8 +351,12 @@ void add_validate_command(CLI::App& app, ValidateArgs& a) {
 }
 
 int validate_command(ValidateArgs& a) {
-  if (!a.hardware.empty()) a.sets.push_back("cluster.hardware=" + a.hardware);
-  gs::Scenario s = gs::load_scenario(a.file, a.sets);
+  std::vector<std::pair<std::string, std::string>> typed;
+  if (!a.hardware.empty()) {
+    a.sets.push_back("cluster.hardware=" + a.hardware);
+    typed.emplace_back("cluster.hardware", "--hardware");
+  }
+  gs::Scenario s = load_naming_options(a.file, a.sets, nullptr, typed);
   print_notes(s);
   std::printf("%s\n", gs::validate_text(a.file, s, stdout_columns()).c_str());
   return 0;

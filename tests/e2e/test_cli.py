@@ -280,8 +280,20 @@ def test_unknown_hardware_is_refused_before_running_and_names_the_choices(tmp_pa
     p = run("validate", REPO / "scenarios" / "quickstart.json", "--hardware", "h900-sxm-8")
     assert p.returncode == 2
     assert "cluster.hardware" in p.stderr and "h900-sxm-8" in p.stderr and "a100-sxm-8" in p.stderr, p.stderr
+    # The option as typed, not the --set it stands for.
+    assert "(the value of --hardware, not of the file)" in p.stderr and "--set" not in p.stderr, p.stderr
     p = run("run", REPO / "scenarios" / "quickstart.json", "--hardware", "h900-sxm-8", "--out", tmp_path / "r")
     assert p.returncode == 2 and not (tmp_path / "r" / "report.json").exists()
+    assert "(the value of --hardware, not of the file)" in p.stderr, p.stderr
+    # --timing-only on a schedule it does not price names --timing-only.
+    doc = scenario(sync={"kind": "parameter_server", "staleness": 2}, axes={})
+    p = run("run", write(tmp_path, doc), "--timing-only", "--out", tmp_path / "t")
+    assert p.returncode == 2, p.stderr
+    assert "training.mode: timing-only runs" in p.stderr and "(the value of --timing-only, not of the file)" in p.stderr
+    # Given with --set as well, the problem names --set (the user typed both).
+    p = run("validate", REPO / "scenarios" / "quickstart.json", "--hardware", "h900-sxm-8", "--set",
+            "cluster.hardware=h900-sxm-8")
+    assert p.returncode == 2 and "(the value of --set cluster.hardware, not of the file)" in p.stderr, p.stderr
 
 
 def test_every_shipped_scenario_validates():

@@ -25,19 +25,46 @@ needs_fashion_mnist = pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/
                                          reason="Fashion-MNIST (dataset-fashion-mnist) is not installed")
 
 
+KEY = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*=")
+
+
+def id_parts(run_id):
+    """A run id's parts: its name, each key=value (a key may be a dotted path: model.kind=), the repeat rN. A part
+    starts after a '.' followed by a key and '=' or by the repeat at the end; the dots inside a key start none."""
+    parts, start, i = [], 0, 0
+    while i < len(run_id):
+        if run_id[i] == ".":
+            rest = run_id[i + 1:]
+            if re.fullmatch(r"r\d+", rest):
+                parts.append(run_id[start:i])
+                start = i + 1
+                break
+            m = KEY.match(rest)
+            if m:
+                parts.append(run_id[start:i])
+                start = i + 1
+                i += 1 + m.end()
+                continue
+        i += 1
+    parts.append(run_id[start:])
+    return parts
+
+
 def id_forms(run_id):
     """The forms a run id is shown in where it does not fit, longest first, from the documented rule (driver.h,
     fit_progress_line): the id; without the sweep's name (its first part, before the first "key=" part); also without
-    its "key=null" parts. The last form is the one cut in its middle. The parts: split at a '.' followed by a key and
-    '=' or by the repeat "r<digits>" at the end."""
-    parts = re.split(r"\.(?=[A-Za-z_]\w*=|r\d+$)", run_id)
+    its "key=null" parts; its values alone joined by '/'. The last form is the one cut in its middle."""
+    parts = id_parts(run_id)
     forms = [run_id]
     if len(parts) > 1 and "=" not in parts[0]:
         parts = parts[1:]
         forms.append(".".join(parts))
     kept = [p for p in parts if not (p.endswith("=null") and len(p) > len("=null"))]
-    if kept and kept != parts:
+    if not kept:
+        return forms
+    if kept != parts:
         forms.append(".".join(kept))
+    forms.append("/".join(p.split("=", 1)[1] if "=" in p else p for p in kept))
     return forms
 
 
@@ -170,9 +197,34 @@ def test_cut_ids_keep_the_values_that_tell_runs_apart(tmp_path):
         assert is_shown_form(shown[-1], run_id), (shown[-1], run_id)
     assert len(set(shown)) == 16, shown
     # The plain middle cut of the whole id, for the record: it does not tell runs 2 and 3 apart at this width.
-    room = len(shown[1])
+    room = 44
     middle = [i[:(room - 2) // 2] + "..." + i[len(i) - (room - 3) // 2:] for i in ids[1:3]]
     assert middle[0] == middle[1], middle
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_ids_of_whole_paths_are_cut_at_their_parts(tmp_path, columns):
+    """scenarios/compression_llm.json spells whole paths in its ids (model.kind=, compression.kind=, sync.stage=: two
+    swept paths share a last part). Dropping the name drops only "compression_llm.", a null part goes whole
+    (sync.stage=null, not "stage=null" leaving "sync."), and every run prints apart at 80 and 120 columns."""
+    out = tmp_path / "out"
+    env = dict(os.environ, COLUMNS=str(columns))
+    p = subprocess.run([str(BIN), "run", str(REPO / "scenarios" / "compression_llm.json"), "--timing-only",
+                        "--set", "training.steps=2", "--out", str(out)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert all(len(t) <= columns - 1 for t in lines), [t for t in lines if len(t) > columns - 1]
+    ids = [r["id"] for r in json.loads((out / "report.json").read_text())["runs"]]
+    assert id_parts(ids[0])[:2] == ["compression_llm", "model.kind=gpt2-xl"], ids[0]
+    shown = []
+    for k, run_id in enumerate(ids, start=1):
+        at = [t for t in lines if t.startswith(f"[{k}/{len(ids)}] ")]
+        assert len(at) == 1, lines
+        shown.append(at[0].split()[1])
+        assert is_shown_form(shown[-1], run_id), (shown[-1], run_id)
+        assert not shown[-1].startswith("kind=") and ".sync.r0" not in shown[-1], shown[-1]
+    assert len(set(shown)) == len(ids), shown
 
 
 def test_ranks_over_the_gpus_of_two_profiles_is_noted_once(tmp_path):
