@@ -362,30 +362,62 @@ def value_limit(texts, budget):
     return limit
 
 
+def swept_units(run, axes=None):
+    """The run's swept paths in swept_order, grouped: a zip group's paths (an axis of several paths) together, every
+    other path alone."""
+    order = swept_order(run, axes)
+    units, seen = [], set()
+    for p in order:
+        if p in seen:
+            continue
+        group = next((a["paths"] for a in (axes or []) if len(a["paths"]) > 1 and p in a["paths"]), None)
+        unit = [q for q in order if q in group] if group else [p]
+        seen.update(unit)
+        units.append(unit)
+    return units
+
+
 def swept_text(run, repeats=1, axes=None, names=True):
     """The run's swept values as "key=value key=value" (plus "r<repeat>" when the sweep repeats), in swept_order.
-    Long values are cut (label_value). With names=False only the values: "1, 0.05 r0" (swept_caption names them),
-    the longest cut further so that every value shows in LABEL_CHARS characters where it can."""
+    Long values are cut (label_value). A zip group's null members are left out (their absence says null, as in the
+    heatmap's ticks and the shortened run ids). With names=False only the values: "1, 0.05 r0", a zip group's
+    non-null values joined by "/" ("adam/0.001"; swept_caption names them; cut in its middle), the longest cut further
+    so that every value shows in LABEL_CHARS characters where it can."""
     swept = run.get("swept") or {}
-    order = swept_order(run, axes)
-    short = short_paths(order)
+    units = swept_units(run, axes)
+    short = short_paths(swept_order(run, axes))
+
+    def members(unit):
+        if len(unit) == 1:
+            return unit
+        return [p for p in unit if swept[p] is not None] or unit
+
     if names:
-        text = " ".join(f"{short[p]}={label_value(swept[p], among=axis_values_of(p, axes))}" for p in order)
+        text = " ".join(f"{short[p]}={label_value(swept[p], among=axis_values_of(p, axes))}"
+                        for unit in units for p in members(unit))
     else:
-        texts = [label_value(swept[p], among=axis_values_of(p, axes)) for p in order]
-        budget = LABEL_CHARS - 2 * (len(order) - 1) - (4 if repeats > 1 else 0)
+        def unit_text(unit, limit=LABEL_VALUE_CHARS):
+            if len(unit) == 1:
+                return label_value(swept[unit[0]], limit, axis_values_of(unit[0], axes))
+            text = "/".join(label_value(swept[p], among=axis_values_of(p, axes)) for p in members(unit))
+            if len(text) <= limit:
+                return text
+            head = (limit - 1 + 1) // 2  # cut in the middle: a group's later members often tell runs apart
+            return text[:head] + "\u2026" + text[len(text) - (limit - 1 - head):]
+        texts = [unit_text(u) for u in units]
+        budget = LABEL_CHARS - 2 * (len(units) - 1) - (4 if repeats > 1 else 0)
         limit = value_limit(texts, budget)
-        text = ", ".join(label_value(swept[p], limit, axis_values_of(p, axes)) for p in order)
+        text = ", ".join(unit_text(u, limit) for u in units)
     if repeats > 1:
         text = f"{text} r{run.get('repeat', 0)}".strip()
     return text
 
-
 def swept_caption(run, repeats=1, axes=None):
-    """What the values of swept_text(names=False) are: "accumulation_steps, lr (r: repeat)"."""
+    """What the values of swept_text(names=False) are: "accumulation_steps, lr (r: repeat)"; a zip group's names joined
+    by "/" (its non-null values are, in that order)."""
     order = swept_order(run, axes)
     short = short_paths(order)
-    text = ", ".join(short[p] for p in order)
+    text = ", ".join("/".join(short[p] for p in unit) for unit in swept_units(run, axes))
     if repeats > 1:
         text = f"{text} (r: repeat)".strip()
     return text

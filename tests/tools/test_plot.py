@@ -704,6 +704,41 @@ def test_a_heatmap_of_long_zip_group_labels_keeps_its_layout(example, tmp_path):
         "kind=onebit_lamb,lr=0.01,freeze_step=100000"]
 
 
+def test_run_labels_group_a_zip_axis_and_leave_out_its_nulls():
+    """onebit_adam's sweep (hardware x a 5-member zip group of optimizer settings): the legend and bar labels showed
+    "h10..., adam, 0.0..., null, null,..." and two runs alike. A zip group is one value of the label, its non-null
+    members joined by "/", and the caption names the group's members in that order."""
+    group = ["training.optimizer.kind", "training.optimizer.lr", "training.optimizer.freeze_step",
+             "training.optimizer.var_freeze_step", "training.optimizer.local_step_scaler"]
+    axes = [{"paths": ["cluster.hardware"], "values": [["h100-pcie-8"], ["h100-sxm-8"]]},
+            {"paths": group, "values": [["adam", 0.001, None, None, None], ["onebit_adam", 0.001, 20, None, None]]}]
+    runs = []
+    for hw, (kind, lr, freeze) in itertools.product(["h100-pcie-8", "h100-sxm-8"],
+                                                    [("adam", 0.001, None), ("onebit_adam", 0.001, 20),
+                                                     ("onebit_adam", 0.001, 100)]):
+        swept = {"cluster.hardware": hw, group[0]: kind, group[1]: lr, group[2]: freeze, group[3]: None,
+                 group[4]: None}
+        runs.append({"id": f"o.{len(runs)}.r0", "swept": swept})
+    texts = [rl.swept_text(r, 1, axes, names=False) for r in runs]
+    # 28 characters for two values (LABEL_CHARS less the ", "): a group that does not fit is cut in its middle, so its
+    # last members (freeze_step 20 or 100) stay; every label distinct and within LABEL_CHARS.
+    for run, text in zip(runs, texts):
+        hw, group_text = text.split(", ", 1)
+        sw = run["swept"]
+        full = "/".join(str(sw[p]) for p in group if sw[p] is not None)
+        assert hw == sw["cluster.hardware"] and len(text) <= rl.LABEL_CHARS, text
+        head, _, tail = group_text.partition("\u2026")
+        assert group_text == full or (tail and full.startswith(head) and full.endswith(tail)), (group_text, full)
+    assert texts[0] == "h100-pcie-8, adam/0.001" and texts[2].endswith("/100") and texts[1].endswith("/20"), texts
+    assert len(set(texts)) == 6, texts
+    assert rl.swept_caption(runs[0], 1, axes) == "hardware, kind/lr/freeze_step/var_freeze_step/local_step_scaler"
+    assert rl.swept_text(runs[1], 1, axes) == "hardware=h100-sxm-8 kind=onebit_adam lr=0.001 freeze_step=20".replace(
+        "sxm", "pcie")
+    example = {"axes": axes, "runs": runs, "repeats": 1}
+    labels, caption = plot.run_labels(example, runs)
+    assert len(set(labels)) == 6 and caption, (labels, caption)
+
+
 def test_notes_break_between_words_never_inside_an_id():
     """A "not drawn" note of long ids with hyphenated values breaks at blanks only: every line is a run of whole
     words of the note (the ids keep their h100-pcie-8), none longer than the figure allows (16 characters an inch);
