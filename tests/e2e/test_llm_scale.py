@@ -280,9 +280,16 @@ def test_timeline_size_caps_are_refused_at_validation(tmp_path):
     p = run("validate", write(tmp_path, doc))
     assert p.returncode == 2
     assert "report.timeline" in p.stderr and "at most 50 optimizer steps" in p.stderr and "has 51" in p.stderr
-    # LLaMA-7B on 8 ranks: about 1,029 buckets of 25 MiB, 3 slices each per rank and step.
-    p = run("validate", write(tmp_path, {**llama(steps=50), "report": {"timeline": True}}, "l.json"))
-    assert p.returncode == 2 and "more than the limit of 500000: at most 20 steps" in p.stderr, p.stderr
+    # LLaMA-7B on 8 ranks under ZeRO stage 3 with 8 micro-batches: per rank and step 2 x 8 micro-batches + 162
+    # buckets (make_buckets: a tensor larger than 25 MiB is a bucket of its own) + 3 others + 6 x 34 layers x 8 =
+    # 1813 slices; x 8 ranks x 50 steps = 725,200 > 500,000, and 500,000 / 14,504 fits 34 steps.
+    doc = {**llama(steps=50, accumulation_steps=8), "report": {"timeline": True}, "sync": {"kind": "zero", "stage": 3}}
+    p = run("validate", write(tmp_path, doc, "l.json"))
+    assert p.returncode == 2, p.stderr
+    assert "about 725200 slices" in p.stderr and "more than the limit of 500000: at most 34 steps" in p.stderr, p.stderr
+    # The plain all-reduce of LLaMA-7B fits 50 steps now that a bucket is one slice (it was 3, over 1,029 buckets).
+    p = run("validate", write(tmp_path, {**llama(steps=50), "report": {"timeline": True}}, "l2.json"))
+    assert p.returncode == 0, p.stderr
 
 
 def test_activation_formulas_are_what_pytorch_saves(tmp_path):
