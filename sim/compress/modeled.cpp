@@ -213,8 +213,6 @@ int64_t compression_price_class(const CompressionConfig& c, int64_t step) {
   return 0;
 }
 
-namespace {
-
 BucketShape modeled_shape(const ModeledReduction& r, int64_t step, const std::pair<size_t, size_t>& bucket) {
   BucketShape shape;
   shape.begin = bucket.first;
@@ -225,6 +223,8 @@ BucketShape modeled_shape(const ModeledReduction& r, int64_t step, const std::pa
   shape.tensors = r.tensors;
   return shape;
 }
+
+namespace {
 
 // One rank's modeled step: its encoded bytes, the bytes it puts on the wire (NCCL nBytes x nccl-tests' bus-bandwidth
 // factor, as the modeled clock counts them) and the collectives it issues.

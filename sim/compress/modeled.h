@@ -87,6 +87,8 @@ struct ModeledReduction {
 };
 ModeledReduction modeled_reduction(const CompressionConfig& c, const std::vector<std::pair<size_t, size_t>>& buckets,
                                    size_t n, int ranks, const std::vector<TensorInfo>* tensors);
+// The shape of bucket [first, second) of the reduction at 0-based step `step` (price_compressed_bucket's input).
+BucketShape modeled_shape(const ModeledReduction& r, int64_t step, const std::pair<size_t, size_t>& bucket);
 
 // Steps whose buckets are priced alike share a class (the first member of a strategy's PriceKey: a timing-only run
 // prices one step per class): 0 for the steps priced as every step after the schedules; powersgd before start_step:

@@ -153,10 +153,9 @@ std::string readable_syntax_error(const std::string& message) {
   else if (expected == "']'" && context == "array")
     expected = "',' or ']'";
   if (!expected.empty()) out += "; expected " + expected;
+  if (trailing) return out;
   const bool closes = detail == "unexpected '}'" || detail == "unexpected ']'";
   const char first = token.empty() ? '\0' : token[0];
-  if (trailing)
-    return out;
   if (closes && (context == "object key" || context == "value"))
     out += " (a comma before '}' or ']' is not JSON)";
   else if (detail == "invalid literal" && (first == '/' || first == '#'))

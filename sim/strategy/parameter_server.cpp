@@ -145,31 +145,27 @@ class ParameterServer final : public SyncStrategy {
     apply_s_ = apply.compute_s[static_cast<size_t>(Phase::kOptimizer)];
     shard_elems_ = static_cast<double>(per);
     skipped_by_rank_.assign(static_cast<size_t>(ranks_), 0);
+    // Compressed pushes go bucket by bucket: the model's tensors cut as the all-reduce cuts them (a whole-model
+    // compressor, top-k with scope "model": one bucket over the gradient).
+    std::vector<std::pair<size_t, size_t>> tensor_buckets;
+    if (compressed_)
+      for (const Bucket& b : make_buckets(s.model.tensors(),
+                                          static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
+                                          static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0)))
+        tensor_buckets.emplace_back(b.begin, b.end);
     if (s.timing_only) {
-      // Compressed pushes priced from the buckets' shapes (sim/compress/modeled.h), as the all-reduce's timing-only
-      // runs price theirs: the training run's buckets (top-k with scope "model": one over the whole gradient).
-      if (compressed_) {
-        std::vector<std::pair<size_t, size_t>> buckets;
-        for (const Bucket& b : make_buckets(s.model.tensors(),
-                                            static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
-                                            static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0)))
-          buckets.emplace_back(b.begin, b.end);
-        timing_reduction_ = modeled_reduction(compression_, buckets, n_, ranks_, tensors_);
-      }
+      // Priced from the buckets' shapes (sim/compress/modeled.h), as the all-reduce's timing-only runs price theirs.
+      if (compressed_) timing_reduction_ = modeled_reduction(compression_, tensor_buckets, n_, ranks_, tensors_);
       return;
     }
     if (compressed_) {
       codec_.resize(static_cast<size_t>(ranks_));
       server_comp_ = make_compressor(s.config, s.model, ranks_);
       GS_EXPECT(server_comp_ != nullptr, "compressed parameter server without a compressor");
-      if (server_comp_->whole_model()) {
+      if (server_comp_->whole_model())
         buckets_.emplace_back(0, n_);
-      } else {
-        for (const Bucket& b : make_buckets(s.model.tensors(),
-                                            static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
-                                            static_cast<size_t>(s.config.sync.bucket_mb * 1048576.0)))
-          buckets_.emplace_back(b.begin, b.end);
-      }
+      else
+        buckets_ = std::move(tensor_buckets);
       for (PushCodec& w : codec_) {
         w.comp = make_compressor(s.config, s.model, ranks_);
         // error_feedback "gradient" (validate_config refuses the other placements here).
@@ -328,6 +324,26 @@ class ParameterServer final : public SyncStrategy {
     return key;
   }
 
+  // Bytes a worker's encode of one bucket of n fp32 values moves: error feedback's 3 passes (p = g + e read and
+  // written, e read), the compressor's passes over p (encode_passes: the all-reduce's modeled price,
+  // sim/compress/modeled.h) and the payload written.
+  double bucket_encode_bytes(size_t n, bool error_feedback, double payload_bytes) const {
+    const double dense = 4.0 * static_cast<double>(n);
+    return (error_feedback ? 3.0 * dense : 0.0) + encode_passes(compression_.kind).passes * dense + payload_bytes;
+  }
+  // Modeled seconds of a push's encode on its worker (encode_bytes moved), and of its decode on the server: each
+  // shard reads its part of the payload and writes its fp32 sum.
+  double encode_model_s(double encode_bytes) const {
+    StepCost enc = cost_model_->make_step_cost();
+    enc.add_pass(Phase::kCompress, encode_bytes);
+    return enc.compute_s[static_cast<size_t>(Phase::kCompress)];
+  }
+  double decode_model_s(double payload_bytes) const {
+    StepCost dec = cost_model_->make_step_cost();
+    dec.add_pass(Phase::kCompress, payload_bytes / shards_ + 4.0 * shard_elems_);
+    return dec.compute_s[static_cast<size_t>(Phase::kCompress)];
+  }
+
   // A timing-only BSP clock of compressed pushes, priced as a training run's clock with every worker's push handed
   // over at once (step(): encode_push and price_push): each worker encodes its buckets (the encode passes of
   // encode_passes, error feedback's 3 passes, the payload written; modeled payload of price_compressed_bucket) and
@@ -337,27 +353,14 @@ class ParameterServer final : public SyncStrategy {
     const size_t ri = static_cast<size_t>(in.rank);
     double payload = 0.0, encode_bytes = 0.0;
     for (const auto& b : timing_reduction_.buckets) {
-      BucketShape shape;
-      shape.begin = b.first;
-      shape.end = b.second;
-      shape.ranks = ranks_;
-      shape.step = in.step;
-      shape.error_feedback = timing_reduction_.error_feedback;
-      shape.tensors = tensors_;
+      const BucketShape shape = modeled_shape(timing_reduction_, in.step, b);
       const double bucket_payload = price_compressed_bucket(compression_, shape).payload_bytes;
-      const double dense = 4.0 * static_cast<double>(shape.n());
-      encode_bytes += (shape.error_feedback ? 3.0 * dense : 0.0) + encode_passes(compression_.kind).passes * dense +
-                      bucket_payload;
+      encode_bytes += bucket_encode_bytes(shape.n(), shape.error_feedback, bucket_payload);
       payload += bucket_payload;
     }
     const bool local_shard = !dedicated_ && in.rank < shards_;
     const double push_wire = local_shard ? payload * (shards_ - 1) / shards_ : payload;
-    StepCost enc = cost_model_->make_step_cost();
-    enc.add_pass(Phase::kCompress, encode_bytes);
-    StepCost dec = cost_model_->make_step_cost();
-    dec.add_pass(Phase::kCompress, payload / shards_ + 4.0 * shard_elems_);
-    const double encode_s = enc.compute_s[static_cast<size_t>(Phase::kCompress)];
-    const double decode_s = dec.compute_s[static_cast<size_t>(Phase::kCompress)];
+    const double encode_s = encode_model_s(encode_bytes), decode_s = decode_model_s(payload);
     const BspClockPrice clock = price_bsp_clock(cost_model_->collectives(), shards_, dedicated_,
                                                 std::vector<double>(static_cast<size_t>(ranks_), payload), full_bytes_,
                                                 apply_s_ + decode_s);
@@ -646,10 +649,7 @@ class ParameterServer final : public SyncStrategy {
       job.divisor = in.local_samples;
       w.comp->encode(job, w.payload[b]);
       w.comp->decode_add(job, in.rank, w.payload[b].data(), w.payload[b].size(), job.own_decoded);
-      const double dense = 4.0 * static_cast<double>(job.n);
-      // The encode passes over p of the all-reduce's modeled price (sim/compress/modeled.h).
-      encode_bytes += (ef ? 3.0 * dense : 0.0) + encode_passes(compression_.kind).passes * dense +
-                      static_cast<double>(w.payload[b].size());
+      encode_bytes += bucket_encode_bytes(job.n, ef, static_cast<double>(w.payload[b].size()));
       payload += w.payload[b].size();
     }
     PushRecord rec;
@@ -677,12 +677,8 @@ class ParameterServer final : public SyncStrategy {
     rec.payload_bytes = payload;
     const bool local_shard = !dedicated_ && in.rank < shards_;
     rec.wire_bytes = local_shard ? static_cast<double>(payload) * (shards_ - 1) / shards_ : static_cast<double>(payload);
-    StepCost enc = cost_model_->make_step_cost();
-    enc.add_pass(Phase::kCompress, encode_bytes);
-    rec.encode_model_s = enc.compute_s[static_cast<size_t>(Phase::kCompress)];
-    StepCost dec = cost_model_->make_step_cost();
-    dec.add_pass(Phase::kCompress, static_cast<double>(payload) / shards_ + 4.0 * shard_elems_);
-    rec.decode_model_s = dec.compute_s[static_cast<size_t>(Phase::kCompress)];
+    rec.encode_model_s = encode_model_s(encode_bytes);
+    rec.decode_model_s = decode_model_s(static_cast<double>(payload));
     w.records.push_back(rec);
     return w.records.back();
   }

@@ -151,19 +151,18 @@ void size_limit_issues(const RunConfig& c, const std::function<bool(const std::s
           clean("cluster.ranks") && clean("training.accumulation_steps") && clean("sync.") &&
           clean("compression.kind")) {
         const TimelineEstimate est = timeline_slices_per_step(c, *model);
-        const double per_step = est.per_step, per_bucket = est.per_bucket, buckets = est.buckets,
-                     gathered_layers = est.gathered_layers;
-        const double slices = per_step * static_cast<double>(c.training.steps);
+        const double slices = est.per_step * static_cast<double>(c.training.steps);
         if (slices > kTimelineMaxSlices)
           add("report.timeline", fmt::format("the timeline would hold about {:.0f} slices (ranks x (2 x micro-batches "
                                              "+ {:.0f} x {:.0f} buckets + {:.0f}{}) per step), more than the limit "
                                              "of {:.0f}: at most {} of this run, or larger sync.bucket_mb",
-                                             slices, per_bucket, buckets, est.others,
-                                             gathered_layers > 0
-                                                 ? fmt::format(" + 6 x {:.0f} layers x micro-batches", gathered_layers)
+                                             slices, est.per_bucket, est.buckets, est.others,
+                                             est.gathered_layers > 0
+                                                 ? fmt::format(" + 6 x {:.0f} layers x micro-batches",
+                                                               est.gathered_layers)
                                                  : std::string(),
                                              kTimelineMaxSlices,
-                                             count_text(std::floor(kTimelineMaxSlices / per_step), "step")));
+                                             count_text(std::floor(kTimelineMaxSlices / est.per_step), "step")));
       }
     } catch (const std::exception& e) {
       issues.push_back(issue_from_exception(e.what(), "model"));
