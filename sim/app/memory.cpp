@@ -335,27 +335,22 @@ int64_t compression_buffer_bytes(const RunConfig& c, const Model& model) {
   if (!(cp.kind == "topk" && cp.scope == "model"))
     buckets = make_buckets(model.tensors(), static_cast<size_t>(c.sync.first_bucket_mb * 1048576.0),
                            static_cast<size_t>(c.sync.bucket_mb * 1048576.0));
+  const CompressorEntry* entry = find_compressor(cp.kind);
   double own = 0.0;
   for (const Bucket& b : buckets) {
     const size_t m = b.end - b.begin;
-    if (cp.kind == "topk") {
-      own += 8.0 * static_cast<double>(kept_count(m, cp.ratio, cp.k));
-    } else if (cp.kind == "randomk") {
-      own += (cp.shared_indices ? 4.0 : 8.0) * static_cast<double>(kept_count(m, cp.ratio, cp.k));
-    } else if ((cp.kind == "threshold" || cp.kind == "dgc") && cp.expected_density > 0) {  // timing-only runs
+    if ((cp.kind == "threshold" || cp.kind == "dgc") && cp.expected_density > 0) {  // timing-only runs
       own += 8.0 * static_cast<double>(kept_count(m, modeled_density(cp, 0), 0));  // dgc: step 0 keeps the most
     } else if (cp.kind == "threshold") {
       own += 8.0 * static_cast<double>(m);
     } else if (cp.kind == "dgc") {
       own += 8.0 * static_cast<double>(kept_count(m, dgc_density_at(cp.ratio, cp.warmup_steps, 0), 0));
-    } else if (cp.kind == "qsgd") {
-      own += static_cast<double>(qsgd_encoded_bytes(m, static_cast<int>(cp.levels)));
-    } else if (cp.kind == "terngrad") {
-      own += static_cast<double>(terngrad_encoded_bytes(m));
     } else if (cp.kind == "signsgd") {
       own += static_cast<double>(sign_encoded_bytes(m, m));  // room for both planes (zeros)
     } else if (cp.kind == "onebit") {
       own += static_cast<double>(onebit_encoded_bytes(m, m));
+    } else if (entry != nullptr && entry->payload_bytes) {  // a gather compressor's payload from its settings
+      own += entry->payload_bytes(cp, m);
     }
   }
   const bool gathered = c.sync.kind != "parameter_server";  // the server receives the pushes, not the workers

@@ -158,6 +158,15 @@ class Cast final : public Compressor {
   bool fp32_sum_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) {
+  const CompressionConfig& c = rc.compression;
+  return std::make_unique<Cast>(format_of(c.kind), c.divide, c.accumulate == "fp32");
+}
+
+CompressorEntry cast_entry(const char* name, const char* doc) {
+  return {name, doc, make, lossy_options({"compression.divide", "compression.accumulate"})};
+}
+
 }  // namespace
 
 std::pair<double, double> cast_divisors(const std::string& divide, int ranks) {
@@ -168,9 +177,17 @@ std::pair<double, double> cast_divisors(const std::string& divide, int ranks) {
   return {pre, N / pre};
 }
 
-std::unique_ptr<Compressor> make_cast(const RunConfig& rc, const Model&, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<Cast>(format_of(c.kind), c.divide, c.accumulate == "fp32");
+CompressorEntry fp16_compressor() {
+  return cast_entry("fp16", "cast to IEEE half: all-reduce summed in fp16 in rank order (RNE after every add); `divide`");
+}
+CompressorEntry bf16_compressor() {
+  return cast_entry("bf16", "cast to bfloat16: all-reduce summed in bf16 in rank order; `divide`");
+}
+CompressorEntry fp8_e4m3_compressor() {
+  return cast_entry("fp8_e4m3", "cast to OCP FP8 E4M3 (saturating): all-reduce summed in E4M3 in rank order; `divide`");
+}
+CompressorEntry fp8_e5m2_compressor() {
+  return cast_entry("fp8_e5m2", "cast to OCP FP8 E5M2: all-reduce summed in E5M2 in rank order; `divide`");
 }
 
 }  // namespace gs

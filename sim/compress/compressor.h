@@ -1,7 +1,6 @@
 // Gradient compressors (docs/design.md, section 2): the interface every compressor implements, the per-bucket job
-// the compressed reduction hands it, and the registry. A new compressor is one file under sim/compress/ plus one line
-// in kCompressors (sim/compress/registry.cpp), which names the fields that apply to it (README, "Adding a
-// compressor").
+// the compressed reduction hands it, and the registry. A new compressor is one file under sim/compress/ (its class and
+// its CompressorEntry) plus one line in kCompressors (sim/compress/registry.cpp) (README, "Adding a compressor").
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -99,6 +98,12 @@ class Compressor {
   }
 };
 
+// One rank's payload in bytes for a bucket of n values, from the settings alone (a gather compressor whose payload
+// size does not depend on the values, or its size without the value-dependent part): what the modeled clock prices
+// where no training run measured it (timing-only runs) and what the GPU memory estimate holds for it.
+using PayloadBytes = double (*)(const CompressionConfig& c, size_t n);
+
+// A compressor's registry line, returned by `CompressorEntry <name>_compressor()` in sim/compress/<name>.cpp.
 struct CompressorEntry {
   const char* name;
   const char* doc;
@@ -108,27 +113,28 @@ struct CompressorEntry {
   // (sim/validate/kinds.cpp).
   std::vector<std::string> options;
   KindIssues issues = nullptr;  // its cross-field rule beyond the options (sim/validate: validate_config)
+  // Its payload from the settings (a gather compressor's); nullptr where sim/compress/modeled.cpp prices the kind's
+  // wire itself (the casts' all-reduce, PowerSGD's factors, threshold's and DGC's expected density).
+  PayloadBytes payload_bytes = nullptr;
 };
 
 // Every compressor, in registry order ("none" first: the foundation's uncompressed path, no Compressor object).
 const std::vector<CompressorEntry>& compressor_registry();
+// The registry line of `kind`, or nullptr for a kind it does not hold.
+const CompressorEntry* find_compressor(const std::string& kind);
 // A new instance for one rank; nullptr for "none". Throws gs::Error on an unknown kind.
 std::unique_ptr<Compressor> make_compressor(const RunConfig& config, const Model& model, int ranks);
 
-// Factories (one per file).
-std::unique_ptr<Compressor> make_cast(const RunConfig& c, const Model& m, int ranks);
+// The fields every lossy kind takes (compression.measure_error, compression.error_feedback: error feedback sits in the
+// reducer), then `more`.
+std::vector<std::string> lossy_options(std::vector<std::string> more = {});
+// threshold's and DGC's rule: the share of values they keep depends on the gradient, so a timing-only run needs
+// compression.expected_density in (0, 1] and a training run (which measures it) must not set it.
+void expected_density_issues(const RunConfig& c, std::vector<ConfigIssue>& issues);
+
 // The cast all-reduce's pre- and post-divisors of the world size N (`compression.divide`): pre (N, 1), post (1, N),
 // split (2^floor(log2(N)/2), N / that); pre * post = N. Shared by the cast compressor and ZeRO's cast reduce-scatter.
 std::pair<double, double> cast_divisors(const std::string& divide, int ranks);
-std::unique_ptr<Compressor> make_topk(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_randomk(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_threshold(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_qsgd(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_terngrad(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_signsgd(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_onebit(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_powersgd(const RunConfig& c, const Model& m, int ranks);
-std::unique_ptr<Compressor> make_dgc(const RunConfig& c, const Model& m, int ranks);
 
 // PowerSGD's initial Q of every matrix it compresses (the same on every rank: Philox normals of training.seed, not
 // orthogonalized; sim/compress/powersgd.cpp), for export beside the report (sim/report/run_files.h): tensor is the

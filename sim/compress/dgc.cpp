@@ -62,6 +62,10 @@ class Dgc final : public Compressor {
   std::vector<float> u_, v_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model& m, int) {
+  return std::make_unique<Dgc>(rc.compression, m.num_params());
+}
+
 }  // namespace
 
 double dgc_density_at(double target, int64_t warmup, int64_t step) {
@@ -69,9 +73,12 @@ double dgc_density_at(double target, int64_t warmup, int64_t step) {
   return std::pow(target, static_cast<double>(step + 1) / static_cast<double>(warmup + 1));
 }
 
-std::unique_ptr<Compressor> make_dgc(const RunConfig& rc, const Model& m, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<Dgc>(c, m.num_params());
+CompressorEntry dgc_compressor() {
+  // Its own residual (the velocity), not the reducer's error feedback: compression.error_feedback does not apply.
+  return {"dgc", "Deep Gradient Compression: sampled threshold, momentum correction, clipping, masking, warm-up", make,
+          {"compression.measure_error", "compression.ratio", "compression.momentum", "compression.clip_norm",
+           "compression.warmup_steps", "compression.sample_ratio", "compression.expected_density"},
+          expected_density_issues};
 }
 
 }  // namespace gs

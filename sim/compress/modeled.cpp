@@ -123,33 +123,11 @@ BucketPrice price_compressed_bucket(const CompressionConfig& c, const BucketShap
     } else {
       out.calls.push_back({WireCollective::kAllReduce, out.payload_bytes});
     }
-  } else if (kind == "topk") {
-    const double k = static_cast<double>(kept_count(n, c.ratio, c.k));
-    gather(8.0 * k, 8.0 * k);  // uint32 index + fp32 value
-  } else if (kind == "randomk") {
-    const double k = static_cast<double>(kept_count(n, c.ratio, c.k));
-    const double bytes = (c.shared_indices ? 4.0 : 8.0) * k;  // shared indices: values only
-    gather(bytes, bytes);
   } else if (density_is_data_dependent(kind)) {
     if (measured) {
       gather(b.measured_own_bytes, b.measured_max_bytes);
     } else {
       const double bytes = 8.0 * static_cast<double>(expected_kept(c, n, b.step));
-      gather(bytes, bytes);
-    }
-  } else if (kind == "qsgd") {
-    const double bytes = static_cast<double>(qsgd_encoded_bytes(n, static_cast<int>(c.levels)));
-    gather(bytes, bytes);
-  } else if (kind == "terngrad") {
-    const double bytes = static_cast<double>(terngrad_encoded_bytes(n));
-    gather(bytes, bytes);
-  } else if (kind == "signsgd" || kind == "onebit") {
-    // One bit plane without exact zeros; a measured bucket with zeros sends a second plane.
-    const double bytes =
-        static_cast<double>(kind == "signsgd" ? sign_encoded_bytes(n, 0) : onebit_encoded_bytes(n, 0));
-    if (measured) {
-      gather(b.measured_own_bytes, b.measured_max_bytes);
-    } else {
       gather(bytes, bytes);
     }
   } else if (kind == "powersgd") {
@@ -163,12 +141,21 @@ BucketPrice price_compressed_bucket(const CompressionConfig& c, const BucketShap
     out.decode.flops = ps.decode_flops;
     pass.launches += 3.0 * ps.matrices;  // per matrix: P = M Q, Gram-Schmidt, Q = M^T P
     decode_launches += ps.matrices;      // per matrix: P Q^T
+  } else if (const CompressorEntry* entry = find_compressor(kind); entry != nullptr && entry->payload_bytes) {
+    // A gather compressor: the payload its training run measured (the all-gather padded to the largest rank's; a
+    // sign bucket with exact zeros sends a second plane), else its payload from the settings.
+    if (measured) {
+      gather(b.measured_own_bytes, b.measured_max_bytes);
+    } else {
+      const double bytes = entry->payload_bytes(c, n);
+      gather(bytes, bytes);
+    }
   } else if (measured) {
-    // A gather compressor without a price of its own here (a new one): the payload its training run measured, the
-    // all-gather padded to the largest rank's; encode and decode one pass each (encode_passes' default).
+    // A gather compressor without a payload from its settings: the payload its training run measured.
     gather(b.measured_own_bytes, b.measured_max_bytes);
   } else {
-    throw Error(fmt::format("compression.kind: no modeled price for \"{}\"", kind));
+    throw Error(fmt::format("compression.kind: no modeled price for \"{}\" (its registry line has no payload_bytes)",
+                            kind));
   }
   // Encode: error feedback p = g + e (read 2, write 1), the compressor's passes over p, the payload written.
   const double ef = b.error_feedback ? 3.0 * dense : 0.0;

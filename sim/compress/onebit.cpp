@@ -19,10 +19,16 @@ class OneBit final : public Compressor {
   }
 };
 
+std::unique_ptr<Compressor> make(const RunConfig&, const Model&, int) { return std::make_unique<OneBit>(); }
+
+// One bit plane: a bucket without exact zeros (a measured one with zeros sends a second plane).
+double payload_bytes(const CompressionConfig&, size_t n) { return static_cast<double>(onebit_encoded_bytes(n, 0)); }
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_onebit(const RunConfig&, const Model&, int) {
-  return std::make_unique<OneBit>();
+CompressorEntry onebit_compressor() {
+  return {"onebit", "1-bit SGD: sign bits with per-bucket positive and negative means; all-gather", make,
+          lossy_options(), nullptr, payload_bytes};
 }
 
 }  // namespace gs

@@ -176,6 +176,18 @@ class PowerSgd final : public Compressor {
   std::vector<Matrix> matrices_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model& m, int) {
+  return std::make_unique<PowerSgd>(rc.compression, m, static_cast<uint64_t>(rc.training.seed));
+}
+
+// PowerSGD all-reduces its factors between the workers.
+void powersgd_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.sync.kind == "parameter_server")
+    issues.push_back({"compression.kind", "powersgd needs all-reduces of its factors between the workers, which a "
+                                          "parameter server does not do: with sync.kind \"parameter_server\" use "
+                                          "another compressor (e.g. topk)"});
+}
+
 }  // namespace
 
 std::vector<PowerSgdInitialQ> powersgd_initial_q(const RunConfig& rc, const Model& m) {
@@ -187,9 +199,11 @@ std::vector<PowerSgdInitialQ> powersgd_initial_q(const RunConfig& rc, const Mode
   return out;
 }
 
-std::unique_ptr<Compressor> make_powersgd(const RunConfig& rc, const Model& m, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<PowerSgd>(c, m, static_cast<uint64_t>(rc.training.seed));
+CompressorEntry powersgd_compressor() {
+  return {"powersgd", "PowerSGD rank r per matrix: warm-started Q, Gram-Schmidt, two factor all-reduces", make,
+          lossy_options({"compression.rank", "compression.start_step", "compression.min_compression_rate",
+                         "compression.orthogonalization_epsilon"}),
+          powersgd_issues};
 }
 
 }  // namespace gs

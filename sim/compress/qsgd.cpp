@@ -22,11 +22,17 @@ class Qsgd final : public Compressor {
   int s_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) { return std::make_unique<Qsgd>(rc.compression); }
+
+double payload_bytes(const CompressionConfig& c, size_t n) {
+  return static_cast<double>(qsgd_encoded_bytes(n, static_cast<int>(c.levels)));
+}
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_qsgd(const RunConfig& rc, const Model&, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<Qsgd>(c);
+CompressorEntry qsgd_compressor() {
+  return {"qsgd", "QSGD: s levels, stochastic rounding (unbiased), per-bucket norm, bit-packed; all-gather", make,
+          lossy_options({"compression.levels"}), nullptr, payload_bytes};
 }
 
 }  // namespace gs

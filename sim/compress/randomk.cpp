@@ -42,11 +42,20 @@ class RandomK final : public Compressor {
   bool unbiased_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) {
+  return std::make_unique<RandomK>(rc.compression);
+}
+
+double payload_bytes(const CompressionConfig& c, size_t n) {  // shared indices: the values only
+  return (c.shared_indices ? 4.0 : 8.0) * static_cast<double>(kept_count(n, c.ratio, c.k));
+}
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_randomk(const RunConfig& rc, const Model&, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<RandomK>(c);
+CompressorEntry randomk_compressor() {
+  return {"randomk", "k random indices (Philox; shared_indices, unbiased d/k scale); all-gather", make,
+          lossy_options({"compression.ratio", "compression.k", "compression.shared_indices", "compression.unbiased"}),
+          nullptr, payload_bytes};
 }
 
 }  // namespace gs

@@ -35,11 +35,18 @@ class SignSgd final : public Compressor {
   bool vote_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) {
+  return std::make_unique<SignSgd>(rc.compression);
+}
+
+// One bit plane: a bucket without exact zeros (a measured one with zeros sends a second plane).
+double payload_bytes(const CompressionConfig&, size_t n) { return static_cast<double>(sign_encoded_bytes(n, 0)); }
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_signsgd(const RunConfig& rc, const Model&, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<SignSgd>(c);
+CompressorEntry signsgd_compressor() {
+  return {"signsgd", "sign bits scaled by mean |p| (EF-signSGD with error_feedback); vote: majority of signs", make,
+          lossy_options({"compression.vote"}), nullptr, payload_bytes};
 }
 
 }  // namespace gs

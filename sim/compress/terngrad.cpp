@@ -18,10 +18,15 @@ class TernGrad final : public Compressor {
   }
 };
 
+std::unique_ptr<Compressor> make(const RunConfig&, const Model&, int) { return std::make_unique<TernGrad>(); }
+
+double payload_bytes(const CompressionConfig&, size_t n) { return static_cast<double>(terngrad_encoded_bytes(n)); }
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_terngrad(const RunConfig&, const Model&, int) {
-  return std::make_unique<TernGrad>();
+CompressorEntry terngrad_compressor() {
+  return {"terngrad", "TernGrad: {-1, 0, 1} x max|p|, stochastic (unbiased), 2 bits per value; all-gather", make,
+          lossy_options(), nullptr, payload_bytes};
 }
 
 }  // namespace gs

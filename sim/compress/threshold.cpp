@@ -24,11 +24,15 @@ class Threshold final : public Compressor {
   float tau_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) {
+  return std::make_unique<Threshold>(rc.compression);
+}
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_threshold(const RunConfig& rc, const Model&, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<Threshold>(c);
+CompressorEntry threshold_compressor() {
+  return {"threshold", "values with |p| >= tau; all-gather of index+value", make,
+          lossy_options({"compression.tau", "compression.expected_density"}), expected_density_issues};
 }
 
 }  // namespace gs

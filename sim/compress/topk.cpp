@@ -29,11 +29,17 @@ class TopK final : public Compressor {
   bool whole_;
 };
 
+std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) { return std::make_unique<TopK>(rc.compression); }
+
+double payload_bytes(const CompressionConfig& c, size_t n) {
+  return 8.0 * static_cast<double>(kept_count(n, c.ratio, c.k));  // uint32 index + fp32 value
+}
+
 }  // namespace
 
-std::unique_ptr<Compressor> make_topk(const RunConfig& rc, const Model&, int) {
-  const CompressionConfig& c = rc.compression;
-  return std::make_unique<TopK>(c);
+CompressorEntry topk_compressor() {
+  return {"topk", "k largest |p| per bucket or model (ties: lowest index); all-gather of index+value", make,
+          lossy_options({"compression.ratio", "compression.k", "compression.scope"}), nullptr, payload_bytes};
 }
 
 }  // namespace gs

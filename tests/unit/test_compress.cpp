@@ -898,3 +898,55 @@ TEST(CompressDgc, LocalClippingBoundsTheFirstMessage) {
 
 }  // namespace
 }  // namespace gs
+
+namespace gs {
+namespace {
+
+// ---- the registry's payload sizes against the encoders -------------------------------------------------------------
+
+// A registry line's payload_bytes (what timing-only runs and the memory estimate price) is the size of the payload its
+// own encoder writes for a bucket without exact zeros, for every gather compressor and a few settings each; and every
+// line without one is a kind whose wire modeled.cpp prices itself (so a new gather compressor cannot leave it out).
+TEST(CompressorRegistry, PayloadBytesAreTheEncodedPayloads) {
+  const std::set<std::string> priced_elsewhere = {"none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2",
+                                                  "threshold", "dgc", "powersgd"};
+  const std::map<std::string, std::vector<json>> settings = {
+      {"topk", {{{"ratio", 0.1}}, {{"k", 7}}}},
+      {"randomk", {{{"k", 9}, {"shared_indices", true}}, {{"ratio", 0.25}, {"shared_indices", false}}}},
+      {"qsgd", {{{"levels", 1}}, {{"levels", 15}}, {{"levels", 255}}}},
+  };
+  int checked = 0;
+  for (const CompressorEntry& e : compressor_registry()) {
+    if (e.payload_bytes == nullptr) {
+      EXPECT_TRUE(priced_elsewhere.count(e.name)) << e.name << ": a gather compressor needs payload_bytes";
+      continue;
+    }
+    std::vector<json> cases = {json::object()};
+    if (auto it = settings.find(e.name); it != settings.end()) cases = it->second;
+    for (json c : cases) {
+      c["kind"] = e.name;
+      Harness h(c, 2, 37, 5, true);  // 190 parameters: not a multiple of 8 or 32
+      std::unique_ptr<Compressor> comp = make_compressor(h.cfg, *h.model, 2);
+      ASSERT_NE(comp, nullptr) << e.name;
+      std::vector<float> p(h.n);
+      for (size_t i = 0; i < h.n; ++i) p[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (0.25f + 0.01f * static_cast<float>(i));
+      std::vector<float> own(h.n), sum(h.n);
+      BucketJob job;
+      job.rank = 1;
+      job.ranks = 2;
+      job.seed = 5;
+      job.n = h.n;
+      job.p = p.data();
+      job.own_decoded = own.data();
+      job.sum = sum.data();
+      std::vector<uint8_t> payload;
+      comp->encode(job, payload);
+      EXPECT_EQ(e.payload_bytes(h.cfg.compression, h.n), static_cast<double>(payload.size())) << c.dump();
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 + 2 + 3 + 1 + 1 + 1);  // topk, randomk, qsgd, terngrad, signsgd, onebit
+}
+
+}  // namespace
+}  // namespace gs
