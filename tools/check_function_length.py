@@ -19,8 +19,6 @@ ALLOWED = {
     # The field table: one line per scenario field (path, type, default, range, doc); splitting it would scatter the
     # single source of every field.
     ("sim/config/run_config.cpp", "visit_fields"): "the config field table",
-    # The cuda device loop: its rank body is the next to fold into the host rank loop (StepControl, RunMonitor).
-    ("sim/runtime/cuda_rank_loop.cpp", "run_training_cuda"): "the cuda device loop (folded into the rank loop next)",
 }
 SOURCES = ("*.h", "*.cpp", "*.cu", "*.cuh")
 CONTROL = re.compile(r"^(if|for|while|switch|catch|else|do|try|return|namespace|class|struct|union|enum)\b")
