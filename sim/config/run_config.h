@@ -63,13 +63,6 @@ struct OptimizerConfig {
   double factor_threshold = 0.1;
 };
 
-// The optimizers that own the gradient's communication and run as sync strategies of their own (in place of
-// sync.kind "allreduce"): DeepSpeed's 1-bit Adam, 0/1 Adam and 1-bit LAMB (optimizer_strategy_registry, which this
-// leaf cannot include: a new entry there is a name here too).
-inline bool owns_communication(const OptimizerConfig& o) {
-  return o.kind == "onebit_adam" || o.kind == "zero_one_adam" || o.kind == "onebit_lamb";
-}
-
 struct ScheduleConfig {
   std::string kind = "constant";  // constant | step | warmup_cosine
   int64_t step_size = 100;        // step: multiply lr by gamma every step_size optimizer steps

@@ -11,6 +11,7 @@
 #include "sim/optim/loss_scaler.h"
 #include "sim/backend/cuda_model.h"
 #include "sim/backend/cuda_probe.h"
+#include "sim/strategy/strategy.h"
 
 namespace gs {
 

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "sim/core/count_text.h"
+#include "sim/strategy/strategy.h"
 
 #if defined(GRADSWEEP_HAVE_CUDA)
 #include "kernels/cuda_runtime.h"

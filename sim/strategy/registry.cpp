@@ -191,6 +191,12 @@ const std::vector<StrategyEntry>& optimizer_strategy_registry() {
   return kOptimizerStrategies;
 }
 
+bool owns_communication(const OptimizerConfig& optimizer) {
+  for (const auto& e : optimizer_strategy_registry())
+    if (optimizer.kind == e.name) return true;
+  return false;
+}
+
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup) {
   // An optimizer that owns its communication replaces the all-reduce.
   if (owns_communication(setup.config.training.optimizer)) {

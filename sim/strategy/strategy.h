@@ -306,6 +306,8 @@ const std::vector<StrategyEntry>& strategy_registry();
 // sync.kind "allreduce" (training.optimizer.kind, after optimizer_registry's: DeepSpeed's 1-bit Adam, 0/1 Adam and
 // 1-bit LAMB).
 const std::vector<StrategyEntry>& optimizer_strategy_registry();
+// True when training.optimizer.kind is one of optimizer_strategy_registry's (it owns the gradient's communication).
+bool owns_communication(const OptimizerConfig& optimizer);
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 // What keeps `config`'s strategy from holding its buffers in a backend's device memory: its element code that exists
 // as host loops only, as "PATH: why" naming the first such setting (sync.kind, training.optimizer.kind,
