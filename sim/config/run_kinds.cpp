@@ -27,11 +27,6 @@ const char* name_of(const std::pair<E, const char*> (&table)[N], E value) {
 }
 
 constexpr std::pair<RunMode, const char*> kModes[] = {{RunMode::kTrain, "train"}, {RunMode::kTiming, "timing"}};
-constexpr std::pair<SyncKind, const char*> kSyncKinds[] = {{SyncKind::kAllReduce, "allreduce"},
-                                                           {SyncKind::kIndependent, "independent"},
-                                                           {SyncKind::kLocalSgd, "local_sgd"},
-                                                           {SyncKind::kParameterServer, "parameter_server"},
-                                                           {SyncKind::kZero, "zero"}};
 constexpr std::pair<Pitfall, const char*> kPitfalls[] = {{Pitfall::kNone, "none"},
                                                          {Pitfall::kZeroGradInLoop, "zero_grad_in_loop"},
                                                          {Pitfall::kMeanOfMeans, "mean_of_means"},
@@ -41,10 +36,8 @@ constexpr std::pair<Pitfall, const char*> kPitfalls[] = {{Pitfall::kNone, "none"
 }  // namespace
 
 RunMode parse_run_mode(const std::string& name) { return parse_name(kModes, name, "training.mode"); }
-SyncKind parse_sync_kind(const std::string& name) { return parse_name(kSyncKinds, name, "sync.kind"); }
 Pitfall parse_pitfall(const std::string& name) { return parse_name(kPitfalls, name, "training.pitfall"); }
 const char* run_mode_name(RunMode m) { return name_of(kModes, m); }
-const char* sync_kind_name(SyncKind k) { return name_of(kSyncKinds, k); }
 const char* pitfall_name(Pitfall p) { return name_of(kPitfalls, p); }
 
 StepShape step_shape(const RunConfig& config) {

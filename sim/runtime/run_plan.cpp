@@ -26,7 +26,7 @@ std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res) {
     // The detected GPU's profile (validation refuses detect on host).
     if (config.cluster.hardware == "detect") plan.config.cluster.hardware = resolve_hardware(config);
     plan.mode = parse_run_mode(config.training.mode);
-    plan.sync = parse_sync_kind(config.sync.kind);
+    plan.strategy = &find_strategy(config);
     plan.pitfall = parse_pitfall(config.training.pitfall);
     plan.precision = parse_precision_mode(config.precision.mode);
     plan.loss_scale = loss_scaler_settings(config.precision).kind;

@@ -1,5 +1,5 @@
-// RunPlan: what a validated RunConfig resolves to before a run starts, decided once: its enums (run mode, sync kind,
-// pitfall, precision, loss scaling), its StepShape, the resolved hardware profile ("detect" replaced) and the backend
+// RunPlan: what a validated RunConfig resolves to before a run starts, decided once: its enums (run mode, pitfall,
+// precision, loss scaling), its strategy's registry line, its StepShape, the resolved hardware profile ("detect" replaced) and the backend
 // with its reason and cuda path. The rank loops read the plan, not the config's strings. Extend: a new decision that
 // every loop needs is one member here, set in plan_run.
 #pragma once
@@ -13,13 +13,16 @@
 #include "sim/optim/loss_scaler.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/run_result.h"
+#include "sim/strategy/strategy.h"
 
 namespace gs {
 
 struct RunPlan {
   RunConfig config;  // the run's configuration with cluster.hardware resolved ("detect": the detected profile)
   RunMode mode = RunMode::kTrain;
-  SyncKind sync = SyncKind::kAllReduce;
+  // The registry line of the run's strategy (sim/strategy/registry.cpp): training.optimizer.kind's where that
+  // optimizer owns the gradient's communication, else sync.kind's.
+  const StrategyEntry* strategy = nullptr;
   Pitfall pitfall = Pitfall::kNone;
   PrecisionMode precision = PrecisionMode::kFp32;
   LossScaleKind loss_scale = LossScaleKind::kNone;  // resolved (precision.loss_scale "auto" decided)

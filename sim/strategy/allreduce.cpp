@@ -3,6 +3,8 @@
 // path, compressed reductions and delayed updates (sync.staleness).
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "kernels/nvtx.h"
 #include "sim/compress/modeled.h"
 #include "sim/compress/reduce.h"
@@ -373,8 +375,24 @@ class AllReduce final : public SyncStrategy, private GradientSubscriber {
   ModeledReduction modeled_;                         // timing-only runs: what price_compressed_bucket prices
 };
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<AllReduce>(setup); }
+
+// A delayed all-reduce applies its first update at step staleness + 1: it must come within the run.
+void allreduce_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const SyncConfig& sy = c.sync;
+  if (sy.staleness > 0 && sy.staleness != kStalenessInf && c.training.epochs == 0 && sy.staleness >= c.training.steps)
+    issues.push_back({"sync.staleness", fmt::format("expected fewer than training.steps ({}): with staleness {} the "
+                                                    "first update is applied at step {}, so the run would never "
+                                                    "update the parameters",
+                                                    c.training.steps, sy.staleness, sy.staleness + 1)});
+}
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup) { return std::make_unique<AllReduce>(setup); }
+StrategyEntry allreduce_strategy() {
+  return {"allreduce", "bulk-synchronous data parallel: bucketed all-reduce (sum) of gradients, divided by the step's "
+                       "sample count; replicas stay bit-identical",
+          make, join_options({"sync.staleness", "sync.overlap"}, kBucketOptions, kCastOptions), allreduce_issues};
+}
 
 }  // namespace gs

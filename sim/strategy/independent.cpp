@@ -57,10 +57,13 @@ class Independent final : public SyncStrategy {
   std::vector<PrecisionStep> precision_;
 };
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<Independent>(setup); }
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup) {
-  return std::make_unique<Independent>(setup);
+StrategyEntry independent_strategy() {
+  return {"independent", "no communication: every rank trains its own replica (local SGD with H = infinity)", make,
+          {}};
 }
 
 }  // namespace gs

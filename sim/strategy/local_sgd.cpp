@@ -173,8 +173,14 @@ class LocalSgd final : public SyncStrategy {
   bool synced_ = true;       // the last step ended with every replica equal (the initial parameters are)
 };
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<LocalSgd>(setup); }
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup) { return std::make_unique<LocalSgd>(setup); }
+StrategyEntry local_sgd_strategy() {
+  return {"local_sgd", "local SGD: local optimizer steps, parameters averaged every sync.period steps (optionally the "
+                       "optimizer state), after sync.warmup_steps of synchronous all-reduce (post-local SGD)",
+          make, join_options({"sync.period", "sync.average_optimizer_state", "sync.warmup_steps"}, kBucketOptions)};
+}
 
 }  // namespace gs

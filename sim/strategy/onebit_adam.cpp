@@ -7,6 +7,8 @@
 #include <cstring>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "kernels/nvtx.h"
 #include "sim/core/clock.h"
 #include "sim/core/error.h"
@@ -496,10 +498,66 @@ class OnebitAdam final : public SyncStrategy {
   std::vector<RankState> ranks_state_;
 };
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<OnebitAdam>(setup); }
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup) {
-  return std::make_unique<OnebitAdam>(setup);
+// training.optimizer.kind "onebit_adam" (onebit_adam.cpp), "zero_one_adam" (zero_one_adam.cpp) and "onebit_lamb"
+// (onebit_lamb.cpp) own the gradient's communication: the full-precision all-reduce of the steps that update the
+// variance and DeepSpeed's compressed all-reduce of the momentum (or, for 0/1 Adam, of the gradient and of the
+// accumulated update). Settings that would change either are refused.
+void onebit_adam_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  const std::string by = "training.optimizer.kind \"" + c.training.optimizer.kind + "\" ";
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, by + msg}); };
+  if (c.sync.kind != "allreduce")
+    add("sync.kind", "runs its own all-reduce (uncompressed while the variance updates, DeepSpeed's compressed "
+                     "all-reduce otherwise); it replaces sync.kind \"allreduce\" and combines with no other strategy "
+                     "(DeepSpeed refuses it under ZeRO too): expected \"allreduce\", got \"" + c.sync.kind + "\"");
+  if (c.compression.kind != "none")
+    add("compression.kind", "compresses what it sends itself (1 bit per value with error feedback on worker and "
+                            "server): expected \"none\", got \"" + c.compression.kind + "\"");
+  if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
+    add("sync.staleness", "applies every step's momentum in that step: expected 0, got " +
+                              fmt::format("{}", c.sync.staleness));
+  if (c.precision.mode == "fp16_pure")
+    add("precision.mode", "keeps fp32 parameters and state here (fp16_pure's fp16 storage is not modeled for it): "
+                          "expected another mode, got \"fp16_pure\"");
+  else if (c.precision.loss_scale == "static" || c.precision.loss_scale == "dynamic" ||
+           (c.precision.loss_scale == "auto" && c.precision.mode == "fp16_mixed"))
+    add("precision.loss_scale", "runs without a loss scaler here (DeepSpeed's FP16_Optimizer scaler is not modeled "
+                                "for it): expected \"none\" (or \"auto\" outside fp16_mixed), got \"" +
+                                    c.precision.loss_scale + "\"");
+  if (c.training.clip_grad_norm > 0)
+    add("training.clip_grad_norm", fmt::format("does not clip (DeepSpeed's OnebitAdam, ZeroOneAdam and OnebitLamb "
+                                               "keep max_grad_norm but never apply it): expected 0, got {}",
+                                               c.training.clip_grad_norm));
+  if (c.training.pitfall != "none")
+    add("training.pitfall", "is modeled without the pitfalls (they change the divisors of the plain all-reduce): "
+                            "expected \"none\", got \"" + c.training.pitfall + "\"");
+  // 1-bit Adam's non-freeze group: a list of distinct names (the model's table is checked in validate_config).
+  const json& names = c.training.optimizer.uncompressed_tensors;
+  if (c.training.optimizer.kind != "onebit_adam" || names.is_null()) return;
+  const std::string path = "training.optimizer.uncompressed_tensors";
+  if (!names.is_array())
+    return issues.push_back({path, "expected null or a list of tensor names (docs/models.md), got " + names.dump()});
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].is_string() || names[i].get<std::string>().empty()) {
+      issues.push_back({fmt::format("{}[{}]", path, i), "expected a tensor name, got " + names[i].dump()});
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (names[j] == names[i])
+        issues.push_back({fmt::format("{}[{}]", path, i), "names " + names[i].dump() + " a second time"});
+  }
+}
+
+StrategyEntry onebit_adam_strategy() {
+  return {"onebit_adam", "DeepSpeed's 1-bit Adam: uncompressed Adam while the variance updates, then the momentum "
+                         "all-reduced 1-bit compressed with error feedback",
+          make,
+          join_options(kAdamBetaOptions, {"training.optimizer.freeze_step", "training.optimizer.exp_avg_mask",
+                                          "training.optimizer.uncompressed_tensors"}),
+          onebit_adam_issues};
 }
 
 }  // namespace gs

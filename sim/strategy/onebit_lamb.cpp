@@ -326,10 +326,32 @@ PriceKey OnebitLamb::price(const StepInput& in) const {
   return key;
 }
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<OnebitLamb>(setup); }
+
+// 1-bit LAMB: 1-bit Adam's refusals, and bounds that are ordered.
+void onebit_lamb_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  onebit_adam_issues(c, issues);
+  const OptimizerConfig& o = c.training.optimizer;
+  if (o.min_coeff > o.max_coeff)
+    issues.push_back({"training.optimizer.min_coeff", fmt::format("expected at most training.optimizer.max_coeff "
+                                                                  "({}), got {}", o.max_coeff, o.min_coeff)});
+  if (o.factor_min > o.factor_max)
+    issues.push_back({"training.optimizer.factor_min", fmt::format("expected at most training.optimizer.factor_max "
+                                                                   "({}), got {}", o.factor_max, o.factor_min)});
+}
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_onebit_lamb(const StrategySetup& setup) {
-  return std::make_unique<OnebitLamb>(setup);
+StrategyEntry onebit_lamb_strategy() {
+  return {"onebit_lamb", "DeepSpeed's 1-bit LAMB: uncompressed LAMB while the variance updates, then the momentum "
+                         "all-reduced 1-bit compressed with error feedback and the frozen per-tensor LAMB coefficients",
+          make,
+          join_options(kAdamBetaOptions,
+                       {"training.optimizer.freeze_step", "training.optimizer.exp_avg_mask",
+                        "training.optimizer.max_coeff", "training.optimizer.min_coeff", "training.optimizer.coeff_beta",
+                        "training.optimizer.factor_max", "training.optimizer.factor_min",
+                        "training.optimizer.factor_threshold"}),
+          onebit_lamb_issues};
 }
 
 }  // namespace gs

@@ -890,10 +890,37 @@ std::unique_ptr<StepControl> ParameterServer::make_control(const ControlSetup& s
   return std::make_unique<FreeRunningControl>(*this, setup.total_steps, setup.ranks);
 }
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<ParameterServer>(setup); }
+
+// The parameter server: what this version supports (docs/design.md, section 2; sim/strategy/parameter_server.cpp).
+void parameter_server_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
+  const SyncConfig& sy = c.sync;
+  const bool timing = c.training.mode == "timing";
+  if (!sy.dedicated && sy.shards > c.cluster.ranks)
+    add("sync.shards", fmt::format("co-located shards live on the workers: at most cluster.ranks ({}), got {} (or set "
+                                   "sync.dedicated true)", c.cluster.ranks, sy.shards));
+  const std::string& mode = c.precision.mode;
+  if (mode != "fp32" && mode != "bf16_mixed" && mode != "fp16_mixed" && mode != "fp16_pure")
+    add("precision.mode", fmt::format("sync.kind \"parameter_server\" supports \"fp32\", \"bf16_mixed\", "
+                                      "\"fp16_mixed\" (fp32 master weights on the server, each worker its own loss "
+                                      "scaler) and \"fp16_pure\" in this version, got \"{}\"", mode));
+  if (c.report.trace)
+    add("report.trace", "sync.kind \"parameter_server\" has no per-step snapshot of every rank (ranks do not step "
+                        "together): use false");
+  if (timing && sy.staleness != 0)
+    add("training.mode", "timing-only runs of sync.kind \"parameter_server\" price BSP (sync.staleness 0) only: SSP "
+                         "and asynchronous schedules need the event order of a training run");
+}
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_parameter_server(const StrategySetup& setup) {
-  return std::make_unique<ParameterServer>(setup);
+StrategyEntry parameter_server_strategy() {
+  return {"parameter_server", "parameters sharded over server shards that own the optimizer; workers push gradients "
+                              "and pull parameters; sync.staleness 0 = BSP, s = SSP, \"inf\" = asynchronous, in "
+                              "modeled-time order",
+          make, join_options({"sync.staleness", "sync.shards", "sync.dedicated", "sync.ordering"}, kBucketOptions),
+          parameter_server_issues};
 }
 
 }  // namespace gs

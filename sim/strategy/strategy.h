@@ -308,6 +308,9 @@ const std::vector<StrategyEntry>& strategy_registry();
 const std::vector<StrategyEntry>& optimizer_strategy_registry();
 // True when training.optimizer.kind is one of optimizer_strategy_registry's (it owns the gradient's communication).
 bool owns_communication(const OptimizerConfig& optimizer);
+// The registry line of config's strategy: training.optimizer.kind's where that optimizer owns the gradient's
+// communication, else sync.kind's. Throws gs::Error naming sync.kind and the known strategies otherwise.
+const StrategyEntry& find_strategy(const RunConfig& config);
 std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 // What keeps `config`'s strategy from holding its buffers in a backend's device memory: its element code that exists
 // as host loops only, as "PATH: why" naming the first such setting (sync.kind, training.optimizer.kind,
@@ -317,20 +320,24 @@ std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 // residency.cpp).
 std::optional<std::string> host_memory_reason(const RunConfig& config);
 
-std::unique_ptr<SyncStrategy> make_allreduce(const StrategySetup& setup);
-std::unique_ptr<SyncStrategy> make_independent(const StrategySetup& setup);
-std::unique_ptr<SyncStrategy> make_local_sgd(const StrategySetup& setup);
-std::unique_ptr<SyncStrategy> make_parameter_server(const StrategySetup& setup);
-std::unique_ptr<SyncStrategy> make_zero(const StrategySetup& setup);
 // sync.kind "zero": elements of each rank's partition of n parameters over `ranks` (DeepSpeed's equal padded
 // partitions: ceil(n / ranks) rounded up to 16 floats).
 size_t zero_partition(size_t n, int ranks);
-// training.optimizer.kind "onebit_adam" (sim/strategy/onebit_adam.cpp): chosen by make_strategy in place of
-// sync.kind "allreduce" (validate_config refuses it with any other sync.kind).
-std::unique_ptr<SyncStrategy> make_onebit_adam(const StrategySetup& setup);
-// training.optimizer.kind "zero_one_adam" (sim/strategy/zero_one_adam.cpp): likewise.
-std::unique_ptr<SyncStrategy> make_zero_one_adam(const StrategySetup& setup);
-// training.optimizer.kind "onebit_lamb" (sim/strategy/onebit_lamb.cpp): likewise.
-std::unique_ptr<SyncStrategy> make_onebit_lamb(const StrategySetup& setup);
+// The rule of training.optimizer.kind "onebit_adam", "zero_one_adam" and "onebit_lamb" (sim/strategy/onebit_adam.cpp):
+// they own the gradient's communication, so settings that would change it are refused.
+void onebit_adam_issues(const RunConfig& c, std::vector<ConfigIssue>& issues);
+
+// Option groups of registry lines: the bucket sizes, the cast all-reduce's (reduce-scatter's), Adam's betas; and
+// their concatenation.
+inline const std::vector<std::string> kBucketOptions = {"sync.bucket_mb", "sync.first_bucket_mb"};
+inline const std::vector<std::string> kCastOptions = {"compression.divide", "compression.accumulate"};
+inline const std::vector<std::string> kAdamBetaOptions = {"training.optimizer.beta1", "training.optimizer.beta2",
+                                                          "training.optimizer.betas", "training.optimizer.eps"};
+inline std::vector<std::string> join_options(std::vector<std::string> a, const std::vector<std::string>& b = {},
+                                             const std::vector<std::string>& c = {}) {
+  a.insert(a.end(), b.begin(), b.end());
+  a.insert(a.end(), c.begin(), c.end());
+  return a;
+}
 
 }  // namespace gs

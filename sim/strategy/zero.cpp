@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "kernels/compress_math.h"
 #include "kernels/float_formats.h"
 #include "kernels/nvtx.h"
@@ -413,8 +415,43 @@ private:
 
 } // namespace
 
-std::unique_ptr<SyncStrategy> make_zero(const StrategySetup &setup) {
-  return std::make_unique<Zero>(setup);
+namespace {
+
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<Zero>(setup); }
+
+// ZeRO reduce-scatters in fp32 or a cast format (no other compressor, no error feedback); reducing every micro-batch
+// needs sharded gradients (stage 2 or 3), reduced in fp32.
+void zero_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
+  if (c.sync.reduce_every_microbatch) {
+    const std::string path = "sync.reduce_every_microbatch";
+    if (c.sync.stage < 2)
+      issues.push_back({path, "true needs sharded gradients, sync.stage 2 or 3 (stage 1 keeps the whole gradient on "
+                              "every rank and reduces it once per accumulation window, as DeepSpeed's stage 1 does), "
+                              "got sync.stage 1"});
+    if (c.compression.kind != "none")
+      issues.push_back({path, fmt::format("true reduce-scatters each micro-batch in fp32; with compression.kind "
+                                          "\"{}\" use false (one cast reduce-scatter per step)", c.compression.kind)});
+    else if (c.precision.mode == "fp16_pure")
+      issues.push_back({path, "true reduce-scatters each micro-batch in fp32; precision.mode \"fp16_pure\" sends "
+                              "fp16 gradients: use false (one fp16 reduce-scatter per step)"});
+  }
+  const CompressionConfig& cp = c.compression;
+  if (cp.kind != "none" && cp.kind != "fp16" && cp.kind != "bf16")
+    issues.push_back({"compression.kind", fmt::format("sync.kind \"zero\" reduce-scatters its gradients in fp32 or in "
+                                                      "a cast format (communication_data_type): use \"none\", "
+                                                      "\"fp16\" or \"bf16\" (it is \"{}\")", cp.kind)});
+  else if (cp.error_feedback != "none")
+    issues.push_back({"compression.error_feedback", fmt::format("\"{}\": sync.kind \"zero\" casts without error "
+                                                                "feedback (use \"none\")", cp.error_feedback)});
+}
+
+}  // namespace
+
+StrategyEntry zero_strategy() {
+  return {"zero", "ZeRO / FSDP: gradients reduce-scattered, each rank updates its 1/N shard (optimizer state sharded; "
+                  "sync.stage 2 and 3 also shard gradients and parameters), parameters all-gathered; bit-identical to "
+                  "allreduce, GPU memory and modeled clock per stage",
+          make, join_options({"sync.stage", "sync.reduce_every_microbatch"}, kBucketOptions, kCastOptions), zero_issues};
 }
 
 } // namespace gs

@@ -278,10 +278,18 @@ PriceKey ZeroOneAdam::price(const StepInput& in) const {
   return key;
 }
 
+std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<ZeroOneAdam>(setup); }
+
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_zero_one_adam(const StrategySetup& setup) {
-  return std::make_unique<ZeroOneAdam>(setup);
+StrategyEntry zero_one_adam_strategy() {
+  return {"zero_one_adam", "DeepSpeed's 0/1 Adam: adaptive variance freezing, 1-bit compressed all-reduces and local "
+                           "steps between syncs",
+          make,
+          join_options(kAdamBetaOptions, {"training.optimizer.var_freeze_step", "training.optimizer.var_update_scaler",
+                                          "training.optimizer.local_step_scaler",
+                                          "training.optimizer.local_step_clipper"}),
+          onebit_adam_issues};
 }
 
 }  // namespace gs
