@@ -63,6 +63,12 @@ struct OptimizerConfig {
   double factor_threshold = 0.1;
 };
 
+// Whether the rank loop evaluates after 1-based optimizer step `step` of a run of `total` planned steps with
+// training.eval_every `eval_every`: every eval_every steps (0: never) and after the last planned step.
+inline bool evaluation_due(int64_t step, int64_t total, int64_t eval_every) {
+  return step >= total || (eval_every > 0 && step % eval_every == 0);
+}
+
 struct ScheduleConfig {
   std::string kind = "constant";  // constant | step | warmup_cosine
   int64_t step_size = 100;        // step: multiply lr by gamma every step_size optimizer steps

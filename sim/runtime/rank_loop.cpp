@@ -44,10 +44,10 @@
 namespace gs {
 namespace {
 
-// Ranks (of `ranks`) whose loss scaler cannot recover (loss_scale_exhausted) after the run's last step.
-int exhausted_scalers(const SyncStrategy& strategy, LossScaleKind kind, int ranks) {
+// Ranks whose loss scaler cannot recover (loss_scale_exhausted) after the run's last step, from every rank's scale.
+int exhausted_scalers(const std::vector<float>& scales, LossScaleKind kind) {
   int count = 0;
-  for (int r = 0; r < ranks; ++r) count += loss_scale_exhausted(kind, strategy.loss_scale(r)) ? 1 : 0;
+  for (const float scale : scales) count += loss_scale_exhausted(kind, scale) ? 1 : 0;
   return count;
 }
 
@@ -298,6 +298,7 @@ class HostRun {
   const int ranks_per_node_;
   std::unique_ptr<DataCache> cache_;
   DataResult data_result_;
+  std::vector<float> final_scales_;  // [rank] every rank's loss scale after the run (gather_ranks)
   // Modeled clock (lockstep_clock.h): each rank records its step into slot [step % 3][rank]; in lockstep runs rank 0
   // models step t - 1 after its own step t has ended, the last step after the run (free-running strategies model
   // their steps themselves).
@@ -410,6 +411,11 @@ void HostRun::gather_ranks() {
   gather_rank_values(group_, rank_counters_, first_rank_, local_ranks_);
   gather_rank_values(group_, first_nonfinite_, first_rank_, local_ranks_);
   strategy_->gather_ranks(group_, first_rank_, local_ranks_);
+  // Every rank's loss scale after the run (the count of exhausted scalers): the other processes' ranks' from them.
+  final_scales_.assign(static_cast<size_t>(ranks_), 1.0f);
+  for (int r = first_rank_; r < first_rank_ + local_ranks_; ++r)
+    final_scales_[static_cast<size_t>(r)] = strategy_->loss_scale(r);
+  gather_rank_values(group_, final_scales_, first_rank_, local_ranks_);
 }
 
 // Initial parameters: identical on every rank (written once per distinct buffer).
@@ -593,7 +599,7 @@ void HostRun::finish() {
   if (const std::string& save = config_.report.save_weights; save == "final" || save == "both")
     res_.final_params.assign(strategy_->eval_params(), strategy_->eval_params() + n_);
   if (res_.is(Disposition::kPassed))
-    if (const int gave_up = exhausted_scalers(*strategy_, plan_.loss_scale, ranks_); gave_up > 0)
+    if (const int gave_up = exhausted_scalers(final_scales_, plan_.loss_scale); gave_up > 0)
       monitor_.diverged(res_.steps_completed, NonFinite::kLossScale, std::nan(""),
                         fmt::format("{} of {} scalers", gave_up, count_text(ranks_, "rank's", "ranks'")));
 }

@@ -41,7 +41,7 @@ StopReading RunMonitor::read_stop() const {
 }
 
 bool RunMonitor::eval_due(int64_t step) const {
-  return step >= total_ || (eval_every_ > 0 && step % eval_every_ == 0);
+  return evaluation_due(step, total_, eval_every_);
 }
 
 SeriesPoint& RunMonitor::record(int64_t step, double measured_s, double train_loss, double samples,

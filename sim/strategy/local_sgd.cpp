@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "kernels/nvtx.h"
+#include "sim/comm/process_group.h"
+#include "sim/comm/rank_gather.h"
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/bucket_all_reduce.h"
 #include "sim/strategy/strategy.h"
@@ -29,6 +31,8 @@ class LocalSgd final : public SyncStrategy {
         period_(s.config.sync.period),
         warmup_(s.config.sync.warmup_steps),
         average_state_(s.config.sync.average_optimizer_state),
+        eval_every_(s.config.training.eval_every),
+        across_processes_(process_group().size() > 1),
         cost_model_(s.cost_model),
         optimizer_(s.config.training.optimizer),
         buckets_(make_buckets(s.model.tensors(), static_cast<size_t>(s.config.sync.first_bucket_mb * 1048576.0),
@@ -44,6 +48,7 @@ class LocalSgd final : public SyncStrategy {
       params_.emplace_back(n_);
       optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
     }
+    eval_copies_.resize(static_cast<size_t>(s.ranks));
   }
 
   float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
@@ -59,6 +64,7 @@ class LocalSgd final : public SyncStrategy {
   // holds that average already.
   const float* eval_params() override {
     if (synced_ || ranks_ == 1) return params_[0].data();
+    if (eval_all_reduced_) return eval_.data();  // across processes: average_for_evaluation's
     eval_.resize(n_);
     std::copy(params_[0].begin(), params_[0].end(), eval_.begin());
     for (int r = 1; r < ranks_; ++r) {
@@ -113,7 +119,21 @@ class LocalSgd final : public SyncStrategy {
     }
     const bool average = !warmup && averages_after(in.step);
     if (average) this->average(in.rank, clock);
-    if (in.rank == 0) synced_ = warmup || average;  // read by eval_params on rank 0's thread
+    const bool synced = warmup || average;
+    const bool for_eval = across_processes_ && !synced && ranks_ > 1 &&
+                          evaluation_due(in.step + 1, in.total_steps, eval_every_);
+    if (for_eval) average_for_evaluation(in.rank);
+    if (in.rank == 0) {  // read by eval_params on rank 0's thread
+      synced_ = synced;
+      eval_all_reduced_ = for_eval;
+    }
+  }
+
+  // Across processes: every rank's replica to process 0, whose eval_params averages them after the run.
+  void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) override {
+    if (params_.empty()) return;  // timing-only
+    gather_rank_rows(group, params_, first_rank, local_ranks);
+    eval_all_reduced_ = false;  // process 0 holds every replica now
   }
 
  private:
@@ -150,6 +170,21 @@ class LocalSgd final : public SyncStrategy {
     precision_[static_cast<size_t>(rank)].after_update(params(rank), opt, 0, n_);  // fp16_pure storage
   }
 
+  // Across processes the other processes' replicas are not in this one: on a step that ends between averages and is
+  // evaluated (evaluation_due), every rank all-reduces a copy of its replica and rank 0 keeps sum / N for eval_params,
+  // the bits of the in-process average (a rank-order sum). Bookkeeping for the evaluation: not in the bytes nor on the
+  // modeled clock (it lengthens the measured step).
+  void average_for_evaluation(int rank) {
+    std::vector<float>& copy = eval_copies_[static_cast<size_t>(rank)];
+    copy.assign(params_[static_cast<size_t>(rank)].begin(), params_[static_cast<size_t>(rank)].end());
+    comm_.all_reduce_sum(rank, copy.data(), n_);
+    comm_.take_stats(rank);
+    if (rank != 0) return;
+    eval_.resize(n_);
+    const float inv_n = static_cast<float>(ranks_);
+    for (size_t i = 0; i < n_; ++i) eval_[i] = copy[i] / inv_n;
+  }
+
   void account(int rank, PhaseClock& clock) {
     CommStats st = comm_.take_stats(rank);
     clock.move(Phase::kCommunicate, Phase::kWait, st.wait_s);
@@ -162,6 +197,8 @@ class LocalSgd final : public SyncStrategy {
   int64_t period_;
   int64_t warmup_;
   bool average_state_;
+  int64_t eval_every_;
+  bool across_processes_;  // mpirun: the other processes' ranks' replicas live there
   int state_buffers_ = 0;
   const CostModel* cost_model_;
   OptimizerConfig optimizer_;
@@ -171,6 +208,8 @@ class LocalSgd final : public SyncStrategy {
   std::vector<PrecisionStep> precision_;
   std::vector<float> eval_;  // the replicas' average for evaluation
   bool synced_ = true;       // the last step ended with every replica equal (the initial parameters are)
+  bool eval_all_reduced_ = false;               // eval_ holds average_for_evaluation's result of the last step
+  std::vector<std::vector<float>> eval_copies_;  // [rank]: the replica's copy all-reduced for evaluation
 };
 
 std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<LocalSgd>(setup); }

@@ -1,7 +1,8 @@
 """One run across processes under mpirun (docs/cluster.md, "One run across processes (MPI)"): 6 ranks as 2 processes
 of 3 threads and as 3 processes of 2 give the same parameters after every step, bit for bit (report.trace), as the
 same 6 ranks in one process, for plain all-reduce, with gradient accumulation, under every compressor of the registry
-(`gradsweep list`) with and without error feedback, and under fp16_pure; so do the losses, evaluations, modeled clock,
+(`gradsweep list`) with and without error feedback, under fp16_pure, and for local SGD (evaluated between averages)
+and independent replicas with their own loss scalers, final weights included; so do the losses, evaluations, modeled clock,
 per-rank data records and the compression statistics of process 0's report. The parameter server is refused with its
 reason. Refused configurations exit 2 before anything is
 written; a run that fails in one process ends the job (never a hang) with process 0's report holding the runs
@@ -103,6 +104,50 @@ def test_processes_give_the_one_process_parameters_bit_for_bit(tmp_path, one_pro
         assert deterministic(run) == deterministic(ref), rid
 
 
+# local SGD evaluates the average of every replica between averages (steps 2, 4 of period 3; the final 7 of period 2
+# and 3), which live in other processes; independent and local SGD keep a loss scaler per rank (fp16_mixed).
+REPLICAS = {"zip": {"sync.kind": ["local_sgd", "local_sgd", "independent"], "sync.period": [2, 3, None],
+                    "sync.average_optimizer_state": [True, False, None]}}
+
+
+@pytest.fixture(scope="module")
+def replicas_one_process(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("replicas")
+    out = tmp / "out"
+    path = scenario(tmp, sweep=REPLICAS, precision={"mode": "fp16_mixed"})
+    s = json.loads(path.read_text())
+    s["training"]["steps"] = 7
+    s["report"]["save_weights"] = "final"
+    path.write_text(json.dumps(s))
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    return path, out
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_local_sgd_and_independent_replicas_across_processes_bit_for_bit(tmp_path, replicas_one_process, processes):
+    path, ref_out = replicas_one_process
+    out = tmp_path / "out"
+    p = mpirun(processes, "run", str(path), "--out", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    one, runs = runs_of(ref_out), runs_of(out)
+    assert sorted(runs) == sorted(one) and len(runs) == 3
+    for rid, ref in one.items():
+        run = runs[rid]
+        assert run["disposition"] == "passed", run["message"]
+        got = np.array(run["trace"]["params"], dtype=np.float32)
+        want = np.array(ref["trace"]["params"], dtype=np.float32)
+        assert got.shape == (7, 6, 16 * 32 + 32 + 32 * 4 + 4)
+        assert got.tobytes() == want.tobytes(), rid
+        assert not np.array_equal(got[-1][0], got[-1][1])  # the replicas differ at the end (no average after step 7)
+        assert deterministic(run) == deterministic(ref), rid
+        evals = [pt["eval_loss"] for pt in run["convergence"]["series"] if pt["eval_loss"] is not None]
+        assert len(evals) == 4  # steps 2, 4, 6 and the last, 7
+        weights = f"weights/{rid}.final.safetensors"
+        assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
+
+
 def test_only_process_0_writes_anything(tmp_path):
     # Process 0 gets --out A, processes 1 and 2 --out B (mpirun's MPMD form): B must never be created.
     path, a, b = scenario(tmp_path), tmp_path / "A", tmp_path / "B"
@@ -143,7 +188,7 @@ def test_a_run_failing_in_another_process_ends_the_job_without_a_hang(tmp_path):
 
 
 @pytest.mark.parametrize("sets,field", [
-    (["--set", "sync.kind=local_sgd"], "sync.kind"),
+    (["--set", "sync.kind=zero"], "sync.kind"),
     (["--set", "sync.kind=parameter_server", "--set", "report.trace=false"], "sync.kind"),
     (["--set", "cluster.backend=cuda"], "cluster.backend"),
     (["--set", "cluster.ranks=5"], "cluster.ranks"),
