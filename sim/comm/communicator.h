@@ -63,7 +63,7 @@ std::unique_ptr<Communicator> make_host_communicator(int ranks, double deadline_
 class ProcessGroup;  // process_group.h
 // Host backend across processes (mpirun): this process holds global ranks first_rank .. first_rank + local_ranks - 1
 // of local_ranks x group.size(); the sums are HostCommunicator's, in the same rank order, so the bits are the same
-// as one process's with as many ranks (process_communicator.cpp). reduce_scatter_sum is not implemented.
+// as one process's with as many ranks (process_communicator.cpp).
 std::unique_ptr<Communicator> make_process_communicator(int local_ranks, int first_rank, ProcessGroup& group);
 
 }  // namespace gs

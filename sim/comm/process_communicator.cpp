@@ -4,7 +4,8 @@
 // group (global rank order: process 0's ranks first); then every local rank sums its share of the elements over all N
 // ranks' copies, left to right in rank order 0..N-1, exactly as HostCommunicator does, so a run gives the same bits in
 // one process and across processes. The cost: every process receives every rank's buffer (N x the data, not a ring's
-// 2 (N - 1) / N); the bytes it reports are a ring's, as the host communicator's.
+// 2 (N - 1) / N; for a reduce-scatter every rank's whole input, N x count x N); the bytes it reports are a ring's, as
+// the host communicator's.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -77,8 +78,23 @@ class ProcessCommunicator final : public Communicator {
     end(li, static_cast<uint64_t>(ranks_ - 1) * count * sizeof(float));
   }
 
-  void reduce_scatter_sum(int, float*, const float*, size_t) override {
-    throw Error("reduce_scatter_sum across processes is not implemented (mpirun runs support sync.kind allreduce)");
+  // Every rank's whole input (N blocks of count) to every process, then each local rank sums its own block of all N
+  // inputs in rank order (HostCommunicator's additions). out may alias this rank's block of its input: the inputs
+  // were copied into recv_ before any output is written.
+  void reduce_scatter_sum(int rank, float* out, const float* in, size_t count) override {
+    const int li = begin(rank, Op::kReduceScatter, count, 0, in, out);
+    const size_t whole = count * static_cast<size_t>(ranks_);
+    exchange(li, whole * sizeof(float));
+    constexpr size_t kTile = kTileBytes / sizeof(float);
+    alignas(64) float acc[kTile];
+    const float* blocks = reinterpret_cast<const float*>(recv_.data());
+    const size_t base = static_cast<size_t>(rank) * count;
+    for (size_t off = 0; off < count; off += kTile) {
+      const size_t n = std::min(kTile, count - off);
+      sum_blocks_in_rank_order(acc, blocks, whole, ranks_, base + off, n);
+      std::memcpy(out + off, acc, n * sizeof(float));
+    }
+    end(li, static_cast<uint64_t>(ranks_ - 1) * count * sizeof(float));
   }
 
   void broadcast(int rank, float* buf, size_t count, int root) override {

@@ -81,8 +81,9 @@ std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
                                     "across processes that would take point-to-point messages to the server's "
                                     "process in that global order, and the MPI path has only collectives in rank "
                                     "order; run it without mpirun, or use sync.kind \"allreduce\""});
-  else if (c.sync.kind != "allreduce" && c.sync.kind != "local_sgd" && c.sync.kind != "independent")
-    refuse("sync.kind", c.sync.kind, "\"allreduce\", \"local_sgd\" and \"independent\"");
+  else if (c.sync.kind != "allreduce" && c.sync.kind != "local_sgd" && c.sync.kind != "independent" &&
+           c.sync.kind != "zero")  // a strategy not shown to give the one-process bits across processes
+    refuse("sync.kind", c.sync.kind, "\"allreduce\", \"local_sgd\", \"independent\" and \"zero\"");
   if (owns_communication(c.training.optimizer))
     refuse("training.optimizer.kind", c.training.optimizer.kind,
            "the optimizers that leave the all-reduce to the sync strategy (all but onebit_adam, zero_one_adam and "

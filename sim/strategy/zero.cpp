@@ -9,6 +9,7 @@
 #include "kernels/compress_math.h"
 #include "kernels/float_formats.h"
 #include "kernels/nvtx.h"
+#include "sim/comm/process_group.h"
 #include "sim/compress/reduce.h"
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/strategy.h"
@@ -100,6 +101,7 @@ public:
       precision_.emplace_back(s.config);
     }
     wires_.assign(static_cast<size_t>(ranks_), nullptr);
+    gathered_.resize(static_cast<size_t>(ranks_));
   }
 
   float *params(int rank) override {
@@ -336,7 +338,9 @@ private:
   // (cast_wire_value, as the cast all-reduce does) into its padded buffer and
   // publishes it; the owner of each shard sums its elements over ranks 0..N-1
   // in the format (or fp32), then post-divides: the cast all-reduce's bits on
-  // the shard.
+  // the shard. Across processes (mpirun) the other processes' buffers are not
+  // in this one: every rank all-gathers every rank's cast buffer instead (N x
+  // the padded gradient per rank; bookkeeping: the bytes counted are the same).
   void reduce_scatter_cast(const StepInput &in, float *shard) {
     const size_t r = static_cast<size_t>(in.rank);
     const double N = static_cast<double>(ranks_);
@@ -345,22 +349,34 @@ private:
     float *wire = gpad_[r].data();
     for (size_t i = 0; i < n_; ++i)
       wire[i] = cast_wire_value(format_, wire[i], bf, pre);
-    wires_[r] = wire;
-    comm_.barrier(in.rank);
+    std::vector<const float *> wires(static_cast<size_t>(ranks_));
+    if (across_processes_) {
+      const size_t padded = gpad_[r].size();
+      std::vector<float> &all = gathered_[r];
+      all.resize(padded * static_cast<size_t>(ranks_));
+      comm_.all_gather(in.rank, all.data(), wire, padded);
+      for (size_t q = 0; q < wires.size(); ++q)
+        wires[q] = all.data() + q * padded;
+    } else {
+      wires_[r] = wire;
+      comm_.barrier(in.rank);
+      for (size_t q = 0; q < wires.size(); ++q)
+        wires[q] = wires_[q];
+    }
     const auto [lo, hi] = range(in.rank);
     for (size_t i = lo; i < hi; ++i) {
-      float acc = wires_[0][i];
-      for (int q = 1; q < ranks_; ++q)
-        acc = fp32_sum_ ? acc + wires_[static_cast<size_t>(q)][i]
-                        : add_in_format(format_, acc,
-                                        wires_[static_cast<size_t>(q)][i]);
+      float acc = wires[0][i];
+      for (size_t q = 1; q < wires.size(); ++q)
+        acc = fp32_sum_ ? acc + wires[q][i]
+                        : add_in_format(format_, acc, wires[q][i]);
       if (fp32_sum_) {
         shard[i - lo] = post != 1.0 ? acc / static_cast<float>(post) : acc;
       } else {
         shard[i - lo] = cast_post_divide(format_, acc, post);
       }
     }
-    comm_.barrier(in.rank);
+    if (!across_processes_)
+      comm_.barrier(in.rank); // every owner has read the buffers
     comm_.take_stats(in.rank);
     in.clock->add_bytes(static_cast<uint64_t>((N - 1) / N * 2.0 *
                                               static_cast<double>(per_) * N));
@@ -411,6 +427,8 @@ private:
       optimizers_; // per rank: state for its shard only
   std::vector<PrecisionStep> precision_;
   std::vector<float *> wires_; // cast: each rank's published wire buffer
+  bool across_processes_ = process_group().size() > 1; // mpirun
+  std::vector<std::vector<float>> gathered_; // cast across processes: [rank] every rank's buffer
 };
 
 } // namespace

@@ -2,7 +2,8 @@
 of 3 threads and as 3 processes of 2 give the same parameters after every step, bit for bit (report.trace), as the
 same 6 ranks in one process, for plain all-reduce, with gradient accumulation, under every compressor of the registry
 (`gradsweep list`) with and without error feedback, under fp16_pure, and for local SGD (evaluated between averages)
-and independent replicas with their own loss scalers, final weights included; so do the losses, evaluations, modeled clock,
+and independent replicas with their own loss scalers, and for ZeRO at every stage (final weights included); so do the
+losses, evaluations, modeled clock,
 per-rank data records and the compression statistics of process 0's report. The parameter server is refused with its
 reason. Refused configurations exit 2 before anything is
 written; a run that fails in one process ends the job (never a hang) with process 0's report holding the runs
@@ -148,6 +149,55 @@ def test_local_sgd_and_independent_replicas_across_processes_bit_for_bit(tmp_pat
         assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
 
 
+# ZeRO: the reduce-scatter across processes, every stage, per-micro-batch reduction, the cast reduce-scatter (bf16; fp16
+# summed in fp32), the precision step's gather (fp16_mixed's scaler, clipping) and fp16_pure's fp16 wire.
+ZERO_ROWS = [  # sync.stage, accumulation_steps, reduce_every_microbatch, compression.kind, accumulate, precision, clip
+    (1, 1, False, "none", None, "fp32", 0.0), (2, 1, False, "none", None, "fp32", 0.0),
+    (3, 1, False, "bf16", None, "fp32", 0.0), (2, 3, True, "none", None, "fp32", 0.0),
+    (3, 2, True, "none", None, "fp32", 0.0), (2, 1, False, "fp16", "fp32", "fp32", 0.0),
+    (3, 1, False, "none", None, "fp16_mixed", 0.5), (1, 2, False, "none", None, "fp16_pure", 0.0),
+]
+ZERO_KEYS = ["sync.stage", "training.accumulation_steps", "sync.reduce_every_microbatch", "compression.kind",
+             "compression.accumulate", "precision.mode", "training.clip_grad_norm"]
+
+
+@pytest.fixture(scope="module")
+def zero_one_process(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("zero")
+    out = tmp / "out"
+    zip_ = {k: [row[i] for row in ZERO_ROWS] for i, k in enumerate(ZERO_KEYS)}
+    path = scenario(tmp, sweep={"zip": zip_}, sync={"kind": "zero"})
+    s = json.loads(path.read_text())
+    s["training"]["optimizer"] = {"kind": "adam", "lr": 0.01}
+    s["report"]["save_weights"] = "final"
+    path.write_text(json.dumps(s))
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return path, out
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_zero_across_processes_bit_for_bit(tmp_path, zero_one_process, processes):
+    path, ref_out = zero_one_process
+    out = tmp_path / "out"
+    p = mpirun(processes, "run", str(path), "--out", str(out), "--quiet", timeout=120)
+    assert p.returncode == 0, p.stderr
+    one, runs = runs_of(ref_out), runs_of(out)
+    assert sorted(runs) == sorted(one) and len(runs) == len(ZERO_ROWS)
+    for rid, ref in one.items():
+        run = runs[rid]
+        assert ref["disposition"] == "passed", ref["message"]
+        assert run["disposition"] == "passed", run["message"]
+        got = np.array(run["trace"]["params"], dtype=np.float32)
+        want = np.array(ref["trace"]["params"], dtype=np.float32)
+        assert got.tobytes() == want.tobytes(), rid
+        assert not np.array_equal(got[0], got[-1])  # the parameters moved
+        assert deterministic(run) == deterministic(ref), rid
+        weights = f"weights/{rid}.final.safetensors"
+        assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
+
+
 def test_only_process_0_writes_anything(tmp_path):
     # Process 0 gets --out A, processes 1 and 2 --out B (mpirun's MPMD form): B must never be created.
     path, a, b = scenario(tmp_path), tmp_path / "A", tmp_path / "B"
@@ -188,7 +238,8 @@ def test_a_run_failing_in_another_process_ends_the_job_without_a_hang(tmp_path):
 
 
 @pytest.mark.parametrize("sets,field", [
-    (["--set", "sync.kind=zero"], "sync.kind"),
+    (["--set", "training.optimizer.kind=onebit_adam", "--set", "training.optimizer.momentum=0"],
+     "training.optimizer.kind"),
     (["--set", "sync.kind=parameter_server", "--set", "report.trace=false"], "sync.kind"),
     (["--set", "cluster.backend=cuda"], "cluster.backend"),
     (["--set", "cluster.ranks=5"], "cluster.ranks"),
