@@ -84,10 +84,6 @@ std::vector<ConfigIssue> process_issues(const RunConfig& c, int processes) {
   else if (c.sync.kind != "allreduce" && c.sync.kind != "local_sgd" && c.sync.kind != "independent" &&
            c.sync.kind != "zero")  // a strategy not shown to give the one-process bits across processes
     refuse("sync.kind", c.sync.kind, "\"allreduce\", \"local_sgd\", \"independent\" and \"zero\"");
-  if (owns_communication(c.training.optimizer))
-    refuse("training.optimizer.kind", c.training.optimizer.kind,
-           "the optimizers that leave the all-reduce to the sync strategy (all but onebit_adam, zero_one_adam and "
-           "onebit_lamb, which run their own compressed exchange)");
   if (c.cluster.backend == "cuda") refuse("cluster.backend", c.cluster.backend, "\"host\" (or \"auto\" on host)");
   if (c.data.cache.policy != "none") refuse("data.cache.policy", c.data.cache.policy, "\"none\"");
   return out;

@@ -45,8 +45,8 @@ std::optional<RunPlan> plan_run(const RunConfig& config, RunResult& res);
 
 // Why `config` cannot run across `processes` processes under mpirun (docs/cluster.md, "One run across processes
 // (MPI)"): one issue per field, empty when it can (always for one process). Supported: sync.kind allreduce
-// (with gradient accumulation, every compressor, every precision mode), local_sgd, independent and zero, the host
-// backend, cluster.ranks a multiple of processes.
+// (with gradient accumulation, every compressor, every precision mode), local_sgd, independent and zero, every
+// optimizer (the 1-bit ones too), the host backend, cluster.ranks a multiple of processes.
 std::vector<ConfigIssue> process_issues(const RunConfig& config, int processes);
 
 }  // namespace gs

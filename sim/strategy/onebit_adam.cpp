@@ -320,6 +320,11 @@ class OnebitAdam final : public SyncStrategy {
   // compression and decoding times of every rank, and the error-feedback norms per step averaged over the ranks
   // (residual_norm: the worker error; server_error_norm: the server error of each rank's chunk). Null before the
   // first compressed step and on one rank (nothing is compressed).
+  // Across processes: every rank's compressed-call records to process 0 (the report's times and norms).
+  void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) override {
+    gather_onebit_calls(group, ranks_state_, &RankState::steps, first_rank, local_ranks);
+  }
+
   StrategyReport report(const ReportContext&) const override {
     StrategyReport rep;
     if (ranks_state_.empty()) return rep;

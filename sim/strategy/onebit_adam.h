@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/comm/communicator.h"
+#include "sim/comm/rank_gather.h"
 #include "sim/config/run_config.h"
 #include "sim/cost/step_cost.h"
 #include "sim/model/model.h"
@@ -82,6 +83,17 @@ void onebit_price_compressed(StepCost& cost, size_t padded, int ranks);
 // decoding times, and the error-feedback norms per call averaged over the ranks. Null when there is no call.
 nlohmann::json onebit_compression_report(const std::vector<const std::vector<OnebitNorms>*>& calls, size_t n,
                                          size_t padded, const std::string& kind);
+
+// Across processes (SyncStrategy::gather_ranks): every rank's compressed-call records (member `calls` of each rank's
+// state) to process 0, for onebit_compression_report.
+template <typename State>
+void gather_onebit_calls(ProcessGroup& group, std::vector<State>& states, std::vector<OnebitNorms> State::*calls,
+                         int first_rank, int local_ranks) {
+  std::vector<std::vector<OnebitNorms>> rows(states.size());
+  for (size_t r = 0; r < states.size(); ++r) rows[r] = std::move(states[r].*calls);
+  gather_rank_rows(group, rows, first_rank, local_ranks);
+  for (size_t r = 0; r < states.size(); ++r) states[r].*calls = std::move(rows[r]);
+}
 
 // DeepSpeed's element-wise Adam pieces, as torch's CPU kernels compute them in float32 (the scalars rounded to float
 // from double as torch does with Python floats): exp_avg.mul_(beta1).add_(1 - beta1, g) (one fused add);

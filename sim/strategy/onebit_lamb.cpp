@@ -98,6 +98,10 @@ class OnebitLamb final : public SyncStrategy {
   };
 
   StrategyReport report(const ReportContext&) const override;
+  // Across processes: every rank's compressed-call records to process 0 (the report's times and norms).
+  void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) override {
+    gather_onebit_calls(group, ranks_state_, &RankState::steps, first_rank, local_ranks);
+  }
 
   void step(const StepInput& in) override {
     price(in);

@@ -109,6 +109,11 @@ class ZeroOneAdam final : public SyncStrategy {
 
   // The report's "compression" object over the compressed all-reduces after the first step (of the gradient before
   // the freeze, of the accumulated update at the syncs), per call; null on one rank and before the first such call.
+  // Across processes: every rank's compressed-call records to process 0 (the report's times and norms).
+  void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) override {
+    gather_onebit_calls(group, ranks_state_, &RankState::calls, first_rank, local_ranks);
+  }
+
   StrategyReport report(const ReportContext&) const override {
     StrategyReport rep;
     if (ranks_state_.empty()) return rep;
