@@ -472,8 +472,30 @@ std::string report_dir(const Scenario& s, const DriverOptions& o) {
   return o.shard().active() ? dir + "/" + shard_folder_name(o.shard()) : dir;
 }
 
+// Why the sweep could not create or write its report folder `dir`: the nearest existing entry of its path is a file or
+// a folder that is not writable (a read-only file system, permissions), said as the run would; nullopt when it
+// could. Writes nothing.
+std::optional<std::string> report_dir_unwritable(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path = fs::absolute(dir, ec);
+  if (ec) return std::nullopt;
+  fs::path probe = path;
+  while (!fs::exists(probe, ec) && probe.has_parent_path() && probe.parent_path() != probe) probe = probe.parent_path();
+  int err = 0;
+  if (!fs::exists(probe, ec)) return std::nullopt;
+  if (!fs::is_directory(probe, ec))
+    err = ENOTDIR;  // a file where a folder of the path would be
+  else if (::access(probe.c_str(), W_OK | X_OK) != 0)
+    err = errno;
+  if (err == 0) return std::nullopt;
+  return fmt::format("cannot {} the report folder {}: {}", probe == path ? "write into" : "create", dir,
+                     std::strerror(err));
+}
+
 std::string dry_run_text(const Scenario& s, const DriverOptions& o, size_t columns) {
   const std::string dir = report_dir(s, o);
+  if (auto why = report_dir_unwritable(dir)) throw Error(*why);  // refused where the run would be
   if (!o.resume) {  // refused where the run would be; with --overwrite, what it would move aside
     std::optional<ExistingReport> found;
     try {

@@ -300,6 +300,9 @@ int run_command(RunArgs& a, const std::vector<std::string>& args) {
   gs::install_stop_handlers();
   gs::install_test_faults();  // GRADSWEEP_TEST_FAULTS (tests only; nothing when unset)
   if (a.scenario_file.empty()) a.scenario_file = default_scenario();
+  if (a.cmd->count("--out") > 0 && a.out_dir.empty())
+    throw gs::Error("--out: expected the report folder's path, got an empty one (leave --out out for "
+                    "reports/<scenario name>)");
   // --shard is checked before the scenario is read: a bad slice is refused before anything else.
   const gs::Shard shard = a.cmd->count("--shard") > 0 ? gs::parse_shard(a.shard_text) : gs::Shard{};
   std::vector<std::pair<std::string, std::string>> typed;

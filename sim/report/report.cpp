@@ -669,7 +669,15 @@ std::map<std::string, json> resumable_runs(const std::string& dir, const Scenari
     try {  // size-capped (kMaxReportFileBytes), depth-limited, regular files only
       old = read_json_file(report_path, kMaxReportFileBytes);
     } catch (const Error& e) {
-      throw Error("cannot resume from an unreadable report: " + std::string(e.what()));
+      std::error_code journal_ec;
+      const bool journal = std::filesystem::is_regular_file(journal_path, journal_ec);
+      throw Error("cannot resume from an unreadable report: " + std::string(e.what()) +
+                  (journal ? fmt::format("\nthe journal {} holds the runs that finished: move the damaged report "
+                                         "aside (mv {} {}.damaged) and resume again, which rebuilds the report from "
+                                         "the journal; or ",
+                                         journal_path, report_path, report_path)
+                           : std::string("\n")) +
+                  ways_on);
     }
     const json* sha = old.is_object() && old.contains("context") && old["context"].is_object() &&
                               old["context"].contains("scenario_sha256")

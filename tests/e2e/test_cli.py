@@ -411,3 +411,43 @@ def test_a_missing_command_says_gradsweep_and_exits_2():
     assert p.stderr.startswith("gradsweep: ") and p.stderr.endswith(" (see gradsweep --help)\n"), p.stderr
     help_ = run("merge", "--help")
     assert help_.returncode == 0 and "--allow-missing" in help_.stdout and help_.stderr == ""
+
+
+def test_a_damaged_report_says_how_to_resume_from_the_journal_and_that_works(tmp_path):
+    # QA: a truncated report.json refused --resume with one line; the journal holds every finished run.
+    path = write(tmp_path, scenario(steps=5))
+    out = tmp_path / "out"
+    assert run("run", path, "--out", out, "--quiet").returncode == 0
+    whole = json.loads((out / "report.json").read_text())
+    text = (out / "report.json").read_text()
+    (out / "report.json").write_text(text[:1000])
+    p = run("run", path, "--out", out, "--resume", "--quiet")
+    assert p.returncode == 2
+    assert "cannot resume from an unreadable report" in p.stderr
+    assert f"the journal {out}/runs.jsonl holds the runs that finished" in p.stderr
+    assert f"mv {out}/report.json {out}/report.json.damaged" in p.stderr
+    (out / "report.json").rename(out / "report.json.damaged")  # as the message says
+    p = run("run", path, "--out", out, "--resume", "--quiet")
+    assert p.returncode == 0, p.stderr
+    rebuilt = json.loads((out / "report.json").read_text())
+    assert [r["id"] for r in rebuilt["runs"]] == [r["id"] for r in whole["runs"]]
+    assert [r["convergence"]["final"] for r in rebuilt["runs"]] == [r["convergence"]["final"] for r in whole["runs"]]
+
+
+def test_an_empty_out_is_refused(tmp_path):
+    p = run("run", write(tmp_path, scenario(steps=2)), "--out", "", "--quiet", cwd=tmp_path)
+    assert p.returncode == 2
+    assert "--out: expected the report folder's path, got an empty one" in p.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+def test_dry_run_is_refused_where_the_out_folder_cannot_be_created(tmp_path):
+    # QA: --dry-run passed where the run exits 3 (a read-only folder). As root, permissions do not stop a write: a
+    # read-only file system does, which needs a mount; a plain file in the path stops both as well.
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    path = write(tmp_path, scenario(steps=2))
+    real = run("run", path, "--out", blocker / "out", "--quiet")
+    dry = run("run", path, "--out", blocker / "out", "--dry-run")
+    assert real.returncode != 0 and dry.returncode != 0, (real.stderr, dry.stdout)
+    assert "report folder" in dry.stderr and str(blocker) in dry.stderr, dry.stderr
