@@ -446,17 +446,18 @@ void read_axes(const ojson& axes, const std::set<std::string>& overridden, Swept
       a.paths = {it.key()};
       std::vector<json> vals;
       if (!read_values(it.value(), where, vals, issues)) continue;
+      // The first index of each value (json's ordering: equal values, 1 and 1.0 too, are one key): n log n for an
+      // axis of many values.
+      std::map<json, size_t> first;
       for (size_t i = 0; i < vals.size(); ++i) {
-        bool repeated = false;
-        for (size_t j = 0; j < i && !repeated; ++j)
-          if (vals[j] == vals[i]) {
-            issues.push_back({fmt::format("{}[{}]", where, i),
-                              fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
-                                          bounded_dump(vals[i]), j)});
-            repeated = true;
-          }
-        // One mistake, one problem: the repeat is not expanded, so it does not also give two runs one id.
-        if (!repeated) a.values.push_back({vals[i]});
+        const auto [at, fresh] = first.emplace(vals[i], i);
+        if (!fresh) {
+          issues.push_back({fmt::format("{}[{}]", where, i),
+                            fmt::format("{} repeats the value at [{}]; use sweep.repeats for repeated runs",
+                                        bounded_dump(vals[i]), at->second)});
+          continue;  // one mistake, one problem: the repeat is not expanded, so it does not give two runs one id
+        }
+        a.values.push_back({vals[i]});
       }
       if (!is_overridden(overridden, it.key())) s.axes.push_back(a);
     }
@@ -501,18 +502,14 @@ void read_zip_group(const ojson& group, size_t g, const std::set<std::string>& o
     cols.push_back(vals);
   }
   if (!ok || cols.empty()) return;
+  std::map<std::vector<json>, size_t> first;  // each row's first index (n log n, as an axis)
   for (size_t i = 0; i < cols.front().size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      bool same = true;
-      for (auto& c : cols) same = same && c[i] == c[j];
-      if (same) {
-        issues.push_back({fmt::format("{}[{}]", gwhere, i),
-                          fmt::format("repeats the values at [{}]; use sweep.repeats for repeated runs", j)});
-        break;
-      }
-    }
     std::vector<json> point;
     for (auto& c : cols) point.push_back(c[i]);
+    const auto [at, fresh] = first.emplace(point, i);
+    if (!fresh)
+      issues.push_back({fmt::format("{}[{}]", gwhere, i),
+                        fmt::format("repeats the values at [{}]; use sweep.repeats for repeated runs", at->second)});
     a.values.push_back(point);
   }
   // Overridden paths leave the group; a group emptied by overrides disappears.
