@@ -6,6 +6,7 @@ axes, and the scalar metrics that figures and comparisons use. Plotting code doe
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import sys
@@ -476,8 +477,11 @@ def undrawn_note(report, limit=6):
     lines = []
     for r in undrawn_runs(report):
         why = unfinished_text(r)
-        if r.get("message"):
-            why += f": {shorten(r['message'], 100)}"
+        message = str(r.get("message") or "")
+        if why != r.get("disposition"):  # "interrupted at 52 of 300 steps" says what "stopped after step 52 of 300" does
+            message = re.sub(r"^stopped after step \d+ of \d+(: )?", "", message)
+        if message:
+            why += f": {shorten(message, 100)}"
         elif finished(r):
             why += ": no convergence series"
         else:

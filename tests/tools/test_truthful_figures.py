@@ -31,6 +31,22 @@ def interrupt(run, steps_completed, total_steps=468):
     run["config"]["training"]["steps"] = total_steps
 
 
+def test_the_note_of_an_interrupted_run_says_its_steps_once(example):
+    """QA: "interrupted at 52 of 300 steps: stopped after step 52 of 300" said the steps twice; a time limit's reason
+    stays."""
+    doc = copy.deepcopy(example)
+    stopped, timed = doc["runs"][0], doc["runs"][1]
+    interrupt(stopped, 52, 300)
+    stopped["message"] = "stopped after step 52 of 300"
+    interrupt(timed, 7, 300)
+    timed["disposition"] = "timeout"
+    timed["message"] = "stopped after step 7 of 300: training.run_timeout_s 5 s passed"
+    note = rl.undrawn_note(doc)
+    assert f"{stopped['id']} (interrupted at 52 of 300 steps: not finished, so not drawn as data)" in note, note
+    assert f"{timed['id']} (timeout at 7 of 300 steps: training.run_timeout_s 5 s passed)" in note, note
+    assert "stopped after" not in note
+
+
 def test_an_interrupted_run_is_no_point_of_the_data_cache_figure(example, tmp_path, monkeypatch):
     """QA: a run stopped after 66 of 468 steps, all in epoch 0 (cold cache), drew a 0.998 stall share."""
     doc = data_cache_report(example)
