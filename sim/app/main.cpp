@@ -342,6 +342,7 @@ struct ValidateArgs {
   CLI::App* cmd = nullptr;
   std::string file, hardware;
   std::vector<std::string> sets;
+  bool timing_only = false;
 };
 
 void add_validate_command(CLI::App& app, ValidateArgs& a) {
@@ -351,6 +352,8 @@ void add_validate_command(CLI::App& app, ValidateArgs& a) {
       ->allow_extra_args(false)
       ->type_name("PATH=VALUE");
   a.cmd->add_option("--hardware", a.hardware, "hardware profile (same as --set cluster.hardware=NAME)");
+  a.cmd->add_flag("--timing-only", a.timing_only, "as run's: training.mode \"timing\" (same as --set "
+                                                  "training.mode=timing)");
 }
 
 int validate_command(ValidateArgs& a) {
@@ -358,6 +361,10 @@ int validate_command(ValidateArgs& a) {
   if (!a.hardware.empty()) {
     a.sets.push_back("cluster.hardware=" + a.hardware);
     typed.emplace_back("cluster.hardware", "--hardware");
+  }
+  if (a.timing_only) {  // the run command line's options, so that it can be validated as typed
+    a.sets.push_back("training.mode=timing");
+    typed.emplace_back("training.mode", "--timing-only");
   }
   gs::Scenario s = load_naming_options(a.file, a.sets, nullptr, typed);
   print_notes(s);

@@ -451,3 +451,15 @@ def test_dry_run_is_refused_where_the_out_folder_cannot_be_created(tmp_path):
     dry = run("run", path, "--out", blocker / "out", "--dry-run")
     assert real.returncode != 0 and dry.returncode != 0, (real.stderr, dry.stdout)
     assert "report folder" in dry.stderr and str(blocker) in dry.stderr, dry.stderr
+
+
+def test_validate_takes_the_run_commands_timing_only(tmp_path):
+    # QA: `validate` refused --timing-only, so a `run ... --timing-only` command line could not be validated as typed.
+    doc = {"name": "t", "model": {"kind": "gpt2-small"}, "data": {"kind": "none", "batch_per_rank": 2},
+           "cluster": {"ranks": 8}, "training": {"steps": 5, "eval_every": 0}}
+    path = write(tmp_path, doc)
+    p = run("validate", path)
+    assert p.returncode == 2 and "training.mode" in p.stderr, p.stderr  # a shape preset prices, it does not train
+    p = run("validate", path, "--timing-only")
+    assert p.returncode == 0, p.stderr
+    assert "valid; 1 run" in p.stdout
