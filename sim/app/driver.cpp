@@ -713,8 +713,6 @@ void check_same_sweep(const Scenario& s, const std::vector<const RunSpec*>& runs
 void refuse_across_processes(const Scenario& s, const DriverOptions& o, const std::vector<const RunSpec*>& runs) {
   const int processes = process_group().size();
   if (processes <= 1) return;
-  if (o.resume)
-    throw Error("--resume does not run across processes (mpirun): resume without mpirun, or run into a new --out");
   check_same_sweep(s, runs);
   std::vector<ConfigIssue> issues;
   std::vector<size_t> more;
@@ -759,12 +757,25 @@ void end_job_after_failure(ReportWriter& writer, bool failed) {
   g.abort(1);
 }
 
+// The planned runs this sweep runs, in order: process 0's `keep` (those its report has not finished: a --resume
+// keeps the others) shared with every process of mpirun, so that all run the same runs; `keep` is read on process 0
+// only (one flag per planned run).
+std::vector<const RunSpec*> runs_to_do(const std::vector<const RunSpec*>& planned, std::vector<uint8_t> keep) {
+  ProcessGroup& g = process_group();
+  keep.resize(planned.size(), 1);
+  if (g.size() > 1 && !keep.empty()) g.broadcast(keep.data(), keep.size(), 0);
+  std::vector<const RunSpec*> todo;
+  for (size_t i = 0; i < planned.size(); ++i)
+    if (keep[i] != 0) todo.push_back(planned[i]);
+  return todo;
+}
+
 // The other processes (mpirun rank > 0): the same runs in the same order with process 0's decisions; nothing is
 // written. A failed run ends the job (process 0 flushes its report first when it can).
-int follow_sweep(const std::vector<const RunSpec*>& todo) {
+int follow_sweep(const std::vector<const RunSpec*>& planned) {
   g_report_open.store(true);  // a signal is a stop request, which process 0 reads and shares
   ProcessGroup& g = process_group();
-  for (const RunSpec* spec : todo) {
+  for (const RunSpec* spec : runs_to_do(planned, {})) {
     if (decided_by_process_0(0) == 0) break;
     RunResult res;
     RunHooks hooks;
@@ -941,9 +952,9 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   if (!writer.moved_aside().empty())  // said even with --quiet: where the previous runs are now
     say(fmt::format("gradsweep: --overwrite: moved the previous report of {} into {}/", dir, writer.moved_aside()));
 
-  std::vector<const RunSpec*> todo;
-  for (const auto& r : s.runs)
-    if (o.shard().holds(r.id) && re.search(r.id) && !writer.done(r.id)) todo.push_back(&r);
+  std::vector<uint8_t> keep;
+  for (const RunSpec* r : planned) keep.push_back(writer.done(r->id) ? 0 : 1);
+  const std::vector<const RunSpec*> todo = runs_to_do(planned, keep);
 
   install_stop_handlers();  // idempotent; main installs them before loading the scenario
 

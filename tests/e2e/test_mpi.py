@@ -7,7 +7,7 @@ weights included); so do the losses, evaluations, modeled clock,
 per-rank data records and the compression statistics of process 0's report. The parameter server is refused with its
 reason. Refused configurations exit 2 before anything is
 written; a run that fails in one process ends the job (never a hang) with process 0's report holding the runs
-before it. Skipped where mpirun or an MPI build of gradsweep is missing."""
+before it; --resume across processes runs what the report lacks. Skipped where mpirun or an MPI build of gradsweep is missing."""
 import json
 import os
 import re
@@ -246,6 +246,32 @@ def test_onebit_optimizers_across_processes_bit_for_bit(tmp_path, onebit_one_pro
             assert c[key]["count"] == ref["compression"][key]["count"] == 6 * calls, rid
         weights = f"weights/{rid}.final.safetensors"
         assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_resume_across_processes_runs_what_the_report_lacks(tmp_path, one_process, processes):
+    # The one-process sweep's folder cut back to its first run (report and journal), resumed under mpirun: process 0
+    # decides which runs are left and every process runs those (a mismatch would hang or fail the job).
+    out = tmp_path / "out"
+    p = subprocess.run([str(BIN), "run", str(scenario(tmp_path)), "--out", str(out), "--quiet"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((out / "report.json").read_text())
+    first = report["runs"][0]["id"]
+    report["runs"] = report["runs"][:1]
+    (out / "report.json").write_text(json.dumps(report))
+    journal = (out / "runs.jsonl").read_text().splitlines()
+    (out / "runs.jsonl").write_text(journal[0] + "\n")
+    p = mpirun(processes, "run", str(scenario(tmp_path)), "--out", str(out), "--resume")
+    assert p.returncode == 0, p.stderr
+    assert "2 runs = 2 [training.accumulation_steps]; 1 to run (1 already in the report)" in p.stderr, p.stderr
+    runs = runs_of(out)
+    assert sorted(runs) == sorted(one_process)
+    for rid, ref in one_process.items():
+        assert runs[rid]["trace"]["params"] == ref["trace"]["params"], rid
+        assert deterministic(runs[rid]) == deterministic(ref), rid
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 2
+    assert first in runs
 
 
 def test_only_process_0_writes_anything(tmp_path):
