@@ -144,9 +144,11 @@ bool read_values(const ojson& v, const std::string& where, std::vector<json>& ou
 // A problem on a swept path (or inside a swept value) is dropped: every run replaces that value with its own (a swept
 // value that has the same problem is reported by the runs, at its place in the sweep). Kept: the other problems that
 // every expanded run has too. A dropped problem that some runs do have is reported by those runs, named by them.
-// Cost: one config_from_json per grid point, only for a base that has problems.
+// Cost: one config_from_json per grid point, only for a base that has problems. The problems on swept paths go to
+// `unused` (the scenario's notes say that value is not used and what is wrong with it).
 std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::vector<SweepAxis>& axes,
-                                                   std::vector<ConfigIssue> base_issues, const std::string& folder) {
+                                                   std::vector<ConfigIssue> base_issues, const std::string& folder,
+                                                   std::vector<ConfigIssue>& unused) {
   auto on_swept = [&](const ConfigIssue& i) {
     for (const auto& a : axes)
       for (const auto& p : a.paths)
@@ -170,7 +172,10 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
   };
   std::set<std::string> open;  // keys of base problems not yet missing from some run
   std::set<std::string> dropped;
-  for (const auto& i : base_issues) (on_swept(i) || reads_swept(i) ? dropped : open).insert(message_of(i));
+  for (const auto& i : base_issues) {
+    if (on_swept(i)) unused.push_back(i);
+    (on_swept(i) || reads_swept(i) ? dropped : open).insert(message_of(i));
+  }
   int64_t points = 1;
   for (const auto& a : axes) points *= static_cast<int64_t>(a.values.size());
   for (int64_t point = 0; point < points && !open.empty(); ++point) {
@@ -779,8 +784,13 @@ Scenario parse_scenario(const std::string& text, const std::string& file, const 
   std::vector<ConfigIssue> base_issues;
   RunConfig base_cfg = config_from_json(base, base_issues);
   s.name = base_cfg.name;
-  if (!base_issues.empty() && base.is_object() && !s.axes.empty())
-    base_issues = base_issues_every_run_has(base, s.axes, std::move(base_issues), scenario_folder(s.path));
+  if (!base_issues.empty() && base.is_object() && !s.axes.empty()) {
+    std::vector<ConfigIssue> unused;
+    base_issues = base_issues_every_run_has(base, s.axes, std::move(base_issues), scenario_folder(s.path), unused);
+    for (const ConfigIssue& i : unused)  // QA: a wrong value the sweep replaces was accepted without a word
+      s.notes.push_back({i.path, "the base's value is not used (the sweep sets this field in every run); as a value "
+                                 "it would be refused: " + i.message});
+  }
   std::set<std::string> base_keys;  // the base's problems, reported once (runs that share them do not repeat them)
   for (const auto& i : base_issues) {
     base_keys.insert(message_of(i));

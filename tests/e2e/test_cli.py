@@ -463,3 +463,17 @@ def test_validate_takes_the_run_commands_timing_only(tmp_path):
     p = run("validate", path, "--timing-only")
     assert p.returncode == 0, p.stderr
     assert "valid; 1 run" in p.stdout
+
+
+def test_a_wrong_base_value_the_sweep_replaces_is_noted(tmp_path):
+    # QA: "cluster.ranks": "four" with the ranks swept validated without a word (the value is never used).
+    doc = scenario(axes={"cluster.ranks": [1, 2]})
+    doc["cluster"]["ranks"] = "four"
+    doc["training"]["optimizer"]["lr"] = 0.1
+    p = run("validate", write(tmp_path, doc))
+    assert p.returncode == 0, p.stderr
+    assert ('cluster.ranks: the base\'s value is not used (the sweep sets this field in every run); as a value it '
+            'would be refused: expected an integer >= 1 and <= 1024, got "four"') in " ".join(p.stderr.split()), p.stderr
+    doc["cluster"]["ranks"] = 2  # a right one: nothing to say
+    p = run("validate", write(tmp_path, doc))
+    assert p.returncode == 0 and "not used" not in p.stderr, p.stderr
