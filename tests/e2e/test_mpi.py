@@ -105,6 +105,47 @@ def test_processes_give_the_one_process_parameters_bit_for_bit(tmp_path, one_pro
         assert deterministic(run) == deterministic(ref), rid
 
 
+def one_process_folder(tmp_path_factory, name, steps=None, optimizer=None, **extra):
+    """(scenario path, report folder) of `scenario(**extra)` run in one process, with final weights saved."""
+    tmp = tmp_path_factory.mktemp(name)
+    out = tmp / "out"
+    path = scenario(tmp, **extra)
+    s = json.loads(path.read_text())
+    if steps is not None:
+        s["training"]["steps"] = steps
+    if optimizer is not None:
+        s["training"]["optimizer"] = optimizer
+    s["report"]["save_weights"] = "final"
+    path.write_text(json.dumps(s))
+    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return path, out
+
+
+def same_as_one_process(folder, processes, tmp_path, count):
+    """The scenario of `folder` run across `processes`: every run passed with the one-process run's parameters after
+    every step, report (deterministic) and final weights. Yields (run, its one-process run, its trace) for more."""
+    path, ref_out = folder
+    out = tmp_path / "out"
+    p = mpirun(processes, "run", str(path), "--out", str(out), "--quiet", timeout=120)
+    assert p.returncode == 0, p.stderr
+    one, runs = runs_of(ref_out), runs_of(out)
+    assert sorted(runs) == sorted(one) and len(runs) == count
+    for rid, ref in one.items():
+        run = runs[rid]
+        assert ref["disposition"] == "passed", ref["message"]
+        assert run["disposition"] == "passed", run["message"]
+        got = np.array(run["trace"]["params"], dtype=np.float32)
+        want = np.array(ref["trace"]["params"], dtype=np.float32)
+        assert got.tobytes() == want.tobytes(), rid
+        assert not np.array_equal(got[0], got[-1])  # the parameters moved
+        assert deterministic(run) == deterministic(ref), rid
+        weights = f"weights/{rid}.final.safetensors"
+        assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
+        yield run, ref, got
+
+
 # local SGD evaluates the average of every replica between averages (steps 2, 4 of period 3; the final 7 of period 2
 # and 3), which live in other processes; independent and local SGD keep a loss scaler per rank (fp16_mixed).
 REPLICAS = {"zip": {"sync.kind": ["local_sgd", "local_sgd", "independent"], "sync.period": [2, 3, None],
@@ -113,40 +154,16 @@ REPLICAS = {"zip": {"sync.kind": ["local_sgd", "local_sgd", "independent"], "syn
 
 @pytest.fixture(scope="module")
 def replicas_one_process(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("replicas")
-    out = tmp / "out"
-    path = scenario(tmp, sweep=REPLICAS, precision={"mode": "fp16_mixed"})
-    s = json.loads(path.read_text())
-    s["training"]["steps"] = 7
-    s["report"]["save_weights"] = "final"
-    path.write_text(json.dumps(s))
-    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 0, p.stderr
-    return path, out
+    return one_process_folder(tmp_path_factory, "replicas", steps=7, sweep=REPLICAS, precision={"mode": "fp16_mixed"})
 
 
 @pytest.mark.parametrize("processes", [2, 3])
 def test_local_sgd_and_independent_replicas_across_processes_bit_for_bit(tmp_path, replicas_one_process, processes):
-    path, ref_out = replicas_one_process
-    out = tmp_path / "out"
-    p = mpirun(processes, "run", str(path), "--out", str(out), "--quiet")
-    assert p.returncode == 0, p.stderr
-    one, runs = runs_of(ref_out), runs_of(out)
-    assert sorted(runs) == sorted(one) and len(runs) == 3
-    for rid, ref in one.items():
-        run = runs[rid]
-        assert run["disposition"] == "passed", run["message"]
-        got = np.array(run["trace"]["params"], dtype=np.float32)
-        want = np.array(ref["trace"]["params"], dtype=np.float32)
+    for run, _, got in same_as_one_process(replicas_one_process, processes, tmp_path, 3):
         assert got.shape == (7, 6, 16 * 32 + 32 + 32 * 4 + 4)
-        assert got.tobytes() == want.tobytes(), rid
         assert not np.array_equal(got[-1][0], got[-1][1])  # the replicas differ at the end (no average after step 7)
-        assert deterministic(run) == deterministic(ref), rid
         evals = [pt["eval_loss"] for pt in run["convergence"]["series"] if pt["eval_loss"] is not None]
         assert len(evals) == 4  # steps 2, 4, 6 and the last, 7
-        weights = f"weights/{rid}.final.safetensors"
-        assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
 
 
 # ZeRO: the reduce-scatter across processes, every stage, per-micro-batch reduction, the cast reduce-scatter (bf16; fp16
@@ -163,39 +180,14 @@ ZERO_KEYS = ["sync.stage", "training.accumulation_steps", "sync.reduce_every_mic
 
 @pytest.fixture(scope="module")
 def zero_one_process(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("zero")
-    out = tmp / "out"
     zip_ = {k: [row[i] for row in ZERO_ROWS] for i, k in enumerate(ZERO_KEYS)}
-    path = scenario(tmp, sweep={"zip": zip_}, sync={"kind": "zero"})
-    s = json.loads(path.read_text())
-    s["training"]["optimizer"] = {"kind": "adam", "lr": 0.01}
-    s["report"]["save_weights"] = "final"
-    path.write_text(json.dumps(s))
-    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    return path, out
+    return one_process_folder(tmp_path_factory, "zero", optimizer={"kind": "adam", "lr": 0.01}, sweep={"zip": zip_},
+                              sync={"kind": "zero"})
 
 
 @pytest.mark.parametrize("processes", [2, 3])
 def test_zero_across_processes_bit_for_bit(tmp_path, zero_one_process, processes):
-    path, ref_out = zero_one_process
-    out = tmp_path / "out"
-    p = mpirun(processes, "run", str(path), "--out", str(out), "--quiet", timeout=120)
-    assert p.returncode == 0, p.stderr
-    one, runs = runs_of(ref_out), runs_of(out)
-    assert sorted(runs) == sorted(one) and len(runs) == len(ZERO_ROWS)
-    for rid, ref in one.items():
-        run = runs[rid]
-        assert ref["disposition"] == "passed", ref["message"]
-        assert run["disposition"] == "passed", run["message"]
-        got = np.array(run["trace"]["params"], dtype=np.float32)
-        want = np.array(ref["trace"]["params"], dtype=np.float32)
-        assert got.tobytes() == want.tobytes(), rid
-        assert not np.array_equal(got[0], got[-1])  # the parameters moved
-        assert deterministic(run) == deterministic(ref), rid
-        weights = f"weights/{rid}.final.safetensors"
-        assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
+    assert len(list(same_as_one_process(zero_one_process, processes, tmp_path, len(ZERO_ROWS)))) == len(ZERO_ROWS)
 
 
 # The optimizers that run their own compressed exchange (DeepSpeed's 1-bit Adam, 0/1 Adam, 1-bit LAMB): parameters,
@@ -208,44 +200,20 @@ ONEBIT = {"zip": {"training.optimizer.kind": ["onebit_adam", "zero_one_adam", "o
 
 @pytest.fixture(scope="module")
 def onebit_one_process(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("onebit")
-    out = tmp / "out"
-    path = scenario(tmp, sweep=ONEBIT)
-    s = json.loads(path.read_text())
-    s["training"]["steps"] = 8
-    s["training"]["optimizer"] = {"kind": "onebit_adam", "lr": 0.01}
-    s["report"]["save_weights"] = "final"
-    path.write_text(json.dumps(s))
-    p = subprocess.run([str(BIN), "run", str(path), "--out", str(out), "--quiet"], capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    return path, out
+    return one_process_folder(tmp_path_factory, "onebit", steps=8, optimizer={"kind": "onebit_adam", "lr": 0.01},
+                              sweep=ONEBIT)
 
 
 @pytest.mark.parametrize("processes", [2, 3])
 def test_onebit_optimizers_across_processes_bit_for_bit(tmp_path, onebit_one_process, processes):
-    path, ref_out = onebit_one_process
-    out = tmp_path / "out"
-    p = mpirun(processes, "run", str(path), "--out", str(out), "--quiet", timeout=120)
-    assert p.returncode == 0, p.stderr
-    one, runs = runs_of(ref_out), runs_of(out)
-    assert sorted(runs) == sorted(one) and len(runs) == 4
-    for rid, ref in one.items():
-        run = runs[rid]
-        assert ref["disposition"] == "passed", ref["message"]
-        assert run["disposition"] == "passed", run["message"]
-        got = np.array(run["trace"]["params"], dtype=np.float32)
-        want = np.array(ref["trace"]["params"], dtype=np.float32)
-        assert got.tobytes() == want.tobytes(), rid
-        assert deterministic(run) == deterministic(ref), rid
+    for run, ref, _ in same_as_one_process(onebit_one_process, processes, tmp_path, 4):
+        rid = run["id"]
         assert without_times(run["compression"]) == without_times(ref["compression"]), rid
         c = run["compression"]
         calls = c["compressed_calls"] if "compressed_calls" in c else c["compressed_steps"]  # rank 0's
         assert calls == (8 - 3 if "freeze_step" in c else calls) and calls > 0, rid
         for key in ("compress_time", "decompress_time"):  # every rank's calls, also the other processes'
             assert c[key]["count"] == ref["compression"][key]["count"] == 6 * calls, rid
-        weights = f"weights/{rid}.final.safetensors"
-        assert (out / weights).read_bytes() == (ref_out / weights).read_bytes(), rid
 
 
 @pytest.mark.parametrize("processes", [2, 3])
