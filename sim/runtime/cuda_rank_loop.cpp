@@ -196,7 +196,7 @@ CudaRun::CudaRun(const RunPlan& run_plan, const RunHooks& hooks, RunResult& resu
   cost_model.emplace(config, *model);
   res.hardware = cost_model->hardware().name;
   StrategySetup setup{config, *model, *control, ranks, &*cost_model, true};
-  pricing = make_strategy(setup);
+  pricing = plan.strategy->make(setup);
   buckets = make_buckets(model->tensors(), static_cast<size_t>(config.sync.first_bucket_mb * 1048576.0),
                          static_cast<size_t>(config.sync.bucket_mb * 1048576.0));
 
@@ -249,28 +249,10 @@ CudaRun::CudaRun(const RunPlan& run_plan, const RunHooks& hooks, RunResult& resu
 }
 
 PrecisionResult CudaRun::precision_result() const {
-  PrecisionResult p;
-  p.mode = config.precision.mode;
-  const LossScalerSettings settings = loss_scaler_settings(config.precision);
-  p.loss_scale = settings.kind == LossScaleKind::kDynamic  ? "dynamic"
-                 : settings.kind == LossScaleKind::kStatic ? "static"
-                                                           : "none";
-  p.loss_scale_trajectory = report_scaler->scaler().trajectory();
-  p.final_loss_scale = report_scaler->scaler().scale();
-  p.skipped_steps = report_scaler->scaler().skipped_step_list();
-  p.skipped_nonfinite_loss = report_scaler->scaler().skipped_for_loss();
-  p.skipped_nonfinite_gradient = report_scaler->scaler().skipped_for_gradient();
-  // The averaged (all-reduced) gradient's checks: every step's flag, and on a flagged step the count of its values.
-  p.averaged_grad_nonfinite = averaged_nonfinite;
-  p.first_nonfinite_averaged_step = report_scaler->first_nonfinite_step();
-  for (const MixedCounters& c : rank_counters) {
-    p.grad_values += c.grad_values;
-    p.grad_underflow += c.grad_underflow;
-    p.grad_nonfinite += c.grad_nonfinite;
-  }
-  p.first_nonfinite_step = first_nonfinite;
-  p.bytes = bytes_per_param(mode, adam ? 2 : (opt.momentum != 0.0 ? 1 : 0));
-  return p;
+  std::vector<PrecisionCounters> counters;
+  for (const MixedCounters& c : rank_counters) counters.push_back({c.grad_values, c.grad_underflow, c.grad_nonfinite});
+  return gs::precision_result(config, &report_scaler->scaler(), averaged_nonfinite,
+                              report_scaler->first_nonfinite_step(), counters, first_nonfinite);
 }
 
 int set_device(int device) {

@@ -86,8 +86,20 @@ EvalResult evaluate(const Model& model, const Dataset& data, const float* params
   return r;
 }
 
-// The report's precision object: rank 0's scaler (under all-reduce every rank's is the same), counts over all ranks.
+// The host loop's precision object: rank 0's precision step (under all-reduce every rank's is the same; nullptr where
+// the strategy has none), counts over all ranks.
 PrecisionResult precision_result(const RunConfig& config, const PrecisionStep* ps,
+                                 const std::vector<PrecisionCounters>& counters,
+                                 const std::vector<std::optional<int64_t>>& first_nonfinite) {
+  if (ps == nullptr) return precision_result(config, nullptr, 0, std::nullopt, counters, first_nonfinite);
+  return precision_result(config, &ps->scaler(), ps->averaged_nonfinite_values(), ps->first_nonfinite_averaged_step(),
+                          counters, first_nonfinite);
+}
+
+}  // namespace
+
+PrecisionResult precision_result(const RunConfig& config, const LossScaler* scaler, uint64_t averaged_nonfinite,
+                                 std::optional<int64_t> first_nonfinite_averaged,
                                  const std::vector<PrecisionCounters>& counters,
                                  const std::vector<std::optional<int64_t>>& first_nonfinite) {
   PrecisionResult p;
@@ -96,14 +108,14 @@ PrecisionResult precision_result(const RunConfig& config, const PrecisionStep* p
   p.loss_scale = settings.kind == LossScaleKind::kDynamic  ? "dynamic"
                  : settings.kind == LossScaleKind::kStatic ? "static"
                                                            : "none";
-  if (ps != nullptr) {
-    p.loss_scale_trajectory = ps->scaler().trajectory();
-    p.final_loss_scale = ps->scaler().scale();
-    p.skipped_steps = ps->scaler().skipped_step_list();
-    p.skipped_nonfinite_loss = ps->scaler().skipped_for_loss();
-    p.skipped_nonfinite_gradient = ps->scaler().skipped_for_gradient();
-    p.averaged_grad_nonfinite = ps->averaged_nonfinite_values();
-    p.first_nonfinite_averaged_step = ps->first_nonfinite_averaged_step();
+  if (scaler != nullptr) {
+    p.loss_scale_trajectory = scaler->trajectory();
+    p.final_loss_scale = scaler->scale();
+    p.skipped_steps = scaler->skipped_step_list();
+    p.skipped_nonfinite_loss = scaler->skipped_for_loss();
+    p.skipped_nonfinite_gradient = scaler->skipped_for_gradient();
+    p.averaged_grad_nonfinite = averaged_nonfinite;
+    p.first_nonfinite_averaged_step = first_nonfinite_averaged;
   }
   for (const PrecisionCounters& c : counters) {
     p.grad_values += c.grad_values;
@@ -116,8 +128,6 @@ PrecisionResult precision_result(const RunConfig& config, const PrecisionStep* p
   p.bytes = bytes_per_param(parse_precision_mode(config.precision.mode), state_buffers);
   return p;
 }
-
-}  // namespace
 
 int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch) {
   if (config.training.epochs <= 0) return config.training.steps;
@@ -343,7 +353,7 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
         setup.total_steps = total_;
         setup.gradients = &gradients_;
         setup.traits = &traits_;
-        std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
+        std::unique_ptr<SyncStrategy> strategy = plan_.strategy->make(setup);  // the plan's registry line
         if (hooks.subscribe_gradients) hooks.subscribe_gradients(gradients_);
         return strategy;
       }()),
@@ -621,7 +631,7 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   StrategySetup setup{config, *model, *comm, ranks, &cost_model, true};
   setup.total_steps = total;
   setup.traits = &traits;
-  std::unique_ptr<SyncStrategy> strategy = make_strategy(setup);
+  std::unique_ptr<SyncStrategy> strategy = plan.strategy->make(setup);  // the plan's registry line
   res.steps_planned = total;
   res.num_params = static_cast<int64_t>(model->num_params());
   res.classification = model->classification();

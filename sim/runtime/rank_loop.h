@@ -5,13 +5,17 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/config/run_config.h"
 #include "sim/runtime/run_result.h"
 
 namespace gs {
 class GradientHooks;
+class LossScaler;
+struct PrecisionCounters;
 struct ParameterRead;
 struct RunPlan;
 }
@@ -34,6 +38,14 @@ struct RunHooks {
   // GradientHooks), after the strategy's; events come on the rank threads.
   std::function<void(GradientHooks&)> subscribe_gradients;
 };
+
+// The report's precision object, for the host and the cuda rank loops: the run's mode, loss-scaling kind and bytes per
+// parameter; rank 0's `scaler` (its trajectory and skips) with the averaged gradient's non-finite checks (nullptr:
+// no precision step, both left out); the counters summed over ranks; every rank's first local non-finite step.
+PrecisionResult precision_result(const RunConfig& config, const LossScaler* scaler, uint64_t averaged_nonfinite,
+                                 std::optional<int64_t> first_nonfinite_averaged,
+                                 const std::vector<PrecisionCounters>& counters,
+                                 const std::vector<std::optional<int64_t>>& first_nonfinite);
 
 // Number of optimizer steps the config asks for (training.steps, or epochs x steps per epoch).
 // Throws gs::Error when the data cannot supply one global batch.
