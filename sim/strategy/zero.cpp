@@ -431,10 +431,6 @@ private:
   std::vector<std::vector<float>> gathered_; // cast across processes: [rank] every rank's buffer
 };
 
-} // namespace
-
-namespace {
-
 std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<Zero>(setup); }
 
 // ZeRO reduce-scatters in fp32 or a cast format (no other compressor, no error feedback); reducing every micro-batch
