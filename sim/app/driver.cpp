@@ -14,6 +14,7 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -770,9 +771,50 @@ std::vector<const RunSpec*> runs_to_do(const std::vector<const RunSpec*>& planne
   return todo;
 }
 
+// Whether process 0 opened the report, shared with every process of mpirun before any run (the other processes wait
+// here, not in runs_to_do's broadcast): on process 0 `failure` is what open_report threw (null when it opened); on
+// the others it is ignored. Every process then throws the same error, so that the refusal ("--resume into a damaged
+// report", "a different --set") ends the job with one message and its own exit status through main's
+// finish_processes, not through the failed-process path (a 10 s wait, then MPI_Abort).
+void share_open_outcome(std::exception_ptr failure) {
+  ProcessGroup& g = process_group();
+  if (g.size() <= 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  enum : int { kOpened = 0, kReportIo = 1, kRefused = 2 };
+  int kind = kOpened;
+  std::string text;
+  if (g.rank() == 0 && failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const ReportIoError& e) {
+      kind = kReportIo;
+      text = e.what();
+    } catch (const std::exception& e) {
+      kind = kRefused;
+      text = e.what();
+    }
+  }
+  kind = decided_by_process_0(kind);
+  if (kind == kOpened) return;
+  uint64_t bytes = text.size();
+  process_group().broadcast(&bytes, sizeof bytes, 0);
+  text.resize(bytes);
+  if (bytes > 0) process_group().broadcast(text.data(), bytes, 0);
+  if (g.rank() == 0) std::rethrow_exception(failure);  // its own error, with its own type and fields
+  if (kind == kReportIo) {
+    ReportIoError e(text);
+    e.before_any_run = true;
+    throw e;
+  }
+  throw Error(text);
+}
+
 // The other processes (mpirun rank > 0): the same runs in the same order with process 0's decisions; nothing is
 // written. A failed run ends the job (process 0 flushes its report first when it can).
 int follow_sweep(const std::vector<const RunSpec*>& planned) {
+  share_open_outcome(nullptr);
   g_report_open.store(true);  // a signal is a stop request, which process 0 reads and shares
   ProcessGroup& g = process_group();
   for (const RunSpec* spec : runs_to_do(planned, {})) {
@@ -941,7 +983,13 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   if (process_group().rank() != 0) return follow_sweep(planned);
   const std::string dir = report_dir(s, o);
   std::optional<ReportWriter> made;
-  open_report(made, s, o, dir, report_header(s, o));
+  std::exception_ptr failure;
+  try {
+    open_report(made, s, o, dir, report_header(s, o));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  share_open_outcome(failure);
   ReportWriter& writer = *made;
   const bool tty = isatty(STDERR_FILENO) != 0 && !o.quiet;
   // The lines that stay are wrapped to the output's width (output_columns: $COLUMNS, else the terminal's).

@@ -11,6 +11,7 @@ before it; --resume across processes runs what the report lacks. Skipped where m
 import json
 import os
 import re
+import time
 import shutil
 import subprocess
 from pathlib import Path
@@ -240,6 +241,35 @@ def test_resume_across_processes_runs_what_the_report_lacks(tmp_path, one_proces
         assert deterministic(runs[rid]) == deterministic(ref), rid
     assert len((out / "runs.jsonl").read_text().splitlines()) == 2
     assert first in runs
+
+
+@pytest.mark.parametrize("damage", ["report", "set"])
+def test_resume_refusal_across_processes_is_one_clean_message(tmp_path, damage):
+    # --resume that process 0 refuses (a damaged report.json, or other --set values than the report's): every process
+    # ends with the same refusal, printed once, exit 2, with no MPI_Abort and no failed-process wait (about 10 s), and
+    # the folder is left as it was. docs/cluster.md promises this.
+    out = tmp_path / "out"
+    p = subprocess.run([str(BIN), "run", str(scenario(tmp_path)), "--out", str(out), "--quiet"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    if damage == "report":
+        (out / "report.json").write_text('{"runs": [')
+        extra = []
+        expected = "report.json"
+    else:
+        extra = ["--set", "training.optimizer.lr=0.05"]
+        expected = "--set"
+    before = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
+    t0 = time.monotonic()
+    p = mpirun(3, "run", str(scenario(tmp_path)), "--out", str(out), "--resume", *extra)
+    took = time.monotonic() - t0
+    assert p.returncode == 2, p.stderr
+    assert "MPI_ABORT" not in p.stderr and "process 0:" not in p.stderr, p.stderr
+    assert expected in p.stderr, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.startswith("gradsweep:")]
+    assert lines and len(lines) == len(set(lines)), p.stderr  # said once, not once per process
+    assert took < 8, f"{took:.1f} s: the refusal took the failed-process path"
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == before
 
 
 def test_only_process_0_writes_anything(tmp_path):
