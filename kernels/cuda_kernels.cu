@@ -223,6 +223,35 @@ struct DivideOp {
   __device__ void operator()(size_t i) const { x[i] = x[i] / divisor; }  // IEEE division (no --use_fast_math)
 };
 
+struct AddScaledOp {
+  float* acc;
+  const float* x;
+  float f;
+  __device__ void operator()(size_t i) const { acc[i] = acc[i] + f * x[i]; }  // two roundings (--fmad=false)
+};
+
+// Per element: [0] 1 when inf or NaN, [1] its square in double (exact) when asked for.
+struct NonfiniteSquareTerm {
+  const float* x;
+  bool want_norm;
+  __device__ Sums<2> operator()(size_t i) const {
+    const float v = x[i];
+    const double d = v;
+    return Sums<2>{{isfinite(v) ? 0.0 : 1.0, want_norm ? d * d : 0.0}};
+  }
+};
+
+// The count is a sum of ones in double: exact below 2^53 elements.
+__global__ void store_totals_kernel(ElementTotals* out, const Sums<2>* s, bool want_norm, bool accumulate) {
+  const auto count = static_cast<unsigned long long>(s->v[0]);
+  if (accumulate) {
+    out->nonfinite += count;
+    if (want_norm) out->sum_squares += s->v[1];
+  } else {
+    *out = ElementTotals{count, s->v[1]};
+  }
+}
+
 }  // namespace
 
 void encode_format(FloatFormat f, void* out, const float* in, size_t n, Fp8Overflow overflow, cudaStream_t stream) {
@@ -256,6 +285,18 @@ void scale(float* x, size_t n, float factor, cudaStream_t stream) {
 
 void divide(float* x, size_t n, float divisor, cudaStream_t stream) {
   launch_map(n, DivideOp{x, divisor}, stream, "divide");
+}
+
+void add_scaled_into(float* acc, const float* x, float f, size_t n, cudaStream_t stream) {
+  launch_map(n, AddScaledOp{acc, x, f}, stream, "add_scaled_into");
+}
+
+void scan_elements(const float* x, size_t n, bool want_norm, ElementTotals* out, Scratch& scratch, cudaStream_t stream,
+                   bool accumulate) {
+  auto* partial = static_cast<Sums<2>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<2>)));
+  launch_sums<2>(n, NonfiniteSquareTerm{x, want_norm}, partial, partial + kReduceBlocks, stream, "scan_elements");
+  store_totals_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks, want_norm, accumulate);
+  check_launch("scan_elements");
 }
 
 namespace {

@@ -53,6 +53,24 @@ void scale(float* x, size_t n, float factor, cudaStream_t stream);
 // x[i] = x[i] / divisor (IEEE division: the all-reduce strategy's averaging by the step's sample count S, host twin
 // the loop `grad[i] / s` in sim/strategy/allreduce.cpp).
 void divide(float* x, size_t n, float divisor, cudaStream_t stream);
+// acc[i] = acc[i] + f * x[i], the product and the sum rounded apart (--fmad=false), i < n: ElementOps::add_scaled
+// (host twin: host_element_ops' loop in sim/core/element_ops.cpp, built with -ffp-contract=off).
+void add_scaled_into(float* acc, const float* x, float f, size_t n, cudaStream_t stream);
+
+// What scan_elements found in a range (device plain data; read back with one copy of sizeof(ElementTotals) bytes).
+struct ElementTotals {
+  unsigned long long nonfinite;  // inf and NaN values
+  double sum_squares;            // sum of x[i]^2 in double; 0 unless asked for
+};
+// The inf/NaN count of x[0, n) and, with want_norm, the sum of its squares in double, by block reductions: a fixed
+// grid of per-block partials (cub::BlockReduce), then one block over the partials, so the same bits on every call;
+// the squares are exact in double, only the order of the sum differs from the host's index order (scan_elements in
+// sim/core/element_ops.cpp; within 2 gamma_n of it, u = 2^-53). A NaN makes the sum NaN, an inf (no NaN) +inf, as on
+// the host. *out is overwritten, or with accumulate its nonfinite is increased and sum_squares is increased when
+// want_norm (several ranges into one tally; zero it once first, e.g. cudaMemsetAsync). n = 0 gives zeros. scratch
+// holds the partials (a few KiB; enqueue-ordered on `stream`, so one Scratch per stream).
+void scan_elements(const float* x, size_t n, bool want_norm, ElementTotals* out, Scratch& scratch, cudaStream_t stream,
+                   bool accumulate = false);
 
 // acc[i] = multiplier * round_through(f, acc[i] * (1 / multiplier) + g[i]) for i < n: a gradient held in the format
 // (fp16_pure) at the mean-loss magnitude, g already in the format. Host twin: accumulate_rounded with acc_in_format
