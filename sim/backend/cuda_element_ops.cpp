@@ -1,0 +1,211 @@
+// CudaElementOps (cuda_element_ops.h): each ElementOps operation as one launcher of kernels/cuda_kernels.h or one
+// CUDA runtime call on the rank's stream. A new operation is one override here calling its launcher.
+#include "sim/backend/cuda_element_ops.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_runtime.h"
+
+namespace gs {
+
+// One rank's CUDA state, created with its device current.
+struct CudaElementOps::Rank {
+  // A phase timed by phase_begin / phase_end, waiting for settle: indices into `events`.
+  struct Pending {
+    size_t start;
+    size_t stop;
+    Phase phase;
+  };
+
+  explicit Rank(int d)
+      : device(d), stream(own.get()), totals(2, "element ops totals"), readback(1, "element ops readback") {
+    GS_CUDA_CHECK(cudaMemsetAsync(totals.get(), 0, totals.bytes(), stream));
+    own.synchronize();
+  }
+
+  // The index of an event of the pool not in use since the last settle (the pool grows on demand).
+  size_t next_event() {
+    if (events_used == events.size()) events.emplace_back(true);
+    return events_used++;
+  }
+
+  // Copies the device totals at `src` into the pinned readback, waits for the stream, returns them.
+  gpu::ElementTotals read(const gpu::ElementTotals* src) {
+    GS_CUDA_CHECK(cudaMemcpyAsync(readback.get(), src, sizeof(gpu::ElementTotals), cudaMemcpyDeviceToHost, stream));
+    GS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return readback[0];
+  }
+
+  int device;
+  gpu::Stream own;
+  cudaStream_t stream;  // own.get(), or the stream set_stream gave
+  gpu::Scratch scratch;  // the scans' block partials
+  gpu::DeviceBuffer<gpu::ElementTotals> totals;  // [0] a scan's result, [1] the nonfinite tally
+  gpu::PinnedBuffer<gpu::ElementTotals> readback;  // one result on its way to the host
+  std::vector<gpu::Event> events;  // timing events; [0, events_used) recorded since the last settle
+  size_t events_used = 0;
+  size_t open = 0;  // phases begun and not yet ended (their start events must survive a settle)
+  std::vector<Pending> pending;
+};
+
+CudaElementOps::CudaElementOps(const std::vector<int>& devices) {
+  ranks_.reserve(devices.size());
+  for (int d : devices) {
+    GS_CUDA_CHECK(cudaSetDevice(d));
+    ranks_.push_back(std::make_unique<Rank>(d));
+  }
+}
+
+CudaElementOps::~CudaElementOps() {
+  for (auto& r : ranks_) {
+    (void)cudaSetDevice(r->device);  // free each rank's memory and stream with its device current
+    r.reset();
+  }
+}
+
+CudaElementOps::Rank& CudaElementOps::select(int rank) const {
+  GS_EXPECT_GPU(rank >= 0 && static_cast<size_t>(rank) < ranks_.size(),
+                "rank " + std::to_string(rank) + " of " + std::to_string(ranks_.size()) + " (CudaElementOps)");
+  Rank& r = *ranks_[static_cast<size_t>(rank)];
+  GS_CUDA_CHECK(cudaSetDevice(r.device));
+  return r;
+}
+
+int CudaElementOps::device(int rank) const { return select(rank).device; }
+cudaStream_t CudaElementOps::stream(int rank) const { return select(rank).stream; }
+
+void CudaElementOps::set_stream(int rank, cudaStream_t stream) {
+  Rank& r = select(rank);
+  r.stream = stream != nullptr ? stream : r.own.get();
+}
+
+void CudaElementOps::zero(int rank, float* x, size_t n) {
+  Rank& r = select(rank);
+  if (n != 0) GS_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), r.stream));  // all-zero bits: +0.0f
+}
+
+void CudaElementOps::copy(int rank, float* dst, const float* src, size_t n) {
+  Rank& r = select(rank);
+  if (n != 0) GS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, r.stream));
+}
+
+void CudaElementOps::upload(int rank, float* dst, const float* host, size_t n) {
+  Rank& r = select(rank);
+  if (n == 0) return;
+  GS_CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, r.stream));
+  // From pageable memory CUDA has staged the source when the call returns; from pinned (or managed) memory the DMA
+  // reads it later, so wait: upload's contract is that `host` may be reused on return.
+  cudaPointerAttributes attributes{};
+  GS_CUDA_CHECK(cudaPointerGetAttributes(&attributes, host));
+  if (attributes.type != cudaMemoryTypeUnregistered) GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+}
+
+void CudaElementOps::download(int rank, float* host, const float* src, size_t n) {
+  Rank& r = select(rank);
+  if (n == 0) return;
+  GS_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+  GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+}
+
+void CudaElementOps::add(int rank, float* acc, const float* x, size_t n) {
+  gpu::add_into(acc, x, n, select(rank).stream);
+}
+
+void CudaElementOps::add_scaled(int rank, float* acc, const float* x, float f, size_t n) {
+  gpu::add_scaled_into(acc, x, f, n, select(rank).stream);
+}
+
+void CudaElementOps::scale(int rank, float* x, size_t n, float f) { gpu::scale(x, n, f, select(rank).stream); }
+
+void CudaElementOps::divide(int rank, float* x, size_t n, float d) { gpu::divide(x, n, d, select(rank).stream); }
+
+size_t CudaElementOps::count_nonfinite(int rank, const float* x, size_t n) {
+  return scan(rank, x, n, false).nonfinite;
+}
+
+void CudaElementOps::tally_nonfinite(int rank, const float* x, size_t n) {
+  Rank& r = select(rank);
+  gpu::scan_elements(x, n, false, r.totals.get() + 1, r.scratch, r.stream, /*accumulate=*/true);
+}
+
+size_t CudaElementOps::take_nonfinite(int rank) {
+  Rank& r = select(rank);
+  const gpu::ElementTotals tally = r.read(r.totals.get() + 1);
+  GS_CUDA_CHECK(cudaMemsetAsync(r.totals.get() + 1, 0, sizeof(gpu::ElementTotals), r.stream));
+  return static_cast<size_t>(tally.nonfinite);
+}
+
+ElementScan CudaElementOps::scan(int rank, const float* x, size_t n, bool want_norm) {
+  Rank& r = select(rank);
+  gpu::scan_elements(x, n, want_norm, r.totals.get(), r.scratch, r.stream);
+  const gpu::ElementTotals t = r.read(r.totals.get());
+  ElementScan s;
+  s.nonfinite = static_cast<size_t>(t.nonfinite);
+  s.sum_squares = want_norm ? t.sum_squares : 0.0;
+  return s;
+}
+
+void CudaElementOps::sgd(int rank, float* w, const float* g, float* buf, size_t n, const SgdScalars& s) {
+  GS_EXPECT_GPU(buf != nullptr || s.momentum == 0.0f || n == 0, "SGD with momentum needs its momentum buffer");
+  gpu::sgd_update(w, g, buf, n, s, select(rank).stream);
+}
+
+void CudaElementOps::adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) {
+  gpu::adam_update(w, g, m, v, n, s, select(rank).stream);
+}
+
+double CudaElementOps::phase_begin(int rank) {
+  Rank& r = select(rank);
+  const size_t start = r.next_event();
+  r.events[start].record(r.stream);
+  ++r.open;
+  return static_cast<double>(start);  // an index of the pool: exact in a double
+}
+
+void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& clock) {
+  (void)clock;  // the time reaches the clock given to settle (the rank's clock)
+  Rank& r = select(rank);
+  const auto start = static_cast<size_t>(mark);
+  GS_EXPECT_GPU(mark >= 0.0 && start < r.events_used && static_cast<double>(start) == mark,
+                "a phase_end mark from this rank's phase_begin since its last settle");
+  const size_t stop = r.next_event();
+  r.events[stop].record(r.stream);
+  r.pending.push_back(Rank::Pending{start, stop, phase});
+  if (r.open > 0) --r.open;
+}
+
+void CudaElementOps::settle(int rank, PhaseClock& clock) {
+  Rank& r = select(rank);
+  GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+  for (const Rank::Pending& p : r.pending) {
+    r.events[p.stop].synchronize();  // recorded on an earlier stream when set_stream changed it in between
+    clock.add(p.phase, static_cast<double>(gpu::Event::elapsed_ms(r.events[p.start], r.events[p.stop])) / 1000.0);
+  }
+  r.pending.clear();
+  if (r.open == 0) r.events_used = 0;  // a phase still open keeps its start event (the pool grows instead)
+}
+
+float* CudaElementOps::allocate_zeroed(int rank, size_t n) {
+  Rank& r = select(rank);
+  if (n == 0) return nullptr;
+  auto* p = static_cast<float*>(gpu::device_alloc(n * sizeof(float), "element ops buffer"));
+  const cudaError_t err = cudaMemsetAsync(p, 0, n * sizeof(float), r.stream);
+  if (err != cudaSuccess) {
+    gpu::device_free(p);
+    gpu::check_cuda(err, "cudaMemsetAsync(p, 0, n * sizeof(float), r.stream)", __FILE__, __LINE__);
+  }
+  return p;
+}
+
+void CudaElementOps::release(int rank, float* p) noexcept {
+  if (p == nullptr) return;
+  if (rank >= 0 && static_cast<size_t>(rank) < ranks_.size()) {
+    (void)cudaSetDevice(ranks_[static_cast<size_t>(rank)]->device);
+  }
+  gpu::device_free(p);  // cudaFree waits for the device's work on p
+}
+
+}  // namespace gs

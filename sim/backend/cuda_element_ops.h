@@ -1,0 +1,88 @@
+// The backend seam's element memory on CUDA devices (ElementOps, sim/core/element_ops.h): every operation enqueued
+// on its rank's stream through the launchers of kernels/cuda_kernels.h, so host and device compute the same bits. Built
+// with the CUDA side only. A new ElementOps operation gets its override here, from a launcher in cuda_kernels.h.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "sim/core/clock.h"
+#include "sim/core/element_ops.h"
+
+namespace gs {
+
+// The float buffers of `devices.size()` ranks, rank r's in cudaMalloc memory of device devices[r]; every pointer an
+// operation takes is a DEVICE pointer of that rank's device (except upload's source and download's destination, host
+// memory of any kind). Sizes are in floats (elements).
+//
+// Stream contract: each rank has one CUDA stream, its own non-blocking stream (created at construction on the rank's
+// device) or one given with set_stream (not owned, e.g. the rank loop's compute stream, so the operations order after
+// its kernels). Every operation is enqueued on that stream in call order and returns without waiting, except:
+// download (synchronizes the stream, then `host` holds the values), upload (cudaMemcpyAsync from host memory: CUDA
+// stages a pageable source, so `host` may be reused on return), count_nonfinite / take_nonfinite / scan (read one small
+// result back: wait for the stream), settle (synchronizes) and allocate (cudaMalloc; the zeroing cudaMemsetAsync is
+// on the stream, so later work on the stream sees zeros). Every method selects the rank's device (cudaSetDevice) in
+// the calling thread first, so it may be called from the rank's thread or the thread that builds or ends the run; a
+// rank's methods must not run concurrently from two threads (each rank's state is its own, ranks are independent).
+//
+// Results: zero, copy, add, add_scaled, scale, divide, sgd and adam are the host operations bit for bit (the same
+// element math, kernels/optim_math.h, with --fmad=false); the inf/NaN counts are exact; scan's sum of squares is in
+// double in the device's fixed order (the same bits every call, the host's to rounding: within 2 gamma_n, u = 2^-53).
+//
+// Clock: phase_begin records a CUDA event on the rank's stream and returns its mark; phase_end records a second one
+// and keeps (start, stop, phase) pending. settle(rank, clock) synchronizes the stream and adds every pending phase's
+// cudaEventElapsedTime (ms, / 1000 into seconds) to `clock`, the rank's clock (phase_end's clock argument is not
+// kept: the times reach the clock given to settle). Marks are valid until the next settle.
+//
+// Errors: every CUDA failure throws gpu::CudaError ("file:line: call: error", a std::runtime_error; an out-of-memory
+// cudaMalloc names the bytes asked, free and total); a rank outside [0, ranks) throws gpu::CudaError too. release
+// (a FloatBuffer's destructor) never throws.
+class CudaElementOps final : public ElementOps {
+ public:
+  // Rank r on device devices[r], with a new non-blocking stream of its own there. Throws on a CUDA error.
+  explicit CudaElementOps(const std::vector<int>& devices);
+  ~CudaElementOps() override;
+  CudaElementOps(const CudaElementOps&) = delete;
+  CudaElementOps& operator=(const CudaElementOps&) = delete;
+
+  int ranks() const { return static_cast<int>(ranks_.size()); }
+  int device(int rank) const;
+  // The rank's stream now (its own or the one set).
+  cudaStream_t stream(int rank) const;
+  // Enqueues the rank's later operations on `stream` (a stream of the rank's device, not owned: it must outlive its
+  // use here); nullptr goes back to the rank's own stream. Work already enqueued is not moved: call settle first, or
+  // order the streams with an event, when the old stream's work must come before the new one's.
+  void set_stream(int rank, cudaStream_t stream);
+
+  bool host() const override { return false; }
+  void zero(int rank, float* x, size_t n) override;
+  void copy(int rank, float* dst, const float* src, size_t n) override;
+  void upload(int rank, float* dst, const float* host, size_t n) override;
+  void download(int rank, float* host, const float* src, size_t n) override;
+  void add(int rank, float* acc, const float* x, size_t n) override;
+  void add_scaled(int rank, float* acc, const float* x, float f, size_t n) override;
+  void scale(int rank, float* x, size_t n, float f) override;
+  void divide(int rank, float* x, size_t n, float d) override;
+  size_t count_nonfinite(int rank, const float* x, size_t n) override;
+  void tally_nonfinite(int rank, const float* x, size_t n) override;
+  size_t take_nonfinite(int rank) override;
+  ElementScan scan(int rank, const float* x, size_t n, bool want_norm) override;
+  void sgd(int rank, float* w, const float* g, float* buf, size_t n, const SgdScalars& s) override;
+  void adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) override;
+  double phase_begin(int rank) override;
+  void phase_end(int rank, double mark, Phase phase, PhaseClock& clock) override;
+  void settle(int rank, PhaseClock& clock) override;
+
+ protected:
+  float* allocate_zeroed(int rank, size_t n) override;
+  void release(int rank, float* p) noexcept override;
+
+ private:
+  struct Rank;  // a rank's device, streams, scratch, tally, result buffers and events (cuda_element_ops.cpp)
+  Rank& select(int rank) const;  // the rank's state, its device set in this thread
+  std::vector<std::unique_ptr<Rank>> ranks_;
+};
+
+}  // namespace gs
