@@ -1,0 +1,315 @@
+// GPU tests of the backend seam's CUDA memory (ctest gpu.element_ops; part of gradsweep_gpu_kernel_tests, whose main
+// exits 77 without a GPU): every operation of CudaElementOps (sim/backend/cuda_element_ops.h) against host_element_ops
+// on the same inputs over the sizes 0, 1, 1001 and 2^20 + 3, with inf and NaN among the values. Element operations
+// and the optimizers bit for bit (NaN equal to NaN, gpu_test_util.h), counts exactly, scan's sum of squares within the
+// bound of two summation orders; the phase clock positive and monotone. A new ElementOps operation is one TEST here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_runtime.h"
+#include "kernels/optim_math.h"
+#include "sim/backend/cuda_element_ops.h"
+#include "sim/core/clock.h"
+#include "sim/core/element_ops.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gs {
+namespace {
+
+using test::fresh_rng;
+
+const size_t kSizes[] = {0, 1, 1001, (size_t{1} << 20) + 3};
+
+// Wide values with inf, NaN, +-0 and subnormals sprinkled in (gpu_test_util.h).
+std::vector<float> values_with_specials(size_t n, size_t salt) {
+  auto rng = fresh_rng(salt);
+  auto v = test::wide_values(n, rng, -20, 20);
+  test::add_specials(v, rng);
+  return v;
+}
+
+std::string size_label(size_t n) { return "n " + std::to_string(n); }
+
+class GpuElementOps : public ::testing::Test {
+ protected:
+  CudaElementOps cuda_{std::vector<int>{0, 0}};  // two ranks on device 0, each with its own stream
+  ElementOps& host_ = host_element_ops();
+
+  // A device buffer of rank `rank` holding `v`.
+  FloatBuffer up(const std::vector<float>& v, int rank = 0) {
+    FloatBuffer b = cuda_.allocate(rank, v.size());
+    cuda_.upload(rank, b.get(), v.data(), v.size());
+    return b;
+  }
+  std::vector<float> down(const FloatBuffer& b, int rank = 0) {
+    std::vector<float> out(b.size(), std::numeric_limits<float>::quiet_NaN());
+    cuda_.download(rank, out.data(), b.get(), b.size());
+    return out;
+  }
+};
+
+// Bit patterns compared exactly, NaN payloads included (a copy must not touch them).
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+TEST_F(GpuElementOps, AllocateZeroCopyUploadDownloadKeepEveryBit) {
+  EXPECT_FALSE(cuda_.host());
+  for (size_t n : kSizes) {
+    const auto v = values_with_specials(n, n + 1);
+    FloatBuffer a = cuda_.allocate(0, n);
+    ASSERT_EQ(a.size(), n);
+    EXPECT_TRUE(same_bytes(down(a), std::vector<float>(n, 0.0f))) << "allocate zeroes (+0.0f) " << size_label(n);
+    cuda_.upload(0, a.get(), v.data(), n);
+    EXPECT_TRUE(same_bytes(down(a), v)) << "upload / download " << size_label(n);
+    FloatBuffer b = cuda_.allocate(0, n);
+    cuda_.copy(0, b.get(), a.get(), n);
+    EXPECT_TRUE(same_bytes(down(b), v)) << "copy " << size_label(n);
+    cuda_.zero(0, a.get(), n);
+    EXPECT_TRUE(same_bytes(down(a), std::vector<float>(n, 0.0f))) << "zero " << size_label(n);
+    // From pinned memory (the DMA reads the source after the call): overwriting it right after upload is allowed.
+    gpu::PinnedBuffer<float> pinned(n);
+    if (n != 0) std::memcpy(pinned.get(), v.data(), n * sizeof(float));
+    cuda_.upload(1, a.get(), pinned.get(), n);
+    for (size_t i = 0; i < n; ++i) pinned[i] = -1.0f;
+    EXPECT_TRUE(same_bytes(down(a, 1), v)) << "upload from pinned memory " << size_label(n);
+  }
+}
+
+TEST_F(GpuElementOps, AddAddScaledScaleDivideMatchHostBitForBit) {
+  for (size_t n : kSizes) {
+    const auto acc0 = values_with_specials(n, 10 * n + 1);
+    const auto x = values_with_specials(n, 10 * n + 2);
+    struct Case {
+      const char* name;
+      void (*run)(ElementOps&, int, float*, const float*, size_t);
+    };
+    const Case cases[] = {
+        {"add", [](ElementOps& o, int r, float* a, const float* y, size_t m) { o.add(r, a, y, m); }},
+        {"add_scaled 0.3", [](ElementOps& o, int r, float* a, const float* y, size_t m) {
+           o.add_scaled(r, a, y, 0.3f, m);
+         }},
+        {"add_scaled -1e-7", [](ElementOps& o, int r, float* a, const float* y, size_t m) {
+           o.add_scaled(r, a, y, -1e-7f, m);
+         }},
+        {"scale 0.37", [](ElementOps& o, int r, float* a, const float*, size_t m) { o.scale(r, a, m, 0.37f); }},
+        {"scale 1/65536", [](ElementOps& o, int r, float* a, const float*, size_t m) { o.scale(r, a, m, 0x1p-16f); }},
+        {"divide 3", [](ElementOps& o, int r, float* a, const float*, size_t m) { o.divide(r, a, m, 3.0f); }},
+        {"divide 7", [](ElementOps& o, int r, float* a, const float*, size_t m) { o.divide(r, a, m, 7.0f); }},
+        {"divide 0", [](ElementOps& o, int r, float* a, const float*, size_t m) { o.divide(r, a, m, 0.0f); }},
+    };
+    for (const Case& c : cases) {
+      auto want = acc0;
+      c.run(host_, 0, want.data(), x.data(), n);
+      FloatBuffer d_acc = up(acc0), d_x = up(x);
+      c.run(cuda_, 0, d_acc.get(), d_x.get(), n);
+      EXPECT_SAME_BITS(down(d_acc), want, std::string(c.name) + " " + size_label(n));
+    }
+  }
+}
+
+TEST_F(GpuElementOps, NonfiniteCountsAndTallyMatchHost) {
+  for (size_t n : kSizes) {
+    const auto v = values_with_specials(n, 100 * n + 3);
+    FloatBuffer d = up(v);
+    const size_t want = host_.count_nonfinite(0, v.data(), n);
+    if (n > 1000) {
+      EXPECT_GT(want, 0u) << "the inputs hold inf and NaN";
+    }
+    EXPECT_EQ(cuda_.count_nonfinite(0, d.get(), n), want) << size_label(n);
+    // The tally over three ranges, as a backward's layers: the same count; rank 1's tally is its own.
+    const size_t a = n / 3, b = n / 2;
+    cuda_.tally_nonfinite(0, d.get(), a);
+    cuda_.tally_nonfinite(0, d.get() + a, b - a);
+    cuda_.tally_nonfinite(1, d.get(), n);
+    cuda_.tally_nonfinite(0, d.get() + b, n - b);
+    host_.tally_nonfinite(0, v.data(), a);
+    host_.tally_nonfinite(0, v.data() + a, b - a);
+    host_.tally_nonfinite(0, v.data() + b, n - b);
+    EXPECT_EQ(cuda_.take_nonfinite(0), host_.take_nonfinite(0)) << size_label(n);
+    EXPECT_EQ(cuda_.take_nonfinite(0), 0u) << "taken: cleared " << size_label(n);
+    EXPECT_EQ(cuda_.take_nonfinite(1), want) << "rank 1 " << size_label(n);
+    EXPECT_EQ(cuda_.take_nonfinite(1), 0u);
+  }
+  // All inf / NaN, and none.
+  const std::vector<float> bad = {INFINITY, -INFINITY, NAN, -NAN, 1.0f};
+  FloatBuffer d = up(bad);
+  EXPECT_EQ(cuda_.count_nonfinite(0, d.get(), bad.size()), 4u);
+  EXPECT_EQ(cuda_.count_nonfinite(0, d.get() + 4, 1), 0u);
+}
+
+// Host and device sums of squares: the squares are exact in double and non-negative, so each order's sum is within
+// gamma_{n-1} S of the exact sum S (gamma_k = k u / (1 - k u), u = 2^-53, Higham, Accuracy and Stability of Numerical
+// Algorithms, 2nd ed., eq. 3.5, as the PowerSGD test's float bound with double's u), so the two within 2 gamma_n S.
+void expect_sum_squares_close(double got, double want, size_t n, const std::string& what) {
+  if (std::isnan(want) || std::isinf(want)) {
+    EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << what << ": got " << got << " want " << want;
+    return;
+  }
+  const double nu = static_cast<double>(n) * std::ldexp(1.0, -53);
+  const double bound = 2.0 * nu / (1.0 - nu) * want;
+  EXPECT_LE(std::fabs(got - want), bound) << what << ": got " << got << " want " << want;
+}
+
+TEST_F(GpuElementOps, ScanMatchesHostCountExactlyAndNormWithinTheOrderBound) {
+  for (size_t n : kSizes) {
+    auto rng = fresh_rng(1000 * n + 5);
+    const auto finite = test::wide_values(n, rng, -20, 20);
+    auto with_inf = finite;
+    if (n != 0) with_inf[n / 2] = -INFINITY;
+    const auto with_nan = values_with_specials(n, 1000 * n + 6);
+    const std::pair<const char*, const std::vector<float>*> inputs[] = {
+        {"finite", &finite}, {"an inf", &with_inf}, {"inf and NaN", &with_nan}};
+    for (const auto& [name, v] : inputs) {
+      const std::string what = std::string(name) + " " + size_label(n);
+      FloatBuffer d = up(*v);
+      for (bool want_norm : {false, true}) {
+        const ElementScan want = host_.scan(0, v->data(), n, want_norm);
+        const ElementScan got = cuda_.scan(0, d.get(), n, want_norm);
+        EXPECT_EQ(got.nonfinite, want.nonfinite) << what;
+        if (!want_norm) {
+          EXPECT_EQ(got.sum_squares, 0.0) << what;
+          continue;
+        }
+        expect_sum_squares_close(got.sum_squares, want.sum_squares, n, what);
+        // The device's order is fixed: the same bits again.
+        const ElementScan again = cuda_.scan(0, d.get(), n, true);
+        EXPECT_TRUE(std::memcmp(&again.sum_squares, &got.sum_squares, sizeof(double)) == 0 ||
+                    (std::isnan(again.sum_squares) && std::isnan(got.sum_squares)))
+            << what;
+      }
+    }
+  }
+}
+
+TEST_F(GpuElementOps, SgdMatchesHostBitForBit) {
+  struct Case {
+    const char* name;
+    SgdScalars s;
+    bool buffer;
+  };
+  const Case cases[] = {
+      {"plain", {0.1f, 0.0f, 0.0f, false, false}, false},
+      {"weight decay", {0.05f, 0.0f, 1e-4f, false, false}, false},
+      {"momentum first step", {0.1f, 0.9f, 1e-4f, false, true}, true},
+      {"momentum", {0.1f, 0.9f, 1e-4f, false, false}, true},
+      {"nesterov", {0.01f, 0.9f, 0.0f, true, false}, true},
+  };
+  for (size_t n : kSizes) {
+    auto rng = fresh_rng(n + 77);
+    const auto w0 = test::normals(n, rng), buf0 = test::normals(n, rng);
+    const auto g = values_with_specials(n, n + 78);
+    for (const Case& c : cases) {
+      auto w = w0, buf = buf0;
+      host_.sgd(0, w.data(), g.data(), c.buffer ? buf.data() : nullptr, n, c.s);
+      FloatBuffer d_w = up(w0), d_g = up(g), d_buf = up(buf0);
+      cuda_.sgd(0, d_w.get(), d_g.get(), c.buffer ? d_buf.get() : nullptr, n, c.s);
+      const std::string what = std::string("sgd ") + c.name + " " + size_label(n);
+      EXPECT_SAME_BITS(down(d_w), w, what + " w");
+      EXPECT_SAME_BITS(down(d_buf), buf, what + " momentum buffer");
+    }
+  }
+}
+
+TEST_F(GpuElementOps, AdamMatchesHostBitForBit) {
+  struct Case {
+    const char* name;
+    AdamScalars s;
+  };
+  const Case cases[] = {
+      {"adam t=1 lerp", adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1)},
+      {"adam L2 t=7", adam_scalars(1e-3, 0.9, 0.999, 1e-8, 1e-2, false, 7)},
+      {"adamw t=3", adam_scalars(3e-4, 0.9, 0.95, 1e-6, 0.1, true, 3)},
+      {"adam 1.13 first moment t=5", adam_scalars(1e-3, 0.8, 0.99, 1e-8, 0.0, false, 5, false)},
+  };
+  for (size_t n : kSizes) {
+    auto rng = fresh_rng(n + 99);
+    const auto w0 = test::normals(n, rng), m0 = test::normals(n, rng, 0.1f);
+    auto v0 = test::normals(n, rng, 0.1f);
+    for (auto& x : v0) x = x * x;  // a second moment is non-negative
+    const auto g = values_with_specials(n, n + 100);
+    for (const Case& c : cases) {
+      auto w = w0, m = m0, v = v0;
+      host_.adam(0, w.data(), g.data(), m.data(), v.data(), n, c.s);
+      FloatBuffer d_w = up(w0), d_g = up(g), d_m = up(m0), d_v = up(v0);
+      cuda_.adam(0, d_w.get(), d_g.get(), d_m.get(), d_v.get(), n, c.s);
+      const std::string what = std::string(c.name) + " " + size_label(n);
+      EXPECT_SAME_BITS(down(d_w), w, what + " w");
+      EXPECT_SAME_BITS(down(d_m), m, what + " m");
+      EXPECT_SAME_BITS(down(d_v), v, what + " v");
+    }
+  }
+}
+
+// Events on the rank's stream: nothing reaches the clock before settle; then each phase is positive, at most the wall
+// time around it, the totals only grow, and twenty passes over 2^24 floats take longer than one.
+TEST_F(GpuElementOps, PhaseTimingIsPositiveAndMonotone) {
+  const size_t n = size_t{1} << 24;
+  FloatBuffer x = cuda_.allocate(0, n);
+  cuda_.scale(0, x.get(), n, 1.0f);  // warm-up (the first launch loads the module)
+  PhaseClock clock;
+  clock.begin_step();
+  cuda_.settle(0, clock);
+  const auto seconds = [&](Phase p) { return clock.current().phase_s[static_cast<size_t>(p)]; };
+  const double wall0 = now_s();
+  {
+    TimedPhase t(cuda_, 0, clock, Phase::kOptimizer);
+    cuda_.scale(0, x.get(), n, 1.0f);
+  }
+  EXPECT_EQ(seconds(Phase::kOptimizer), 0.0) << "times reach the clock at settle";
+  cuda_.settle(0, clock);
+  const double one = seconds(Phase::kOptimizer);
+  EXPECT_GT(one, 0.0);
+  EXPECT_LE(one, now_s() - wall0);
+  {
+    TimedPhase t(cuda_, 0, clock, Phase::kOptimizer);
+    for (int i = 0; i < 20; ++i) cuda_.scale(0, x.get(), n, 1.0f);
+  }
+  {
+    TimedPhase t(cuda_, 0, clock, Phase::kCommunicate);
+    cuda_.add(0, x.get(), x.get(), n);
+  }
+  cuda_.settle(0, clock);
+  const double twenty = seconds(Phase::kOptimizer) - one;
+  EXPECT_GT(seconds(Phase::kCommunicate), 0.0);
+  EXPECT_GT(twenty, one) << "twenty passes against one";
+  EXPECT_LE(seconds(Phase::kOptimizer) + seconds(Phase::kCommunicate), now_s() - wall0);
+  // A phase open across a settle keeps its start event; the totals never decrease.
+  double last = seconds(Phase::kOptimizer);
+  for (int round = 0; round < 3; ++round) {
+    const double mark = cuda_.phase_begin(0);
+    cuda_.scale(0, x.get(), n, 1.0f);
+    cuda_.settle(0, clock);
+    cuda_.phase_end(0, mark, Phase::kOptimizer, clock);
+    cuda_.settle(0, clock);
+    EXPECT_GT(seconds(Phase::kOptimizer), last) << "round " << round;
+    last = seconds(Phase::kOptimizer);
+  }
+  // Rank 1's clock is its own stream's: untouched by rank 0's phases.
+  PhaseClock other;
+  other.begin_step();
+  cuda_.settle(1, other);
+  EXPECT_EQ(other.current().phase_s[static_cast<size_t>(Phase::kOptimizer)], 0.0);
+}
+
+TEST_F(GpuElementOps, ErrorsAreCudaErrors) {
+  EXPECT_THROW(cuda_.count_nonfinite(2, nullptr, 0), gpu::CudaError);   // no rank 2
+  EXPECT_THROW(cuda_.count_nonfinite(-1, nullptr, 0), gpu::CudaError);
+  EXPECT_THROW(cuda_.allocate(0, size_t{1} << 40), gpu::CudaError);   // 4 TiB: out of memory, named
+  PhaseClock clock;
+  EXPECT_THROW(cuda_.phase_end(0, 12345.0, Phase::kOptimizer, clock), gpu::CudaError);  // not a mark of phase_begin
+  SgdScalars momentum;
+  momentum.momentum = 0.9f;
+  FloatBuffer w = cuda_.allocate(0, 4);
+  EXPECT_THROW(cuda_.sgd(0, w.get(), w.get(), nullptr, 4, momentum), gpu::CudaError);
+  // The rank still works after the refusals.
+  EXPECT_EQ(cuda_.count_nonfinite(0, w.get(), 4), 0u);
+}
+
+}  // namespace
+}  // namespace gs
