@@ -241,15 +241,18 @@ CostModel::CostModel(std::shared_ptr<const HardwareProfile> hw, int ranks, std::
       seed_(seed),
       precision_(precision),
       mode_(mode) {
+  // A layer's share of the backward: its declared FLOPs, twice with an input gradient and once without (as
+  // add_micro_batch prices it), else its parameter count.
+  auto backward_flops = [](const LayerCost& l) { return (l.input_gradient ? 2.0 : 1.0) * l.forward_flops_per_sample; };
   double total = 0.0;
-  for (const auto& l : layers_) total += l.forward_flops_per_sample;
+  for (const auto& l : layers_) total += backward_flops(l);
   bool by_params = total <= 0;
   if (by_params) {
     total = 0.0;
     for (const auto& l : layers_) total += static_cast<double>(l.param_end - l.param_begin);
   }
   for (const auto& l : layers_) {
-    double w = by_params ? static_cast<double>(l.param_end - l.param_begin) : l.forward_flops_per_sample;
+    double w = by_params ? static_cast<double>(l.param_end - l.param_begin) : backward_flops(l);
     layer_weight_.push_back(total > 0 ? w / total : 0.0);
   }
 }
@@ -264,7 +267,10 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
     // Backward: input and weight gradients (twice the forward's GEMM FLOPs), fused attention's backward at
     // kAttentionBackwardFactor x its forward (FlashAttention-2 recomputes the attention matrix), twice the
     // forward's memory-bound traffic, and the fp32 gradient accumulated (read + written, 8 bytes a parameter).
-    // Under activation checkpointing a checkpointed layer's backward runs its forward again first.
+    // A layer without an input gradient (the first, fed by data: LayerCost::input_gradient) has the weight
+    // gradient alone: its GEMMs, traffic and launches once. Under activation checkpointing a checkpointed layer's
+    // backward runs its forward again first.
+    const double passes = l.input_gradient ? 2.0 : 1.0;
     double f = 0.0;
     if (!l.gemms.empty()) {
       double g = 0.0;
@@ -272,8 +278,8 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
       const double attn = b * l.attention_flops_per_sample;
       const double ew = b * l.elementwise_bytes_per_sample;
       f = g + attention_time_s(hw, attn, precision_) + memory_time_s(hw, ew) + l.kernels * launch_s;
-      bwd += 2.0 * g + attention_time_s(hw, kAttentionBackwardFactor * attn, precision_) +
-             memory_time_s(hw, 2.0 * ew + 8.0 * params) + 2.0 * l.kernels * launch_s;
+      bwd += passes * g + attention_time_s(hw, kAttentionBackwardFactor * attn, precision_) +
+             memory_time_s(hw, passes * ew + 8.0 * params) + passes * l.kernels * launch_s;
     } else {
       // Shape unknown: the declared FLOPs as one GEMM whose operands are the weights (at the compute precision)
       // and the activations; the backward as two such GEMMs (input and weight gradients), each with its fixed cost.
@@ -282,7 +288,7 @@ void CostModel::add_micro_batch(StepCost& cost, int64_t samples, bool last) cons
       const double operands = precision_bytes(precision_) * params + act;
       const double gemm = gemm_time_s(hw, flops, operands, precision_);
       f = gemm + memory_time_s(hw, act) + l.kernels * launch_s;
-      bwd += 2.0 * gemm + memory_time_s(hw, 2.0 * act + 8.0 * params) + 2.0 * l.kernels * launch_s;
+      bwd += passes * gemm + memory_time_s(hw, passes * act + 8.0 * params) + passes * l.kernels * launch_s;
     }
     fwd += f;
     if (recompute_ && l.checkpointed) bwd += f;  // activation checkpointing: the block's forward again

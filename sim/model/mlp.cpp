@@ -197,6 +197,7 @@ class MlpModel final : public Model {
       c.kernels = 2.0;
       c.gemms = {{1.0, width, in}};
       c.elementwise_bytes_per_sample = 8.0 * width * (stack_.bias ? 2.0 : 1.0);
+      c.input_gradient = l > 0;  // the data needs no gradient: the backward stops at layer 0's weight gradient
       out.push_back(c);
     }
     return out;

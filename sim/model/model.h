@@ -135,6 +135,11 @@ struct LayerCost {
   double attention_flops_per_sample = 0.0;
   double elementwise_bytes_per_sample = 0.0;
   bool checkpointed = false;  // under training.activation_checkpointing its forward runs again in the backward
+  // Whether its backward computes the gradient of its input. False for a first layer fed by the data (nothing
+  // upstream needs it: kernels/dense.h and cuda_dense.cpp stop at layer 0's weight gradient, as autograd does for an
+  // input without requires_grad): its backward is then the weight-gradient GEMMs alone, its memory-bound traffic and
+  // launches once instead of twice.
+  bool input_gradient = true;
 };
 
 // Activation memory of one micro-batch on a GPU (the GPU memory estimate, sim/app/memory.h), in bytes. The
