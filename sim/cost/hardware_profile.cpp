@@ -325,6 +325,8 @@ void read_internode(const Reader& r, HardwareProfile& p) {
   p.internode_per_channel_max_tree_GBps = r.pair("internode.nccl.per_channel_max_tree_GBps");
   p.internode_per_channel_max_tree_ll128_GBps = r.pair("internode.nccl.per_channel_max_tree_ll128_GBps");
   p.net_overhead_us = r.number("internode.nccl.net_overhead_us", 0.0, 1e3);
+  p.nvls_tree_efficiency = r.optional_number("internode.nvls_tree_efficiency", 1e-3, 1.0, 1.0);
+  p.pipeline_window_MB = r.optional_number("internode.pipeline_window_MB", 0.0, 1e6, 0.0);
 }
 
 }  // namespace

@@ -118,6 +118,12 @@ struct HardwareProfile {
   std::array<double, 2> internode_per_channel_max_tree_ll128_GBps{};
   // NCCL's network post overhead per ring step (getNetOverhead: x86 Intel 1 us, AMD 2 us; x3 for Simple).
   double net_overhead_us = 0.0;
+  // Fitted on one published multi-node table per interconnect (docs/cost-model.md, "Multi-node rows"; optional):
+  // NVLSTree's bus bandwidth as a fraction of NCCL's model of it (1: NCCL's), and the bytes a tree or NVLSTree
+  // all-reduce moves (LL128, Simple) before its intra- and inter-node stages overlap: the price adds
+  // min(bytes, window) / algbw (0: none). sim/cost/hierarchical.h.
+  double nvls_tree_efficiency = 1.0;
+  double pipeline_window_MB = 0.0;
   // The inter-node bandwidth one node's NICs give a ring or tree (GB/s): NICs x line rate / 8 x achievable fraction.
   double internode_GBps() const { return nics_per_node * nic_Gbps / 8.0 * nic_achievable_fraction; }
 

@@ -121,9 +121,9 @@ bool HierarchicalModel::available(CollectiveKind kind, NcclAlgo algo) const {
   return false;
 }
 
-double HierarchicalModel::time_us(CollectiveKind kind, double bytes, NcclAlgo algo, NcclProto proto,
-                                  double lat_us) const {
-  double bw = algbw_GBps(kind, algo, proto);
+double HierarchicalModel::time_us(CollectiveKind kind, double bytes, NcclAlgo algo, NcclProto proto, double lat_us,
+                                  double bw_scale) const {
+  double bw = algbw_GBps(kind, algo, proto) * bw_scale;
   if (algo == NcclAlgo::kTree) {
     const int log_size = log2i(static_cast<long long>(bytes) >> 6);
     if (log_size < 23) bw *= kTreeCorrection[static_cast<size_t>(proto)][log_size];
@@ -150,7 +150,14 @@ CollectiveCost HierarchicalModel::cost(CollectiveKind kind, double bytes, NcclAl
     return c;
   }
   const double lat = hw_->latency_scale * nvlink_latency_us(kind, algo, proto) + network_latency_us(kind, algo, proto);
-  c.time_s = time_us(kind, bytes, algo, proto, lat) * 1e-6;
+  // The profile's fitted inter-node terms (hierarchical.h): NVLSTree's efficiency, and the window a tree or NVLSTree
+  // fills before its stages overlap (LL128 and Simple).
+  const bool multi = nodes_ > 1;
+  const double bw_scale = multi && algo == NcclAlgo::kNvls ? hw_->nvls_tree_efficiency : 1.0;
+  double window_us = 0.0;
+  if (multi && algo != NcclAlgo::kRing && proto != NcclProto::kLL)
+    window_us = std::min(bytes, hw_->pipeline_window_MB * 1e6) / (1000.0 * algbw_GBps(kind, algo, proto) * bw_scale);
+  c.time_s = (time_us(kind, bytes, algo, proto, lat, bw_scale) + window_us) * 1e-6;
   c.algbw_GBps = bytes / c.time_s / 1e9;
   c.busbw_GBps = c.algbw_GBps * CollectiveModel::busbw_factor(kind, ranks());
   return c;

@@ -33,10 +33,18 @@
 //   profile's fitted one-node terms (latency_scale x NCCL's latency + launch_us) were fitted to one node, whose
 //   latencies are baseLat and NVLink hops only; the scale multiplies those terms here too, NCCL's network terms
 //   are taken as NCCL has them, and a per-call launch cost fitted on one published multi-node table's small
-//   messages comes out at 0 (docs/cost-model.md, "Multi-node rows").
+//   messages comes out at 0 (docs/cost-model.md, "Multi-node rows"). Two terms of the profile's "internode"
+//   section, fitted on one published table per interconnect (the others held out), change the price, not NCCL's
+//   ranking (NCCL picks by its own constants):
+//   - nvls_tree_efficiency e: NVLSTree's algbw is e x NCCL's (NCCL's model gives 2-node NVLSTree the NVLS
+//     graph's full bandwidth; measured 2-node busbw is ~0.9 of it);
+//   - pipeline_window_MB W: a tree or NVLSTree all-reduce in LL128 or Simple moves min(bytes, W) before its
+//     intra-node and inter-node stages overlap (NCCL pipelines chunks through the levels; a message smaller than
+//     what the channels hold in flight crosses them one after the other): + min(bytes, W) / algbw. LL (8-byte
+//     flag-and-data lines forwarded as they arrive) and the ring (one pipeline over every rank) have none.
 // Not modeled: CollNet / SHARP in the switches, PAT, NCCL's channel search itself (its speed quantization, the
-// tree's NCCL_TOPO_PATTERN_TREE 0.85), the pipeline's chunk sizes (mid-size messages cost more than this
-// latency-plus-bandwidth price: docs/cost-model.md), PXN, rail-optimised vs fat-tree placement, congestion.
+// tree's NCCL_TOPO_PATTERN_TREE 0.85), the chunk sizes themselves (the window is one fitted constant), PXN,
+// rail-optimised vs fat-tree placement, congestion.
 #pragma once
 #include <array>
 #include <optional>
@@ -87,8 +95,9 @@ class HierarchicalModel {
   const Terms& at(CollectiveKind kind, NcclAlgo algo, NcclProto proto) const {
     return terms_[static_cast<size_t>(kind)][static_cast<size_t>(algo)][static_cast<size_t>(proto)];
   }
-  // lat (us) + bytes / algbw with NCCL's tree correction factor and ring plateau (ncclTopoGetAlgoTime).
-  double time_us(CollectiveKind kind, double bytes, NcclAlgo algo, NcclProto proto, double lat_us) const;
+  // lat (us) + bytes / (algbw x bw_scale) with NCCL's tree correction factor and ring plateau (ncclTopoGetAlgoTime).
+  double time_us(CollectiveKind kind, double bytes, NcclAlgo algo, NcclProto proto, double lat_us,
+                 double bw_scale = 1.0) const;
   const HardwareProfile* hw_;
   int nodes_;
   int gpn_;
