@@ -67,17 +67,25 @@ def test_targets_are_met_on_the_held_out_points(markdown):
         assert ": met (" in l, l
 
 
-def test_multi_node_figures_are_other_sources_priced_on_a_multi_node_profile():
-    """Each published multi-node table is compared, never fitted: its points are "other-source", it is priced on a
-    profile with an inter-node level and whole nodes of 8 ranks, and it says how its setup differs from that profile."""
+def test_multi_node_figures_are_fitted_on_one_table_per_interconnect_and_held_out_on_the_others():
+    """Each published multi-node table is wholly "fit" or "held-out", exactly one table per interconnect (ib, roce) is
+    "fit" (the profiles' internode.nvls_tree_efficiency and pipeline_window_MB are fitted on it) and the others are
+    held out; each is priced on a profile with an inter-node level and whole nodes of 8 ranks, and says how its setup
+    differs from that profile."""
     data = json.loads(DATA.read_text())
     multi = [c for c in data["collectives"] if c.get("nodes", 1) > 1]
     assert len(multi) >= 3 and {c["hardware"].split("-")[0] for c in multi} == {"h100", "a100"}
+    fits = {}
     for c in multi:
         assert c["ranks"] == 8 * c["nodes"] and c["setup"] and c["note"], c
-        assert {p[2] for p in c["points"]} == {"other-source"}, c["setup"]
+        roles = {p[2] for p in c["points"]}
+        assert roles in ({"fit"}, {"held-out"}), c["setup"]
+        kind = json.loads((REPO / "scenarios" / "hardware" / (c["hardware"] + ".json")).read_text())["internode"]["kind"]
+        if roles == {"fit"}:
+            fits.setdefault(kind["value"] if isinstance(kind, dict) else kind, []).append(c["setup"])
         profile = json.loads((REPO / "scenarios" / "hardware" / (c["hardware"] + ".json")).read_text())
         assert profile["internode"]["nics_per_node"]["value"] > 0 and profile["nodes"]["value"] > 1, c["hardware"]
+    assert sorted(fits) == ["ib", "roce"] and all(len(v) == 1 for v in fits.values()), fits
 
 
 def test_multi_node_section_lists_every_published_table(markdown):
@@ -85,5 +93,7 @@ def test_multi_node_section_lists_every_published_table(markdown):
     data = json.loads(DATA.read_text())
     for c in data["collectives"]:
         if c.get("nodes", 1) > 1:
-            assert f"- {c['source']}, {c['setup']} ({c['hardware']}, {c['ranks']} ranks): busbw" in section, c["setup"]
-    assert "**Targets on the multi-node rows" in section
+            role = c["points"][0][2]
+            assert f"- [{role}] {c['source']}, {c['setup']} ({c['hardware']}, {c['ranks']} ranks): busbw" in section, (
+                c["setup"])
+    assert "**Targets on the held-out multi-node rows" in section
