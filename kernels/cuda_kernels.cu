@@ -814,10 +814,23 @@ __global__ void digit_hist_kernel(const float* x, size_t n, int shift, const Sel
   for (int b = threadIdx.x; b < kBins; b += blockDim.x) sh[b] = 0;
   __syncthreads();
   const uint32_t prefix = st->prefix, mask = st->mask;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint32_t key = magnitude_key(x[i]);
-    if ((key & mask) == prefix) atomicAdd(&sh[(key >> shift) & (kBins - 1)], 1u);
+  // Warp-aggregated counting: a gradient's magnitudes crowd into a few digits (its exponents), and shared-memory
+  // atomics on one address serialise, so each warp adds once per distinct digit (__match_any_sync groups the lanes
+  // holding the same digit; the lowest lane adds the group's size). The loop runs warp-uniformly (base is the same
+  // for the 32 lanes) so that every lane reaches the match; lanes past n or not candidates carry kNone. The counts
+  // are the same integers as one atomic per element.
+  constexpr uint32_t kNone = 0xffffffffu;
+  const unsigned lane = threadIdx.x % 32u;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t base = blockIdx.x * static_cast<size_t>(blockDim.x) + (threadIdx.x - lane); base < n; base += stride) {
+    const size_t i = base + lane;
+    uint32_t digit = kNone;
+    if (i < n) {
+      const uint32_t key = magnitude_key(x[i]);
+      if ((key & mask) == prefix) digit = (key >> shift) & (kBins - 1);
+    }
+    const unsigned peers = __match_any_sync(0xffffffffu, digit);
+    if (digit != kNone && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&sh[digit], __popc(peers));
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
@@ -825,21 +838,38 @@ __global__ void digit_hist_kernel(const float* x, size_t n, int shift, const Sel
   }
 }
 
-// Picks the digit holding the remaining-th largest candidate (one thread; at most 4096 bins).
+// Picks the digit holding the remaining-th largest candidate: the highest digit b whose candidates above it number
+// fewer than `remaining` and, with its own, at least `remaining` (one block of kThreads; at most 4096 bins). Thread t
+// holds kBins / kThreads consecutive digits from the top; an exclusive block scan of the threads' sums gives the
+// count above each thread's digits, so exactly one thread finds b (the counts are exact integers: the same b as a
+// walk from the top).
 template <int kBits>
 __global__ void digit_pick_kernel(const uint32_t* hist, int shift, SelectState* st) {
   constexpr int kBins = 1 << kBits;
-  const uint32_t want = st->remaining;
+  static_assert(kBins % kThreads == 0, "whole digits per thread");
+  constexpr int kPer = kBins / kThreads;
+  using Scan = cub::BlockScan<uint32_t, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ uint32_t want_shared;
+  if (threadIdx.x == 0) want_shared = st->remaining;
+  const int top = kBins - 1 - static_cast<int>(threadIdx.x) * kPer;  // this thread's digits: top, top - 1, ...
+  uint32_t counts[kPer];
+  uint32_t mine = 0;
+  for (int j = 0; j < kPer; ++j) {
+    counts[j] = hist[top - j];
+    mine += counts[j];
+  }
   uint32_t above = 0;
-  for (int b = kBins - 1; b >= 0; --b) {
-    const uint32_t c = hist[b];
-    if (above + c >= want) {
-      st->prefix |= static_cast<uint32_t>(b) << shift;
+  Scan(tmp).ExclusiveSum(mine, above);  // synchronises the block: want_shared is written before it is read
+  const uint32_t want = want_shared;
+  for (int j = 0; j < kPer; ++j) {
+    if (above < want && above + counts[j] >= want) {
+      st->prefix |= static_cast<uint32_t>(top - j) << shift;
       st->mask |= static_cast<uint32_t>(kBins - 1) << shift;
       st->remaining = want - above;
       return;
     }
-    above += c;
+    above += counts[j];
   }
 }
 
@@ -848,7 +878,7 @@ void digit_pass(const float* x, size_t n, int shift, SelectState* st, uint32_t* 
   GS_CUDA_CHECK(cudaMemsetAsync(hist, 0, (size_t{1} << kBits) * sizeof(uint32_t), stream));
   digit_hist_kernel<kBits><<<std::min(blocks_for(n), 2048u), kThreads, 0, stream>>>(x, n, shift, st, hist);
   check_launch("radix select histogram");
-  digit_pick_kernel<kBits><<<1, 1, 0, stream>>>(hist, shift, st);
+  digit_pick_kernel<kBits><<<1, kThreads, 0, stream>>>(hist, shift, st);
   check_launch("radix select pick");
 }
 
@@ -1189,9 +1219,22 @@ __global__ void norm_chunks_kernel(const float* p, size_t chunks, double* chunk_
   }
 }
 
+// The chunk sums added in order by thread 0, as the host does; the block loads each tile of kThreads of them into
+// shared memory in one coalesced read first, so the serial adds wait on shared memory, not on one global load each.
 __global__ void norm_final_kernel(const double* chunk_sums, size_t chunks, const float* p, size_t n, uint8_t* out) {
-  double total = 0.0;
-  for (size_t c = 0; c < chunks; ++c) total += chunk_sums[c];
+  __shared__ double tile[kThreads];
+  double total = 0.0;  // thread 0's
+  for (size_t base = 0; base < chunks; base += kThreads) {
+    const size_t c = base + threadIdx.x;
+    if (c < chunks) tile[threadIdx.x] = chunk_sums[c];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const size_t m = chunks - base < static_cast<size_t>(kThreads) ? chunks - base : static_cast<size_t>(kThreads);
+      for (size_t j = 0; j < m; ++j) total += tile[j];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
   for (size_t i = chunks * kNormChunk; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
   store_float(out, static_cast<float>(sqrt(total)));
 }
@@ -1417,7 +1460,7 @@ void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, u
     norm_chunks_kernel<<<static_cast<unsigned>((chunks + 15) / 16), kThreads, 0, stream>>>(p, chunks, chunk_sums);
     check_launch("qsgd_encode norm chunks");
   }
-  norm_final_kernel<<<1, 1, 0, stream>>>(chunk_sums, chunks, p, n, out);
+  norm_final_kernel<<<1, kThreads, 0, stream>>>(chunk_sums, chunks, p, n, out);
   check_launch("qsgd_encode norm");
   const int width = qsgd_width(s);
   const uint64_t code_bytes = (static_cast<uint64_t>(n) * width + 7) / 8;
