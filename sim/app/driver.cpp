@@ -740,6 +740,17 @@ int decided_by_process_0(int value) {
   return value;
 }
 
+// The sweep's stop decision, across processes: the largest signal number any process has received (0: none), so that
+// a signal to any one process (mpirun forwards SIGTERM to all, but a task's scancel or a kill reaches one) stops the
+// sweep on every process, as its run's stop is already shared with the control values (hooks.stop on every process).
+// A collective: every process calls it at the same points (before each run and once after the last).
+int signal_of_any_process() {
+  ProcessGroup& g = process_group();
+  const int mine = g_signal.load();
+  if (g.size() <= 1) return mine;
+  return g.max_within(mine, 1e9).value_or(mine);
+}
+
 // How long a process whose run failed waits for the others to finish that run before it ends the job itself.
 constexpr double kFailedRunWaitS = 10.0;
 constexpr double kNoDeadlineS = 1e9;
@@ -818,9 +829,10 @@ int follow_sweep(const std::vector<const RunSpec*>& planned) {
   g_report_open.store(true);  // a signal is a stop request, which process 0 reads and shares
   ProcessGroup& g = process_group();
   for (const RunSpec* spec : runs_to_do(planned, {})) {
-    if (decided_by_process_0(0) == 0) break;
+    if (signal_of_any_process() != 0) break;
     RunResult res;
     RunHooks hooks;
+    hooks.stop = &g_stop;  // a signal to this process stops the run on every process (the control values' max)
     add_read_fault(hooks);
     if (decided_by_process_0(0) == 1) res = run_training(spec->config, hooks);
     const bool failed = res.is(Disposition::kFailed);
@@ -831,7 +843,8 @@ int follow_sweep(const std::vector<const RunSpec*>& planned) {
     if (any) std::this_thread::sleep_for(std::chrono::duration<double>(kFailedRunWaitS));  // process 0 ends the job
     g.abort(1);
   }
-  return 0;
+  const int sig = signal_of_any_process();
+  return sig != 0 ? 128 + sig : 0;
 }
 
 // The sweep's report writer in `made`: a report is never replaced (said before anything else is tried on the folder;
@@ -1014,7 +1027,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   double sweep0 = now_s();
   for (size_t i = 0; i < todo.size(); ++i) {
     const RunSpec& spec = *todo[i];
-    if (decided_by_process_0(g_stop.load() ? 0 : 1) == 0) break;
+    if (signal_of_any_process() != 0) break;
     RunHooks hooks;
     hooks.stop = &g_stop;
     add_read_fault(hooks);
@@ -1041,7 +1054,7 @@ int run_sweep(const Scenario& s, const DriverOptions& o) {
   if (!o.quiet)
     say(fmt::format("gradsweep: wrote {} ({}) in {}", writer.report_path(), count_text(writer.size(), "run"),
                     fmt_duration(now_s() - sweep0)));
-  int sig = g_signal.load();
+  const int sig = signal_of_any_process();  // this process's or another's (the same on every process)
   if (sig != 0) return 128 + sig;
   return exit_code;
 }

@@ -30,7 +30,9 @@ LockstepControl::LockstepControl(const Setup& s)
 void LockstepControl::begin_step(int rank, int64_t) {
   RankStep& s = rank_[static_cast<size_t>(rank)];
   s.ctl.fill(0.0);
-  if (rank != 0) return;
+  // Each process's first rank reads that process's stop request and run timeout; the control all-reduce adds them, so
+  // a signal that reaches any one process of mpirun stops the run on all of them at the same step.
+  if (rank != first_rank_) return;
   const StopReading reading = monitor_.read_stop();
   s.ctl[kCtlStop] = reading.stop ? 1.0 : 0.0;
   s.ctl[kCtlTimeout] = reading.timed_out ? 1.0 : 0.0;

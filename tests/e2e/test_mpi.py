@@ -272,6 +272,63 @@ def test_resume_refusal_across_processes_is_one_clean_message(tmp_path, damage):
     assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == before
 
 
+def ranks_of_job(mpirun_pid):
+    """{OMPI_COMM_WORLD_RANK: pid} of the gradsweep processes started by the mpirun with that pid (from /proc)."""
+    def parent(pid):
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            exe = os.readlink(d / "exe")
+        except OSError:
+            continue
+        rank = [e for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")]
+        if not rank or not exe.endswith("gradsweep"):
+            continue
+        pid, hops = int(d.name), 0
+        while pid > 1 and pid != mpirun_pid and hops < 8:
+            pid, hops = parent(pid), hops + 1
+        if pid == mpirun_pid:
+            found[int(rank[0].split(b"=")[1])] = int(d.name)
+    return found
+
+
+def test_a_signal_to_one_other_process_stops_the_sweep_everywhere(tmp_path):
+    # A SIGTERM that reaches process 1 alone (a kill, a task's scancel) stops the current run at its next step on every
+    # process, process 0 writes it as interrupted and ends the job with 128 + 15, as a signal to mpirun does; before,
+    # process 1 kept the signal to itself and the next signal made it leave at once, losing the run in progress.
+    out = tmp_path / "out"
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(BIN), "run",
+           str(scenario(tmp_path, training={"steps": 400, "eval_every": 100,
+                                             "optimizer": {"kind": "sgd", "lr": 0.1}})), "--out", str(out)]
+    env = {**os.environ, **ROOT_OK, "GRADSWEEP_TEST_FAULTS": "step_delay_ms=20"}
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        ranks = {}
+        while time.monotonic() < deadline and not ((out / "report.json").exists() and 1 in ranks):
+            time.sleep(0.1)
+            ranks = ranks_of_job(job.pid)
+        assert 1 in ranks, f"process 1 of the job not found: {ranks}"
+        time.sleep(0.5)  # inside the first run (400 steps of at least 20 ms)
+        os.kill(ranks[1], 15)
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0, err
+    assert "MPI_ABORT" not in err, err
+    runs = json.loads((out / "report.json").read_text())["runs"]
+    assert [r["disposition"] for r in runs] == ["interrupted"], err  # the second run never started
+    assert 0 < runs[0]["steps_completed"] < 400, runs[0]["steps_completed"]
+
+
 def test_only_process_0_writes_anything(tmp_path):
     # Process 0 gets --out A, processes 1 and 2 --out B (mpirun's MPMD form): B must never be created.
     path, a, b = scenario(tmp_path), tmp_path / "A", tmp_path / "B"
