@@ -23,7 +23,7 @@ CollectiveModel::CollectiveModel(const HardwareProfile& hw, int ranks, std::opti
       p2p_bw_Bps_(hw.nccl_bw_GBps() * 1e9) {
   if (ranks <= 1) return;
   if (spans_nodes(hw, ranks))  // hierarchical.h
-    multi_node_ = std::make_shared<const HierarchicalModel>(hw, ranks / hw.gpus_per_node, hw.gpus_per_node);
+    multi_node_ = std::make_shared<const HierarchicalModel>(hw, nodes_spanned(hw, ranks), hw.gpus_per_node);
   const double n = ranks;
   const double total = hw.nccl_bw_GBps();
   const double ch = hw.channels;

@@ -88,8 +88,13 @@ class CollectiveModel {
   }
   // Whether `ranks` ranks on this profile span nodes: a multi-node profile (nodes > 1) and a whole number of nodes
   // above one.
-  static bool spans_nodes(const HardwareProfile& hw, int ranks) {
-    return hw.nodes > 1 && ranks > hw.gpus_per_node && ranks % hw.gpus_per_node == 0;
+  // Whether `ranks` on a multi-node profile (nodes > 1) span nodes: more ranks than one node's GPUs. They are priced on
+  // nodes_spanned(hw, ranks) = ceil(ranks / gpus_per_node) nodes of gpus_per_node GPUs: a last, partial node at the
+  // pace of a full one (its NICs and NVLink carry the same per-rank traffic in NCCL's rings and trees), and more nodes
+  // than the profile has as more nodes of the same fabric (scenario_load's note says so).
+  static bool spans_nodes(const HardwareProfile& hw, int ranks) { return hw.nodes > 1 && ranks > hw.gpus_per_node; }
+  static int nodes_spanned(const HardwareProfile& hw, int ranks) {
+    return (ranks + hw.gpus_per_node - 1) / hw.gpus_per_node;
   }
 
  private:

@@ -76,6 +76,22 @@ void parse_size_range(const std::string& text, PriceRequest& r) {
     throw Error(fmt::format("--bytes: the largest size {} is below the smallest {}", parts[1], parts[0]));
 }
 
+// How `ranks` are priced on `hw` when they are not one of its nodes or whole nodes within it (empty otherwise): the
+// same rules as the runs' (collective_model.h spans_nodes; scenario_load's cluster.ranks notes).
+static std::string layout_note(const HardwareProfile& hw, int ranks) {
+  const int g = hw.gpus_per_node;
+  if (ranks <= g) return "";
+  if (hw.nodes <= 1)
+    return fmt::format("{} ranks are more than the {} GPUs of \"{}\": priced as one larger node of the same fabric",
+                       ranks, g, hw.name);
+  const int nodes = CollectiveModel::nodes_spanned(hw, ranks);
+  if (ranks % g == 0 && nodes <= hw.nodes) return "";
+  return fmt::format("{} ranks are {} of \"{}\" ({} nodes of {} GPUs): priced on {} nodes of {}{}{}", ranks,
+                     nodes > hw.nodes ? "more than the GPUs" : "not whole nodes", hw.name, hw.nodes, g, nodes, g,
+                     ranks % g != 0 ? ", the partial last node at the pace of a full one" : "",
+                     nodes > hw.nodes ? ", more nodes than the profile has, of the same fabric" : "");
+}
+
 std::vector<PriceRow> price_rows(const PriceRequest& r) {
   auto hw = load_hardware_profile(r.hardware);
   const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
@@ -114,6 +130,7 @@ std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows
                                 hw->gpu,
                                 r.algo ? CollectiveModel::algo_name(*r.algo, CollectiveModel::spans_nodes(*hw, ranks))
                                        : "NCCL's choice");
+  if (const std::string note = layout_note(*hw, ranks); !note.empty()) out += "# note: " + note + "\n";
   out += "#\n";
   out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}  {:<5} {:<6} {}\n", "size", "count", "type",
                      "redop", "root", "time", "algbw", "busbw", "algo", "proto", "from");
@@ -141,6 +158,9 @@ nlohmann::json price_json(const PriceRequest& r, const std::vector<PriceRow>& ro
   const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
   const bool multi = CollectiveModel::spans_nodes(*hw, ranks);
   j["ranks"] = ranks;
+  j["nodes"] = multi ? CollectiveModel::nodes_spanned(*hw, ranks) : 1;
+  const std::string note = layout_note(*hw, ranks);
+  j["note"] = note.empty() ? nlohmann::json() : nlohmann::json(note);
   j["algorithm_forced"] = r.algo ? nlohmann::json(CollectiveModel::algo_name(*r.algo, multi)) : nlohmann::json();
   j["type"] = r.dtype.nccl_name;
   nlohmann::json out = nlohmann::json::array();

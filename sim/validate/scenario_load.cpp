@@ -645,10 +645,16 @@ class Expansion {
   void note_gpus(const RunConfig& rc) {
     try {
       auto hw = load_hardware_profile(rc.cluster.hardware);
-      // A multi-node profile prices whole nodes up to its node count across its inter-node level (hierarchical.h).
-      const bool whole_nodes = hw->nodes > 1 && rc.cluster.ranks % hw->gpus_per_node == 0 &&
-                               rc.cluster.ranks <= static_cast<int64_t>(hw->nodes) * hw->gpus_per_node;
-      if (rc.cluster.ranks > hw->gpus_per_node && !whole_nodes) over_gpus_[hw->file].insert(rc.cluster.ranks);
+      const int64_t ranks = rc.cluster.ranks, g = hw->gpus_per_node;
+      if (ranks <= g) return;
+      if (hw->nodes > 1) {
+        // A multi-node profile prices ceil(ranks / g) nodes across its inter-node level (collective_model.h,
+        // spans_nodes): whole nodes up to its node count as they are, anything else said in a note.
+        if (ranks % g != 0 || ranks > static_cast<int64_t>(hw->nodes) * g) partial_nodes_[hw->file].insert(ranks);
+        nodes_of_[hw->file] = {hw->name, {hw->nodes, hw->gpus_per_node}};
+        return;
+      }
+      over_gpus_[hw->file].insert(ranks);
       gpus_of_[hw->file] = {hw->name, hw->gpus_per_node};
     } catch (const std::exception&) {
       // validate_config reported it
@@ -679,6 +685,24 @@ class Expansion {
                                       me.size() == 1 ? "" : "s", runs)});
     }
     if (!over_gpus_.empty()) s_.notes.push_back({"cluster.ranks", ranks_over_gpus_note(over_gpus_, gpus_of_)});
+    for (const auto& [file, ranks] : partial_nodes_) {
+      const auto& [name, shape] = nodes_of_.at(file);
+      const auto [nodes, g] = shape;
+      std::string counts;
+      size_t k = 0;
+      for (int64_t r : ranks) {
+        counts += fmt::format("{}{} ({} node{})", k == 0 ? "" : k + 1 == ranks.size() ? " and " : ", ", r,
+                              (r + g - 1) / g, (r + g - 1) / g == 1 ? "" : "s");
+        ++k;
+      }
+      s_.notes.push_back(
+          {"cluster.ranks",
+           fmt::format("{} {} not whole nodes within hardware profile \"{}\" ({}), {} nodes of {} GPUs: allowed, the "
+                       "modeled clock prices the collectives on ceil(ranks / {}) nodes of {}, a partial last node at "
+                       "the pace of a full one and nodes beyond the profile's {} as more of the same fabric "
+                       "(docs/cost-model.md)",
+                       counts, ranks.size() == 1 ? "is" : "are", name, file, nodes, g, g, g, nodes)});
+    }
   }
 
  private:
@@ -694,6 +718,9 @@ class Expansion {
   std::map<std::string, FromRuns> from_runs_;
   std::map<std::string, std::set<int64_t>> over_gpus_;
   std::map<std::string, std::pair<std::string, int>> gpus_of_;  // file -> (name, gpus_per_node)
+  // Multi-node profiles: the rank counts that are not whole nodes within the profile (partial or beyond its nodes).
+  std::map<std::string, std::set<int64_t>> partial_nodes_;
+  std::map<std::string, std::pair<std::string, std::pair<int, int>>> nodes_of_;  // file -> (name, (nodes, gpus))
   std::vector<std::string> measure_error_none_;
 };
 

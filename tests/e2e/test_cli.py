@@ -477,3 +477,22 @@ def test_a_wrong_base_value_the_sweep_replaces_is_noted(tmp_path):
     doc["cluster"]["ranks"] = 2  # a right one: nothing to say
     p = run("validate", write(tmp_path, doc))
     assert p.returncode == 0 and "not used" not in p.stderr, p.stderr
+
+
+def test_price_refuses_rank_counts_below_two_and_notes_partial_nodes():
+    # --ranks 0 and -1 used to price the profile's 8 ranks silently (QA); a count that is not whole nodes of a
+    # multi-node profile is priced on the nodes it spans, and the table says so.
+    for bad in ("0", "-1", "1"):
+        p = subprocess.run([str(BIN), "price", "--ranks", bad], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2, (bad, p.stdout, p.stderr)
+        assert "--ranks" in p.stderr and p.stdout == "", (bad, p.stderr)
+    p = subprocess.run([str(BIN), "price", "--hardware", "h100-sxm-8x4-ib", "--ranks", "12", "--bytes", "1G"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "# note: 12 ranks are not whole nodes" in p.stdout and "priced on 2 nodes of 8" in p.stdout, p.stdout
+    q = subprocess.run([str(BIN), "price", "--hardware", "h100-sxm-8x4-ib", "--ranks", "16", "--bytes", "1G",
+                        "--json"], capture_output=True, text=True, timeout=30)
+    whole = json.loads(q.stdout)
+    assert whole["nodes"] == 2 and whole["note"] is None
+    row12 = [line.split() for line in p.stdout.splitlines() if not line.startswith("#")][0]
+    assert float(row12[5]) == pytest.approx(whole["rows"][0]["time_us"], abs=0.01)  # the pace of 2 full nodes

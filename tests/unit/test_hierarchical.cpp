@@ -259,6 +259,27 @@ TEST(HierarchicalCollective, CollectiveModelPricesCallsAcrossNodesHierarchically
   EXPECT_STREQ(one.algo_name(NcclAlgo::kNvls), "nvls");
 }
 
+// Rank counts that are not whole nodes within a multi-node profile (QA: 12 ranks were priced as one NVLink node,
+// 24 as a flat ring, 33 beyond the profile's 32 GPUs as one node with no NIC at all): ceil(ranks / 8) nodes of 8,
+// a partial last node at the pace of a full one, nodes beyond the profile's 4 as more of the same fabric.
+TEST(HierarchicalCollective, RanksThatAreNotWholeNodesArePricedOnTheNodesTheySpan) {
+  const HardwareProfile& hw = ib4();
+  for (auto [ranks, nodes] : {std::pair<int, int>{9, 2}, {12, 2}, {24, 3}, {33, 5}, {64, 8}}) {
+    CollectiveModel cm(hw, ranks);
+    HierarchicalModel hm(hw, nodes, 8);
+    EXPECT_TRUE(cm.multi_node()) << ranks;
+    EXPECT_EQ(CollectiveModel::nodes_spanned(hw, ranks), nodes) << ranks;
+    for (double bytes : {1024.0, kMiB, kGiB})
+      EXPECT_DOUBLE_EQ(cm.best(CollectiveKind::kAllReduce, bytes).time_s,
+                       hm.best(CollectiveKind::kAllReduce, bytes).time_s)
+          << ranks << " ranks, " << bytes << " bytes";
+  }
+  // Crossing the NICs costs: 9 ranks take longer than the 8 of one node at every size from 1 MiB.
+  CollectiveModel one(hw, 8), nine(hw, 9);
+  for (double bytes : {kMiB, kGiB})
+    EXPECT_GT(nine.best(CollectiveKind::kAllReduce, bytes).time_s, one.best(CollectiveKind::kAllReduce, bytes).time_s);
+}
+
 TEST(HierarchicalProfile, InternodeErrorsNameTheFileAndPath) {
   auto problems = [](const std::string& text) {
     try {
