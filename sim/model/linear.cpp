@@ -98,6 +98,8 @@ class LinearModel final : public Model {
     return inner_->evaluate(params, batch, ws);
   }
   double forward_flops_per_sample() const override { return inner_->forward_flops_per_sample(); }
+  // Priced as the one-layer mlp it runs: its GEMM shape, and a backward without an input gradient (the data's).
+  std::vector<LayerCost> layer_costs() const override { return inner_->layer_costs(); }
   ActivationMemory activation_memory(int64_t samples, double element_bytes, bool checkpointing) const override {
     return inner_->activation_memory(samples, element_bytes, checkpointing);
   }
