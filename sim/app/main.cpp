@@ -206,7 +206,11 @@ gs::Scenario load_naming_options(const std::string& file, const std::vector<std:
 }
 
 // Allowed settings worth knowing (Scenario::notes), one "note: file: path: text" each on stderr.
+// Under mpirun only process 0 prints what every process would print the same (notes, validate's and --dry-run's text).
+bool prints_for_the_job() { return gs::process_group().rank() == 0; }
+
 void print_notes(const gs::Scenario& s) {
+  if (!prints_for_the_job()) return;
   for (const auto& n : s.notes) print_wrapped(fmt::format("note: {}: {}: {}", s.path, n.path, n.message));
 }
 
@@ -331,7 +335,8 @@ int run_command(RunArgs& a, const std::vector<std::string>& args) {
   o.shard_index = shard.index;
   o.shard_count = shard.count;
   if (a.dry_run) {  // with --resume: which runs it keeps and reruns, refused where the resume would be
-    std::fputs(gs::dry_run_text(s, o, stdout_columns()).c_str(), stdout);
+    const std::string text = gs::dry_run_text(s, o, stdout_columns());  // its refusals on every process
+    if (prints_for_the_job()) std::fputs(text.c_str(), stdout);
     return 0;
   }
   return gs::run_sweep(s, o);
@@ -368,7 +373,8 @@ int validate_command(ValidateArgs& a) {
   }
   gs::Scenario s = load_naming_options(a.file, a.sets, nullptr, typed);
   print_notes(s);
-  std::printf("%s\n", gs::validate_text(a.file, s, stdout_columns()).c_str());
+  const std::string text = gs::validate_text(a.file, s, stdout_columns());
+  if (prints_for_the_job()) std::printf("%s\n", text.c_str());
   return 0;
 }
 

@@ -329,6 +329,17 @@ def test_a_signal_to_one_other_process_stops_the_sweep_everywhere(tmp_path):
     assert 0 < runs[0]["steps_completed"] < 400, runs[0]["steps_completed"]
 
 
+def test_validate_and_dry_run_print_once_under_mpirun(tmp_path):
+    # What every process would print the same (the expansion, the notes) is printed by process 0 alone (QA: twice).
+    path = scenario(tmp_path, ranks=12, cluster={"ranks": 12, "backend": "host", "hardware": "h100-sxm-8"})
+    for args in (["validate", str(path)], ["run", str(path), "--dry-run", "--out", str(tmp_path / "o")]):
+        p = mpirun(3, *args)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.count("2 runs = 2 [training.accumulation_steps]") == 1, p.stdout
+        assert (p.stdout + p.stderr).count("note:") == 1, p.stderr  # 12 ranks are more than the profile's 8 GPUs
+    assert not (tmp_path / "o").exists()
+
+
 def test_only_process_0_writes_anything(tmp_path):
     # Process 0 gets --out A, processes 1 and 2 --out B (mpirun's MPMD form): B must never be created.
     path, a, b = scenario(tmp_path), tmp_path / "A", tmp_path / "B"
