@@ -65,6 +65,18 @@ class Reader {
     }
     return j->get<std::string>();
   }
+  // One of `allowed` (a string); anything else (absent, another type, another string) fails naming them all.
+  std::optional<std::string> choice(const std::string& path, std::initializer_list<const char*> allowed) const {
+    used_.insert(path);
+    const json* j = find(path);
+    std::string expected;
+    for (const char* a : allowed) {
+      if (j != nullptr && j->is_string() && *j == a) return j->get<std::string>();
+      expected += fmt::format("{}\"{}\"", expected.empty() ? "" : " or ", a);
+    }
+    fail(path, expected, j);
+    return std::nullopt;
+  }
   // {"value": ..., "source": "..."}: the value (nullptr when absent), the source checked.
   // Missing, not an object, or without "value": says the whole format, `what` being the value's own expectation.
   const json* sourced(const std::string& path, const std::string& what) const {
@@ -298,12 +310,10 @@ void read_internode(const Reader& r, HardwareProfile& p) {
     return;
   }
   r.known("internode");
-  if (auto kind = r.str("internode.kind")) {
-    if (*kind != "ib" && *kind != "roce")
-      r.fail("internode.kind", "\"ib\" or \"roce\"", r.find("internode.kind"));
-    else
-      p.internode_kind = *kind;
-  }
+  if (p.nodes <= 1)  // one node: the section would price nothing (it used to be ignored without a word)
+    r.fail("nodes", "a whole number above 1 (\"internode\" is given: nodes of gpus_per_node GPUs joined by it; "
+           "remove \"internode\" for one node)", r.find("nodes"));
+  if (auto kind = r.choice("internode.kind", {"ib", "roce"})) p.internode_kind = *kind;
   p.nic_Gbps = r.number("internode.nic_Gbps", 1e-3, 1e6);
   p.nics_per_node = r.integer("internode.nics_per_node", 1, 1024);
   p.nic_achievable_fraction = r.number("internode.achievable_fraction", 1e-6, 1.0);

@@ -291,6 +291,15 @@ TEST(HierarchicalProfile, InternodeErrorsNameTheFileAndPath) {
   };
   const std::string no_level = problems(R"({"base": "h100-sxm-8", "nodes": {"value": 2, "source": "x"}})");
   EXPECT_NE(no_level.find("p.json: internode: expected an object"), std::string::npos) << no_level;
+  // An internode section on one node (nodes absent or 1) would price nothing: refused, naming nodes; a missing kind
+  // names the two kinds (it said "a string").
+  const std::string one_node = problems(R"({"base": "h100-sxm-8",
+    "internode": {"nic_Gbps": {"value": 400, "source": "x"}}})");
+  EXPECT_NE(one_node.find("p.json: nodes: expected a whole number above 1 (\"internode\" is given"),
+            std::string::npos)
+      << one_node;
+  EXPECT_NE(one_node.find("p.json: internode.kind: expected \"ib\" or \"roce\", got nothing"), std::string::npos)
+      << one_node;
   const std::string bad = problems(R"({"base": "h100-sxm-8", "nodes": {"value": 0, "source": "x"},
     "internode": {"kind": "ethernet", "nic_Gbps": {"value": 400}, "nics_per_node": {"value": 8, "source": "x"},
     "achievable_fraction": {"value": 1.5, "source": "x"}, "latency_us": {"value": 1, "source": "x"},
