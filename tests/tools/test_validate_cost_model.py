@@ -97,3 +97,13 @@ def test_multi_node_section_lists_every_published_table(markdown):
             assert f"- [{role}] {c['source']}, {c['setup']} ({c['hardware']}, {c['ranks']} ranks): busbw" in section, (
                 c["setup"])
     assert "**Targets on the held-out multi-node rows" in section
+
+
+def test_a_data_file_that_is_not_the_published_figures_is_refused_with_a_message():
+    # QA: a hardware profile given as --data ended in a KeyError traceback.
+    for data, needle in [(REPO / "scenarios" / "hardware" / "h100-sxm-8.json", "missing: sources, end_to_end"),
+                         (REPO / "no-such-file.json", "cannot read")]:
+        p = subprocess.run([sys.executable, str(SCRIPT), "--data", str(data), "--no-e2e"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert needle in p.stderr and "Traceback" not in p.stderr, p.stderr
