@@ -500,56 +500,53 @@ Bf16Terms bf16_terms(const HardwareProfile& hw) {
 // one entry): forward = GEMM [32, in] x [in, out] (FLOP time + fixed cost + 2 bytes x (32 in + in out + 32 out) at
 // the skinny byte rate) + the bias add and activation (or loss), each reading and writing 32 x out fp32 values,
 // + 2 launches; backward = two such GEMMs, twice the elementwise traffic plus the fp32 gradient read and written
-// (8 bytes a parameter), 4 launches.
-TEST(CostModel, MlpLayersArePricedByTheirGemmShapes) {
+// (8 bytes a parameter), 4 launches; for a layer fed by the data one GEMM, its traffic once, 2 launches.
+
+// One bf16_mixed micro-batch of 32 samples of a dense model (`kind` mlp or linear) on h100-sxm-8: the modeled step.
+StepCost dense_micro_batch(const std::string& kind, std::vector<int64_t> layers, const std::string& loss) {
   RunConfig c;
-  c.model.kind = "mlp";
-  c.model.layers = {784, 128, 10};
+  c.model.kind = kind;
+  c.model.layers = std::move(layers);
+  c.model.loss = loss;
   c.cluster.hardware = "h100-sxm-8";
   c.precision.mode = "bf16_mixed";
-  const std::shared_ptr<const HardwareProfile> hw = load_hardware_profile("h100-sxm-8");
   CostModel m(c, *make_model(c));
   StepCost cost = m.make_step_cost();
   m.add_micro_batch(cost, 32, true);
-  const auto [rate, fixed, per_byte, hbm, launch] = bf16_terms(*hw);
-  double fwd = 0.0, bwd = 0.0;
-  bool first = true;
-  for (auto [in, out] : {std::pair<double, double>{784, 128}, {128, 10}}) {
-    const double gemm = 2.0 * 32 * in * out / rate + fixed + 2.0 * (32 * in + in * out + 32 * out) * per_byte;
-    const double ew = 32 * 2 * 8.0 * out;  // two kernels, 4-byte values read and written
-    fwd += gemm + ew / hbm + 2 * launch;
-    // The first layer's input is the data, which needs no gradient: its backward is the weight gradient alone (one
-    // GEMM, its traffic and kernels once); the second's has the input gradient too.
-    const double passes = first ? 1.0 : 2.0;
-    bwd += passes * gemm + (passes * ew + 8.0 * (in * out + out)) / hbm + 2 * passes * launch;
-    first = false;
-  }
-  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], fwd, 1e-15);
-  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], bwd, 1e-15);
+  return cost;
+}
+
+// The header's price of one dense layer [32, in] x [in, out] with bias at bf16 on h100-sxm-8, seconds: forward and
+// backward; `input_gradient` false for a layer fed by the data (its backward is the weight-gradient GEMM alone, its
+// traffic and kernels once).
+std::pair<double, double> dense_layer_price(double in, double out, bool input_gradient) {
+  const auto [rate, fixed, per_byte, hbm, launch] = bf16_terms(*load_hardware_profile("h100-sxm-8"));
+  const double gemm = 2.0 * 32 * in * out / rate + fixed + 2.0 * (32 * in + in * out + 32 * out) * per_byte;
+  const double ew = 32 * 2 * 8.0 * out;  // two kernels, 4-byte values read and written
+  const double passes = input_gradient ? 2.0 : 1.0;
+  return {gemm + ew / hbm + 2 * launch,
+          passes * gemm + (passes * ew + 8.0 * (in * out + out)) / hbm + 2 * passes * launch};
+}
+
+TEST(CostModel, MlpLayersArePricedByTheirGemmShapes) {
+  const StepCost cost = dense_micro_batch("mlp", {784, 128, 10}, "cross_entropy");
+  // The first layer's input is the data, which needs no gradient; the second's backward has the input gradient too.
+  const auto [fwd1, bwd1] = dense_layer_price(784, 128, false);
+  const auto [fwd2, bwd2] = dense_layer_price(128, 10, true);
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], fwd1 + fwd2, 1e-15);
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], bwd1 + bwd2, 1e-15);
   // Two GEMMs forward and three backward, each with its fixed cost (not one per weight and bias tensor).
+  const auto [rate, fixed, per_byte, hbm, launch] = bf16_terms(*load_hardware_profile("h100-sxm-8"));
   EXPECT_GT(cost.compute_s[static_cast<size_t>(Phase::kBackward)], 3 * fixed);
 }
 
 // model.kind linear runs the one-layer mlp (linear.cpp), so it is priced as that layer: one weight-gradient GEMM in
-// the backward (its input is the data), the formula of MlpLayersArePricedByTheirGemmShapes' first layer. Before, it
-// took the shape-unknown path below, two backward GEMMs per tensor (QA: 0.165 vs the mlp's 0.087 ms on h200-1).
+// the backward (its input is the data). Before, it took the shape-unknown path below, two backward GEMMs per tensor
+// (QA: 0.165 vs the mlp's 0.087 ms on h200-1).
 TEST(CostModel, LinearModelIsPricedAsItsOneLayerWithoutAnInputGradient) {
-  RunConfig c;
-  c.model.kind = "linear";
-  c.model.layers = {784, 128};
-  c.model.loss = "mse";
-  c.cluster.hardware = "h100-sxm-8";
-  c.precision.mode = "bf16_mixed";
-  const std::shared_ptr<const HardwareProfile> hw = load_hardware_profile("h100-sxm-8");
-  CostModel m(c, *make_model(c));
-  StepCost cost = m.make_step_cost();
-  m.add_micro_batch(cost, 32, true);
-  const auto [rate, fixed, per_byte, hbm, launch] = bf16_terms(*hw);
-  const double in = 784, out = 128;
-  const double gemm = 2.0 * 32 * in * out / rate + fixed + 2.0 * (32 * in + in * out + 32 * out) * per_byte;
-  const double ew = 32 * 2 * 8.0 * out;
-  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], gemm + ew / hbm + 2 * launch, 1e-15);
-  const double bwd = gemm + (ew + 8.0 * (in * out + out)) / hbm + 2 * launch;  // one GEMM, its traffic and kernels once
+  const StepCost cost = dense_micro_batch("linear", {784, 128}, "mse");
+  const auto [fwd, bwd] = dense_layer_price(784, 128, false);
+  EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kForward)], fwd, 1e-15);
   EXPECT_NEAR(cost.compute_s[static_cast<size_t>(Phase::kBackward)], bwd, 1e-15);
 }
 
