@@ -430,6 +430,8 @@ void add_calibrate_command(CLI::App& app, CalibrateArgs& a) {
                                                                 "point");
   gs::CalibrateRequest& cal = a.req;
   calibrate->add_option("--base", cal.base, "profile to start from (name or file)")->required();
+  calibrate->add_option("--ranks", cal.ranks, "the ranks a nccl-tests file was measured on when it does not list "
+                                              "them (default: the base profile's GPUs)");
   calibrate->add_option("--nccl-tests", cal.nccl_files,
                         "nccl-tests output, text or -J JSON; [OP[:ALGO]=]FILE when the file does not say which "
                         "collective it measured (e.g. all_gather=ag.txt, all_reduce:ring=ring.txt)")

@@ -71,7 +71,9 @@ std::optional<CollectiveKind> op_from_program(std::string name) {
 }
 
 void add_point(NcclTestsTable& t, double bytes, double time_us, double busbw, const std::string& where) {
-  if (!(bytes > 0) || !(busbw > 0)) return;  // busbw 0.00 at tiny sizes: no information at two decimals
+  // busbw 0.00 at tiny sizes says nothing at two decimals, but the row's time does (calibrate recomputes the busbw
+  // from it, busbw_from_times): a row is kept when either is above 0.
+  if (!(bytes > 0) || !(busbw > 0 || time_us > 0)) return;
   if (!t.bytes.empty() && bytes <= t.bytes.back())
     throw Error(fmt::format("{}: {}: size {} is not above the previous row's {}: one table (one collective, one "
                             "NCCL_ALGO) per file", t.file, where, bytes, t.bytes.back()));
@@ -188,8 +190,15 @@ NcclTestsTable parse_nccl_tests(const std::string& text, const std::string& file
     double size = 0, time = 0, busbw = 0;
     if (static_cast<int>(tok.size()) <= std::max(sc, bc) || !number(tok[static_cast<size_t>(sc)], &size)) continue;
     bool ok = number(tok[static_cast<size_t>(bc)], &busbw) && tc >= 0 && number(tok[static_cast<size_t>(tc)], &time);
-    if ((!ok || busbw <= 0) && bc2 >= 0 && static_cast<int>(tok.size()) > bc2)
-      ok = number(tok[static_cast<size_t>(bc2)], &busbw) && number(tok[static_cast<size_t>(tc2)], &time);
+    if ((!ok || busbw <= 0) && bc2 >= 0 && static_cast<int>(tok.size()) > bc2) {  // the in-place columns instead
+      double time2 = 0, busbw2 = 0;
+      const bool ok2 = number(tok[static_cast<size_t>(bc2)], &busbw2) && number(tok[static_cast<size_t>(tc2)], &time2);
+      if (ok2 && (!ok || busbw2 > 0)) {  // a 0.00 row keeps its out-of-place time, as the rows around it
+        ok = true;
+        time = time2;
+        busbw = busbw2;
+      }
+    }
     if (!ok) continue;
     add_point(t, size, time, busbw, fmt::format("line {}", line_no));
   }
@@ -411,8 +420,39 @@ std::string fmt_size(double b) {
 
 }  // namespace
 
+// The busbw of the rows whose printed busbw has fewer than three significant digits (below 1 GB/s: 0.01 printed for
+// 0.005 at 128 B), from the row's time as nccl-tests computes it (algbw = bytes / time, busbw = algbw x the
+// collective's factor; common.cu): the factor for `ranks` when they are known (> 1), else the table's own
+// busbw / algbw at its largest busbw (at least 1 GB/s). Rows with busbw 0 and no factor are dropped (they say
+// nothing at two decimals).
+void busbw_from_times(NcclTestsTable& t, int ranks) {
+  double factor = ranks > 1 ? CollectiveModel::busbw_factor(*t.op, ranks) : 0.0;
+  if (factor <= 0) {
+    size_t at = t.bytes.size();
+    for (size_t i = 0; i < t.bytes.size(); ++i)
+      if (t.time_us[i] > 0 && (at == t.bytes.size() || t.busbw_GBps[i] > t.busbw_GBps[at])) at = i;
+    if (at < t.bytes.size() && t.busbw_GBps[at] >= 1.0)
+      factor = t.busbw_GBps[at] / (t.bytes[at] / (t.time_us[at] * 1e-6) / 1e9);
+  }
+  NcclTestsTable kept = t;
+  kept.bytes.clear();
+  kept.time_us.clear();
+  kept.busbw_GBps.clear();
+  for (size_t i = 0; i < t.bytes.size(); ++i) {
+    double busbw = t.busbw_GBps[i];
+    if (busbw < 1.0 && t.time_us[i] > 0 && factor > 0) busbw = t.bytes[i] / (t.time_us[i] * 1e-6) / 1e9 * factor;
+    if (!(busbw > 0)) continue;
+    kept.bytes.push_back(t.bytes[i]);
+    kept.time_us.push_back(t.time_us[i]);
+    kept.busbw_GBps.push_back(busbw);
+  }
+  t = std::move(kept);
+}
+
 CalibrateResult calibrate(const CalibrateRequest& r) {
   auto base = load_hardware_profile(r.base);
+  if (r.ranks != 0 && r.ranks < 2)
+    throw Error(fmt::format("calibrate: --ranks: expected a whole number of ranks >= 2, got {}", r.ranks));
   if (r.nccl_files.empty() && r.gemm_files.empty())
     throw Error("calibrate: nothing to calibrate from: give --nccl-tests FILE... and/or --gemm FILE");
   std::vector<NcclTestsTable> tables;
@@ -433,6 +473,8 @@ CalibrateResult calibrate(const CalibrateRequest& r) {
       throw Error(fmt::format("{}: which collective is this? The file does not say (no \"Collective test starting\" "
                               "line) and its name does not start with one: give it as all_reduce=FILE (or "
                               "all_gather, reduce_scatter, broadcast; OP:ALGO=FILE for a run with NCCL_ALGO)", file));
+    if (t.ranks <= 1 && r.ranks > 1) t.ranks = r.ranks;  // the file does not list them: --ranks says
+    busbw_from_times(t, t.ranks);
     CollectiveModel probe(*base, std::max(2, t.ranks > 1 ? t.ranks : base->gpus_per_node));
     if (t.algo && !probe.available(*t.op, *t.algo))
       throw Error(fmt::format("{}: NCCL has no {} {} on base profile \"{}\"", file,
@@ -489,9 +531,9 @@ CalibrateResult calibrate(const CalibrateRequest& r) {
       p["collectives"][kCollectiveKindNames[static_cast<size_t>(*t.op)]][kCurveSlotNames[slot]] = {
           {"value", pts},
           {"source", fmt::format("measured: {} (nccl-tests, out-of-place busbw, {}{})", t.file, count_text(n, "rank"),
-                                 t.ranks > 1 ? "" : " assumed: the file does not list its ranks")}};
+                                 t.ranks > 1 ? "" : " assumed: the file does not list its ranks; --ranks N says")}};
       report += fmt::format("\n{} ({}), {}: {}\n", path, t.file, count_text(n, "rank"),
-                            t.ranks > 1 ? "" : "(ranks assumed)");
+                            t.ranks > 1 ? "" : "(ranks assumed: the file does not list them; give --ranks N)");
       report += fmt::format("  {:>10}  {:>12}  {:>12}  {:>8}\n", "size", "busbw GB/s", "model GB/s", "error");
       double worst = 0.0;
       for (size_t i = 0; i < t.bytes.size(); ++i) {

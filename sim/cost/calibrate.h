@@ -66,6 +66,9 @@ struct CalibrateRequest {
   std::string out;                    // output path (for the name and the sources)
   std::vector<std::string> nccl_files;  // "[OP[:ALGO]=]FILE"
   std::vector<std::string> gemm_files;
+  // The ranks a nccl-tests file was measured on when it does not list them ("#  Rank N" lines, the JSON's devices):
+  // 0 assumes the base profile's gpus_per_node (said in the report). A file that lists its ranks keeps its own.
+  int ranks = 0;
 };
 struct CalibrateResult {
   std::string profile_text;  // the new profile (JSON, every number with its source); parse_hardware_profile reads it

@@ -369,12 +369,15 @@ TEST(NcclTestsParser, ReadsEveryLayoutItsPublishedNumbers) {
     EXPECT_EQ(t.busbw_GBps[4], 834.57);
   }
   {
-    // No root column, "error" columns; rows whose busbw prints 0.00 carry nothing and are left out.
+    // No root column, "error" columns; rows whose busbw prints 0.00 are kept for their times (calibrate derives
+    // their busbw from the time where it knows the factor, else drops them).
     const auto t = parse_nccl_tests(read_text(data_file("nccl2.21_h20_two_nodes_no_root.txt")), "h20");
-    ASSERT_EQ(t.bytes.size(), 3u);
-    EXPECT_EQ(t.bytes[0], 128.0);
-    EXPECT_EQ(t.time_us[0], 47.76);
-    EXPECT_EQ(t.busbw_GBps[2], 0.02);
+    ASSERT_EQ(t.bytes.size(), 8u);
+    EXPECT_EQ(t.bytes[0], 4.0);
+    EXPECT_EQ(t.busbw_GBps[0], 0.0);
+    EXPECT_EQ(t.bytes[5], 128.0);
+    EXPECT_EQ(t.time_us[5], 47.76);
+    EXPECT_EQ(t.busbw_GBps[7], 0.02);
   }
   {
     const auto t = parse_nccl_tests(read_text(data_file("mpi_tagged_poor_allreduce.txt")), "mpi");
@@ -449,6 +452,35 @@ TEST(Calibrate, GemmFitRecoversEfficiencyAndHalfPoints) {
   EXPECT_NEAR(f.half_gflop / 2.0, 1.0, 0.15);      // log grid steps of 12%
   EXPECT_NEAR(f.half_intensity / 100.0, 1.0, 0.15);
   EXPECT_FALSE(f.efficiency[static_cast<size_t>(Precision::kBf16)].has_value());
+}
+
+// nccl-tests prints busbw at two decimals, so at small sizes the column is mostly rounding (0.01 GB/s for 128 B of a
+// 47.76 us all-reduce). With the ranks known (--ranks: the excerpt lists none) the curve takes busbw from the time as
+// nccl-tests computes it: 128 B / 47.76 us x 2 (16 - 1) / 16 = 0.0050251 GB/s; 4 B: 4 / 47.54 us x 1.875. Without
+// them and without a row of 1 GB/s or more to read the factor from, the printed values stay and the 0.00 rows go.
+TEST(Calibrate, SmallSizesTakeTheirBusbwFromTheTimeWhenTheRanksAreKnown) {
+  CalibrateRequest r;
+  r.base = "h100-sxm-8";
+  r.out = "/tmp/never-written/h20.json";
+  r.nccl_files = {"all_reduce=" + data_file("nccl2.21_h20_two_nodes_no_root.txt")};
+  r.ranks = 16;
+  const HardwareProfile p = parse_hardware_profile(calibrate(r).profile_text, "h20.json");
+  const BusbwCurve& c = p.curves[0][kCurveDefault];
+  ASSERT_EQ(c.bytes.size(), 8u);
+  EXPECT_NEAR(c.busbw_GBps[0], 4.0 / 47.54e-6 / 1e9 * 1.875, 1e-12);
+  EXPECT_EQ(c.bytes[5], 128.0);
+  EXPECT_NEAR(c.busbw_GBps[5], 128.0 / 47.76e-6 / 1e9 * 1.875, 1e-12);
+  CalibrateRequest unknown = r;
+  unknown.ranks = 0;
+  const CalibrateResult res = calibrate(unknown);
+  const HardwareProfile up = parse_hardware_profile(res.profile_text, "h20.json");
+  const BusbwCurve& u = up.curves[0][kCurveDefault];
+  ASSERT_EQ(u.bytes.size(), 3u);  // 128, 256 and 512 B, as printed
+  EXPECT_EQ(u.busbw_GBps[0], 0.01);
+  EXPECT_NE(res.report.find("give --ranks N"), std::string::npos) << res.report;
+  CalibrateRequest bad = r;
+  bad.ranks = 1;
+  EXPECT_THROW(calibrate(bad), Error);
 }
 
 TEST(Calibrate, WritesAProfileThatReadsBackWithTheMeasuredCurve) {
