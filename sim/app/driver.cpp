@@ -740,6 +740,10 @@ int decided_by_process_0(int value) {
   return value;
 }
 
+// How long a process whose run failed waits for the others to finish that run before it ends the job itself.
+constexpr double kFailedRunWaitS = 10.0;
+constexpr double kNoDeadlineS = 1e9;
+
 // The sweep's stop decision, across processes: the largest signal number any process has received (0: none), so that
 // a signal to any one process (mpirun forwards SIGTERM to all, but a task's scancel or a kill reaches one) stops the
 // sweep on every process, as its run's stop is already shared with the control values (hooks.stop on every process).
@@ -748,12 +752,8 @@ int signal_of_any_process() {
   ProcessGroup& g = process_group();
   const int mine = g_signal.load();
   if (g.size() <= 1) return mine;
-  return g.max_within(mine, 1e9).value_or(mine);
+  return g.max_within(mine, kNoDeadlineS).value_or(mine);
 }
-
-// How long a process whose run failed waits for the others to finish that run before it ends the job itself.
-constexpr double kFailedRunWaitS = 10.0;
-constexpr double kNoDeadlineS = 1e9;
 
 // Process 0 after each run, across processes: report.json is rewritten (a process that fails in the next run leaves
 // process 0 inside a collective, where it cannot write any more); when a run failed here or in another process the
@@ -810,9 +810,9 @@ void share_open_outcome(std::exception_ptr failure) {
   kind = decided_by_process_0(kind);
   if (kind == kOpened) return;
   uint64_t bytes = text.size();
-  process_group().broadcast(&bytes, sizeof bytes, 0);
+  g.broadcast(&bytes, sizeof bytes, 0);
   text.resize(bytes);
-  if (bytes > 0) process_group().broadcast(text.data(), bytes, 0);
+  if (bytes > 0) g.broadcast(text.data(), bytes, 0);
   if (g.rank() == 0) std::rethrow_exception(failure);  // its own error, with its own type and fields
   if (kind == kReportIo) {
     ReportIoError e(text);

@@ -400,13 +400,10 @@ void add_price_command(CLI::App& app, PriceArgs& a) {
 }
 
 int price_command(const PriceArgs& a) {
-  if (a.cmd->count("--ranks") > 0 && a.ranks < 2)
-    throw gs::Error(fmt::format("--ranks: expected a whole number of ranks >= 2 (a collective needs two), got {}",
-                                a.ranks));
   gs::PriceRequest r;
   r.hardware = a.hardware;
   r.op = gs::collective_kind_from_name(a.op);
-  r.ranks = a.ranks;
+  if (a.cmd->count("--ranks") > 0) r.ranks = a.ranks;
   gs::parse_size_range(a.bytes, r);
   r.algo = gs::nccl_algo_from_name(a.algo);
   r.dtype = gs::data_type_from_name(a.dtype);

@@ -434,19 +434,18 @@ void busbw_from_times(NcclTestsTable& t, int ranks) {
     if (at < t.bytes.size() && t.busbw_GBps[at] >= 1.0)
       factor = t.busbw_GBps[at] / (t.bytes[at] / (t.time_us[at] * 1e-6) / 1e9);
   }
-  NcclTestsTable kept = t;
-  kept.bytes.clear();
-  kept.time_us.clear();
-  kept.busbw_GBps.clear();
+  size_t kept = 0;
   for (size_t i = 0; i < t.bytes.size(); ++i) {
     double busbw = t.busbw_GBps[i];
     if (busbw < 1.0 && t.time_us[i] > 0 && factor > 0) busbw = t.bytes[i] / (t.time_us[i] * 1e-6) / 1e9 * factor;
     if (!(busbw > 0)) continue;
-    kept.bytes.push_back(t.bytes[i]);
-    kept.time_us.push_back(t.time_us[i]);
-    kept.busbw_GBps.push_back(busbw);
+    t.bytes[kept] = t.bytes[i];
+    t.time_us[kept] = t.time_us[i];
+    t.busbw_GBps[kept++] = busbw;
   }
-  t = std::move(kept);
+  t.bytes.resize(kept);
+  t.time_us.resize(kept);
+  t.busbw_GBps.resize(kept);
 }
 
 CalibrateResult calibrate(const CalibrateRequest& r) {

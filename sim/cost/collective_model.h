@@ -86,8 +86,6 @@ class CollectiveModel {
   static const char* algo_name(NcclAlgo algo, bool multi_node) {
     return multi_node && algo == NcclAlgo::kNvls ? "nvlstree" : kNcclAlgoNames[static_cast<size_t>(algo)];
   }
-  // Whether `ranks` ranks on this profile span nodes: a multi-node profile (nodes > 1) and a whole number of nodes
-  // above one.
   // Whether `ranks` on a multi-node profile (nodes > 1) span nodes: more ranks than one node's GPUs. They are priced on
   // nodes_spanned(hw, ranks) = ceil(ranks / gpus_per_node) nodes of gpus_per_node GPUs: a last, partial node at the
   // pace of a full one (its NICs and NVLink carry the same per-rank traffic in NCCL's rings and trees), and more nodes

@@ -92,9 +92,14 @@ static std::string layout_note(const HardwareProfile& hw, int ranks) {
                      nodes > hw.nodes ? ", more nodes than the profile has, of the same fabric" : "");
 }
 
+// The communicator size of the request: --ranks, else the profile's GPUs.
+static int ranks_of(const PriceRequest& r, const HardwareProfile& hw) { return r.ranks.value_or(hw.gpus_per_node); }
+
 std::vector<PriceRow> price_rows(const PriceRequest& r) {
   auto hw = load_hardware_profile(r.hardware);
-  const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  const int ranks = ranks_of(r, *hw);
+  if (r.ranks && ranks < 2)
+    throw Error(fmt::format("--ranks: expected a whole number of ranks >= 2 (a collective needs two), got {}", ranks));
   if (ranks < 2)
     throw Error(fmt::format("--ranks: a collective needs at least 2 ranks (profile \"{}\" has {} GPU{}; give --ranks)",
                             hw->name, hw->gpus_per_node, hw->gpus_per_node == 1 ? "" : "s"));
@@ -124,7 +129,7 @@ std::vector<PriceRow> price_rows(const PriceRequest& r) {
 
 std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows) {
   auto hw = load_hardware_profile(r.hardware);
-  const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  const int ranks = ranks_of(r, *hw);
   std::string out = fmt::format("# gradsweep price: {} on {} of {} ({}), modeled clock; algorithm: {}\n",
                                 kCollectiveKindNames[static_cast<size_t>(r.op)], count_text(ranks, "rank"), hw->name,
                                 hw->gpu,
@@ -155,7 +160,7 @@ nlohmann::json price_json(const PriceRequest& r, const std::vector<PriceRow>& ro
   j["hardware"] = hw->name;
   j["profile_file"] = hw->file;
   j["op"] = kCollectiveKindNames[static_cast<size_t>(r.op)];
-  const int ranks = r.ranks > 0 ? r.ranks : hw->gpus_per_node;
+  const int ranks = ranks_of(r, *hw);
   const bool multi = CollectiveModel::spans_nodes(*hw, ranks);
   j["ranks"] = ranks;
   j["nodes"] = multi ? CollectiveModel::nodes_spanned(*hw, ranks) : 1;

@@ -30,7 +30,7 @@ CollectiveKind collective_kind_from_name(const std::string& name);
 struct PriceRequest {
   std::string hardware = "h100-sxm-8";  // profile name or path
   CollectiveKind op = CollectiveKind::kAllReduce;
-  int ranks = 0;                        // 0: the profile's gpus_per_node
+  std::optional<int> ranks;             // none: the profile's gpus_per_node
   double min_bytes = 1024, max_bytes = 8.0 * 1024 * 1024 * 1024;
   double factor = 2.0;                  // sizes min, min x factor, ... up to max (nccl-tests -f)
   std::optional<NcclAlgo> algo;         // --algo: NCCL_ALGO; nullopt: NCCL's choice

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "sim/core/id_pattern.h"
 #include "sim/core/json_io.h"
+#include "sim/cost/collective_model.h"
 #include "sim/cost/hardware_profile.h"
 #include "sim/validate/validate.h"
 
@@ -211,13 +213,15 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
 // over its GPUs; gpus_of: file -> (profile name, GPUs per node)): "9 and 16 are more than the 8 GPUs of hardware
 // profiles "x" (file) and "z" (file); 5 is more than the 4 GPUs of hardware profile "y" (file): allowed, ...", said
 // once however many profiles a sweep crosses.
+// "a", "a and b", "a, b and c".
+std::string and_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+  return out;
+}
+
 std::string ranks_over_gpus_note(const std::map<std::string, std::set<int64_t>>& over,
                                  const std::map<std::string, std::pair<std::string, int>>& gpus_of) {
-  auto and_list = [](const std::vector<std::string>& items) {  // "a", "a and b", "a, b and c"
-    std::string out;
-    for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
-    return out;
-  };
   // Profiles that the same rank counts exceed with the same GPU count share one clause (in the files' order).
   std::vector<std::pair<std::pair<std::set<int64_t>, int>, std::vector<std::string>>> clauses;
   for (const auto& [hw_file, ranks] : over) {
@@ -651,7 +655,7 @@ class Expansion {
         // A multi-node profile prices ceil(ranks / g) nodes across its inter-node level (collective_model.h,
         // spans_nodes): whole nodes up to its node count as they are, anything else said in a note.
         if (ranks % g != 0 || ranks > static_cast<int64_t>(hw->nodes) * g) partial_nodes_[hw->file].insert(ranks);
-        nodes_of_[hw->file] = {hw->name, {hw->nodes, hw->gpus_per_node}};
+        multi_node_profiles_[hw->file] = hw;
         return;
       }
       over_gpus_[hw->file].insert(ranks);
@@ -686,22 +690,21 @@ class Expansion {
     }
     if (!over_gpus_.empty()) s_.notes.push_back({"cluster.ranks", ranks_over_gpus_note(over_gpus_, gpus_of_)});
     for (const auto& [file, ranks] : partial_nodes_) {
-      const auto& [name, shape] = nodes_of_.at(file);
-      const auto [nodes, g] = shape;
-      std::string counts;
-      size_t k = 0;
+      const HardwareProfile& hw = *multi_node_profiles_.at(file);
+      std::vector<std::string> counts;
       for (int64_t r : ranks) {
-        counts += fmt::format("{}{} ({} node{})", k == 0 ? "" : k + 1 == ranks.size() ? " and " : ", ", r,
-                              (r + g - 1) / g, (r + g - 1) / g == 1 ? "" : "s");
-        ++k;
+        const int nodes = CollectiveModel::nodes_spanned(hw, static_cast<int>(r));
+        counts.push_back(fmt::format("{} ({} node{})", r, nodes, nodes == 1 ? "" : "s"));
       }
+      const int g = hw.gpus_per_node;
       s_.notes.push_back(
           {"cluster.ranks",
            fmt::format("{} {} not whole nodes within hardware profile \"{}\" ({}), {} nodes of {} GPUs: allowed, the "
                        "modeled clock prices the collectives on ceil(ranks / {}) nodes of {}, a partial last node at "
                        "the pace of a full one and nodes beyond the profile's {} as more of the same fabric "
                        "(docs/cost-model.md)",
-                       counts, ranks.size() == 1 ? "is" : "are", name, file, nodes, g, g, g, nodes)});
+                       and_list(counts), ranks.size() == 1 ? "is" : "are", hw.name, file, hw.nodes, g, g, g,
+                       hw.nodes)});
     }
   }
 
@@ -720,7 +723,7 @@ class Expansion {
   std::map<std::string, std::pair<std::string, int>> gpus_of_;  // file -> (name, gpus_per_node)
   // Multi-node profiles: the rank counts that are not whole nodes within the profile (partial or beyond its nodes).
   std::map<std::string, std::set<int64_t>> partial_nodes_;
-  std::map<std::string, std::pair<std::string, std::pair<int, int>>> nodes_of_;  // file -> (name, (nodes, gpus))
+  std::map<std::string, std::shared_ptr<const HardwareProfile>> multi_node_profiles_;  // file -> profile
   std::vector<std::string> measure_error_none_;
 };
 
