@@ -2,6 +2,8 @@
 #include "sim/core/count_text.h"
 #include "sim/cost/price.h"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -137,20 +139,33 @@ std::string price_table(const PriceRequest& r, const std::vector<PriceRow>& rows
                                        : "NCCL's choice");
   if (const std::string note = layout_note(*hw, ranks); !note.empty()) out += "# note: " + note + "\n";
   out += "#\n";
-  out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}  {:<5} {:<6} {}\n", "size", "count", "type",
-                     "redop", "root", "time", "algbw", "busbw", "algo", "proto", "from");
-  out += fmt::format("#{:>12} {:>13} {:>9} {:>7} {:>7} {:>10} {:>8} {:>8}\n", "(B)", "(elements)", "", "", "", "(us)",
-                     "(GB/s)", "(GB/s)");
   const char* redop = r.op == CollectiveKind::kAllReduce || r.op == CollectiveKind::kReduceScatter ? "sum" : "none";
   const int root = r.op == CollectiveKind::kBroadcast ? 0 : -1;
   const bool multi = CollectiveModel::spans_nodes(*hw, ranks);
+  // Each row's fields as printed, then every column as wide as nccl-tests' (size 12, count 13, time 10, algbw and
+  // busbw 8, algo 5, proto 6) or its widest field, so a long time or "nvlstree" keeps the columns in line.
+  std::vector<std::array<std::string, 8>> cells;
+  std::array<size_t, 8> width = {12, 13, 10, 8, 8, 5, 6, 0};
   for (const PriceRow& row : rows) {
     const CollectiveCost& c = row.cost;
-    out += fmt::format(" {:>12.0f} {:>13.0f} {:>9} {:>7} {:>7} {:>10.2f} {:>8.2f} {:>8.2f}  {:<5} {:<6} {}\n", row.bytes,
-                       row.count, r.dtype.nccl_name, redop, root, c.time_s * 1e6, c.algbw_GBps, c.busbw_GBps,
-                       CollectiveModel::algo_name(c.algo, multi), kNcclProtoNames[static_cast<size_t>(c.proto)],
-                       kCostSourceNames[static_cast<size_t>(c.source)]);
+    cells.push_back({fmt::format("{:.0f}", row.bytes), fmt::format("{:.0f}", row.count),
+                     fmt::format("{:.2f}", c.time_s * 1e6), fmt::format("{:.2f}", c.algbw_GBps),
+                     fmt::format("{:.2f}", c.busbw_GBps), CollectiveModel::algo_name(c.algo, multi),
+                     kNcclProtoNames[static_cast<size_t>(c.proto)], kCostSourceNames[static_cast<size_t>(c.source)]});
+    for (size_t i = 0; i < width.size(); ++i) width[i] = std::max(width[i], cells.back()[i].size());
   }
+  const auto line = [&](char lead, const std::array<std::string, 8>& f, const std::string& type,
+                        const std::string& op, const std::string& rt) {
+    std::string l = fmt::format("{}{:>{}} {:>{}} {:>9} {:>7} {:>7} {:>{}} {:>{}} {:>{}}", lead, f[0], width[0], f[1],
+                                width[1], type, op, rt, f[2], width[2], f[3], width[3], f[4], width[4]);
+    if (!f[5].empty()) l += fmt::format("  {:<{}} {:<{}} {}", f[5], width[5], f[6], width[6], f[7]);
+    return l + "\n";
+  };
+  out += line('#', {"size", "count", "time", "algbw", "busbw", "algo", "proto", "from"}, "type", "redop", "root");
+  std::string units = line('#', {"(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "", "", ""}, "", "", "");
+  units.erase(units.find_last_not_of(" \n") + 1);  // no trailing blanks
+  out += units + "\n";
+  for (const auto& f : cells) out += line(' ', f, r.dtype.nccl_name, redop, fmt::format("{}", root));
   return out;
 }
 

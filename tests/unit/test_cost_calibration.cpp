@@ -338,6 +338,62 @@ TEST(Price, TableHasNcclTestsColumnsAndItsArithmetic) {
   EXPECT_EQ(j["type"], "bfloat16");
 }
 
+// Where each column of a price table ends (right-aligned numbers: size .. busbw) or starts (algo, proto, from): the
+// table's lines from the column header on, each as the positions of its whitespace-separated fields.
+std::vector<std::vector<std::pair<size_t, size_t>>> price_table_fields(const std::string& table) {
+  std::vector<std::vector<std::pair<size_t, size_t>>> out;
+  std::istringstream in(table);
+  std::string line;
+  bool header = false;
+  while (std::getline(in, line)) {
+    header = header || line.find("busbw") != std::string::npos;
+    if (!header) continue;
+    std::vector<std::pair<size_t, size_t>> f;  // [begin, end) of each field, the leading "#" left out
+    for (size_t i = 0; i < line.size();) {
+      if (line[i] == ' ' || (i == 0 && line[i] == '#')) {
+        ++i;
+        continue;
+      }
+      const size_t b = i;
+      while (i < line.size() && line[i] != ' ') ++i;
+      f.emplace_back(b, i);
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+// QA: a time of 8 digits or more before the point, or the algorithm "nvlstree" (8 letters in a 5-wide column),
+// pushed the rest of that row out of line with the header. Each column is now as wide as its widest field.
+TEST(Price, ColumnsStayInLineForLongTimesAndNvlsTree) {
+  PriceRequest nvlstree;  // 2 nodes of 8 H100 over IB: NVLSTree from 512 KiB
+  nvlstree.hardware = "h100-sxm-8x4-ib";
+  nvlstree.ranks = 16;
+  nvlstree.dtype = data_type_from_name("fp32");
+  parse_size_range("1K:1G:1024", nvlstree);
+  PriceRequest slow;  // 1 TiB over PCIe: 4.0e7 us, 11 characters before the point
+  slow.hardware = "h100-pcie-8";
+  slow.dtype = data_type_from_name("fp32");
+  parse_size_range("1G:1T:1024", slow);
+  for (const PriceRequest& r : {nvlstree, slow}) {
+    const auto rows = price_rows(r);
+    const std::string table = price_table(r, rows);
+    const auto lines = price_table_fields(table);
+    ASSERT_EQ(lines.size(), rows.size() + 2) << table;  // the column names, the units, the rows
+    const auto& names = lines[0];
+    ASSERT_EQ(names.size(), 11u) << table;  // size count type redop root time algbw busbw algo proto from
+    for (size_t l = 2; l < lines.size(); ++l) {
+      ASSERT_EQ(lines[l].size(), 11u) << table;
+      for (size_t c = 0; c < 8; ++c) EXPECT_EQ(lines[l][c].second, names[c].second) << "column " << c << "\n" << table;
+      for (size_t c = 8; c < 11; ++c) EXPECT_EQ(lines[l][c].first, names[c].first) << "column " << c << "\n" << table;
+    }
+    for (size_t c : {0u, 1u, 5u, 6u, 7u}) EXPECT_EQ(lines[1][c < 5 ? c : c - 3].second, names[c].second) << table;
+  }
+  // The tables hold what made them go out of line: NVLSTree and a time of 11 characters before the point.
+  EXPECT_NE(price_table(nvlstree, price_rows(nvlstree)).find(" nvlstree Simple "), std::string::npos);
+  EXPECT_NE(price_table(slow, price_rows(slow)).find(" 40086498.92 "), std::string::npos);
+}
+
 TEST(Price, BadInputsAreRefusedWithWhatWasExpected) {
   PriceRequest r;
   EXPECT_THROW(parse_size_range("8G:1K", r), Error);
