@@ -18,6 +18,7 @@
 #include "kernels/cuda_runtime.h"
 #include "kernels/dense.h"
 #include "sim/core/error.h"
+#include "sim/backend/cuda_element_ops.h"
 #include "sim/backend/cuda_probe.h"
 
 namespace gs {
@@ -31,7 +32,8 @@ enum class GpuPath { kNone, kFp32, kFp32Scaled, kMixed };
 struct GpuWorkspace final : Workspace {
   int64_t max_rows = 0;
   int device = -1;
-  std::optional<gpu::Stream> stream;
+  std::optional<gpu::Stream> stream;               // staged: the workspace's own stream
+  cudaStream_t st = nullptr;                       // the stream its work runs on (own, or the resident memory's)
   std::unique_ptr<gpu::BlasHandle> blas;
   std::optional<gpu::DenseScratchGpu> scratch;
   std::optional<gpu::MixedScratchGpu> mixed;
@@ -57,8 +59,12 @@ GpuWorkspace& as_gpu_workspace(Workspace& ws) {
 
 class GpuDenseModel final : public Model {
  public:
-  GpuDenseModel(std::unique_ptr<Model> host, DenseStack stack, int device_count, bool tf32)
-      : host_(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)), tf32_(tf32) {
+  // `resident`: parameters and gradients are device buffers of that memory (the backend seam, cuda_backend.h); null:
+  // host buffers staged through the workspace's copies.
+  GpuDenseModel(std::unique_ptr<Model> host, DenseStack stack, int device_count, bool tf32,
+                CudaElementOps* resident = nullptr)
+      : host_(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)), tf32_(tf32),
+        resident_(resident) {
     GS_EXPECT(host_->num_params() == stack_.num_params(),
               "cuda model: the host model's parameters are not its dense stack's");
   }
@@ -81,13 +87,13 @@ class GpuDenseModel final : public Model {
     GpuWorkspace& w = as_gpu_workspace(ws);
     check_batch(batch, 0, batch.count, w.max_rows);
     bind(w, batch.rank);
-    const cudaStream_t st = w.stream->get();
-    upload_params(w, params, true);
+    const cudaStream_t st = w.st;
+    const float* dparams = device_params(w, params, true);
     upload_batch(w, batch, 0, batch.count);
     w.last_rows = batch.count;
     if (p.mode == PrecisionMode::kFp32 || p.mode == PrecisionMode::kTf32) {  // tf32: the handle's math mode (bind)
       w.last = p.loss_scale != 1.0f ? GpuPath::kFp32Scaled : GpuPath::kFp32;
-      gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, w.params.get(), w.x.get(), batch.count, targets(w),
+      gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, dparams, w.x.get(), batch.count, targets(w),
                                    labels(w), w.loss_sum.get());
     } else if (p.emulated()) {
       w.last = GpuPath::kMixed;
@@ -97,7 +103,7 @@ class GpuDenseModel final : public Model {
       if (!w.mixed || w.mixed->spec.format != spec.format || w.mixed->spec.fp8_gemm != spec.fp8_gemm ||
           w.mixed->spec.grad_in_format != spec.grad_in_format)
         w.mixed = gpu::make_mixed_scratch_gpu(stack_, w.max_rows, spec, 1);
-      gpu::dense_stack_forward_mixed_gpu(*w.blas, *w.scratch, *w.mixed, stack_, w.params.get(), w.x.get(),
+      gpu::dense_stack_forward_mixed_gpu(*w.blas, *w.scratch, *w.mixed, stack_, dparams, w.x.get(),
                                          batch.count, targets(w), labels(w), w.loss_sum.get());
     } else {
       throw Error(fmt::format("cuda model: precision.mode {} has no GPU forward in this version",
@@ -115,28 +121,31 @@ class GpuDenseModel final : public Model {
     GS_EXPECT(w.last != GpuPath::kNone && w.last_rows == batch.count,
               "cuda model: backward needs the forward of the same batch first");
     GS_CUDA_CHECK(cudaSetDevice(w.device));
-    const cudaStream_t st = w.stream->get();
+    const cudaStream_t st = w.st;
     const size_t n = stack_.num_params();
-    upload_params(w, params, false);  // a no-op after this batch's forward on the same parameters
-    GS_CUDA_CHECK(cudaMemcpyAsync(w.grad.get(), grad, n * sizeof(float), cudaMemcpyHostToDevice, st));
+    const float* dparams = device_params(w, params, false);  // staged: a no-op after this batch's forward
+    // Resident: backward adds into the caller's device gradient; staged: into the workspace's copy of the host one.
+    float* dgrad = resident_ != nullptr ? grad : w.grad.get();
+    if (resident_ == nullptr)
+      GS_CUDA_CHECK(cudaMemcpyAsync(w.grad.get(), grad, n * sizeof(float), cudaMemcpyHostToDevice, st));
     if (w.last == GpuPath::kFp32) {
-      gpu::dense_stack_backward_gpu(*w.blas, w.grad.get(), *w.scratch, stack_, w.params.get(), w.x.get(),
-                                    batch.count, targets(w), labels(w));
+      gpu::dense_stack_backward_gpu(*w.blas, dgrad, *w.scratch, stack_, dparams, w.x.get(), batch.count, targets(w),
+                                    labels(w));
     } else if (w.last == GpuPath::kFp32Scaled) {
       // The gradient of loss_scale x the loss sum: the unscaled gradient into a zeroed buffer, times the scale, added.
       GS_CUDA_CHECK(cudaMemsetAsync(w.grad_scaled.get(), 0, n * sizeof(float), st));
-      gpu::dense_stack_backward_gpu(*w.blas, w.grad_scaled.get(), *w.scratch, stack_, w.params.get(), w.x.get(),
+      gpu::dense_stack_backward_gpu(*w.blas, w.grad_scaled.get(), *w.scratch, stack_, dparams, w.x.get(),
                                     batch.count, targets(w), labels(w));
       gpu::scale(w.grad_scaled.get(), n, p.loss_scale, st);
       gpu::count_rounding(FloatFormat::kFp32, w.grad_scaled.get(), n, w.counts.get(), st);  // [1]: non-finite
-      gpu::add_into(w.grad.get(), w.grad_scaled.get(), n, st);
+      gpu::add_into(dgrad, w.grad_scaled.get(), n, st);
       unsigned long long c[2] = {0, 0};
       GS_CUDA_CHECK(cudaMemcpyAsync(c, w.counts.get(), sizeof c, cudaMemcpyDeviceToHost, st));
       GS_CUDA_CHECK(cudaStreamSynchronize(st));
       w.precision.grad_nonfinite += c[1];
     } else {
       gpu::reset_counts(*w.mixed, st);
-      gpu::dense_stack_backward_mixed_gpu(*w.blas, w.grad.get(), *w.scratch, *w.mixed, stack_, batch.count,
+      gpu::dense_stack_backward_mixed_gpu(*w.blas, dgrad, *w.scratch, *w.mixed, stack_, batch.count,
                                           targets(w), labels(w), p.loss_scale);
       MixedCounters c;
       gpu::counters_to_host(*w.mixed, c, st);  // synchronizes
@@ -144,9 +153,13 @@ class GpuDenseModel final : public Model {
       w.precision.grad_underflow += c.grad_underflow;
       w.precision.grad_nonfinite += c.grad_nonfinite;
     }
-    GS_CUDA_CHECK(cudaMemcpyAsync(grad, w.grad.get(), n * sizeof(float), cudaMemcpyDeviceToHost, st));
-    GS_CUDA_CHECK(cudaStreamSynchronize(st));
-    // The host copy is final only now: every layer announced after the download, last layer first.
+    if (resident_ == nullptr) {
+      GS_CUDA_CHECK(cudaMemcpyAsync(grad, w.grad.get(), n * sizeof(float), cudaMemcpyDeviceToHost, st));
+      GS_CUDA_CHECK(cudaStreamSynchronize(st));
+    }
+    // Staged: the host copy is final only now, so every layer is announced after the download, last layer first.
+    // Resident: the gradient kernels are enqueued on the rank's stream, before anything a subscriber enqueues or
+    // orders after it (a bucket's all-reduce waits for the stream's work so far), so the same announcements hold.
     for (int64_t l = stack_.num_layers() - 1; l >= 0; --l)
       announce_layer(ws, stack_.weight_offset(l), stack_.weight_offset(l + 1));
   }
@@ -156,15 +169,15 @@ class GpuDenseModel final : public Model {
     GpuWorkspace& w = as_gpu_workspace(ws);
     EvalSums sums;
     if (batch.count == 0) return sums;
-    bind(w, batch.rank);
-    const cudaStream_t st = w.stream->get();
-    upload_params(w, params, true);
+    bind(w, resident_ != nullptr ? 0 : batch.rank);  // resident: the evaluated parameters are rank 0's
+    const cudaStream_t st = w.st;
+    const float* dparams = device_params(w, params, true);
     const int64_t out_dim = stack_.widths.back();
     for (int64_t first = 0; first < batch.count; first += w.max_rows) {
       const int64_t rows = std::min(w.max_rows, batch.count - first);
       check_batch(batch, first, rows, w.max_rows);
       upload_batch(w, batch, first, rows);
-      gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, w.params.get(), w.x.get(), rows, targets(w),
+      gpu::dense_stack_forward_gpu(*w.blas, *w.scratch, stack_, dparams, w.x.get(), rows, targets(w),
                                    labels(w), w.loss_sum.get());
       if (classification())
         gpu::count_correct(w.counts.get(), w.scratch->pre.back().get(), w.labels.get(), rows, out_dim, st);
@@ -186,18 +199,26 @@ class GpuDenseModel final : public Model {
   // Sets the workspace's device in this thread; on first use picks it (rank % devices) and allocates.
   void bind(GpuWorkspace& w, int rank) const {
     if (w.device < 0) {
-      const int device = (rank < 0 ? 0 : rank) % device_count_;
+      const int r = rank < 0 ? 0 : rank;
+      const int device = resident_ != nullptr ? resident_->device(r) : r % device_count_;
       GS_CUDA_CHECK(cudaSetDevice(device));
       w.device = device;
       const size_t n = stack_.num_params();
       const auto rows = static_cast<size_t>(w.max_rows);
       const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
-      w.stream.emplace();
-      w.blas = std::make_unique<gpu::BlasHandle>(w.stream->get());
+      if (resident_ != nullptr) {
+        w.st = resident_->stream(r);  // the rank's element operations and collectives order against this stream
+      } else {
+        w.stream.emplace();
+        w.st = w.stream->get();
+      }
+      w.blas = std::make_unique<gpu::BlasHandle>(w.st);
       if (tf32_) gpu::set_tf32_math(*w.blas, true);  // fp32 GEMMs on TF32 tensor cores (forward, backward, evaluation)
       w.scratch = gpu::make_dense_scratch_gpu(stack_, w.max_rows);
-      w.params = gpu::DeviceBuffer<float>(n, "parameters");
-      w.grad = gpu::DeviceBuffer<float>(n, "gradient");
+      if (resident_ == nullptr) {
+        w.params = gpu::DeviceBuffer<float>(n, "parameters");
+        w.grad = gpu::DeviceBuffer<float>(n, "gradient");
+      }
       w.grad_scaled = gpu::DeviceBuffer<float>(n, "scaled gradient");
       w.x = gpu::DeviceBuffer<float>(rows * static_cast<size_t>(in_dim), "batch inputs");
       if (classification()) {
@@ -214,16 +235,19 @@ class GpuDenseModel final : public Model {
 
   // The parameters to the device. Forward and evaluation always copy (the strategy updates its buffers in place, so
   // the same pointer may hold new values); backward only when its pointer is not its forward's.
-  void upload_params(GpuWorkspace& w, const float* params, bool always) const {
-    if (!always && w.uploaded_params == params) return;
+  // Resident: `params` is already the rank's device buffer.
+  const float* device_params(GpuWorkspace& w, const float* params, bool always) const {
+    if (resident_ != nullptr) return params;
+    if (!always && w.uploaded_params == params) return w.params.get();
     GS_CUDA_CHECK(cudaMemcpyAsync(w.params.get(), params, stack_.num_params() * sizeof(float),
-                                  cudaMemcpyHostToDevice, w.stream->get()));
+                                  cudaMemcpyHostToDevice, w.st));
     w.uploaded_params = params;
+    return w.params.get();
   }
 
   // Rows [first, first + rows) of the batch to the device buffers' start.
   void upload_batch(GpuWorkspace& w, const Batch& batch, int64_t first, int64_t rows) const {
-    const cudaStream_t st = w.stream->get();
+    const cudaStream_t st = w.st;
     const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
     const auto r = static_cast<size_t>(rows);
     GS_CUDA_CHECK(cudaMemcpyAsync(w.x.get(), batch.x.data() + first * in_dim, r * static_cast<size_t>(in_dim) *
@@ -269,17 +293,18 @@ class GpuDenseModel final : public Model {
   DenseStack stack_;
   int device_count_ = 1;
   bool tf32_ = false;  // precision.mode tf32: every GEMM of the handle in TF32 math
+  CudaElementOps* resident_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> make_gpu_model(const RunConfig& config) {
+std::unique_ptr<Model> make_gpu_model(const RunConfig& config, CudaElementOps* resident) {
   if (config.model.kind != "mlp" && config.model.kind != "linear")
     throw Error("model.kind: \"" + config.model.kind + "\" has no GPU model (mlp, linear)");
   const CudaProbe& probe = cuda_status();
   GS_EXPECT(cuda_usable(probe), "cuda model: no usable GPU (" + probe.error + ")");
   return std::make_unique<GpuDenseModel>(make_model(config), dense_stack_from_config(config.model),
-                                         probe.device_count, config.precision.mode == "tf32");
+                                         probe.device_count, config.precision.mode == "tf32", resident);
 }
 
 }  // namespace gs

@@ -10,6 +10,8 @@
 
 namespace gs {
 
+class CudaElementOps;  // sim/backend/cuda_element_ops.h
+
 // The GPU model of an mlp or linear configuration. Tensors, init_params (so linear's explicit initial values),
 // classification and the costs are the host model's (make_model); forward / backward / evaluate run on the GPU:
 //  - the device is the batch's rank modulo the device count (cudaSetDevice in the calling thread on every call), bound
@@ -28,6 +30,10 @@ namespace gs {
 //    as every GEMM of its handle (the device loop's evaluation does the same).
 // Every precision mode runs. Built with the CUDA side only; without it this throws gs::Error. Throws gs::Error for a
 // model kind other than mlp / linear, and CUDA errors as gs::Error (GS_CUDA_CHECK).
-std::unique_ptr<Model> make_gpu_model(const RunConfig& config);
+// With `resident` (the backend seam's device memory, cuda_backend.h): `params` and `grad` are device buffers of that
+// memory (rank r's on resident->device(r); evaluation reads rank 0's), nothing is uploaded or downloaded but the batch
+// and the loss, every kernel runs on the rank's stream of that memory (resident->stream(r)), and backward adds into
+// `grad` on the device and announces its layers without waiting (final in that stream's order). Counters as above.
+std::unique_ptr<Model> make_gpu_model(const RunConfig& config, CudaElementOps* resident = nullptr);
 
 }  // namespace gs

@@ -25,7 +25,9 @@ LockstepControl::LockstepControl(const Setup& s)
       scaler_active_(s.scaler_active),
       first_rank_(s.first_rank),
       rank_(static_cast<size_t>(s.ranks)),
-      trace_buf_(s.trace ? static_cast<size_t>(s.ranks) * s.num_params : 0) {}
+      trace_buf_(s.trace ? static_cast<size_t>(s.ranks) * s.num_params : 0),
+      ops_(s.ops != nullptr && !s.ops->host() ? s.ops : nullptr),
+      trace_dev_(static_cast<size_t>(s.trace && ops_ != nullptr ? s.ranks : 0)) {}
 
 void LockstepControl::begin_step(int rank, int64_t) {
   RankStep& s = rank_[static_cast<size_t>(rank)];
@@ -97,7 +99,14 @@ void LockstepControl::record_step(int rank, int64_t step, const RankStep& s, con
 }
 
 void LockstepControl::gather_trace(int rank) {
-  comm_.all_gather(rank, trace_buf_.data(), strategy_.params(rank), n_);
+  if (ops_ != nullptr) {
+    FloatBuffer& mine = trace_dev_[static_cast<size_t>(rank)];
+    if (mine.size() == 0) mine = ops_->allocate(rank, trace_buf_.size());
+    comm_.all_gather(rank, mine.get(), strategy_.params(rank), n_);
+    if (rank == 0) ops_->download(0, trace_buf_.data(), mine.get(), trace_buf_.size());
+  } else {
+    comm_.all_gather(rank, trace_buf_.data(), strategy_.params(rank), n_);
+  }
   if (rank != 0) return;
   std::vector<std::vector<float>> snap;
   for (int r = 0; r < ranks_; ++r) {

@@ -31,6 +31,7 @@ class LockstepControl final : public StepControl {
     bool trace = false;          // report.trace: every rank's parameters after every step
     bool scaler_active = false;  // a non-finite loss is the loss scaler's (skipped step), not a divergence
     int first_rank = 0;          // this process's first rank (mpirun: the one that shares the modeled clock)
+    ElementOps* ops = nullptr;   // the memory of the strategy's parameters (null: host RAM)
   };
   explicit LockstepControl(const Setup& s);
 
@@ -81,6 +82,10 @@ class LockstepControl final : public StepControl {
   int first_rank_;
   std::vector<RankStep> rank_;
   std::vector<float> trace_buf_;  // report.trace: [rank][param] of the step (all ranks write their own block)
+  // Device memory (ops_ not host RAM): each rank gathers into a [rank][param] buffer of its own there (made at its
+  // first trace), rank 0 downloads its copy into trace_buf_.
+  ElementOps* ops_ = nullptr;
+  std::vector<FloatBuffer> trace_dev_;
   int64_t ended_ = 0;             // steps ended by this process's first rank
   double trained_s_ = 0.0;        // rank 0's cumulative step time (measured clock)
 };

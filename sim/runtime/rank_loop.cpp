@@ -32,6 +32,7 @@
 #include "sim/model/model.h"
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
+#include "sim/backend/backend.h"
 #include "sim/backend/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
@@ -49,13 +50,6 @@ int exhausted_scalers(const std::vector<float>& scales, LossScaleKind kind) {
   int count = 0;
   for (const float scale : scales) count += loss_scale_exhausted(kind, scale) ? 1 : 0;
   return count;
-}
-
-// Number of non-finite values in x[0..n) (divergence checks; one pass, no branches in the loop).
-size_t count_non_finite(const float* x, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad += !std::isfinite(x[i]);
-  return bad;
 }
 
 // Evaluates params on the whole evaluation set in chunks of kEvalChunkRows (the host backend's evaluator).
@@ -149,57 +143,66 @@ namespace {
 // gradient, divided by K, averaged over ranks: (1/(N K)) sum_r sum_k (1/b_rk) sum_{i in (r,k)} g_i. each_micro_batch
 // (a gradient subscriber takes every micro-batch's gradient, GradientHooks::Gradient::kEachMicroBatch): each backward
 // runs into a buffer of its own (micro()), then adds into the step's sum.
+// Every buffer is rank `rank`'s in the run's memory (ElementOps: host RAM, or a backend's device memory).
 class Accumulation {
  public:
-  Accumulation(Pitfall pitfall, size_t n, bool each_micro_batch)
+  Accumulation(Pitfall pitfall, ElementOps& ops, int rank, size_t n, bool each_micro_batch)
       : zero_each_(pitfall == Pitfall::kZeroGradInLoop),
         mean_each_(pitfall == Pitfall::kMeanOfMeans),
         each_(each_micro_batch && !mean_each_),
-        micro_(mean_each_ || each_ ? n : 0) {}
-  // One micro-batch's backward into grad; grad_samples counts the samples behind grad.
+        ops_(ops),
+        rank_(rank),
+        micro_(ops.allocate(rank, mean_each_ || each_ ? n : 0)) {}
+  // One micro-batch's backward into grad (n floats); grad_samples counts the samples behind grad.
   void backward(const Model& model, const float* params, const Batch& batch, Workspace& ws,
-                const PrecisionPolicy& precision, std::vector<float>& grad, double& grad_samples) {
+                const PrecisionPolicy& precision, float* grad, size_t n, double& grad_samples) {
     if (zero_each_) {  // optimizer.zero_grad() inside the loop: earlier micro-batches are lost
-      std::fill(grad.begin(), grad.end(), 0.0f);
+      ops_.zero(rank_, grad, n);
       grad_samples = 0.0;
     }
     if (mean_each_) {
-      std::fill(micro_.begin(), micro_.end(), 0.0f);
-      model.backward(params, batch, ws, micro_.data(), precision);
+      ops_.zero(rank_, micro_.get(), n);
+      model.backward(params, batch, ws, micro_.get(), precision);
       const float inv_count = 1.0f / static_cast<float>(batch.count);  // (loss_k / b_k) / K; K in divisor
-      const size_t n = grad.size();
-      for (size_t i = 0; i < n; ++i) grad[i] += inv_count * micro_[i];
+      ops_.add_scaled(rank_, grad, micro_.get(), inv_count, n);
     } else if (each_) {
-      std::fill(micro_.begin(), micro_.end(), 0.0f);
-      model.backward(params, batch, ws, micro_.data(), precision);
-      for (size_t i = 0; i < grad.size(); ++i) grad[i] += micro_[i];
+      ops_.zero(rank_, micro_.get(), n);
+      model.backward(params, batch, ws, micro_.get(), precision);
+      ops_.add(rank_, grad, micro_.get(), n);
     } else {
-      model.backward(params, batch, ws, grad.data(), precision);
+      model.backward(params, batch, ws, grad, precision);
     }
     grad_samples += static_cast<double>(batch.count);
   }
   // The divisor behind the step's gradient: the samples, or K per rank under mean_of_means.
   double divisor(double grad_samples, int64_t K) const { return mean_each_ ? static_cast<double>(K) : grad_samples; }
   // The buffer the next backward adds into: the micro-batch's own, or the step's sum `grad`.
-  float* target(std::vector<float>& grad) { return mean_each_ || each_ ? micro_.data() : grad.data(); }
+  float* target(float* grad) { return mean_each_ || each_ ? micro_.get() : grad; }
   // The backward adds into the step's sum itself (target is the sum): its last micro-batch's layers are final.
   bool into_sum() const { return !(mean_each_ || each_); }
   // each_micro_batch: the last backward's gradient alone; after empty(), zeros (a micro-batch without samples).
-  float* micro() { return micro_.data(); }
-  void empty() { std::fill(micro_.begin(), micro_.end(), 0.0f); }
+  float* micro() { return micro_.get(); }
+  void empty() { ops_.zero(rank_, micro_.get(), micro_.size()); }
 
  private:
   bool zero_each_;
   bool mean_each_;
   bool each_;
-  std::vector<float> micro_;  // mean_of_means, each_micro_batch: one micro-batch's gradient sum
+  ElementOps& ops_;
+  int rank_;
+  FloatBuffer micro_;  // mean_of_means, each_micro_batch: one micro-batch's gradient sum
 };
 
 // One rank's backward events (GradReady, set as its workspace's grad_ready) relayed to the run's gradient subscribers
-// with the rank and micro-batch they belong to; one call per layer, nothing allocated.
+// with the rank and micro-batch they belong to; one call per layer, nothing allocated. With `tally` (a communicator
+// that starts buckets asynchronously, so a started layer may be reduced in place before the loop's count after the
+// micro-batches), each final layer's inf/NaN values are added to the rank's tally in `ops` before it is relayed.
 class LayerRelay final : public GradReady {
  public:
-  LayerRelay(const GradientHooks& hooks, int rank) : hooks_(hooks) { event_.rank = rank; }
+  LayerRelay(const GradientHooks& hooks, ElementOps& ops, int rank, bool tally)
+      : hooks_(hooks), ops_(ops), tally_(tally) {
+    event_.rank = rank;
+  }
   // Before micro-batch k's backward into `grad` (Accumulation::target); `final`: the step's sum, last micro-batch.
   void begin(int64_t k, float* grad, bool final) {
     event_.micro_batch = k;
@@ -209,11 +212,20 @@ class LayerRelay final : public GradReady {
   void layer_ready(size_t begin, size_t end) override {
     event_.begin = begin;
     event_.end = end;
+    if (tally_ && event_.final) {
+      ops_.tally_nonfinite(event_.rank, event_.grad + begin, end - begin);
+      tallied_ += end - begin;
+    }
     hooks_.layer_ready(event_);
   }
+  // Elements of the step's sum tallied so far this step; take_tallied returns them and starts the next step at 0.
+  size_t take_tallied() { return std::exchange(tallied_, 0); }
 
  private:
   const GradientHooks& hooks_;
+  ElementOps& ops_;
+  bool tally_;
+  size_t tallied_ = 0;
   LayerReady event_;
 };
 
@@ -240,8 +252,9 @@ void adopt_modeled_rank_steps(const std::vector<std::vector<ModeledStep>>& rank_
 // strategy, step control, input pipeline, modeled clock, monitor), the rank loop, and the report's last fields.
 class HostRun {
  public:
-  HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0, std::unique_ptr<Model> model,
-          std::unique_ptr<Dataset> data, const std::vector<Device>& devices);
+  // `backend`: the memory, model and communicator of the run (outlives it); its model is `model`.
+  HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0, Backend& backend,
+          std::unique_ptr<Model> model, std::unique_ptr<Dataset> data);
   // Runs every rank's loop on the world, then fills the report's fields of the whole run.
   void run();
 
@@ -254,7 +267,7 @@ class HostRun {
     std::unique_ptr<Workspace> ws;
     LayerRelay relay;  // ws->grad_ready when the run has gradient subscribers
     Batch batch;
-    std::vector<float> grad;
+    FloatBuffer grad;  // the step's gradient sum, in the run's memory
     Accumulation accumulation;
     PrecisionPolicy precision;
     Loader loader;
@@ -265,7 +278,7 @@ class HostRun {
   void init_data_result();
   void init_params();
   // The communicator of the run's ranks: across processes under mpirun, else the backend's.
-  std::unique_ptr<Communicator> make_comm(const std::vector<Device>& devices);
+  std::unique_ptr<Communicator> make_comm(Backend& backend);
   // Across processes: the per-rank results of the other processes' ranks into process 0's (rank_gather.h).
   void gather_ranks();
   void rank_main(int rank);
@@ -276,6 +289,9 @@ class HostRun {
   std::unique_ptr<Workspace> make_workspace(RankState& rs, int64_t samples) const;
   // The end of micro-batch k to the gradient subscribers (every micro-batch, with or without samples).
   void end_micro_batch(RankState& rs, int rank, int64_t k);
+  // The inf/NaN values of the rank's step gradient after its micro-batches (the layers' tally where buckets start
+  // asynchronously, else one count).
+  size_t gradient_nonfinite(RankState& rs, int rank);
   // The loader's work behind the step's batches on the modeled clock (storage reads and peer transfers).
   double fetch_modeled_s(const RankState& rs, const DataCounts& dc) const;
   void finish();
@@ -291,6 +307,8 @@ class HostRun {
   const int local_ranks_;
   const int first_rank_;
   const int64_t K_;
+  // The memory of parameters, gradients and optimizer state (backend.h): host RAM, or a device's.
+  ElementOps& ops_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Communicator> comm_;
@@ -302,6 +320,8 @@ class HostRun {
   StrategyTraits traits_;
   std::unique_ptr<SyncStrategy> strategy_;
   const bool each_micro_;  // gradients_.each_micro_batch(): micro-batch gradients kept apart
+  // Buckets start asynchronously from the gradient-ready events: each final layer is tallied before it is relayed.
+  const bool tally_layers_;
   // Input pipeline: per rank a loader thread (loader.h) through the node cache (data_cache.h), priced on the modeled
   // clock by the storage profile and the prefetch recurrence (storage_model.h).
   const StorageProfile storage_;
@@ -328,8 +348,8 @@ class HostRun {
   double train_start_s_ = 0.0;
 };
 
-HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0,
-                 std::unique_ptr<Model> model, std::unique_ptr<Dataset> data, const std::vector<Device>& devices)
+HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0, Backend& backend,
+                 std::unique_ptr<Model> model, std::unique_ptr<Dataset> data)
     : plan_(plan),
       config_(plan.config),
       hooks_(hooks),
@@ -340,9 +360,10 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
       local_ranks_(ranks_ / group_.size()),
       first_rank_(group_.rank() * local_ranks_),
       K_(plan.shape.micro_batches),
+      ops_(backend.memory()),
       model_(std::move(model)),
       data_(std::move(data)),
-      comm_(make_comm(devices)),
+      comm_(make_comm(backend)),
       cost_model_(config_, *model_),
       n_(model_->num_params()),
       total_(planned_steps(config_, data_->steps_per_epoch())),
@@ -353,11 +374,13 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
         setup.total_steps = total_;
         setup.gradients = &gradients_;
         setup.traits = &traits_;
+        setup.ops = ops_.host() ? nullptr : &ops_;
         std::unique_ptr<SyncStrategy> strategy = plan_.strategy->make(setup);  // the plan's registry line
         if (hooks.subscribe_gradients) hooks.subscribe_gradients(gradients_);
         return strategy;
       }()),
       each_micro_(gradients_.each_micro_batch()),
+      tally_layers_(comm_->starts_asynchronously() && !gradients_.empty()),
       storage_(load_storage_profile(config_.data.storage)),
       ranks_per_node_(std::max(1, std::min(ranks_, cost_model_.hardware().gpus_per_node))),
       modeled_(cost_model_, config_, res_),
@@ -386,13 +409,13 @@ HostRun::HostRun(const RunPlan& plan, const RunHooks& hooks, RunResult& res, dou
   control.lockstep = [this] {
     return std::make_unique<LockstepControl>(LockstepControl::Setup{
         *comm_, monitor_, modeled_, *strategy_, res_, ranks_, n_, total_, config_.report.trace,
-        plan_.scaler_active(), first_rank_});
+        plan_.scaler_active(), first_rank_, &ops_});
   };
   // A free-running strategy's progress points, from inside its serialized section in modeled-time order. Measured
   // training time leaves the evaluations out, as lockstep runs' does.
   control.progress = [this](const ProgressPoint& p) {
     const double measured_s = now_s() - train_start_s_ - monitor_.eval_spent_s();
-    return monitor_.progress(p, count_non_finite(p.params, n_), plan_.scaler_active(), measured_s);
+    return monitor_.progress(p, ops_.count_nonfinite(0, p.params, n_), plan_.scaler_active(), measured_s);
   };
   control_ = strategy_->make_control(control);
 }
@@ -408,10 +431,12 @@ void HostRun::init_data_result() {
   data_result_.steps.assign(static_cast<size_t>(ranks_), {});
 }
 
-std::unique_ptr<Communicator> HostRun::make_comm(const std::vector<Device>& devices) {
-  if (group_.size() > 1) return make_process_communicator(local_ranks_, first_rank_, group_);
-  // Staged: the strategies' buffers are host memory, so the communicator is the host's.
-  return plan_.staged() ? make_host_communicator(ranks_) : make_communicator(devices);
+std::unique_ptr<Communicator> HostRun::make_comm(Backend& backend) {
+  if (group_.size() > 1) {
+    GS_EXPECT(ops_.host(), "across processes (mpirun) the run's buffers are host memory");
+    return make_process_communicator(local_ranks_, first_rank_, group_);
+  }
+  return backend.make_communicator(ranks_);
 }
 
 void HostRun::gather_ranks() {
@@ -436,7 +461,7 @@ void HostRun::init_params() {
   if (plan_.precision == PrecisionMode::kFp16Pure) round_fp32_through_fp16(init.data(), init.data(), n_);
   for (int r = 0; r < ranks_; ++r) {
     float* p = strategy_->params(r);
-    if (r == 0 || p != strategy_->params(0)) std::memcpy(p, init.data(), n_ * sizeof(float));
+    if (r == 0 || p != strategy_->params(0)) ops_.upload(r, p, init.data(), n_);
   }
   if (config_.report.trace) res_.trace_initial = init;
   const std::string& save = config_.report.save_weights;
@@ -445,9 +470,9 @@ void HostRun::init_params() {
 
 HostRun::RankState::RankState(HostRun& run, int rank)
     : ws_capacity(std::max<int64_t>(run.plan_.shape.batch_per_rank, 1)),
-      relay(run.gradients_, rank),
-      grad(run.n_),
-      accumulation(run.plan_.pitfall, run.n_, run.each_micro_),
+      relay(run.gradients_, run.ops_, rank, run.tally_layers_),
+      grad(run.ops_.allocate(rank, run.n_)),
+      accumulation(run.plan_.pitfall, run.ops_, rank, run.n_, run.each_micro_),
       precision(run.base_policy_),
       loader(*run.data_, run.config_, run.cache_.get(), rank, run.control_->loader_steps(), run.config_.data.prefetch),
       readers(static_cast<double>(
@@ -465,6 +490,9 @@ std::unique_ptr<Workspace> HostRun::make_workspace(RankState& rs, int64_t sample
 
 void HostRun::end_micro_batch(RankState& rs, int rank, int64_t k) {
   if (gradients_.empty()) return;
+  // The step's sum is final now; what its layers' events did not tally (a last micro-batch without samples, or
+  // micro-batches kept apart) is counted before a subscriber may start reducing it.
+  if (tally_layers_ && k + 1 == K_ && rs.relay.take_tallied() == 0) ops_.tally_nonfinite(rank, rs.grad.get(), n_);
   MicroBatchEnd e;
   e.rank = rank;
   e.micro_batch = k;
@@ -495,14 +523,15 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
     }
     {
       GS_NVTX_RANGE(kForward);
-      PhaseTimer t(rs.clock, Phase::kForward);
+      TimedPhase t(ops_, rank, rs.clock, Phase::kForward);  // the memory's clock (a device's: events on its stream)
       tally.loss_sum += model_->forward(params, rs.batch, *rs.ws, rs.precision);
     }
     {
       GS_NVTX_RANGE(kBackward);
-      PhaseTimer t(rs.clock, Phase::kBackward);
-      rs.relay.begin(k, rs.accumulation.target(rs.grad), k + 1 == K_ && rs.accumulation.into_sum());
-      rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad, tally.grad_samples);
+      TimedPhase t(ops_, rank, rs.clock, Phase::kBackward);
+      rs.relay.begin(k, rs.accumulation.target(rs.grad.get()), k + 1 == K_ && rs.accumulation.into_sum());
+      rs.accumulation.backward(*model_, params, rs.batch, *rs.ws, rs.precision, rs.grad.get(), n_,
+                               tally.grad_samples);
     }
     end_micro_batch(rs, rank, k);
     counters.grad_values += rs.ws->precision.grad_values;
@@ -513,6 +542,12 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
     cost_model_.add_micro_batch(cost, rs.batch.count, k + 1 == K_);
     price_precision_micro_batch(cost, rs.precision.mode, static_cast<double>(n_));  // format casts
   }
+}
+
+size_t HostRun::gradient_nonfinite(RankState& rs, int rank) {
+  if (!tally_layers_) return ops_.count_nonfinite(rank, rs.grad.get(), n_);
+  rs.relay.take_tallied();
+  return ops_.take_nonfinite(rank);
 }
 
 double HostRun::fetch_modeled_s(const RankState& rs, const DataCounts& dc) const {
@@ -536,32 +571,32 @@ void HostRun::rank_main(int rank) {
     rs.clock.begin_step();
     StepCost& cost = modeled_.cost(step, rank);
     cost.clear();
-    std::fill(rs.grad.begin(), rs.grad.end(), 0.0f);
+    ops_.zero(rank, rs.grad.get(), n_);
     control_->begin_step(rank, step);
     // The step's control values: the non-finite parameters entering it and this rank's scaler after the last step;
     // below its samples, loss and non-finite gradient entries.
     const float* params = strategy_->params(rank);
     rs.precision.loss_scale = strategy_->loss_scale(rank);
     StepTally tally;
-    tally.bad_params = static_cast<double>(count_non_finite(params, n_));
+    tally.bad_params = static_cast<double>(ops_.count_nonfinite(rank, params, n_));
     tally.scaler_exhausted = loss_scale_exhausted(plan_.loss_scale, rs.precision.loss_scale) ? 1.0 : 0.0;
     DataStepRecord data_step;
     micro_batches(rs, rank, params, cost, tally, data_step);
     data_step.fetch_modeled_s = fetch_modeled_s(rs, data_step.counts);
     modeled_.set_fetch_s(step, rank, data_step.fetch_modeled_s);
     data_steps.push_back(data_step);
-    if (check_nonfinite_ && !first_nonfinite_[ri] && scan_gradient(rs.grad.data(), 0, n_, false).nonfinite)
-      first_nonfinite_[ri] = step + 1;
+    const size_t grad_nonfinite = gradient_nonfinite(rs, rank);
+    if (check_nonfinite_ && !first_nonfinite_[ri] && grad_nonfinite > 0) first_nonfinite_[ri] = step + 1;
     // Under loss scaling a non-finite gradient is the scaler's to handle (it skips the step and lowers the scale),
     // not a divergence.
-    tally.bad_grad = check_nonfinite_ ? 0.0 : static_cast<double>(count_non_finite(rs.grad.data(), n_));
+    tally.bad_grad = check_nonfinite_ ? 0.0 : static_cast<double>(grad_nonfinite);
     tally.grad_samples = rs.accumulation.divisor(tally.grad_samples, K_);
     const StepVerdict verdict = control_->combine(rank, step, tally, rs.clock);
     if (verdict.apply) {
       StepInput in;
       in.rank = rank;
       in.step = step;
-      in.grad = rs.grad.data();
+      in.grad = rs.grad.get();
       in.local_samples = tally.grad_samples;
       in.global_samples = verdict.global_samples;
       in.lr = learning_rate(config_.training.schedule, config_.training.optimizer.lr, std::min(step, total_ - 1),
@@ -573,6 +608,7 @@ void HostRun::rank_main(int rank) {
       in.cost = &cost;
       strategy_->step(in);
     }
+    ops_.settle(rank, rs.clock);  // a device memory's phase times reach the clock (host RAM: nothing pending)
     rs.clock.end_step();
     if (!control_->end_step(rank, step, verdict, rs.clock)) break;
   }
@@ -605,9 +641,11 @@ void HostRun::finish() {
   res_.data = std::move(data_result_);
   res_.compression = report.compression;
   // The last update can overflow after the last loss was computed; the last skip can exhaust a scaler.
-  monitor_.final_parameters_checked(count_non_finite(strategy_->eval_params(), n_));
-  if (const std::string& save = config_.report.save_weights; save == "final" || save == "both")
-    res_.final_params.assign(strategy_->eval_params(), strategy_->eval_params() + n_);
+  monitor_.final_parameters_checked(ops_.count_nonfinite(0, strategy_->eval_params(), n_));
+  if (const std::string& save = config_.report.save_weights; save == "final" || save == "both") {
+    res_.final_params.resize(n_);
+    ops_.download(0, res_.final_params.data(), strategy_->eval_params(), n_);
+  }
   if (res_.is(Disposition::kPassed))
     if (const int gave_up = exhausted_scalers(final_scales_, plan_.loss_scale); gave_up > 0)
       monitor_.diverged(res_.steps_completed, NonFinite::kLossScale, std::nan(""),
@@ -695,22 +733,36 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   res.compression = strategy->report(ReportContext{res.steps_completed}).compression;
 }
 
+// The staged cuda path's backend: host memory and communicator, the GPU model (forward / backward / evaluation on the
+// GPU, parameters and gradients staged through host memory).
+class StagedBackend final : public Backend {
+ public:
+  ElementOps& memory() override { return host_element_ops(); }
+  std::unique_ptr<Model> make_model(const RunConfig& config) override { return make_gpu_model(config); }
+  std::unique_ptr<Communicator> make_communicator(int ranks) override { return make_host_communicator(ranks); }
+};
+
 // The host backend's run (and the staged cuda path's: the same loop and strategies with forward / backward /
-// evaluation on the GPU).
+// evaluation on the GPU; and a test's backend, RunHooks::make_backend).
 void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0) {
   const RunConfig& config = plan.config;
-  std::unique_ptr<Model> model = plan.staged() ? make_gpu_model(config) : make_model(config);
+  std::unique_ptr<Backend> backend = hooks.make_backend ? hooks.make_backend(config)
+                                     : plan.staged()    ? std::make_unique<StagedBackend>()
+                                                        : make_host_backend();
+  if (const std::optional<std::string> issue = backend->issue(config, host_memory_reason(config)))
+    throw Error("this run's backend keeps its buffers in device memory, which " + *issue);
+  std::unique_ptr<Model> model = backend->make_model(config);
   std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
   std::vector<Device> devices = make_devices(config);
   res.backend = backend_name(devices.front().backend);
-  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == BackendKind::kHost) {
+  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == BackendKind::kHost && !hooks.make_backend) {
     // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
     // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
     res.set_disposition(Disposition::kSkipped,
                         "precision.mode tf32 runs on GPUs only (tensor-core arithmetic); this run's backend is host");
     return;
   }
-  HostRun run(plan, hooks, res, wall0, std::move(model), std::move(data), devices);
+  HostRun run(plan, hooks, res, wall0, *backend, std::move(model), std::move(data));
   run.run();
 }
 
@@ -742,7 +794,7 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
 #if defined(GRADSWEEP_HAVE_CUDA)
   // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the host loop with the
   // GPU model (cuda_model.h) in place of the host model.
-  if (plan.device_loop()) {
+  if (plan.device_loop() && !hooks.make_backend) {
     RunResult r = run_training_cuda(plan, hooks);
     r.cuda_path = res.cuda_path;
     return r;

@@ -13,6 +13,7 @@
 #include "sim/runtime/run_result.h"
 
 namespace gs {
+class Backend;
 class GradientHooks;
 class LossScaler;
 struct PrecisionCounters;
@@ -37,6 +38,12 @@ struct RunHooks {
   // Tests: subscribes listeners of their own to the host rank loop's gradient-ready events (sim/strategy/strategy.h,
   // GradientHooks), after the strategy's; events come on the rank threads.
   std::function<void(GradientHooks&)> subscribe_gradients;
+  // Tests: the run's backend (sim/backend/backend.h: its memory, model and communicator) in place of the host's or the
+  // staged path's; the host rank loop then runs also what the plan gives the cuda device loop (the seam's cuda
+  // backend, make_cuda_backend, is reached this way until its GPU suite has passed). Not timing-only runs, not across
+  // processes. A backend whose memory is not host RAM runs only what its issue() accepts (host_memory_reason's rule;
+  // else the run fails naming why, before any step).
+  std::function<std::unique_ptr<Backend>(const RunConfig&)> make_backend;
 };
 
 // The report's precision object, for the host and the cuda rank loops: the run's mode, loss-scaling kind and bytes per

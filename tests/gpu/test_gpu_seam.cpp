@@ -1,0 +1,107 @@
+// The backend seam's cuda backend (sim/backend/cuda_backend.h: the host rank loop with parameters, gradients and
+// optimizer state in GPU memory, the GPU model on them, the GPU communicators) against the host backend and against
+// the cuda backend's default path (device loop or staged) on the same runs. Part of gradsweep_gpu_kernel_tests (ctest
+// gpu.seam), whose main exits 77 without a GPU. NOT YET RUN ON A GPU: written and compiled with the backend, it runs at
+// the next loan (tools/device_check.sh step gpu_seam).
+// Bounds: the forward / backward GEMMs are cuBLAS's (k <= 32 terms, relative error below 32 x 2^-24 per output), the
+// element operations and the local communicator's rank-order sums are the host's bits, so over 20 SGD steps the losses
+// stay within 1e-4 relative of the host's (the staged suite's bound for the same runs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "sim/backend/backend.h"
+#include "sim/backend/cuda_backend.h"
+#include "sim/runtime/rank_loop.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gs {
+namespace {
+
+double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
+
+RunResult run_on_seam(const RunConfig& c) {
+  RunHooks hooks;
+  hooks.make_backend = [](const RunConfig& config) { return make_cuda_backend(config); };
+  return run_training(c, hooks);
+}
+
+void expect_close(const RunResult& got, const RunResult& want, double tol, const std::string& what) {
+  EXPECT_EQ(got.disposition, want.disposition) << what << ": " << got.message;
+  EXPECT_EQ(got.steps_completed, want.steps_completed) << what;
+  ASSERT_EQ(got.series.size(), want.series.size()) << what;
+  for (size_t i = 0; i < want.series.size(); ++i) {
+    EXPECT_LE(relative(got.series[i].train_loss, want.series[i].train_loss), tol)
+        << what << " step " << want.series[i].step << ": " << got.series[i].train_loss << " vs "
+        << want.series[i].train_loss;
+    if (want.series[i].eval_loss && got.series[i].eval_loss) {
+      EXPECT_LE(relative(*got.series[i].eval_loss, *want.series[i].eval_loss), tol) << what;
+    }
+    EXPECT_EQ(got.series[i].eval_loss.has_value(), want.series[i].eval_loss.has_value()) << what;
+  }
+}
+
+// Each configuration the seam runs on cuda: against the host backend and the cuda backend's default path.
+TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"training.optimizer.kind=adam", "training.optimizer.lr=0.01", "training.clip_grad_norm=0.05"},
+      {"precision.loss_scale=dynamic", "precision.initial_scale=1024", "sync.staleness=1"},
+      {"training.pitfall=zero_grad_in_loop"},
+      {"report.trace=true"},
+      {"precision.mode=bf16_mixed"},
+  };
+  for (const std::vector<std::string>& sets : cases) {
+    std::string what;
+    for (const std::string& s : sets) what += s + " ";
+    std::vector<std::string> host_sets = sets, cuda_sets = sets;
+    host_sets.push_back("cluster.backend=host");
+    cuda_sets.push_back("cluster.backend=cuda");
+    const RunResult host = run_training(test::small_mlp_config(host_sets));
+    const RunResult cuda_default = run_training(test::small_mlp_config(cuda_sets));
+    const RunResult seam = run_on_seam(test::small_mlp_config(cuda_sets));
+    ASSERT_EQ(host.disposition, Disposition::kPassed) << what << host.message;
+    EXPECT_EQ(seam.backend, "cuda") << what;
+    const double tol = sets.size() == 1 && sets[0] == "precision.mode=bf16_mixed" ? 1e-2 : 1e-4;
+    expect_close(seam, host, tol, what + "(seam vs host)");
+    expect_close(seam, cuda_default, tol, what + "(seam vs cuda " + cuda_default.cuda_path + ")");
+    if (!host.trace.empty()) {
+      ASSERT_EQ(seam.trace.size(), host.trace.size()) << what;
+      EXPECT_TRUE(seam.replicas_identical) << what;
+    }
+  }
+}
+
+// The measured clock on the seam: forward, backward, communicate and optimizer times come from CUDA events on the
+// rank's stream (ElementOps::settle at each step's end), so every step of every rank has each of them above zero and
+// none above the step's wall time.
+TEST(GpuSeam, PhaseTimesComeFromTheRanksStream) {
+  const RunResult r = run_on_seam(test::small_mlp_config({"cluster.backend=cuda"}));
+  ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
+  ASSERT_EQ(r.steps.size(), 2u);
+  for (const auto& rank_steps : r.steps) {
+    ASSERT_EQ(rank_steps.size(), 20u);
+    for (const StepTimes& s : rank_steps) {
+      for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kCommunicate, Phase::kOptimizer}) {
+        const double t = s.phase_s[static_cast<size_t>(p)];
+        EXPECT_GT(t, 0.0) << "phase " << static_cast<int>(p);
+        EXPECT_LE(t, s.step_s) << "phase " << static_cast<int>(p);
+      }
+    }
+  }
+}
+
+// What the seam does not run on cuda fails before any step, naming the setting: local SGD's averaging is host loops.
+TEST(GpuSeam, HostLoopStrategiesAreRefused) {
+  const RunResult r = run_on_seam(test::small_mlp_config({"cluster.backend=cuda", "sync.kind=local_sgd",
+                                                          "sync.period=4"}));
+  EXPECT_EQ(r.disposition, Disposition::kFailed);
+  EXPECT_NE(r.message.find("sync.kind: \"local_sgd\""), std::string::npos) << r.message;
+  EXPECT_EQ(r.steps_completed, 0);
+}
+
+}  // namespace
+}  // namespace gs

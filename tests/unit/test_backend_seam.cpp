@@ -1,0 +1,300 @@
+// The backend seam end to end (sim/backend/backend.h, RunHooks::make_backend): the host rank loop run on a sealed
+// device memory (tests/unit/sealed_memory.h: every float stored bit-complemented, so any loop of the rank loop, the
+// step control or a strategy that touches a parameter or gradient element without going through ElementOps computes
+// garbage) with a model that reads its parameters from that memory and adds its gradient into it, announcing each
+// layer once its elements are final there, and a communicator that reduces started buckets only at the wait. The
+// reference is the same run on the host backend (whose bits other suites tie to PyTorch): losses, evaluations,
+// parameters, traces and divergence verdicts must be identical. Suite: BackendSeam.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/backend/backend.h"
+#include "sim/config/scenario.h"
+#include "sim/runtime/rank_loop.h"
+#include "sim/validate/validate.h"
+#include "tests/unit/sealed_memory.h"
+
+namespace gs {
+namespace {
+
+using test::SealedCommunicator;
+using test::SealedMemory;
+
+// The host model behind sealed parameters and gradients: each call unseals what it reads into host copies of its
+// workspace, runs the host model, and seals what it writes; each layer the host backward announces is sealed into the
+// caller's gradient before the event goes on (a device model's contract: final in device memory, then announced).
+class SealedModel final : public Model {
+ public:
+  SealedModel(std::unique_ptr<Model> host, SealedMemory& memory) : host_(std::move(host)), memory_(memory) {}
+
+  const std::vector<TensorInfo>& tensors() const override { return host_->tensors(); }
+  bool classification() const override { return host_->classification(); }
+  void init_params(float* params, uint64_t seed) const override { host_->init_params(params, seed); }
+  double forward_flops_per_sample() const override { return host_->forward_flops_per_sample(); }
+  std::vector<LayerCost> layer_costs() const override { return host_->layer_costs(); }
+
+  std::unique_ptr<Workspace> make_workspace(int64_t max_batch) const override {
+    auto ws = std::make_unique<Space>();
+    ws->inner = host_->make_workspace(max_batch);
+    ws->params.resize(num_params());
+    ws->grad.resize(num_params());
+    return ws;
+  }
+  double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const override {
+    Space& s = space(ws, params, batch.rank);
+    const double loss = host_->forward(s.params.data(), batch, *s.inner, p);
+    ws.precision = s.inner->precision;
+    return loss;
+  }
+  void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
+                const PrecisionPolicy& p) const override {
+    Space& s = space(ws, params, batch.rank);
+    memory_.download(batch.rank, s.grad.data(), grad, s.grad.size());
+    Relay relay{memory_, batch.rank, grad, s.grad.data(), ws.grad_ready};
+    s.inner->grad_ready = &relay;
+    host_->backward(s.params.data(), batch, *s.inner, s.grad.data(), p);
+    s.inner->grad_ready = nullptr;
+    if (relay.announced == 0) memory_.upload(batch.rank, grad, s.grad.data(), s.grad.size());
+    ws.precision = s.inner->precision;
+  }
+  EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {
+    Space& s = space(ws, params, batch.rank);
+    return host_->evaluate(s.params.data(), batch, *s.inner);
+  }
+
+ private:
+  struct Space final : Workspace {
+    std::unique_ptr<Workspace> inner;
+    std::vector<float> params, grad;  // host copies
+  };
+  struct Relay final : GradReady {
+    SealedMemory& memory;
+    int rank;
+    float* sealed;
+    const float* plain;
+    GradReady* next;
+    size_t announced = 0;
+    Relay(SealedMemory& m, int r, float* s, const float* p, GradReady* n)
+        : memory(m), rank(r), sealed(s), plain(p), next(n) {}
+    void layer_ready(size_t begin, size_t end) override {
+      memory.upload(rank, sealed + begin, plain + begin, end - begin);
+      announced += end - begin;
+      if (next != nullptr) next->layer_ready(begin, end);
+    }
+  };
+  // The workspace with the parameters unsealed, and the caller's counters carried into the host workspace.
+  Space& space(Workspace& ws, const float* params, int rank) const {
+    auto& s = dynamic_cast<Space&>(ws);
+    memory_.download(rank, s.params.data(), params, s.params.size());
+    s.inner->precision = ws.precision;
+    return s;
+  }
+
+  std::unique_ptr<Model> host_;
+  SealedMemory& memory_;
+};
+
+// The sealed backend; the test keeps a share of its memory to read the counts after the run.
+class SealedBackend final : public Backend {
+ public:
+  SealedBackend(std::shared_ptr<SealedMemory> memory, bool asynchronous)
+      : memory_(std::move(memory)), asynchronous_(asynchronous) {}
+  ElementOps& memory() override { return *memory_; }
+  std::unique_ptr<Model> make_model(const RunConfig& config) override {
+    return std::make_unique<SealedModel>(gs::make_model(config), *memory_);
+  }
+  std::unique_ptr<Communicator> make_communicator(int ranks) override {
+    return std::make_unique<SealedCommunicator>(ranks, asynchronous_);
+  }
+
+ private:
+  std::shared_ptr<SealedMemory> memory_;
+  bool asynchronous_;
+};
+
+json scenario(const json& extra) {
+  json s = {{"name", "seam"},
+            {"model", {{"kind", "mlp"}, {"layers", {6, 10, 7, 3}}, {"loss", "cross_entropy"}}},
+            {"data",
+             {{"kind", "teacher"},
+              {"batch_per_rank", 4},
+              {"teacher", {{"in_dim", 6}, {"hidden", 8}, {"out_dim", 3}, {"train_samples", 512}, {"eval_samples", 64}}}}},
+            {"cluster", {{"ranks", 3}, {"share_identical", false}}},
+            {"sync", {{"kind", "allreduce"}, {"bucket_mb", 1e-4}, {"first_bucket_mb", 1e-4}}},
+            {"training", {{"steps", 6}, {"eval_every", 2}, {"accumulation_steps", 2},
+                          {"optimizer", {{"kind", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}}}}},
+            {"report", {{"trace", true}, {"save_weights", "final"}}}};
+  s.merge_patch(extra);
+  return s;
+}
+
+// An mlp (3 -> 4 -> 2, mse) on inline data: per rank K = 2 micro-batches of uneven sizes, rank 2's second one empty
+// (the pitfalls that keep micro-batch gradients apart need uneven micro-batches, which only inline data gives).
+json inline_scenario(const std::string& pitfall) {
+  json ranks = json::array();
+  const int sizes[3][2] = {{3, 1}, {2, 2}, {4, 0}};
+  for (int r = 0; r < 3; ++r) {
+    json micro = json::array();
+    for (int k = 0; k < 2; ++k) {
+      json x = json::array(), y = json::array();
+      for (int i = 0; i < sizes[r][k]; ++i) {
+        const double v = 0.125 * ((r * 7 + k * 5 + i * 3) % 9) - 0.5;
+        x.push_back({v, -v * 0.5, 0.25 + v});
+        y.push_back({0.5 * v, -0.25});
+      }
+      micro.push_back({{"x", x}, {"y", y}});
+    }
+    ranks.push_back(micro);
+  }
+  return {{"name", "seam-inline"},
+          {"model", {{"kind", "mlp"}, {"layers", {3, 4, 2}}, {"loss", "mse"}}},
+          {"data", {{"kind", "inline"}, {"ranks", ranks}}},
+          {"cluster", {{"ranks", 3}, {"share_identical", false}}},
+          {"sync", {{"kind", "allreduce"}, {"bucket_mb", 1e-5}, {"first_bucket_mb", 1e-5}}},
+          {"training", {{"steps", 4}, {"accumulation_steps", 2}, {"eval_every", 0}, {"pitfall", pitfall},
+                        {"optimizer", {{"kind", "sgd"}, {"lr", 0.05}}}}},
+          {"report", {{"trace", true}, {"save_weights", "final"}}}};
+}
+
+RunConfig config_of(const json& s) { return parse_scenario(s.dump(), "<test>").runs.at(0).config; }
+
+struct Pair {
+  RunResult host, sealed;
+  int64_t allocations = 0, releases = 0, updates = 0;  // the sealed memory's, after the run
+};
+
+Pair run_both(const RunConfig& c, bool asynchronous) {
+  Pair p;
+  p.host = run_training(c);
+  auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
+  RunHooks hooks;
+  hooks.make_backend = [&](const RunConfig&) { return std::make_unique<SealedBackend>(memory, asynchronous); };
+  p.sealed = run_training(c, hooks);
+  p.allocations = memory->allocations.load();
+  p.releases = memory->releases.load();
+  p.updates = memory->sgd_calls.load() + memory->adam_calls.load();
+  return p;
+}
+
+// The two runs agree bit for bit on everything the arithmetic decides.
+void expect_same(const RunResult& host, const RunResult& sealed, const std::string& what) {
+  EXPECT_EQ(sealed.disposition, host.disposition) << what << ": " << sealed.message;
+  EXPECT_EQ(sealed.message, host.message) << what;
+  EXPECT_EQ(sealed.steps_completed, host.steps_completed) << what;
+  ASSERT_EQ(sealed.series.size(), host.series.size()) << what;
+  for (size_t i = 0; i < host.series.size(); ++i) {
+    const auto& a = host.series[i];
+    const auto& b = sealed.series[i];
+    EXPECT_TRUE(a.train_loss == b.train_loss || (std::isnan(a.train_loss) && std::isnan(b.train_loss)))
+        << what << " point " << i << ": " << a.train_loss << " vs " << b.train_loss;
+    EXPECT_EQ(a.eval_loss.has_value(), b.eval_loss.has_value()) << what << " point " << i;
+    if (a.eval_loss && b.eval_loss) {
+      EXPECT_EQ(*a.eval_loss, *b.eval_loss) << what << " point " << i;
+    }
+    EXPECT_EQ(a.eval_accuracy, b.eval_accuracy) << what << " point " << i;
+  }
+  EXPECT_EQ(sealed.final_params, host.final_params) << what;
+  EXPECT_EQ(sealed.trace, host.trace) << what;
+  EXPECT_EQ(sealed.replicas_identical, host.replicas_identical) << what;
+  ASSERT_EQ(sealed.precision.has_value(), host.precision.has_value()) << what;
+  if (host.precision) {
+    EXPECT_EQ(sealed.precision->skipped_steps, host.precision->skipped_steps) << what;
+    EXPECT_EQ(sealed.precision->final_loss_scale, host.precision->final_loss_scale) << what;
+    EXPECT_EQ(sealed.precision->first_nonfinite_step, host.precision->first_nonfinite_step) << what;
+    EXPECT_EQ(sealed.precision->grad_values, host.precision->grad_values) << what;
+    EXPECT_EQ(sealed.precision->grad_underflow, host.precision->grad_underflow) << what;
+  }
+  EXPECT_EQ(sealed.divergence_quantity, host.divergence_quantity) << what;
+}
+
+// SGD with momentum, 3 ranks, 2 micro-batches, every tensor its own bucket (started from the last micro-batch's
+// layer events on the asynchronous communicator, at the step on the synchronous one), a trace every step and the
+// final weights saved: the host backend's bits.
+TEST(BackendSeam, SealedDeviceMemoryRunsTheHostLoopToTheHostBits) {
+  const RunConfig c = config_of(scenario(json::object()));
+  for (bool asynchronous : {true, false}) {
+    const Pair p = run_both(c, asynchronous);
+    ASSERT_TRUE(p.host.is(Disposition::kPassed)) << p.host.message;
+    ASSERT_EQ(p.host.trace.size(), 6u);
+    ASSERT_FALSE(p.host.final_params.empty());
+    expect_same(p.host, p.sealed, asynchronous ? "asynchronous buckets" : "synchronous buckets");
+    // Every rank's parameters, momentum, step gradient and trace buffer lived in the sealed memory and were freed;
+    // each rank updated through it once per step.
+    EXPECT_GE(p.allocations, 4 * c.cluster.ranks);
+    EXPECT_EQ(p.releases, p.allocations);
+    EXPECT_EQ(p.updates, 6 * c.cluster.ranks);
+  }
+}
+
+// What the seam's memory carries beyond SGD: Adam with clipping, a dynamic loss scale and a delayed update; the
+// pitfalls whose accumulation keeps micro-batch gradients apart (mean_of_means: add_scaled) or zeroes the sum
+// (zero_grad_in_loop), on inline data with uneven micro-batches and an empty last one; bf16_mixed's and fp8_mixed's
+// emulated backward counters.
+TEST(BackendSeam, OptimizersPrecisionAndPitfallsMatchTheHostBackend) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"adam, clip, dynamic scale, staleness 1",
+       {{"training", {{"optimizer", {{"kind", "adam"}, {"lr", 0.01}, {"momentum", nullptr}}}, {"clip_grad_norm", 0.5}}},
+        {"precision", {{"loss_scale", "dynamic"}, {"initial_scale", 1024.0}}},
+        {"sync", {{"staleness", 1}}}}},
+      {"bf16_mixed", {{"precision", {{"mode", "bf16_mixed"}}}}},
+      {"fp8_mixed", {{"precision", {{"mode", "fp8_mixed"}}}}},
+      {"inline none", nullptr},
+      {"inline mean_of_means", nullptr},
+      {"inline zero_grad_in_loop", nullptr},
+  };
+  for (const auto& [what, extra] : cases) {
+    const RunConfig c = config_of(extra.is_null() ? inline_scenario(what.substr(7)) : scenario(extra));
+    const Pair p = run_both(c, true);
+    ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
+    expect_same(p.host, p.sealed, what);
+  }
+}
+
+// A step whose gradient overflows: without a scaler the run diverges at the same step naming the gradient (counted
+// from the layers' tally before their buckets start); with a static scale of 2^120 the fp32 backward overflows too
+// and the scaler's verdicts (skips, the first non-finite step) are the host's.
+TEST(BackendSeam, NonFiniteGradientsAreCountedBeforeTheirBucketsStart) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"diverges", {{"training", {{"optimizer", {{"lr", 1e30}}}}}}},
+      {"static scale overflows",
+       {{"precision", {{"loss_scale", "dynamic"}, {"initial_scale", 1.0e38}}}}},
+  };
+  for (const auto& [what, extra] : cases) {
+    const RunConfig c = config_of(scenario(extra));
+    for (bool asynchronous : {true, false}) {
+      const Pair p = run_both(c, asynchronous);
+      if (what == "diverges") {
+        EXPECT_TRUE(p.host.is(Disposition::kDiverged)) << p.host.message;
+      } else {
+        ASSERT_TRUE(p.host.precision.has_value());
+        EXPECT_FALSE(p.host.precision->skipped_steps.empty());
+        const auto& first = p.host.precision->first_nonfinite_step;  // here rank 2's gradient alone overflows
+        EXPECT_TRUE(std::any_of(first.begin(), first.end(), [](const auto& s) { return s.has_value(); }));
+      }
+      expect_same(p.host, p.sealed, what + (asynchronous ? " (asynchronous)" : " (synchronous)"));
+    }
+  }
+}
+
+// A device memory runs only what host_memory_reason accepts: local SGD's averaging is host loops, so the run fails
+// before any step, naming the setting.
+TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
+  const RunConfig c = config_of(scenario({{"sync", {{"kind", "local_sgd"}, {"period", 2}}}}));
+  RunHooks hooks;
+  hooks.make_backend = [](const RunConfig& config) {
+    return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), true);
+  };
+  const RunResult r = run_training(c, hooks);
+  EXPECT_TRUE(r.is(Disposition::kFailed));
+  EXPECT_NE(r.message.find("sync.kind: \"local_sgd\""), std::string::npos) << r.message;
+  EXPECT_EQ(r.steps_completed, 0);
+}
+
+}  // namespace
+}  // namespace gs
