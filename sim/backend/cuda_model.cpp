@@ -57,23 +57,17 @@ GpuWorkspace& as_gpu_workspace(Workspace& ws) {
   return *w;
 }
 
-class GpuDenseModel final : public Model {
+class GpuDenseModel final : public HostShapedModel {
  public:
   // `resident`: parameters and gradients are device buffers of that memory (the backend seam, cuda_backend.h); null:
   // host buffers staged through the workspace's copies.
   GpuDenseModel(std::unique_ptr<Model> host, DenseStack stack, int device_count, bool tf32,
                 CudaElementOps* resident = nullptr)
-      : host_(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)), tf32_(tf32),
-        resident_(resident) {
-    GS_EXPECT(host_->num_params() == stack_.num_params(),
+      : HostShapedModel(std::move(host)), stack_(std::move(stack)), device_count_(std::max(device_count, 1)),
+        tf32_(tf32), resident_(resident) {
+    GS_EXPECT(HostShapedModel::host().num_params() == stack_.num_params(),
               "cuda model: the host model's parameters are not its dense stack's");
   }
-
-  const std::vector<TensorInfo>& tensors() const override { return host_->tensors(); }
-  bool classification() const override { return host_->classification(); }
-  void init_params(float* params, uint64_t seed) const override { host_->init_params(params, seed); }
-  double forward_flops_per_sample() const override { return host_->forward_flops_per_sample(); }
-  std::vector<LayerCost> layer_costs() const override { return host_->layer_costs(); }
 
   // No device work here: the device is known at the first batch (its rank).
   std::unique_ptr<Workspace> make_workspace(int64_t max_batch) const override {
@@ -289,7 +283,6 @@ class GpuDenseModel final : public Model {
     }
   }
 
-  std::unique_ptr<Model> host_;
   DenseStack stack_;
   int device_count_ = 1;
   bool tf32_ = false;  // precision.mode tf32: every GEMM of the handle in TF32 math

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/config/run_config.h"
@@ -189,6 +190,28 @@ class Model {
   // 16-bit modes, 4 for fp32); checkpointing: training.activation_checkpointing (transformer presets). Default:
   // none (models whose activations are negligible: quadratic).
   virtual ActivationMemory activation_memory(int64_t samples, double element_bytes, bool checkpointing) const;
+};
+
+// A model whose arithmetic runs elsewhere (on a GPU, on another memory) with a host model's shape: the tensor table,
+// initial values, classification, costs and activation memory are `host`'s; workspaces, forward, backward and
+// evaluate are the derived class's (sim/backend/cuda_model.cpp; the tests' sealed model).
+class HostShapedModel : public Model {
+ public:
+  explicit HostShapedModel(std::unique_ptr<Model> host) : host_(std::move(host)) {}
+  const std::vector<TensorInfo>& tensors() const override { return host_->tensors(); }
+  bool classification() const override { return host_->classification(); }
+  void init_params(float* params, uint64_t seed) const override { host_->init_params(params, seed); }
+  double forward_flops_per_sample() const override { return host_->forward_flops_per_sample(); }
+  std::vector<LayerCost> layer_costs() const override { return host_->layer_costs(); }
+  ActivationMemory activation_memory(int64_t samples, double element_bytes, bool checkpointing) const override {
+    return host_->activation_memory(samples, element_bytes, checkpointing);
+  }
+
+ protected:
+  const Model& host() const { return *host_; }
+
+ private:
+  std::unique_ptr<Model> host_;
 };
 
 struct ModelEntry {

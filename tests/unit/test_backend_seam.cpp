@@ -29,26 +29,20 @@ using test::SealedMemory;
 // The host model behind sealed parameters and gradients: each call unseals what it reads into host copies of its
 // workspace, runs the host model, and seals what it writes; each layer the host backward announces is sealed into the
 // caller's gradient before the event goes on (a device model's contract: final in device memory, then announced).
-class SealedModel final : public Model {
+class SealedModel final : public HostShapedModel {
  public:
-  SealedModel(std::unique_ptr<Model> host, SealedMemory& memory) : host_(std::move(host)), memory_(memory) {}
-
-  const std::vector<TensorInfo>& tensors() const override { return host_->tensors(); }
-  bool classification() const override { return host_->classification(); }
-  void init_params(float* params, uint64_t seed) const override { host_->init_params(params, seed); }
-  double forward_flops_per_sample() const override { return host_->forward_flops_per_sample(); }
-  std::vector<LayerCost> layer_costs() const override { return host_->layer_costs(); }
+  SealedModel(std::unique_ptr<Model> host, SealedMemory& memory) : HostShapedModel(std::move(host)), memory_(memory) {}
 
   std::unique_ptr<Workspace> make_workspace(int64_t max_batch) const override {
     auto ws = std::make_unique<Space>();
-    ws->inner = host_->make_workspace(max_batch);
+    ws->inner = host().make_workspace(max_batch);
     ws->params.resize(num_params());
     ws->grad.resize(num_params());
     return ws;
   }
   double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const override {
     Space& s = space(ws, params, batch.rank);
-    const double loss = host_->forward(s.params.data(), batch, *s.inner, p);
+    const double loss = host().forward(s.params.data(), batch, *s.inner, p);
     ws.precision = s.inner->precision;
     return loss;
   }
@@ -58,14 +52,14 @@ class SealedModel final : public Model {
     memory_.download(batch.rank, s.grad.data(), grad, s.grad.size());
     Relay relay{memory_, batch.rank, grad, s.grad.data(), ws.grad_ready};
     s.inner->grad_ready = &relay;
-    host_->backward(s.params.data(), batch, *s.inner, s.grad.data(), p);
+    host().backward(s.params.data(), batch, *s.inner, s.grad.data(), p);
     s.inner->grad_ready = nullptr;
     if (relay.announced == 0) memory_.upload(batch.rank, grad, s.grad.data(), s.grad.size());
     ws.precision = s.inner->precision;
   }
   EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {
     Space& s = space(ws, params, batch.rank);
-    return host_->evaluate(s.params.data(), batch, *s.inner);
+    return host().evaluate(s.params.data(), batch, *s.inner);
   }
 
  private:
@@ -96,7 +90,6 @@ class SealedModel final : public Model {
     return s;
   }
 
-  std::unique_ptr<Model> host_;
   SealedMemory& memory_;
 };
 
