@@ -38,13 +38,16 @@ class SplitCommunicator final : public Communicator {
     gpu_->all_reduce_sum_start(rank, buf, count);
   }
   void all_reduce_wait(int rank) override { gpu_->all_reduce_wait(rank); }
+  void group_begin(int rank) override { gpu_->group_begin(rank); }
+  void group_end(int rank) override { gpu_->group_end(rank); }
   bool starts_asynchronously() const override { return gpu_->starts_asynchronously(); }
   void abort() override {
     gpu_->abort();
     host_->abort();
   }
+  // The gradient collectives' traffic; the control values' (host) is dropped, as the host loop's control step does.
   CommStats take_stats(int rank) override {
-    host_->take_stats(rank);  // the control values' traffic is not the gradient's
+    host_->take_stats(rank);
     return gpu_->take_stats(rank);
   }
 

@@ -218,10 +218,4 @@ std::vector<Device> make_devices(const RunConfig& config) {
   return devices;
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::vector<Device>& devices) {
-  GS_EXPECT(!devices.empty(), "a run needs at least one device");
-  GS_EXPECT(devices.front().backend == BackendKind::kHost, "only host communicators exist in this version");
-  return make_host_communicator(static_cast<int>(devices.size()));
-}
-
 }  // namespace gs

@@ -1,6 +1,6 @@
 // Device: where a rank's tensors live and its ops run, `host` (CPU threads) or `cuda` (a GPU per rank), and which
 // backend and cuda path a configuration takes (choose_backend). Extend: a new backend is one BackendKind value, its
-// refusals (cuda_loop_issues-style) and its communicator in make_communicator.
+// refusals (cuda_loop_issues-style) and its Backend (sim/backend/backend.h: memory, model, communicator).
 #pragma once
 #include <memory>
 #include <optional>
@@ -102,8 +102,5 @@ std::string resolve_hardware(const RunConfig& config);
 
 // One device per rank.
 std::vector<Device> make_devices(const RunConfig& config);
-
-// The communicator for these devices: host threads share memory (make_host_communicator).
-std::unique_ptr<Communicator> make_communicator(const std::vector<Device>& devices);
 
 }  // namespace gs

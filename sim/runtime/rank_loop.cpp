@@ -607,6 +607,8 @@ void HostRun::rank_main(int rank) {
       in.clock = &rs.clock;
       in.cost = &cost;
       strategy_->step(in);
+    } else {
+      comm_->all_reduce_wait(rank);  // buckets the layer events started (every rank's verdict is the same)
     }
     ops_.settle(rank, rs.clock);  // a device memory's phase times reach the clock (host RAM: nothing pending)
     rs.clock.end_step();
@@ -750,12 +752,12 @@ void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double
                                      : plan.staged()    ? std::make_unique<StagedBackend>()
                                                         : make_host_backend();
   if (const std::optional<std::string> issue = backend->issue(config, host_memory_reason(config)))
-    throw Error("this run's backend keeps its buffers in device memory, which " + *issue);
+    throw Error(*issue + " (this run's backend keeps its buffers in device memory)");
   std::unique_ptr<Model> model = backend->make_model(config);
   std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
   std::vector<Device> devices = make_devices(config);
   res.backend = backend_name(devices.front().backend);
-  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == BackendKind::kHost && !hooks.make_backend) {
+  if (plan.precision == PrecisionMode::kTf32 && devices.front().backend == BackendKind::kHost) {
     // tf32 is tensor-core arithmetic (GEMM inputs rounded to 10 mantissa bits inside the unit); the host backend
     // does not emulate it, so the run is skipped and a sweep over modes goes on with the others.
     res.set_disposition(Disposition::kSkipped,

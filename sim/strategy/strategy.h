@@ -117,9 +117,9 @@ struct LayerReady {
   float* grad = nullptr;
   // grad is the step's gradient sum (the buffer step() gets as StepInput::grad) and [begin, end) of it is final for
   // the step: the last micro-batch's backward into the sum itself. A subscriber may start communicating these
-  // elements here (the all-reduce's buckets on a device). The host rank loop counts the gradient's inf/NaN values
-  // after the micro-batches, which is sound only while bucket starts are synchronous (the host communicator's); a
-  // device-resident loop must tally each final layer (ElementOps::tally_nonfinite) before relaying it (not yet).
+  // elements here (the all-reduce's buckets on a device): where the communicator starts buckets asynchronously the
+  // rank loop has tallied the layer's inf/NaN values (ElementOps::tally_nonfinite) before relaying the event, so an
+  // in-place reduction never changes the rank's own count.
   bool final = false;
 };
 

@@ -5,7 +5,9 @@
 // element_ops.h, not from host_element_ops, so a test of host_element_ops against it compares two implementations.
 // SealedCommunicator reduces sealed buffers through a host communicator; with `asynchronous` its starts only queue
 // the bucket and the sums happen at all_reduce_wait (a device communicator's contract: nothing touches a started
-// bucket before the wait).
+// bucket before the wait); with `poison` too, a started bucket reads as NaN until the wait (which puts its values back
+// and sums them), as a device buffer under an in-place reduction that is running or has run: code that reads a started
+// bucket before the wait sees values that are not the rank's own.
 #pragma once
 #include <atomic>
 #include <cmath>
@@ -128,9 +130,9 @@ class SealedMemory final : public ElementOps {
 // place around the host collective and sealed again). The double all-reduce (control values) is host memory.
 class SealedCommunicator final : public Communicator {
  public:
-  SealedCommunicator(int ranks, bool asynchronous)
-      : inner_(make_host_communicator(ranks)), asynchronous_(asynchronous),
-        pending_(static_cast<size_t>(ranks)), started_(static_cast<size_t>(ranks)) {}
+  SealedCommunicator(int ranks, bool asynchronous, bool poison = false)
+      : inner_(make_host_communicator(ranks)), asynchronous_(asynchronous), poison_(poison),
+        pending_(static_cast<size_t>(ranks)), saved_(static_cast<size_t>(ranks)), started_(static_cast<size_t>(ranks)) {}
   int size() const override { return inner_->size(); }
   void all_reduce_sum(int rank, float* buf, size_t count) override {
     seal_all(buf, count);
@@ -160,9 +162,19 @@ class SealedCommunicator final : public Communicator {
     ++started_[static_cast<size_t>(rank)];
     if (!asynchronous_) return all_reduce_sum(rank, buf, count);
     pending_[static_cast<size_t>(rank)].emplace_back(buf, count);
+    if (poison_) {
+      saved_[static_cast<size_t>(rank)].emplace_back(buf, buf + count);
+      for (size_t i = 0; i < count; ++i) buf[i] = seal(std::nanf(""));
+    }
   }
   void all_reduce_wait(int rank) override {
-    for (auto [buf, count] : std::exchange(pending_[static_cast<size_t>(rank)], {})) all_reduce_sum(rank, buf, count);
+    auto pending = std::exchange(pending_[static_cast<size_t>(rank)], {});
+    auto saved = std::exchange(saved_[static_cast<size_t>(rank)], {});
+    for (size_t b = 0; b < pending.size(); ++b) {
+      auto [buf, count] = pending[b];
+      if (poison_) std::memcpy(buf, saved[b].data(), count * sizeof(float));
+      all_reduce_sum(rank, buf, count);
+    }
   }
   bool starts_asynchronously() const override { return asynchronous_; }
   void abort() override { inner_->abort(); }
@@ -173,7 +185,9 @@ class SealedCommunicator final : public Communicator {
  private:
   std::unique_ptr<Communicator> inner_;
   bool asynchronous_;
+  bool poison_;
   std::vector<std::vector<std::pair<float*, size_t>>> pending_;  // per rank: started, not yet reduced
+  std::vector<std::vector<std::vector<float>>> saved_;            // poison: their values at the start
   std::vector<int64_t> started_;
 };
 

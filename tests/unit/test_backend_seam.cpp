@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,22 +94,30 @@ class SealedModel final : public HostShapedModel {
   SealedMemory& memory_;
 };
 
+// How the sealed communicator starts buckets: at once (the host's), queued until the wait, or queued with the bucket
+// reading as NaN until the wait (a device buffer under an in-place reduction; sealed_memory.h).
+enum class Buckets { kSynchronous, kAsynchronous, kPoisoned };
+
+const char* name_of(Buckets b) {
+  return b == Buckets::kSynchronous ? " (synchronous)" : b == Buckets::kAsynchronous ? " (asynchronous)" : " (poisoned)";
+}
+
 // The sealed backend; the test keeps a share of its memory to read the counts after the run.
 class SealedBackend final : public Backend {
  public:
-  SealedBackend(std::shared_ptr<SealedMemory> memory, bool asynchronous)
-      : memory_(std::move(memory)), asynchronous_(asynchronous) {}
+  SealedBackend(std::shared_ptr<SealedMemory> memory, Buckets buckets)
+      : memory_(std::move(memory)), buckets_(buckets) {}
   ElementOps& memory() override { return *memory_; }
   std::unique_ptr<Model> make_model(const RunConfig& config) override {
     return std::make_unique<SealedModel>(gs::make_model(config), *memory_);
   }
   std::unique_ptr<Communicator> make_communicator(int ranks) override {
-    return std::make_unique<SealedCommunicator>(ranks, asynchronous_);
+    return std::make_unique<SealedCommunicator>(ranks, buckets_ != Buckets::kSynchronous, buckets_ == Buckets::kPoisoned);
   }
 
  private:
   std::shared_ptr<SealedMemory> memory_;
-  bool asynchronous_;
+  Buckets buckets_;
 };
 
 json scenario(const json& extra) {
@@ -129,7 +138,8 @@ json scenario(const json& extra) {
 
 // An mlp (3 -> 4 -> 2, mse) on inline data: per rank K = 2 micro-batches of uneven sizes, rank 2's second one empty
 // (the pitfalls that keep micro-batch gradients apart need uneven micro-batches, which only inline data gives).
-json inline_scenario(const std::string& pitfall) {
+// `poison` != 0: rank 2's first input starts with that value instead.
+json inline_scenario(const std::string& pitfall, double poison = 0.0) {
   json ranks = json::array();
   const int sizes[3][2] = {{3, 1}, {2, 2}, {4, 0}};
   for (int r = 0; r < 3; ++r) {
@@ -138,7 +148,7 @@ json inline_scenario(const std::string& pitfall) {
       json x = json::array(), y = json::array();
       for (int i = 0; i < sizes[r][k]; ++i) {
         const double v = 0.125 * ((r * 7 + k * 5 + i * 3) % 9) - 0.5;
-        x.push_back({v, -v * 0.5, 0.25 + v});
+        x.push_back({r == 2 && k == 0 && i == 0 && poison != 0.0 ? poison : v, -v * 0.5, 0.25 + v});
         y.push_back({0.5 * v, -0.25});
       }
       micro.push_back({{"x", x}, {"y", y}});
@@ -162,12 +172,12 @@ struct Pair {
   int64_t allocations = 0, releases = 0, updates = 0;  // the sealed memory's, after the run
 };
 
-Pair run_both(const RunConfig& c, bool asynchronous) {
+Pair run_both(const RunConfig& c, Buckets buckets) {
   Pair p;
   p.host = run_training(c);
   auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
   RunHooks hooks;
-  hooks.make_backend = [&](const RunConfig&) { return std::make_unique<SealedBackend>(memory, asynchronous); };
+  hooks.make_backend = [&](const RunConfig&) { return std::make_unique<SealedBackend>(memory, buckets); };
   p.sealed = run_training(c, hooks);
   p.allocations = memory->allocations.load();
   p.releases = memory->releases.load();
@@ -211,12 +221,12 @@ void expect_same(const RunResult& host, const RunResult& sealed, const std::stri
 // final weights saved: the host backend's bits.
 TEST(BackendSeam, SealedDeviceMemoryRunsTheHostLoopToTheHostBits) {
   const RunConfig c = config_of(scenario(json::object()));
-  for (bool asynchronous : {true, false}) {
-    const Pair p = run_both(c, asynchronous);
+  for (Buckets buckets : {Buckets::kAsynchronous, Buckets::kSynchronous, Buckets::kPoisoned}) {
+    const Pair p = run_both(c, buckets);
     ASSERT_TRUE(p.host.is(Disposition::kPassed)) << p.host.message;
     ASSERT_EQ(p.host.trace.size(), 6u);
     ASSERT_FALSE(p.host.final_params.empty());
-    expect_same(p.host, p.sealed, asynchronous ? "asynchronous buckets" : "synchronous buckets");
+    expect_same(p.host, p.sealed, name_of(buckets));
     // Every rank's parameters, momentum, step gradient and trace buffer lived in the sealed memory and were freed;
     // each rank updated through it once per step.
     EXPECT_GE(p.allocations, 4 * c.cluster.ranks);
@@ -243,35 +253,43 @@ TEST(BackendSeam, OptimizersPrecisionAndPitfallsMatchTheHostBackend) {
   };
   for (const auto& [what, extra] : cases) {
     const RunConfig c = config_of(extra.is_null() ? inline_scenario(what.substr(7)) : scenario(extra));
-    const Pair p = run_both(c, true);
+    const Pair p = run_both(c, Buckets::kAsynchronous);
     ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
     expect_same(p.host, p.sealed, what);
   }
 }
 
-// A step whose gradient overflows: without a scaler the run diverges at the same step naming the gradient (counted
-// from the layers' tally before their buckets start); with a static scale of 2^120 the fp32 backward overflows too
-// and the scaler's verdicts (skips, the first non-finite step) are the host's.
+// Where buckets start asynchronously from the layer events, a reduction may already have run in place when the rank
+// counts its gradient after the micro-batches; so the loop tallies each final layer before its event goes out, and the
+// whole sum at the last micro-batch's end where no final layer was announced (rank 2's empty last micro-batch;
+// mean_of_means, whose micro-batch gradients are kept apart). Rank 2's first input is 1e20, so its gradient overflows
+// while ranks 0 and 1 stay finite; under a dynamic loss scale the step is skipped, not a divergence, and each rank's
+// first non-finite step is its own count: the host's [none, none, 1]. With the poisoned communicator a count taken
+// after the start would see NaN in ranks 0 and 1 too ([1, 1, 1]); without the fallback rank 2 would count none.
 TEST(BackendSeam, NonFiniteGradientsAreCountedBeforeTheirBucketsStart) {
-  const std::vector<std::pair<std::string, json>> cases = {
-      {"diverges", {{"training", {{"optimizer", {{"lr", 1e30}}}}}}},
-      {"static scale overflows",
-       {{"precision", {{"loss_scale", "dynamic"}, {"initial_scale", 1.0e38}}}}},
-  };
-  for (const auto& [what, extra] : cases) {
-    const RunConfig c = config_of(scenario(extra));
-    for (bool asynchronous : {true, false}) {
-      const Pair p = run_both(c, asynchronous);
-      if (what == "diverges") {
-        EXPECT_TRUE(p.host.is(Disposition::kDiverged)) << p.host.message;
-      } else {
-        ASSERT_TRUE(p.host.precision.has_value());
-        EXPECT_FALSE(p.host.precision->skipped_steps.empty());
-        const auto& first = p.host.precision->first_nonfinite_step;  // here rank 2's gradient alone overflows
-        EXPECT_TRUE(std::any_of(first.begin(), first.end(), [](const auto& s) { return s.has_value(); }));
-      }
-      expect_same(p.host, p.sealed, what + (asynchronous ? " (asynchronous)" : " (synchronous)"));
+  for (const std::string pitfall : {"none", "mean_of_means"}) {
+    json s = inline_scenario(pitfall, 1e20);
+    s.merge_patch({{"precision", {{"loss_scale", "dynamic"}, {"initial_scale", 1024.0}}}});
+    const RunConfig c = config_of(s);
+    for (Buckets buckets : {Buckets::kPoisoned, Buckets::kAsynchronous, Buckets::kSynchronous}) {
+      const std::string what = pitfall + name_of(buckets);
+      const Pair p = run_both(c, buckets);
+      ASSERT_TRUE(p.host.precision.has_value()) << what;
+      const std::vector<std::optional<int64_t>> own = {std::nullopt, std::nullopt, 1};
+      EXPECT_EQ(p.host.precision->first_nonfinite_step, own) << what;
+      EXPECT_FALSE(p.host.precision->skipped_steps.empty()) << what;
+      expect_same(p.host, p.sealed, what);
     }
+  }
+}
+
+// A run whose parameters blow up (lr 1e30) diverges at the same step, naming the same first non-finite quantity.
+TEST(BackendSeam, DivergenceIsTheHostBackends) {
+  const RunConfig c = config_of(scenario({{"training", {{"optimizer", {{"lr", 1e30}}}}}}));
+  for (Buckets buckets : {Buckets::kPoisoned, Buckets::kAsynchronous, Buckets::kSynchronous}) {
+    const Pair p = run_both(c, buckets);
+    EXPECT_TRUE(p.host.is(Disposition::kDiverged)) << p.host.message;
+    expect_same(p.host, p.sealed, std::string("diverges") + name_of(buckets));
   }
 }
 
@@ -281,7 +299,7 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
   const RunConfig c = config_of(scenario({{"sync", {{"kind", "local_sgd"}, {"period", 2}}}}));
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) {
-    return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), true);
+    return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), Buckets::kAsynchronous);
   };
   const RunResult r = run_training(c, hooks);
   EXPECT_TRUE(r.is(Disposition::kFailed));
