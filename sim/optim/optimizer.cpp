@@ -100,6 +100,12 @@ class DeviceOptimizer : public Optimizer {
   std::vector<std::vector<float>*> state() override {
     throw Error("optimizer state on a device has no host copy (device-resident strategies do not ask for it)");
   }
+  std::vector<float*> state_buffers() override {
+    std::vector<float*> out;
+    for (FloatBuffer* b : {&a_, &b_})
+      if (b->get() != nullptr) out.push_back(b->get());
+    return out;
+  }
 
  private:
   OptimizerConfig config_;

@@ -20,8 +20,16 @@ class Optimizer {
   // `t` is the 1-based count of updates applied so far including this one (Adam's bias correction). Ranges of one
   // step may be applied separately (per bucket or shard); the result equals one call over [0, n).
   virtual void step(float* params, const float* grad, size_t begin, size_t end, double lr, int64_t t) = 0;
-  // State buffers (each n floats), e.g. momentum, Adam's m and v; for averaging (local SGD) and checks.
+  // State buffers (each n floats), e.g. momentum, Adam's m and v, as host vectors (host optimizers; checks, fp16_pure
+  // storage). A device optimizer has none and throws gs::Error.
   virtual std::vector<std::vector<float>*> state() = 0;
+  // The same buffers' elements in the optimizer's memory (host RAM or a device's, ElementOps), for what reduces them
+  // through a communicator (local SGD's averaging of the optimizer state). Default: state()'s data.
+  virtual std::vector<float*> state_buffers() {
+    std::vector<float*> out;
+    for (std::vector<float>* b : state()) out.push_back(b->data());
+    return out;
+  }
 };
 
 struct OptimizerEntry {

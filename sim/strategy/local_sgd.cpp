@@ -22,10 +22,13 @@ namespace {
 // step, case BC16) the parameters are averaged over ranks (rank-order sum, then / N, so every rank holds the same
 // bits), and with sync.average_optimizer_state also every optimizer state buffer (momentum, Adam moments). Adam's step
 // count stays per rank. Evaluation between averages uses the replicas' average, computed for evaluation only.
+// Memory: every element operation on parameters, gradients and optimizer state goes through the run's ElementOps
+// (StrategySetup::memory(): host loops, or a backend's device memory), so the strategy runs device-resident.
 class LocalSgd final : public SyncStrategy {
  public:
   explicit LocalSgd(const StrategySetup& s)
       : comm_(s.comm),
+        ops_(s.memory()),
         ranks_(s.ranks),
         n_(s.model.num_params()),
         period_(s.config.sync.period),
@@ -45,13 +48,13 @@ class LocalSgd final : public SyncStrategy {
     state_buffers_ = o.kind == "sgd" ? (o.momentum != 0.0 ? 1 : 0) : 2;
     if (s.timing_only) return;  // timing-only: price alone, no buffers
     for (int r = 0; r < s.ranks; ++r) {
-      params_.emplace_back(n_);
-      optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_));
+      params_.push_back(ops_.allocate(r, n_));
+      optimizers_.push_back(make_optimizer(s.config.training.optimizer, n_, ops_, r));
     }
     eval_copies_.resize(static_cast<size_t>(s.ranks));
   }
 
-  float* params(int rank) override { return params_[static_cast<size_t>(rank)].data(); }
+  float* params(int rank) override { return params_[static_cast<size_t>(rank)].get(); }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
   StrategyReport report(const ReportContext&) const override {
     StrategyReport r;
@@ -60,20 +63,23 @@ class LocalSgd final : public SyncStrategy {
   }
 
   // Between averages the replicas differ: evaluation reads their average (rank-order sum / N, the bits the next
-  // average would give), computed into a buffer of its own; right after a synchronous or averaging step every replica
-  // holds that average already.
+  // average would give), computed into a buffer of rank 0's memory; right after a synchronous or averaging step every
+  // replica holds that average already. The sum is taken on host copies (each replica downloaded from its rank's
+  // memory, which may be another device's), then uploaded: bookkeeping for the evaluation, off both clocks.
   const float* eval_params() override {
-    if (synced_ || ranks_ == 1) return params_[0].data();
-    if (eval_all_reduced_) return eval_.data();  // across processes: average_for_evaluation's
-    eval_.resize(n_);
-    std::copy(params_[0].begin(), params_[0].end(), eval_.begin());
+    if (synced_ || ranks_ == 1) return params(0);
+    if (eval_.size() == 0) eval_ = ops_.allocate(0, n_);
+    if (eval_all_reduced_) return eval_.get();  // across processes: average_for_evaluation's
+    std::vector<float> sum(n_), replica(n_);
+    ops_.download(0, sum.data(), params(0), n_);
     for (int r = 1; r < ranks_; ++r) {
-      const float* p = params_[static_cast<size_t>(r)].data();
-      for (size_t i = 0; i < n_; ++i) eval_[i] += p[i];
+      ops_.download(r, replica.data(), params(r), n_);
+      for (size_t i = 0; i < n_; ++i) sum[i] += replica[i];
     }
     const float inv_n = static_cast<float>(ranks_);
-    for (size_t i = 0; i < n_; ++i) eval_[i] = eval_[i] / inv_n;
-    return eval_.data();
+    for (size_t i = 0; i < n_; ++i) sum[i] = sum[i] / inv_n;
+    ops_.upload(0, eval_.get(), sum.data(), n_);
+    return eval_.get();
   }
 
   // Modeled clock: warm-up steps all-reduce the gradient by buckets overlapped with backward, as `allreduce` does;
@@ -106,15 +112,13 @@ class LocalSgd final : public SyncStrategy {
     if (warmup) {
       all_reduce_buckets(comm_, in.rank, in.grad, buckets_, clock);
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
-      const float s = static_cast<float>(in.global_samples);
-      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+      TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
+      ops_.divide(in.rank, in.grad, n_, static_cast<float>(in.global_samples));
       apply(in.rank, in.grad, in.lr, in.step, in.loss_nonfinite);  // every rank's loss: all ranks skip together
     } else if (in.local_samples > 0) {  // a rank without samples this step has nothing to learn from
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
-      const float s = static_cast<float>(in.local_samples);
-      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
+      TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
+      ops_.divide(in.rank, in.grad, n_, static_cast<float>(in.local_samples));
       apply(in.rank, in.grad, in.lr, in.step, in.local_loss_nonfinite());  // a local step: this rank's own loss
     }
     const bool average = !warmup && averages_after(in.step);
@@ -130,9 +134,14 @@ class LocalSgd final : public SyncStrategy {
   }
 
   // Across processes: every rank's replica to process 0, whose eval_params averages them after the run.
+  // (Across processes the run's memory is host RAM.)
   void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) override {
     if (params_.empty()) return;  // timing-only
-    gather_rank_rows(group, params_, first_rank, local_ranks);
+    std::vector<std::vector<float>> rows(params_.size(), std::vector<float>(n_));
+    for (int r = first_rank; r < first_rank + local_ranks; ++r)
+      ops_.download(r, rows[static_cast<size_t>(r)].data(), params(r), n_);
+    gather_rank_rows(group, rows, first_rank, local_ranks);
+    for (int r = 0; r < ranks_; ++r) ops_.upload(r, params(r), rows[static_cast<size_t>(r)].data(), n_);
     eval_all_reduced_ = false;  // process 0 holds every replica now
   }
 
@@ -142,10 +151,10 @@ class LocalSgd final : public SyncStrategy {
 
   void apply(int rank, float* g, double lr, int64_t step, bool loss_nonfinite) {
     PrecisionStep& ps = precision_[static_cast<size_t>(rank)];
-    if (!ps.before_update(g, n_, step + 1, loss_nonfinite).applied) return;  // this rank's scaler skips the step
+    if (!ps.before_update(ops_, rank, g, n_, step + 1, loss_nonfinite).applied) return;  // this rank's scaler skips
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     opt.step(params(rank), g, 0, n_, lr, ps.update_count());
-    ps.after_update(params(rank), opt, 0, n_);
+    ps.after_update(ops_, params(rank), opt, 0, n_);
   }
 
   // Rank-order sum over ranks, then / N, of the parameters (and state buffers): the same bits on every rank.
@@ -153,9 +162,9 @@ class LocalSgd final : public SyncStrategy {
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     std::vector<float*> bufs = {params(rank)};
     if (average_state_)
-      for (std::vector<float>* b : opt.state()) bufs.push_back(b->data());
+      for (float* b : opt.state_buffers()) bufs.push_back(b);
     {
-      PhaseTimer t(clock, Phase::kCommunicate);
+      TimedPhase t(ops_, rank, clock, Phase::kCommunicate);
       for (float* b : bufs) {
         GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
         comm_.all_reduce_sum(rank, b, n_);
@@ -163,11 +172,9 @@ class LocalSgd final : public SyncStrategy {
     }
     account(rank, clock);
     GS_NVTX_RANGE(kOptimizer);  // the division by N of the averaged buffers
-    PhaseTimer t(clock, Phase::kOptimizer);
-    const float inv_n = static_cast<float>(ranks_);
-    for (float* b : bufs)
-      for (size_t i = 0; i < n_; ++i) b[i] = b[i] / inv_n;
-    precision_[static_cast<size_t>(rank)].after_update(params(rank), opt, 0, n_);  // fp16_pure storage
+    TimedPhase t(ops_, rank, clock, Phase::kOptimizer);
+    for (float* b : bufs) ops_.divide(rank, b, n_, static_cast<float>(ranks_));
+    precision_[static_cast<size_t>(rank)].after_update(ops_, params(rank), opt, 0, n_);  // fp16_pure storage
   }
 
   // Across processes the other processes' replicas are not in this one: on a step that ends between averages and is
@@ -175,14 +182,15 @@ class LocalSgd final : public SyncStrategy {
   // the bits of the in-process average (a rank-order sum). Bookkeeping for the evaluation: not in the bytes nor on the
   // modeled clock (it lengthens the measured step).
   void average_for_evaluation(int rank) {
-    std::vector<float>& copy = eval_copies_[static_cast<size_t>(rank)];
-    copy.assign(params_[static_cast<size_t>(rank)].begin(), params_[static_cast<size_t>(rank)].end());
-    comm_.all_reduce_sum(rank, copy.data(), n_);
+    FloatBuffer& copy = eval_copies_[static_cast<size_t>(rank)];
+    if (copy.size() == 0) copy = ops_.allocate(rank, n_);
+    ops_.copy(rank, copy.get(), params(rank), n_);
+    comm_.all_reduce_sum(rank, copy.get(), n_);
     comm_.take_stats(rank);
     if (rank != 0) return;
-    eval_.resize(n_);
-    const float inv_n = static_cast<float>(ranks_);
-    for (size_t i = 0; i < n_; ++i) eval_[i] = copy[i] / inv_n;
+    if (eval_.size() == 0) eval_ = ops_.allocate(0, n_);
+    ops_.copy(0, eval_.get(), copy.get(), n_);
+    ops_.divide(0, eval_.get(), n_, static_cast<float>(ranks_));
   }
 
   void account(int rank, PhaseClock& clock) {
@@ -192,6 +200,7 @@ class LocalSgd final : public SyncStrategy {
   }
 
   Communicator& comm_;
+  ElementOps& ops_;  // the memory of params_, the optimizers' state and the evaluation buffers
   int ranks_;
   size_t n_;
   int64_t period_;
@@ -203,13 +212,13 @@ class LocalSgd final : public SyncStrategy {
   const CostModel* cost_model_;
   OptimizerConfig optimizer_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<float>> params_;
+  std::vector<FloatBuffer> params_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
   std::vector<PrecisionStep> precision_;
-  std::vector<float> eval_;  // the replicas' average for evaluation
+  FloatBuffer eval_;  // the replicas' average for evaluation (rank 0's memory)
   bool synced_ = true;       // the last step ended with every replica equal (the initial parameters are)
   bool eval_all_reduced_ = false;               // eval_ holds average_for_evaluation's result of the last step
-  std::vector<std::vector<float>> eval_copies_;  // [rank]: the replica's copy all-reduced for evaluation
+  std::vector<FloatBuffer> eval_copies_;         // [rank]: the replica's copy all-reduced for evaluation
 };
 
 std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<LocalSgd>(setup); }

@@ -97,12 +97,11 @@ TEST(GpuSeam, PhaseTimesComeFromTheRanksStream) {
   }
 }
 
-// What the seam does not run on cuda fails before any step, naming the setting: local SGD's averaging is host loops.
+// What the seam does not run on cuda fails before any step, naming the setting: the parameter server is host loops.
 TEST(GpuSeam, HostLoopStrategiesAreRefused) {
-  const RunResult r = run_on_seam(test::small_mlp_config({"cluster.backend=cuda", "sync.kind=local_sgd",
-                                                          "sync.period=4"}));
+  const RunResult r = run_on_seam(test::small_mlp_config({"cluster.backend=cuda", "sync.kind=parameter_server"}));
   EXPECT_EQ(r.disposition, Disposition::kFailed);
-  EXPECT_NE(r.message.find("sync.kind: \"local_sgd\""), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
 }
 

@@ -293,17 +293,48 @@ TEST(BackendSeam, DivergenceIsTheHostBackends) {
   }
 }
 
-// A device memory runs only what host_memory_reason accepts: local SGD's averaging is host loops, so the run fails
-// before any step, naming the setting.
+// Local SGD and independent replicas on the seam's memory: local steps, the warm-up's bucketed all-reduce, the
+// periodic average of parameters and optimizer state (state_buffers in the memory) through the communicator, each
+// rank's own loss scaler, and evaluation between averages (the replicas' average built from downloads): the host
+// backend's bits, replicas that differ included (the trace holds every rank's).
+TEST(BackendSeam, LocalSgdAndIndependentRunOnDeviceMemory) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"local_sgd H=2, warm-up 2, momentum state averaged",
+       {{"sync", {{"kind", "local_sgd"}, {"period", 2}, {"warmup_steps", 2}, {"average_optimizer_state", true}}},
+        {"training", {{"steps", 9}, {"eval_every", 1}}}}},
+      {"local_sgd H=3, adam, dynamic scale",
+       {{"sync", {{"kind", "local_sgd"}, {"period", 3}, {"average_optimizer_state", true}}},
+        {"training", {{"optimizer", {{"kind", "adam"}, {"lr", 0.01}, {"momentum", nullptr}}}, {"eval_every", 1}}},
+        {"precision", {{"loss_scale", "dynamic"}, {"initial_scale", 1024.0}}}}},
+      {"independent", {{"sync", {{"kind", "independent"}}}, {"training", {{"eval_every", 1}}}}},
+  };
+  for (const auto& [what, extra] : cases) {
+    json s = scenario(extra);
+    s["sync"].erase("bucket_mb");  // local SGD's warm-up buckets: the default sizes
+    s["sync"].erase("first_bucket_mb");
+    const RunConfig c = config_of(s);
+    for (Buckets buckets : {Buckets::kAsynchronous, Buckets::kSynchronous}) {
+      const Pair p = run_both(c, buckets);
+      ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
+      EXPECT_FALSE(p.host.replicas_identical) << what;  // the replicas differ between averages
+      expect_same(p.host, p.sealed, what + name_of(buckets));
+      EXPECT_GT(p.updates, 0) << what;  // the optimizers' updates ran on the sealed memory
+      EXPECT_EQ(p.releases, p.allocations) << what;
+    }
+  }
+}
+
+// A device memory runs only what host_memory_reason accepts: the parameter server's steps are host loops, so the run
+// fails before any step, naming the setting.
 TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
-  const RunConfig c = config_of(scenario({{"sync", {{"kind", "local_sgd"}, {"period", 2}}}}));
+  const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}}, {"report", {{"trace", false}}}}));
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) {
     return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), Buckets::kAsynchronous);
   };
   const RunResult r = run_training(c, hooks);
   EXPECT_TRUE(r.is(Disposition::kFailed));
-  EXPECT_NE(r.message.find("sync.kind: \"local_sgd\""), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
 }
 
