@@ -70,12 +70,7 @@ class CudaBackend final : public Backend {
     return std::make_unique<SplitCommunicator>(std::move(gpu), make_host_communicator(ranks, deadline_s_));
   }
   std::optional<std::string> issue(const RunConfig& config, const std::optional<std::string>& host_reason) override {
-    if (host_reason) return host_reason;
-    if (config.model.kind != "mlp" && config.model.kind != "linear")
-      return "model.kind: \"" + config.model.kind + "\" has no GPU model (mlp, linear)";
-    if (config.cluster.stragglers.inject)
-      return std::string("cluster.stragglers.inject: the injected delays run on the cuda device loop only");
-    return std::nullopt;
+    return cuda_seam_issue(config, host_reason);
   }
 
  private:

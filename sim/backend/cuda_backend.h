@@ -11,12 +11,36 @@
 // (cuda_rank_loop.cpp) or the staged path (device.h, choose_cuda_path); this backend is reached through
 // RunHooks::make_backend only until its suite has passed on a GPU.
 #pragma once
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "sim/backend/backend.h"
 #include "sim/config/run_config.h"
 
 namespace gs {
+
+// Why the seam's cuda backend does not run `config` ("PATH: why"), or nullopt: `host_reason` (host_memory_reason's,
+// sim/strategy/strategy.h), a model without a GPU model, injected stragglers (the device loop's only). Pure.
+inline std::optional<std::string> cuda_seam_issue(const RunConfig& config,
+                                                  const std::optional<std::string>& host_reason) {
+  if (host_reason) return host_reason;
+  if (config.model.kind != "mlp" && config.model.kind != "linear")
+    return "model.kind: \"" + config.model.kind + "\" has no GPU model (mlp, linear)";
+  if (config.cluster.stragglers.inject)
+    return std::string("cluster.stragglers.inject: the injected delays run on the cuda device loop only");
+  return std::nullopt;
+}
+
+// GRADSWEEP_CUDA_SEAM=1 in the environment: the device check's switch (tools/device_check.sh, step seam_scenario; not
+// a user setting) that sends cuda runs cuda_seam_issue accepts through the seam's cuda backend (report cuda_path
+// "seam") instead of the device loop or the staged path, so one GPU run compares the two on the same scenario.
+inline bool cuda_seam_requested() {
+  const char* v = std::getenv("GRADSWEEP_CUDA_SEAM");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
 
 // The cuda backend for `config`'s ranks: rank r on GPU r with NCCL when NCCL is linked and there are at least as many
 // GPUs as ranks, else every rank on GPU 0 with the local communicator. Every wait in a collective has the deadline

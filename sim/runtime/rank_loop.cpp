@@ -33,6 +33,7 @@
 #include "sim/optim/loss_scaler.h"
 #include "sim/optim/optimizer.h"
 #include "sim/backend/backend.h"
+#include "sim/backend/cuda_backend.h"
 #include "sim/backend/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
@@ -786,6 +787,17 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   const std::optional<RunPlan> resolved = plan_run(for_this_job(requested), res);
   if (!resolved) return res;
   const RunPlan& plan = *resolved;
+  // GRADSWEEP_CUDA_SEAM=1 (cuda_backend.h): a cuda run the seam's cuda backend runs takes it.
+  RunHooks seam_hooks;
+  const bool seam = plan.backend.backend == BackendKind::kCuda && !plan.timing() && !hooks.make_backend &&
+                    cuda_seam_requested() && !cuda_seam_issue(plan.config, host_memory_reason(plan.config));
+  if (seam) {
+    seam_hooks = hooks;
+    seam_hooks.make_backend = [](const RunConfig& c) { return make_cuda_backend(c); };
+    res.cuda_path = "seam";
+    res.backend_reason += "; GRADSWEEP_CUDA_SEAM=1: the seam's cuda backend (the host rank loop on GPU memory)";
+  }
+  const RunHooks& run_hooks = seam ? seam_hooks : hooks;
   if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != BackendKind::kHost) {
     res.set_disposition(Disposition::kFailed, "cluster.backend: the run chose the " +
                                                   std::string(backend_name(plan.backend.backend)) +
@@ -796,7 +808,7 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
 #if defined(GRADSWEEP_HAVE_CUDA)
   // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the host loop with the
   // GPU model (cuda_model.h) in place of the host model.
-  if (plan.device_loop() && !hooks.make_backend) {
+  if (plan.device_loop() && !run_hooks.make_backend) {
     RunResult r = run_training_cuda(plan, hooks);
     r.cuda_path = res.cuda_path;
     return r;
@@ -806,9 +818,9 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   const double wall0 = now_s();
   try {
     if (plan.timing()) {
-      run_timing_only(plan, hooks, res, wall0);
+      run_timing_only(plan, run_hooks, res, wall0);
     } else {
-      run_host(plan, hooks, res, wall0);
+      run_host(plan, run_hooks, res, wall0);
     }
   } catch (const std::bad_alloc&) {
     res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} per replica, {})",

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,8 +17,10 @@
 #include <vector>
 
 #include "sim/backend/backend.h"
+#include "sim/backend/cuda_backend.h"
 #include "sim/config/scenario.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/strategy/strategy.h"
 #include "sim/validate/validate.h"
 #include "tests/unit/sealed_memory.h"
 
@@ -336,6 +339,30 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
   EXPECT_TRUE(r.is(Disposition::kFailed));
   EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
+}
+
+// What the seam's cuda backend runs (cuda_seam_issue, pure): what host_memory_reason accepts on an mlp or linear model
+// without injected stragglers; its refusals name the setting. GRADSWEEP_CUDA_SEAM is read as "1" only.
+TEST(BackendSeam, CudaSeamIssueAndSwitch) {
+  RunConfig c = config_of(scenario(json::object()));
+  EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)), std::nullopt);
+  c.sync.kind = "local_sgd";
+  EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)), std::nullopt);
+  c.sync.kind = "parameter_server";
+  EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)).value_or("").rfind("sync.kind: ", 0), 0u);
+  c.sync.kind = "allreduce";
+  c.cluster.stragglers.inject = true;
+  EXPECT_EQ(cuda_seam_issue(c, std::nullopt).value_or("").rfind("cluster.stragglers.inject: ", 0), 0u);
+  c.cluster.stragglers.inject = false;
+  c.model.kind = "quadratic";
+  EXPECT_EQ(cuda_seam_issue(c, std::nullopt).value_or("").rfind("model.kind: \"quadratic\"", 0), 0u);
+  ::unsetenv("GRADSWEEP_CUDA_SEAM");
+  EXPECT_FALSE(cuda_seam_requested());
+  ::setenv("GRADSWEEP_CUDA_SEAM", "0", 1);
+  EXPECT_FALSE(cuda_seam_requested());
+  ::setenv("GRADSWEEP_CUDA_SEAM", "1", 1);
+  EXPECT_TRUE(cuda_seam_requested());
+  ::unsetenv("GRADSWEEP_CUDA_SEAM");
 }
 
 }  // namespace
