@@ -18,11 +18,13 @@ std::string idx(const std::string& path, size_t i) { return path + "[" + std::to
 
 std::string kind_of(const json& j) { return j.type_name(); }
 
-// Dimensions shared by every micro-batch and the eval set, inferred from the first row that shows them.
+// Dimensions shared by every micro-batch and the eval set: the model's widths where it declares them (mlp, linear:
+// model.layers), else inferred from the first row that shows them.
 struct Dims {
   int64_t in = -1;       // -1 until a row of "x" is seen (1 when x is never given)
   int64_t out = -1;      // regression: -1 until a row of "y" is seen
   int64_t classes = 0;   // classification: max label + 1
+  std::string in_source, out_source;  // where in / out came from when not the first row ("model.layers[0]")
 };
 
 void scan_dims(const json& mb, bool classification, Dims& d) {
@@ -36,9 +38,10 @@ void scan_dims(const json& mb, bool classification, Dims& d) {
   }
 }
 
-std::vector<float> parse_row(const json& row, int64_t width, const std::string& path) {
+std::vector<float> parse_row(const json& row, int64_t width, const std::string& source, const std::string& path) {
   if (!row.is_array() || static_cast<int64_t>(row.size()) != width) {
     fail(path + ": expected " + std::to_string(width) + (width == 1 ? " number" : " numbers") +
+         (source.empty() ? "" : " (" + source + ")") +
          (row.is_array() ? ", got " + std::to_string(row.size()) : ", got " + kind_of(row)));
   }
   std::vector<float> out(row.size());
@@ -75,13 +78,14 @@ Batch parse_micro_batch(const json& mb, bool classification, const Dims& d, cons
            std::to_string(y.size()));
     }
     for (size_t i = 0; i < x.size(); ++i) {
-      const std::vector<float> row = parse_row(x[i], d.in, idx(path + ".x", i));
+      const std::vector<float> row = parse_row(x[i], d.in, d.in_source, idx(path + ".x", i));
       b.x.insert(b.x.end(), row.begin(), row.end());
     }
   } else {
     if (d.in != 1) {
-      fail(path + ".x: missing; it may be omitted only when the input is 1-dimensional (other rows have " +
-           std::to_string(d.in) + " numbers)");
+      fail(path + ".x: missing; it may be omitted only when the input is 1-dimensional (" +
+           (d.in_source.empty() ? "other rows have " + std::to_string(d.in) + " numbers"
+                                : d.in_source + " is " + std::to_string(d.in)) + ")");
     }
     b.x.assign(y.size(), 1.0f);
   }
@@ -94,7 +98,7 @@ Batch parse_micro_batch(const json& mb, bool classification, const Dims& d, cons
       b.labels.push_back(y[i].get<int32_t>());
       seen.classes = std::max<int64_t>(seen.classes, b.labels.back() + 1);
     } else {
-      const std::vector<float> row = parse_row(y[i], d.out, idx(path + ".y", i));
+      const std::vector<float> row = parse_row(y[i], d.out, d.out_source, idx(path + ".y", i));
       b.y.insert(b.y.end(), row.begin(), row.end());
     }
   }
@@ -124,8 +128,17 @@ class InlineData : public Dataset {
     const json& eval = config.data.eval;
     if (!eval.is_null() && !eval.is_object()) fail("data.eval: expected {\"x\": ..., \"y\": ...} or null");
 
-    // Pass 1: dimensions from the first rows that show them.
+    // Pass 1: dimensions from the model's widths, else from the first rows that show them.
     Dims d;
+    const std::vector<int64_t>& widths = config.model.layers;
+    if ((config.model.kind == "mlp" || config.model.kind == "linear") && widths.size() >= 2) {
+      d.in = widths.front();
+      d.in_source = "model.layers[0]";
+      if (!classification_) {
+        d.out = widths.back();
+        d.out_source = "model.layers[" + std::to_string(widths.size() - 1) + "]";
+      }
+    }
     for (const auto& rank : ranks) {
       if (rank.is_array()) {
         for (const auto& mb : rank) scan_dims(mb, classification_, d);

@@ -531,6 +531,8 @@ TEST_F(DataIdx, BadLabelsCountsAndMissingFilesNameTheFile) {
 
 // ---- inline ----------------------------------------------------------------------------------------------------
 
+// A linear model as wide as the data's first rows say (the dataset takes its widths from an mlp or linear model, so
+// the model of these tests is made to agree with their data; a malformed row is then the one named).
 RunConfig inline_config(int64_t ranks, int64_t accumulation, const json& data_ranks, const std::string& loss = "mse") {
   RunConfig c;
   c.data.kind = "inline";
@@ -538,8 +540,22 @@ RunConfig inline_config(int64_t ranks, int64_t accumulation, const json& data_ra
   c.training.accumulation_steps = accumulation;
   c.data.ranks = data_ranks;
   c.model.kind = "linear";
-  c.model.layers = {2, 1};
   c.model.loss = loss;
+  int64_t in = -1, out = -1, classes = 2;
+  for (const json& rank : data_ranks) {
+    for (const json& mb : rank.is_array() ? rank : json::array()) {
+      if (!mb.is_object()) continue;
+      if (in < 0 && mb.contains("x") && mb["x"].is_array() && !mb["x"].empty() && mb["x"][0].is_array())
+        in = static_cast<int64_t>(mb["x"][0].size());
+      const json& y = mb.contains("y") ? mb["y"] : json();
+      if (!y.is_array()) continue;
+      for (const json& v : y) {
+        if (loss == "mse" && out < 0 && v.is_array()) out = static_cast<int64_t>(v.size());
+        if (loss != "mse" && v.is_number_integer()) classes = std::max<int64_t>(classes, v.get<int64_t>() + 1);
+      }
+    }
+  }
+  c.model.layers = {in < 0 ? 1 : in, loss == "mse" ? (out < 0 ? 1 : out) : classes};
   return c;
 }
 
