@@ -49,6 +49,9 @@ double parameter_wire_bytes(const RunConfig &c) {
 //   4. the updated shards are all-gathered into every rank's full parameters (fp32 on the host: the forward casts
 //      them to the mode's format element by element, so gathering the cast values gives the same bits).
 // So the parameters are bit-identical to sync.kind allreduce with the same optimizer (tests/unit/test_zero.cpp).
+// Memory: uncast, every element operation goes through the run's ElementOps (StrategySetup::memory(): host loops or a
+// backend's device memory) and the communicator's reduce-scatter / all-gather; the cast reduce-scatter is host loops
+// (host_memory_reason names its compression.kind or fp16_pure).
 // Accumulation (K micro-batches per step): by default the rank's gradient is summed over its micro-batches and
 // reduced once per step (after the last micro-batch), at every stage, so the whole gradient is held until then.
 // sync.reduce_every_microbatch (stage 2 or 3, K > 1; DeepSpeed stage 2, FSDP without no_sync) reduce-scatters each
@@ -59,7 +62,7 @@ double parameter_wire_bytes(const RunConfig &c) {
 class Zero final : public SyncStrategy, public GradientSubscriber {
 public:
   explicit Zero(const StrategySetup &s)
-      : comm_(s.comm), ranks_(s.ranks), n_(s.model.num_params()),
+      : comm_(s.comm), ops_(s.memory()), ranks_(s.ranks), n_(s.model.num_params()),
         per_(zero_partition(s.model.num_params(), s.ranks)),
         stage_(static_cast<int>(s.config.sync.stage)),
         k_(std::max<int64_t>(1, s.config.training.accumulation_steps)),
@@ -91,13 +94,13 @@ public:
       s.gradients->subscribe(*this, GradientHooks::Gradient::kEachMicroBatch);
     }
     for (int r = 0; r < ranks_; ++r) {
-      params_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
-      gpad_.emplace_back(per_ * static_cast<size_t>(ranks_), 0.0f);
-      shard_.emplace_back(per_, 0.0f);
+      params_.push_back(ops_.allocate(r, per_ * static_cast<size_t>(ranks_)));
+      gpad_.push_back(ops_.allocate(r, per_ * static_cast<size_t>(ranks_)));
+      shard_.push_back(ops_.allocate(r, per_));
       if (every_micro_)
-        acc_.emplace_back(per_, 0.0f);
+        acc_.push_back(ops_.allocate(r, per_));
       const auto [lo, hi] = range(r);
-      optimizers_.push_back(make_optimizer(optimizer_, hi - lo));
+      optimizers_.push_back(make_optimizer(optimizer_, hi - lo, ops_, r));
       precision_.emplace_back(s.config);
     }
     wires_.assign(static_cast<size_t>(ranks_), nullptr);
@@ -105,9 +108,9 @@ public:
   }
 
   float *params(int rank) override {
-    return params_[static_cast<size_t>(rank)].data();
+    return params_[static_cast<size_t>(rank)].get();
   }
-  const float *eval_params() override { return params_[0].data(); }
+  const float *eval_params() override { return params_[0].get(); }
   float loss_scale(int rank) const override {
     return precision_[static_cast<size_t>(rank)].loss_scale();
   }
@@ -118,15 +121,14 @@ public:
     const size_t r = static_cast<size_t>(e.rank);
     PhaseClock &clock = *e.clock;
     {
-      PhaseTimer t(clock, Phase::kCommunicate);
+      TimedPhase t(ops_, e.rank, clock, Phase::kCommunicate);
       GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
-      std::copy(e.grad, e.grad + n_, gpad_[r].begin());
-      float *acc = acc_[r].data();
-      float *out = e.micro_batch == 0 ? acc : shard_[r].data();
-      comm_.reduce_scatter_sum(e.rank, out, gpad_[r].data(), per_);
+      ops_.copy(e.rank, gpad_[r].get(), e.grad, n_);
+      float *acc = acc_[r].get();
+      float *out = e.micro_batch == 0 ? acc : shard_[r].get();
+      comm_.reduce_scatter_sum(e.rank, out, gpad_[r].get(), per_);
       if (e.micro_batch > 0)
-        for (size_t i = 0; i < per_; ++i)
-          acc[i] = acc[i] + out[i];
+        ops_.add(e.rank, acc, out, per_);
     }
     account(e.rank, clock, true);
   }
@@ -143,18 +145,18 @@ public:
     const size_t r = static_cast<size_t>(in.rank);
     const auto [lo, hi] = range(in.rank);
     const size_t len = hi - lo;
-    float *shard = shard_[r].data();
+    float *shard = shard_[r].get();
     {
-      PhaseTimer t(clock, Phase::kCommunicate);
+      TimedPhase t(ops_, in.rank, clock, Phase::kCommunicate);
       GS_NVTX_RANGE_BYTES(kCommunicate, n_ * sizeof(float));
       if (every_micro_) { // reduced micro-batch by micro-batch (micro_batch_end)
-        std::copy(acc_[r].begin(), acc_[r].end(), shard);
+        ops_.copy(in.rank, shard, acc_[r].get(), per_);
       } else {
-        std::copy(in.grad, in.grad + n_, gpad_[r].begin());
+        ops_.copy(in.rank, gpad_[r].get(), in.grad, n_);
         if (cast_)
           reduce_scatter_cast(in, shard);
         else
-          comm_.reduce_scatter_sum(in.rank, shard, gpad_[r].data(), per_);
+          comm_.reduce_scatter_sum(in.rank, shard, gpad_[r].get(), per_);
       }
     }
     account(in.rank, clock, true);
@@ -162,40 +164,37 @@ public:
     bool applied = true;
     {
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
-      if (!cast_) {
-        const float s = static_cast<float>(in.global_samples);
-        for (size_t i = 0; i < len; ++i)
-          shard[i] = shard[i] / s;
-      }
+      TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
+      if (!cast_)
+        ops_.divide(in.rank, shard, len, static_cast<float>(in.global_samples));
       if (!ps.needs_whole_gradient())
-        applied = ps.before_update(shard, len, in.step + 1, in.loss_nonfinite)
+        applied = ps.before_update(ops_, in.rank, shard, len, in.step + 1,
+                                   in.loss_nonfinite)
                       .applied;
     }
     if (ps.needs_whole_gradient()) {
       // The whole averaged gradient for the scaler's and clipping's decision
       // (see the file comment): gathered on the host, not counted on the wire.
-      std::vector<float> &full = gpad_[r];
-      comm_.all_gather(in.rank, full.data(), shard, per_);
+      float *full = gpad_[r].get();
+      comm_.all_gather(in.rank, full, shard, per_);
       account(in.rank, clock, false);
-      PhaseTimer t(clock, Phase::kOptimizer);
-      applied =
-          ps.before_update(full.data(), n_, in.step + 1, in.loss_nonfinite)
-              .applied;
-      std::copy(full.begin() + static_cast<std::ptrdiff_t>(lo),
-                full.begin() + static_cast<std::ptrdiff_t>(hi), shard);
+      TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
+      applied = ps.before_update(ops_, in.rank, full, n_, in.step + 1,
+                                 in.loss_nonfinite)
+                    .applied;
+      ops_.copy(in.rank, shard, full + lo, len);
     }
     if (applied) {
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(clock, Phase::kOptimizer);
+      TimedPhase t(ops_, in.rank, clock, Phase::kOptimizer);
       Optimizer &opt = *optimizers_[r];
-      float *p = params_[r].data() + lo;
+      float *p = params_[r].get() + lo;
       opt.step(p, shard, 0, len, in.lr, ps.update_count());
-      ps.after_update(p, opt, 0, len);
+      ps.after_update(ops_, p, opt, 0, len);
     }
     {
-      PhaseTimer t(clock, Phase::kCommunicate);
-      float *p = params_[r].data();
+      TimedPhase t(ops_, in.rank, clock, Phase::kCommunicate);
+      float *p = params_[r].get();
       comm_.all_gather(in.rank, p, p + static_cast<size_t>(in.rank) * per_,
                        per_);
     }
@@ -346,7 +345,7 @@ private:
     const double N = static_cast<double>(ranks_);
     const auto [pre, post] = cast_divisors(divide_, ranks_);
     const float bf = static_cast<float>(in.global_samples / N);
-    float *wire = gpad_[r].data();
+    float *wire = gpad_[r].get();
     for (size_t i = 0; i < n_; ++i)
       wire[i] = cast_wire_value(format_, wire[i], bf, pre);
     std::vector<const float *> wires(static_cast<size_t>(ranks_));
@@ -399,6 +398,7 @@ private:
   }
 
   Communicator &comm_;
+  ElementOps &ops_; // the memory of the buffers below and the optimizers' state
   int ranks_;
   size_t n_;
   size_t per_; // elements per partition (padded)
@@ -415,13 +415,13 @@ private:
   FloatFormat format_ = FloatFormat::kFp16;
   std::string divide_ = "pre";
   bool fp32_sum_ = false;
-  std::vector<std::vector<float>>
+  std::vector<FloatBuffer>
       params_; // per rank: the gathered parameters (padded to N x per)
-  std::vector<std::vector<float>>
+  std::vector<FloatBuffer>
       gpad_; // per rank: the padded gradient (and the cast wire values)
-  std::vector<std::vector<float>>
+  std::vector<FloatBuffer>
       shard_; // per rank: its averaged gradient shard
-  std::vector<std::vector<float>>
+  std::vector<FloatBuffer>
       acc_; // reduce_every_microbatch, per rank: its shard's sum so far
   std::vector<std::unique_ptr<Optimizer>>
       optimizers_; // per rank: state for its shard only
