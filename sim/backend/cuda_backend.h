@@ -23,14 +23,12 @@
 namespace gs {
 
 // Why the seam's cuda backend does not run `config` ("PATH: why"), or nullopt: `host_reason` (host_memory_reason's,
-// sim/strategy/strategy.h), a model without a GPU model, injected stragglers (the device loop's only). Pure.
+// sim/strategy/strategy.h) or a model without a GPU model. Pure.
 inline std::optional<std::string> cuda_seam_issue(const RunConfig& config,
                                                   const std::optional<std::string>& host_reason) {
   if (host_reason) return host_reason;
   if (config.model.kind != "mlp" && config.model.kind != "linear")
     return "model.kind: \"" + config.model.kind + "\" has no GPU model (mlp, linear)";
-  if (config.cluster.stragglers.inject)
-    return std::string("cluster.stragglers.inject: the injected delays run on the cuda device loop only");
   return std::nullopt;
 }
 

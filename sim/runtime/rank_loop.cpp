@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -293,6 +295,12 @@ class HostRun {
   // The inf/NaN values of the rank's step gradient after its micro-batches (the layers' tally where buckets start
   // asynchronously, else one count).
   size_t gradient_nonfinite(RankState& rs, int rank);
+  // cluster.stragglers.inject (the cuda backend's runs; validation refuses it elsewhere): after its micro-batches the
+  // rank sleeps (f - 1) x its measured forward + backward of the step (f: its straggler factor of the step, the
+  // modeled clock's) and counts the sleep as backward, before the strategy communicates (allreduce then starts no
+  // bucket from the layer events), so the other ranks wait for it in the collectives, as the cuda device loop does.
+  // Factors <= 1 cannot speed a GPU up and add nothing.
+  void inject_straggler(RankState& rs, int rank, int64_t step);
   // The loader's work behind the step's batches on the modeled clock (storage reads and peer transfers).
   double fetch_modeled_s(const RankState& rs, const DataCounts& dc) const;
   void finish();
@@ -545,6 +553,19 @@ void HostRun::micro_batches(RankState& rs, int rank, const float* params, StepCo
   }
 }
 
+void HostRun::inject_straggler(RankState& rs, int rank, int64_t step) {
+  ops_.settle(rank, rs.clock);  // a device's forward and backward times reach the clock
+  const double f = straggler_factor(config_.cluster.stragglers, static_cast<uint64_t>(config_.training.seed), step,
+                                    rank);
+  const StepTimes& now = rs.clock.current();
+  const double compute_s =
+      now.phase_s[static_cast<size_t>(Phase::kForward)] + now.phase_s[static_cast<size_t>(Phase::kBackward)];
+  if (f <= 1.0 || compute_s <= 0.0) return;
+  const double t0 = now_s();
+  std::this_thread::sleep_for(std::chrono::duration<double>((f - 1.0) * compute_s));
+  rs.clock.add(Phase::kBackward, now_s() - t0);
+}
+
 size_t HostRun::gradient_nonfinite(RankState& rs, int rank) {
   if (!tally_layers_) return ops_.count_nonfinite(rank, rs.grad.get(), n_);
   rs.relay.take_tallied();
@@ -583,6 +604,7 @@ void HostRun::rank_main(int rank) {
     tally.scaler_exhausted = loss_scale_exhausted(plan_.loss_scale, rs.precision.loss_scale) ? 1.0 : 0.0;
     DataStepRecord data_step;
     micro_batches(rs, rank, params, cost, tally, data_step);
+    if (config_.cluster.stragglers.inject) inject_straggler(rs, rank, step);
     data_step.fetch_modeled_s = fetch_modeled_s(rs, data_step.counts);
     modeled_.set_fetch_s(step, rank, data_step.fetch_modeled_s);
     data_steps.push_back(data_step);
