@@ -44,7 +44,8 @@ void expect_close(const RunResult& got, const RunResult& want, double tol, const
   }
 }
 
-// Each configuration the seam runs on cuda: against the host backend and the cuda backend's default path.
+// Each configuration the seam runs on cuda: against the host backend and the cuda backend's default path (the device
+// loop, or the staged path for local SGD, independent and ZeRO).
 TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
   const std::vector<std::vector<std::string>> cases = {
       {},
@@ -53,6 +54,9 @@ TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
       {"training.pitfall=zero_grad_in_loop"},
       {"report.trace=true"},
       {"precision.mode=bf16_mixed"},
+      {"sync.kind=local_sgd", "sync.period=4", "sync.warmup_steps=2", "sync.average_optimizer_state=true"},
+      {"sync.kind=independent"},
+      {"sync.kind=zero", "sync.stage=2", "sync.reduce_every_microbatch=true"},
   };
   for (const std::vector<std::string>& sets : cases) {
     std::string what;
