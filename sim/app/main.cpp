@@ -394,7 +394,8 @@ void add_price_command(CLI::App& app, PriceArgs& a) {
   price->add_option("--op", a.op, "all_reduce | all_gather | reduce_scatter | broadcast");
   price->add_option("--ranks", a.ranks, "communicator size (default: the profile's GPUs)");
   price->add_option("--bytes", a.bytes, "SIZE or MIN:MAX[:FACTOR], K/M/G binary as nccl-tests (default 1K:8G:2)");
-  price->add_option("--algo", a.algo, "force an algorithm as NCCL_ALGO does: ring | tree | nvls");
+  price->add_option("--algo", a.algo, "force an algorithm as NCCL_ALGO does: ring | tree | nvls (nvlstree: nvls "
+                                      "across nodes, as the table names it)");
   price->add_option("--dtype", a.dtype, "element type: fp32 | fp16 | bf16 | fp64 | fp8 | int8 | uint8 | int32");
   price->add_flag("--json", a.as_json, "the same rows as JSON");
 }

@@ -32,7 +32,7 @@ inline std::optional<std::string> cuda_seam_issue(const RunConfig& config,
   return std::nullopt;
 }
 
-// GRADSWEEP_CUDA_SEAM=1 in the environment: the device check's switch (tools/device_check.sh, step seam_scenario; not
+// GRADSWEEP_CUDA_SEAM=1 in the environment: the device check's switch (tools/device_check.sh, step seam_measure; not
 // a user setting) that sends cuda runs cuda_seam_issue accepts through the seam's cuda backend (report cuda_path
 // "seam") instead of the device loop or the staged path, so one GPU run compares the two on the same scenario.
 inline bool cuda_seam_requested() {

@@ -218,9 +218,10 @@ std::optional<NcclAlgo> nccl_algo_from_name(const std::string& name) {
   std::string n;
   for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (n.empty() || n == "auto") return std::nullopt;
+  if (n == "nvlstree") return NcclAlgo::kNvls;  // the table's name of nvls across nodes
   for (size_t a = 0; a < kNcclAlgoCount; ++a)
     if (n == kNcclAlgoNames[a]) return static_cast<NcclAlgo>(a);
-  throw Error(fmt::format("unknown NCCL algorithm \"{}\"; expected auto, ring, tree or nvls", name));
+  throw Error(fmt::format("unknown NCCL algorithm \"{}\"; expected auto, ring, tree, nvls or nvlstree", name));
 }
 
 }  // namespace gs

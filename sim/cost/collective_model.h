@@ -118,7 +118,8 @@ class CollectiveModel {
   std::shared_ptr<const HierarchicalModel> multi_node_;
 };
 
-// Parses an NCCL_ALGO-style name (ring, tree, nvls; any case); nullopt for "auto" or "". Throws gs::Error otherwise.
+// Parses an NCCL_ALGO-style name (ring, tree, nvls; any case; nvlstree, NCCL's name of NVLS across nodes, which the
+// price table prints for nvls on a multi-node profile, is nvls); nullopt for "auto" or "". Throws gs::Error otherwise.
 std::optional<NcclAlgo> nccl_algo_from_name(const std::string& name);
 
 }  // namespace gs

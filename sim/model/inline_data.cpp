@@ -18,8 +18,10 @@ std::string idx(const std::string& path, size_t i) { return path + "[" + std::to
 
 std::string kind_of(const json& j) { return j.type_name(); }
 
-// Dimensions shared by every micro-batch and the eval set: the model's widths where it declares them (mlp, linear:
-// model.layers), else inferred from the first row that shows them.
+// Dimensions shared by every micro-batch and the eval set, inferred from the first row that shows them; where the rows
+// disagree among themselves and the model declares the width (mlp, linear: model.layers), the model's width, so the
+// rows that differ from it are the ones named (data that agrees with itself but not with the model is refused later,
+// naming model.layers or the sweep axis that set it).
 struct Dims {
   int64_t in = -1;       // -1 until a row of "x" is seen (1 when x is never given)
   int64_t out = -1;      // regression: -1 until a row of "y" is seen
@@ -36,6 +38,22 @@ void scan_dims(const json& mb, bool classification, Dims& d) {
       mb["y"][0].is_array()) {
     d.out = static_cast<int64_t>(mb["y"][0].size());
   }
+}
+
+// Whether every row of `key` ("x" or "y") in every micro-batch and the eval set is a list of `width` values (rows
+// that are not lists, e.g. class labels, are passed over: pass 2 names them).
+bool rows_agree(const json& ranks, const json& eval, const char* key, int64_t width) {
+  auto agree = [&](const json& mb) {
+    if (!mb.is_object() || !mb.contains(key) || !mb[key].is_array()) return true;
+    for (const json& row : mb[key])
+      if (row.is_array() && static_cast<int64_t>(row.size()) != width) return false;
+    return true;
+  };
+  for (const json& rank : ranks)
+    if (rank.is_array())
+      for (const json& mb : rank)
+        if (!agree(mb)) return false;
+  return eval.is_null() || agree(eval);
 }
 
 std::vector<float> parse_row(const json& row, int64_t width, const std::string& source, const std::string& path) {
@@ -128,23 +146,25 @@ class InlineData : public Dataset {
     const json& eval = config.data.eval;
     if (!eval.is_null() && !eval.is_object()) fail("data.eval: expected {\"x\": ..., \"y\": ...} or null");
 
-    // Pass 1: dimensions from the model's widths, else from the first rows that show them.
+    // Pass 1: dimensions from the first rows that show them, or the model's where the rows disagree.
     Dims d;
-    const std::vector<int64_t>& widths = config.model.layers;
-    if ((config.model.kind == "mlp" || config.model.kind == "linear") && widths.size() >= 2) {
-      d.in = widths.front();
-      d.in_source = "model.layers[0]";
-      if (!classification_) {
-        d.out = widths.back();
-        d.out_source = "model.layers[" + std::to_string(widths.size() - 1) + "]";
-      }
-    }
     for (const auto& rank : ranks) {
       if (rank.is_array()) {
         for (const auto& mb : rank) scan_dims(mb, classification_, d);
       }
     }
     if (!eval.is_null()) scan_dims(eval, classification_, d);
+    const std::vector<int64_t>& widths = config.model.layers;
+    if ((config.model.kind == "mlp" || config.model.kind == "linear") && widths.size() >= 2) {
+      if (d.in >= 0 && !rows_agree(ranks, eval, "x", d.in)) {
+        d.in = widths.front();
+        d.in_source = "model.layers[0]";
+      }
+      if (!classification_ && d.out >= 0 && !rows_agree(ranks, eval, "y", d.out)) {
+        d.out = widths.back();
+        d.out_source = "model.layers[" + std::to_string(widths.size() - 1) + "]";
+      }
+    }
     if (d.in < 0) d.in = 1;
     if (!classification_ && d.out < 0) d.out = 1;
 

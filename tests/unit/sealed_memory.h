@@ -7,7 +7,9 @@
 // the bucket and the sums happen at all_reduce_wait (a device communicator's contract: nothing touches a started
 // bucket before the wait); with `poison` too, a started bucket reads as NaN until the wait (which puts its values back
 // and sums them), as a device buffer under an in-place reduction that is running or has run: code that reads a started
-// bucket before the wait sees values that are not the rank's own.
+// bucket before the wait sees values that are not the rank's own, and a write into one before the wait is a test
+// failure (found at the wait). A communicator destroyed with buckets started and not waited for is a test failure too
+// (a device would free memory a reduction still uses).
 #pragma once
 #include <atomic>
 #include <cmath>
@@ -17,6 +19,8 @@
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kernels/optim_math.h"
 #include "sim/comm/communicator.h"
@@ -130,6 +134,11 @@ class SealedMemory final : public ElementOps {
 // place around the host collective and sealed again). The double all-reduce (control values) is host memory.
 class SealedCommunicator final : public Communicator {
  public:
+  ~SealedCommunicator() override {
+    for (size_t r = 0; r < pending_.size(); ++r)
+      if (!pending_[r].empty())
+        ADD_FAILURE() << "rank " << r << " has " << pending_[r].size() << " bucket(s) started and never waited for";
+  }
   SealedCommunicator(int ranks, bool asynchronous, bool poison = false)
       : inner_(make_host_communicator(ranks)), asynchronous_(asynchronous), poison_(poison),
         pending_(static_cast<size_t>(ranks)), saved_(static_cast<size_t>(ranks)), started_(static_cast<size_t>(ranks)) {}
@@ -172,7 +181,15 @@ class SealedCommunicator final : public Communicator {
     auto saved = std::exchange(saved_[static_cast<size_t>(rank)], {});
     for (size_t b = 0; b < pending.size(); ++b) {
       auto [buf, count] = pending[b];
-      if (poison_) std::memcpy(buf, saved[b].data(), count * sizeof(float));
+      if (poison_) {
+        const float nan = seal(std::nanf(""));
+        for (size_t i = 0; i < count; ++i)
+          if (std::memcmp(&buf[i], &nan, sizeof nan) != 0) {
+            ADD_FAILURE() << "rank " << rank << ": element " << i << " of a started bucket was written before its wait";
+            break;
+          }
+        std::memcpy(buf, saved[b].data(), count * sizeof(float));
+      }
       all_reduce_sum(rank, buf, count);
     }
   }

@@ -955,19 +955,21 @@ TEST(ConfigErrors, DataThatCannotFeedARunIsRefusedBeforeAnyRun) {
     EXPECT_EQ(i.message.find("(expected"), std::string::npos) << i.message;
   }
   EXPECT_TRUE(has_issue(shape, "data.ranks[0][0].x[1]", "2 numbers")) << dump_issues(shape);
-  // The widths come from the model (mlp, linear), not from the first row: a wrong first row is the one named.
+  // Rows that disagree among themselves are measured against the model's width (mlp, linear): a wrong first row is
+  // the one named. Rows that agree among themselves but not with the model name model.layers.
   auto first = issues_of(R"({"model": {"kind": "mlp", "layers": [3, 5, 2], "loss": "mse"},
     "data": {"kind": "inline", "ranks": [[{"x": [[1, 2]], "y": [[1, 0]]}, {"x": [[1, 2, 3]], "y": [[0, 1]]}]]}})");
   EXPECT_TRUE(has_issue(first, "data.ranks[0][0].x[0]", "expected 3 numbers (model.layers[0]), got 2"))
       << dump_issues(first);
   EXPECT_FALSE(has_issue(first, "data.ranks[0][1].x[0]", "numbers")) << dump_issues(first);
   auto targets = issues_of(R"({"model": {"kind": "mlp", "layers": [1, 4, 2], "loss": "mse"},
-    "data": {"kind": "inline", "ranks": [[{"y": [[1, 0, 1]]}]]}})");
+    "data": {"kind": "inline", "ranks": [[{"y": [[1, 0, 1]]}, {"y": [[1, 0]]}]]}})");
   EXPECT_TRUE(has_issue(targets, "data.ranks[0][0].y[0]", "expected 2 numbers (model.layers[2]), got 3"))
       << dump_issues(targets);
-  auto omitted = issues_of(R"({"model": {"kind": "linear", "layers": [3, 1], "loss": "mse"},
-    "data": {"kind": "inline", "ranks": [[{"y": [[1]]}]]}})");
-  EXPECT_TRUE(has_issue(omitted, "data.ranks[0][0].x", "model.layers[0] is 3")) << dump_issues(omitted);
+  auto consistent = issues_of(R"({"model": {"kind": "mlp", "layers": [2, 4, 1], "loss": "mse"},
+    "data": {"kind": "inline", "ranks": [[{"x": [[1, 2, 3]], "y": [[1]]}, {"x": [[3, 2, 1]], "y": [[0]]}]]}})");
+  EXPECT_TRUE(has_issue(consistent, "model.layers[0]", "inline samples have 3 inputs, got 2"))
+      << dump_issues(consistent);
 }
 
 }  // namespace

@@ -118,6 +118,7 @@ TEST(CollectiveCurves, ForcedAlgorithmUsesItsOwnPriceWhereItServes) {
   CollectiveModel tree(hw, 8, NcclAlgo::kTree);
   EXPECT_EQ(tree.best(CollectiveKind::kAllGather, kGiB).algo, NcclAlgo::kRing);
   EXPECT_EQ(nccl_algo_from_name("NVLS"), NcclAlgo::kNvls);
+  EXPECT_EQ(nccl_algo_from_name("NVLSTree"), NcclAlgo::kNvls);  // the table's name of nvls across nodes
   EXPECT_FALSE(nccl_algo_from_name("auto").has_value());
   EXPECT_THROW(nccl_algo_from_name("collnet"), Error);
 }
