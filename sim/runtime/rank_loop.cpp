@@ -293,8 +293,8 @@ class HostRun {
   // The end of micro-batch k to the gradient subscribers (every micro-batch, with or without samples).
   void end_micro_batch(RankState& rs, int rank, int64_t k);
   // The inf/NaN values of the rank's step gradient after its micro-batches (the layers' tally where buckets start
-  // asynchronously, else one count).
-  size_t gradient_nonfinite(RankState& rs, int rank);
+  // asynchronously, always taken so the next step starts at 0; else one count, only when `wanted`: 0 otherwise).
+  size_t gradient_nonfinite(RankState& rs, int rank, bool wanted);
   // cluster.stragglers.inject (the cuda backend's runs; validation refuses it elsewhere): after its micro-batches the
   // rank sleeps (f - 1) x its measured forward + backward of the step (f: its straggler factor of the step, the
   // modeled clock's) and counts the sleep as backward, before the strategy communicates (allreduce then starts no
@@ -566,8 +566,8 @@ void HostRun::inject_straggler(RankState& rs, int rank, int64_t step) {
   rs.clock.add(Phase::kBackward, now_s() - t0);
 }
 
-size_t HostRun::gradient_nonfinite(RankState& rs, int rank) {
-  if (!tally_layers_) return ops_.count_nonfinite(rank, rs.grad.get(), n_);
+size_t HostRun::gradient_nonfinite(RankState& rs, int rank, bool wanted) {
+  if (!tally_layers_) return wanted ? ops_.count_nonfinite(rank, rs.grad.get(), n_) : 0;
   rs.relay.take_tallied();
   return ops_.take_nonfinite(rank);
 }
@@ -608,7 +608,8 @@ void HostRun::rank_main(int rank) {
     data_step.fetch_modeled_s = fetch_modeled_s(rs, data_step.counts);
     modeled_.set_fetch_s(step, rank, data_step.fetch_modeled_s);
     data_steps.push_back(data_step);
-    const size_t grad_nonfinite = gradient_nonfinite(rs, rank);
+    // Counted where it decides something: the divergence check, or the first non-finite step not yet seen.
+    const size_t grad_nonfinite = gradient_nonfinite(rs, rank, !check_nonfinite_ || !first_nonfinite_[ri]);
     if (check_nonfinite_ && !first_nonfinite_[ri] && grad_nonfinite > 0) first_nonfinite_[ri] = step + 1;
     // Under loss scaling a non-finite gradient is the scaler's to handle (it skips the step and lowers the scale),
     // not a divergence.
@@ -758,22 +759,15 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   res.compression = strategy->report(ReportContext{res.steps_completed}).compression;
 }
 
-// The staged cuda path's backend: host memory and communicator, the GPU model (forward / backward / evaluation on the
-// GPU, parameters and gradients staged through host memory).
-class StagedBackend final : public Backend {
- public:
-  ElementOps& memory() override { return host_element_ops(); }
-  std::unique_ptr<Model> make_model(const RunConfig& config) override { return make_gpu_model(config); }
-  std::unique_ptr<Communicator> make_communicator(int ranks) override { return make_host_communicator(ranks); }
-};
-
 // The host backend's run (and the staged cuda path's: the same loop and strategies with forward / backward /
 // evaluation on the GPU; and a test's backend, RunHooks::make_backend).
 void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0) {
   const RunConfig& config = plan.config;
-  std::unique_ptr<Backend> backend = hooks.make_backend ? hooks.make_backend(config)
-                                     : plan.staged()    ? std::make_unique<StagedBackend>()
-                                                        : make_host_backend();
+  // Staged: host memory and communicator with the GPU model (parameters and gradients staged through host memory).
+  std::unique_ptr<Backend> backend =
+      hooks.make_backend ? hooks.make_backend(config)
+      : plan.staged()    ? make_host_backend([](const RunConfig& c) { return make_gpu_model(c); })
+                         : make_host_backend();
   if (const std::optional<std::string> issue = backend->issue(config, host_memory_reason(config)))
     throw Error(*issue + " (this run's backend keeps its buffers in device memory)");
   std::unique_ptr<Model> model = backend->make_model(config);
