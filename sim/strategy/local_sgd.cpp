@@ -1,7 +1,5 @@
 // `local_sgd`: the LocalSgd strategy: local optimizer steps with periodic parameter averaging (docs/design.md,
 // section 2), after an optional synchronous warm-up (post-local SGD, Lin et al. 2020).
-#include <algorithm>
-
 #include "kernels/nvtx.h"
 #include "sim/comm/process_group.h"
 #include "sim/comm/rank_gather.h"
