@@ -791,6 +791,39 @@ void sum_to_double(double* out, const float* x, size_t n, Scratch& scratch, cuda
   check_launch("sum_to_double");
 }
 
+namespace {
+
+struct SquaredDifferenceTerm {
+  const float* a;
+  const float* b;
+  __device__ Sums<1> operator()(size_t i) const {
+    const double d = static_cast<double>(a[i]) - b[i];
+    return Sums<1>{{d * d}};
+  }
+};
+
+struct ZeroWhereNonzeroOp {
+  float* x;
+  const float* mask;
+  __device__ void operator()(size_t i) const {
+    if (mask[i] != 0.0f) x[i] = 0.0f;
+  }
+};
+
+}  // namespace
+
+void sum_squared_difference(double* out, const float* a, const float* b, size_t n, Scratch& scratch,
+                            cudaStream_t stream) {
+  auto* partial = static_cast<Sums<1>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<1>)));
+  launch_sums<1>(n, SquaredDifferenceTerm{a, b}, partial, partial + kReduceBlocks, stream, "sum_squared_difference");
+  copy_first_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks);
+  check_launch("sum_squared_difference");
+}
+
+void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stream) {
+  launch_map(n, ZeroWhereNonzeroOp{x, mask}, stream, "zero_where_nonzero");
+}
+
 // ---- Selection: radix select on magnitude keys and tiled compaction ----------------------------------------------
 
 namespace {

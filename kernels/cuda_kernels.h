@@ -187,6 +187,13 @@ void scatter_add(float* out, const uint32_t* idx, const float* vals, size_t k, c
 void zero_at(float* x, const uint32_t* idx, size_t k, cudaStream_t stream);
 // acc[i] += x[i] (error feedback: the residual joins the new gradient).
 void add_into(float* acc, const float* x, size_t n, cudaStream_t stream);
+// x[i] = 0 where mask[i] != 0 (momentum factor masking: the sent coordinates leave u and v), as
+// gs::CompressOps::zero_where_nonzero on the host.
+void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stream);
+// *out (device double) = sum of (double(a[i]) - b[i])^2 in a fixed order (the same bits every call; the host's index
+// order to rounding): ef21's unsent norm.
+void sum_squared_difference(double* out, const float* a, const float* b, size_t n, Scratch& scratch,
+                            cudaStream_t stream);
 
 // QSGD encode into out (device, qsgd_encoded_bytes(n, s) bytes, as gs::qsgd_encode): the fp32 norm, then the codes.
 // The norm is accumulated in double on the device in a fixed order (close to, not always the same bits as, the

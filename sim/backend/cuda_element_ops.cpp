@@ -2,10 +2,12 @@
 // CUDA runtime call on the rank's stream. A new operation is one override here calling its launcher.
 #include "sim/backend/cuda_element_ops.h"
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/compress.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
 
@@ -21,7 +23,8 @@ struct CudaElementOps::Rank {
   };
 
   explicit Rank(int d)
-      : device(d), stream(own.get()), totals(2, "element ops totals"), readback(1, "element ops readback") {
+      : device(d), stream(own.get()), totals(2, "element ops totals"), readback(1, "element ops readback"),
+        words(1, "compress ops count"), norm(1, "compress ops norm"), small(4, "compress ops readback") {
     GS_CUDA_CHECK(cudaMemsetAsync(totals.get(), 0, totals.bytes(), stream));
     own.synchronize();
   }
@@ -49,6 +52,23 @@ struct CudaElementOps::Rank {
   size_t events_used = 0;
   size_t open = 0;  // phases begun and not yet ended (their start events must survive a settle)
   std::vector<Pending> pending;
+  // The compressor operations' small results: a device count, a device double, and their way to the host.
+  gpu::DeviceBuffer<uint32_t> words;
+  gpu::DeviceBuffer<double> norm;
+  gpu::PinnedBuffer<double> small;  // 32 bytes of readback
+  gpu::DeviceBuffer<const uint8_t*> messages;  // sign_vote_scaled's pointer array (grown)
+
+  // `bytes` (<= 32) at device address src, on the host once the stream has run up to here.
+  const void* read_small(const void* src, size_t bytes) {
+    GS_CUDA_CHECK(cudaMemcpyAsync(small.get(), src, bytes, cudaMemcpyDeviceToHost, stream));
+    GS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return small.get();
+  }
+  uint32_t read_u32(const void* src) {
+    uint32_t v;
+    std::memcpy(&v, read_small(src, sizeof v), sizeof v);
+    return v;
+  }
 };
 
 CudaElementOps::CudaElementOps(const std::vector<int>& devices) {
@@ -206,6 +226,104 @@ void CudaElementOps::release(int rank, float* p) noexcept {
     (void)cudaSetDevice(ranks_[static_cast<size_t>(rank)]->device);
   }
   gpu::device_free(p);  // cudaFree waits for the device's work on p
+}
+
+// ---- CompressOps: the compressor kernels of cuda_kernels.h (twins of kernels/compress.h) ----
+
+size_t CudaElementOps::topk_select(int rank, const float* x, size_t n, size_t k, uint32_t* idx) {
+  Rank& r = select(rank);
+  return gpu::topk_select(x, n, k, idx, r.scratch, r.stream);
+}
+
+size_t CudaElementOps::threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) {
+  Rank& r = select(rank);
+  if (n == 0) return 0;
+  gpu::threshold_select(x, n, tau, idx, r.words.get(), r.scratch, r.stream);
+  return r.read_u32(r.words.get());
+}
+
+size_t CudaElementOps::randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) {
+  Rank& r = select(rank);
+  return gpu::randomk_indices(idx, n, k, seed, stream, r.scratch, r.stream);
+}
+
+void CudaElementOps::gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) {
+  gpu::gather(vals, x, idx, k, select(rank).stream);
+}
+
+void CudaElementOps::scatter_add(int rank, float* out, const uint32_t* idx, const float* vals, size_t k) {
+  gpu::scatter_add(out, idx, vals, k, select(rank).stream);
+}
+
+void CudaElementOps::qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed,
+                                 uint64_t stream) {
+  Rank& r = select(rank);
+  gpu::qsgd_encode(out, p, n, s, seed, stream, r.scratch, r.stream);
+}
+
+void CudaElementOps::qsgd_decode_add(int rank, float* out, const uint8_t* in, size_t n, int s) {
+  gpu::qsgd_decode_add(out, in, n, s, select(rank).stream);
+}
+
+void CudaElementOps::terngrad_encode(int rank, uint8_t* out, const float* p, size_t n, uint64_t seed,
+                                     uint64_t stream) {
+  Rank& r = select(rank);
+  gpu::terngrad_encode(out, p, n, seed, stream, r.scratch, r.stream);
+}
+
+void CudaElementOps::terngrad_decode_add(int rank, float* out, const uint8_t* in, size_t n) {
+  gpu::terngrad_decode_add(out, in, n, select(rank).stream);
+}
+
+// The message's size from its header's zero count (kernels/compress.h: signSGD's at byte 4, 1-bit SGD's at byte 8).
+size_t CudaElementOps::sign_encode(int rank, uint8_t* out, const float* p, size_t n) {
+  Rank& r = select(rank);
+  gpu::sign_encode(out, p, n, r.scratch, r.stream);
+  return gs::sign_encoded_bytes(n, r.read_u32(out + 4));
+}
+
+void CudaElementOps::sign_decode_add(int rank, float* out, const uint8_t* in, size_t n) {
+  gpu::sign_decode_add(out, in, n, select(rank).stream);
+}
+
+size_t CudaElementOps::onebit_encode(int rank, uint8_t* out, const float* p, size_t n) {
+  Rank& r = select(rank);
+  gpu::onebit_encode(out, p, n, r.scratch, r.stream);
+  return gs::onebit_encoded_bytes(n, r.read_u32(out + 8));
+}
+
+void CudaElementOps::onebit_decode_add(int rank, float* out, const uint8_t* in, size_t n) {
+  gpu::onebit_decode_add(out, in, n, select(rank).stream);
+}
+
+// The scales summed in fp32 in rank order on the host (each message's first four bytes), the vote on the device,
+// then out = out * sum: the host op's bits.
+void CudaElementOps::sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) {
+  Rank& r = select(rank);
+  float scale_sum = 0.0f;
+  for (int q = 0; q < ranks; ++q) {
+    float s;
+    std::memcpy(&s, r.read_small(msgs[q], sizeof s), sizeof s);
+    scale_sum += s;
+  }
+  if (r.messages.size() < static_cast<size_t>(ranks))
+    r.messages = gpu::DeviceBuffer<const uint8_t*>(static_cast<size_t>(ranks), "sign vote messages");
+  // From pageable memory: staged when the call returns (upload's rule), so msgs may go away after it.
+  GS_CUDA_CHECK(cudaMemcpyAsync(r.messages.get(), msgs, static_cast<size_t>(ranks) * sizeof(const uint8_t*),
+                                cudaMemcpyHostToDevice, r.stream));
+  gpu::sign_vote(out, r.messages.get(), ranks, n, r.stream);
+  gpu::scale(out, n, scale_sum, r.stream);
+}
+
+void CudaElementOps::zero_where_nonzero(int rank, float* x, const float* mask, size_t n) {
+  gpu::zero_where_nonzero(x, mask, n, select(rank).stream);
+}
+
+double CudaElementOps::sum_squared_difference(int rank, const float* a, const float* b, size_t n) {
+  Rank& r = select(rank);
+  if (n == 0) return 0.0;
+  gpu::sum_squared_difference(r.norm.get(), a, b, n, r.scratch, r.stream);
+  return *static_cast<const double*>(r.read_small(r.norm.get(), sizeof(double)));
 }
 
 }  // namespace gs

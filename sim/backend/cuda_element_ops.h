@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/core/clock.h"
+#include "sim/core/compress_ops.h"
 #include "sim/core/element_ops.h"
 
 namespace gs {
@@ -36,10 +37,15 @@ namespace gs {
 // cudaEventElapsedTime (ms, / 1000 into seconds) to `clock`, the rank's clock (phase_end's clock argument is not
 // kept: the times reach the clock given to settle). Marks are valid until the next settle.
 //
+// Compressors: compress_ops() is this memory itself (CompressOps, sim/core/compress_ops.h): each operation one launcher
+// of the compressor kernels of cuda_kernels.h (the host ops' twins) on the rank's stream; those returning a count or a
+// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode) and sum_squared_difference wait
+// for the stream; sign_vote_scaled reads the messages' scales back (it waits too) and uploads the pointer array.
+//
 // Errors: every CUDA failure throws gpu::CudaError ("file:line: call: error", a std::runtime_error; an out-of-memory
 // cudaMalloc names the bytes asked, free and total); a rank outside [0, ranks) throws gpu::CudaError too. release
 // (a FloatBuffer's destructor) never throws.
-class CudaElementOps final : public ElementOps {
+class CudaElementOps final : public ElementOps, public CompressOps {
  public:
   // Rank r on device devices[r], with a new non-blocking stream of its own there. Throws on a CUDA error.
   explicit CudaElementOps(const std::vector<int>& devices);
@@ -74,6 +80,25 @@ class CudaElementOps final : public ElementOps {
   double phase_begin(int rank) override;
   void phase_end(int rank, double mark, Phase phase, PhaseClock& clock) override;
   void settle(int rank, PhaseClock& clock) override;
+  CompressOps* compress_ops() override { return this; }
+
+  // CompressOps
+  size_t topk_select(int rank, const float* x, size_t n, size_t k, uint32_t* idx) override;
+  size_t threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) override;
+  size_t randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override;
+  void gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) override;
+  void scatter_add(int rank, float* out, const uint32_t* idx, const float* vals, size_t k) override;
+  void qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override;
+  void qsgd_decode_add(int rank, float* out, const uint8_t* in, size_t n, int s) override;
+  void terngrad_encode(int rank, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) override;
+  void terngrad_decode_add(int rank, float* out, const uint8_t* in, size_t n) override;
+  size_t sign_encode(int rank, uint8_t* out, const float* p, size_t n) override;
+  void sign_decode_add(int rank, float* out, const uint8_t* in, size_t n) override;
+  size_t onebit_encode(int rank, uint8_t* out, const float* p, size_t n) override;
+  void onebit_decode_add(int rank, float* out, const uint8_t* in, size_t n) override;
+  void sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) override;
+  void zero_where_nonzero(int rank, float* x, const float* mask, size_t n) override;
+  double sum_squared_difference(int rank, const float* a, const float* b, size_t n) override;
 
  protected:
   float* allocate_zeroed(int rank, size_t n) override;

@@ -13,6 +13,7 @@
 #include "kernels/compress_math.h"
 #include "sim/comm/communicator.h"
 #include "sim/config/run_config.h"
+#include "sim/core/element_ops.h"
 #include "sim/model/model.h"
 
 namespace gs {
@@ -46,6 +47,17 @@ struct CompressTally {
   std::vector<WireCall> calls;
 };
 
+// One rank's buffers of the default gather path (Compressor::reduce_bucket) in the memory of its jobs, kept by the
+// reducer across steps and grown on demand: this rank's message, every rank's messages as the all-gather lays them
+// out, and a compressor's index scratch (uint32 indices stored in float words).
+struct CompressSpace {
+  FloatBuffer payload;
+  FloatBuffer gathered;
+  FloatBuffer indices;
+  // b's storage with room for at least `words` floats, reallocated (zeroed) in `memory` when smaller.
+  static float* room(ElementOps& memory, int rank, FloatBuffer& b, size_t words);
+};
+
 // One bucket of one rank's step. The compressor reads p (the rank's gradient sum plus the error-feedback residual),
 // writes own_decoded = decode(C(p)) (what the other ranks will reconstruct from this rank's message, used for error
 // feedback) and sum = the sum over ranks, in rank order, of the decoded messages (divided by `divisor` already when
@@ -65,6 +77,13 @@ struct BucketJob {
   double divisor = 1.0;          // S: the step's global sample count (the average is sum / S)
   const std::vector<TensorInfo>* tensors = nullptr;  // the model's tensor table (PowerSGD's matrices)
   CompressTally* tally = nullptr;
+  // The memory p, own_decoded and sum live in (nullptr: host memory), and the reducer's buffers there (the default
+  // gather path needs them; a compressor's encode / decode_add alone do not).
+  ElementOps* memory = nullptr;
+  CompressSpace* space = nullptr;
+  ElementOps& ops() const { return memory != nullptr ? *memory : host_element_ops(); }
+  // The memory's compressor operations (sim/core/compress_ops.h). Throws gs::Error where the memory has none.
+  CompressOps& compress_ops() const;
   uint64_t stream() const { return stream_for(static_cast<uint32_t>(rank)); }
   uint64_t stream_for(uint32_t r) const { return compress_stream(static_cast<uint32_t>(step), r, bucket); }
 };
@@ -86,12 +105,20 @@ class Compressor {
   // bucket. The default (gather compressors) is encode -> all-gather of the payloads -> decode_add in rank order.
   virtual void reduce_bucket(const BucketJob& job);
 
-  // Gather compressors: encode p[0..n) into payload (replacing its contents); bit-packed bytes.
-  virtual void encode(const BucketJob& job, std::vector<uint8_t>& payload) {}
-  // Gather compressors: out[0..n) += decode(payload of rank `src`).
+  // Gather compressors: the most bytes encode_into writes for a bucket of n values (the room it is given).
+  virtual size_t max_payload_bytes(size_t n) const { return 0; }
+  // Gather compressors: encode p[0..n) into out (the job's memory, room for max_payload_bytes(n) bytes, 4-byte
+  // aligned) through job.compress_ops(), or host loops where the compressor runs on host memory only
+  // (CompressorEntry::element_ops false); returns the message's bytes (bit-packed).
+  virtual size_t encode_into(const BucketJob& job, uint8_t* out) { return 0; }
+  // Host memory: encode p[0..n) into payload (replacing its contents). The default: encode_into a payload of
+  // max_payload_bytes(n), then cut to the message's bytes.
+  virtual void encode(const BucketJob& job, std::vector<uint8_t>& payload);
+  // Gather compressors: out[0..n) += decode(payload of rank `src`), in the job's memory (payload 4-byte aligned).
   virtual void decode_add(const BucketJob& job, int src, const uint8_t* payload, size_t bytes, float* out) {}
   // Gather compressors whose receivers combine messages in another way than a sum (signSGD majority vote):
-  // overwrite job.sum from all payloads (payloads[r], sizes[r]). Return false to use the decode_add sum.
+  // overwrite job.sum from all payloads (payloads[r], pointers into the job's memory, sizes[r]). Return false to use
+  // the decode_add sum.
   virtual bool combine(const BucketJob& job, const std::vector<const uint8_t*>& payloads,
                        const std::vector<size_t>& sizes) {
     return false;
@@ -116,6 +143,9 @@ struct CompressorEntry {
   // Its payload from the settings (a gather compressor's); nullptr where sim/compress/modeled.cpp prices the kind's
   // wire itself (the casts' all-reduce, PowerSGD's factors, threshold's and DGC's expected density).
   PayloadBytes payload_bytes = nullptr;
+  // True when every element operation of the kind goes through CompressOps (sim/core/compress_ops.h), so that it runs
+  // on a backend's device memory; false for a kind with host loops (host_memory_reason names it).
+  bool element_ops = false;
 };
 
 // Every compressor, in registry order ("none" first: the foundation's uncompressed path, no Compressor object).
@@ -158,10 +188,14 @@ size_t kept_count(size_t n, double ratio, int64_t k);
 
 // Sparse wire format shared by topk, randomk, threshold and dgc: count uint32 indices (ascending) then count fp32
 // values (value j = scale * p[idx[j]]), 8 bytes per kept value; with indices_implied only the values (4 bytes each).
-void encode_sparse(const float* p, const uint32_t* idx, size_t count, float scale, bool indices_implied,
-                   std::vector<uint8_t>& payload);
-// out[idx[j]] += value j of a sparse payload of `bytes` bytes; idx is read from the payload unless given.
-void decode_sparse_add(const uint8_t* payload, size_t bytes, const uint32_t* implied_idx, float* out);
+// encode_sparse writes the values into out after the count indices already there (or at out with indices_implied;
+// idx may be out itself), through job.compress_ops() on the job's memory, and returns the message's bytes.
+size_t encode_sparse(const BucketJob& job, const uint32_t* idx, size_t count, float scale, bool indices_implied,
+                     uint8_t* out);
+// out[idx[j]] += value j of a sparse payload of `bytes` bytes (the job's memory); idx is read from the payload unless
+// given.
+void decode_sparse_add(const BucketJob& job, const uint8_t* payload, size_t bytes, const uint32_t* implied_idx,
+                       float* out);
 
 // Byte helpers of the wire formats (little-endian host layout).
 template <class T>

@@ -22,8 +22,11 @@ class Dgc final : public Compressor {
   bool own_feedback() const override { return true; }
   const std::vector<float>* own_residual() const override { return &v_; }
 
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    thread_local std::vector<uint32_t> idx;
+  // Host memory only (its velocity and momentum are host vectors): the indices in place, the values after the kept
+  // ones.
+  size_t max_payload_bytes(size_t n) const override { return 8 * n; }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    auto* idx = reinterpret_cast<uint32_t*>(out);
     const size_t n = job.n;
     float* u = u_.data() + job.offset;
     float* v = v_.data() + job.offset;
@@ -41,16 +44,17 @@ class Dgc final : public Compressor {
     const double ratio = dgc_density_at(ratio_, warmup_, job.step);
     const size_t samples = std::max<size_t>(1, static_cast<size_t>(std::ceil(sample_ratio_ * static_cast<double>(n))));
     const float thr = sampled_threshold(v, n, ratio, job.seed, job.stream(), samples);
-    idx.resize(n);
-    const size_t got = threshold_select(v, n, thr, idx.data());
-    encode_sparse(v, idx.data(), got, 1.0f, false, payload);
+    const size_t got = threshold_select(v, n, thr, idx);
+    auto* vals = reinterpret_cast<float*>(out + got * sizeof(uint32_t));
+    for (size_t j = 0; j < got; ++j) vals[j] = v[idx[j]];
     for (size_t j = 0; j < got; ++j) {
       u[idx[j]] = 0.0f;
       v[idx[j]] = 0.0f;
     }
+    return got * (sizeof(uint32_t) + sizeof(float));
   }
-  void decode_add(const BucketJob&, int, const uint8_t* payload, size_t bytes, float* out) override {
-    decode_sparse_add(payload, bytes, nullptr, out);
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t bytes, float* out) override {
+    decode_sparse_add(job, payload, bytes, nullptr, out);
   }
 
  private:

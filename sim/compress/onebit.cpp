@@ -10,12 +10,12 @@ namespace {
 class OneBit final : public Compressor {
  public:
   WireCollective collective() const override { return WireCollective::kAllGather; }
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    payload.resize(onebit_encoded_bytes(job.n, job.n));
-    payload.resize(onebit_encode(payload.data(), job.p, job.n));
+  size_t max_payload_bytes(size_t n) const override { return onebit_encoded_bytes(n, n); }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    return job.compress_ops().onebit_encode(job.rank, out, job.p, job.n);
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
-    onebit_decode_add(out, payload, job.n);
+    job.compress_ops().onebit_decode_add(job.rank, out, payload, job.n);
   }
 };
 
@@ -28,7 +28,7 @@ double payload_bytes(const CompressionConfig&, size_t n) { return static_cast<do
 
 CompressorEntry onebit_compressor() {
   return {"onebit", "1-bit SGD: sign bits with per-bucket positive and negative means; all-gather", make,
-          lossy_options(), nullptr, payload_bytes};
+          lossy_options(), nullptr, payload_bytes, true};
 }
 
 }  // namespace gs

@@ -10,12 +10,13 @@ class Qsgd final : public Compressor {
  public:
   explicit Qsgd(const CompressionConfig& c) : s_(static_cast<int>(c.levels)) {}
   WireCollective collective() const override { return WireCollective::kAllGather; }
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    payload.resize(qsgd_encoded_bytes(job.n, s_));
-    qsgd_encode(payload.data(), job.p, job.n, s_, job.seed, job.stream());
+  size_t max_payload_bytes(size_t n) const override { return qsgd_encoded_bytes(n, s_); }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    job.compress_ops().qsgd_encode(job.rank, out, job.p, job.n, s_, job.seed, job.stream());
+    return qsgd_encoded_bytes(job.n, s_);
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
-    qsgd_decode_add(out, payload, job.n, s_);
+    job.compress_ops().qsgd_decode_add(job.rank, out, payload, job.n, s_);
   }
 
  private:
@@ -32,7 +33,7 @@ double payload_bytes(const CompressionConfig& c, size_t n) {
 
 CompressorEntry qsgd_compressor() {
   return {"qsgd", "QSGD: s levels, stochastic rounding (unbiased), per-bucket norm, bit-packed; all-gather", make,
-          lossy_options({"compression.levels"}), nullptr, payload_bytes};
+          lossy_options({"compression.levels"}), nullptr, payload_bytes, true};
 }
 
 }  // namespace gs

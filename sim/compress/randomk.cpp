@@ -12,29 +12,38 @@ class RandomK final : public Compressor {
   explicit RandomK(const CompressionConfig& c)
       : ratio_(c.ratio), k_(c.k), shared_(c.shared_indices), unbiased_(c.unbiased) {}
   WireCollective collective() const override { return WireCollective::kAllGather; }
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    thread_local std::vector<uint32_t> idx;
+  size_t max_payload_bytes(size_t n) const override { return (shared_ ? 4 : 8) * kept_count(n, ratio_, k_); }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    // Own indices in place before the values; shared ones (implied, not sent) in the index scratch.
+    uint32_t* idx = shared_ ? scratch(job) : reinterpret_cast<uint32_t*>(out);
     const size_t k = draw(job, job.rank, idx);
     const float scale = unbiased_ ? static_cast<float>(static_cast<double>(job.n) / static_cast<double>(k)) : 1.0f;
-    encode_sparse(job.p, idx.data(), k, scale, shared_, payload);
+    return encode_sparse(job, idx, k, scale, shared_, out);
   }
   void decode_add(const BucketJob& job, int src, const uint8_t* payload, size_t bytes, float* out) override {
-    thread_local std::vector<uint32_t> idx;
     if (shared_) {
+      uint32_t* idx = scratch(job);
       draw(job, src, idx);
-      decode_sparse_add(payload, bytes, idx.data(), out);
+      decode_sparse_add(job, payload, bytes, idx, out);
     } else {
-      decode_sparse_add(payload, bytes, nullptr, out);
+      decode_sparse_add(job, payload, bytes, nullptr, out);
     }
   }
 
  private:
-  // The index set of rank `rank` in this job (the shared one when shared_indices); returns k.
-  size_t draw(const BucketJob& job, int rank, std::vector<uint32_t>& idx) const {
-    const size_t k = kept_count(job.n, ratio_, k_);
-    idx.resize(k);
+  // The index set of rank `rank` in this job (the shared one when shared_indices) into idx (room for k); returns k.
+  size_t draw(const BucketJob& job, int rank, uint32_t* idx) const {
     const uint64_t stream = job.stream_for(shared_ ? kSharedRank : static_cast<uint32_t>(rank));
-    return randomk_indices(idx.data(), job.n, k, job.seed, stream);
+    return job.compress_ops().randomk_indices(job.rank, idx, job.n, kept_count(job.n, ratio_, k_), job.seed, stream);
+  }
+  // Room for k indices in the job's memory: the reducer's index scratch, or (host memory without one: a
+  // parameter-server push) a per-thread host buffer.
+  uint32_t* scratch(const BucketJob& job) const {
+    const size_t k = kept_count(job.n, ratio_, k_);
+    if (job.space != nullptr) return reinterpret_cast<uint32_t*>(CompressSpace::room(job.ops(), job.rank, job.space->indices, k));
+    thread_local std::vector<uint32_t> idx;
+    idx.resize(k);
+    return idx.data();
   }
   double ratio_;
   int64_t k_;
@@ -55,7 +64,7 @@ double payload_bytes(const CompressionConfig& c, size_t n) {  // shared indices:
 CompressorEntry randomk_compressor() {
   return {"randomk", "k random indices (Philox; shared_indices, unbiased d/k scale); all-gather", make,
           lossy_options({"compression.ratio", "compression.k", "compression.shared_indices", "compression.unbiased"}),
-          nullptr, payload_bytes};
+          nullptr, payload_bytes, true};
 }
 
 }  // namespace gs

@@ -24,45 +24,67 @@ const char* collective_name(WireCollective c) {
 }
 
 
-void encode_sparse(const float* p, const uint32_t* idx, size_t count, float scale, bool indices_implied,
-                   std::vector<uint8_t>& payload) {
+CompressOps& BucketJob::compress_ops() const {
+  CompressOps* c = ops().compress_ops();
+  if (c == nullptr) throw Error("compression: this run's memory has no compressor operations (sim/core/compress_ops.h)");
+  return *c;
+}
+
+float* CompressSpace::room(ElementOps& memory, int rank, FloatBuffer& b, size_t words) {
+  if (b.size() < words) b = memory.allocate(rank, words);
+  return b.get();
+}
+
+void Compressor::encode(const BucketJob& job, std::vector<uint8_t>& payload) {
+  // 4-byte aligned room (a compressor's indices and values are words).
+  thread_local std::vector<float> room;
+  room.resize((max_payload_bytes(job.n) + 3) / 4);
+  auto* out = reinterpret_cast<uint8_t*>(room.data());
+  const size_t bytes = encode_into(job, out);
+  payload.assign(out, out + bytes);
+}
+
+size_t encode_sparse(const BucketJob& job, const uint32_t* idx, size_t count, float scale, bool indices_implied,
+                     uint8_t* out) {
   const size_t idx_bytes = indices_implied ? 0 : count * sizeof(uint32_t);
-  payload.resize(idx_bytes + count * sizeof(float));
-  if (!indices_implied) std::memcpy(payload.data(), idx, idx_bytes);
-  float* vals = reinterpret_cast<float*>(payload.data() + idx_bytes);  // 4-byte aligned: idx_bytes % 4 == 0
-  if (scale == 1.0f) {
-    for (size_t j = 0; j < count; ++j) vals[j] = p[idx[j]];
-  } else {
-    for (size_t j = 0; j < count; ++j) vals[j] = scale * p[idx[j]];
-  }
+  auto* vals = reinterpret_cast<float*>(out + idx_bytes);  // 4-byte aligned: idx_bytes % 4 == 0
+  ElementOps& ops = job.ops();
+  job.compress_ops().gather(job.rank, vals, job.p, idx, count);
+  if (scale != 1.0f) ops.scale(job.rank, vals, count, scale);  // scale * p[idx[j]], one rounding either way
+  return idx_bytes + count * sizeof(float);
 }
 
-void decode_sparse_add(const uint8_t* payload, size_t bytes, const uint32_t* implied_idx, float* out) {
+void decode_sparse_add(const BucketJob& job, const uint8_t* payload, size_t bytes, const uint32_t* implied_idx,
+                       float* out) {
   const size_t count = implied_idx != nullptr ? bytes / sizeof(float) : bytes / (sizeof(uint32_t) + sizeof(float));
-  const uint8_t* vals = payload + (implied_idx != nullptr ? 0 : count * sizeof(uint32_t));
-  for (size_t j = 0; j < count; ++j) {
-    const uint32_t i = implied_idx != nullptr ? implied_idx[j] : get_at<uint32_t>(payload, j * sizeof(uint32_t));
-    out[i] += get_at<float>(vals, j * sizeof(float));
-  }
+  const uint32_t* idx = implied_idx != nullptr ? implied_idx : reinterpret_cast<const uint32_t*>(payload);
+  const auto* vals = reinterpret_cast<const float*>(payload + (implied_idx != nullptr ? 0 : count * sizeof(uint32_t)));
+  job.compress_ops().scatter_add(job.rank, out, idx, vals, count);
 }
 
+// The gather path: this rank's message encoded into its payload buffer and decoded into own_decoded, the sizes
+// all-reduced (host doubles), the payloads all-gathered padded to the largest (4-byte words, the bytes past a
+// message's end not part of it), then decoded and summed in rank order (or combined). Every element operation goes
+// through the job's memory, so a backend's device memory runs it as host memory does.
 void Compressor::reduce_bucket(const BucketJob& job) {
-  thread_local std::vector<uint8_t> payload;
-  thread_local std::vector<float> send, recv;
   thread_local std::vector<double> sizes;
+  GS_EXPECT(job.space != nullptr, "the gather path needs the reducer's buffers (BucketJob::space)");
   CompressTally& t = *job.tally;
+  ElementOps& ops = job.ops();
+  CompressSpace& space = *job.space;
   const int N = job.ranks;
   double t0 = now_s();
   NvtxPhases nvtx(NvtxName::kCompress);
-  encode(job, payload);
-  std::fill(job.own_decoded, job.own_decoded + job.n, 0.0f);
-  decode_add(job, job.rank, payload.data(), payload.size(), job.own_decoded);
+  float* send = CompressSpace::room(ops, job.rank, space.payload, (max_payload_bytes(job.n) + 3) / 4);
+  const size_t bytes = encode_into(job, reinterpret_cast<uint8_t*>(send));
+  ops.zero(job.rank, job.own_decoded, job.n);
+  decode_add(job, job.rank, reinterpret_cast<const uint8_t*>(send), bytes, job.own_decoded);
   double t1 = now_s();
   t.compress_s += t1 - t0;
-  nvtx.next(NvtxName::kCommunicate, payload.size());
+  nvtx.next(NvtxName::kCommunicate, bytes);
   // Payload sizes (exact in double), then the payloads padded to the largest, as 4-byte words.
   sizes.assign(static_cast<size_t>(N), 0.0);
-  sizes[static_cast<size_t>(job.rank)] = static_cast<double>(payload.size());
+  sizes[static_cast<size_t>(job.rank)] = static_cast<double>(bytes);
   job.comm->all_reduce_sum(job.rank, sizes.data(), sizes.size());
   size_t max_bytes = 0;
   uint64_t total_bytes = 0;
@@ -71,27 +93,25 @@ void Compressor::reduce_bucket(const BucketJob& job) {
     total_bytes += static_cast<uint64_t>(b);
   }
   const size_t words = (max_bytes + 3) / 4;
-  send.assign(words, 0.0f);
-  if (!payload.empty()) std::memcpy(send.data(), payload.data(), payload.size());
-  recv.resize(words * static_cast<size_t>(N));
-  job.comm->all_gather(job.rank, recv.data(), send.data(), words);
+  float* recv = CompressSpace::room(ops, job.rank, space.gathered, words * static_cast<size_t>(N));
+  job.comm->all_gather(job.rank, recv, send, words);
   double t2 = now_s();
   t.communicate_s += t2 - t1;
   nvtx.next(NvtxName::kCompress);
   std::vector<const uint8_t*> ptrs(static_cast<size_t>(N));
   std::vector<size_t> szs(static_cast<size_t>(N));
   for (int r = 0; r < N; ++r) {
-    ptrs[static_cast<size_t>(r)] = reinterpret_cast<const uint8_t*>(recv.data() + static_cast<size_t>(r) * words);
+    ptrs[static_cast<size_t>(r)] = reinterpret_cast<const uint8_t*>(recv + static_cast<size_t>(r) * words);
     szs[static_cast<size_t>(r)] = static_cast<size_t>(sizes[static_cast<size_t>(r)]);
   }
   if (!combine(job, ptrs, szs)) {
-    std::fill(job.sum, job.sum + job.n, 0.0f);
+    ops.zero(job.rank, job.sum, job.n);
     for (int r = 0; r < N; ++r)
       decode_add(job, r, ptrs[static_cast<size_t>(r)], szs[static_cast<size_t>(r)], job.sum);
   }
   t.decompress_s += now_s() - t2;
   t.calls.push_back({WireCollective::kAllGather, 4.0 * static_cast<double>(words) * N});
-  t.payload_bytes += payload.size();
+  t.payload_bytes += bytes;
   // Ring all-gather of unequal blocks: every block but one's own crosses each link once: (N-1)/N of the total.
   t.wire_bytes += N > 1 ? (static_cast<uint64_t>(N - 1) * total_bytes) / static_cast<uint64_t>(N) : 0;
 }
@@ -107,6 +127,33 @@ struct StepRecord {
   double residual_norm = 0.0;
 };
 
+// The step's error statistics (compression.measure_error): the average sent (grad) against the exact sum / S, element
+// by element in double on the host (a device's buffers are downloaded first: a diagnostic's copy, the same bits).
+void record_error(ElementOps& memory, int rank, size_t n, const float* grad, const float* exact, float S,
+                  StepRecord& rec) {
+  thread_local std::vector<float> got, want;
+  if (!memory.host()) {
+    got.resize(n);
+    want.resize(n);
+    memory.download(rank, got.data(), grad, n);
+    memory.download(rank, want.data(), exact, n);
+    grad = got.data();
+    exact = want.data();
+  }
+  double d2 = 0.0, x2 = 0.0, worst = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(exact[i] / S);
+    const double d = static_cast<double>(grad[i]) - x;
+    d2 += d * d;
+    x2 += x * x;
+    // Element-wise |d| / |x|: inf where x is 0 and d is not, or d is not a number.
+    const double r = std::isnan(d) ? INFINITY : (d == 0.0 ? 0.0 : std::fabs(d) / std::fabs(x));
+    worst = std::max(worst, r);
+  }
+  rec.relative_error = x2 > 0 ? std::sqrt(d2 / x2) : (d2 > 0 ? INFINITY : 0.0);
+  rec.max_relative_error = worst;
+}
+
 OptimizerConfig update_optimizer(const RunConfig& config) {
   OptimizerConfig o = config.training.optimizer;
   if (config.compression.kind != "none" && config.compression.error_feedback == "momentum") o.momentum = 0.0;
@@ -115,90 +162,101 @@ OptimizerConfig update_optimizer(const RunConfig& config) {
 
 struct CompressedReduction::RankState {
   std::unique_ptr<Compressor> comp;
-  std::vector<float> residual;  // error feedback (n): e, momentum's v, ef21's h_r; empty without it
-  std::vector<float> velocity;  // momentum: u (n), else empty
-  std::vector<float> tracked;   // ef21: G, the mean of the ranks' h_r (n; the same on every rank), else empty
-  std::vector<float> own;       // decode(C(p)) of this rank (n)
-  std::vector<float> sum;       // sum over ranks of the decoded messages (n)
-  std::vector<float> exact;     // exact sum of the raw gradients (n), when measuring
+  // In the run's memory (n floats each, or empty):
+  FloatBuffer residual;  // error feedback: e, momentum's v, ef21's h_r; empty without it
+  FloatBuffer velocity;  // momentum: u, else empty
+  FloatBuffer tracked;   // ef21: G, the mean of the ranks' h_r (the same on every rank), else empty
+  FloatBuffer own;       // decode(C(p)) of this rank
+  FloatBuffer sum;       // sum over ranks of the decoded messages
+  FloatBuffer exact;     // exact sum of the raw gradients, when measuring
+  CompressSpace space;   // the gather path's buffers
   std::vector<StepRecord> steps;
 };
 
 CompressedReduction::CompressedReduction(const RunConfig& config, const Model& model, Communicator& comm, int ranks,
-                                         const std::vector<std::pair<size_t, size_t>>& buckets)
-    : config_(config), model_(model), comm_(comm), ranks_(ranks), n_(model.num_params()), buckets_(buckets) {
+                                         const std::vector<std::pair<size_t, size_t>>& buckets, ElementOps& memory)
+    : config_(config), model_(model), comm_(comm), memory_(memory), ranks_(ranks), n_(model.num_params()),
+      buckets_(buckets) {
   GS_EXPECT(ranks_ < static_cast<int>(kSharedRank), "compression supports fewer than 65535 ranks");
   GS_EXPECT(buckets_.size() < 0xffff, "compression supports fewer than 65535 buckets");
+  if (!memory_.host()) {
+    const CompressorEntry* e = find_compressor(config.compression.kind);
+    GS_EXPECT(e != nullptr && e->element_ops && memory_.compress_ops() != nullptr,
+              "compression.kind \"" + config.compression.kind + "\" runs on host memory only (host_memory_reason)");
+  }
   for (int r = 0; r < ranks_; ++r) {
     auto s = std::make_unique<RankState>();
     s->comp = make_compressor(config, model, ranks);
     GS_EXPECT(s->comp != nullptr, "compression.kind \"none\" takes the uncompressed path");
     const std::string& ef = config.compression.error_feedback;
-    if (ef != "none" && !s->comp->own_feedback()) s->residual.assign(n_, 0.0f);
-    if (ef == "momentum") s->velocity.assign(n_, 0.0f);
-    if (ef == "ef21") s->tracked.assign(n_, 0.0f);
-    s->own.resize(n_);
-    s->sum.resize(n_);
-    if (config.compression.measure_error) s->exact.resize(n_);
+    if (ef != "none" && !s->comp->own_feedback()) s->residual = memory_.allocate(r, n_);
+    if (ef == "momentum") s->velocity = memory_.allocate(r, n_);
+    if (ef == "ef21") s->tracked = memory_.allocate(r, n_);
+    s->own = memory_.allocate(r, n_);
+    s->sum = memory_.allocate(r, n_);
+    if (config.compression.measure_error) s->exact = memory_.allocate(r, n_);
     state_.push_back(std::move(s));
   }
 }
 
 CompressedReduction::~CompressedReduction() = default;
 
-const std::vector<float>& CompressedReduction::residual(int rank) const {
+std::vector<float> CompressedReduction::residual(int rank) const {
   const RankState& s = *state_[static_cast<size_t>(rank)];
-  const std::vector<float>* own = s.comp->own_residual();
-  return own != nullptr ? *own : s.residual;
+  if (const std::vector<float>* own = s.comp->own_residual()) return *own;
+  return download(rank, s.residual);
 }
 
-const std::vector<float>& CompressedReduction::velocity(int rank) const {
-  return state_[static_cast<size_t>(rank)]->velocity;
+std::vector<float> CompressedReduction::velocity(int rank) const {
+  return download(rank, state_[static_cast<size_t>(rank)]->velocity);
 }
 
-// The compressor's input p from the rank's gradient sum g (in place), by placement (see reduce.h).
-void CompressedReduction::feed_in(RankState& s, float* grad) const {
-  float* e = s.residual.data();
-  if (!s.velocity.empty()) {  // momentum correction: u = m u + g (two roundings, as SGD's buf * m + g), v += u
-    const float m = static_cast<float>(config_.training.optimizer.momentum);
-    float* u = s.velocity.data();
-    for (size_t i = 0; i < n_; ++i) {
-      u[i] = u[i] * m + grad[i];
-      e[i] += u[i];
-      grad[i] = e[i];
-    }
-  } else if (!s.tracked.empty()) {  // ef21: p = g - h
-    for (size_t i = 0; i < n_; ++i) grad[i] -= e[i];
+std::vector<float> CompressedReduction::download(int rank, const FloatBuffer& b) const {
+  std::vector<float> v(b.size());
+  if (!v.empty()) memory_.download(rank, v.data(), b.get(), v.size());
+  return v;
+}
+
+// The compressor's input p from the rank's gradient sum g (in place), by placement (see reduce.h), through the
+// memory's operations (the host's are the loops this always was: a product and a sum round apart).
+void CompressedReduction::feed_in(int rank, RankState& s, float* grad) const {
+  float* e = s.residual.get();
+  if (s.velocity.get() != nullptr) {  // momentum correction: u = m u + g (two roundings, as SGD's buf * m + g), v += u
+    float* u = s.velocity.get();
+    memory_.scale(rank, u, n_, static_cast<float>(config_.training.optimizer.momentum));
+    memory_.add(rank, u, grad, n_);
+    memory_.add(rank, e, u, n_);
+    memory_.copy(rank, grad, e, n_);
+  } else if (s.tracked.get() != nullptr) {  // ef21: p = g - h (g + (-1) h: the same bits as g - h)
+    memory_.add_scaled(rank, grad, e, -1.0f, n_);
   } else {  // gradient: p = g + e
-    for (size_t i = 0; i < n_; ++i) grad[i] += e[i];
+    memory_.add(rank, grad, e, n_);
   }
 }
 
 // The state after the rank's message: own = decode(C(p)) in s.own. Returns the squared norm of what stays unsent.
-double CompressedReduction::feed_back(RankState& s, const float* p) const {
-  float* e = s.residual.data();
-  const float* own = s.own.data();
-  double norm2 = 0.0;
-  if (!s.velocity.empty()) {  // momentum factor masking: u and v zeroed at the sent coordinates
-    float* u = s.velocity.data();
-    for (size_t i = 0; i < n_; ++i) {
-      if (own[i] != 0.0f) u[i] = e[i] = 0.0f;
-      norm2 += static_cast<double>(e[i]) * e[i];
-    }
-  } else if (!s.tracked.empty()) {  // ef21: h += c; what h still misses of g is p - c
-    for (size_t i = 0; i < n_; ++i) {
-      e[i] += own[i];
-      const double d = static_cast<double>(p[i]) - own[i];
-      norm2 += d * d;
-    }
-  } else {
-    for (size_t i = 0; i < n_; ++i) {
-      const float r = p[i] - own[i];  // e = p - decode(sent)
-      e[i] = r;
-      norm2 += static_cast<double>(r) * r;
-    }
+double CompressedReduction::feed_back(int rank, RankState& s, const float* p) const {
+  float* e = s.residual.get();
+  const float* own = s.own.get();
+  CompressOps& cops = compress_ops();
+  if (s.velocity.get() != nullptr) {  // momentum factor masking: u and v zeroed at the sent coordinates
+    cops.zero_where_nonzero(rank, s.velocity.get(), own, n_);
+    cops.zero_where_nonzero(rank, e, own, n_);
+    return memory_.scan(rank, e, n_, true).sum_squares;
   }
-  return norm2;
+  if (s.tracked.get() != nullptr) {  // ef21: h += c; what h still misses of g is p - c
+    memory_.add(rank, e, own, n_);
+    return cops.sum_squared_difference(rank, p, own, n_);
+  }
+  memory_.copy(rank, e, p, n_);  // e = p - decode(sent)
+  memory_.add_scaled(rank, e, own, -1.0f, n_);
+  return memory_.scan(rank, e, n_, true).sum_squares;
+}
+
+CompressOps& CompressedReduction::compress_ops() const {
+  CompressOps* c = memory_.compress_ops();
+  GS_EXPECT(c != nullptr, "compression: the run's memory has no compressor operations");
+  return *c;
 }
 
 void CompressedReduction::reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock,
@@ -207,17 +265,17 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   Compressor& comp = *s.comp;
   StepRecord rec;
   // The exact sum, for the error statistics only: neither its time nor its bytes count as this run's traffic.
-  if (!s.exact.empty()) {
-    std::copy(grad, grad + n_, s.exact.begin());
-    comm_.all_reduce_sum(rank, s.exact.data(), n_);
+  if (s.exact.get() != nullptr) {
+    memory_.copy(rank, s.exact.get(), grad, n_);
+    comm_.all_reduce_sum(rank, s.exact.get(), n_);
     comm_.take_stats(rank);
   }
   CompressTally tally;
   double t0 = now_s();
-  const bool ef = !s.residual.empty();
+  const bool ef = s.residual.get() != nullptr;
   if (ef) {
     GS_NVTX_RANGE(kCompress);
-    feed_in(s, grad);
+    feed_in(rank, s, grad);
   }
   tally.compress_s += now_s() - t0;
   BucketJob job;
@@ -229,13 +287,15 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   job.divisor = global_samples;
   job.tensors = &model_.tensors();
   job.tally = &tally;
+  job.memory = &memory_;
+  job.space = &s.space;
   auto run = [&](uint32_t b, size_t begin, size_t end) {
     job.bucket = b;
     job.offset = begin;
     job.n = end - begin;
     job.p = grad + begin;
-    job.own_decoded = s.own.data() + begin;
-    job.sum = s.sum.data() + begin;
+    job.own_decoded = s.own.get() + begin;
+    job.sum = s.sum.get() + begin;
     const uint64_t payload_before = tally.payload_bytes;
     tally.calls.clear();
     comp.reduce_bucket(job);
@@ -250,39 +310,21 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   double norm2 = 0.0;
   NvtxPhases nvtx(NvtxName::kCompress);  // error feedback, then the division by S
   if (ef) {
-    norm2 = feed_back(s, grad);
+    norm2 = feed_back(rank, s, grad);
   } else if (const std::vector<float>* v = comp.own_residual()) {
     for (float x : *v) norm2 += static_cast<double>(x) * x;
   }
   double t2 = now_s();
   tally.compress_s += t2 - t1;
   const float S = static_cast<float>(global_samples);
-  if (comp.divides_itself()) {
-    std::copy(s.sum.begin(), s.sum.end(), grad);
-  } else {
-    for (size_t i = 0; i < n_; ++i) grad[i] = s.sum[i] / S;
-  }
-  if (!s.tracked.empty()) {  // ef21: G += the mean of the messages; the update is G
-    for (size_t i = 0; i < n_; ++i) {
-      s.tracked[i] += grad[i];
-      grad[i] = s.tracked[i];
-    }
+  memory_.copy(rank, grad, s.sum.get(), n_);
+  if (!comp.divides_itself()) memory_.divide(rank, grad, n_, S);
+  if (s.tracked.get() != nullptr) {  // ef21: G += the mean of the messages; the update is G
+    memory_.add(rank, s.tracked.get(), grad, n_);
+    memory_.copy(rank, grad, s.tracked.get(), n_);
   }
   tally.decompress_s += now_s() - t2;
-  if (!s.exact.empty()) {
-    double d2 = 0.0, x2 = 0.0, worst = 0.0;
-    for (size_t i = 0; i < n_; ++i) {
-      const double x = static_cast<double>(s.exact[i] / S);
-      const double d = static_cast<double>(grad[i]) - x;
-      d2 += d * d;
-      x2 += x * x;
-      // Element-wise |d| / |x|: inf where x is 0 and d is not, or d is not a number.
-      const double r = std::isnan(d) ? INFINITY : (d == 0.0 ? 0.0 : std::fabs(d) / std::fabs(x));
-      worst = std::max(worst, r);
-    }
-    rec.relative_error = x2 > 0 ? std::sqrt(d2 / x2) : (d2 > 0 ? INFINITY : 0.0);
-    rec.max_relative_error = worst;
-  }
+  if (s.exact.get() != nullptr) record_error(memory_, rank, n_, grad, s.exact.get(), S, rec);
   CommStats st = comm_.take_stats(rank);
   clock.add(Phase::kCompress, tally.compress_s + tally.decompress_s);
   clock.add(Phase::kCommunicate, tally.communicate_s);

@@ -25,8 +25,13 @@ OptimizerConfig update_optimizer(const RunConfig& config);
 class CompressedReduction {
  public:
   // buckets: the strategy's buckets (contiguous ranges of the flat gradient). ranks compressor instances are made.
+  // memory: the run's memory, where the gradients reduce() takes live and the error-feedback state and the messages
+  // are kept; every element operation goes through it (its ElementOps and CompressOps). A memory other than the
+  // host's takes only the kinds whose CompressorEntry::element_ops is true (host_memory_reason refuses the others
+  // before a run; here a gs::Error).
   CompressedReduction(const RunConfig& config, const Model& model, Communicator& comm, int ranks,
-                      const std::vector<std::pair<size_t, size_t>>& buckets);
+                      const std::vector<std::pair<size_t, size_t>>& buckets,
+                      ElementOps& memory = host_element_ops());
   ~CompressedReduction();
 
   // Collective (every rank calls it once per step): replaces grad[0..n) (rank's local gradient SUM) by the average
@@ -50,22 +55,25 @@ class CompressedReduction {
   // every rank as one process's does. One process: nothing happens.
   void gather_ranks(ProcessGroup& group, int first_rank, int local_ranks);
 
-  // Rank r's error-feedback residual (n floats; empty without error feedback). compression.error_feedback
+  // Rank r's error-feedback residual (n floats, downloaded; empty without error feedback). compression.error_feedback
   // "gradient": e; "momentum": the accumulated velocity v; "ef21": the rank's tracked gradient g_i; DGC: its v. For
   // tests.
-  const std::vector<float>& residual(int rank) const;
-  // Rank r's velocity u under error_feedback "momentum" (n floats), else empty. For tests.
-  const std::vector<float>& velocity(int rank) const;
+  std::vector<float> residual(int rank) const;
+  // Rank r's velocity u under error_feedback "momentum" (n floats, downloaded), else empty. For tests.
+  std::vector<float> velocity(int rank) const;
 
  private:
   struct RankState;
-  void feed_in(RankState& s, float* grad) const;
-  double feed_back(RankState& s, const float* p) const;
+  void feed_in(int rank, RankState& s, float* grad) const;
+  double feed_back(int rank, RankState& s, const float* p) const;
+  CompressOps& compress_ops() const;
+  std::vector<float> download(int rank, const FloatBuffer& b) const;
   void price_bucket(StepCost& cost, const CompressTally& t, int64_t step, size_t begin, size_t end,
                     uint64_t payload_bytes, bool ef) const;
   const RunConfig& config_;
   const Model& model_;
   Communicator& comm_;
+  ElementOps& memory_;
   int ranks_;
   size_t n_;
   std::vector<std::pair<size_t, size_t>> buckets_;

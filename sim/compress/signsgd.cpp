@@ -14,20 +14,17 @@ class SignSgd final : public Compressor {
  public:
   explicit SignSgd(const CompressionConfig& c) : vote_(c.vote) {}
   WireCollective collective() const override { return WireCollective::kAllGather; }
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    payload.resize(sign_encoded_bytes(job.n, job.n));
-    payload.resize(sign_encode(payload.data(), job.p, job.n));
+  size_t max_payload_bytes(size_t n) const override { return sign_encoded_bytes(n, n); }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    return job.compress_ops().sign_encode(job.rank, out, job.p, job.n);
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
-    sign_decode_add(out, payload, job.n);
+    job.compress_ops().sign_decode_add(job.rank, out, payload, job.n);
   }
   bool combine(const BucketJob& job, const std::vector<const uint8_t*>& payloads,
                const std::vector<size_t>&) override {
     if (!vote_) return false;
-    float scale_sum = 0.0f;
-    for (const uint8_t* m : payloads) scale_sum += get_at<float>(m, 0);
-    sign_vote(job.sum, payloads.data(), static_cast<int>(payloads.size()), job.n);
-    for (size_t i = 0; i < job.n; ++i) job.sum[i] *= scale_sum;
+    job.compress_ops().sign_vote_scaled(job.rank, job.sum, payloads.data(), static_cast<int>(payloads.size()), job.n);
     return true;
   }
 
@@ -46,7 +43,7 @@ double payload_bytes(const CompressionConfig&, size_t n) { return static_cast<do
 
 CompressorEntry signsgd_compressor() {
   return {"signsgd", "sign bits scaled by mean |p| (EF-signSGD with error_feedback); vote: majority of signs", make,
-          lossy_options({"compression.vote"}), nullptr, payload_bytes};
+          lossy_options({"compression.vote"}), nullptr, payload_bytes, true};
 }
 
 }  // namespace gs

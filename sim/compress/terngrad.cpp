@@ -9,12 +9,13 @@ namespace {
 class TernGrad final : public Compressor {
  public:
   WireCollective collective() const override { return WireCollective::kAllGather; }
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    payload.resize(terngrad_encoded_bytes(job.n));
-    terngrad_encode(payload.data(), job.p, job.n, job.seed, job.stream());
+  size_t max_payload_bytes(size_t n) const override { return terngrad_encoded_bytes(n); }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    job.compress_ops().terngrad_encode(job.rank, out, job.p, job.n, job.seed, job.stream());
+    return terngrad_encoded_bytes(job.n);
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t, float* out) override {
-    terngrad_decode_add(out, payload, job.n);
+    job.compress_ops().terngrad_decode_add(job.rank, out, payload, job.n);
   }
 };
 
@@ -26,7 +27,7 @@ double payload_bytes(const CompressionConfig&, size_t n) { return static_cast<do
 
 CompressorEntry terngrad_compressor() {
   return {"terngrad", "TernGrad: {-1, 0, 1} x max|p|, stochastic (unbiased), 2 bits per value; all-gather", make,
-          lossy_options(), nullptr, payload_bytes};
+          lossy_options(), nullptr, payload_bytes, true};
 }
 
 }  // namespace gs

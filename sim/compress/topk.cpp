@@ -12,15 +12,14 @@ class TopK final : public Compressor {
   explicit TopK(const CompressionConfig& c) : ratio_(c.ratio), k_(c.k), whole_(c.scope == "model") {}
   WireCollective collective() const override { return WireCollective::kAllGather; }
   bool whole_model() const override { return whole_; }
-  void encode(const BucketJob& job, std::vector<uint8_t>& payload) override {
-    thread_local std::vector<uint32_t> idx;
-    const size_t k = kept_count(job.n, ratio_, k_);
-    idx.resize(k);
-    const size_t got = topk_select(job.p, job.n, k, idx.data());
-    encode_sparse(job.p, idx.data(), got, 1.0f, false, payload);
+  size_t max_payload_bytes(size_t n) const override { return 8 * kept_count(n, ratio_, k_); }
+  size_t encode_into(const BucketJob& job, uint8_t* out) override {
+    auto* idx = reinterpret_cast<uint32_t*>(out);  // the indices in place, the values after them
+    const size_t got = job.compress_ops().topk_select(job.rank, job.p, job.n, kept_count(job.n, ratio_, k_), idx);
+    return encode_sparse(job, idx, got, 1.0f, false, out);
   }
-  void decode_add(const BucketJob&, int, const uint8_t* payload, size_t bytes, float* out) override {
-    decode_sparse_add(payload, bytes, nullptr, out);
+  void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t bytes, float* out) override {
+    decode_sparse_add(job, payload, bytes, nullptr, out);
   }
 
  private:
@@ -39,7 +38,7 @@ double payload_bytes(const CompressionConfig& c, size_t n) {
 
 CompressorEntry topk_compressor() {
   return {"topk", "k largest |p| per bucket or model (ties: lowest index); all-gather of index+value", make,
-          lossy_options({"compression.ratio", "compression.k", "compression.scope"}), nullptr, payload_bytes};
+          lossy_options({"compression.ratio", "compression.k", "compression.scope"}), nullptr, payload_bytes, true};
 }
 
 }  // namespace gs

@@ -70,6 +70,7 @@ class HostElementOps final : public ElementOps {
   }
   double phase_begin(int) override { return now_s(); }
   void phase_end(int, double mark, Phase phase, PhaseClock& clock) override { clock.add(phase, now_s() - mark); }
+  CompressOps* compress_ops() override { return &host_compress_ops(); }
 
  protected:
   float* allocate_zeroed(int, size_t n) override { return n == 0 ? nullptr : new float[n](); }

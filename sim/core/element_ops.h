@@ -11,6 +11,7 @@
 
 #include "kernels/optim_math.h"
 #include "sim/core/clock.h"
+#include "sim/core/compress_ops.h"
 
 namespace gs {
 
@@ -86,6 +87,8 @@ class ElementOps {
     (void)rank;
     (void)clock;
   }
+  // The gradient compressors' operations on this memory (sim/core/compress_ops.h), or nullptr where it has none.
+  virtual CompressOps* compress_ops() { return nullptr; }
 
  protected:
   virtual float* allocate_zeroed(int rank, size_t n) = 0;

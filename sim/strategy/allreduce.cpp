@@ -36,7 +36,8 @@ constexpr size_t kTileElems = 4096;
 // Memory: the replicated path (uncompressed) runs every element operation through the run's ElementOps
 // (StrategySetup::memory(): host loops, or a backend's device memory when host_memory_reason is empty: parameters,
 // gradients, ring and optimizer state on the device, the communicator reducing device buffers); the shared fast path
-// and the compressed reduction are host loops and run on host memory only.
+// is host loops and runs on host memory only; the compressed reduction runs on the same memory through its
+// CompressOps for the kinds whose CompressorEntry::element_ops is true (the others: host memory only).
 // On the host a collective blocks its rank thread, so the buckets are reduced after the micro-batches; where the
 // communicator starts them asynchronously (a device) the strategy subscribes to the gradient-ready events and starts
 // each bucket as the last micro-batch's backward finishes its layers (as DDP; not with sync.overlap false or injected
@@ -67,10 +68,9 @@ class AllReduce final : public SyncStrategy, private GradientSubscriber {
       return;
     }
     if (wire_config_.compression.kind != "none") {
-      GS_EXPECT(ops_.host(), "allreduce: a compressed reduction runs on host memory (host_memory_reason)");
       std::vector<std::pair<size_t, size_t>> ranges;
       for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
-      compressed_ = std::make_unique<CompressedReduction>(wire_config_, s.model, s.comm, s.ranks, ranges);
+      compressed_ = std::make_unique<CompressedReduction>(wire_config_, s.model, s.comm, s.ranks, ranges, ops_);
     }
     // One buffer set per optimizer: one shared (rank 0's memory), or one per rank.
     const int owners = shared_ ? 1 : ranks_;

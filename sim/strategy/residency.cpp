@@ -1,10 +1,11 @@
 // host_memory_reason (strategy.h): which strategies keep their buffers in a backend's device memory. A strategy whose
 // every element operation goes through ElementOps (sim/core/element_ops.h) runs device-resident; one with host loops
 // runs with host buffers (on the cuda backend: the staged path). Extend: a strategy or compressor that moves its
-// element code onto ElementOps drops its line here.
+// element code onto ElementOps (a compressor: CompressOps, CompressorEntry::element_ops) drops its line here.
 #include <optional>
 #include <string>
 
+#include "sim/compress/compressor.h"
 #include "sim/optim/optimizer.h"
 #include "sim/strategy/strategy.h"
 
@@ -21,10 +22,16 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
            "zero, local_sgd and independent run through the element operations)";
   if (!optimizer_has_device_update(c.training.optimizer))
     return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) + " has no device update";
-  if (c.compression.kind != "none")
-    return "compression.kind: " + quoted(c.compression.kind) +
-           " encodes and decodes with host loops (its GPU kernels in kernels/cuda_kernels.cu are not wired into the "
-           "strategies yet)";
+  if (c.compression.kind != "none") {
+    const CompressorEntry* e = find_compressor(c.compression.kind);
+    if (e == nullptr || !e->element_ops)
+      return "compression.kind: " + quoted(c.compression.kind) +
+             " encodes and decodes with host loops (topk, randomk, threshold, qsgd, terngrad, signsgd and onebit run "
+             "through the compressor operations of the run's memory, sim/core/compress_ops.h)";
+    if (c.sync.kind != "allreduce")
+      return "compression.kind: " + quoted(c.compression.kind) + " under sync.kind " + quoted(c.sync.kind) +
+             " compresses with host loops (only the allreduce strategy's compressed reduction runs on device memory)";
+  }
   if (c.precision.mode == "fp16_pure")
     return "precision.mode: \"fp16_pure\" sums fp16 gradients in rank order and stores fp16 weights with host loops";
   return std::nullopt;

@@ -11,6 +11,7 @@
 // failure (found at the wait). A communicator destroyed with buckets started and not waited for is a test failure too
 // (a device would free memory a reduction still uses).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -22,9 +23,11 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/compress.h"
 #include "kernels/optim_math.h"
 #include "sim/comm/communicator.h"
 #include "sim/core/clock.h"
+#include "sim/core/compress_ops.h"
 #include "sim/core/element_ops.h"
 
 namespace gs::test {
@@ -43,7 +46,149 @@ inline void seal_all(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = seal(x[i]);
 }
 
-class SealedMemory final : public ElementOps {
+// Bytes in sealed memory (a compressor's messages and indices): stored as the sealed memory's 32-bit words (each word
+// complemented), from a 4-byte aligned start. unseal_bytes reads the words covering [0, bytes); seal_bytes writes
+// them (the last word's bytes past `bytes` zero before sealing).
+inline std::vector<uint8_t> unseal_bytes(const void* sealed, size_t bytes) {
+  std::vector<uint8_t> out((bytes + 3) / 4 * 4);
+  const auto* w = static_cast<const uint32_t*>(sealed);
+  for (size_t i = 0; i < out.size() / 4; ++i) {
+    const uint32_t u = ~w[i];
+    std::memcpy(out.data() + 4 * i, &u, 4);
+  }
+  out.resize(bytes);
+  return out;
+}
+inline void seal_bytes(void* sealed, const uint8_t* plain, size_t bytes) {
+  auto* w = static_cast<uint32_t*>(sealed);
+  for (size_t i = 0; i < (bytes + 3) / 4; ++i) {
+    uint32_t u = 0;
+    std::memcpy(&u, plain + 4 * i, std::min<size_t>(4, bytes - 4 * i));
+    w[i] = ~u;
+  }
+}
+
+// The compressor operations (sim/core/compress_ops.h) on sealed buffers: each unseals what it reads, runs the host
+// op of kernels/compress.h (or the element rule compress_ops.h states), and seals what it writes.
+class SealedCompressOps : public CompressOps {
+ public:
+  size_t topk_select(int, const float* x, size_t n, size_t k, uint32_t* idx) override {
+    std::vector<uint32_t> got(std::min(k, n));
+    const size_t count = gs::topk_select(plain(x, n).data(), n, k, got.data());
+    seal_words(idx, got.data(), count);
+    return count;
+  }
+  size_t threshold_select(int, const float* x, size_t n, float tau, uint32_t* idx) override {
+    std::vector<uint32_t> got(n);
+    const size_t count = gs::threshold_select(plain(x, n).data(), n, tau, got.data());
+    seal_words(idx, got.data(), count);
+    return count;
+  }
+  size_t randomk_indices(int, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override {
+    std::vector<uint32_t> got(std::min(k, n));
+    const size_t count = gs::randomk_indices(got.data(), n, k, seed, stream);
+    seal_words(idx, got.data(), count);
+    return count;
+  }
+  void gather(int, float* vals, const float* x, const uint32_t* idx, size_t k) override {
+    for (size_t j = 0; j < k; ++j) vals[j] = x[~idx[j]];  // a sealed value moves as it is
+  }
+  void scatter_add(int, float* out, const uint32_t* idx, const float* vals, size_t k) override {
+    for (size_t j = 0; j < k; ++j) {
+      float& o = out[~idx[j]];
+      o = seal(unseal(o) + unseal(vals[j]));
+    }
+  }
+  void qsgd_encode(int, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override {
+    std::vector<uint8_t> msg(qsgd_encoded_bytes(n, s));
+    gs::qsgd_encode(msg.data(), plain(p, n).data(), n, s, seed, stream);
+    seal_bytes(out, msg.data(), msg.size());
+  }
+  void qsgd_decode_add(int, float* out, const uint8_t* in, size_t n, int s) override {
+    decode_into(out, n, [&](float* o) { gs::qsgd_decode_add(o, unseal_bytes(in, qsgd_encoded_bytes(n, s)).data(), n, s); });
+  }
+  void terngrad_encode(int, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) override {
+    std::vector<uint8_t> msg(terngrad_encoded_bytes(n));
+    gs::terngrad_encode(msg.data(), plain(p, n).data(), n, seed, stream);
+    seal_bytes(out, msg.data(), msg.size());
+  }
+  void terngrad_decode_add(int, float* out, const uint8_t* in, size_t n) override {
+    decode_into(out, n, [&](float* o) { gs::terngrad_decode_add(o, unseal_bytes(in, terngrad_encoded_bytes(n)).data(), n); });
+  }
+  size_t sign_encode(int, uint8_t* out, const float* p, size_t n) override {
+    std::vector<uint8_t> msg(sign_encoded_bytes(n, n));
+    const size_t bytes = gs::sign_encode(msg.data(), plain(p, n).data(), n);
+    seal_bytes(out, msg.data(), bytes);
+    return bytes;
+  }
+  void sign_decode_add(int, float* out, const uint8_t* in, size_t n) override {
+    decode_into(out, n, [&](float* o) { gs::sign_decode_add(o, sign_message(in, n).data(), n); });
+  }
+  size_t onebit_encode(int, uint8_t* out, const float* p, size_t n) override {
+    std::vector<uint8_t> msg(onebit_encoded_bytes(n, n));
+    const size_t bytes = gs::onebit_encode(msg.data(), plain(p, n).data(), n);
+    seal_bytes(out, msg.data(), bytes);
+    return bytes;
+  }
+  void onebit_decode_add(int, float* out, const uint8_t* in, size_t n) override {
+    uint32_t zeros;
+    std::memcpy(&zeros, unseal_bytes(in, 12).data() + 8, 4);
+    decode_into(out, n, [&](float* o) { gs::onebit_decode_add(o, unseal_bytes(in, onebit_encoded_bytes(n, zeros)).data(), n); });
+  }
+  // Written from compress_ops.h's definition: the fp32 sum of the scales in rank order times the vote.
+  void sign_vote_scaled(int, float* out, const uint8_t* const* msgs, int ranks, size_t n) override {
+    std::vector<std::vector<uint8_t>> plain_msgs;
+    std::vector<const uint8_t*> ptrs;
+    float scale_sum = 0.0f;
+    for (int r = 0; r < ranks; ++r) {
+      plain_msgs.push_back(sign_message(msgs[r], n));
+      float s;
+      std::memcpy(&s, plain_msgs.back().data(), 4);
+      scale_sum += s;
+    }
+    for (const auto& m : plain_msgs) ptrs.push_back(m.data());
+    std::vector<float> vote(n);
+    gs::sign_vote(vote.data(), ptrs.data(), ranks, n);
+    for (size_t i = 0; i < n; ++i) out[i] = seal(vote[i] * scale_sum);
+  }
+  void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
+    for (size_t i = 0; i < n; ++i)
+      if (unseal(mask[i]) != 0.0f) x[i] = seal(0.0f);
+  }
+  double sum_squared_difference(int, const float* a, const float* b, size_t n) override {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(unseal(a[i])) - unseal(b[i]);
+      sum += d * d;
+    }
+    return sum;
+  }
+
+ private:
+  static std::vector<float> plain(const float* x, size_t n) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = unseal(x[i]);
+    return v;
+  }
+  static void seal_words(uint32_t* dst, const uint32_t* src, size_t k) {
+    for (size_t j = 0; j < k; ++j) dst[j] = ~src[j];
+  }
+  // out[0, n) unsealed, changed by f, sealed again.
+  template <class F>
+  static void decode_into(float* out, size_t n, F f) {
+    std::vector<float> o = plain(out, n);
+    f(o.data());
+    for (size_t i = 0; i < n; ++i) out[i] = seal(o[i]);
+  }
+  // A signSGD message read to its own length (its header's zero count says whether the zero plane is there).
+  static std::vector<uint8_t> sign_message(const uint8_t* in, size_t n) {
+    uint32_t zeros;
+    std::memcpy(&zeros, unseal_bytes(in, 8).data() + 4, 4);
+    return unseal_bytes(in, sign_encoded_bytes(n, zeros));
+  }
+};
+
+class SealedMemory final : public ElementOps, public SealedCompressOps {
  public:
   explicit SealedMemory(int ranks) : tally_(static_cast<size_t>(ranks)) {}
   bool host() const override { return false; }
@@ -110,6 +255,7 @@ class SealedMemory final : public ElementOps {
   }
   double phase_begin(int) override { return now_s(); }
   void phase_end(int, double mark, Phase phase, PhaseClock& clock) override { clock.add(phase, now_s() - mark); }
+  CompressOps* compress_ops() override { return this; }
 
   std::atomic<int64_t> allocations{0}, releases{0}, sgd_calls{0}, adam_calls{0};
 

@@ -335,6 +335,47 @@ TEST(BackendSeam, LocalSgdIndependentAndZeroRunOnDeviceMemory) {
   }
 }
 
+// The compressed reduction on the seam's memory (CompressOps, sim/core/compress_ops.h): every gather compressor that
+// CompressorEntry::element_ops marks, with the error-feedback placements (gradient, DGC's momentum correction and
+// masking, EF21) and measured error, encodes, all-gathers, decodes and feeds back on sealed buffers to the host
+// backend's bits: losses, evaluations, parameters, traces, and the report's compression object (payload and wire
+// bytes, relative errors, residual norms; not the measured times).
+TEST(BackendSeam, GatherCompressorsRunOnDeviceMemory) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"topk, error feedback, measured error",
+       {{"kind", "topk"}, {"ratio", 0.3}, {"error_feedback", "gradient"}, {"measure_error", true}}},
+      {"topk over the model, momentum correction", {{"kind", "topk"}, {"k", 9}, {"scope", "model"},
+                                                     {"error_feedback", "momentum"}}},
+      {"randomk shared, unbiased, ef21",
+       {{"kind", "randomk"}, {"ratio", 0.5}, {"shared_indices", true}, {"unbiased", true}, {"error_feedback", "ef21"},
+        {"measure_error", true}}},
+      {"randomk own indices", {{"kind", "randomk"}, {"ratio", 0.4}, {"error_feedback", "gradient"}}},
+      {"threshold", {{"kind", "threshold"}, {"tau", 0.004}, {"error_feedback", "gradient"}}},
+      {"qsgd", {{"kind", "qsgd"}, {"levels", 4}, {"measure_error", true}}},
+      {"terngrad", {{"kind", "terngrad"}}},
+      {"signsgd vote", {{"kind", "signsgd"}, {"vote", true}}},
+      {"signsgd, error feedback", {{"kind", "signsgd"}, {"error_feedback", "gradient"}, {"measure_error", true}}},
+      {"onebit, error feedback", {{"kind", "onebit"}, {"error_feedback", "gradient"}}},
+  };
+  // The report's compression object without the measured times.
+  auto arithmetic = [](json j) {
+    j.erase("compress_time");
+    j.erase("decompress_time");
+    return j;
+  };
+  for (const auto& [what, compression] : cases) {
+    const RunConfig c = config_of(scenario({{"compression", compression}}));
+    for (Buckets buckets : {Buckets::kAsynchronous, Buckets::kPoisoned}) {
+      const Pair p = run_both(c, buckets);
+      ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
+      ASSERT_TRUE(p.host.compression.is_object()) << what;
+      expect_same(p.host, p.sealed, what + name_of(buckets));
+      EXPECT_EQ(arithmetic(p.sealed.compression), arithmetic(p.host.compression)) << what;
+      EXPECT_EQ(p.releases, p.allocations) << what;
+    }
+  }
+}
+
 // A device memory runs only what host_memory_reason accepts: the parameter server's steps are host loops, so the run
 // fails before any step, naming the setting.
 TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
@@ -347,6 +388,30 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
   EXPECT_TRUE(r.is(Disposition::kFailed));
   EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
+}
+
+// The compressors with host loops (DGC's velocity, PowerSGD's factors, the casts' conversions) are refused on a device
+// memory the same way, naming compression.kind; so is a gather compressor under another strategy than allreduce.
+TEST(BackendSeam, CompressorsWithHostLoopsAreRefusedOnDeviceMemory) {
+  RunHooks hooks;
+  hooks.make_backend = [](const RunConfig& config) {
+    return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), Buckets::kAsynchronous);
+  };
+  for (const std::string kind : {"dgc", "powersgd", "fp16", "bf16"}) {
+    json compression = {{"kind", kind}};
+    if (kind == "dgc") compression["ratio"] = 0.1;
+    const RunConfig c = config_of(scenario({{"compression", compression}, {"report", {{"trace", false}}}}));
+    const RunResult r = run_training(c, hooks);
+    EXPECT_TRUE(r.is(Disposition::kFailed)) << kind;
+    EXPECT_NE(r.message.find("compression.kind: \"" + kind + "\""), std::string::npos) << r.message;
+    EXPECT_EQ(r.steps_completed, 0) << kind;
+  }
+  RunConfig ps = config_of(scenario({{"compression", {{"kind", "topk"}, {"ratio", 0.3}}}}));
+  EXPECT_EQ(host_memory_reason(ps), std::nullopt);
+  ps.sync.kind = "parameter_server";
+  EXPECT_EQ(host_memory_reason(ps).value_or("").rfind("sync.kind: ", 0), 0u);  // the strategy is named first
+  ps.sync.kind = "zero";
+  EXPECT_NE(host_memory_reason(ps).value_or("").find("under sync.kind \"zero\""), std::string::npos);
 }
 
 // cluster.stragglers.inject on the seam (validation allows it on the cuda backend only; set here past validation):

@@ -1,0 +1,72 @@
+// host_compress_ops (compress_ops.h): the host ops of kernels/compress.h and the compressed reduction's error-feedback
+// loops, as the host backend always ran them (built with -ffp-contract=off).
+#include "sim/core/compress_ops.h"
+
+#include <cstring>
+
+#include "kernels/compress.h"
+
+namespace gs {
+namespace {
+
+class HostCompressOps final : public CompressOps {
+ public:
+  size_t topk_select(int, const float* x, size_t n, size_t k, uint32_t* idx) override {
+    return gs::topk_select(x, n, k, idx);
+  }
+  size_t threshold_select(int, const float* x, size_t n, float tau, uint32_t* idx) override {
+    return gs::threshold_select(x, n, tau, idx);
+  }
+  size_t randomk_indices(int, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override {
+    return gs::randomk_indices(idx, n, k, seed, stream);
+  }
+  void gather(int, float* vals, const float* x, const uint32_t* idx, size_t k) override {
+    for (size_t j = 0; j < k; ++j) vals[j] = x[idx[j]];
+  }
+  void scatter_add(int, float* out, const uint32_t* idx, const float* vals, size_t k) override {
+    for (size_t j = 0; j < k; ++j) out[idx[j]] += vals[j];
+  }
+  void qsgd_encode(int, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override {
+    gs::qsgd_encode(out, p, n, s, seed, stream);
+  }
+  void qsgd_decode_add(int, float* out, const uint8_t* in, size_t n, int s) override { gs::qsgd_decode_add(out, in, n, s); }
+  void terngrad_encode(int, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) override {
+    gs::terngrad_encode(out, p, n, seed, stream);
+  }
+  void terngrad_decode_add(int, float* out, const uint8_t* in, size_t n) override { gs::terngrad_decode_add(out, in, n); }
+  size_t sign_encode(int, uint8_t* out, const float* p, size_t n) override { return gs::sign_encode(out, p, n); }
+  void sign_decode_add(int, float* out, const uint8_t* in, size_t n) override { gs::sign_decode_add(out, in, n); }
+  size_t onebit_encode(int, uint8_t* out, const float* p, size_t n) override { return gs::onebit_encode(out, p, n); }
+  void onebit_decode_add(int, float* out, const uint8_t* in, size_t n) override { gs::onebit_decode_add(out, in, n); }
+  void sign_vote_scaled(int, float* out, const uint8_t* const* msgs, int ranks, size_t n) override {
+    float scale_sum = 0.0f;
+    for (int r = 0; r < ranks; ++r) {
+      float s;
+      std::memcpy(&s, msgs[r], sizeof s);  // the message's fp32 scale (its first four bytes)
+      scale_sum += s;
+    }
+    gs::sign_vote(out, msgs, ranks, n);
+    for (size_t i = 0; i < n; ++i) out[i] *= scale_sum;
+  }
+  void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
+    for (size_t i = 0; i < n; ++i)
+      if (mask[i] != 0.0f) x[i] = 0.0f;
+  }
+  double sum_squared_difference(int, const float* a, const float* b, size_t n) override {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(a[i]) - b[i];
+      sum += d * d;
+    }
+    return sum;
+  }
+};
+
+}  // namespace
+
+CompressOps& host_compress_ops() {
+  static HostCompressOps ops;
+  return ops;
+}
+
+}  // namespace gs

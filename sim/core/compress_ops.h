@@ -1,0 +1,67 @@
+// The gradient compressors' element operations on the buffers of one memory (host RAM, or a backend's device memory):
+// what the gather compressors (top-k, random-k, threshold, QSGD, TernGrad, signSGD, 1-bit SGD) and the compressed
+// reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
+// (docs/design.md, section 6, "The backend seam"). A memory offers them through ElementOps::compress_ops(). The host's
+// are the host ops of kernels/compress.h (the loops the host backend always ran, so its bits do not change); the cuda
+// backend's are the launchers of kernels/cuda_kernels.h, the host ops' twins (tested against them in the GPU suites).
+// Extend: a new operation is one virtual here, its host twin in compress_ops.cpp and its twin in every device memory
+// (the cuda backend's CudaElementOps and the tests' SealedMemory).
+//
+// Conventions: `rank` selects the rank's memory (and, on a device, its stream: the operation is ordered after the
+// rank's earlier ones and may return before the device ran it, except those that return a count or a size); every
+// pointer is that memory's, except the array of message pointers sign_vote_scaled takes (a host array of the
+// memory's pointers). n counts fp32 values; index arrays are uint32 and ascending; an encoded message is the byte
+// layout kernels/compress.h documents (the same bytes in every memory, up to the values its comments name as
+// accumulated in another order on a device: QSGD's norm, signSGD's scale, 1-bit SGD's means).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace gs {
+
+class CompressOps {
+ public:
+  virtual ~CompressOps() = default;
+
+  // ---- Index selection (kernels/compress.h topk_select, threshold_select, randomk_indices) ----
+  // idx[0..min(k, n)) = the k largest |x| (ties: lowest index), ascending; returns min(k, n).
+  virtual size_t topk_select(int rank, const float* x, size_t n, size_t k, uint32_t* idx) = 0;
+  // idx = the ascending indices with threshold_keep(x[i], tau); returns their count. idx has room for n entries.
+  virtual size_t threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) = 0;
+  // k distinct indices drawn by (seed, stream), ascending; returns min(k, n).
+  virtual size_t randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) = 0;
+
+  // ---- Sparse messages ----
+  // vals[j] = x[idx[j]] for j < k.
+  virtual void gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) = 0;
+  // out[idx[j]] += vals[j] for j < k, in j order (distinct indices).
+  virtual void scatter_add(int rank, float* out, const uint32_t* idx, const float* vals, size_t k) = 0;
+
+  // ---- Quantizers (kernels/compress.h; out has room for the kind's *_encoded_bytes) ----
+  virtual void qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed,
+                           uint64_t stream) = 0;
+  virtual void qsgd_decode_add(int rank, float* out, const uint8_t* in, size_t n, int s) = 0;
+  virtual void terngrad_encode(int rank, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) = 0;
+  virtual void terngrad_decode_add(int rank, float* out, const uint8_t* in, size_t n) = 0;
+  // signSGD / 1-bit SGD: out has room for sign_encoded_bytes(n, n) / onebit_encoded_bytes(n, n); returns the
+  // message's bytes (the zero plane present only when the bucket holds an exact zero).
+  virtual size_t sign_encode(int rank, uint8_t* out, const float* p, size_t n) = 0;
+  virtual void sign_decode_add(int rank, float* out, const uint8_t* in, size_t n) = 0;
+  virtual size_t onebit_encode(int rank, uint8_t* out, const float* p, size_t n) = 0;
+  virtual void onebit_decode_add(int rank, float* out, const uint8_t* in, size_t n) = 0;
+  // signSGD with vote: out[i] = sign_vote(msgs)[i] * s, s = the fp32 sum of the messages' scales in rank order
+  // (kernels/compress.h sign_vote; Bernstein et al. 2018, Algorithm 2). msgs: a host array of `ranks` pointers.
+  virtual void sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) = 0;
+
+  // ---- Error feedback (sim/compress/reduce.h) ----
+  // x[i] = 0 where mask[i] != 0 (DGC's momentum factor masking: the sent coordinates leave u and v).
+  virtual void zero_where_nonzero(int rank, float* x, const float* mask, size_t n) = 0;
+  // sum over i of (double(a[i]) - b[i])^2 (host: in index order; a device: in a fixed order of its own, the host's to
+  // rounding). Waits for the device.
+  virtual double sum_squared_difference(int rank, const float* a, const float* b, size_t n) = 0;
+};
+
+// The host memory's (kernels/compress.h); ElementOps::compress_ops() of host_element_ops() returns it.
+CompressOps& host_compress_ops();
+
+}  // namespace gs
