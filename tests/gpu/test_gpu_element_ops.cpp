@@ -2,19 +2,26 @@
 // exits 77 without a GPU): every operation of CudaElementOps (sim/backend/cuda_element_ops.h) against host_element_ops
 // on the same inputs over the sizes 0, 1, 1001 and 2^20 + 3, with inf and NaN among the values. Element operations
 // and the optimizers bit for bit (NaN equal to NaN, gpu_test_util.h), counts exactly, scan's sum of squares within the
-// bound of two summation orders; the phase clock positive and monotone. A new ElementOps operation is one TEST here.
+// bound of two summation orders; the phase clock positive and monotone. Its compressor operations (CompressOps,
+// sim/core/compress_ops.h) against host_compress_ops: selections and sparse messages exactly, decoders bit for bit on
+// the same message, encoders' bits and counts exactly where the host's order is the device's, the norms and means
+// accumulated in another order within their bounds. A new ElementOps or CompressOps operation is one TEST here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "kernels/compress.h"
 #include "kernels/cuda_runtime.h"
 #include "kernels/optim_math.h"
 #include "sim/backend/cuda_element_ops.h"
 #include "sim/core/clock.h"
+#include "sim/core/compress_ops.h"
 #include "sim/core/element_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -309,6 +316,196 @@ TEST_F(GpuElementOps, ErrorsAreCudaErrors) {
   EXPECT_THROW(cuda_.sgd(0, w.get(), w.get(), nullptr, 4, momentum), gpu::CudaError);
   // The rank still works after the refusals.
   EXPECT_EQ(cuda_.count_nonfinite(0, w.get(), 4), 0u);
+}
+
+// ---- CompressOps ----------------------------------------------------------------------------------------------------
+
+std::vector<uint32_t> down_words(CudaElementOps& cuda, const float* d, size_t k) {
+  std::vector<float> w(k);
+  cuda.download(0, w.data(), d, k);
+  std::vector<uint32_t> out(k);
+  if (k != 0) std::memcpy(out.data(), w.data(), k * sizeof(uint32_t));
+  return out;
+}
+
+std::vector<uint8_t> down_bytes(CudaElementOps& cuda, const float* d, size_t bytes) {
+  std::vector<float> w((bytes + 3) / 4);
+  cuda.download(0, w.data(), d, w.size());
+  std::vector<uint8_t> out(bytes);
+  if (bytes != 0) std::memcpy(out.data(), w.data(), bytes);
+  return out;
+}
+
+// Top-k, threshold and random-k: the same indices (count and values); gather and scatter_add of those indices the
+// host's bits.
+TEST_F(GpuElementOps, SparseSelectionsAndMessagesMatchHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : kSizes) {
+    const auto x = values_with_specials(n, 7 * n + 11);
+    const auto base = values_with_specials(n, 7 * n + 12);
+    FloatBuffer d_x = up(x);
+    const size_t k = n / 10 + 1;
+    FloatBuffer d_idx = cuda_.allocate(0, n + 1);
+    std::vector<uint32_t> idx(n + 1);
+    struct Pick {
+      const char* name;
+      size_t host, device;
+    };
+    std::vector<Pick> picks;
+    picks.push_back({"topk", hc.topk_select(0, x.data(), n, k, idx.data()),
+                     dc.topk_select(0, d_x.get(), n, k, reinterpret_cast<uint32_t*>(d_idx.get()))});
+    auto check = [&](const Pick& p) {
+      const std::string what = std::string(p.name) + " " + size_label(n);
+      ASSERT_EQ(p.device, p.host) << what;
+      const std::vector<uint32_t> got = down_words(cuda_, d_idx.get(), p.host);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), idx.begin())) << what;
+      // The values at those indices, then added back into a base vector.
+      std::vector<float> vals(p.host), want = base;
+      hc.gather(0, vals.data(), x.data(), idx.data(), p.host);
+      hc.scatter_add(0, want.data(), idx.data(), vals.data(), p.host);
+      FloatBuffer d_vals = cuda_.allocate(0, p.host), d_out = up(base);
+      dc.gather(0, d_vals.get(), d_x.get(), reinterpret_cast<const uint32_t*>(d_idx.get()), p.host);
+      EXPECT_SAME_BITS(down(d_vals), vals, what + " gather");
+      dc.scatter_add(0, d_out.get(), reinterpret_cast<const uint32_t*>(d_idx.get()), d_vals.get(), p.host);
+      EXPECT_SAME_BITS(down(d_out), want, what + " scatter_add");
+    };
+    check(picks.back());
+    const float tau = n > 1 ? std::fabs(x[n / 2]) : 0.5f;
+    picks.push_back({"threshold", hc.threshold_select(0, x.data(), n, tau, idx.data()),
+                     dc.threshold_select(0, d_x.get(), n, tau, reinterpret_cast<uint32_t*>(d_idx.get()))});
+    check(picks.back());
+    picks.push_back({"randomk", hc.randomk_indices(0, idx.data(), n, k, 42, 7),
+                     dc.randomk_indices(0, reinterpret_cast<uint32_t*>(d_idx.get()), n, k, 42, 7)});
+    check(picks.back());
+  }
+}
+
+// QSGD, TernGrad, signSGD, 1-bit SGD: TernGrad's message bit for bit (its scale, a max, is exact); the others' codes or
+// planes and zero counts exactly, their norm / scale / means within a relative 1e-12 of the host's (double sums in
+// another order); each decoder the host's bits on the device's own message.
+TEST_F(GpuElementOps, QuantizerMessagesMatchHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : kSizes) {
+    auto rng = fresh_rng(31 * n + 3);
+    auto p = test::normals(n, rng);
+    if (n > 3) p[1] = p[n - 2] = 0.0f;  // exact zeros: the sign messages' zero plane
+    const auto base = test::normals(n, rng);
+    FloatBuffer d_p = up(p);
+    const size_t room = std::max({qsgd_encoded_bytes(n, 4), terngrad_encoded_bytes(n), sign_encoded_bytes(n, n),
+                                  onebit_encoded_bytes(n, n)});
+    std::vector<uint8_t> msg(room);
+    FloatBuffer d_msg = cuda_.allocate(0, (room + 3) / 4);
+    auto* d_bytes = reinterpret_cast<uint8_t*>(d_msg.get());
+    // The device's message decoded by both: the host's bits.
+    using Decode = std::function<void(CompressOps&, float*, const uint8_t*)>;
+    auto decoders_agree = [&](size_t bytes, const std::string& what, const Decode& decode) -> std::vector<uint8_t> {
+      const std::vector<uint8_t> dev_msg = down_bytes(cuda_, d_msg.get(), bytes);
+      std::vector<float> want = base;
+      decode(hc, want.data(), dev_msg.data());
+      FloatBuffer d_out = up(base);
+      decode(dc, d_out.get(), d_bytes);
+      const std::vector<float> got = down(d_out);
+      EXPECT_EQ(test::first_bit_difference(got, want), want.size()) << what << " decode_add";
+      return dev_msg;
+    };
+    const std::string sz = " " + size_label(n);
+    // TernGrad: bit for bit.
+    hc.terngrad_encode(0, msg.data(), p.data(), n, 5, 9);
+    dc.terngrad_encode(0, d_bytes, d_p.get(), n, 5, 9);
+    const auto tern = decoders_agree(terngrad_encoded_bytes(n), "terngrad" + sz,
+                                     [n](CompressOps& o, float* out, const uint8_t* m) { o.terngrad_decode_add(0, out, m, n); });
+    EXPECT_TRUE(std::equal(tern.begin(), tern.end(), msg.begin())) << "terngrad message" << sz;
+    // signSGD and 1-bit SGD: sizes and planes exactly.
+    for (bool onebit : {false, true}) {
+      const std::string what = (onebit ? "onebit" : "signsgd") + sz;
+      const size_t header = onebit ? kOnebitHeaderBytes : kSignHeaderBytes;
+      const size_t hb = onebit ? hc.onebit_encode(0, msg.data(), p.data(), n) : hc.sign_encode(0, msg.data(), p.data(), n);
+      const size_t db = onebit ? dc.onebit_encode(0, d_bytes, d_p.get(), n) : dc.sign_encode(0, d_bytes, d_p.get(), n);
+      ASSERT_EQ(db, hb) << what;
+      const auto got = decoders_agree(db, what, [n, onebit](CompressOps& o, float* out, const uint8_t* m) {
+        if (onebit) {
+          o.onebit_decode_add(0, out, m, n);
+        } else {
+          o.sign_decode_add(0, out, m, n);
+        }
+      });
+      EXPECT_TRUE(std::equal(got.begin() + static_cast<long>(header - 4), got.end(),
+                             msg.begin() + static_cast<long>(header - 4)))
+          << what << ": zero count and planes";
+      for (size_t off = 0; off + 4 < header; off += 4) {  // the scale or the two means
+        float a, b;
+        std::memcpy(&a, got.data() + off, 4);
+        std::memcpy(&b, msg.data() + off, 4);
+        EXPECT_LE(std::fabs(a - b), 1e-6f * std::fabs(b)) << what << " header float at " << off;
+      }
+    }
+    // QSGD: the norm within a relative 1e-6 (float of a double sum in another order); the device's message decodes to
+    // the host's bits; with the device's norm given, the codes are the host encoder's (kernels' own suite checks
+    // qsgd_encode_with_norm against the host).
+    hc.qsgd_encode(0, msg.data(), p.data(), n, 4, 5, 9);
+    dc.qsgd_encode(0, d_bytes, d_p.get(), n, 4, 5, 9);
+    const auto q = decoders_agree(qsgd_encoded_bytes(n, 4), "qsgd" + sz,
+                                  [n](CompressOps& o, float* out, const uint8_t* m) { o.qsgd_decode_add(0, out, m, n, 4); });
+    float qa, qb;
+    std::memcpy(&qa, q.data(), 4);
+    std::memcpy(&qb, msg.data(), 4);
+    EXPECT_LE(std::fabs(qa - qb), 1e-6f * std::fabs(qb)) << "qsgd norm" << sz;
+  }
+}
+
+// The vote over three ranks' device messages: the host's bits on the same messages (the scales summed in rank order).
+TEST_F(GpuElementOps, SignVoteScaledMatchesHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : kSizes) {
+    const int ranks = 3;
+    std::vector<FloatBuffer> d_msgs;
+    std::vector<std::vector<uint8_t>> msgs;
+    std::vector<const uint8_t*> d_ptrs, h_ptrs;
+    for (int r = 0; r < ranks; ++r) {
+      auto rng = fresh_rng(97 * n + static_cast<size_t>(r));
+      auto p = test::normals(n, rng);
+      if (n > 2) p[static_cast<size_t>(r)] = 0.0f;
+      std::vector<uint8_t> m(sign_encoded_bytes(n, n));
+      m.resize(hc.sign_encode(0, m.data(), p.data(), n));
+      std::vector<float> words((m.size() + 3) / 4, 0.0f);
+      std::memcpy(words.data(), m.data(), m.size());
+      d_msgs.push_back(up(words));
+      msgs.push_back(std::move(m));
+    }
+    for (int r = 0; r < ranks; ++r) {
+      h_ptrs.push_back(msgs[static_cast<size_t>(r)].data());
+      d_ptrs.push_back(reinterpret_cast<const uint8_t*>(d_msgs[static_cast<size_t>(r)].get()));
+    }
+    std::vector<float> want(n, 7.0f);
+    hc.sign_vote_scaled(0, want.data(), h_ptrs.data(), ranks, n);
+    FloatBuffer d_out = up(std::vector<float>(n, 7.0f));
+    dc.sign_vote_scaled(0, d_out.get(), d_ptrs.data(), ranks, n);
+    EXPECT_SAME_BITS(down(d_out), want, "sign_vote_scaled " + size_label(n));
+  }
+}
+
+// Error feedback's two operations: the masking bit for bit, the squared difference within the two orders' bound.
+TEST_F(GpuElementOps, MaskingAndSquaredDifferenceMatchHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : kSizes) {
+    auto rng = fresh_rng(13 * n + 1);
+    const auto a = test::wide_values(n, rng, -20, 20);
+    auto mask = test::wide_values(n, rng, -20, 20);
+    for (size_t i = 0; i < n; i += 3) mask[i] = (i % 2 == 0) ? 0.0f : -0.0f;  // zeros of both signs keep x
+    std::vector<float> want = a;
+    hc.zero_where_nonzero(0, want.data(), mask.data(), n);
+    FloatBuffer d_a = up(a), d_mask = up(mask);
+    dc.zero_where_nonzero(0, d_a.get(), d_mask.get(), n);
+    EXPECT_SAME_BITS(down(d_a), want, "zero_where_nonzero " + size_label(n));
+    FloatBuffer d_a2 = up(a);
+    const double h = hc.sum_squared_difference(0, a.data(), mask.data(), n);
+    const double d = dc.sum_squared_difference(0, d_a2.get(), d_mask.get(), n);
+    expect_sum_squares_close(d, h, n, "sum_squared_difference " + size_label(n));
+  }
 }
 
 }  // namespace

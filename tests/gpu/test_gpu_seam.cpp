@@ -1,7 +1,7 @@
 // The backend seam's cuda backend (sim/backend/cuda_backend.h: the host rank loop with parameters, gradients and
 // optimizer state in GPU memory, the GPU model on them, the GPU communicators) against the host backend and against
 // the cuda backend's default path (device loop or staged) on the same runs. Part of gradsweep_gpu_kernel_tests (ctest
-// gpu.seam), whose main exits 77 without a GPU. NOT YET RUN ON A GPU: written and compiled with the backend, it runs at
+// gpu.seam), whose main exits 77 without a GPU; the compressors too (their CompressOps on the device). NOT YET RUN ON A GPU: written and compiled with the backend, it runs at
 // the next loan (tools/device_check.sh step gpu_seam).
 // Bounds: the forward / backward GEMMs are cuBLAS's (k <= 32 terms, relative error below 32 x 2^-24 per output), the
 // element operations and the local communicator's rank-order sums are the host's bits, so over 20 SGD steps the losses
@@ -75,6 +75,42 @@ TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
     if (!host.trace.empty()) {
       ASSERT_EQ(seam.trace.size(), host.trace.size()) << what;
       EXPECT_TRUE(seam.replicas_identical) << what;
+    }
+  }
+}
+
+// The gather compressors on GPU memory (CompressOps of CudaElementOps: the compressor kernels) against the host backend
+// and the default cuda path (the staged path, which runs the host compressors): losses within 1e-2 relative (the
+// GEMMs' rounding can move a selection or a stochastic rounding at its boundary, which a lossy step then carries), and
+// the payload bytes of the kinds whose size does not depend on the values exactly the host's.
+TEST(GpuSeam, GatherCompressorsMatchTheHostBackend) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=gradient"},
+      {"compression.kind=randomk", "compression.ratio=0.25", "compression.shared_indices=true",
+       "compression.unbiased=true"},
+      {"compression.kind=threshold", "compression.tau=0.001", "compression.error_feedback=gradient"},
+      {"compression.kind=qsgd", "compression.levels=16"},
+      {"compression.kind=terngrad"},
+      {"compression.kind=signsgd", "compression.vote=true"},
+      {"compression.kind=onebit", "compression.error_feedback=gradient", "compression.measure_error=true"},
+  };
+  for (const std::vector<std::string>& sets : cases) {
+    std::string what;
+    for (const std::string& s : sets) what += s + " ";
+    std::vector<std::string> host_sets = sets, cuda_sets = sets;
+    host_sets.push_back("cluster.backend=host");
+    cuda_sets.push_back("cluster.backend=cuda");
+    const RunResult host = run_training(test::small_mlp_config(host_sets));
+    const RunResult cuda_default = run_training(test::small_mlp_config(cuda_sets));
+    const RunResult seam = run_on_seam(test::small_mlp_config(cuda_sets));
+    ASSERT_EQ(host.disposition, Disposition::kPassed) << what << host.message;
+    expect_close(seam, host, 1e-2, what + "(seam vs host)");
+    expect_close(seam, cuda_default, 1e-2, what + "(seam vs cuda " + cuda_default.cuda_path + ")");
+    ASSERT_TRUE(seam.compression.is_object()) << what;
+    const std::string kind = sets[0].substr(sets[0].find('=') + 1);
+    if (kind == "topk" || kind == "randomk" || kind == "qsgd" || kind == "terngrad") {
+      EXPECT_EQ(seam.compression["payload_bytes_per_rank_per_step"], host.compression["payload_bytes_per_rank_per_step"])
+          << what;
     }
   }
 }
