@@ -247,6 +247,20 @@ size_t CudaElementOps::randomk_indices(int rank, uint32_t* idx, size_t n, size_t
   return gpu::randomk_indices(idx, n, k, seed, stream, r.scratch, r.stream);
 }
 
+float CudaElementOps::sampled_threshold(int rank, const float* x, size_t n, double ratio, uint64_t seed,
+                                        uint64_t stream, size_t samples) {
+  Rank& r = select(rank);
+  auto* tau = reinterpret_cast<float*>(r.words.get());  // the count's word holds the float here
+  gpu::sampled_threshold(tau, x, n, ratio, seed, stream, samples, r.scratch, r.stream);
+  float v;
+  std::memcpy(&v, r.read_small(tau, sizeof v), sizeof v);
+  return v;
+}
+
+void CudaElementOps::zero_at(int rank, float* x, const uint32_t* idx, size_t k) {
+  gpu::zero_at(x, idx, k, select(rank).stream);
+}
+
 void CudaElementOps::gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) {
   gpu::gather(vals, x, idx, k, select(rank).stream);
 }

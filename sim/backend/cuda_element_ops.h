@@ -39,7 +39,8 @@ namespace gs {
 //
 // Compressors: compress_ops() is this memory itself (CompressOps, sim/core/compress_ops.h): each operation one launcher
 // of the compressor kernels of cuda_kernels.h (the host ops' twins) on the rank's stream; those returning a count or a
-// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode) and sum_squared_difference wait
+// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode), sampled_threshold and
+// sum_squared_difference wait
 // for the stream; sign_vote_scaled reads the messages' scales back (it waits too) and uploads the pointer array.
 //
 // Errors: every CUDA failure throws gpu::CudaError ("file:line: call: error", a std::runtime_error; an out-of-memory
@@ -86,6 +87,9 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   size_t topk_select(int rank, const float* x, size_t n, size_t k, uint32_t* idx) override;
   size_t threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) override;
   size_t randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override;
+  float sampled_threshold(int rank, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream,
+                          size_t samples) override;
+  void zero_at(int rank, float* x, const uint32_t* idx, size_t k) override;
   void gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) override;
   void scatter_add(int rank, float* out, const uint32_t* idx, const float* vals, size_t k) override;
   void qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override;

@@ -99,8 +99,9 @@ class Compressor {
   virtual bool own_feedback() const { return false; }
   // True when job.sum is already the average (casts divide in the wire format as `divide` says).
   virtual bool divides_itself() const { return false; }
-  // The compressor's own residual (own_feedback compressors: DGC's velocity v, flat, n floats), else nullptr.
-  virtual const std::vector<float>* own_residual() const { return nullptr; }
+  // The compressor's own residual (own_feedback compressors: DGC's velocity v, flat, the model's n floats in the
+  // memory of its jobs), else nullptr (also before its first job).
+  virtual const float* own_residual() const { return nullptr; }
   // Does this rank's part of the bucket: encode, exchange, decode. Collective: every rank calls it for the same
   // bucket. The default (gather compressors) is encode -> all-gather of the payloads -> decode_add in rank order.
   virtual void reduce_bucket(const BucketJob& job);

@@ -5,6 +5,7 @@
 // (dgc_density_at): ratio_t = ratio^((t+1)/(W+1)) for t < W (0.25 -> 0.0625 -> ... for ratio 0.001, W = 4, as the
 // paper's schedule).
 // DGC keeps its own residual (v); its invariant: sum of sent + v == sum over steps of u.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/compress.h"
@@ -17,40 +18,41 @@ class Dgc final : public Compressor {
  public:
   Dgc(const CompressionConfig& c, size_t n)
       : ratio_(c.ratio), momentum_(static_cast<float>(c.momentum)), clip_(c.clip_norm), warmup_(c.warmup_steps),
-        sample_ratio_(c.sample_ratio), u_(n, 0.0f), v_(n, 0.0f) {}
+        sample_ratio_(c.sample_ratio), n_(n) {}
   WireCollective collective() const override { return WireCollective::kAllGather; }
   bool own_feedback() const override { return true; }
-  const std::vector<float>* own_residual() const override { return &v_; }
+  const float* own_residual() const override { return v_.get(); }
 
-  // Host memory only (its velocity and momentum are host vectors): the indices in place, the values after the kept
-  // ones.
+  // Room for n indices (threshold_select's) and up to n values after the kept ones.
   size_t max_payload_bytes(size_t n) const override { return 8 * n; }
+  // Every element operation through the job's memory: u and v live there (allocated at the first job).
   size_t encode_into(const BucketJob& job, uint8_t* out) override {
-    auto* idx = reinterpret_cast<uint32_t*>(out);
+    ElementOps& ops = job.ops();
+    CompressOps& cops = job.compress_ops();
+    if (v_.get() == nullptr) {
+      u_ = ops.allocate(job.rank, n_);
+      v_ = ops.allocate(job.rank, n_);
+    }
     const size_t n = job.n;
-    float* u = u_.data() + job.offset;
-    float* v = v_.data() + job.offset;
+    float* u = u_.get() + job.offset;
+    float* v = v_.get() + job.offset;
     float clip = 1.0f;
     if (clip_ > 0) {
-      double g2 = 0.0;
-      for (size_t i = 0; i < n; ++i) g2 += static_cast<double>(job.p[i]) * job.p[i];
-      const double norm = std::sqrt(g2);
+      const double norm = std::sqrt(ops.scan(job.rank, job.p, n, true).sum_squares);
       if (norm > clip_) clip = static_cast<float>(clip_ / norm);
     }
-    for (size_t i = 0; i < n; ++i) {
-      u[i] = momentum_ * u[i] + clip * job.p[i];
-      v[i] += u[i];
-    }
+    // u = m u + clip p (each product rounded, then the sum), v += u.
+    ops.scale(job.rank, u, n, momentum_);
+    ops.add_scaled(job.rank, u, job.p, clip, n);
+    ops.add(job.rank, v, u, n);
     const double ratio = dgc_density_at(ratio_, warmup_, job.step);
     const size_t samples = std::max<size_t>(1, static_cast<size_t>(std::ceil(sample_ratio_ * static_cast<double>(n))));
-    const float thr = sampled_threshold(v, n, ratio, job.seed, job.stream(), samples);
-    const size_t got = threshold_select(v, n, thr, idx);
-    auto* vals = reinterpret_cast<float*>(out + got * sizeof(uint32_t));
-    for (size_t j = 0; j < got; ++j) vals[j] = v[idx[j]];
-    for (size_t j = 0; j < got; ++j) {
-      u[idx[j]] = 0.0f;
-      v[idx[j]] = 0.0f;
-    }
+    const float thr = cops.sampled_threshold(job.rank, v, n, ratio, job.seed, job.stream(), samples);
+    auto* idx = reinterpret_cast<uint32_t*>(out);  // the indices in place, the values after the kept ones
+    const size_t got = cops.threshold_select(job.rank, v, n, thr, idx);
+    cops.gather(job.rank, reinterpret_cast<float*>(out + got * sizeof(uint32_t)), v, idx, got);
+    cops.zero_at(job.rank, u, idx, got);
+    cops.zero_at(job.rank, v, idx, got);
     return got * (sizeof(uint32_t) + sizeof(float));
   }
   void decode_add(const BucketJob& job, int, const uint8_t* payload, size_t bytes, float* out) override {
@@ -63,7 +65,8 @@ class Dgc final : public Compressor {
   double clip_;
   int64_t warmup_;
   double sample_ratio_;
-  std::vector<float> u_, v_;
+  size_t n_;
+  FloatBuffer u_, v_;  // momentum and velocity, the model's n floats each
 };
 
 std::unique_ptr<Compressor> make(const RunConfig& rc, const Model& m, int) {
@@ -82,7 +85,7 @@ CompressorEntry dgc_compressor() {
   return {"dgc", "Deep Gradient Compression: sampled threshold, momentum correction, clipping, masking, warm-up", make,
           {"compression.measure_error", "compression.ratio", "compression.momentum", "compression.clip_norm",
            "compression.warmup_steps", "compression.sample_ratio", "compression.expected_density"},
-          expected_density_issues};
+          expected_density_issues, nullptr, true};
 }
 
 }  // namespace gs

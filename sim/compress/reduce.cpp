@@ -203,7 +203,11 @@ CompressedReduction::~CompressedReduction() = default;
 
 std::vector<float> CompressedReduction::residual(int rank) const {
   const RankState& s = *state_[static_cast<size_t>(rank)];
-  if (const std::vector<float>* own = s.comp->own_residual()) return *own;
+  if (const float* own = s.comp->own_residual()) {
+    std::vector<float> v(n_);
+    memory_.download(rank, v.data(), own, n_);
+    return v;
+  }
   return download(rank, s.residual);
 }
 
@@ -311,8 +315,8 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   NvtxPhases nvtx(NvtxName::kCompress);  // error feedback, then the division by S
   if (ef) {
     norm2 = feed_back(rank, s, grad);
-  } else if (const std::vector<float>* v = comp.own_residual()) {
-    for (float x : *v) norm2 += static_cast<double>(x) * x;
+  } else if (const float* v = comp.own_residual()) {
+    norm2 = memory_.scan(rank, v, n_, true).sum_squares;
   }
   double t2 = now_s();
   tally.compress_s += t2 - t1;

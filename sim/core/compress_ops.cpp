@@ -20,6 +20,13 @@ class HostCompressOps final : public CompressOps {
   size_t randomk_indices(int, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override {
     return gs::randomk_indices(idx, n, k, seed, stream);
   }
+  float sampled_threshold(int, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream,
+                          size_t samples) override {
+    return gs::sampled_threshold(x, n, ratio, seed, stream, samples);
+  }
+  void zero_at(int, float* x, const uint32_t* idx, size_t k) override {
+    for (size_t j = 0; j < k; ++j) x[idx[j]] = 0.0f;
+  }
   void gather(int, float* vals, const float* x, const uint32_t* idx, size_t k) override {
     for (size_t j = 0; j < k; ++j) vals[j] = x[idx[j]];
   }

@@ -1,5 +1,5 @@
 // The gradient compressors' element operations on the buffers of one memory (host RAM, or a backend's device memory):
-// what the gather compressors (top-k, random-k, threshold, QSGD, TernGrad, signSGD, 1-bit SGD) and the compressed
+// what the gather compressors (top-k, random-k, threshold, DGC, QSGD, TernGrad, signSGD, 1-bit SGD) and the compressed
 // reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
 // (docs/design.md, section 6, "The backend seam"). A memory offers them through ElementOps::compress_ops(). The host's
 // are the host ops of kernels/compress.h (the loops the host backend always ran, so its bits do not change); the cuda
@@ -30,12 +30,18 @@ class CompressOps {
   virtual size_t threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) = 0;
   // k distinct indices drawn by (seed, stream), ascending; returns min(k, n).
   virtual size_t randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) = 0;
+  // DGC's threshold: the ceil(ratio m)-th largest |x| among m stratified samples (kernels/compress.h
+  // sampled_threshold, exact on both memories). Waits for the device.
+  virtual float sampled_threshold(int rank, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream,
+                                  size_t samples) = 0;
 
   // ---- Sparse messages ----
   // vals[j] = x[idx[j]] for j < k.
   virtual void gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) = 0;
   // out[idx[j]] += vals[j] for j < k, in j order (distinct indices).
   virtual void scatter_add(int rank, float* out, const uint32_t* idx, const float* vals, size_t k) = 0;
+  // x[idx[j]] = 0 for j < k (DGC's masking of the sent coordinates).
+  virtual void zero_at(int rank, float* x, const uint32_t* idx, size_t k) = 0;
 
   // ---- Quantizers (kernels/compress.h; out has room for the kind's *_encoded_bytes) ----
   virtual void qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed,

@@ -660,8 +660,8 @@ class ParameterServer final : public SyncStrategy {
         w.residual[i] = e;
         norm2 += static_cast<double>(e) * e;
       }
-    } else if (const std::vector<float>* v = w.comp->own_residual()) {
-      for (float x : *v) norm2 += static_cast<double>(x) * x;
+    } else if (const float* v = w.comp->own_residual()) {  // host memory (the server's jobs)
+      for (size_t i = 0; i < n_; ++i) norm2 += static_cast<double>(v[i]) * v[i];
     }
     rec.compress_s = now_s() - a;
     rec.residual_norm = std::sqrt(norm2);

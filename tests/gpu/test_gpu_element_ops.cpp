@@ -369,12 +369,23 @@ TEST_F(GpuElementOps, SparseSelectionsAndMessagesMatchHost) {
       EXPECT_SAME_BITS(down(d_vals), vals, what + " gather");
       dc.scatter_add(0, d_out.get(), reinterpret_cast<const uint32_t*>(d_idx.get()), d_vals.get(), p.host);
       EXPECT_SAME_BITS(down(d_out), want, what + " scatter_add");
+      hc.zero_at(0, want.data(), idx.data(), p.host);
+      dc.zero_at(0, d_out.get(), reinterpret_cast<const uint32_t*>(d_idx.get()), p.host);
+      EXPECT_SAME_BITS(down(d_out), want, what + " zero_at");
     };
     check(picks.back());
     const float tau = n > 1 ? std::fabs(x[n / 2]) : 0.5f;
     picks.push_back({"threshold", hc.threshold_select(0, x.data(), n, tau, idx.data()),
                      dc.threshold_select(0, d_x.get(), n, tau, reinterpret_cast<uint32_t*>(d_idx.get()))});
     check(picks.back());
+    // DGC's sampled threshold: exact on both (the same strata and draws, the exact k-th of the samples).
+    for (double ratio : {0.01, 0.3}) {
+      const size_t samples = n / 7 + 1;
+      const float h = hc.sampled_threshold(0, x.data(), n, ratio, 42, 3, samples);
+      const float d = dc.sampled_threshold(0, d_x.get(), n, ratio, 42, 3, samples);
+      EXPECT_TRUE(std::memcmp(&h, &d, sizeof h) == 0 || (std::isnan(h) && std::isnan(d)))
+          << "sampled_threshold " << ratio << " " << size_label(n) << ": " << d << " vs " << h;
+    }
     picks.push_back({"randomk", hc.randomk_indices(0, idx.data(), n, k, 42, 7),
                      dc.randomk_indices(0, reinterpret_cast<uint32_t*>(d_idx.get()), n, k, 42, 7)});
     check(picks.back());

@@ -93,6 +93,7 @@ TEST(GpuSeam, GatherCompressorsMatchTheHostBackend) {
       {"compression.kind=terngrad"},
       {"compression.kind=signsgd", "compression.vote=true"},
       {"compression.kind=onebit", "compression.error_feedback=gradient", "compression.measure_error=true"},
+      {"compression.kind=dgc", "compression.ratio=0.1", "compression.clip_norm=1", "compression.warmup_steps=2"},
   };
   for (const std::vector<std::string>& sets : cases) {
     std::string what;

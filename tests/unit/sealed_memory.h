@@ -90,6 +90,13 @@ class SealedCompressOps : public CompressOps {
     seal_words(idx, got.data(), count);
     return count;
   }
+  float sampled_threshold(int, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream,
+                          size_t samples) override {
+    return gs::sampled_threshold(plain(x, n).data(), n, ratio, seed, stream, samples);
+  }
+  void zero_at(int, float* x, const uint32_t* idx, size_t k) override {
+    for (size_t j = 0; j < k; ++j) x[~idx[j]] = seal(0.0f);
+  }
   void gather(int, float* vals, const float* x, const uint32_t* idx, size_t k) override {
     for (size_t j = 0; j < k; ++j) vals[j] = x[~idx[j]];  // a sealed value moves as it is
   }
