@@ -824,6 +824,51 @@ void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stre
   launch_map(n, ZeroWhereNonzeroOp{x, mask}, stream, "zero_where_nonzero");
 }
 
+namespace {
+
+struct CastEncodeOp {
+  FloatFormat f;
+  float* wire;
+  float* own;
+  const float* p;
+  float bf;
+  double pre, b;
+  __device__ void operator()(size_t i) const {
+    const float w = cast_wire_value(f, p[i], bf, pre);
+    wire[i] = w;
+    own[i] = static_cast<float>(static_cast<double>(w) * pre * b);
+  }
+};
+
+struct AddInFormatOp {
+  FloatFormat f;
+  float* acc;
+  const float* x;
+  __device__ void operator()(size_t i) const { acc[i] = add_in_format(f, acc[i], x[i]); }
+};
+
+struct PostDivideOp {
+  FloatFormat f;
+  float* x;
+  double post;
+  __device__ void operator()(size_t i) const { x[i] = cast_post_divide(f, x[i], post); }
+};
+
+}  // namespace
+
+void cast_encode(FloatFormat f, float* wire, float* own, const float* p, size_t n, float bf, double pre, double b,
+                 cudaStream_t stream) {
+  launch_map(n, CastEncodeOp{f, wire, own, p, bf, pre, b}, stream, "cast_encode");
+}
+
+void add_in_format_into(FloatFormat f, float* acc, const float* x, size_t n, cudaStream_t stream) {
+  launch_map(n, AddInFormatOp{f, acc, x}, stream, "add_in_format_into");
+}
+
+void post_divide_in_format(FloatFormat f, float* x, size_t n, double post, cudaStream_t stream) {
+  launch_map(n, PostDivideOp{f, x, post}, stream, "post_divide_in_format");
+}
+
 // ---- Selection: radix select on magnitude keys and tiled compaction ----------------------------------------------
 
 namespace {

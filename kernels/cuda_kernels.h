@@ -190,6 +190,13 @@ void add_into(float* acc, const float* x, size_t n, cudaStream_t stream);
 // x[i] = 0 where mask[i] != 0 (momentum factor masking: the sent coordinates leave u and v), as
 // gs::CompressOps::zero_where_nonzero on the host.
 void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stream);
+// The cast compressors (gs::CompressOps::cast_encode, add_in_format, post_divide_in_format on the host; element math
+// kernels/compress_math.h cast_wire_value / cast_post_divide, float_formats.h add_in_format): the wire value of each
+// element and its decoded value in the units of p; acc += x rounded to f; x / post rounded to f.
+void cast_encode(FloatFormat f, float* wire, float* own, const float* p, size_t n, float bf, double pre, double b,
+                 cudaStream_t stream);
+void add_in_format_into(FloatFormat f, float* acc, const float* x, size_t n, cudaStream_t stream);
+void post_divide_in_format(FloatFormat f, float* x, size_t n, double post, cudaStream_t stream);
 // *out (device double) = sum of (double(a[i]) - b[i])^2 in a fixed order (the same bits every call; the host's index
 // order to rounding): ef21's unsent norm.
 void sum_squared_difference(double* out, const float* a, const float* b, size_t n, Scratch& scratch,

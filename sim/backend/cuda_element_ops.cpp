@@ -329,6 +329,19 @@ void CudaElementOps::sign_vote_scaled(int rank, float* out, const uint8_t* const
   gpu::scale(out, n, scale_sum, r.stream);
 }
 
+void CudaElementOps::cast_encode(int rank, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf,
+                                 double pre, double b) {
+  gpu::cast_encode(f, wire, own, p, n, bf, pre, b, select(rank).stream);
+}
+
+void CudaElementOps::add_in_format(int rank, float* acc, const float* x, size_t n, FloatFormat f) {
+  gpu::add_in_format_into(f, acc, x, n, select(rank).stream);
+}
+
+void CudaElementOps::post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) {
+  gpu::post_divide_in_format(f, x, n, post, select(rank).stream);
+}
+
 void CudaElementOps::zero_where_nonzero(int rank, float* x, const float* mask, size_t n) {
   gpu::zero_where_nonzero(x, mask, n, select(rank).stream);
 }

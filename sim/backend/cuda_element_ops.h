@@ -101,6 +101,10 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   size_t onebit_encode(int rank, uint8_t* out, const float* p, size_t n) override;
   void onebit_decode_add(int rank, float* out, const uint8_t* in, size_t n) override;
   void sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) override;
+  void cast_encode(int rank, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf, double pre,
+                   double b) override;
+  void add_in_format(int rank, float* acc, const float* x, size_t n, FloatFormat f) override;
+  void post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) override;
   void zero_where_nonzero(int rank, float* x, const float* mask, size_t n) override;
   double sum_squared_difference(int rank, const float* a, const float* b, size_t n) override;
 

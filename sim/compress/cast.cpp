@@ -80,43 +80,50 @@ class Cast final : public Compressor {
     }
   }
 
+  // Every element operation through the job's memory (CompressOps::cast_encode, add_in_format,
+  // post_divide_in_format; ElementOps' copy, add and divide for the fp32 sum), the wire values all-gathered there.
   void reduce_bucket(const BucketJob& job) override {
-    thread_local std::vector<float> wire, recv;
+    GS_EXPECT(job.space != nullptr, "a cast all-reduce needs the reducer's buffers (BucketJob::space)");
     CompressTally& t = *job.tally;
+    ElementOps& ops = job.ops();
+    CompressOps& cops = job.compress_ops();
     const auto [pre, post] = cast_divisors(divide_, job.ranks);
     GS_EXPECT(job.divisor > 0, "a cast all-reduce needs the step's sample count");
     // The rank's samples: S / N (the mean count where ranks' counts differ, so the all-reduced mean is still the sum
     // of every sample's gradient over S).
     const double b = job.divisor / static_cast<double>(job.ranks);
-    const float bf = static_cast<float>(b);
     const size_t n = job.n;
     double t0 = now_s();
     NvtxPhases nvtx(NvtxName::kCompress);
-    wire.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float w = cast_wire_value(format_, job.p[i], bf, pre);
-      wire[i] = w;
-      job.own_decoded[i] = static_cast<float>(static_cast<double>(w) * pre * b);  // in the units of p (a sum)
-    }
+    float* wire = CompressSpace::room(ops, job.rank, job.space->payload, n);
+    cops.cast_encode(job.rank, wire, job.own_decoded, job.p, n, format_, static_cast<float>(b), pre, b);
     double t1 = now_s();
     t.compress_s += t1 - t0;
     nvtx.next(NvtxName::kCommunicate, static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_)));
-    recv.resize(n * static_cast<size_t>(job.ranks));
-    job.comm->all_gather(job.rank, recv.data(), wire.data(), n);
+    float* recv = CompressSpace::room(ops, job.rank, job.space->gathered, n * static_cast<size_t>(job.ranks));
+    job.comm->all_gather(job.rank, recv, wire, n);
     double t2 = now_s();
     t.communicate_s += t2 - t1;
     nvtx.next(NvtxName::kCompress);
-    if (fp32_sum_) {
-      sum_fp32(job, recv.data(), post);
-    } else {
-      // The all-reduce in the wire format: element i summed over ranks 0..N-1, rounded after every add.
-      std::copy(recv.begin(), recv.begin() + static_cast<std::ptrdiff_t>(n), job.sum);
-      for (int r = 1; r < job.ranks; ++r) {
-        const float* in = recv.data() + static_cast<size_t>(r) * n;
-        for (size_t i = 0; i < n; ++i) job.sum[i] = add_in_format(format_, job.sum[i], in[i]);
+    // Element i summed over ranks 0..N-1: in the wire format, rounded after every add, then divided by `post` in it;
+    // or (accumulate "fp32") in fp32, rounding only to fp32 (values of at most 11 significand bits: a sum of a few is
+    // often exact), then divided by `post` in fp32: what Megatron's accumulate_allreduce_grads_in_fp32 or an fp32
+    // reduce-scatter gives (one rank's large value no longer swamps the others' small ones at a wire-format add).
+    ops.copy(job.rank, job.sum, recv, n);
+    for (int r = 1; r < job.ranks; ++r) {
+      const float* in = recv + static_cast<size_t>(r) * n;
+      if (fp32_sum_) {
+        ops.add(job.rank, job.sum, in, n);
+      } else {
+        cops.add_in_format(job.rank, job.sum, in, n, format_);
       }
-      if (post != 1.0)
-        for (size_t i = 0; i < n; ++i) job.sum[i] = cast_post_divide(format_, job.sum[i], post);
+    }
+    if (post != 1.0) {
+      if (fp32_sum_) {
+        ops.divide(job.rank, job.sum, n, static_cast<float>(post));  // N / 2^floor(log2(N)/2) or N: exact in fp32
+      } else {
+        cops.post_divide_in_format(job.rank, job.sum, n, format_, post);
+      }
     }
     t.decompress_s += now_s() - t2;
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
@@ -135,24 +142,6 @@ class Cast final : public Compressor {
   }
 
  private:
-  // accumulate "fp32": job.sum = the cast values (already divided by `pre` in the format) summed over ranks 0..N-1
-  // in fp32, rounding only to fp32 (values of at most 11 significand bits: a sum of a few is often exact), then
-  // divided by `post` in fp32. What Megatron's accumulate_allreduce_grads_in_fp32 or an fp32 reduce-scatter gives:
-  // one rank's large value no longer swamps the others' small ones at a wire-format add.
-  // recv: the N ranks' wire values, rank after rank (n each).
-  static void sum_fp32(const BucketJob& job, const float* recv, double post) {
-    const size_t n = job.n;
-    std::copy(recv, recv + n, job.sum);
-    for (int r = 1; r < job.ranks; ++r) {
-      const float* in = recv + static_cast<size_t>(r) * n;
-      for (size_t i = 0; i < n; ++i) job.sum[i] += in[i];
-    }
-    if (post != 1.0) {
-      const float p = static_cast<float>(post);  // N / 2^floor(log2(N)/2) or N: an integer, exact in fp32
-      for (size_t i = 0; i < n; ++i) job.sum[i] = job.sum[i] / p;
-    }
-  }
-
   FloatFormat format_;
   std::string divide_;
   bool fp32_sum_;
@@ -164,7 +153,7 @@ std::unique_ptr<Compressor> make(const RunConfig& rc, const Model&, int) {
 }
 
 CompressorEntry cast_entry(const char* name, const char* doc) {
-  return {name, doc, make, lossy_options({"compression.divide", "compression.accumulate"})};
+  return {name, doc, make, lossy_options({"compression.divide", "compression.accumulate"}), nullptr, nullptr, true};
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/compress.h"
+#include "kernels/compress_math.h"
 
 namespace gs {
 namespace {
@@ -54,6 +55,20 @@ class HostCompressOps final : public CompressOps {
     }
     gs::sign_vote(out, msgs, ranks, n);
     for (size_t i = 0; i < n; ++i) out[i] *= scale_sum;
+  }
+  void cast_encode(int, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf, double pre,
+                   double b) override {
+    for (size_t i = 0; i < n; ++i) {
+      const float w = cast_wire_value(f, p[i], bf, pre);
+      wire[i] = w;
+      own[i] = static_cast<float>(static_cast<double>(w) * pre * b);
+    }
+  }
+  void add_in_format(int, float* acc, const float* x, size_t n, FloatFormat f) override {
+    for (size_t i = 0; i < n; ++i) acc[i] = gs::add_in_format(f, acc[i], x[i]);
+  }
+  void post_divide_in_format(int, float* x, size_t n, FloatFormat f, double post) override {
+    for (size_t i = 0; i < n; ++i) x[i] = cast_post_divide(f, x[i], post);
   }
   void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
     for (size_t i = 0; i < n; ++i)

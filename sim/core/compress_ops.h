@@ -1,6 +1,6 @@
 // The gradient compressors' element operations on the buffers of one memory (host RAM, or a backend's device memory):
-// what the gather compressors (top-k, random-k, threshold, DGC, QSGD, TernGrad, signSGD, 1-bit SGD) and the compressed
-// reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
+// what the gather compressors (top-k, random-k, threshold, DGC, QSGD, TernGrad, signSGD, 1-bit SGD), the casts' wire
+// all-reduce and the compressed reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
 // (docs/design.md, section 6, "The backend seam"). A memory offers them through ElementOps::compress_ops(). The host's
 // are the host ops of kernels/compress.h (the loops the host backend always ran, so its bits do not change); the cuda
 // backend's are the launchers of kernels/cuda_kernels.h, the host ops' twins (tested against them in the GPU suites).
@@ -16,6 +16,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/float_formats.h"
 
 namespace gs {
 
@@ -58,6 +60,16 @@ class CompressOps {
   // signSGD with vote: out[i] = sign_vote(msgs)[i] * s, s = the fp32 sum of the messages' scales in rank order
   // (kernels/compress.h sign_vote; Bernstein et al. 2018, Algorithm 2). msgs: a host array of `ranks` pointers.
   virtual void sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) = 0;
+
+  // ---- Casts (sim/compress/cast.cpp; element math kernels/compress_math.h, float_formats.h) ----
+  // wire[i] = cast_wire_value(f, p[i], bf, pre) (the mean p / bf cast to f, divided by pre in f), own[i] =
+  // float(double(wire[i]) * pre * b) (what the others will reconstruct, in the units of p).
+  virtual void cast_encode(int rank, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf,
+                           double pre, double b) = 0;
+  // acc[i] = add_in_format(f, acc[i], x[i]) (the sum in the wire format, rounded after the add).
+  virtual void add_in_format(int rank, float* acc, const float* x, size_t n, FloatFormat f) = 0;
+  // x[i] = cast_post_divide(f, x[i], post) (x / post rounded to f).
+  virtual void post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) = 0;
 
   // ---- Error feedback (sim/compress/reduce.h) ----
   // x[i] = 0 where mask[i] != 0 (DGC's momentum factor masking: the sent coordinates leave u and v).

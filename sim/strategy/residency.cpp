@@ -26,8 +26,8 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
     const CompressorEntry* e = find_compressor(c.compression.kind);
     if (e == nullptr || !e->element_ops)
       return "compression.kind: " + quoted(c.compression.kind) +
-             " encodes and decodes with host loops (topk, randomk, threshold, dgc, qsgd, terngrad, signsgd and onebit run "
-             "through the compressor operations of the run's memory, sim/core/compress_ops.h)";
+             " encodes and decodes with host loops (every other kind runs through the compressor operations of the "
+             "run's memory, sim/core/compress_ops.h)";
     if (c.sync.kind != "allreduce")
       return "compression.kind: " + quoted(c.compression.kind) + " under sync.kind " + quoted(c.sync.kind) +
              " compresses with host loops (only the allreduce strategy's compressed reduction runs on device memory)";

@@ -498,6 +498,37 @@ TEST_F(GpuElementOps, SignVoteScaledMatchesHost) {
   }
 }
 
+// The casts' operations in every format and divide placement: bit for bit (the same element math, --fmad=false).
+TEST_F(GpuElementOps, CastOperationsMatchHostBitForBit) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : kSizes) {
+    const auto p = values_with_specials(n, 17 * n + 1);
+    const auto x = values_with_specials(n, 17 * n + 2);
+    for (FloatFormat f : {FloatFormat::kFp16, FloatFormat::kBf16, FloatFormat::kFp8E4M3, FloatFormat::kFp8E5M2}) {
+      for (double pre : {1.0, 2.0, 8.0}) {
+        const std::string what = "format " + std::to_string(static_cast<int>(f)) + " pre " + std::to_string(pre) + " " +
+                                 size_label(n);
+        std::vector<float> wire(n), own(n);
+        hc.cast_encode(0, wire.data(), own.data(), p.data(), n, f, 12.0f, pre, 12.0);
+        FloatBuffer d_p = up(p), d_wire = cuda_.allocate(0, n), d_own = cuda_.allocate(0, n);
+        dc.cast_encode(0, d_wire.get(), d_own.get(), d_p.get(), n, f, 12.0f, pre, 12.0);
+        EXPECT_SAME_BITS(down(d_wire), wire, what + " wire");
+        EXPECT_SAME_BITS(down(d_own), own, what + " own");
+        // The sum in the format (of wire values, as the all-reduce adds them) and the post-division.
+        std::vector<float> acc = wire, xw(n), unused(n);
+        hc.cast_encode(0, xw.data(), unused.data(), x.data(), n, f, 3.0f, pre, 3.0);
+        hc.add_in_format(0, acc.data(), xw.data(), n, f);
+        hc.post_divide_in_format(0, acc.data(), n, f, 8.0 / pre);
+        FloatBuffer d_xw = up(xw);
+        dc.add_in_format(0, d_wire.get(), d_xw.get(), n, f);
+        dc.post_divide_in_format(0, d_wire.get(), n, f, 8.0 / pre);
+        EXPECT_SAME_BITS(down(d_wire), acc, what + " add_in_format, post_divide_in_format");
+      }
+    }
+  }
+}
+
 // Error feedback's two operations: the masking bit for bit, the squared difference within the two orders' bound.
 TEST_F(GpuElementOps, MaskingAndSquaredDifferenceMatchHost) {
   CompressOps& hc = host_compress_ops();

@@ -94,6 +94,8 @@ TEST(GpuSeam, GatherCompressorsMatchTheHostBackend) {
       {"compression.kind=signsgd", "compression.vote=true"},
       {"compression.kind=onebit", "compression.error_feedback=gradient", "compression.measure_error=true"},
       {"compression.kind=dgc", "compression.ratio=0.1", "compression.clip_norm=1", "compression.warmup_steps=2"},
+      {"compression.kind=fp16", "compression.divide=split"},
+      {"compression.kind=bf16", "compression.accumulate=fp32", "compression.error_feedback=gradient"},
   };
   for (const std::vector<std::string>& sets : cases) {
     std::string what;
@@ -109,7 +111,7 @@ TEST(GpuSeam, GatherCompressorsMatchTheHostBackend) {
     expect_close(seam, cuda_default, 1e-2, what + "(seam vs cuda " + cuda_default.cuda_path + ")");
     ASSERT_TRUE(seam.compression.is_object()) << what;
     const std::string kind = sets[0].substr(sets[0].find('=') + 1);
-    if (kind == "topk" || kind == "randomk" || kind == "qsgd" || kind == "terngrad") {
+    if (kind == "topk" || kind == "randomk" || kind == "qsgd" || kind == "terngrad" || kind == "fp16" || kind == "bf16") {
       EXPECT_EQ(seam.compression["payload_bytes_per_rank_per_step"], host.compression["payload_bytes_per_rank_per_step"])
           << what;
     }

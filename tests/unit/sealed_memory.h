@@ -158,6 +158,20 @@ class SealedCompressOps : public CompressOps {
     gs::sign_vote(vote.data(), ptrs.data(), ranks, n);
     for (size_t i = 0; i < n; ++i) out[i] = seal(vote[i] * scale_sum);
   }
+  void cast_encode(int, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf, double pre,
+                   double b) override {
+    for (size_t i = 0; i < n; ++i) {
+      const float w = cast_wire_value(f, unseal(p[i]), bf, pre);
+      wire[i] = seal(w);
+      own[i] = seal(static_cast<float>(static_cast<double>(w) * pre * b));
+    }
+  }
+  void add_in_format(int, float* acc, const float* x, size_t n, FloatFormat f) override {
+    for (size_t i = 0; i < n; ++i) acc[i] = seal(gs::add_in_format(f, unseal(acc[i]), unseal(x[i])));
+  }
+  void post_divide_in_format(int, float* x, size_t n, FloatFormat f, double post) override {
+    for (size_t i = 0; i < n; ++i) x[i] = seal(cast_post_divide(f, unseal(x[i]), post));
+  }
   void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
     for (size_t i = 0; i < n; ++i)
       if (unseal(mask[i]) != 0.0f) x[i] = seal(0.0f);
