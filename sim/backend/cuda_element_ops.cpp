@@ -142,6 +142,11 @@ void CudaElementOps::scale(int rank, float* x, size_t n, float f) { gpu::scale(x
 
 void CudaElementOps::divide(int rank, float* x, size_t n, float d) { gpu::divide(x, n, d, select(rank).stream); }
 
+void CudaElementOps::round_to_fp16(int rank, float* x, size_t n) {
+  gpu::round_through_format(FloatFormat::kFp16, x, x, n, gpu::default_fp8_overflow(FloatFormat::kFp16),
+                            select(rank).stream);
+}
+
 size_t CudaElementOps::count_nonfinite(int rank, const float* x, size_t n) {
   return scan(rank, x, n, false).nonfinite;
 }

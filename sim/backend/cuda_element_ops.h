@@ -72,6 +72,7 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   void add_scaled(int rank, float* acc, const float* x, float f, size_t n) override;
   void scale(int rank, float* x, size_t n, float f) override;
   void divide(int rank, float* x, size_t n, float d) override;
+  void round_to_fp16(int rank, float* x, size_t n) override;
   size_t count_nonfinite(int rank, const float* x, size_t n) override;
   void tally_nonfinite(int rank, const float* x, size_t n) override;
   size_t take_nonfinite(int rank) override;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/convert.h"
+
 namespace gs {
 
 ElementScan scan_elements(const float* x, size_t n, bool want_norm) {
@@ -57,6 +59,7 @@ class HostElementOps final : public ElementOps {
   void divide(int, float* x, size_t n, float d) override {
     for (size_t i = 0; i < n; ++i) x[i] = x[i] / d;
   }
+  void round_to_fp16(int, float* x, size_t n) override { round_fp32_through_fp16(x, x, n); }
   size_t count_nonfinite(int, const float* x, size_t n) override { return count_non_finite(x, n); }
   void tally_nonfinite(int, const float* x, size_t n) override { tally_ += count_non_finite(x, n); }
   size_t take_nonfinite(int) override { return std::exchange(tally_, 0); }

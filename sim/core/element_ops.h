@@ -67,6 +67,9 @@ class ElementOps {
   virtual void add_scaled(int rank, float* acc, const float* x, float f, size_t n) = 0;
   virtual void scale(int rank, float* x, size_t n, float f) = 0;
   virtual void divide(int rank, float* x, size_t n, float d) = 0;
+  // x[i] rounded to IEEE half (RNE, overflow to inf) and held in fp32 (kernels/convert.h round_fp32_through_fp16:
+  // fp16_pure's storage of weights, gradients and optimizer state).
+  virtual void round_to_fp16(int rank, float* x, size_t n) = 0;
   // The inf/NaN values of x[0, n) (waits for the device).
   virtual size_t count_nonfinite(int rank, const float* x, size_t n) = 0;
   // The same, added to the rank's tally without waiting (several ranges, e.g. a backward's layers as they finish);

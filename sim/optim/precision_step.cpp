@@ -17,8 +17,7 @@ GradientStepResult PrecisionStep::before_update(float* g, size_t n, int64_t step
 
 GradientStepResult PrecisionStep::before_update(ElementOps& ops, int rank, float* g, size_t n, int64_t step,
                                                 bool loss_nonfinite) {
-  GS_EXPECT(!store_fp16_ || ops.host(), "precision.mode fp16_pure: its fp16 rounding runs on host memory only");
-  round_gradient(g, 0, n);
+  if (store_fp16_ && n > 0) ops.round_to_fp16(rank, g, n);  // fp16_pure: the averaged gradient in fp16
   const GradientStepResult r = unscale_check_clip(ops, rank, g, n, scaler_, clip_grad_norm_, step, loss_nonfinite);
   if (r.applied) ++updates_;
   averaged_nonfinite_values_ += r.nonfinite_values;
@@ -30,11 +29,11 @@ void PrecisionStep::round_gradient(float* g, size_t begin, size_t end) const {
   if (store_fp16_ && end > begin) round_fp32_through_fp16(g + begin, g + begin, end - begin);
 }
 
-void PrecisionStep::after_update(ElementOps& ops, float* params, Optimizer& optimizer, size_t begin,
+void PrecisionStep::after_update(ElementOps& ops, int rank, float* params, Optimizer& optimizer, size_t begin,
                                  size_t end) const {
-  if (!store_fp16_) return;
-  GS_EXPECT(ops.host(), "precision.mode fp16_pure: its fp16 storage runs on host memory only");
-  after_update(params, optimizer, begin, end);
+  if (!store_fp16_ || end <= begin) return;
+  ops.round_to_fp16(rank, params + begin, end - begin);
+  for (float* buf : optimizer.state_buffers()) ops.round_to_fp16(rank, buf + begin, end - begin);
 }
 
 void PrecisionStep::after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const {

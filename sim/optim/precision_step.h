@@ -50,8 +50,9 @@ class PrecisionStep {
   // After the optimizer updated [begin, end): under fp16_pure the parameters and every optimizer state buffer are
   // rounded to fp16 (they are stored in fp16); a no-op otherwise.
   void after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const;
-  // The same on `ops`' memory: a no-op unless storing fp16, which needs host memory (GS_EXPECT).
-  void after_update(ElementOps& ops, float* params, Optimizer& optimizer, size_t begin, size_t end) const;
+  // The same on rank `rank`'s buffers of `ops`' memory (ElementOps::round_to_fp16 on the parameters and on
+  // optimizer.state_buffers()).
+  void after_update(ElementOps& ops, int rank, float* params, Optimizer& optimizer, size_t begin, size_t end) const;
 
   const LossScaler& scaler() const { return scaler_; }
 

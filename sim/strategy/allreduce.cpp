@@ -230,7 +230,7 @@ class AllReduce final : public SyncStrategy, private GradientSubscriber {
       Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
       ++ring.applied;
       opt.step(params(rank), old, 0, n_, lr, ring.applied);
-      ps.after_update(ops_, params(rank), opt, 0, n_);
+      ps.after_update(ops_, rank, params(rank), opt, 0, n_);
     }
     ops_.copy(rank, old, g, n_);
     ring.skipped[slot] = ok ? 0 : 1;
@@ -243,7 +243,7 @@ class AllReduce final : public SyncStrategy, private GradientSubscriber {
     if (!ps.before_update(ops_, rank, g, n_, step + 1, loss_nonfinite).applied) return;  // skipped: inf/NaN, scaler
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     opt.step(params(rank), g, 0, n_, lr, ps.update_count());
-    ps.after_update(ops_, params(rank), opt, 0, n_);
+    ps.after_update(ops_, rank, params(rank), opt, 0, n_);
   }
 
   void step_shared(const StepInput& in) {

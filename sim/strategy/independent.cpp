@@ -39,7 +39,7 @@ class Independent final : public SyncStrategy {
       return;  // skips (own scaler)
     Optimizer& opt = *optimizers_[static_cast<size_t>(in.rank)];
     opt.step(params(in.rank), in.grad, 0, n_, in.lr, ps.update_count());
-    ps.after_update(ops_, params(in.rank), opt, 0, n_);
+    ps.after_update(ops_, in.rank, params(in.rank), opt, 0, n_);
   }
   const float* eval_params() override { return params(0); }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }

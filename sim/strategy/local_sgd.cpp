@@ -152,7 +152,7 @@ class LocalSgd final : public SyncStrategy {
     if (!ps.before_update(ops_, rank, g, n_, step + 1, loss_nonfinite).applied) return;  // this rank's scaler skips
     Optimizer& opt = *optimizers_[static_cast<size_t>(rank)];
     opt.step(params(rank), g, 0, n_, lr, ps.update_count());
-    ps.after_update(ops_, params(rank), opt, 0, n_);
+    ps.after_update(ops_, rank, params(rank), opt, 0, n_);
   }
 
   // Rank-order sum over ranks, then / N, of the parameters (and state buffers): the same bits on every rank.
@@ -172,7 +172,7 @@ class LocalSgd final : public SyncStrategy {
     GS_NVTX_RANGE(kOptimizer);  // the division by N of the averaged buffers
     TimedPhase t(ops_, rank, clock, Phase::kOptimizer);
     for (float* b : bufs) ops_.divide(rank, b, n_, static_cast<float>(ranks_));
-    precision_[static_cast<size_t>(rank)].after_update(ops_, params(rank), opt, 0, n_);  // fp16_pure storage
+    precision_[static_cast<size_t>(rank)].after_update(ops_, rank, params(rank), opt, 0, n_);  // fp16_pure storage
   }
 
   // Across processes the other processes' replicas are not in this one: on a step that ends between averages and is

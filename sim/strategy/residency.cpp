@@ -32,8 +32,9 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
       return "compression.kind: " + quoted(c.compression.kind) + " under sync.kind " + quoted(c.sync.kind) +
              " compresses with host loops (only the allreduce strategy's compressed reduction runs on device memory)";
   }
-  if (c.precision.mode == "fp16_pure")
-    return "precision.mode: \"fp16_pure\" sums fp16 gradients in rank order and stores fp16 weights with host loops";
+  if (c.precision.mode == "fp16_pure" && c.sync.kind == "zero")
+    return "precision.mode: \"fp16_pure\" under sync.kind \"zero\" casts its reduce-scatter to fp16 with host loops "
+           "(allreduce, local_sgd and independent run fp16_pure through the element operations)";
   return std::nullopt;
 }
 

@@ -190,7 +190,7 @@ public:
       Optimizer &opt = *optimizers_[r];
       float *p = params_[r].get() + lo;
       opt.step(p, shard, 0, len, in.lr, ps.update_count());
-      ps.after_update(ops_, p, opt, 0, len);
+      ps.after_update(ops_, in.rank, p, opt, 0, len);
     }
     {
       TimedPhase t(ops_, in.rank, clock, Phase::kCommunicate);

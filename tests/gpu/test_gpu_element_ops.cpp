@@ -120,6 +120,18 @@ TEST_F(GpuElementOps, AddAddScaledScaleDivideMatchHostBitForBit) {
   }
 }
 
+// fp16_pure's storage rounding: the host op's bits (RNE, overflow to inf, NaN kept NaN).
+TEST_F(GpuElementOps, RoundToFp16MatchesHostBitForBit) {
+  for (size_t n : kSizes) {
+    const auto v = values_with_specials(n, 41 * n + 7);
+    auto want = v;
+    host_.round_to_fp16(0, want.data(), n);
+    FloatBuffer d = up(v);
+    cuda_.round_to_fp16(0, d.get(), n);
+    EXPECT_SAME_BITS(down(d), want, "round_to_fp16 " + size_label(n));
+  }
+}
+
 TEST_F(GpuElementOps, NonfiniteCountsAndTallyMatchHost) {
   for (size_t n : kSizes) {
     const auto v = values_with_specials(n, 100 * n + 3);

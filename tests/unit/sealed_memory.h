@@ -238,6 +238,9 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   void divide(int, float* x, size_t n, float d) override {
     for (size_t i = 0; i < n; ++i) x[i] = seal(unseal(x[i]) / d);
   }
+  void round_to_fp16(int, float* x, size_t n) override {
+    for (size_t i = 0; i < n; ++i) x[i] = seal(round_through_fp16(unseal(x[i])));
+  }
   size_t count_nonfinite(int, const float* x, size_t n) override {
     size_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad += std::isfinite(unseal(x[i])) ? 0 : 1;
