@@ -836,7 +836,7 @@ struct CastEncodeOp {
   __device__ void operator()(size_t i) const {
     const float w = cast_wire_value(f, p[i], bf, pre);
     wire[i] = w;
-    own[i] = static_cast<float>(static_cast<double>(w) * pre * b);
+    if (own != nullptr) own[i] = static_cast<float>(static_cast<double>(w) * pre * b);
   }
 };
 

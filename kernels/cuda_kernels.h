@@ -192,7 +192,8 @@ void add_into(float* acc, const float* x, size_t n, cudaStream_t stream);
 void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stream);
 // The cast compressors (gs::CompressOps::cast_encode, add_in_format, post_divide_in_format on the host; element math
 // kernels/compress_math.h cast_wire_value / cast_post_divide, float_formats.h add_in_format): the wire value of each
-// element and its decoded value in the units of p; acc += x rounded to f; x / post rounded to f.
+// element and its decoded value in the units of p (own may be nullptr; wire may be p); acc += x rounded to f; x / post
+// rounded to f.
 void cast_encode(FloatFormat f, float* wire, float* own, const float* p, size_t n, float bf, double pre, double b,
                  cudaStream_t stream);
 void add_in_format_into(FloatFormat f, float* acc, const float* x, size_t n, cudaStream_t stream);

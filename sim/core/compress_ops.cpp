@@ -61,7 +61,7 @@ class HostCompressOps final : public CompressOps {
     for (size_t i = 0; i < n; ++i) {
       const float w = cast_wire_value(f, p[i], bf, pre);
       wire[i] = w;
-      own[i] = static_cast<float>(static_cast<double>(w) * pre * b);
+      if (own != nullptr) own[i] = static_cast<float>(static_cast<double>(w) * pre * b);
     }
   }
   void add_in_format(int, float* acc, const float* x, size_t n, FloatFormat f) override {

@@ -63,7 +63,8 @@ class CompressOps {
 
   // ---- Casts (sim/compress/cast.cpp; element math kernels/compress_math.h, float_formats.h) ----
   // wire[i] = cast_wire_value(f, p[i], bf, pre) (the mean p / bf cast to f, divided by pre in f), own[i] =
-  // float(double(wire[i]) * pre * b) (what the others will reconstruct, in the units of p).
+  // float(double(wire[i]) * pre * b) (what the others will reconstruct, in the units of p; own may be nullptr, and
+  // wire may be p).
   virtual void cast_encode(int rank, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf,
                            double pre, double b) = 0;
   // acc[i] = add_in_format(f, acc[i], x[i]) (the sum in the wire format, rounded after the add).

@@ -28,13 +28,11 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
       return "compression.kind: " + quoted(c.compression.kind) +
              " encodes and decodes with host loops (every other kind runs through the compressor operations of the "
              "run's memory, sim/core/compress_ops.h)";
-    if (c.sync.kind != "allreduce")
+    if (c.sync.kind != "allreduce" && c.sync.kind != "zero")
       return "compression.kind: " + quoted(c.compression.kind) + " under sync.kind " + quoted(c.sync.kind) +
-             " compresses with host loops (only the allreduce strategy's compressed reduction runs on device memory)";
+             " compresses with host loops (allreduce's compressed reduction and zero's cast reduce-scatter run on "
+             "device memory)";
   }
-  if (c.precision.mode == "fp16_pure" && c.sync.kind == "zero")
-    return "precision.mode: \"fp16_pure\" under sync.kind \"zero\" casts its reduce-scatter to fp16 with host loops "
-           "(allreduce, local_sgd and independent run fp16_pure through the element operations)";
   return std::nullopt;
 }
 

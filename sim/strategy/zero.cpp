@@ -340,41 +340,49 @@ private:
   // the shard. Across processes (mpirun) the other processes' buffers are not
   // in this one: every rank all-gathers every rank's cast buffer instead (N x
   // the padded gradient per rank; bookkeeping: the bytes counted are the same).
+  // A device memory takes the all-gather path too (a rank cannot read another
+  // device's buffer); every element operation goes through the memory
+  // (CompressOps::cast_encode, add_in_format, post_divide_in_format).
   void reduce_scatter_cast(const StepInput &in, float *shard) {
     const size_t r = static_cast<size_t>(in.rank);
     const double N = static_cast<double>(ranks_);
     const auto [pre, post] = cast_divisors(divide_, ranks_);
     const float bf = static_cast<float>(in.global_samples / N);
+    CompressOps &cops = *ops_.compress_ops();
     float *wire = gpad_[r].get();
-    for (size_t i = 0; i < n_; ++i)
-      wire[i] = cast_wire_value(format_, wire[i], bf, pre);
+    cops.cast_encode(in.rank, wire, nullptr, wire, n_, format_, bf, pre, 0.0);
     std::vector<const float *> wires(static_cast<size_t>(ranks_));
-    if (across_processes_) {
+    const bool gather = across_processes_ || !ops_.host();
+    if (gather) {
       const size_t padded = gpad_[r].size();
-      std::vector<float> &all = gathered_[r];
-      all.resize(padded * static_cast<size_t>(ranks_));
-      comm_.all_gather(in.rank, all.data(), wire, padded);
+      FloatBuffer &all = gathered_[r];
+      if (all.size() < padded * static_cast<size_t>(ranks_))
+        all = ops_.allocate(in.rank, padded * static_cast<size_t>(ranks_));
+      comm_.all_gather(in.rank, all.get(), wire, padded);
       for (size_t q = 0; q < wires.size(); ++q)
-        wires[q] = all.data() + q * padded;
+        wires[q] = all.get() + q * padded;
     } else {
       wires_[r] = wire;
       comm_.barrier(in.rank);
       for (size_t q = 0; q < wires.size(); ++q)
         wires[q] = wires_[q];
     }
+    // The shard's elements summed over ranks 0..N-1 in the format (rounded
+    // after every add) or in fp32, then divided by `post`.
     const auto [lo, hi] = range(in.rank);
-    for (size_t i = lo; i < hi; ++i) {
-      float acc = wires[0][i];
-      for (size_t q = 1; q < wires.size(); ++q)
-        acc = fp32_sum_ ? acc + wires[q][i]
-                        : add_in_format(format_, acc, wires[q][i]);
-      if (fp32_sum_) {
-        shard[i - lo] = post != 1.0 ? acc / static_cast<float>(post) : acc;
-      } else {
-        shard[i - lo] = cast_post_divide(format_, acc, post);
-      }
+    const size_t len = hi - lo;
+    ops_.copy(in.rank, shard, wires[0] + lo, len);
+    for (size_t q = 1; q < wires.size(); ++q) {
+      if (fp32_sum_)
+        ops_.add(in.rank, shard, wires[q] + lo, len);
+      else
+        cops.add_in_format(in.rank, shard, wires[q] + lo, len, format_);
     }
-    if (!across_processes_)
+    if (fp32_sum_ && post != 1.0)
+      ops_.divide(in.rank, shard, len, static_cast<float>(post));
+    else if (!fp32_sum_)
+      cops.post_divide_in_format(in.rank, shard, len, format_, post);
+    if (!gather)
       comm_.barrier(in.rank); // every owner has read the buffers
     comm_.take_stats(in.rank);
     in.clock->add_bytes(static_cast<uint64_t>((N - 1) / N * 2.0 *
@@ -428,7 +436,7 @@ private:
   std::vector<PrecisionStep> precision_;
   std::vector<float *> wires_; // cast: each rank's published wire buffer
   bool across_processes_ = process_group().size() > 1; // mpirun
-  std::vector<std::vector<float>> gathered_; // cast across processes: [rank] every rank's buffer
+  std::vector<FloatBuffer> gathered_; // cast across processes or on a device: [rank] every rank's buffer
 };
 
 std::unique_ptr<SyncStrategy> make(const StrategySetup& setup) { return std::make_unique<Zero>(setup); }

@@ -163,7 +163,7 @@ class SealedCompressOps : public CompressOps {
     for (size_t i = 0; i < n; ++i) {
       const float w = cast_wire_value(f, unseal(p[i]), bf, pre);
       wire[i] = seal(w);
-      own[i] = seal(static_cast<float>(static_cast<double>(w) * pre * b));
+      if (own != nullptr) own[i] = seal(static_cast<float>(static_cast<double>(w) * pre * b));
     }
   }
   void add_in_format(int, float* acc, const float* x, size_t n, FloatFormat f) override {

@@ -320,6 +320,11 @@ TEST(BackendSeam, LocalSgdIndependentAndZeroRunOnDeviceMemory) {
                                     {"precision", {{"mode", "fp16_pure"}}}}},
       {"independent, fp16_pure", {{"sync", {{"kind", "independent"}}}, {"precision", {{"mode", "fp16_pure"}}}}},
       {"zero stage 1", {{"sync", {{"kind", "zero"}, {"stage", 1}}}}},
+      {"zero stage 1, fp16 cast reduce-scatter, divide split",
+       {{"sync", {{"kind", "zero"}, {"stage", 1}}}, {"compression", {{"kind", "fp16"}, {"divide", "split"}}}}},
+      {"zero stage 2, bf16 cast, fp32 sum", {{"sync", {{"kind", "zero"}, {"stage", 2}}},
+                                             {"compression", {{"kind", "bf16"}, {"accumulate", "fp32"}}}}},
+      {"zero stage 1, fp16_pure", {{"sync", {{"kind", "zero"}, {"stage", 1}}}, {"precision", {{"mode", "fp16_pure"}}}}},
       {"zero stage 2 every micro-batch, adam, dynamic scale, clip",
        {{"sync", {{"kind", "zero"}, {"stage", 2}, {"reduce_every_microbatch", true}}},
         {"training", {{"optimizer", {{"kind", "adam"}, {"lr", 0.01}, {"momentum", nullptr}}}, {"clip_grad_norm", 0.5}}},
@@ -424,8 +429,8 @@ TEST(BackendSeam, CompressorsWithHostLoopsAreRefusedOnDeviceMemory) {
   EXPECT_EQ(host_memory_reason(ps), std::nullopt);
   ps.sync.kind = "parameter_server";
   EXPECT_EQ(host_memory_reason(ps).value_or("").rfind("sync.kind: ", 0), 0u);  // the strategy is named first
-  ps.sync.kind = "zero";
-  EXPECT_NE(host_memory_reason(ps).value_or("").find("under sync.kind \"zero\""), std::string::npos);
+  ps.sync.kind = "local_sgd";
+  EXPECT_NE(host_memory_reason(ps).value_or("").find("under sync.kind \"local_sgd\""), std::string::npos);
 }
 
 // cluster.stragglers.inject on the seam (validation allows it on the cuda backend only; set here past validation):
