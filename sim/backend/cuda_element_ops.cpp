@@ -3,6 +3,7 @@
 #include "sim/backend/cuda_element_ops.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,12 @@ struct CudaElementOps::Rank {
   gpu::DeviceBuffer<double> norm;
   gpu::PinnedBuffer<double> small;  // 32 bytes of readback
   gpu::DeviceBuffer<const uint8_t*> messages;  // sign_vote_scaled's pointer array (grown)
+  std::unique_ptr<gpu::BlasHandle> blas;         // PowerSGD's products, on `stream`
+
+  const gpu::BlasHandle& blas_on_stream() {
+    if (blas == nullptr || blas->stream() != stream) blas = std::make_unique<gpu::BlasHandle>(stream);
+    return *blas;
+  }
 
   // `bytes` (<= 32) at device address src, on the host once the stream has run up to here.
   const void* read_small(const void* src, size_t bytes) {
@@ -345,6 +352,33 @@ void CudaElementOps::add_in_format(int rank, float* acc, const float* x, size_t 
 
 void CudaElementOps::post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) {
   gpu::post_divide_in_format(f, x, n, post, select(rank).stream);
+}
+
+void CudaElementOps::orthogonalize_columns(int rank, float* m, size_t rows, size_t cols, float eps) {
+  Rank& r = select(rank);
+  gpu::orthogonalize_columns(m, rows, cols, eps, r.scratch, r.stream);
+}
+
+// Row-major products through gpu::gemm (c (m x n) = op(a) op(b), k the inner size).
+void CudaElementOps::powersgd_p(int rank, float* p, const float* m, const float* q, size_t rows, size_t cols,
+                                size_t r) {
+  const gpu::BlasHandle& blas = select(rank).blas_on_stream();
+  gpu::gemm(blas, p, m, q, static_cast<int64_t>(rows), static_cast<int64_t>(r), static_cast<int64_t>(cols),
+            Transpose::kNo, Transpose::kNo, 1.0f, 0.0f);
+}
+
+void CudaElementOps::powersgd_q(int rank, float* q, const float* m, const float* p, size_t rows, size_t cols,
+                                size_t r) {
+  const gpu::BlasHandle& blas = select(rank).blas_on_stream();
+  gpu::gemm(blas, q, m, p, static_cast<int64_t>(cols), static_cast<int64_t>(r), static_cast<int64_t>(rows),
+            Transpose::kYes, Transpose::kNo, 1.0f, 0.0f);
+}
+
+void CudaElementOps::powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
+                                     size_t r) {
+  const gpu::BlasHandle& blas = select(rank).blas_on_stream();
+  gpu::gemm(blas, out, p, q, static_cast<int64_t>(rows), static_cast<int64_t>(cols), static_cast<int64_t>(r),
+            Transpose::kNo, Transpose::kYes, 1.0f, 0.0f);
 }
 
 void CudaElementOps::zero_where_nonzero(int rank, float* x, const float* mask, size_t n) {

@@ -42,6 +42,7 @@ namespace gs {
 // size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode), sampled_threshold and
 // sum_squared_difference wait
 // for the stream; sign_vote_scaled reads the messages' scales back (it waits too) and uploads the pointer array.
+// PowerSGD's products go through a cuBLAS handle on the rank's stream (made at first use, again after set_stream).
 //
 // Errors: every CUDA failure throws gpu::CudaError ("file:line: call: error", a std::runtime_error; an out-of-memory
 // cudaMalloc names the bytes asked, free and total); a rank outside [0, ranks) throws gpu::CudaError too. release
@@ -106,6 +107,11 @@ class CudaElementOps final : public ElementOps, public CompressOps {
                    double b) override;
   void add_in_format(int rank, float* acc, const float* x, size_t n, FloatFormat f) override;
   void post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) override;
+  void orthogonalize_columns(int rank, float* m, size_t rows, size_t cols, float eps) override;
+  void powersgd_p(int rank, float* p, const float* m, const float* q, size_t rows, size_t cols, size_t r) override;
+  void powersgd_q(int rank, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) override;
+  void powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
+                       size_t r) override;
   void zero_where_nonzero(int rank, float* x, const float* mask, size_t n) override;
   double sum_squared_difference(int rank, const float* a, const float* b, size_t n) override;
 

@@ -16,6 +16,7 @@
 #include "kernels/rng.h"
 #include "sim/compress/compressor.h"
 #include "sim/core/clock.h"
+#include "sim/core/error.h"
 
 namespace gs {
 namespace {
@@ -28,7 +29,8 @@ struct Matrix {
   size_t offset = 0;  // in the flat gradient
   size_t rows = 0, cols = 0;
   size_t tensor = 0;      // index in the model's tensor table
-  std::vector<float> q;  // cols x r, warm start
+  std::vector<float> q;  // cols x r, the initial draw (host)
+  FloatBuffer warm;      // cols x r, the warm start in the memory of the jobs (the initial draw uploaded at first use)
   // q's scale against powerSGD_hook's q: 1 for the initial draw, then the step's sample count S (a warm-started Q
   // is the sum over ranks of M^T P with M the rank's gradient sum; the hook's is the mean over ranks of its M, the
   // rank's mean gradient). The orthogonalization epsilon is scaled by it, so norm + eps is the hook's in its units.
@@ -66,11 +68,16 @@ class PowerSgd final : public Compressor {
         matrices_(initial_matrices(model, rank_, c.min_compression_rate, seed)) {}
   WireCollective collective() const override { return WireCollective::kAllReduce; }
 
+  // Every element operation through the job's memory (CompressOps' orthogonalization and products, ElementOps'
+  // copies); the dense part and the factors in the reducer's payload buffer there.
   void reduce_bucket(const BucketJob& job) override {
+    GS_EXPECT(job.space != nullptr, "powersgd needs the reducer's buffers (BucketJob::space)");
     CompressTally& t = *job.tally;
+    ElementOps& ops = job.ops();
+    CompressOps& cops = job.compress_ops();
+    const int rk = job.rank;
     const size_t lo = job.offset, hi = job.offset + job.n;
     const double f = job.ranks > 1 ? 2.0 * (job.ranks - 1) / job.ranks : 0.0;  // ring all-reduce bytes per byte
-    thread_local std::vector<float> dense, pbuf, qbuf;
     double t0 = now_s();
     NvtxPhases nvtx(NvtxName::kCompress);
     // The tensors of this bucket: compressed matrices, and everything else (copied to `dense`).
@@ -96,31 +103,35 @@ class PowerSgd final : public Compressor {
     float* sum = job.sum - lo;
     size_t dense_n = 0;
     for (auto [b, e] : rest) dense_n += e - b;
-    dense.resize(dense_n);
-    size_t d = 0;
-    for (auto [b, e] : rest) {
-      std::copy(p + b, p + e, dense.begin() + static_cast<std::ptrdiff_t>(d));
-      std::copy(p + b, p + e, own + b);
-      d += e - b;
-    }
     size_t p_elems = 0, q_elems = 0;
     for (Matrix* m : mats) {
       p_elems += m->rows * rank_;
       q_elems += m->cols * rank_;
     }
-    pbuf.resize(p_elems);
-    qbuf.resize(q_elems);
+    float* dense = CompressSpace::room(ops, rk, job.space->payload, dense_n + p_elems + q_elems);
+    float* pbuf = dense + dense_n;
+    float* qbuf = pbuf + p_elems;
+    size_t d = 0;
+    for (auto [b, e] : rest) {
+      ops.copy(rk, dense + d, p + b, e - b);
+      ops.copy(rk, own + b, p + b, e - b);
+      d += e - b;
+    }
     size_t po = 0;
     for (Matrix* m : mats) {
-      orthogonalize_columns(m->q.data(), m->cols, rank_, static_cast<float>(eps_ * m->q_scale));
-      powersgd_p(pbuf.data() + po, p + m->offset, m->q.data(), m->rows, m->cols, rank_);
+      if (m->warm.get() == nullptr) {
+        m->warm = ops.allocate(rk, m->q.size());
+        ops.upload(rk, m->warm.get(), m->q.data(), m->q.size());
+      }
+      cops.orthogonalize_columns(rk, m->warm.get(), m->cols, rank_, static_cast<float>(eps_ * m->q_scale));
+      cops.powersgd_p(rk, pbuf + po, p + m->offset, m->warm.get(), m->rows, m->cols, rank_);
       po += m->rows * rank_;
     }
     double t1 = now_s();
     t.compress_s += t1 - t0;
     nvtx.next(NvtxName::kCommunicate, 4 * static_cast<uint64_t>(dense_n + p_elems));
-    if (dense_n > 0) job.comm->all_reduce_sum(job.rank, dense.data(), dense_n);
-    if (p_elems > 0) job.comm->all_reduce_sum(job.rank, pbuf.data(), p_elems);
+    if (dense_n > 0) job.comm->all_reduce_sum(rk, dense, dense_n);
+    if (p_elems > 0) job.comm->all_reduce_sum(rk, pbuf, p_elems);
     if (dense_n > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(dense_n)});
     if (p_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(p_elems)});
     double t2 = now_s();
@@ -129,19 +140,19 @@ class PowerSgd final : public Compressor {
     po = 0;
     size_t qo = 0;
     for (Matrix* m : mats) {
-      float* pm = pbuf.data() + po;
-      float* qm = qbuf.data() + qo;
+      float* pm = pbuf + po;
+      float* qm = qbuf + qo;
       // P sums the ranks' M Q with M the rank's gradient sum over its S / N samples; the hook's M is their mean.
-      orthogonalize_columns(pm, m->rows, rank_, static_cast<float>(eps_ * job.divisor / job.ranks));
-      powersgd_q(qm, p + m->offset, pm, m->rows, m->cols, rank_);
-      powersgd_decode(own + m->offset, pm, qm, m->rows, m->cols, rank_);  // this rank's message (error feedback)
+      cops.orthogonalize_columns(rk, pm, m->rows, rank_, static_cast<float>(eps_ * job.divisor / job.ranks));
+      cops.powersgd_q(rk, qm, p + m->offset, pm, m->rows, m->cols, rank_);
+      cops.powersgd_decode(rk, own + m->offset, pm, qm, m->rows, m->cols, rank_);  // this rank's message
       po += m->rows * rank_;
       qo += m->cols * rank_;
     }
     double t3 = now_s();
     t.compress_s += t3 - t2;
     nvtx.next(NvtxName::kCommunicate, 4 * static_cast<uint64_t>(q_elems));
-    if (q_elems > 0) job.comm->all_reduce_sum(job.rank, qbuf.data(), q_elems);
+    if (q_elems > 0) job.comm->all_reduce_sum(rk, qbuf, q_elems);
     if (q_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(q_elems)});
     double t4 = now_s();
     t.communicate_s += t4 - t3;
@@ -149,18 +160,17 @@ class PowerSgd final : public Compressor {
     po = 0;
     qo = 0;
     for (Matrix* m : mats) {
-      const float* pm = pbuf.data() + po;
-      float* qm = qbuf.data() + qo;
-      powersgd_decode(sum + m->offset, pm, qm, m->rows, m->cols, rank_);
-      std::copy(qm, qm + m->cols * rank_, m->q.begin());  // warm start
+      const float* pm = pbuf + po;
+      const float* qm = qbuf + qo;
+      cops.powersgd_decode(rk, sum + m->offset, pm, qm, m->rows, m->cols, rank_);
+      ops.copy(rk, m->warm.get(), qm, m->cols * rank_);  // warm start
       m->q_scale = job.divisor;
       po += m->rows * rank_;
       qo += m->cols * rank_;
     }
     d = 0;
     for (auto [b, e] : rest) {
-      std::copy(dense.begin() + static_cast<std::ptrdiff_t>(d), dense.begin() + static_cast<std::ptrdiff_t>(d + e - b),
-                sum + b);
+      ops.copy(rk, sum + b, dense + d, e - b);
       d += e - b;
     }
     t.decompress_s += now_s() - t4;
@@ -203,7 +213,7 @@ CompressorEntry powersgd_compressor() {
   return {"powersgd", "PowerSGD rank r per matrix: warm-started Q, Gram-Schmidt, two factor all-reduces", make,
           lossy_options({"compression.rank", "compression.start_step", "compression.min_compression_rate",
                          "compression.orthogonalization_epsilon"}),
-          powersgd_issues};
+          powersgd_issues, nullptr, true};
 }
 
 }  // namespace gs

@@ -70,6 +70,18 @@ class HostCompressOps final : public CompressOps {
   void post_divide_in_format(int, float* x, size_t n, FloatFormat f, double post) override {
     for (size_t i = 0; i < n; ++i) x[i] = cast_post_divide(f, x[i], post);
   }
+  void orthogonalize_columns(int, float* m, size_t rows, size_t cols, float eps) override {
+    gs::orthogonalize_columns(m, rows, cols, eps);
+  }
+  void powersgd_p(int, float* p, const float* m, const float* q, size_t rows, size_t cols, size_t r) override {
+    gs::powersgd_p(p, m, q, rows, cols, r);
+  }
+  void powersgd_q(int, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) override {
+    gs::powersgd_q(q, m, p, rows, cols, r);
+  }
+  void powersgd_decode(int, float* out, const float* p, const float* q, size_t rows, size_t cols, size_t r) override {
+    gs::powersgd_decode(out, p, q, rows, cols, r);
+  }
   void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
     for (size_t i = 0; i < n; ++i)
       if (mask[i] != 0.0f) x[i] = 0.0f;

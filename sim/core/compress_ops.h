@@ -1,6 +1,6 @@
 // The gradient compressors' element operations on the buffers of one memory (host RAM, or a backend's device memory):
 // what the gather compressors (top-k, random-k, threshold, DGC, QSGD, TernGrad, signSGD, 1-bit SGD), the casts' wire
-// all-reduce and the compressed reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
+// all-reduce, PowerSGD's factors and the compressed reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
 // (docs/design.md, section 6, "The backend seam"). A memory offers them through ElementOps::compress_ops(). The host's
 // are the host ops of kernels/compress.h (the loops the host backend always ran, so its bits do not change); the cuda
 // backend's are the launchers of kernels/cuda_kernels.h, the host ops' twins (tested against them in the GPU suites).
@@ -71,6 +71,17 @@ class CompressOps {
   virtual void add_in_format(int rank, float* acc, const float* x, size_t n, FloatFormat f) = 0;
   // x[i] = cast_post_divide(f, x[i], post) (x / post rounded to f).
   virtual void post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) = 0;
+
+  // ---- PowerSGD (sim/compress/powersgd.cpp; kernels/compress.h), row-major ----
+  // The columns of m (rows x cols) orthonormalized in place, as PyTorch's powerSGD_hook (bit for bit on both).
+  virtual void orthogonalize_columns(int rank, float* m, size_t rows, size_t cols, float eps) = 0;
+  // p (rows x r) = m (rows x cols) q (cols x r); q (cols x r) = m^T p; out (rows x cols) = p q^T. Host: ATen's
+  // arithmetic (kernels/compress.h powersgd_p / _q / _decode); a device: its BLAS (cuBLAS SGEMM, fp32 compute), the
+  // host's to rounding.
+  virtual void powersgd_p(int rank, float* p, const float* m, const float* q, size_t rows, size_t cols, size_t r) = 0;
+  virtual void powersgd_q(int rank, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) = 0;
+  virtual void powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
+                               size_t r) = 0;
 
   // ---- Error feedback (sim/compress/reduce.h) ----
   // x[i] = 0 where mask[i] != 0 (DGC's momentum factor masking: the sent coordinates leave u and v).

@@ -541,6 +541,42 @@ TEST_F(GpuElementOps, CastOperationsMatchHostBitForBit) {
   }
 }
 
+// PowerSGD's operations: the Gram-Schmidt bit for bit (one device thread in the hook's order), the products through
+// cuBLAS within k u sum |a_i b_i| of the host's (fp32 dot products of k terms in two orders; u = 2^-24), checked as a
+// relative error under 4 k u against an absolute floor of the operands' scale.
+TEST_F(GpuElementOps, PowerSgdOperationsMatchHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  const std::pair<size_t, size_t> shapes[] = {{64, 48}, {1001, 33}, {7, 5}};
+  for (const auto& [rows, cols] : shapes) {
+    for (size_t r : {size_t{1}, size_t{4}}) {
+      const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " rank " + std::to_string(r);
+      auto rng = fresh_rng(rows * 131 + cols * 7 + r);
+      const auto m = test::normals(rows * cols, rng);
+      auto q = test::normals(cols * r, rng);
+      std::vector<float> want_q = q;
+      hc.orthogonalize_columns(0, want_q.data(), cols, r, 0.0f);
+      FloatBuffer d_q = up(q), d_m = up(m);
+      dc.orthogonalize_columns(0, d_q.get(), cols, r, 0.0f);
+      EXPECT_SAME_BITS(down(d_q), want_q, what + " orthogonalize_columns");
+      std::vector<float> p(rows * r), q2(cols * r), out(rows * cols);
+      hc.powersgd_p(0, p.data(), m.data(), want_q.data(), rows, cols, r);
+      hc.powersgd_q(0, q2.data(), m.data(), p.data(), rows, cols, r);
+      hc.powersgd_decode(0, out.data(), p.data(), q2.data(), rows, cols, r);
+      FloatBuffer d_p = up(p), d_q2 = cuda_.allocate(0, q2.size()), d_out = cuda_.allocate(0, out.size());
+      FloatBuffer d_pp = cuda_.allocate(0, p.size());
+      dc.powersgd_p(0, d_pp.get(), d_m.get(), d_q.get(), rows, cols, r);
+      dc.powersgd_q(0, d_q2.get(), d_m.get(), d_p.get(), rows, cols, r);  // from the host's p: one product's error
+      FloatBuffer d_q2h = up(q2);
+      dc.powersgd_decode(0, d_out.get(), d_p.get(), d_q2h.get(), rows, cols, r);
+      const double u = std::ldexp(1.0, -24);
+      EXPECT_LE(test::max_relative_error(down(d_pp), p, 1.0), 4.0 * static_cast<double>(cols) * u) << what << " p";
+      EXPECT_LE(test::max_relative_error(down(d_q2), q2, 1.0), 4.0 * static_cast<double>(rows) * u) << what << " q";
+      EXPECT_LE(test::max_relative_error(down(d_out), out, 1.0), 4.0 * static_cast<double>(r) * u) << what << " decode";
+    }
+  }
+}
+
 // Error feedback's two operations: the masking bit for bit, the squared difference within the two orders' bound.
 TEST_F(GpuElementOps, MaskingAndSquaredDifferenceMatchHost) {
   CompressOps& hc = host_compress_ops();

@@ -95,6 +95,7 @@ TEST(GpuSeam, GatherCompressorsMatchTheHostBackend) {
       {"compression.kind=onebit", "compression.error_feedback=gradient", "compression.measure_error=true"},
       {"compression.kind=dgc", "compression.ratio=0.1", "compression.clip_norm=1", "compression.warmup_steps=2"},
       {"compression.kind=fp16", "compression.divide=split"},
+      {"compression.kind=powersgd", "compression.rank=2", "compression.error_feedback=gradient"},
       {"compression.kind=bf16", "compression.accumulate=fp32", "compression.error_feedback=gradient"},
   };
   for (const std::vector<std::string>& sets : cases) {

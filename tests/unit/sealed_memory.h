@@ -172,6 +172,26 @@ class SealedCompressOps : public CompressOps {
   void post_divide_in_format(int, float* x, size_t n, FloatFormat f, double post) override {
     for (size_t i = 0; i < n; ++i) x[i] = seal(cast_post_divide(f, unseal(x[i]), post));
   }
+  void orthogonalize_columns(int, float* m, size_t rows, size_t cols, float eps) override {
+    std::vector<float> v = plain(m, rows * cols);
+    gs::orthogonalize_columns(v.data(), rows, cols, eps);
+    for (size_t i = 0; i < v.size(); ++i) m[i] = seal(v[i]);
+  }
+  void powersgd_p(int, float* p, const float* m, const float* q, size_t rows, size_t cols, size_t r) override {
+    std::vector<float> out(rows * r);
+    gs::powersgd_p(out.data(), plain(m, rows * cols).data(), plain(q, cols * r).data(), rows, cols, r);
+    for (size_t i = 0; i < out.size(); ++i) p[i] = seal(out[i]);
+  }
+  void powersgd_q(int, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) override {
+    std::vector<float> out(cols * r);
+    gs::powersgd_q(out.data(), plain(m, rows * cols).data(), plain(p, rows * r).data(), rows, cols, r);
+    for (size_t i = 0; i < out.size(); ++i) q[i] = seal(out[i]);
+  }
+  void powersgd_decode(int, float* out, const float* p, const float* q, size_t rows, size_t cols, size_t r) override {
+    std::vector<float> o(rows * cols);
+    gs::powersgd_decode(o.data(), plain(p, rows * r).data(), plain(q, cols * r).data(), rows, cols, r);
+    for (size_t i = 0; i < o.size(); ++i) out[i] = seal(o[i]);
+  }
   void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
     for (size_t i = 0; i < n; ++i)
       if (unseal(mask[i]) != 0.0f) x[i] = seal(0.0f);

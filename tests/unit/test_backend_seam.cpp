@@ -18,6 +18,7 @@
 
 #include "sim/backend/backend.h"
 #include "sim/backend/cuda_backend.h"
+#include "sim/compress/compressor.h"
 #include "sim/config/scenario.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/strategy/strategy.h"
@@ -374,6 +375,9 @@ TEST(BackendSeam, GatherCompressorsRunOnDeviceMemory) {
       {"bf16, divide post", {{"kind", "bf16"}, {"divide", "post"}}},
       {"fp8_e4m3, fp32 sum, divide split", {{"kind", "fp8_e4m3"}, {"accumulate", "fp32"}, {"divide", "split"}}},
       {"fp8_e5m2, divide pre", {{"kind", "fp8_e5m2"}, {"divide", "pre"}}},
+      {"powersgd rank 2, error feedback", {{"kind", "powersgd"}, {"rank", 2}, {"error_feedback", "gradient"},
+                                           {"measure_error", true}}},
+      {"powersgd rank 1, from step 2", {{"kind", "powersgd"}, {"rank", 1}, {"start_step", 2}}},
       {"dgc: clipping, momentum correction, warm-up", {{"kind", "dgc"}, {"ratio", 0.2}, {"clip_norm", 0.05},
                                                        {"warmup_steps", 2}, {"measure_error", true}}},
   };
@@ -410,21 +414,21 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
   EXPECT_EQ(r.steps_completed, 0);
 }
 
-// The compressor with host loops (PowerSGD: its factors' products and orthogonalization) is refused on a device
-// memory the same way, naming compression.kind; so is a gather compressor under another strategy than allreduce.
-TEST(BackendSeam, CompressorsWithHostLoopsAreRefusedOnDeviceMemory) {
+// Every compressor runs on device memory under allreduce (and the casts under zero); compression under the parameter
+// server stays on host memory (the strategy is named), and a compressor under another strategy is named with it.
+TEST(BackendSeam, CompressionOutsideAllreduceAndZeroIsRefusedOnDeviceMemory) {
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) {
     return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), Buckets::kAsynchronous);
   };
-  for (const std::string kind : {"powersgd"}) {
-    const json compression = {{"kind", kind}};
-    const RunConfig c = config_of(scenario({{"compression", compression}, {"report", {{"trace", false}}}}));
-    const RunResult r = run_training(c, hooks);
-    EXPECT_TRUE(r.is(Disposition::kFailed)) << kind;
-    EXPECT_NE(r.message.find("compression.kind: \"" + kind + "\""), std::string::npos) << r.message;
-    EXPECT_EQ(r.steps_completed, 0) << kind;
-  }
+  const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}},
+                                          {"compression", {{"kind", "topk"}, {"ratio", 0.3}}},
+                                          {"report", {{"trace", false}}}}));
+  const RunResult r = run_training(c, hooks);
+  EXPECT_TRUE(r.is(Disposition::kFailed));
+  EXPECT_EQ(r.message.rfind("sync.kind: \"parameter_server\"", 0), 0u) << r.message;
+  EXPECT_EQ(r.steps_completed, 0);
+  for (const CompressorEntry& e : compressor_registry()) EXPECT_TRUE(e.make == nullptr || e.element_ops) << e.name;
   RunConfig ps = config_of(scenario({{"compression", {{"kind", "topk"}, {"ratio", 0.3}}}}));
   EXPECT_EQ(host_memory_reason(ps), std::nullopt);
   ps.sync.kind = "parameter_server";
