@@ -802,12 +802,49 @@ struct SquaredDifferenceTerm {
   }
 };
 
-struct ZeroWhereNonzeroOp {
-  float* x;
-  const float* mask;
+struct MomentumFeedInOp {
+  float* u;
+  float* e;
+  float* g;
+  float m;
   __device__ void operator()(size_t i) const {
-    if (mask[i] != 0.0f) x[i] = 0.0f;
+    const float ui = u[i] * m + g[i];  // two roundings (--fmad=false)
+    const float ei = e[i] + ui;
+    u[i] = ui;
+    e[i] = ei;
+    g[i] = ei;
   }
+};
+
+// Terms that write as they are summed (each element read and written by the one thread that sums it).
+struct ResidualTerm {
+  float* e;
+  const float* p;
+  const float* own;
+  __device__ Sums<1> operator()(size_t i) const {
+    const float r = p[i] - own[i];
+    e[i] = r;
+    const double d = r;
+    return Sums<1>{{d * d}};
+  }
+};
+
+struct MaskSentTerm {
+  float* u;
+  float* e;
+  const float* own;
+  __device__ Sums<1> operator()(size_t i) const {
+    if (own[i] != 0.0f) u[i] = e[i] = 0.0f;
+    const double d = e[i];
+    return Sums<1>{{d * d}};
+  }
+};
+
+struct AverageOp {
+  float* out;
+  const float* sum;
+  float s;
+  __device__ void operator()(size_t i) const { out[i] = sum[i] / s; }
 };
 
 }  // namespace
@@ -820,8 +857,27 @@ void sum_squared_difference(double* out, const float* a, const float* b, size_t 
   check_launch("sum_squared_difference");
 }
 
-void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stream) {
-  launch_map(n, ZeroWhereNonzeroOp{x, mask}, stream, "zero_where_nonzero");
+void momentum_feed_in(float* u, float* e, float* g, size_t n, float m, cudaStream_t stream) {
+  launch_map(n, MomentumFeedInOp{u, e, g, m}, stream, "momentum_feed_in");
+}
+
+void residual_of(double* out, float* e, const float* p, const float* own, size_t n, Scratch& scratch,
+                 cudaStream_t stream) {
+  auto* partial = static_cast<Sums<1>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<1>)));
+  launch_sums<1>(n, ResidualTerm{e, p, own}, partial, partial + kReduceBlocks, stream, "residual_of");
+  copy_first_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks);
+  check_launch("residual_of");
+}
+
+void mask_sent(double* out, float* u, float* e, const float* own, size_t n, Scratch& scratch, cudaStream_t stream) {
+  auto* partial = static_cast<Sums<1>*>(scratch.get((kReduceBlocks + 1) * sizeof(Sums<1>)));
+  launch_sums<1>(n, MaskSentTerm{u, e, own}, partial, partial + kReduceBlocks, stream, "mask_sent");
+  copy_first_kernel<<<1, 1, 0, stream>>>(out, partial + kReduceBlocks);
+  check_launch("mask_sent");
+}
+
+void average(float* out, const float* sum, size_t n, float s, cudaStream_t stream) {
+  launch_map(n, AverageOp{out, sum, s}, stream, "average");
 }
 
 namespace {

@@ -187,9 +187,14 @@ void scatter_add(float* out, const uint32_t* idx, const float* vals, size_t k, c
 void zero_at(float* x, const uint32_t* idx, size_t k, cudaStream_t stream);
 // acc[i] += x[i] (error feedback: the residual joins the new gradient).
 void add_into(float* acc, const float* x, size_t n, cudaStream_t stream);
-// x[i] = 0 where mask[i] != 0 (momentum factor masking: the sent coordinates leave u and v), as
-// gs::CompressOps::zero_where_nonzero on the host.
-void zero_where_nonzero(float* x, const float* mask, size_t n, cudaStream_t stream);
+// Error feedback in one pass each, as gs::CompressOps' host twins (sim/core/compress_ops.cpp): momentum correction
+// u = u m + g, e += u, g = e; e = p - own with *out (device double) = sum e^2; u = e = 0 where own != 0 with *out =
+// sum e^2 (the sums in double in a fixed order: the same bits every call, the host's to rounding); out = sum / s.
+void momentum_feed_in(float* u, float* e, float* g, size_t n, float m, cudaStream_t stream);
+void residual_of(double* out, float* e, const float* p, const float* own, size_t n, Scratch& scratch,
+                 cudaStream_t stream);
+void mask_sent(double* out, float* u, float* e, const float* own, size_t n, Scratch& scratch, cudaStream_t stream);
+void average(float* out, const float* sum, size_t n, float s, cudaStream_t stream);
 // The cast compressors (gs::CompressOps::cast_encode, add_in_format, post_divide_in_format on the host; element math
 // kernels/compress_math.h cast_wire_value / cast_post_divide, float_formats.h add_in_format): the wire value of each
 // element and its decoded value in the units of p (own may be nullptr; wire may be p); acc += x rounded to f; x / post

@@ -381,8 +381,26 @@ void CudaElementOps::powersgd_decode(int rank, float* out, const float* p, const
             Transpose::kNo, Transpose::kYes, 1.0f, 0.0f);
 }
 
-void CudaElementOps::zero_where_nonzero(int rank, float* x, const float* mask, size_t n) {
-  gpu::zero_where_nonzero(x, mask, n, select(rank).stream);
+void CudaElementOps::momentum_feed_in(int rank, float* u, float* e, float* g, size_t n, float m) {
+  gpu::momentum_feed_in(u, e, g, n, m, select(rank).stream);
+}
+
+double CudaElementOps::residual_of(int rank, float* e, const float* p, const float* own, size_t n) {
+  Rank& r = select(rank);
+  if (n == 0) return 0.0;
+  gpu::residual_of(r.norm.get(), e, p, own, n, r.scratch, r.stream);
+  return *static_cast<const double*>(r.read_small(r.norm.get(), sizeof(double)));
+}
+
+double CudaElementOps::mask_sent(int rank, float* u, float* e, const float* own, size_t n) {
+  Rank& r = select(rank);
+  if (n == 0) return 0.0;
+  gpu::mask_sent(r.norm.get(), u, e, own, n, r.scratch, r.stream);
+  return *static_cast<const double*>(r.read_small(r.norm.get(), sizeof(double)));
+}
+
+void CudaElementOps::average(int rank, float* out, const float* sum, size_t n, float s) {
+  gpu::average(out, sum, n, s, select(rank).stream);
 }
 
 double CudaElementOps::sum_squared_difference(int rank, const float* a, const float* b, size_t n) {

@@ -39,8 +39,8 @@ namespace gs {
 //
 // Compressors: compress_ops() is this memory itself (CompressOps, sim/core/compress_ops.h): each operation one launcher
 // of the compressor kernels of cuda_kernels.h (the host ops' twins) on the rank's stream; those returning a count or a
-// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode), sampled_threshold and
-// sum_squared_difference wait
+// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode), sampled_threshold and the
+// error-feedback sums (residual_of, mask_sent, sum_squared_difference) wait
 // for the stream; sign_vote_scaled reads the messages' scales back (it waits too) and uploads the pointer array.
 // PowerSGD's products go through a cuBLAS handle on the rank's stream (made at first use, again after set_stream).
 //
@@ -112,7 +112,10 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   void powersgd_q(int rank, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) override;
   void powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
                        size_t r) override;
-  void zero_where_nonzero(int rank, float* x, const float* mask, size_t n) override;
+  void momentum_feed_in(int rank, float* u, float* e, float* g, size_t n, float m) override;
+  double residual_of(int rank, float* e, const float* p, const float* own, size_t n) override;
+  double mask_sent(int rank, float* u, float* e, const float* own, size_t n) override;
+  void average(int rank, float* out, const float* sum, size_t n, float s) override;
   double sum_squared_difference(int rank, const float* a, const float* b, size_t n) override;
 
  protected:

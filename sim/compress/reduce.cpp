@@ -226,11 +226,8 @@ std::vector<float> CompressedReduction::download(int rank, const FloatBuffer& b)
 void CompressedReduction::feed_in(int rank, RankState& s, float* grad) const {
   float* e = s.residual.get();
   if (s.velocity.get() != nullptr) {  // momentum correction: u = m u + g (two roundings, as SGD's buf * m + g), v += u
-    float* u = s.velocity.get();
-    memory_.scale(rank, u, n_, static_cast<float>(config_.training.optimizer.momentum));
-    memory_.add(rank, u, grad, n_);
-    memory_.add(rank, e, u, n_);
-    memory_.copy(rank, grad, e, n_);
+    compress_ops().momentum_feed_in(rank, s.velocity.get(), e, grad, n_,
+                                    static_cast<float>(config_.training.optimizer.momentum));
   } else if (s.tracked.get() != nullptr) {  // ef21: p = g - h (g + (-1) h: the same bits as g - h)
     memory_.add_scaled(rank, grad, e, -1.0f, n_);
   } else {  // gradient: p = g + e
@@ -244,17 +241,13 @@ double CompressedReduction::feed_back(int rank, RankState& s, const float* p) co
   const float* own = s.own.get();
   CompressOps& cops = compress_ops();
   if (s.velocity.get() != nullptr) {  // momentum factor masking: u and v zeroed at the sent coordinates
-    cops.zero_where_nonzero(rank, s.velocity.get(), own, n_);
-    cops.zero_where_nonzero(rank, e, own, n_);
-    return memory_.scan(rank, e, n_, true).sum_squares;
+    return cops.mask_sent(rank, s.velocity.get(), e, own, n_);
   }
   if (s.tracked.get() != nullptr) {  // ef21: h += c; what h still misses of g is p - c
     memory_.add(rank, e, own, n_);
     return cops.sum_squared_difference(rank, p, own, n_);
   }
-  memory_.copy(rank, e, p, n_);  // e = p - decode(sent)
-  memory_.add_scaled(rank, e, own, -1.0f, n_);
-  return memory_.scan(rank, e, n_, true).sum_squares;
+  return cops.residual_of(rank, e, p, own, n_);  // e = p - decode(sent)
 }
 
 CompressOps& CompressedReduction::compress_ops() const {
@@ -321,8 +314,11 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   double t2 = now_s();
   tally.compress_s += t2 - t1;
   const float S = static_cast<float>(global_samples);
-  memory_.copy(rank, grad, s.sum.get(), n_);
-  if (!comp.divides_itself()) memory_.divide(rank, grad, n_, S);
+  if (comp.divides_itself()) {
+    memory_.copy(rank, grad, s.sum.get(), n_);
+  } else {
+    compress_ops().average(rank, grad, s.sum.get(), n_, S);
+  }
   if (s.tracked.get() != nullptr) {  // ef21: G += the mean of the messages; the update is G
     memory_.add(rank, s.tracked.get(), grad, n_);
     memory_.copy(rank, grad, s.tracked.get(), n_);

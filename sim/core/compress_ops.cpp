@@ -82,9 +82,32 @@ class HostCompressOps final : public CompressOps {
   void powersgd_decode(int, float* out, const float* p, const float* q, size_t rows, size_t cols, size_t r) override {
     gs::powersgd_decode(out, p, q, rows, cols, r);
   }
-  void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
-    for (size_t i = 0; i < n; ++i)
-      if (mask[i] != 0.0f) x[i] = 0.0f;
+  void momentum_feed_in(int, float* u, float* e, float* g, size_t n, float m) override {
+    for (size_t i = 0; i < n; ++i) {
+      u[i] = u[i] * m + g[i];
+      e[i] += u[i];
+      g[i] = e[i];
+    }
+  }
+  double residual_of(int, float* e, const float* p, const float* own, size_t n) override {
+    double norm2 = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float r = p[i] - own[i];
+      e[i] = r;
+      norm2 += static_cast<double>(r) * r;
+    }
+    return norm2;
+  }
+  double mask_sent(int, float* u, float* e, const float* own, size_t n) override {
+    double norm2 = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      if (own[i] != 0.0f) u[i] = e[i] = 0.0f;
+      norm2 += static_cast<double>(e[i]) * e[i];
+    }
+    return norm2;
+  }
+  void average(int, float* out, const float* sum, size_t n, float s) override {
+    for (size_t i = 0; i < n; ++i) out[i] = sum[i] / s;
   }
   double sum_squared_difference(int, const float* a, const float* b, size_t n) override {
     double sum = 0.0;

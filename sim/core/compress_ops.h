@@ -83,12 +83,19 @@ class CompressOps {
   virtual void powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
                                size_t r) = 0;
 
-  // ---- Error feedback (sim/compress/reduce.h) ----
-  // x[i] = 0 where mask[i] != 0 (DGC's momentum factor masking: the sent coordinates leave u and v).
-  virtual void zero_where_nonzero(int rank, float* x, const float* mask, size_t n) = 0;
-  // sum over i of (double(a[i]) - b[i])^2 (host: in index order; a device: in a fixed order of its own, the host's to
-  // rounding). Waits for the device.
+  // ---- Error feedback (sim/compress/reduce.h), each one pass ----
+  // Momentum correction (Lin et al. 2018): u[i] = u[i] * m + g[i] (product and sum rounded apart), e[i] += u[i],
+  // g[i] = e[i].
+  virtual void momentum_feed_in(int rank, float* u, float* e, float* g, size_t n, float m) = 0;
+  // e[i] = p[i] - own[i]; returns the sum of e[i]^2 in double. The three sums here are in index order on the host and
+  // in a fixed order of a device's own (the host's to rounding); each waits for the device.
+  virtual double residual_of(int rank, float* e, const float* p, const float* own, size_t n) = 0;
+  // Momentum factor masking: u[i] = e[i] = 0 where own[i] != 0 (the sent coordinates); returns the sum of e[i]^2.
+  virtual double mask_sent(int rank, float* u, float* e, const float* own, size_t n) = 0;
+  // sum over i of (double(a[i]) - b[i])^2 (EF21's unsent norm).
   virtual double sum_squared_difference(int rank, const float* a, const float* b, size_t n) = 0;
+  // out[i] = sum[i] / s (IEEE division): the step's average from the decoded sum.
+  virtual void average(int rank, float* out, const float* sum, size_t n, float s) = 0;
 };
 
 // The host memory's (kernels/compress.h); ElementOps::compress_ops() of host_element_ops() returns it.

@@ -577,24 +577,55 @@ TEST_F(GpuElementOps, PowerSgdOperationsMatchHost) {
   }
 }
 
-// Error feedback's two operations: the masking bit for bit, the squared difference within the two orders' bound.
-TEST_F(GpuElementOps, MaskingAndSquaredDifferenceMatchHost) {
+// Error feedback's operations: the element results bit for bit (the same rounding, --fmad=false), the sums of squares
+// within the two orders' bound.
+TEST_F(GpuElementOps, ErrorFeedbackOperationsMatchHost) {
   CompressOps& hc = host_compress_ops();
   CompressOps& dc = *cuda_.compress_ops();
   for (size_t n : kSizes) {
     auto rng = fresh_rng(13 * n + 1);
-    const auto a = test::wide_values(n, rng, -20, 20);
-    auto mask = test::wide_values(n, rng, -20, 20);
-    for (size_t i = 0; i < n; i += 3) mask[i] = (i % 2 == 0) ? 0.0f : -0.0f;  // zeros of both signs keep x
-    std::vector<float> want = a;
-    hc.zero_where_nonzero(0, want.data(), mask.data(), n);
-    FloatBuffer d_a = up(a), d_mask = up(mask);
-    dc.zero_where_nonzero(0, d_a.get(), d_mask.get(), n);
-    EXPECT_SAME_BITS(down(d_a), want, "zero_where_nonzero " + size_label(n));
-    FloatBuffer d_a2 = up(a);
-    const double h = hc.sum_squared_difference(0, a.data(), mask.data(), n);
-    const double d = dc.sum_squared_difference(0, d_a2.get(), d_mask.get(), n);
-    expect_sum_squares_close(d, h, n, "sum_squared_difference " + size_label(n));
+    const auto u0 = test::wide_values(n, rng, -20, 20);
+    const auto e0 = test::wide_values(n, rng, -20, 20);
+    const auto g0 = test::wide_values(n, rng, -20, 20);
+    auto own = test::wide_values(n, rng, -20, 20);
+    for (size_t i = 0; i < n; i += 3) own[i] = (i % 2 == 0) ? 0.0f : -0.0f;  // zeros of both signs: not sent
+    const std::string sz = " " + size_label(n);
+    {  // momentum_feed_in
+      auto u = u0, e = e0, g = g0;
+      hc.momentum_feed_in(0, u.data(), e.data(), g.data(), n, 0.9f);
+      FloatBuffer du = up(u0), de = up(e0), dg = up(g0);
+      dc.momentum_feed_in(0, du.get(), de.get(), dg.get(), n, 0.9f);
+      EXPECT_SAME_BITS(down(du), u, "momentum_feed_in u" + sz);
+      EXPECT_SAME_BITS(down(de), e, "momentum_feed_in e" + sz);
+      EXPECT_SAME_BITS(down(dg), g, "momentum_feed_in g" + sz);
+    }
+    {  // residual_of
+      std::vector<float> e(n);
+      const double h = hc.residual_of(0, e.data(), g0.data(), own.data(), n);
+      FloatBuffer de = cuda_.allocate(0, n), dp = up(g0), down_own = up(own);
+      const double d = dc.residual_of(0, de.get(), dp.get(), down_own.get(), n);
+      EXPECT_SAME_BITS(down(de), e, "residual_of" + sz);
+      expect_sum_squares_close(d, h, n, "residual_of norm" + sz);
+    }
+    {  // mask_sent
+      auto u = u0, e = e0;
+      const double h = hc.mask_sent(0, u.data(), e.data(), own.data(), n);
+      FloatBuffer du = up(u0), de = up(e0), d_own = up(own);
+      const double d = dc.mask_sent(0, du.get(), de.get(), d_own.get(), n);
+      EXPECT_SAME_BITS(down(du), u, "mask_sent u" + sz);
+      EXPECT_SAME_BITS(down(de), e, "mask_sent e" + sz);
+      expect_sum_squares_close(d, h, n, "mask_sent norm" + sz);
+    }
+    {  // sum_squared_difference, average
+      FloatBuffer da = up(u0), db = up(own);
+      expect_sum_squares_close(dc.sum_squared_difference(0, da.get(), db.get(), n),
+                               hc.sum_squared_difference(0, u0.data(), own.data(), n), n, "sum_squared_difference" + sz);
+      std::vector<float> avg(n);
+      hc.average(0, avg.data(), g0.data(), n, 24.0f);
+      FloatBuffer dg = up(g0), dout = cuda_.allocate(0, n);
+      dc.average(0, dout.get(), dg.get(), n, 24.0f);
+      EXPECT_SAME_BITS(down(dout), avg, "average" + sz);
+    }
   }
 }
 

@@ -192,9 +192,36 @@ class SealedCompressOps : public CompressOps {
     gs::powersgd_decode(o.data(), plain(p, rows * r).data(), plain(q, cols * r).data(), rows, cols, r);
     for (size_t i = 0; i < o.size(); ++i) out[i] = seal(o[i]);
   }
-  void zero_where_nonzero(int, float* x, const float* mask, size_t n) override {
-    for (size_t i = 0; i < n; ++i)
-      if (unseal(mask[i]) != 0.0f) x[i] = seal(0.0f);
+  void momentum_feed_in(int, float* u, float* e, float* g, size_t n, float m) override {
+    for (size_t i = 0; i < n; ++i) {
+      const volatile float product = unseal(u[i]) * m;  // rounded apart from the sum
+      const float ui = product + unseal(g[i]);
+      const float ei = unseal(e[i]) + ui;
+      u[i] = seal(ui);
+      e[i] = seal(ei);
+      g[i] = seal(ei);
+    }
+  }
+  double residual_of(int, float* e, const float* p, const float* own, size_t n) override {
+    double norm2 = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float r = unseal(p[i]) - unseal(own[i]);
+      e[i] = seal(r);
+      norm2 += static_cast<double>(r) * r;
+    }
+    return norm2;
+  }
+  double mask_sent(int, float* u, float* e, const float* own, size_t n) override {
+    double norm2 = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      if (unseal(own[i]) != 0.0f) u[i] = e[i] = seal(0.0f);
+      const double v = unseal(e[i]);
+      norm2 += v * v;
+    }
+    return norm2;
+  }
+  void average(int, float* out, const float* sum, size_t n, float s) override {
+    for (size_t i = 0; i < n; ++i) out[i] = seal(unseal(sum[i]) / s);
   }
   double sum_squared_difference(int, const float* a, const float* b, size_t n) override {
     double sum = 0.0;
