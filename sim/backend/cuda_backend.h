@@ -1,9 +1,9 @@
 // The cuda backend of the seam (backend.h): the host rank loop, its step control and the strategies with every
 // parameter, gradient and optimizer-state buffer in GPU memory (CudaElementOps), the GPU model on those buffers
 // (make_gpu_model with `resident`) and the GPU communicators (nccl, one rank per GPU; local, ranks sharing GPU 0),
-// the control values on a host communicator. What it runs: host_memory_reason's rule (sync.kind allreduce, zero,
-// local_sgd or independent, uncompressed, with sgd / adam / adamw, every precision mode but fp16_pure, loss scalers, clipping,
-// delayed update, pitfalls), model.kind mlp | linear. The measured clock of the communicate and optimizer phases (TimedPhase in the
+// the control values on a host communicator. What it runs: host_memory_reason's rule (sync.kind allreduce with any
+// compressor, zero, local_sgd or independent, with sgd / adam / adamw, every precision mode, loss scalers, clipping,
+// delayed update, pitfalls), model.kind mlp | linear; the compressors through CudaElementOps' CompressOps. The measured clock of the communicate and optimizer phases (TimedPhase in the
 // strategy) and of forward and backward (the rank loop's) comes from CUDA events on the rank's stream, delivered at
 // ElementOps::settle before each step's end.
 // NOT RUN ON A GPU YET: compiled and linked here only; its GPU suite (tests/gpu/test_gpu_seam.cpp) compares it with
