@@ -18,8 +18,10 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
            " runs its own compressed all-reduce, whose packing and error feedback are host loops";
   if (c.sync.kind == "parameter_server")
     return "sync.kind: " + quoted(c.sync.kind) +
-           " keeps its buffers in host memory (its server's shards, queues and updates are host loops; allreduce, "
-           "zero, local_sgd and independent run through the element operations)";
+           " keeps its buffers in host memory: its pushes and pulls are point-to-point transfers between a worker "
+           "and a shard's host, which the communicators (collectives only) do not carry, and its server shards are "
+           "one host buffer updated in the scheduler's order (allreduce, zero, local_sgd and independent run through "
+           "the element operations)";
   if (!optimizer_has_device_update(c.training.optimizer))
     return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) + " has no device update";
   if (c.compression.kind != "none") {
