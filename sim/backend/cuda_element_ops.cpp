@@ -76,6 +76,12 @@ struct CudaElementOps::Rank {
     std::memcpy(&v, read_small(src, sizeof v), sizeof v);
     return v;
   }
+  // The device double `norm` (a sum just enqueued), on the host.
+  double read_norm() {
+    double v;
+    std::memcpy(&v, read_small(norm.get(), sizeof v), sizeof v);
+    return v;
+  }
 };
 
 CudaElementOps::CudaElementOps(const std::vector<int>& devices) {
@@ -389,14 +395,14 @@ double CudaElementOps::residual_of(int rank, float* e, const float* p, const flo
   Rank& r = select(rank);
   if (n == 0) return 0.0;
   gpu::residual_of(r.norm.get(), e, p, own, n, r.scratch, r.stream);
-  return *static_cast<const double*>(r.read_small(r.norm.get(), sizeof(double)));
+  return r.read_norm();
 }
 
 double CudaElementOps::mask_sent(int rank, float* u, float* e, const float* own, size_t n) {
   Rank& r = select(rank);
   if (n == 0) return 0.0;
   gpu::mask_sent(r.norm.get(), u, e, own, n, r.scratch, r.stream);
-  return *static_cast<const double*>(r.read_small(r.norm.get(), sizeof(double)));
+  return r.read_norm();
 }
 
 void CudaElementOps::average(int rank, float* out, const float* sum, size_t n, float s) {
@@ -407,7 +413,7 @@ double CudaElementOps::sum_squared_difference(int rank, const float* a, const fl
   Rank& r = select(rank);
   if (n == 0) return 0.0;
   gpu::sum_squared_difference(r.norm.get(), a, b, n, r.scratch, r.stream);
-  return *static_cast<const double*>(r.read_small(r.norm.get(), sizeof(double)));
+  return r.read_norm();
 }
 
 }  // namespace gs

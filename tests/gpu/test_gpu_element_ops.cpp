@@ -332,19 +332,13 @@ TEST_F(GpuElementOps, ErrorsAreCudaErrors) {
 
 // ---- CompressOps ----------------------------------------------------------------------------------------------------
 
-std::vector<uint32_t> down_words(CudaElementOps& cuda, const float* d, size_t k) {
-  std::vector<float> w(k);
-  cuda.download(0, w.data(), d, k);
-  std::vector<uint32_t> out(k);
-  if (k != 0) std::memcpy(out.data(), w.data(), k * sizeof(uint32_t));
-  return out;
-}
-
-std::vector<uint8_t> down_bytes(CudaElementOps& cuda, const float* d, size_t bytes) {
-  std::vector<float> w((bytes + 3) / 4);
+// `count` values of type T (uint32 indices, message bytes) from the start of rank 0's buffer d.
+template <class T>
+std::vector<T> down_as(CudaElementOps& cuda, const float* d, size_t count) {
+  std::vector<float> w((count * sizeof(T) + 3) / 4);
   cuda.download(0, w.data(), d, w.size());
-  std::vector<uint8_t> out(bytes);
-  if (bytes != 0) std::memcpy(out.data(), w.data(), bytes);
+  std::vector<T> out(count);
+  if (count != 0) std::memcpy(out.data(), w.data(), count * sizeof(T));
   return out;
 }
 
@@ -370,7 +364,7 @@ TEST_F(GpuElementOps, SparseSelectionsAndMessagesMatchHost) {
     auto check = [&](const Pick& p) {
       const std::string what = std::string(p.name) + " " + size_label(n);
       ASSERT_EQ(p.device, p.host) << what;
-      const std::vector<uint32_t> got = down_words(cuda_, d_idx.get(), p.host);
+      const std::vector<uint32_t> got = down_as<uint32_t>(cuda_, d_idx.get(), p.host);
       EXPECT_TRUE(std::equal(got.begin(), got.end(), idx.begin())) << what;
       // The values at those indices, then added back into a base vector.
       std::vector<float> vals(p.host), want = base;
@@ -424,7 +418,7 @@ TEST_F(GpuElementOps, QuantizerMessagesMatchHost) {
     // The device's message decoded by both: the host's bits.
     using Decode = std::function<void(CompressOps&, float*, const uint8_t*)>;
     auto decoders_agree = [&](size_t bytes, const std::string& what, const Decode& decode) -> std::vector<uint8_t> {
-      const std::vector<uint8_t> dev_msg = down_bytes(cuda_, d_msg.get(), bytes);
+      const std::vector<uint8_t> dev_msg = down_as<uint8_t>(cuda_, d_msg.get(), bytes);
       std::vector<float> want = base;
       decode(hc, want.data(), dev_msg.data());
       FloatBuffer d_out = up(base);

@@ -44,6 +44,24 @@ void expect_close(const RunResult& got, const RunResult& want, double tol, const
   }
 }
 
+// One configuration on the host backend, the cuda backend's default path and the seam (`what` names it).
+struct Trio {
+  std::string what;
+  RunResult host, cuda_default, seam;
+};
+
+Trio run_three(const std::vector<std::string>& sets) {
+  Trio t;
+  for (const std::string& s : sets) t.what += s + " ";
+  std::vector<std::string> host_sets = sets, cuda_sets = sets;
+  host_sets.push_back("cluster.backend=host");
+  cuda_sets.push_back("cluster.backend=cuda");
+  t.host = run_training(test::small_mlp_config(host_sets));
+  t.cuda_default = run_training(test::small_mlp_config(cuda_sets));
+  t.seam = run_on_seam(test::small_mlp_config(cuda_sets));
+  return t;
+}
+
 // Each configuration the seam runs on cuda: against the host backend and the cuda backend's default path (the device
 // loop, or the staged path for local SGD, independent and ZeRO).
 TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
@@ -59,14 +77,9 @@ TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
       {"sync.kind=zero", "sync.stage=2", "sync.reduce_every_microbatch=true"},
   };
   for (const std::vector<std::string>& sets : cases) {
-    std::string what;
-    for (const std::string& s : sets) what += s + " ";
-    std::vector<std::string> host_sets = sets, cuda_sets = sets;
-    host_sets.push_back("cluster.backend=host");
-    cuda_sets.push_back("cluster.backend=cuda");
-    const RunResult host = run_training(test::small_mlp_config(host_sets));
-    const RunResult cuda_default = run_training(test::small_mlp_config(cuda_sets));
-    const RunResult seam = run_on_seam(test::small_mlp_config(cuda_sets));
+    const Trio t = run_three(sets);
+    const std::string& what = t.what;
+    const RunResult &host = t.host, &cuda_default = t.cuda_default, &seam = t.seam;
     ASSERT_EQ(host.disposition, Disposition::kPassed) << what << host.message;
     EXPECT_EQ(seam.backend, "cuda") << what;
     const double tol = sets.size() == 1 && sets[0] == "precision.mode=bf16_mixed" ? 1e-2 : 1e-4;
@@ -99,14 +112,9 @@ TEST(GpuSeam, GatherCompressorsMatchTheHostBackend) {
       {"compression.kind=bf16", "compression.accumulate=fp32", "compression.error_feedback=gradient"},
   };
   for (const std::vector<std::string>& sets : cases) {
-    std::string what;
-    for (const std::string& s : sets) what += s + " ";
-    std::vector<std::string> host_sets = sets, cuda_sets = sets;
-    host_sets.push_back("cluster.backend=host");
-    cuda_sets.push_back("cluster.backend=cuda");
-    const RunResult host = run_training(test::small_mlp_config(host_sets));
-    const RunResult cuda_default = run_training(test::small_mlp_config(cuda_sets));
-    const RunResult seam = run_on_seam(test::small_mlp_config(cuda_sets));
+    const Trio t = run_three(sets);
+    const std::string& what = t.what;
+    const RunResult &host = t.host, &cuda_default = t.cuda_default, &seam = t.seam;
     ASSERT_EQ(host.disposition, Disposition::kPassed) << what << host.message;
     expect_close(seam, host, 1e-2, what + "(seam vs host)");
     expect_close(seam, cuda_default, 1e-2, what + "(seam vs cuda " + cuda_default.cuda_path + ")");

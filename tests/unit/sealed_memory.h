@@ -123,19 +123,13 @@ class SealedCompressOps : public CompressOps {
     decode_into(out, n, [&](float* o) { gs::terngrad_decode_add(o, unseal_bytes(in, terngrad_encoded_bytes(n)).data(), n); });
   }
   size_t sign_encode(int, uint8_t* out, const float* p, size_t n) override {
-    std::vector<uint8_t> msg(sign_encoded_bytes(n, n));
-    const size_t bytes = gs::sign_encode(msg.data(), plain(p, n).data(), n);
-    seal_bytes(out, msg.data(), bytes);
-    return bytes;
+    return encode_sealed(out, p, n, sign_encoded_bytes(n, n), gs::sign_encode);
   }
   void sign_decode_add(int, float* out, const uint8_t* in, size_t n) override {
     decode_into(out, n, [&](float* o) { gs::sign_decode_add(o, sign_message(in, n).data(), n); });
   }
   size_t onebit_encode(int, uint8_t* out, const float* p, size_t n) override {
-    std::vector<uint8_t> msg(onebit_encoded_bytes(n, n));
-    const size_t bytes = gs::onebit_encode(msg.data(), plain(p, n).data(), n);
-    seal_bytes(out, msg.data(), bytes);
-    return bytes;
+    return encode_sealed(out, p, n, onebit_encoded_bytes(n, n), gs::onebit_encode);
   }
   void onebit_decode_add(int, float* out, const uint8_t* in, size_t n) override {
     uint32_t zeros;
@@ -237,6 +231,14 @@ class SealedCompressOps : public CompressOps {
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = unseal(x[i]);
     return v;
+  }
+  // A sign message (encode: signSGD's or 1-bit SGD's host encoder) of the unsealed p into room bytes, sealed into out.
+  static size_t encode_sealed(uint8_t* out, const float* p, size_t n, size_t room,
+                              size_t (*encode)(uint8_t*, const float*, size_t)) {
+    std::vector<uint8_t> msg(room);
+    const size_t bytes = encode(msg.data(), plain(p, n).data(), n);
+    seal_bytes(out, msg.data(), bytes);
+    return bytes;
   }
   static void seal_words(uint32_t* dst, const uint32_t* src, size_t k) {
     for (size_t j = 0; j < k; ++j) dst[j] = ~src[j];
