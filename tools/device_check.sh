@@ -308,8 +308,8 @@ suite mixed_dense 30 'GpuMixedDense.*'
 suite local_communicator 30 'GpuLocalCommunicator.*'
 suite nccl_communicator 30 'GpuNcclCommunicator.*'
 suite staged 45 'GpuStagedModel.*:GpuStaged.*'
-suite element_ops 30 'GpuElementOps.*'
-suite seam 60 'GpuSeam.*'
+suite element_ops 60 'GpuElementOps.*'
+suite seam 120 'GpuSeam.*'
 # Backend selection and NVTX ranges (CPU tests that read the device query; on the device they see a real GPU).
 backend_nvtx_tests() {
   cd "$build" && ctest -R '^(Backend|NvtxRanges)\.' --output-on-failure --timeout "$(inner_limit)" \

@@ -1,13 +1,13 @@
 // The cuda backend of the seam (backend.h): the host rank loop, its step control and the strategies with every
 // parameter, gradient and optimizer-state buffer in GPU memory (CudaElementOps), the GPU model on those buffers
-// (make_gpu_model with `resident`) and the GPU communicators (nccl, one rank per GPU; local, ranks sharing GPU 0),
-// the control values on a host communicator. What it runs: host_memory_reason's rule (sync.kind allreduce with any
+// (make_gpu_model with `resident`) and the GPU communicators (nccl, one rank per GPU; local, ranks sharing GPU 0), the
+// control values on a host communicator. What it runs: host_memory_reason's rule (sync.kind allreduce with any
 // compressor, zero, local_sgd or independent, with sgd / adam / adamw, every precision mode, loss scalers, clipping,
-// delayed update, pitfalls), model.kind mlp | linear; the compressors through CudaElementOps' CompressOps. The measured clock of the communicate and optimizer phases (TimedPhase in the
-// strategy) and of forward and backward (the rank loop's) comes from CUDA events on the rank's stream, delivered at
-// ElementOps::settle before each step's end.
-// NOT RUN ON A GPU YET: compiled and linked here only; its GPU suite (tests/gpu/test_gpu_seam.cpp) compares it with
-// the staged path and the host backend at the next GPU loan. The cuda backend's runs still take the device loop
+// delayed update, pitfalls), model.kind mlp | linear; the compressors through CudaElementOps' CompressOps. The measured
+// clock of the communicate and optimizer phases (TimedPhase in the strategy) and of forward and backward (the rank
+// loop's) comes from CUDA events on the rank's stream, delivered at ElementOps::settle before each step's end. NOT RUN
+// ON A GPU YET: compiled and linked here only; its GPU suite (tests/gpu/test_gpu_seam.cpp) compares it with the staged
+// path and the host backend at the next GPU loan. The cuda backend's runs still take the device loop
 // (cuda_rank_loop.cpp) or the staged path (device.h, choose_cuda_path); this backend is reached through
 // RunHooks::make_backend only until its suite has passed on a GPU.
 #pragma once

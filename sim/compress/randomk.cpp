@@ -40,7 +40,8 @@ class RandomK final : public Compressor {
   // parameter-server push) a per-thread host buffer.
   uint32_t* scratch(const BucketJob& job) const {
     const size_t k = kept_count(job.n, ratio_, k_);
-    if (job.space != nullptr) return reinterpret_cast<uint32_t*>(CompressSpace::room(job.ops(), job.rank, job.space->indices, k));
+    if (job.space != nullptr)
+      return reinterpret_cast<uint32_t*>(CompressSpace::room(job.ops(), job.rank, job.space->indices, k));
     thread_local std::vector<uint32_t> idx;
     idx.resize(k);
     return idx.data();

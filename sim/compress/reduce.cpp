@@ -26,7 +26,8 @@ const char* collective_name(WireCollective c) {
 
 CompressOps& BucketJob::compress_ops() const {
   CompressOps* c = ops().compress_ops();
-  if (c == nullptr) throw Error("compression: this run's memory has no compressor operations (sim/core/compress_ops.h)");
+  if (c == nullptr)
+    throw Error("compression: this run's memory has no compressor operations (sim/core/compress_ops.h)");
   return *c;
 }
 

@@ -37,11 +37,15 @@ class HostCompressOps final : public CompressOps {
   void qsgd_encode(int, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override {
     gs::qsgd_encode(out, p, n, s, seed, stream);
   }
-  void qsgd_decode_add(int, float* out, const uint8_t* in, size_t n, int s) override { gs::qsgd_decode_add(out, in, n, s); }
+  void qsgd_decode_add(int, float* out, const uint8_t* in, size_t n, int s) override {
+    gs::qsgd_decode_add(out, in, n, s);
+  }
   void terngrad_encode(int, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) override {
     gs::terngrad_encode(out, p, n, seed, stream);
   }
-  void terngrad_decode_add(int, float* out, const uint8_t* in, size_t n) override { gs::terngrad_decode_add(out, in, n); }
+  void terngrad_decode_add(int, float* out, const uint8_t* in, size_t n) override {
+    gs::terngrad_decode_add(out, in, n);
+  }
   size_t sign_encode(int, uint8_t* out, const float* p, size_t n) override { return gs::sign_encode(out, p, n); }
   void sign_decode_add(int, float* out, const uint8_t* in, size_t n) override { gs::sign_decode_add(out, in, n); }
   size_t onebit_encode(int, uint8_t* out, const float* p, size_t n) override { return gs::onebit_encode(out, p, n); }

@@ -1,11 +1,11 @@
 // The gradient compressors' element operations on the buffers of one memory (host RAM, or a backend's device memory):
 // what the gather compressors (top-k, random-k, threshold, DGC, QSGD, TernGrad, signSGD, 1-bit SGD), the casts' wire
-// all-reduce, PowerSGD's factors and the compressed reduction's error feedback do with a bucket, so that the same compressor code runs on the host and on a GPU
-// (docs/design.md, section 6, "The backend seam"). A memory offers them through ElementOps::compress_ops(). The host's
-// are the host ops of kernels/compress.h (the loops the host backend always ran, so its bits do not change); the cuda
-// backend's are the launchers of kernels/cuda_kernels.h, the host ops' twins (tested against them in the GPU suites).
-// Extend: a new operation is one virtual here, its host twin in compress_ops.cpp and its twin in every device memory
-// (the cuda backend's CudaElementOps and the tests' SealedMemory).
+// all-reduce, PowerSGD's factors and the compressed reduction's error feedback do with a bucket, so that the same
+// compressor code runs on the host and on a GPU (docs/design.md, section 6, "The backend seam"). A memory offers them
+// through ElementOps::compress_ops(). The host's are the host ops of kernels/compress.h (the loops the host backend
+// always ran, so its bits do not change); the cuda backend's are the launchers of kernels/cuda_kernels.h, the host ops'
+// twins (tested against them in the GPU suites). Extend: a new operation is one virtual here, its host twin in
+// compress_ops.cpp and its twin in every device memory (the cuda backend's CudaElementOps and the tests' SealedMemory).
 //
 // Conventions: `rank` selects the rank's memory (and, on a device, its stream: the operation is ordered after the
 // rank's earlier ones and may return before the device ran it, except those that return a count or a size); every

@@ -399,8 +399,8 @@ TEST_F(GpuElementOps, SparseSelectionsAndMessagesMatchHost) {
 }
 
 // QSGD, TernGrad, signSGD, 1-bit SGD: TernGrad's message bit for bit (its scale, a max, is exact); the others' codes or
-// planes and zero counts exactly, their norm / scale / means within a relative 1e-12 of the host's (double sums in
-// another order); each decoder the host's bits on the device's own message.
+// planes and zero counts exactly, their norm / scale / means within a relative 1e-6 of the host's (a float of a double
+// sum in another order); each decoder the host's bits on the device's own message.
 TEST_F(GpuElementOps, QuantizerMessagesMatchHost) {
   CompressOps& hc = host_compress_ops();
   CompressOps& dc = *cuda_.compress_ops();
@@ -431,14 +431,15 @@ TEST_F(GpuElementOps, QuantizerMessagesMatchHost) {
     // TernGrad: bit for bit.
     hc.terngrad_encode(0, msg.data(), p.data(), n, 5, 9);
     dc.terngrad_encode(0, d_bytes, d_p.get(), n, 5, 9);
-    const auto tern = decoders_agree(terngrad_encoded_bytes(n), "terngrad" + sz,
-                                     [n](CompressOps& o, float* out, const uint8_t* m) { o.terngrad_decode_add(0, out, m, n); });
+    const Decode tern_decode = [n](CompressOps& o, float* out, const uint8_t* m) { o.terngrad_decode_add(0, out, m, n); };
+    const auto tern = decoders_agree(terngrad_encoded_bytes(n), "terngrad" + sz, tern_decode);
     EXPECT_TRUE(std::equal(tern.begin(), tern.end(), msg.begin())) << "terngrad message" << sz;
     // signSGD and 1-bit SGD: sizes and planes exactly.
     for (bool onebit : {false, true}) {
       const std::string what = (onebit ? "onebit" : "signsgd") + sz;
       const size_t header = onebit ? kOnebitHeaderBytes : kSignHeaderBytes;
-      const size_t hb = onebit ? hc.onebit_encode(0, msg.data(), p.data(), n) : hc.sign_encode(0, msg.data(), p.data(), n);
+      const size_t hb =
+          onebit ? hc.onebit_encode(0, msg.data(), p.data(), n) : hc.sign_encode(0, msg.data(), p.data(), n);
       const size_t db = onebit ? dc.onebit_encode(0, d_bytes, d_p.get(), n) : dc.sign_encode(0, d_bytes, d_p.get(), n);
       ASSERT_EQ(db, hb) << what;
       const auto got = decoders_agree(db, what, [n, onebit](CompressOps& o, float* out, const uint8_t* m) {
@@ -463,8 +464,8 @@ TEST_F(GpuElementOps, QuantizerMessagesMatchHost) {
     // qsgd_encode_with_norm against the host).
     hc.qsgd_encode(0, msg.data(), p.data(), n, 4, 5, 9);
     dc.qsgd_encode(0, d_bytes, d_p.get(), n, 4, 5, 9);
-    const auto q = decoders_agree(qsgd_encoded_bytes(n, 4), "qsgd" + sz,
-                                  [n](CompressOps& o, float* out, const uint8_t* m) { o.qsgd_decode_add(0, out, m, n, 4); });
+    const Decode qsgd_decode = [n](CompressOps& o, float* out, const uint8_t* m) { o.qsgd_decode_add(0, out, m, n, 4); };
+    const auto q = decoders_agree(qsgd_encoded_bytes(n, 4), "qsgd" + sz, qsgd_decode);
     float qa, qb;
     std::memcpy(&qa, q.data(), 4);
     std::memcpy(&qb, msg.data(), 4);
@@ -612,8 +613,9 @@ TEST_F(GpuElementOps, ErrorFeedbackOperationsMatchHost) {
     }
     {  // sum_squared_difference, average
       FloatBuffer da = up(u0), db = up(own);
-      expect_sum_squares_close(dc.sum_squared_difference(0, da.get(), db.get(), n),
-                               hc.sum_squared_difference(0, u0.data(), own.data(), n), n, "sum_squared_difference" + sz);
+      const double want = hc.sum_squared_difference(0, u0.data(), own.data(), n);
+      expect_sum_squares_close(dc.sum_squared_difference(0, da.get(), db.get(), n), want, n,
+                               "sum_squared_difference" + sz);
       std::vector<float> avg(n);
       hc.average(0, avg.data(), g0.data(), n, 24.0f);
       FloatBuffer dg = up(g0), dout = cuda_.allocate(0, n);

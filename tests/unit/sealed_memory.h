@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -71,73 +72,122 @@ inline void seal_bytes(void* sealed, const uint8_t* plain, size_t bytes) {
 // The compressor operations (sim/core/compress_ops.h) on sealed buffers: each unseals what it reads, runs the host
 // op of kernels/compress.h (or the element rule compress_ops.h states), and seals what it writes.
 class SealedCompressOps : public CompressOps {
+ protected:
+  // Which rank's buffer each allocation is (SealedMemory registers them), so that every operation can check that
+  // the pointers it is given are its rank's: on a device with one GPU per rank another rank's buffer is another
+  // GPU's memory, which a kernel on this rank's stream must not touch. A failure is a test failure.
+  void own(const float* p, size_t n, int rank) {
+    std::lock_guard<std::mutex> lock(owners_mutex_);
+    owners_[reinterpret_cast<uintptr_t>(p)] = {reinterpret_cast<uintptr_t>(p + n), rank};
+  }
+  void disown(const float* p) {
+    std::lock_guard<std::mutex> lock(owners_mutex_);
+    owners_.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  // Every non-null pointer of `ptrs` lies in (or just past the end of) one of rank `rank`'s buffers.
+  template <class... P>
+  void mine(int rank, const char* op, const P*... ptrs) const {
+    std::lock_guard<std::mutex> lock(owners_mutex_);
+    for (const void* q : {static_cast<const void*>(ptrs)...}) {
+      if (q == nullptr) continue;
+      const auto a = reinterpret_cast<uintptr_t>(q);
+      auto it = owners_.upper_bound(a);
+      if (it == owners_.begin() || a > std::prev(it)->second.first) {
+        ADD_FAILURE() << op << " on rank " << rank << ": a pointer outside every buffer of this memory";
+      } else if (std::prev(it)->second.second != rank) {
+        ADD_FAILURE() << op << " on rank " << rank << ": a pointer into rank " << std::prev(it)->second.second
+                      << "'s buffer";
+      }
+    }
+  }
+
  public:
-  size_t topk_select(int, const float* x, size_t n, size_t k, uint32_t* idx) override {
+  size_t topk_select(int rank, const float* x, size_t n, size_t k, uint32_t* idx) override {
+    mine(rank, "topk_select", x, idx);
     std::vector<uint32_t> got(std::min(k, n));
     const size_t count = gs::topk_select(plain(x, n).data(), n, k, got.data());
     seal_words(idx, got.data(), count);
     return count;
   }
-  size_t threshold_select(int, const float* x, size_t n, float tau, uint32_t* idx) override {
+  size_t threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) override {
+    mine(rank, "threshold_select", x, idx);
     std::vector<uint32_t> got(n);
     const size_t count = gs::threshold_select(plain(x, n).data(), n, tau, got.data());
     seal_words(idx, got.data(), count);
     return count;
   }
-  size_t randomk_indices(int, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override {
+  size_t randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) override {
+    mine(rank, "randomk_indices", idx);
     std::vector<uint32_t> got(std::min(k, n));
     const size_t count = gs::randomk_indices(got.data(), n, k, seed, stream);
     seal_words(idx, got.data(), count);
     return count;
   }
-  float sampled_threshold(int, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream,
+  float sampled_threshold(int rank, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream,
                           size_t samples) override {
+    mine(rank, "sampled_threshold", x);
     return gs::sampled_threshold(plain(x, n).data(), n, ratio, seed, stream, samples);
   }
-  void zero_at(int, float* x, const uint32_t* idx, size_t k) override {
+  void zero_at(int rank, float* x, const uint32_t* idx, size_t k) override {
+    mine(rank, "zero_at", x, idx);
     for (size_t j = 0; j < k; ++j) x[~idx[j]] = seal(0.0f);
   }
-  void gather(int, float* vals, const float* x, const uint32_t* idx, size_t k) override {
+  void gather(int rank, float* vals, const float* x, const uint32_t* idx, size_t k) override {
+    mine(rank, "gather", vals, x, idx);
     for (size_t j = 0; j < k; ++j) vals[j] = x[~idx[j]];  // a sealed value moves as it is
   }
-  void scatter_add(int, float* out, const uint32_t* idx, const float* vals, size_t k) override {
+  void scatter_add(int rank, float* out, const uint32_t* idx, const float* vals, size_t k) override {
+    mine(rank, "scatter_add", out, idx, vals);
     for (size_t j = 0; j < k; ++j) {
       float& o = out[~idx[j]];
       o = seal(unseal(o) + unseal(vals[j]));
     }
   }
-  void qsgd_encode(int, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override {
+  void qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream) override {
+    mine(rank, "qsgd_encode", out, p);
     std::vector<uint8_t> msg(qsgd_encoded_bytes(n, s));
     gs::qsgd_encode(msg.data(), plain(p, n).data(), n, s, seed, stream);
     seal_bytes(out, msg.data(), msg.size());
   }
-  void qsgd_decode_add(int, float* out, const uint8_t* in, size_t n, int s) override {
-    decode_into(out, n, [&](float* o) { gs::qsgd_decode_add(o, unseal_bytes(in, qsgd_encoded_bytes(n, s)).data(), n, s); });
+  void qsgd_decode_add(int rank, float* out, const uint8_t* in, size_t n, int s) override {
+    mine(rank, "qsgd_decode_add", out, in);
+    const std::vector<uint8_t> msg = unseal_bytes(in, qsgd_encoded_bytes(n, s));
+    decode_into(out, n, [&](float* o) { gs::qsgd_decode_add(o, msg.data(), n, s); });
   }
-  void terngrad_encode(int, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) override {
+  void terngrad_encode(int rank, uint8_t* out, const float* p, size_t n, uint64_t seed, uint64_t stream) override {
+    mine(rank, "terngrad_encode", out, p);
     std::vector<uint8_t> msg(terngrad_encoded_bytes(n));
     gs::terngrad_encode(msg.data(), plain(p, n).data(), n, seed, stream);
     seal_bytes(out, msg.data(), msg.size());
   }
-  void terngrad_decode_add(int, float* out, const uint8_t* in, size_t n) override {
-    decode_into(out, n, [&](float* o) { gs::terngrad_decode_add(o, unseal_bytes(in, terngrad_encoded_bytes(n)).data(), n); });
+  void terngrad_decode_add(int rank, float* out, const uint8_t* in, size_t n) override {
+    mine(rank, "terngrad_decode_add", out, in);
+    const std::vector<uint8_t> msg = unseal_bytes(in, terngrad_encoded_bytes(n));
+    decode_into(out, n, [&](float* o) { gs::terngrad_decode_add(o, msg.data(), n); });
   }
-  size_t sign_encode(int, uint8_t* out, const float* p, size_t n) override {
+  size_t sign_encode(int rank, uint8_t* out, const float* p, size_t n) override {
+    mine(rank, "sign_encode", out, p);
     return encode_sealed(out, p, n, sign_encoded_bytes(n, n), gs::sign_encode);
   }
-  void sign_decode_add(int, float* out, const uint8_t* in, size_t n) override {
+  void sign_decode_add(int rank, float* out, const uint8_t* in, size_t n) override {
+    mine(rank, "sign_decode_add", out, in);
     decode_into(out, n, [&](float* o) { gs::sign_decode_add(o, sign_message(in, n).data(), n); });
   }
-  size_t onebit_encode(int, uint8_t* out, const float* p, size_t n) override {
+  size_t onebit_encode(int rank, uint8_t* out, const float* p, size_t n) override {
+    mine(rank, "onebit_encode", out, p);
     return encode_sealed(out, p, n, onebit_encoded_bytes(n, n), gs::onebit_encode);
   }
-  void onebit_decode_add(int, float* out, const uint8_t* in, size_t n) override {
+  void onebit_decode_add(int rank, float* out, const uint8_t* in, size_t n) override {
+    mine(rank, "onebit_decode_add", out, in);
     uint32_t zeros;
     std::memcpy(&zeros, unseal_bytes(in, 12).data() + 8, 4);
-    decode_into(out, n, [&](float* o) { gs::onebit_decode_add(o, unseal_bytes(in, onebit_encoded_bytes(n, zeros)).data(), n); });
+    const std::vector<uint8_t> msg = unseal_bytes(in, onebit_encoded_bytes(n, zeros));
+    decode_into(out, n, [&](float* o) { gs::onebit_decode_add(o, msg.data(), n); });
   }
   // Written from compress_ops.h's definition: the fp32 sum of the scales in rank order times the vote.
-  void sign_vote_scaled(int, float* out, const uint8_t* const* msgs, int ranks, size_t n) override {
+  void sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) override {
+    mine(rank, "sign_vote_scaled", out);
+    for (int r = 0; r < ranks; ++r) mine(rank, "sign_vote_scaled message", msgs[r]);
     std::vector<std::vector<uint8_t>> plain_msgs;
     std::vector<const uint8_t*> ptrs;
     float scale_sum = 0.0f;
@@ -152,41 +202,50 @@ class SealedCompressOps : public CompressOps {
     gs::sign_vote(vote.data(), ptrs.data(), ranks, n);
     for (size_t i = 0; i < n; ++i) out[i] = seal(vote[i] * scale_sum);
   }
-  void cast_encode(int, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf, double pre,
+  void cast_encode(int rank, float* wire, float* own, const float* p, size_t n, FloatFormat f, float bf, double pre,
                    double b) override {
+    mine(rank, "cast_encode", wire, own, p);
     for (size_t i = 0; i < n; ++i) {
       const float w = cast_wire_value(f, unseal(p[i]), bf, pre);
       wire[i] = seal(w);
       if (own != nullptr) own[i] = seal(static_cast<float>(static_cast<double>(w) * pre * b));
     }
   }
-  void add_in_format(int, float* acc, const float* x, size_t n, FloatFormat f) override {
+  void add_in_format(int rank, float* acc, const float* x, size_t n, FloatFormat f) override {
+    mine(rank, "add_in_format", acc, x);
     for (size_t i = 0; i < n; ++i) acc[i] = seal(gs::add_in_format(f, unseal(acc[i]), unseal(x[i])));
   }
-  void post_divide_in_format(int, float* x, size_t n, FloatFormat f, double post) override {
+  void post_divide_in_format(int rank, float* x, size_t n, FloatFormat f, double post) override {
+    mine(rank, "post_divide_in_format", x);
     for (size_t i = 0; i < n; ++i) x[i] = seal(cast_post_divide(f, unseal(x[i]), post));
   }
-  void orthogonalize_columns(int, float* m, size_t rows, size_t cols, float eps) override {
+  void orthogonalize_columns(int rank, float* m, size_t rows, size_t cols, float eps) override {
+    mine(rank, "orthogonalize_columns", m);
     std::vector<float> v = plain(m, rows * cols);
     gs::orthogonalize_columns(v.data(), rows, cols, eps);
     for (size_t i = 0; i < v.size(); ++i) m[i] = seal(v[i]);
   }
-  void powersgd_p(int, float* p, const float* m, const float* q, size_t rows, size_t cols, size_t r) override {
+  void powersgd_p(int rank, float* p, const float* m, const float* q, size_t rows, size_t cols, size_t r) override {
+    mine(rank, "powersgd_p", p, m, q);
     std::vector<float> out(rows * r);
     gs::powersgd_p(out.data(), plain(m, rows * cols).data(), plain(q, cols * r).data(), rows, cols, r);
     for (size_t i = 0; i < out.size(); ++i) p[i] = seal(out[i]);
   }
-  void powersgd_q(int, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) override {
+  void powersgd_q(int rank, float* q, const float* m, const float* p, size_t rows, size_t cols, size_t r) override {
+    mine(rank, "powersgd_q", q, m, p);
     std::vector<float> out(cols * r);
     gs::powersgd_q(out.data(), plain(m, rows * cols).data(), plain(p, rows * r).data(), rows, cols, r);
     for (size_t i = 0; i < out.size(); ++i) q[i] = seal(out[i]);
   }
-  void powersgd_decode(int, float* out, const float* p, const float* q, size_t rows, size_t cols, size_t r) override {
+  void powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
+                       size_t r) override {
+    mine(rank, "powersgd_decode", out, p, q);
     std::vector<float> o(rows * cols);
     gs::powersgd_decode(o.data(), plain(p, rows * r).data(), plain(q, cols * r).data(), rows, cols, r);
     for (size_t i = 0; i < o.size(); ++i) out[i] = seal(o[i]);
   }
-  void momentum_feed_in(int, float* u, float* e, float* g, size_t n, float m) override {
+  void momentum_feed_in(int rank, float* u, float* e, float* g, size_t n, float m) override {
+    mine(rank, "momentum_feed_in", u, e, g);
     for (size_t i = 0; i < n; ++i) {
       const volatile float product = unseal(u[i]) * m;  // rounded apart from the sum
       const float ui = product + unseal(g[i]);
@@ -196,7 +255,8 @@ class SealedCompressOps : public CompressOps {
       g[i] = seal(ei);
     }
   }
-  double residual_of(int, float* e, const float* p, const float* own, size_t n) override {
+  double residual_of(int rank, float* e, const float* p, const float* own, size_t n) override {
+    mine(rank, "residual_of", e, p, own);
     double norm2 = 0.0;
     for (size_t i = 0; i < n; ++i) {
       const float r = unseal(p[i]) - unseal(own[i]);
@@ -205,7 +265,8 @@ class SealedCompressOps : public CompressOps {
     }
     return norm2;
   }
-  double mask_sent(int, float* u, float* e, const float* own, size_t n) override {
+  double mask_sent(int rank, float* u, float* e, const float* own, size_t n) override {
+    mine(rank, "mask_sent", u, e, own);
     double norm2 = 0.0;
     for (size_t i = 0; i < n; ++i) {
       if (unseal(own[i]) != 0.0f) u[i] = e[i] = seal(0.0f);
@@ -214,10 +275,12 @@ class SealedCompressOps : public CompressOps {
     }
     return norm2;
   }
-  void average(int, float* out, const float* sum, size_t n, float s) override {
+  void average(int rank, float* out, const float* sum, size_t n, float s) override {
+    mine(rank, "average", out, sum);
     for (size_t i = 0; i < n; ++i) out[i] = seal(unseal(sum[i]) / s);
   }
-  double sum_squared_difference(int, const float* a, const float* b, size_t n) override {
+  double sum_squared_difference(int rank, const float* a, const float* b, size_t n) override {
+    mine(rank, "sum_squared_difference", a, b);
     double sum = 0.0;
     for (size_t i = 0; i < n; ++i) {
       const double d = static_cast<double>(unseal(a[i])) - unseal(b[i]);
@@ -240,6 +303,9 @@ class SealedCompressOps : public CompressOps {
     seal_bytes(out, msg.data(), bytes);
     return bytes;
   }
+  mutable std::mutex owners_mutex_;
+  std::map<uintptr_t, std::pair<uintptr_t, int>> owners_;  // start -> (end, rank)
+
   static void seal_words(uint32_t* dst, const uint32_t* src, size_t k) {
     for (size_t j = 0; j < k; ++j) dst[j] = ~src[j];
   }
@@ -262,44 +328,58 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
  public:
   explicit SealedMemory(int ranks) : tally_(static_cast<size_t>(ranks)) {}
   bool host() const override { return false; }
-  void zero(int, float* x, size_t n) override {
+  void zero(int rank, float* x, size_t n) override {
+    mine(rank, "zero", x);
     for (size_t i = 0; i < n; ++i) x[i] = seal(0.0f);
   }
-  void copy(int, float* dst, const float* src, size_t n) override { std::memmove(dst, src, n * sizeof(float)); }
-  void upload(int, float* dst, const float* host, size_t n) override {
+  void copy(int rank, float* dst, const float* src, size_t n) override {
+    mine(rank, "copy", dst, src);
+    std::memmove(dst, src, n * sizeof(float));
+  }
+  void upload(int rank, float* dst, const float* host, size_t n) override {
+    mine(rank, "upload", dst);
     for (size_t i = 0; i < n; ++i) dst[i] = seal(host[i]);
   }
-  void download(int, float* host, const float* src, size_t n) override {
+  void download(int rank, float* host, const float* src, size_t n) override {
+    mine(rank, "download", src);
     for (size_t i = 0; i < n; ++i) host[i] = unseal(src[i]);
   }
-  void add(int, float* acc, const float* x, size_t n) override {
+  void add(int rank, float* acc, const float* x, size_t n) override {
+    mine(rank, "add", acc, x);
     for (size_t i = 0; i < n; ++i) acc[i] = seal(unseal(acc[i]) + unseal(x[i]));
   }
-  void add_scaled(int, float* acc, const float* x, float f, size_t n) override {
+  void add_scaled(int rank, float* acc, const float* x, float f, size_t n) override {
+    mine(rank, "add_scaled", acc, x);
     for (size_t i = 0; i < n; ++i) {
       const volatile float product = f * unseal(x[i]);  // rounded apart from the sum
       acc[i] = seal(unseal(acc[i]) + product);
     }
   }
-  void scale(int, float* x, size_t n, float f) override {
+  void scale(int rank, float* x, size_t n, float f) override {
+    mine(rank, "scale", x);
     for (size_t i = 0; i < n; ++i) x[i] = seal(unseal(x[i]) * f);
   }
-  void divide(int, float* x, size_t n, float d) override {
+  void divide(int rank, float* x, size_t n, float d) override {
+    mine(rank, "divide", x);
     for (size_t i = 0; i < n; ++i) x[i] = seal(unseal(x[i]) / d);
   }
-  void round_to_fp16(int, float* x, size_t n) override {
+  void round_to_fp16(int rank, float* x, size_t n) override {
+    mine(rank, "round_to_fp16", x);
     for (size_t i = 0; i < n; ++i) x[i] = seal(round_through_fp16(unseal(x[i])));
   }
-  size_t count_nonfinite(int, const float* x, size_t n) override {
+  size_t count_nonfinite(int rank, const float* x, size_t n) override {
+    mine(rank, "count_nonfinite", x);
     size_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad += std::isfinite(unseal(x[i])) ? 0 : 1;
     return bad;
   }
   void tally_nonfinite(int rank, const float* x, size_t n) override {
+    mine(rank, "tally_nonfinite", x);
     tally_[static_cast<size_t>(rank)] += count_nonfinite(rank, x, n);
   }
   size_t take_nonfinite(int rank) override { return std::exchange(tally_[static_cast<size_t>(rank)], 0); }
   ElementScan scan(int rank, const float* x, size_t n, bool want_norm) override {
+    mine(rank, "scan", x);
     ElementScan s;
     s.nonfinite = count_nonfinite(rank, x, n);
     if (want_norm) {
@@ -307,7 +387,8 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
     }
     return s;
   }
-  void sgd(int, float* w, const float* g, float* buf, size_t n, const SgdScalars& s) override {
+  void sgd(int rank, float* w, const float* g, float* buf, size_t n, const SgdScalars& s) override {
+    mine(rank, "sgd", w, g, buf);
     ++sgd_calls;
     for (size_t i = 0; i < n; ++i) {
       float wi = unseal(w[i]), bi = buf == nullptr ? 0.0f : unseal(buf[i]);
@@ -316,7 +397,8 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
       if (buf != nullptr) buf[i] = seal(bi);
     }
   }
-  void adam(int, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) override {
+  void adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) override {
+    mine(rank, "adam", w, g, m, v);
     ++adam_calls;
     for (size_t i = 0; i < n; ++i) {
       float wi = unseal(w[i]), mi = unseal(m[i]), vi = unseal(v[i]);
@@ -333,14 +415,18 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   std::atomic<int64_t> allocations{0}, releases{0}, sgd_calls{0}, adam_calls{0};
 
  protected:
-  float* allocate_zeroed(int, size_t n) override {
+  float* allocate_zeroed(int rank, size_t n) override {
     if (n == 0) return nullptr;
     ++allocations;
     float* p = new float[n];
     for (size_t i = 0; i < n; ++i) p[i] = seal(0.0f);
+    own(p, n, rank);
     return p;
   }
-  void release(int, float* p) noexcept override {
+  void release(int rank, float* p) noexcept override {
+    if (p == nullptr) return;
+    mine(rank, "release", p);
+    disown(p);
     ++releases;
     delete[] p;
   }

@@ -323,8 +323,9 @@ TEST(BackendSeam, LocalSgdIndependentAndZeroRunOnDeviceMemory) {
       {"zero stage 1", {{"sync", {{"kind", "zero"}, {"stage", 1}}}}},
       {"zero stage 1, fp16 cast reduce-scatter, divide split",
        {{"sync", {{"kind", "zero"}, {"stage", 1}}}, {"compression", {{"kind", "fp16"}, {"divide", "split"}}}}},
-      {"zero stage 2, bf16 cast, fp32 sum", {{"sync", {{"kind", "zero"}, {"stage", 2}}},
-                                             {"compression", {{"kind", "bf16"}, {"accumulate", "fp32"}}}}},
+      {"zero stage 2, bf16 cast, fp32 sum, divide post",
+       {{"sync", {{"kind", "zero"}, {"stage", 2}}},
+        {"compression", {{"kind", "bf16"}, {"accumulate", "fp32"}, {"divide", "post"}}}}},
       {"zero stage 1, fp16_pure", {{"sync", {{"kind", "zero"}, {"stage", 1}}}, {"precision", {{"mode", "fp16_pure"}}}}},
       {"zero stage 2 every micro-batch, adam, dynamic scale, clip",
        {{"sync", {{"kind", "zero"}, {"stage", 2}, {"reduce_every_microbatch", true}}},
@@ -350,10 +351,10 @@ TEST(BackendSeam, LocalSgdIndependentAndZeroRunOnDeviceMemory) {
 
 // The compressed reduction on the seam's memory (CompressOps, sim/core/compress_ops.h): every gather compressor that
 // CompressorEntry::element_ops marks (DGC with its velocity in the memory too) and the casts' all-reduce in the wire
-// format (every divide placement, the fp32 sum), with the error-feedback placements
-// (gradient, DGC's momentum correction and masking, EF21) and measured error, encodes, all-gathers, decodes and feeds back on sealed buffers to the host
-// backend's bits: losses, evaluations, parameters, traces, and the report's compression object (payload and wire
-// bytes, relative errors, residual norms; not the measured times).
+// format (every divide placement, the fp32 sum), with the error-feedback placements (gradient, DGC's momentum
+// correction and masking, EF21) and measured error, encodes, all-gathers, decodes and feeds back on sealed buffers to
+// the host backend's bits: losses, evaluations, parameters, traces, and the report's compression object (payload and
+// wire bytes, relative errors, residual norms; not the measured times).
 TEST(BackendSeam, GatherCompressorsRunOnDeviceMemory) {
   const std::vector<std::pair<std::string, json>> cases = {
       {"topk, error feedback, measured error",
@@ -406,7 +407,8 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
   const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}}, {"report", {{"trace", false}}}}));
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) {
-    return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), Buckets::kAsynchronous);
+    auto memory = std::make_shared<SealedMemory>(config.cluster.ranks);
+    return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous);
   };
   const RunResult r = run_training(c, hooks);
   EXPECT_TRUE(r.is(Disposition::kFailed));
@@ -419,7 +421,8 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
 TEST(BackendSeam, CompressionOutsideAllreduceAndZeroIsRefusedOnDeviceMemory) {
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) {
-    return std::make_unique<SealedBackend>(std::make_shared<SealedMemory>(config.cluster.ranks), Buckets::kAsynchronous);
+    auto memory = std::make_shared<SealedMemory>(config.cluster.ranks);
+    return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous);
   };
   const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}},
                                           {"compression", {{"kind", "topk"}, {"ratio", 0.3}}},
