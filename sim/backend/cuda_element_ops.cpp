@@ -58,6 +58,7 @@ struct CudaElementOps::Rank {
   gpu::DeviceBuffer<double> norm;
   gpu::PinnedBuffer<double> small;  // 32 bytes of readback
   gpu::DeviceBuffer<const uint8_t*> messages;  // sign_vote_scaled's pointer array (grown)
+  gpu::PinnedBuffer<float> scales;              // sign_vote_scaled's message scales on their way to the host (grown)
   std::unique_ptr<gpu::BlasHandle> blas;         // PowerSGD's products, on `stream`
 
   const gpu::BlasHandle& blas_on_stream() {
@@ -328,17 +329,18 @@ void CudaElementOps::onebit_decode_add(int rank, float* out, const uint8_t* in, 
   gpu::onebit_decode_add(out, in, n, select(rank).stream);
 }
 
-// The scales summed in fp32 in rank order on the host (each message's first four bytes), the vote on the device,
-// then out = out * sum: the host op's bits.
+// The scales summed in fp32 in rank order on the host (each message's first four bytes: every copy enqueued, then one
+// wait), the vote on the device, then out = out * sum: the host op's bits.
 void CudaElementOps::sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) {
   Rank& r = select(rank);
+  const auto count = static_cast<size_t>(ranks);
+  if (r.scales.size() < count) r.scales = gpu::PinnedBuffer<float>(count, "sign vote scales");
+  for (size_t q = 0; q < count; ++q)
+    GS_CUDA_CHECK(cudaMemcpyAsync(r.scales.get() + q, msgs[q], sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+  GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
   float scale_sum = 0.0f;
-  for (int q = 0; q < ranks; ++q) {
-    float s;
-    std::memcpy(&s, r.read_small(msgs[q], sizeof s), sizeof s);
-    scale_sum += s;
-  }
-  if (r.messages.size() < static_cast<size_t>(ranks))
+  for (size_t q = 0; q < count; ++q) scale_sum += r.scales[q];
+  if (r.messages.size() < count)
     r.messages = gpu::DeviceBuffer<const uint8_t*>(static_cast<size_t>(ranks), "sign vote messages");
   // From pageable memory: staged when the call returns (upload's rule), so msgs may go away after it.
   GS_CUDA_CHECK(cudaMemcpyAsync(r.messages.get(), msgs, static_cast<size_t>(ranks) * sizeof(const uint8_t*),
