@@ -109,22 +109,9 @@ class Cast final : public Compressor {
     // or (accumulate "fp32") in fp32, rounding only to fp32 (values of at most 11 significand bits: a sum of a few is
     // often exact), then divided by `post` in fp32: what Megatron's accumulate_allreduce_grads_in_fp32 or an fp32
     // reduce-scatter gives (one rank's large value no longer swamps the others' small ones at a wire-format add).
-    ops.copy(job.rank, job.sum, recv, n);
-    for (int r = 1; r < job.ranks; ++r) {
-      const float* in = recv + static_cast<size_t>(r) * n;
-      if (fp32_sum_) {
-        ops.add(job.rank, job.sum, in, n);
-      } else {
-        cops.add_in_format(job.rank, job.sum, in, n, format_);
-      }
-    }
-    if (post != 1.0) {
-      if (fp32_sum_) {
-        ops.divide(job.rank, job.sum, n, static_cast<float>(post));  // N / 2^floor(log2(N)/2) or N: exact in fp32
-      } else {
-        cops.post_divide_in_format(job.rank, job.sum, n, format_, post);
-      }
-    }
+    std::vector<const float*> wires(static_cast<size_t>(job.ranks));
+    for (size_t r = 0; r < wires.size(); ++r) wires[r] = recv + r * n;
+    sum_cast_wires(ops, job.rank, job.sum, wires, n, format_, fp32_sum_, post);
     t.decompress_s += now_s() - t2;
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
     t.payload_bytes += bytes;
@@ -157,6 +144,25 @@ CompressorEntry cast_entry(const char* name, const char* doc) {
 }
 
 }  // namespace
+
+void sum_cast_wires(ElementOps& memory, int rank, float* out, const std::vector<const float*>& wires, size_t n,
+                    FloatFormat format, bool fp32_sum, double post) {
+  CompressOps& cops = compress_ops_of(memory);
+  memory.copy(rank, out, wires[0], n);
+  for (size_t q = 1; q < wires.size(); ++q) {
+    if (fp32_sum) {
+      memory.add(rank, out, wires[q], n);
+    } else {
+      cops.add_in_format(rank, out, wires[q], n, format);
+    }
+  }
+  if (post == 1.0) return;
+  if (fp32_sum) {
+    memory.divide(rank, out, n, static_cast<float>(post));  // N / 2^floor(log2(N)/2) or N: exact in fp32
+  } else {
+    cops.post_divide_in_format(rank, out, n, format, post);
+  }
+}
 
 std::pair<double, double> cast_divisors(const std::string& divide, int ranks) {
   const double N = static_cast<double>(ranks);

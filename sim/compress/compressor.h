@@ -167,6 +167,16 @@ void expected_density_issues(const RunConfig& c, std::vector<ConfigIssue>& issue
 // split (2^floor(log2(N)/2), N / that); pre * post = N. Shared by the cast compressor and ZeRO's cast reduce-scatter.
 std::pair<double, double> cast_divisors(const std::string& divide, int ranks);
 
+// The cast all-reduce's sum, shared by the cast compressor and ZeRO's cast reduce-scatter, on rank `rank`'s buffers of
+// `memory`: out[i] = wires[0][i] + wires[1][i] + ... in rank order, each add rounded to `format` (add_in_format) or,
+// with fp32_sum (compression.accumulate "fp32"), in fp32; then divided by `post` in the format (cast_post_divide) or,
+// with fp32_sum, in fp32 (post is an integer, exact in fp32; 1: no division). wires: one pointer per rank, n values.
+void sum_cast_wires(ElementOps& memory, int rank, float* out, const std::vector<const float*>& wires, size_t n,
+                    FloatFormat format, bool fp32_sum, double post);
+
+// The compressor operations of `memory` (ElementOps::compress_ops()). Throws gs::Error where the memory has none.
+CompressOps& compress_ops_of(ElementOps& memory);
+
 // PowerSGD's initial Q of every matrix it compresses (the same on every rank: Philox normals of training.seed, not
 // orthogonalized; sim/compress/powersgd.cpp), for export beside the report (sim/report/run_files.h): tensor is the
 // index in model.tensors(), q is cols x rank row-major (cols = the tensor's count / shape[0]; PyTorch's powerSGD_hook

@@ -24,12 +24,14 @@ const char* collective_name(WireCollective c) {
 }
 
 
-CompressOps& BucketJob::compress_ops() const {
-  CompressOps* c = ops().compress_ops();
+CompressOps& compress_ops_of(ElementOps& memory) {
+  CompressOps* c = memory.compress_ops();
   if (c == nullptr)
     throw Error("compression: this run's memory has no compressor operations (sim/core/compress_ops.h)");
   return *c;
 }
+
+CompressOps& BucketJob::compress_ops() const { return compress_ops_of(ops()); }
 
 float* CompressSpace::room(ElementOps& memory, int rank, FloatBuffer& b, size_t words) {
   if (b.size() < words) b = memory.allocate(rank, words);
@@ -182,7 +184,7 @@ CompressedReduction::CompressedReduction(const RunConfig& config, const Model& m
   GS_EXPECT(buckets_.size() < 0xffff, "compression supports fewer than 65535 buckets");
   if (!memory_.host()) {
     const CompressorEntry* e = find_compressor(config.compression.kind);
-    GS_EXPECT(e != nullptr && e->element_ops && memory_.compress_ops() != nullptr,
+    GS_EXPECT(e != nullptr && e->element_ops,
               "compression.kind \"" + config.compression.kind + "\" runs on host memory only (host_memory_reason)");
   }
   for (int r = 0; r < ranks_; ++r) {
@@ -204,21 +206,18 @@ CompressedReduction::~CompressedReduction() = default;
 
 std::vector<float> CompressedReduction::residual(int rank) const {
   const RankState& s = *state_[static_cast<size_t>(rank)];
-  if (const float* own = s.comp->own_residual()) {
-    std::vector<float> v(n_);
-    memory_.download(rank, v.data(), own, n_);
-    return v;
-  }
-  return download(rank, s.residual);
+  if (const float* own = s.comp->own_residual()) return download(rank, own, n_);
+  return download(rank, s.residual.get(), s.residual.size());
 }
 
 std::vector<float> CompressedReduction::velocity(int rank) const {
-  return download(rank, state_[static_cast<size_t>(rank)]->velocity);
+  const FloatBuffer& u = state_[static_cast<size_t>(rank)]->velocity;
+  return download(rank, u.get(), u.size());
 }
 
-std::vector<float> CompressedReduction::download(int rank, const FloatBuffer& b) const {
-  std::vector<float> v(b.size());
-  if (!v.empty()) memory_.download(rank, v.data(), b.get(), v.size());
+std::vector<float> CompressedReduction::download(int rank, const float* src, size_t n) const {
+  std::vector<float> v(n);
+  if (n != 0) memory_.download(rank, v.data(), src, n);
   return v;
 }
 
@@ -251,11 +250,7 @@ double CompressedReduction::feed_back(int rank, RankState& s, const float* p) co
   return cops.residual_of(rank, e, p, own, n_);  // e = p - decode(sent)
 }
 
-CompressOps& CompressedReduction::compress_ops() const {
-  CompressOps* c = memory_.compress_ops();
-  GS_EXPECT(c != nullptr, "compression: the run's memory has no compressor operations");
-  return *c;
-}
+CompressOps& CompressedReduction::compress_ops() const { return compress_ops_of(memory_); }
 
 void CompressedReduction::reduce(int rank, int64_t step, float* grad, double global_samples, PhaseClock& clock,
                                  StepCost* cost) {

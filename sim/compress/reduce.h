@@ -67,7 +67,7 @@ class CompressedReduction {
   void feed_in(int rank, RankState& s, float* grad) const;
   double feed_back(int rank, RankState& s, const float* p) const;
   CompressOps& compress_ops() const;
-  std::vector<float> download(int rank, const FloatBuffer& b) const;
+  std::vector<float> download(int rank, const float* src, size_t n) const;
   void price_bucket(StepCost& cost, const CompressTally& t, int64_t step, size_t begin, size_t end,
                     uint64_t payload_bytes, bool ef) const;
   const RunConfig& config_;

@@ -1,7 +1,6 @@
 // PrecisionStep of precision_step.h: the scaler and clipping on the averaged gradient, fp16 storage after updates.
 #include "sim/optim/precision_step.h"
 
-#include "kernels/convert.h"
 #include "sim/core/error.h"
 
 namespace gs {
@@ -26,7 +25,7 @@ GradientStepResult PrecisionStep::before_update(ElementOps& ops, int rank, float
 }
 
 void PrecisionStep::round_gradient(float* g, size_t begin, size_t end) const {
-  if (store_fp16_ && end > begin) round_fp32_through_fp16(g + begin, g + begin, end - begin);
+  if (store_fp16_ && end > begin) host_element_ops().round_to_fp16(0, g + begin, end - begin);
 }
 
 void PrecisionStep::after_update(ElementOps& ops, int rank, float* params, Optimizer& optimizer, size_t begin,
@@ -37,11 +36,7 @@ void PrecisionStep::after_update(ElementOps& ops, int rank, float* params, Optim
 }
 
 void PrecisionStep::after_update(float* params, Optimizer& optimizer, size_t begin, size_t end) const {
-  if (!store_fp16_ || end <= begin) return;
-  round_fp32_through_fp16(params + begin, params + begin, end - begin);
-  for (std::vector<float>* buf : optimizer.state()) {
-    round_fp32_through_fp16(buf->data() + begin, buf->data() + begin, end - begin);
-  }
+  after_update(host_element_ops(), 0, params, optimizer, begin, end);
 }
 
 }  // namespace gs

@@ -348,7 +348,7 @@ private:
     const double N = static_cast<double>(ranks_);
     const auto [pre, post] = cast_divisors(divide_, ranks_);
     const float bf = static_cast<float>(in.global_samples / N);
-    CompressOps &cops = *ops_.compress_ops();
+    CompressOps &cops = compress_ops_of(ops_);
     float *wire = gpad_[r].get();
     cops.cast_encode(in.rank, wire, nullptr, wire, n_, format_, bf, pre, 0.0);
     std::vector<const float *> wires(static_cast<size_t>(ranks_));
@@ -367,21 +367,13 @@ private:
       for (size_t q = 0; q < wires.size(); ++q)
         wires[q] = wires_[q];
     }
-    // The shard's elements summed over ranks 0..N-1 in the format (rounded
-    // after every add) or in fp32, then divided by `post`.
+    // The shard's elements summed over ranks 0..N-1 as the cast all-reduce
+    // sums them.
     const auto [lo, hi] = range(in.rank);
-    const size_t len = hi - lo;
-    ops_.copy(in.rank, shard, wires[0] + lo, len);
-    for (size_t q = 1; q < wires.size(); ++q) {
-      if (fp32_sum_)
-        ops_.add(in.rank, shard, wires[q] + lo, len);
-      else
-        cops.add_in_format(in.rank, shard, wires[q] + lo, len, format_);
-    }
-    if (fp32_sum_ && post != 1.0)
-      ops_.divide(in.rank, shard, len, static_cast<float>(post));
-    else if (!fp32_sum_)
-      cops.post_divide_in_format(in.rank, shard, len, format_, post);
+    for (const float *&w : wires)
+      w += lo;
+    sum_cast_wires(ops_, in.rank, shard, wires, hi - lo, format_, fp32_sum_,
+                   post);
     if (!gather)
       comm_.barrier(in.rank); // every owner has read the buffers
     comm_.take_stats(in.rank);
