@@ -307,7 +307,7 @@ suite kernels 40 'GpuKernels.*' small
 suite mixed_dense 30 'GpuMixedDense.*'
 suite local_communicator 30 'GpuLocalCommunicator.*'
 suite nccl_communicator 30 'GpuNcclCommunicator.*'
-suite staged 45 'GpuStagedModel.*:GpuStaged.*'
+suite staged 60 'GpuStagedModel.*:GpuStaged.*'
 suite element_ops 60 'GpuElementOps.*'
 suite seam 120 'GpuSeam.*'
 # Backend selection and NVTX ranges (CPU tests that read the device query; on the device they see a real GPU).
@@ -380,21 +380,20 @@ step cuda_scenario 45 cuda_scenario
 # A GEMM-bound MLP on one GPU in fp32, tf32 and bf16_mixed (tests/data/device_mlp.json): measured step and phase
 # medians against the modeled clock of the detected GPU, one line per run into the summary; the report comes back as
 # report_measure.json (device only; refused in the rehearsal, exit 2).
-cuda_measure() {  # cuda_measure NAME [SEAM]: device_mlp on cuda into runs/NAME; SEAM=1: GRADSWEEP_CUDA_SEAM=1
-  local name=$1 seam=${2:-0}
-  GRADSWEEP_CUDA_SEAM=$seam timeout -k 5 "$(inner_limit)" "$build/gradsweep" run "$root/tests/data/device_mlp.json" \
+cuda_measure() {  # cuda_measure NAME: device_mlp on cuda (its device path) into runs/NAME
+  local name=$1
+  timeout -k 5 "$(inner_limit)" "$build/gradsweep" run "$root/tests/data/device_mlp.json" \
     --out "$work/runs/$name" --quiet --set cluster.backend=cuda --set cluster.hardware=detect
   local rc=$?
-  echo "run of device_mlp with cluster.backend=cuda (GRADSWEEP_CUDA_SEAM=$seam): exit $rc"
+  echo "run of device_mlp with cluster.backend=cuda: exit $rc"
   if [[ $mode == rehearse ]]; then
     [[ $rc -eq 2 ]]
     return
   fi
-  local report=$out/report_$name.json  # the seam's into logs.tar.gz: $OUT keeps at most 7 files
-  [[ $seam == 1 ]] && report=$logs/report_$name.json
+  local report=$out/report_$name.json
   [[ -f "$work/runs/$name/report.json" ]] && cp "$work/runs/$name/report.json" "$report"
   [[ $rc -eq 0 ]] || return 1
-  python3 - "$report" "$root/tools" "$seam" <<'PY'
+  python3 - "$report" "$root/tools" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
 import report_lib  # the one report loader (bad files: ReportError naming the file)
@@ -411,17 +410,12 @@ for run in r["runs"]:
     print(f"MEASURE {run['id']} {run['disposition']} {run.get('cuda_path')} step p50 ms measured/modeled "
           f"{fmt(p50('measured'))}/{fmt(p50('modeled'))} (model_error {fmt(err)}); {phases}; eval_accuracy "
           f"{run['convergence']['final']['eval_accuracy']}")
-    ok = ok and run["disposition"] == "passed" and run.get("backend") == "cuda"
-    ok = ok and (sys.argv[3] != "1" or run.get("cuda_path") == "seam")  # the seam ran it (cuda_seam_issue accepts all)
+    ok = ok and run["disposition"] == "passed" and run.get("backend") == "cuda" and run.get("cuda_path") == "device"
 sys.exit(0 if ok else 1)
 PY
 }
 step cuda_measure 60 cuda_measure measure
 grep -h "^MEASURE" "$logs/cuda_measure.log" 2>/dev/null | sed 's/^MEASURE /      /' | tee -a "$summary"
-# The same runs through the seam's cuda backend (the host rank loop on GPU memory, cuda_path "seam"): its step times and
-# accuracy beside the device loop's above, the evidence for making it the cuda path.
-step seam_measure 60 cuda_measure seam 1
-grep -h "^MEASURE" "$logs/seam_measure.log" 2>/dev/null | sed 's/^MEASURE /      /' | tee -a "$summary"
 # The 2^24+3-element kernel sizes: last of the GPU tests (the longest; index and grid arithmetic past 2^24).
 suite kernels_large 150 'GpuKernels.*' large
 

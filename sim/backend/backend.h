@@ -30,6 +30,9 @@ class Backend {
   virtual std::unique_ptr<Model> make_model(const RunConfig& config) = 0;
   // The communicator of `ranks` ranks (one process) over memory()'s buffers.
   virtual std::unique_ptr<Communicator> make_communicator(int ranks) = 0;
+  // True where every rank has a device of its own (the cuda backend's nccl ranks): the measured clock is then one
+  // GPU's per rank, and the report compares it with the modeled clock (timing.model_error). False on host memory.
+  virtual bool one_rank_per_device() const { return false; }
   // Why this backend cannot run `config` (a "PATH: why" message), or nullopt. Default: a device memory runs only
   // strategies whose element work goes through ElementOps (host_memory_reason's rule, given as `host_reason`).
   virtual std::optional<std::string> issue(const RunConfig& config, const std::optional<std::string>& host_reason) {

@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
     for (int r = 0; r < ranks; ++r) gpu->set_compute_stream(r, memory_.stream(r));
     return std::make_unique<SplitCommunicator>(std::move(gpu), make_host_communicator(ranks, deadline_s_));
   }
+  bool one_rank_per_device() const override { return nccl_; }
   std::optional<std::string> issue(const RunConfig& config, const std::optional<std::string>& host_reason) override {
     return cuda_seam_issue(config, host_reason);
   }

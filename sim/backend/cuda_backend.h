@@ -5,14 +5,12 @@
 // compressor, zero, local_sgd or independent, with sgd / adam / adamw, every precision mode, loss scalers, clipping,
 // delayed update, pitfalls), model.kind mlp | linear; the compressors through CudaElementOps' CompressOps. The measured
 // clock of the communicate and optimizer phases (TimedPhase in the strategy) and of forward and backward (the rank
-// loop's) comes from CUDA events on the rank's stream, delivered at ElementOps::settle before each step's end. NOT RUN
-// ON A GPU YET: compiled and linked here only; its GPU suite (tests/gpu/test_gpu_seam.cpp) compares it with the staged
-// path and the host backend at the next GPU loan. The cuda backend's runs still take the device loop
-// (cuda_rank_loop.cpp) or the staged path (device.h, choose_cuda_path); this backend is reached through
-// RunHooks::make_backend only until its suite has passed on a GPU.
+// loop's) comes from CUDA events on the rank's stream, delivered at ElementOps::settle before each step's end. This is
+// cluster.backend "cuda"'s device path (device.h, choose_cuda_path; report cuda_path "device"); what it refuses runs on
+// the staged path where that runs it. NOT RUN ON A GPU YET: compiled and linked here and tested on the CPU through
+// the tests' sealed memory (tests/unit/test_backend_seam.cpp); its GPU suites (tests/gpu/test_gpu_seam.cpp,
+// test_gpu_e2e.cpp) compare it with the host backend at the next GPU loan (tools/device_check.sh).
 #pragma once
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,14 +28,6 @@ inline std::optional<std::string> cuda_seam_issue(const RunConfig& config,
   if (config.model.kind != "mlp" && config.model.kind != "linear")
     return "model.kind: \"" + config.model.kind + "\" has no GPU model (mlp, linear)";
   return std::nullopt;
-}
-
-// GRADSWEEP_CUDA_SEAM=1 in the environment: the device check's switch (tools/device_check.sh, step seam_measure; not
-// a user setting) that sends cuda runs cuda_seam_issue accepts through the seam's cuda backend (report cuda_path
-// "seam") instead of the device loop or the staged path, so one GPU run compares the two on the same scenario.
-inline bool cuda_seam_requested() {
-  const char* v = std::getenv("GRADSWEEP_CUDA_SEAM");
-  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 // The cuda backend for `config`'s ranks: rank r on GPU r with NCCL when NCCL is linked and there are at least as many

@@ -11,6 +11,7 @@
 #include "kernels/compress.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_runtime.h"
+#include "kernels/nvtx.h"
 
 namespace gs {
 
@@ -90,6 +91,8 @@ CudaElementOps::CudaElementOps(const std::vector<int>& devices) {
   for (int d : devices) {
     GS_CUDA_CHECK(cudaSetDevice(d));
     ranks_.push_back(std::make_unique<Rank>(d));
+    // Nsight Systems' name of the rank's stream (docs/profiling.md).
+    nvtx_name_stream(ranks_.back()->stream, ("rank " + std::to_string(ranks_.size() - 1) + " compute").c_str());
   }
 }
 

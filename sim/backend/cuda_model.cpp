@@ -39,6 +39,11 @@ struct GpuWorkspace final : Workspace {
   std::optional<gpu::MixedScratchGpu> mixed;
   gpu::DeviceBuffer<float> params, grad, grad_scaled, x, y;
   gpu::DeviceBuffer<int32_t> labels;
+  // The batch's pinned staging (upload_batch): the rows are copied here on the host, then to x / y / labels with one
+  // asynchronous copy each; `staged` is recorded after them, and waited for before the slot is written again.
+  gpu::PinnedBuffer<float> pin_x, pin_y;
+  gpu::PinnedBuffer<int32_t> pin_labels;
+  std::optional<gpu::Event> staged;
   gpu::DeviceBuffer<double> loss_sum;                // one device double
   gpu::DeviceBuffer<unsigned long long> counts;      // count_rounding's (underflow, non-finite), or count_correct's
   const float* uploaded_params = nullptr;            // the host parameters the device copy was made from
@@ -215,11 +220,15 @@ class GpuDenseModel final : public HostShapedModel {
       }
       w.grad_scaled = gpu::DeviceBuffer<float>(n, "scaled gradient");
       w.x = gpu::DeviceBuffer<float>(rows * static_cast<size_t>(in_dim), "batch inputs");
+      w.pin_x = gpu::PinnedBuffer<float>(rows * static_cast<size_t>(in_dim), "pinned batch inputs");
       if (classification()) {
         w.labels = gpu::DeviceBuffer<int32_t>(rows, "batch labels");
+        w.pin_labels = gpu::PinnedBuffer<int32_t>(rows, "pinned batch labels");
       } else {
         w.y = gpu::DeviceBuffer<float>(rows * static_cast<size_t>(out_dim), "batch targets");
+        w.pin_y = gpu::PinnedBuffer<float>(rows * static_cast<size_t>(out_dim), "pinned batch targets");
       }
+      w.staged.emplace(false);
       w.loss_sum = gpu::DeviceBuffer<double>(1, "loss sum");
       w.counts = gpu::DeviceBuffer<unsigned long long>(2, "counts");
     } else {
@@ -239,20 +248,28 @@ class GpuDenseModel final : public HostShapedModel {
     return w.params.get();
   }
 
-  // Rows [first, first + rows) of the batch to the device buffers' start.
+  // Rows [first, first + rows) of the batch to the device buffers' start, through the workspace's pinned staging (a
+  // copy from pageable memory would be staged by the driver and could not overlap the stream's work): the previous
+  // upload's copies are waited for (they read the pinned slot), the rows copied into it, and the copies enqueued.
   void upload_batch(GpuWorkspace& w, const Batch& batch, int64_t first, int64_t rows) const {
     const cudaStream_t st = w.st;
-    const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
+    const auto in_dim = static_cast<size_t>(stack_.widths.front());
+    const auto out_dim = static_cast<size_t>(stack_.widths.back());
     const auto r = static_cast<size_t>(rows);
-    GS_CUDA_CHECK(cudaMemcpyAsync(w.x.get(), batch.x.data() + first * in_dim, r * static_cast<size_t>(in_dim) *
-                                  sizeof(float), cudaMemcpyHostToDevice, st));
+    const auto f = static_cast<size_t>(first);
+    w.staged->synchronize();
+    std::copy_n(batch.x.data() + f * in_dim, r * in_dim, w.pin_x.get());
+    GS_CUDA_CHECK(cudaMemcpyAsync(w.x.get(), w.pin_x.get(), r * in_dim * sizeof(float), cudaMemcpyHostToDevice, st));
     if (classification()) {
-      GS_CUDA_CHECK(cudaMemcpyAsync(w.labels.get(), batch.labels.data() + first, r * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, st));
+      std::copy_n(batch.labels.data() + f, r, w.pin_labels.get());
+      GS_CUDA_CHECK(cudaMemcpyAsync(w.labels.get(), w.pin_labels.get(), r * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                    st));
     } else {
-      GS_CUDA_CHECK(cudaMemcpyAsync(w.y.get(), batch.y.data() + first * out_dim,
-                                    r * static_cast<size_t>(out_dim) * sizeof(float), cudaMemcpyHostToDevice, st));
+      std::copy_n(batch.y.data() + f * out_dim, r * out_dim, w.pin_y.get());
+      GS_CUDA_CHECK(cudaMemcpyAsync(w.y.get(), w.pin_y.get(), r * out_dim * sizeof(float), cudaMemcpyHostToDevice,
+                                    st));
     }
+    w.staged->record(st);
   }
 
   const float* targets(const GpuWorkspace& w) const { return classification() ? nullptr : w.y.get(); }

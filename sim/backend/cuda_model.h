@@ -17,7 +17,8 @@ class CudaElementOps;  // sim/backend/cuda_element_ops.h
 //  - the device is the batch's rank modulo the device count (cudaSetDevice in the calling thread on every call), bound
 //    on the workspace's first use; each workspace owns a stream, a cuBLAS handle, the dense (and mixed) scratch and
 //    device copies of parameters, gradient and batch.
-//  - forward uploads the parameters and the batch, runs the forward, synchronizes and returns the loss SUM (double).
+//  - forward uploads the parameters and the batch (the batch through the workspace's pinned staging), runs the
+//    forward, synchronizes and returns the loss SUM (double).
 //  - backward uploads the host `grad`, adds the batch's gradient on the device (fp32 GEMMs with beta 1, or the mixed
 //    stack's accumulation), and downloads the sum into `grad`: grad += gradient of the loss sum, as the host model.
 //    The host `grad` is final only after the download, so every layer is announced to ws.grad_ready then, last first.
@@ -27,7 +28,7 @@ class CudaElementOps;  // sim/backend/cuda_element_ops.h
 //    model's MixedSpec; ws.precision gets its rounding counts (gpu::counters_to_host); fp8's delayed scalings live in
 //    the workspace (as the host model's scratch); fp16_pure's gradient is held in fp16 as the host's.
 //  - evaluate runs the fp32 forward in chunks of the workspace's capacity (loss sum, correct count); tf32: TF32 GEMMs,
-//    as every GEMM of its handle (the device loop's evaluation does the same).
+//    as every GEMM of its handle.
 // Every precision mode runs. Built with the CUDA side only; without it this throws gs::Error. Throws gs::Error for a
 // model kind other than mlp / linear, and CUDA errors as gs::Error (GS_CUDA_CHECK).
 // With `resident` (the backend seam's device memory, cuda_backend.h): `params` and `grad` are device buffers of that

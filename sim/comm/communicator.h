@@ -56,7 +56,7 @@ class Communicator {
 
 // Host backend: ranks are threads of this process; buffers are exchanged by pointer through shared memory and every
 // rank reduces its own 1/N share of the elements, reading all N inputs in rank order and writing the result to all N.
-// deadline_s > 0: a barrier wait longer than that aborts every rank and throws DeadlineExceeded (the cuda loop's
+// deadline_s > 0: a barrier wait longer than that aborts every rank and throws DeadlineExceeded (the cuda backend's
 // control communicator: wait_deadline_s); 0 (the host backend): no deadline.
 std::unique_ptr<Communicator> make_host_communicator(int ranks, double deadline_s = 0.0);
 

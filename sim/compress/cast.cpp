@@ -93,18 +93,18 @@ class Cast final : public Compressor {
     // of every sample's gradient over S).
     const double b = job.divisor / static_cast<double>(job.ranks);
     const size_t n = job.n;
-    double t0 = now_s();
+    CompressSpan encode(ops, job.rank, t, &CompressTally::compress_s);
     NvtxPhases nvtx(NvtxName::kCompress);
     float* wire = CompressSpace::room(ops, job.rank, job.space->payload, n);
     cops.cast_encode(job.rank, wire, job.own_decoded, job.p, n, format_, static_cast<float>(b), pre, b);
+    encode.end();
     double t1 = now_s();
-    t.compress_s += t1 - t0;
     nvtx.next(NvtxName::kCommunicate, static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_)));
     float* recv = CompressSpace::room(ops, job.rank, job.space->gathered, n * static_cast<size_t>(job.ranks));
     job.comm->all_gather(job.rank, recv, wire, n);
-    double t2 = now_s();
-    t.communicate_s += t2 - t1;
+    t.communicate_s += now_s() - t1;
     nvtx.next(NvtxName::kCompress);
+    CompressSpan decode(ops, job.rank, t, &CompressTally::decompress_s);
     // Element i summed over ranks 0..N-1: in the wire format, rounded after every add, then divided by `post` in it;
     // or (accumulate "fp32") in fp32, rounding only to fp32 (values of at most 11 significand bits: a sum of a few is
     // often exact), then divided by `post` in fp32: what Megatron's accumulate_allreduce_grads_in_fp32 or an fp32
@@ -112,7 +112,7 @@ class Cast final : public Compressor {
     std::vector<const float*> wires(static_cast<size_t>(job.ranks));
     for (size_t r = 0; r < wires.size(); ++r) wires[r] = recv + r * n;
     sum_cast_wires(ops, job.rank, job.sum, wires, n, format_, fp32_sum_, post);
-    t.decompress_s += now_s() - t2;
+    decode.end();
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(format_bytes(format_));
     t.payload_bytes += bytes;
     const double share = static_cast<double>(job.ranks - 1) / job.ranks;

@@ -45,6 +45,39 @@ struct CompressTally {
   // a bucket with price_compressed_bucket (sim/compress/modeled.h), which takes from them only the largest payload of
   // a gather; tests check them against its calls.
   std::vector<WireCall> calls;
+  // The rank's measured clock, or nullptr: each CompressSpan adds its span, timed on the jobs' memory, to its compress
+  // phase (the reducer's steps; the parameter server times its own).
+  PhaseClock* clock = nullptr;
+};
+
+// One encode / decode span of a rank's compression: from construction to end(), the host seconds go to the tally's
+// `seconds` field (compress_s or decompress_s: the report's per-step times, host-clock: on a device, the time to
+// enqueue the work and to wait where a result comes back to the host) and, where the tally carries the rank's clock,
+// the span timed on `ops`' memory (ElementOps::phase_begin / phase_end: CUDA events on the rank's stream on a device,
+// the steady clock on the host) to its compress phase. The destructor ends a span not ended.
+class CompressSpan {
+ public:
+  CompressSpan(ElementOps& ops, int rank, CompressTally& tally, double CompressTally::*seconds)
+      : ops_(ops), rank_(rank), tally_(tally), seconds_(seconds), host0_(now_s()),
+        mark_(tally.clock != nullptr ? ops.phase_begin(rank) : 0.0) {}
+  ~CompressSpan() { end(); }
+  CompressSpan(const CompressSpan&) = delete;
+  CompressSpan& operator=(const CompressSpan&) = delete;
+  void end() {
+    if (done_) return;
+    done_ = true;
+    tally_.*seconds_ += now_s() - host0_;
+    if (tally_.clock != nullptr) ops_.phase_end(rank_, mark_, Phase::kCompress, *tally_.clock);
+  }
+
+ private:
+  ElementOps& ops_;
+  int rank_;
+  CompressTally& tally_;
+  double CompressTally::*seconds_;
+  double host0_;
+  double mark_;
+  bool done_ = false;
 };
 
 // One rank's buffers of the default gather path (Compressor::reduce_bucket) in the memory of its jobs, kept by the

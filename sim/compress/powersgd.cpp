@@ -78,7 +78,7 @@ class PowerSgd final : public Compressor {
     const int rk = job.rank;
     const size_t lo = job.offset, hi = job.offset + job.n;
     const double f = job.ranks > 1 ? 2.0 * (job.ranks - 1) / job.ranks : 0.0;  // ring all-reduce bytes per byte
-    double t0 = now_s();
+    CompressSpan encode_p(ops, rk, t, &CompressTally::compress_s);
     NvtxPhases nvtx(NvtxName::kCompress);
     // The tensors of this bucket: compressed matrices, and everything else (copied to `dense`).
     std::vector<Matrix*> mats;
@@ -127,16 +127,16 @@ class PowerSgd final : public Compressor {
       cops.powersgd_p(rk, pbuf + po, p + m->offset, m->warm.get(), m->rows, m->cols, rank_);
       po += m->rows * rank_;
     }
+    encode_p.end();
     double t1 = now_s();
-    t.compress_s += t1 - t0;
     nvtx.next(NvtxName::kCommunicate, 4 * static_cast<uint64_t>(dense_n + p_elems));
     if (dense_n > 0) job.comm->all_reduce_sum(rk, dense, dense_n);
     if (p_elems > 0) job.comm->all_reduce_sum(rk, pbuf, p_elems);
     if (dense_n > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(dense_n)});
     if (p_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(p_elems)});
-    double t2 = now_s();
-    t.communicate_s += t2 - t1;
+    t.communicate_s += now_s() - t1;
     nvtx.next(NvtxName::kCompress);
+    CompressSpan encode_q(ops, rk, t, &CompressTally::compress_s);
     po = 0;
     size_t qo = 0;
     for (Matrix* m : mats) {
@@ -149,14 +149,14 @@ class PowerSgd final : public Compressor {
       po += m->rows * rank_;
       qo += m->cols * rank_;
     }
+    encode_q.end();
     double t3 = now_s();
-    t.compress_s += t3 - t2;
     nvtx.next(NvtxName::kCommunicate, 4 * static_cast<uint64_t>(q_elems));
     if (q_elems > 0) job.comm->all_reduce_sum(rk, qbuf, q_elems);
     if (q_elems > 0) t.calls.push_back({WireCollective::kAllReduce, 4.0 * static_cast<double>(q_elems)});
-    double t4 = now_s();
-    t.communicate_s += t4 - t3;
+    t.communicate_s += now_s() - t3;
     nvtx.next(NvtxName::kCompress);
+    CompressSpan decode(ops, rk, t, &CompressTally::decompress_s);
     po = 0;
     qo = 0;
     for (Matrix* m : mats) {
@@ -173,7 +173,7 @@ class PowerSgd final : public Compressor {
       ops.copy(rk, sum + b, dense + d, e - b);
       d += e - b;
     }
-    t.decompress_s += now_s() - t4;
+    decode.end();
     const uint64_t bytes = 4 * static_cast<uint64_t>(dense_n + p_elems + q_elems);
     t.payload_bytes += bytes;
     t.wire_bytes += static_cast<uint64_t>(f * static_cast<double>(bytes));

@@ -76,14 +76,14 @@ void Compressor::reduce_bucket(const BucketJob& job) {
   ElementOps& ops = job.ops();
   CompressSpace& space = *job.space;
   const int N = job.ranks;
-  double t0 = now_s();
+  CompressSpan encode(ops, job.rank, t, &CompressTally::compress_s);
   NvtxPhases nvtx(NvtxName::kCompress);
   float* send = CompressSpace::room(ops, job.rank, space.payload, (max_payload_bytes(job.n) + 3) / 4);
   const size_t bytes = encode_into(job, reinterpret_cast<uint8_t*>(send));
   ops.zero(job.rank, job.own_decoded, job.n);
   decode_add(job, job.rank, reinterpret_cast<const uint8_t*>(send), bytes, job.own_decoded);
+  encode.end();
   double t1 = now_s();
-  t.compress_s += t1 - t0;
   nvtx.next(NvtxName::kCommunicate, bytes);
   // Payload sizes (exact in double), then the payloads padded to the largest, as 4-byte words.
   sizes.assign(static_cast<size_t>(N), 0.0);
@@ -98,9 +98,9 @@ void Compressor::reduce_bucket(const BucketJob& job) {
   const size_t words = (max_bytes + 3) / 4;
   float* recv = CompressSpace::room(ops, job.rank, space.gathered, words * static_cast<size_t>(N));
   job.comm->all_gather(job.rank, recv, send, words);
-  double t2 = now_s();
-  t.communicate_s += t2 - t1;
+  t.communicate_s += now_s() - t1;
   nvtx.next(NvtxName::kCompress);
+  CompressSpan decode(ops, job.rank, t, &CompressTally::decompress_s);
   std::vector<const uint8_t*> ptrs(static_cast<size_t>(N));
   std::vector<size_t> szs(static_cast<size_t>(N));
   for (int r = 0; r < N; ++r) {
@@ -112,7 +112,7 @@ void Compressor::reduce_bucket(const BucketJob& job) {
     for (int r = 0; r < N; ++r)
       decode_add(job, r, ptrs[static_cast<size_t>(r)], szs[static_cast<size_t>(r)], job.sum);
   }
-  t.decompress_s += now_s() - t2;
+  decode.end();
   t.calls.push_back({WireCollective::kAllGather, 4.0 * static_cast<double>(words) * N});
   t.payload_bytes += bytes;
   // Ring all-gather of unequal blocks: every block but one's own crosses each link once: (N-1)/N of the total.
@@ -264,13 +264,13 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
     comm_.take_stats(rank);
   }
   CompressTally tally;
-  double t0 = now_s();
+  tally.clock = &clock;
   const bool ef = s.residual.get() != nullptr;
   if (ef) {
     GS_NVTX_RANGE(kCompress);
+    CompressSpan span(memory_, rank, tally, &CompressTally::compress_s);
     feed_in(rank, s, grad);
   }
-  tally.compress_s += now_s() - t0;
   BucketJob job;
   job.comm = &comm_;
   job.rank = rank;
@@ -299,16 +299,16 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   } else {
     for (size_t b = 0; b < buckets_.size(); ++b) run(static_cast<uint32_t>(b), buckets_[b].first, buckets_[b].second);
   }
-  double t1 = now_s();
   double norm2 = 0.0;
   NvtxPhases nvtx(NvtxName::kCompress);  // error feedback, then the division by S
+  CompressSpan feedback(memory_, rank, tally, &CompressTally::compress_s);
   if (ef) {
     norm2 = feed_back(rank, s, grad);
   } else if (const float* v = comp.own_residual()) {
     norm2 = memory_.scan(rank, v, n_, true).sum_squares;
   }
-  double t2 = now_s();
-  tally.compress_s += t2 - t1;
+  feedback.end();
+  CompressSpan average(memory_, rank, tally, &CompressTally::decompress_s);
   const float S = static_cast<float>(global_samples);
   if (comp.divides_itself()) {
     memory_.copy(rank, grad, s.sum.get(), n_);
@@ -319,11 +319,10 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
     memory_.add(rank, s.tracked.get(), grad, n_);
     memory_.copy(rank, grad, s.tracked.get(), n_);
   }
-  tally.decompress_s += now_s() - t2;
+  average.end();
   if (s.exact.get() != nullptr) record_error(memory_, rank, n_, grad, s.exact.get(), S, rec);
   CommStats st = comm_.take_stats(rank);
-  clock.add(Phase::kCompress, tally.compress_s + tally.decompress_s);
-  clock.add(Phase::kCommunicate, tally.communicate_s);
+  clock.add(Phase::kCommunicate, tally.communicate_s);  // the compress phase: each CompressSpan's
   clock.move(Phase::kCommunicate, Phase::kWait, std::min(st.wait_s, tally.communicate_s));
   clock.add_bytes(tally.wire_bytes);
   rec.payload_bytes = tally.payload_bytes;

@@ -1,5 +1,6 @@
 // Device resolution, the backend choice and the communicator that goes with it; the CUDA query lives in
-// sim/backend/cuda_probe.cu when CUDA is compiled (cuda_status.cpp's stub otherwise). Extend: a feature a cuda loop learns drops its refusal here.
+// sim/backend/cuda_probe.cu when CUDA is compiled (cuda_status.cpp's stub otherwise). Extend: what the device
+// path learns to run drops out of host_memory_reason (sim/strategy/residency.cpp) or cuda_seam_issue.
 #include "sim/runtime/device.h"
 
 #include <algorithm>
@@ -8,8 +9,7 @@
 #include <utility>
 
 #include "sim/core/error.h"
-#include "sim/optim/loss_scaler.h"
-#include "sim/backend/cuda_model.h"
+#include "sim/backend/cuda_backend.h"
 #include "sim/backend/cuda_probe.h"
 #include "sim/strategy/strategy.h"
 
@@ -24,8 +24,8 @@ std::optional<std::string> backend_issue(const std::string& backend, const CudaP
         p.error.empty() ? std::string("the device query found no device") : "the device query says \"" + p.error + "\"";
     return "\"cuda\" needs a usable GPU, and there is none: " + why + " (use \"auto\" or \"host\")";
   }
-  if (!kCudaRankLoopBuilt)
-    return "a run on cuda is not available yet in this version (GPU found, but the cuda rank loop is not built): "
+  if (!kCudaBackendBuilt)
+    return "a run on cuda is not available yet in this version (GPU found, but the cuda backend is not built): "
            "use \"auto\" or \"host\"";
   return std::nullopt;
 }
@@ -36,37 +36,15 @@ namespace {
 std::string quoted(const std::string& v) { return "\"" + v + "\""; }
 }  // namespace
 
-std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& c) {
-  std::vector<ConfigIssue> out;
-  if (c.training.mode == "timing") return out;
-  auto refuse = [&](const std::string& path, const std::string& what, const std::string& supported) {
-    out.push_back({path, what + " is not run by the device-resident cuda loop (it runs: " + supported + ")"});
-  };
-  if (c.model.kind != "mlp" && c.model.kind != "linear")
-    refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
-  if (c.data.kind != "fashion_mnist" && c.data.kind != "teacher" && c.data.kind != "inline")
-    refuse("data.kind", quoted(c.data.kind), "\"fashion_mnist\", \"teacher\", \"inline\"");
-  if (c.data.cache.policy != "none") refuse("data.cache.policy", quoted(c.data.cache.policy), "\"none\"");
-  if (c.sync.kind != "allreduce") refuse("sync.kind", quoted(c.sync.kind), "\"allreduce\"");
-  if (owns_communication(c.training.optimizer))
-    refuse("training.optimizer.kind", quoted(c.training.optimizer.kind) + " (its compressed all-reduce runs on the "
-                                      "host backend only)", "\"sgd\", \"adam\", \"adamw\"");
-  if (c.sync.kind == "allreduce" && c.sync.staleness != 0)
-    refuse("sync.staleness", "a delayed update (" + std::to_string(c.sync.staleness) + ")", "0");
-  if (c.precision.mode == "fp16_pure")
-    refuse("precision.mode", "\"fp16_pure\" (its all-reduce sums fp16 values in rank order, which the GPU "
-                             "communicators do not do)",
-           "\"fp32\", \"tf32\", \"bf16_mixed\", \"fp16_mixed\", \"fp8_mixed\"");
-  if ((c.precision.mode == "fp32" || c.precision.mode == "tf32") &&
-      loss_scaler_settings(c.precision).kind != LossScaleKind::kNone)
-    refuse("precision.loss_scale", quoted(c.precision.loss_scale),
-           "\"auto\" or \"none\" under " + c.precision.mode);
-  if (c.compression.kind != "none") refuse("compression.kind", quoted(c.compression.kind), "\"none\"");
-  if (c.training.clip_grad_norm > 0) refuse("training.clip_grad_norm", "gradient clipping", "0");
-  if (c.training.pitfall != "none") refuse("training.pitfall", quoted(c.training.pitfall), "\"none\"");
-  if (c.report.trace) refuse("report.trace", "a parameter trace", "false");
-  if (c.report.save_weights != "none") refuse("report.save_weights", "saving parameters", "\"none\"");
-  return out;
+std::vector<ConfigIssue> cuda_device_issues(const RunConfig& c) {
+  if (c.training.mode == "timing") return {};
+  const std::optional<std::string> why = cuda_seam_issue(c, host_memory_reason(c));
+  if (!why) return {};
+  // "PATH: why" (host_memory_reason's and cuda_seam_issue's form) -> the issue at PATH.
+  const size_t colon = why->find(": ");
+  const std::string path = colon == std::string::npos ? std::string("cluster.backend") : why->substr(0, colon);
+  const std::string message = colon == std::string::npos ? *why : why->substr(colon + 2);
+  return {{path, message + " (the cuda backend's device path keeps every buffer in GPU memory)"}};
 }
 
 std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& c) {
@@ -82,20 +60,8 @@ std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& c) {
   if (owns_communication(c.training.optimizer))
     refuse("training.optimizer.kind", quoted(c.training.optimizer.kind), "\"sgd\", \"adam\", \"adamw\"");
   // Every precision mode has GPU forward/backward (kernels/cuda_dense*.h: fp32, tf32, the mixed stack's bf16_mixed,
-  // fp16_mixed, fp16_pure, fp8_mixed); a new mode without them is refused here.
-  // Real straggler delays are injected by the device-resident loop only; the host rank loop (host backend and the
-  // staged path) models them on the modeled clock only, so "host" is no way out: name what keeps this configuration
-  // off the device loop, and say false.
-  if (c.cluster.stragglers.inject) {
-    const std::vector<ConfigIssue> loop = cuda_loop_issues(c);
-    const std::string off = loop.empty() ? std::string()
-                                         : " (this configuration is kept off it by " + loop.front().path + ": " +
-                                               loop.front().message + ")";
-    out.push_back({"cluster.stragglers.inject",
-                   "injecting straggler delays for real runs only on the device-resident cuda loop" + off +
-                       "; neither the staged cuda path nor the host backend injects them (both model stragglers on "
-                       "the modeled clock): set false, or change what keeps the run off the device loop"});
-  }
+  // fp16_mixed, fp16_pure, fp8_mixed); a new mode without them is refused here. Injected stragglers are the rank
+  // loop's (HostRun::inject_straggler), so both paths inject them.
   return out;
 }
 
@@ -110,12 +76,12 @@ const char* cuda_path_name(CudaPath path) {
 
 CudaPathChoice choose_cuda_path(const RunConfig& config) {
   CudaPathChoice choice;
-  const std::vector<ConfigIssue> loop = cuda_loop_issues(config);
-  if (loop.empty()) {
+  const std::vector<ConfigIssue> device = cuda_device_issues(config);
+  if (device.empty()) {
     choice.path = CudaPath::kDevice;
     return choice;
   }
-  choice.why = loop.front().path + ": " + loop.front().message;
+  choice.why = device.front().path + ": " + device.front().message;
   choice.refusals = cuda_staged_issues(config);
   choice.path = choice.refusals.empty() ? CudaPath::kStaged : CudaPath::kNone;
   return choice;
@@ -131,21 +97,21 @@ BackendChoice choose_backend(const RunConfig& config, const CudaProbe& p) {
               "cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): " + path.why};
     return {BackendKind::kCuda, path.path, "cluster.backend \"cuda\""};
   }
-  if (!p.compiled || !kCudaRankLoopBuilt) return {BackendKind::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
+  if (!p.compiled || !kCudaBackendBuilt) return {BackendKind::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
   if (!cuda_usable(p))
     return {BackendKind::kHost, CudaPath::kNone,
             "auto: no usable GPU (" +
                 (p.error.empty() ? std::string("the device query found no device")
                                  : "the device query says \"" + p.error + "\"") + ")"};
-  const std::vector<ConfigIssue> issues = cuda_loop_issues(config);
+  const std::vector<ConfigIssue> issues = cuda_device_issues(config);
   if (!issues.empty())
     return {BackendKind::kHost, CudaPath::kNone,
-            "auto: a GPU is usable, but the cuda loop does not run this configuration: " + issues.front().path + ": " +
-                issues.front().message +
+            "auto: a GPU is usable, but the cuda backend's device path does not run this configuration: " +
+                issues.front().path + ": " + issues.front().message +
                 (cuda_staged_issues(config).empty() ? "; cluster.backend \"cuda\" runs it on the staged path" : "")};
   return {BackendKind::kCuda, CudaPath::kDevice,
           "auto: a usable GPU (" + (p.devices.empty() ? std::string("?") : p.devices.front().name) +
-              ") and a configuration the cuda loop runs"};
+              ") and a configuration the cuda backend's device path runs"};
 }
 
 BackendChoice choose_backend(const RunConfig& config) { return choose_backend(config, cuda_status()); }

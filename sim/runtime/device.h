@@ -1,6 +1,6 @@
 // Device: where a rank's tensors live and its ops run, `host` (CPU threads) or `cuda` (a GPU per rank), and which
 // backend and cuda path a configuration takes (choose_backend). Extend: a new backend is one BackendKind value, its
-// refusals (cuda_loop_issues-style) and its Backend (sim/backend/backend.h: memory, model, communicator).
+// refusals (cuda_device_issues-style) and its Backend (sim/backend/backend.h: memory, model, communicator).
 #pragma once
 #include <memory>
 #include <optional>
@@ -21,47 +21,46 @@ struct Device {
   std::string name;       // "host" or the GPU's name
 };
 
-// Whether this build has the cuda rank loops (the device-resident sim/runtime/cuda_rank_loop.cpp: kernels,
-// communicators, per-rank streams; and the staged path's GPU model, sim/runtime/cuda_model.cpp): every build with the
-// CUDA side. A build without CUDA refuses cluster.backend "cuda" at validation.
+// Whether this build has the cuda backend (sim/backend/: its GPU memory, model and communicators, for the device
+// and the staged path): every build with the CUDA side. A build without CUDA refuses cluster.backend "cuda" at
+// validation.
 #if defined(GRADSWEEP_HAVE_CUDA)
-inline constexpr bool kCudaRankLoopBuilt = true;
+inline constexpr bool kCudaBackendBuilt = true;
 #else
-inline constexpr bool kCudaRankLoopBuilt = false;
+inline constexpr bool kCudaBackendBuilt = false;
 #endif
 
 // Why cluster.backend = `backend` cannot run on this machine and build (a message for the validation issue), or
-// nullopt when it can: "cuda" needs a usable GPU (the message names the probe's error) and the cuda rank loop. The
+// nullopt when it can: "cuda" needs a usable GPU (the message names the probe's error) and the cuda backend. The
 // overload with a probe is pure (tests); the other asks cuda_status().
 std::optional<std::string> backend_issue(const std::string& backend, const CudaProbe& probe);
 std::optional<std::string> backend_issue(const std::string& backend);
 
-// What the DEVICE-RESIDENT cuda loop (cuda_rank_loop.cpp) does not run, one issue per JSON path ("... is not run by
-// the device-resident cuda loop (it runs: ...)"), empty when it runs the configuration. A configuration with issues
-// here may still run on cuda through the staged path (cuda_staged_issues). Pure: needs no GPU. Timing-only runs
-// (training.mode "timing") price the schedule on the host and have no issue here (cluster.backend "cuda" still
-// needs a usable GPU: backend_issue).
-// Runs: model.kind mlp | linear; data.kind fashion_mnist | teacher | inline without a node cache; sync.kind
-// allreduce with sync.staleness 0; precision.mode fp32 / tf32 without a loss scaler, bf16_mixed, fp16_mixed, fp8_mixed;
-// compression.kind none; training.clip_grad_norm 0; training.pitfall none; report.trace false; report.save_weights
-// none.
-std::vector<ConfigIssue> cuda_loop_issues(const RunConfig& config);
+// What the cuda backend's DEVICE path does not run: the host rank loop and the strategies with every parameter,
+// gradient and optimizer-state buffer in GPU memory (sim/backend/cuda_backend.h, cuda_seam_issue: host_memory_reason's
+// rule, sim/strategy/strategy.h, and the models with a GPU model). One issue at the JSON path of the setting ("PATH"
+// and the reason), empty when the device path runs the configuration. Pure: needs no GPU. Timing-only runs
+// (training.mode "timing") price the schedule on the host and have no issue here (cluster.backend "cuda" still needs a
+// usable GPU: backend_issue).
+std::vector<ConfigIssue> cuda_device_issues(const RunConfig& config);
 
-// What the STAGED cuda path (the host rank loop and its sync strategies with the GPU model of cuda_model.h: forward,
-// backward and evaluation on the GPU, everything else on the host) does not run, one issue per JSON path ("... does
-// not run on cluster.backend \"cuda\" in this version (supported there: ...); use \"host\""), empty when it runs
-// the configuration. Pure. Refused: model.kind other than mlp | linear (no GPU model), cluster.stragglers.inject (the
-// device loop's only). Every precision mode runs (fp16_pure, and a loss scaler under fp32 / tf32, only here).
+// What the STAGED cuda path (the same host rank loop and strategies with host buffers and the GPU model of
+// cuda_model.h: forward, backward and evaluation on the GPU, the parameters and gradients copied each way every
+// micro-batch) does not run, one issue per JSON path ("... does not run on cluster.backend \"cuda\" in this version
+// (supported there: ...); use \"host\""), empty when it runs the configuration. Pure. Refused: model.kind other than
+// mlp | linear (no GPU model), the communication-owning optimizers. It serves what cuda_device_issues refuses and
+// the staged path runs (strategies with host loops).
 std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& config);
 
-// Which loop runs a configuration on cluster.backend "cuda": the device-resident loop when cuda_loop_issues is empty,
-// else the staged path when cuda_staged_issues is empty, else none (refused). Report run key `cuda_path`.
+// Which path runs a configuration on cluster.backend "cuda": the device path when cuda_device_issues is empty, else
+// the staged path when cuda_staged_issues is empty, else none (refused). Both are the one host rank loop; they differ
+// in the Backend (sim/backend/backend.h) it runs on. Report run key `cuda_path`.
 enum class CudaPath { kNone, kDevice, kStaged };
 const char* cuda_path_name(CudaPath path);  // "none" | "device" | "staged"
 
 struct CudaPathChoice {
   CudaPath path = CudaPath::kNone;
-  // kDevice: empty. kStaged: the device loop's first issue ("PATH: MESSAGE"), i.e. why the staged path runs it.
+  // kDevice: empty. kStaged: the device path's issue ("PATH: MESSAGE"), i.e. why the staged path runs it.
   std::string why;
   std::vector<ConfigIssue> refusals;  // kNone: cuda_staged_issues (what to report at validation); else empty
 };
@@ -71,11 +70,11 @@ CudaPathChoice choose_cuda_path(const RunConfig& config);
 // The backend a run takes and why (the report's run keys `backend_reason` and `cuda_path`).
 struct BackendChoice {
   BackendKind backend = BackendKind::kHost;
-  CudaPath cuda_path = CudaPath::kNone;  // on cuda: the loop that runs it (kNone: refused; validation says why)
+  CudaPath cuda_path = CudaPath::kNone;  // on cuda: the path that runs it (kNone: refused; validation says why)
   std::string reason;
 };
-// "host" -> host; "auto" -> cuda (device path) when CUDA is compiled, a GPU is usable and the device-resident loop
-// runs the configuration, else host, the reason naming what was missing (auto never takes the staged path: it is the
+// "host" -> host; "auto" -> cuda (device path) when CUDA is compiled, a GPU is usable and the device path runs the
+// configuration, else host, the reason naming what was missing (auto never takes the staged path: it is the
 // slower, exactness-first path, asked for by naming "cuda"); "cuda" -> cuda with choose_cuda_path's path
 // (validation refuses it where it cannot run). Never throws. The overload with a probe is pure (tests).
 BackendChoice choose_backend(const RunConfig& config, const CudaProbe& probe);

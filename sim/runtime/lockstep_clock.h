@@ -1,6 +1,6 @@
-// The modeled clock of a lockstep run, shared by the host loop (rank_loop.cpp) and the cuda loop (cuda_rank_loop.cpp):
-// a ring of per-step, per-rank StepCost records and loader fetch times, turned into the report's modeled steps.
-// Extend: a new per-step modeled effect that needs every rank's record goes into model_step here, once for both loops.
+// The modeled clock of a lockstep run of the rank loop (rank_loop.cpp): a ring of per-step, per-rank StepCost records
+// and loader fetch times, turned into the report's modeled steps. Extend: a new per-step modeled effect that needs
+// every rank's record goes into model_step here.
 #pragma once
 #include <array>
 #include <cstdint>

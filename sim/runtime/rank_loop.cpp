@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <thread>
@@ -298,7 +299,7 @@ class HostRun {
   // cluster.stragglers.inject (the cuda backend's runs; validation refuses it elsewhere): after its micro-batches the
   // rank sleeps (f - 1) x its measured forward + backward of the step (f: its straggler factor of the step, the
   // modeled clock's) and counts the sleep as backward, before the strategy communicates (allreduce then starts no
-  // bucket from the layer events), so the other ranks wait for it in the collectives, as the cuda device loop does.
+  // bucket from the layer events), so the other ranks wait for it in the collectives.
   // Factors <= 1 cannot speed a GPU up and add nothing.
   void inject_straggler(RankState& rs, int rank, int64_t step);
   // The loader's work behind the step's batches on the modeled clock (storage reads and peer transfers).
@@ -585,6 +586,18 @@ void HostRun::rank_main(int rank) {
   GS_NVTX_RANGE(kRun);  // this rank's part of the run
   const size_t ri = static_cast<size_t>(rank);
   RankState rs(*this, rank);
+  // Declared after the rank's buffers, so destroyed before them: a rank that throws aborts the communicators first.
+  // On a device, freeing a buffer waits for the device, and a collective this rank enqueued may wait there for peers
+  // that have gone (ncclCommAbort ends it); World's own abort comes only after the unwinding.
+  struct AbortOnThrow {
+    HostRun& run;
+    int unwinding = std::uncaught_exceptions();
+    ~AbortOnThrow() {
+      if (std::uncaught_exceptions() <= unwinding) return;
+      run.comm_->abort();
+      run.control_->abort();
+    }
+  } abort_on_throw{*this};
   std::vector<DataStepRecord>& data_steps = data_result_.steps[ri];
   data_steps.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 16)));
   GS_NVTX_RANGE(kMeasure);  // every step is measured (the range ends with the loop: nothing timed follows)
@@ -759,17 +772,20 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   res.compression = strategy->report(ReportContext{res.steps_completed}).compression;
 }
 
-// The host backend's run (and the staged cuda path's: the same loop and strategies with forward / backward /
-// evaluation on the GPU; and a test's backend, RunHooks::make_backend).
+// The run of every backend: the host's, the cuda backend's device path (every buffer in GPU memory, cuda_backend.h),
+// its staged path (host buffers with forward / backward / evaluation on the GPU, cuda_model.h), or a test's backend
+// (RunHooks::make_backend).
 void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0) {
   const RunConfig& config = plan.config;
   // Staged: host memory and communicator with the GPU model (parameters and gradients staged through host memory).
   std::unique_ptr<Backend> backend =
       hooks.make_backend ? hooks.make_backend(config)
+      : plan.on_device() ? make_cuda_backend(config)
       : plan.staged()    ? make_host_backend([](const RunConfig& c) { return make_gpu_model(c); })
                          : make_host_backend();
   if (const std::optional<std::string> issue = backend->issue(config, host_memory_reason(config)))
     throw Error(*issue + " (this run's backend keeps its buffers in device memory)");
+  res.ranks_one_per_gpu = backend->one_rank_per_device();
   std::unique_ptr<Model> model = backend->make_model(config);
   std::unique_ptr<Dataset> data = hooks.make_dataset ? hooks.make_dataset(config) : make_dataset(config);
   std::vector<Device> devices = make_devices(config);
@@ -803,17 +819,6 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
   const std::optional<RunPlan> resolved = plan_run(for_this_job(requested), res);
   if (!resolved) return res;
   const RunPlan& plan = *resolved;
-  // GRADSWEEP_CUDA_SEAM=1 (cuda_backend.h): a cuda run the seam's cuda backend runs takes it.
-  RunHooks seam_hooks;
-  const bool seam = plan.backend.backend == BackendKind::kCuda && !plan.timing() && !hooks.make_backend &&
-                    cuda_seam_requested() && !cuda_seam_issue(plan.config, host_memory_reason(plan.config));
-  if (seam) {
-    seam_hooks = hooks;
-    seam_hooks.make_backend = [](const RunConfig& c) { return make_cuda_backend(c); };
-    res.cuda_path = "seam";
-    res.backend_reason += "; GRADSWEEP_CUDA_SEAM=1: the seam's cuda backend (the host rank loop on GPU memory)";
-  }
-  const RunHooks& run_hooks = seam ? seam_hooks : hooks;
   if (process_group().size() > 1 && !plan.timing() && plan.backend.backend != BackendKind::kHost) {
     res.set_disposition(Disposition::kFailed, "cluster.backend: the run chose the " +
                                                   std::string(backend_name(plan.backend.backend)) +
@@ -821,22 +826,13 @@ RunResult run_training(const RunConfig& requested, const RunHooks& hooks) {
                                                   "(set cluster.backend \"host\")");
     return res;
   }
-#if defined(GRADSWEEP_HAVE_CUDA)
-  // The cuda backend's device path has its own loop (cuda_rank_loop.cpp); its staged path is the host loop with the
-  // GPU model (cuda_model.h) in place of the host model.
-  if (plan.device_loop() && !run_hooks.make_backend) {
-    RunResult r = run_training_cuda(plan, hooks);
-    r.cuda_path = res.cuda_path;
-    return r;
-  }
-#endif
   GS_NVTX_RANGE(kRun);  // the calling thread's part of the run (setup, rank threads, teardown)
   const double wall0 = now_s();
   try {
     if (plan.timing()) {
-      run_timing_only(plan, run_hooks, res, wall0);
+      run_timing_only(plan, hooks, res, wall0);
     } else {
-      run_host(plan, run_hooks, res, wall0);
+      run_host(plan, hooks, res, wall0);
     }
   } catch (const std::bad_alloc&) {
     res.set_disposition(Disposition::kFailed, fmt::format("out of memory ({} per replica, {})",

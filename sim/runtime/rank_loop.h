@@ -1,4 +1,5 @@
-// One run: run_training resolves a RunConfig into its RunPlan and runs its loop (host rank loop, timing-only, cuda),
+// One run: run_training resolves a RunConfig into its RunPlan and runs it (the rank loop on the plan's backend, or
+// timing-only),
 // returning what the report needs. Extend: a new test or driver hook is one RunHooks member.
 #pragma once
 #include <atomic>
@@ -38,11 +39,10 @@ struct RunHooks {
   // Tests: subscribes listeners of their own to the host rank loop's gradient-ready events (sim/strategy/strategy.h,
   // GradientHooks), after the strategy's; events come on the rank threads.
   std::function<void(GradientHooks&)> subscribe_gradients;
-  // Tests: the run's backend (sim/backend/backend.h: its memory, model and communicator) in place of the host's or the
-  // staged path's; the host rank loop then runs also what the plan gives the cuda device loop (the seam's cuda
-  // backend, make_cuda_backend, is reached this way until its GPU suite has passed). Not timing-only runs, not across
-  // processes. A backend whose memory is not host RAM runs only what its issue() accepts (host_memory_reason's rule;
-  // else the run fails naming why, before any step).
+  // Tests: the run's backend (sim/backend/backend.h: its memory, model and communicator) in place of the one the plan
+  // chose (the host's, the cuda device path's or the staged path's). Not timing-only runs, not across processes. A
+  // backend whose memory is not host RAM runs only what its issue() accepts (host_memory_reason's rule; else the run
+  // fails naming why, before any step).
   std::function<std::unique_ptr<Backend>(const RunConfig&)> make_backend;
 };
 
@@ -63,12 +63,5 @@ int64_t planned_steps(const RunConfig& config, int64_t steps_per_epoch);
 // non-finite quantity named); training.run_timeout_s > 0 stops it as "timeout" at the first step boundary past the
 // limit; hooks.stop as "interrupted".
 RunResult run_training(const RunConfig& config, const RunHooks& hooks = {});
-
-// The cuda backend's rank loop (sim/runtime/cuda_rank_loop.cpp, built with the CUDA side only): what run_training
-// runs when the plan takes the device path (run_plan.h, RunPlan::device_loop). Same contract and RunResult fields as
-// the host loop for the configurations cuda_loop_issues (device.h) accepts; plan.backend.reason goes to
-// RunResult::backend_reason. CUDA and NCCL errors end the run as "failed" with the error's message (communicators
-// aborted first, so no rank hangs).
-RunResult run_training_cuda(const RunPlan& plan, const RunHooks& hooks);
 
 }  // namespace gs

@@ -119,7 +119,7 @@ void RunMonitor::diverged(int64_t step, NonFinite q, double train_loss, const st
                                            "its update{}", step, paren);
   } else if (q == NonFinite::kLossScale) {
     // The scaler backed off past recovery at the skip of step `step` (seen by the next step's control values, after
-    // the run, or at once by the cuda loop).
+    // the run).
     res_.divergence_step = step;
     res_.message = fmt::format("diverged at step {}: the loss scaler skipped that step's update and its scale backed "
                                "off below 2^-128, whose reciprocal (the unscale factor) overflows float, so every "

@@ -73,7 +73,7 @@ class RunMonitor {
   // (free-running loops keep evaluation out of their training time).
   void evaluate(const float* params);
   double eval_spent_s() const { return eval_spent_s_; }
-  // An evaluation the loop made itself (the cuda loop evaluates its rank 0's device parameters) into the last point.
+  // An evaluation made elsewhere (evaluate's) into the last point.
   void record_eval(const EvalResult& e);
 
   // Rank 0's end of a lockstep step (after record): evaluates eval_params() when due, the divergence or the stop,

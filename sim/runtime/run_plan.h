@@ -31,8 +31,8 @@ struct RunPlan {
   BackendChoice backend;
   bool timing() const { return mode == RunMode::kTiming; }
   bool scaler_active() const { return loss_scale != LossScaleKind::kNone; }
-  // cuda_rank_loop.cpp runs it (cluster.backend cuda, device path).
-  bool device_loop() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kDevice; }
+  // The cuda backend's device path: the rank loop with every buffer in GPU memory (make_cuda_backend).
+  bool on_device() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kDevice; }
   // The host rank loop with the GPU model (cuda_model.h).
   bool staged() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kStaged; }
 };

@@ -275,9 +275,9 @@ class SyncStrategy {
   virtual void step(const StepInput& in) = 0;
   // The modeled step beyond the micro-batches: records into in.cost (when not null) what rank in.rank's step in.step
   // does (its collectives, optimizer, precision passes) without touching any data (in.grad may be null), and returns
-  // the step's PriceKey. Used by step() for the modeled clock and alone by timing-only runs (training.mode "timing")
-  // and the cuda device loop. Bucket readiness comes from each chain's GradRange and the model's layer table
-  // (CostModel::chain_ready_s), the order the gradient-ready events follow.
+  // the step's PriceKey. Used by step() for the modeled clock and alone by timing-only runs (training.mode "timing").
+  // Bucket readiness comes from each chain's GradRange and the model's layer table (CostModel::chain_ready_s), the
+  // order the gradient-ready events follow.
   virtual PriceKey price(const StepInput& in) const = 0;
   // After the run (one thread): what the report takes from the strategy; a timing-only run's too.
   virtual StrategyReport report(const ReportContext& context) const { return {}; }

@@ -162,7 +162,7 @@ std::vector<ConfigIssue> base_issues_every_run_has(const json& base, const std::
   // rule of that kind adds a line here.
   static const std::pair<const char*, const char*> kReads[] = {
       {"cluster.hardware", "cluster.backend"},           // "detect" needs the cuda backend
-      {"cluster.stragglers.inject", "cluster.backend"},  // real delays need the cuda device loop
+      {"cluster.stragglers.inject", "cluster.backend"},  // real delays need the cuda backend
   };
   auto reads_swept = [&](const ConfigIssue& i) {
     for (const auto& [at, reads] : kReads)

@@ -577,12 +577,12 @@ void storage_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                "on one thread: use 1, or data.cache.policy \"none\"");
 }
 
-// The machine and build decide (like data paths): "cuda" needs a usable GPU and the cuda rank loop; the hardware
+// The machine and build decide (like data paths): "cuda" needs a usable GPU and the cuda backend; the hardware
 // profile; the stragglers.
 void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
-  // What neither cuda path runs (choose_cuda_path, device.h: the device-resident loop, else the staged path); "auto"
+  // What neither cuda path runs (choose_cuda_path, device.h: the device path, else the staged path); "auto"
   // falls back to host for those instead.
   if (c.cluster.backend == "cuda")
     for (const ConfigIssue& i : choose_cuda_path(c).refusals) add(i.path, i.message);
@@ -601,8 +601,8 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     // The profile of the GPU the run uses (resolve_hardware): there is none on the host backend.
     if (!on_cuda) {
       add("cluster.hardware", "\"detect\" takes the profile of the GPU a run uses, so it needs the cuda backend "
-                              "(cluster.backend \"cuda\", or \"auto\" where a GPU is usable and the cuda loop runs "
-                              "the configuration); this run is on host: name a profile from `gradsweep list`");
+                              "(cluster.backend \"cuda\", or \"auto\" where a GPU is usable and the cuda backend's "
+                              "device path runs the configuration); this run is on host: name a profile from `gradsweep list`");
     } else if (!backend_issue("cuda")) {
       std::string resolved;
       try {
@@ -636,7 +636,7 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                                     count_text(c.cluster.ranks, "number"), bounded_dump(f)));
     if (c.cluster.stragglers.inject && !on_cuda && c.cluster.backend != "host")  // host: the kind rule says it
       add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
-                                       "\"auto\" where a GPU is usable and the cuda loop runs the configuration); "
+                                       "\"auto\" where a GPU is usable and the device path runs the configuration); "
                                        "the host backend models stragglers on the modeled clock only: use false");
   }
 }

@@ -1,4 +1,5 @@
-// End-to-end runs of the cuda rank loop (sim/runtime/cuda_rank_loop.cpp) against the host loop: the quickstart
+// End-to-end runs of cluster.backend "cuda" (its device path: the rank loop with every buffer in GPU memory,
+// sim/backend/cuda_backend.h) against the host backend: the quickstart
 // scenario on both backends, an 8-rank run on one GPU through the `local` communicator against the host's 8 ranks and
 // a serial run, measured event timings, injected stragglers, every precision mode and cluster.hardware "detect". Part of
 // gradsweep_gpu_kernel_tests (ctest gpu.e2e), whose main exits 77 without a GPU. A new end-to-end check is one TEST here.
@@ -162,7 +163,7 @@ TEST(GpuEndToEnd, InjectedStragglerShowsOnTheMeasuredClock) {
   EXPECT_GE(bwd[0], 2.0 * bwd[1]) << "rank 0 " << bwd[0] << " s, rank 1 " << bwd[1] << " s";
 }
 
-// bf16_mixed and fp16_mixed on cuda (kernels/cuda_dense_mixed.h, the loss scaler in the cuda loop) against the host's
+// bf16_mixed and fp16_mixed on cuda (kernels/cuda_dense_mixed.h, the loss scaler in the rank loop) against the host's
 // emulation: 2 ranks, 2 micro-batches per step, a small MLP, 40 SGD steps. Both backends round at the same points;
 // only the GEMMs' fp32 summation order differs, which flips a value's bf16 rounding by one ulp (2 u = 2^-7 relative)
 // for a small fraction of values (about k u32 / u_bf16 ~ 1e-3 of them). Tolerances: training loss within 2e-2
@@ -213,7 +214,7 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
   EXPECT_LE(relative(*c16.series.back().eval_loss, *h16.series.back().eval_loss), 5e-2);
 }
 
-// Issue 9's remaining modes of the cuda loop against the host, same scenario as above (2 ranks, K = 2, MLP 16-32-4,
+// Issue 9's remaining modes on cuda against the host, same scenario as above (2 ranks, K = 2, MLP 16-32-4,
 // 40 SGD steps; UNVERIFIED on a GPU when written: no device was available).
 // - fp8_mixed (E4M3/E5M2 GEMM operands with delayed scaling, emulated through bf16 GEMMs on the device): a flipped
 //   bf16 rounding can change an operand's amax and so every later scale; each fp8 operand carries up to 2^-4 (E4M3)
@@ -223,8 +224,7 @@ TEST(GpuEndToEnd, MixedPrecisionOnCudaMatchesHostEmulation) {
 // - tf32 (TF32 tensor-op math for the fp32 GEMMs) against the host's fp32 (the host skips tf32 runs): inputs rounded
 //   to 10 mantissa bits (2^-11 relative, 2^-10 if the unit truncates) per GEMM operand: loss within 2e-2 relative
 //   per step, final eval loss within 2e-2.
-// fp16_pure is not run by the device loop (its fp16 wire; Backend.CudaLoopRefusesWhatItDoesNotRunAtThePath): it runs
-// on the staged path (tests/gpu/test_gpu_staged.cpp, GpuStaged.Fp16PureMatchesHost).
+// fp16_pure: tests/gpu/test_gpu_staged.cpp, GpuStaged.Fp16PureMatchesHost (both paths).
 TEST(GpuEndToEnd, Fp8AndTf32OnCudaMatchHost) {
   auto make = [&](const std::string& backend, const std::string& mode) {
     return test::small_mlp_config({"training.steps=40", "training.eval_every=20", "cluster.backend=" + backend,
@@ -275,13 +275,13 @@ TEST(GpuEndToEnd, DetectTakesTheGpusProfile) {
   EXPECT_TRUE(r.ranks_one_per_gpu || !nccl_compiled());
 }
 
-// A non-finite training loss under a dynamic scaler skips the window and the run goes on, on the device loop
-// (fp16_mixed) and on the staged path (fp32 with a scaler), as on the host (tests/unit/test_precision.cpp,
+// A non-finite training loss under a dynamic scaler skips the window and the run goes on, on the device path and on
+// the staged path (fp16_mixed, and fp32 with a scaler), as on the host (tests/unit/test_precision.cpp,
 // NonFiniteLoss.*): linear y_hat = w x (x = 1), mse, SGD lr 0.5, w0 = 0, 2 ranks x K = 2 one-sample micro-batches with
 // y = 1, except rank 0's second micro-batch of step 2 (y = 3e19: loss 4.5e38 is inf in float). Scale 1024, growth
 // every 2 clean steps: [[0, 1024], [2, 512], [4, 1024]]; w: 0.5, 0.5 (skipped), 0.75, 0.875; evaluation on y = 1:
 // 0.5 (0.875 - 1)^2 = 2^-7. Every value is exact in fp16 and fp32.
-TEST(GpuEndToEnd, NonFiniteLossSkipsTheWindowOnDeviceLoopAndStagedPath) {
+TEST(GpuEndToEnd, NonFiniteLossSkipsTheWindowOnTheDeviceAndStagedPaths) {
   std::string ranks = "[";
   for (int r = 0; r < 2; ++r) {
     ranks += r ? ", [" : "[";
@@ -295,12 +295,13 @@ TEST(GpuEndToEnd, NonFiniteLossSkipsTheWindowOnDeviceLoopAndStagedPath) {
     "cluster": {"ranks": 2, "backend": "cuda", "hardware": "h200-1"},
     "training": {"steps": 4, "accumulation_steps": 2, "eval_every": 0, "optimizer": {"kind": "sgd", "lr": 0.5}},
     "precision": {"loss_scale": "dynamic", "initial_scale": 1024, "growth_interval": 2}})";
-  for (const char* mode : {"fp16_mixed", "fp32"}) {
-    SCOPED_TRACE(mode);
+  for (const char* mode : {"fp16_mixed", "fp32"})
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(std::string(mode) + (staged ? " staged" : " device"));
     const RunConfig c = parse_scenario(text, "l.json", {std::string("precision.mode=") + mode}).runs.at(0).config;
-    const RunResult r = run_training(c);
+    const RunResult r = staged ? test::run_staged(c) : run_training(c);
     ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
-    EXPECT_EQ(r.cuda_path, std::string(mode) == "fp32" ? "staged" : "device");
+    EXPECT_EQ(r.cuda_path, "device");  // the plan's path (the staged run is forced through its backend)
     ASSERT_TRUE(r.precision);
     EXPECT_EQ(r.precision->skipped_steps, (std::vector<int64_t>{2}));
     EXPECT_EQ(r.precision->skipped_nonfinite_loss, 1);

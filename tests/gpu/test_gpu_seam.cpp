@@ -1,8 +1,8 @@
-// The backend seam's cuda backend (sim/backend/cuda_backend.h: the host rank loop with parameters, gradients and
-// optimizer state in GPU memory, the GPU model on them, the GPU communicators) against the host backend and against the
-// cuda backend's default path (device loop or staged) on the same runs. Part of gradsweep_gpu_kernel_tests (ctest
-// gpu.seam), whose main exits 77 without a GPU; the compressors too (their CompressOps on the device). NOT YET RUN ON A
-// GPU: written and compiled with the backend, it runs at the next loan (tools/device_check.sh step gpu_seam). Bounds:
+// The cuda backend's device path (sim/backend/cuda_backend.h: the rank loop with parameters, gradients and optimizer
+// state in GPU memory, the GPU model on them, the GPU communicators) against the host backend and against the staged
+// path (host buffers, the GPU model) on the same runs. Part of gradsweep_gpu_kernel_tests (ctest gpu.seam), whose main
+// exits 77 without a GPU; the compressors too (their CompressOps on the device). NOT YET RUN ON A GPU: written and
+// compiled with the backend, it runs at the next loan (tools/device_check.sh step gpu_seam). Bounds:
 // the forward / backward GEMMs are cuBLAS's (k <= 32 terms, relative error below 32 x 2^-24 per output), the element
 // operations and the local communicator's rank-order sums are the host's bits, so over 20 SGD steps the losses stay
 // within 1e-4 relative of the host's (the staged suite's bound for the same runs).
@@ -23,7 +23,8 @@ namespace {
 
 double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
 
-RunResult run_on_seam(const RunConfig& c) {
+// `c` through make_cuda_backend whatever path its plan takes (to show what the device path refuses).
+RunResult run_on_device(const RunConfig& c) {
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) { return make_cuda_backend(config); };
   return run_training(c, hooks);
@@ -44,10 +45,10 @@ void expect_close(const RunResult& got, const RunResult& want, double tol, const
   }
 }
 
-// One configuration on the host backend, the cuda backend's default path and the seam (`what` names it).
+// One configuration on the host backend, cluster.backend "cuda" (its device path) and the staged path (`what` names it).
 struct Trio {
   std::string what;
-  RunResult host, cuda_default, seam;
+  RunResult host, device, staged;
 };
 
 Trio run_three(const std::vector<std::string>& sets) {
@@ -57,14 +58,14 @@ Trio run_three(const std::vector<std::string>& sets) {
   host_sets.push_back("cluster.backend=host");
   cuda_sets.push_back("cluster.backend=cuda");
   t.host = run_training(test::small_mlp_config(host_sets));
-  t.cuda_default = run_training(test::small_mlp_config(cuda_sets));
-  t.seam = run_on_seam(test::small_mlp_config(cuda_sets));
+  t.device = run_training(test::small_mlp_config(cuda_sets));
+  EXPECT_EQ(t.device.cuda_path, "device") << t.what << t.device.backend_reason;
+  t.staged = test::run_staged(test::small_mlp_config(cuda_sets));
   return t;
 }
 
-// Each configuration the seam runs on cuda: against the host backend and the cuda backend's default path (the device
-// loop, or the staged path for local SGD, independent and ZeRO).
-TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
+// Each configuration the device path runs: against the host backend and the staged path.
+TEST(GpuSeam, RunsMatchTheHostBackendAndTheStagedPath) {
   const std::vector<std::vector<std::string>> cases = {
       {},
       {"training.optimizer.kind=adam", "training.optimizer.lr=0.01", "training.clip_grad_norm=0.05"},
@@ -79,12 +80,12 @@ TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
   for (const std::vector<std::string>& sets : cases) {
     const Trio t = run_three(sets);
     const std::string& what = t.what;
-    const RunResult &host = t.host, &cuda_default = t.cuda_default, &seam = t.seam;
+    const RunResult &host = t.host, &staged = t.staged, &seam = t.device;
     ASSERT_EQ(host.disposition, Disposition::kPassed) << what << host.message;
     EXPECT_EQ(seam.backend, "cuda") << what;
     const double tol = sets.size() == 1 && sets[0] == "precision.mode=bf16_mixed" ? 1e-2 : 1e-4;
-    expect_close(seam, host, tol, what + "(seam vs host)");
-    expect_close(seam, cuda_default, tol, what + "(seam vs cuda " + cuda_default.cuda_path + ")");
+    expect_close(seam, host, tol, what + "(device vs host)");
+    expect_close(seam, staged, tol, what + "(device vs staged)");
     if (!host.trace.empty()) {
       ASSERT_EQ(seam.trace.size(), host.trace.size()) << what;
       EXPECT_TRUE(seam.replicas_identical) << what;
@@ -93,8 +94,8 @@ TEST(GpuSeam, RunsMatchTheHostBackendAndTheDefaultCudaPath) {
 }
 
 // The compressors on GPU memory (CompressOps of CudaElementOps: the compressor kernels; every error-feedback
-// placement), ZeRO's cast reduce-scatter and fp16_pure, against the host backend and the default cuda path (the staged
-// path, which runs the host compressors): losses within 1e-2 relative (the GEMMs' rounding can move a selection or a
+// placement), ZeRO's cast reduce-scatter and fp16_pure, against the host backend and the staged path (which runs the
+// host compressors): losses within 1e-2 relative (the GEMMs' rounding can move a selection or a
 // stochastic rounding at its boundary, which a lossy step then carries), and the payload bytes of the kinds whose size
 // does not depend on the values exactly the host's.
 TEST(GpuSeam, CompressorsZeroCastsAndFp16PureMatchTheHostBackend) {
@@ -123,10 +124,10 @@ TEST(GpuSeam, CompressorsZeroCastsAndFp16PureMatchTheHostBackend) {
   for (const std::vector<std::string>& sets : cases) {
     const Trio t = run_three(sets);
     const std::string& what = t.what;
-    const RunResult &host = t.host, &cuda_default = t.cuda_default, &seam = t.seam;
+    const RunResult &host = t.host, &staged = t.staged, &seam = t.device;
     ASSERT_EQ(host.disposition, Disposition::kPassed) << what << host.message;
-    expect_close(seam, host, 1e-2, what + "(seam vs host)");
-    expect_close(seam, cuda_default, 1e-2, what + "(seam vs cuda " + cuda_default.cuda_path + ")");
+    expect_close(seam, host, 1e-2, what + "(device vs host)");
+    expect_close(seam, staged, 1e-2, what + "(device vs staged)");
     if (sets[0].rfind("compression.kind=", 0) != 0) continue;  // fp16_pure and ZeRO runs: no payload check
     ASSERT_TRUE(seam.compression.is_object()) << what;
     const std::string kind = sets[0].substr(sets[0].find('=') + 1);
@@ -139,11 +140,11 @@ TEST(GpuSeam, CompressorsZeroCastsAndFp16PureMatchTheHostBackend) {
   }
 }
 
-// The measured clock on the seam: forward, backward, communicate and optimizer times come from CUDA events on the
+// The measured clock on the device path: forward, backward, communicate and optimizer times come from CUDA events on the
 // rank's stream (ElementOps::settle at each step's end), so every step of every rank has forward, backward and
 // optimizer time above zero and none above the step's wall time.
 TEST(GpuSeam, PhaseTimesComeFromTheRanksStream) {
-  const RunResult r = run_on_seam(test::small_mlp_config({"cluster.backend=cuda"}));
+  const RunResult r = run_training(test::small_mlp_config({"cluster.backend=cuda"}));
   ASSERT_EQ(r.disposition, Disposition::kPassed) << r.message;
   ASSERT_EQ(r.steps.size(), 2u);
   for (const auto& rank_steps : r.steps) {
@@ -161,9 +162,10 @@ TEST(GpuSeam, PhaseTimesComeFromTheRanksStream) {
   }
 }
 
-// What the seam does not run on cuda fails before any step, naming the setting: the parameter server is host loops.
+// What the device path does not run fails there before any step, naming the setting (cluster.backend "cuda" takes the
+// staged path for it): the parameter server is host loops.
 TEST(GpuSeam, HostLoopStrategiesAreRefused) {
-  const RunResult r = run_on_seam(test::small_mlp_config({"cluster.backend=cuda", "sync.kind=parameter_server"}));
+  const RunResult r = run_on_device(test::small_mlp_config({"cluster.backend=cuda", "sync.kind=parameter_server"}));
   EXPECT_EQ(r.disposition, Disposition::kFailed);
   EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);

@@ -1,7 +1,8 @@
-// The staged cuda path (sim/backend/cuda_model.h: the host rank loop and sync strategies with the GPU model) against
-// the host backend: the GPU model's forward / backward / evaluate against the host model on one batch, then one run per
-// feature the device-resident loop does not run. Part of gradsweep_gpu_kernel_tests (ctest gpu.staged), whose main
-// exits 77 without a GPU. A new staged feature is one TEST here calling expect_staged_matches_host.
+// The cuda backend's two paths against the host backend: the GPU model's forward / backward / evaluate (the staged
+// path's model, sim/backend/cuda_model.h) against the host model on one batch, then one run per feature on
+// cluster.backend "cuda" (the device path, every buffer in GPU memory; the staged path where the device path refuses
+// the feature) and on the staged path forced. Part of gradsweep_gpu_kernel_tests (ctest gpu.staged), whose main exits
+// 77 without a GPU. A new feature is one TEST here calling expect_cuda_paths_match_host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,69 +163,79 @@ TEST(GpuStagedModel, Fp16PureAndFp8MixedMatchHostEmulation) {
 // by far more than 1e-2.
 
 struct Pair {
-  RunResult host, cuda;
+  RunResult host, cuda, staged;  // cuda: cluster.backend "cuda" (the path its plan takes); staged: the staged path forced
 };
 
-// The staged cuda run of `cuda_sets` against the host run of `host_sets` (the same settings unless a mode the host
-// does not run, tf32, stands against its fp32).
-Pair expect_staged_matches_host(const std::vector<std::string>& cuda_sets, const std::vector<std::string>& host_sets,
-                                double tol) {
+// One run against the host's on each path.
+void expect_matches_host(const RunResult& got, const RunResult& host, double tol, const std::string& what) {
+  EXPECT_EQ(got.disposition, Disposition::kPassed) << what << ": " << got.message;
+  EXPECT_EQ(got.backend, "cuda") << what;
+  EXPECT_EQ(got.series.size(), host.series.size()) << what;
+  for (size_t i = 0; i < std::min(got.series.size(), host.series.size()); ++i)
+    EXPECT_LE(relative(got.series[i].train_loss, host.series[i].train_loss), tol)
+        << what << " step " << host.series[i].step << ": cuda " << got.series[i].train_loss << " host "
+        << host.series[i].train_loss;
+  if (!got.series.empty() && !host.series.empty() && host.series.back().eval_loss) {
+    EXPECT_TRUE(got.series.back().eval_loss.has_value()) << what;
+    if (got.series.back().eval_loss) {
+      EXPECT_LE(relative(*got.series.back().eval_loss, *host.series.back().eval_loss), tol) << what;
+    }
+  }
+  EXPECT_EQ(got.replicas_identical, host.replicas_identical) << what;
+  EXPECT_EQ(got.steps_completed, host.steps_completed) << what;
+}
+
+// The cuda runs of `cuda_sets` (cluster.backend "cuda", which takes `path`, and the staged path forced) against the
+// host run of `host_sets` (the same settings unless a mode the host does not run, tf32, stands against its fp32).
+Pair expect_cuda_paths_match_host(const std::vector<std::string>& cuda_sets,
+                                  const std::vector<std::string>& host_sets, double tol,
+                                  const std::string& path = "device") {
   auto make = [&](const std::string& backend, const std::vector<std::string>& sets) {
     std::vector<std::string> s = sets;
     s.push_back("cluster.backend=" + backend);
     return test::small_mlp_config(s);
   };
-  Pair p{run_training(make("host", host_sets)), run_training(make("cuda", cuda_sets))};
+  Pair p{run_training(make("host", host_sets)), run_training(make("cuda", cuda_sets)),
+         test::run_staged(make("cuda", cuda_sets))};
   EXPECT_EQ(p.host.disposition, Disposition::kPassed) << p.host.message;
-  EXPECT_EQ(p.cuda.disposition, Disposition::kPassed) << p.cuda.message;
-  EXPECT_EQ(p.cuda.backend, "cuda");
-  EXPECT_EQ(p.cuda.cuda_path, "staged") << p.cuda.backend_reason;
-  EXPECT_EQ(p.cuda.backend_reason.rfind("cluster.backend \"cuda\", staged path", 0), 0u) << p.cuda.backend_reason;
-  EXPECT_EQ(p.cuda.series.size(), p.host.series.size());
-  for (size_t i = 0; i < std::min(p.cuda.series.size(), p.host.series.size()); ++i)
-    EXPECT_LE(relative(p.cuda.series[i].train_loss, p.host.series[i].train_loss), tol)
-        << "step " << p.host.series[i].step << ": cuda " << p.cuda.series[i].train_loss << " host "
-        << p.host.series[i].train_loss;
-  if (!p.cuda.series.empty() && !p.host.series.empty() && p.host.series.back().eval_loss) {
-    EXPECT_TRUE(p.cuda.series.back().eval_loss.has_value());
-    if (p.cuda.series.back().eval_loss) {
-      EXPECT_LE(relative(*p.cuda.series.back().eval_loss, *p.host.series.back().eval_loss), tol);
-    }
+  EXPECT_EQ(p.cuda.cuda_path, path) << p.cuda.backend_reason;
+  if (path == "staged") {
+    EXPECT_EQ(p.cuda.backend_reason.rfind("cluster.backend \"cuda\", staged path", 0), 0u) << p.cuda.backend_reason;
   }
-  EXPECT_EQ(p.cuda.replicas_identical, p.host.replicas_identical);
-  EXPECT_EQ(p.cuda.steps_completed, p.host.steps_completed);
+  expect_matches_host(p.cuda, p.host, tol, "cuda (" + path + ")");
+  expect_matches_host(p.staged, p.host, tol, "staged");
   return p;
 }
 
-Pair expect_staged_matches_host(const std::vector<std::string>& sets, double tol) {
-  return expect_staged_matches_host(sets, sets, tol);
+Pair expect_cuda_paths_match_host(const std::vector<std::string>& sets, double tol, const std::string& path = "device") {
+  return expect_cuda_paths_match_host(sets, sets, tol, path);
 }
 
 // Top-k 10% with error feedback: the selected indices are a function of the gradient, so a near tie at the k-th
 // magnitude (values 2e-6 apart) may pick another index of nearly the same magnitude on one backend; the residual keeps
 // what was not sent, so such a swap moves the loss by about lr x that value's share: 1e-3 relative.
 TEST(GpuStaged, AllReduceTopKWithErrorFeedbackMatchesHost) {
-  const Pair p = expect_staged_matches_host(
+  const Pair p = expect_cuda_paths_match_host(
       {"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=true"}, 1e-3);
   EXPECT_FALSE(p.cuda.compression.is_null());
 }
 
 TEST(GpuStaged, LocalSgdMatchesHost) {
-  const Pair p = expect_staged_matches_host({"sync.kind=local_sgd", "sync.period=4"}, 1e-4);
+  const Pair p = expect_cuda_paths_match_host({"sync.kind=local_sgd", "sync.period=4"}, 1e-4);
   EXPECT_FALSE(p.cuda.replicas_identical) << "period 4 on 2 ranks: replicas differ between averages";
 }
 
 TEST(GpuStaged, ParameterServerBspMatchesHost) {
-  expect_staged_matches_host({"sync.kind=parameter_server", "sync.staleness=0"}, 1e-4);
+  expect_cuda_paths_match_host({"sync.kind=parameter_server", "sync.staleness=0"}, 1e-4, "staged");
 }
 
-TEST(GpuStaged, DelayedUpdateMatchesHost) { expect_staged_matches_host({"sync.staleness=1"}, 1e-4); }
+TEST(GpuStaged, DelayedUpdateMatchesHost) { expect_cuda_paths_match_host({"sync.staleness=1"}, 1e-4); }
 
-TEST(GpuStaged, GradientClippingMatchesHost) { expect_staged_matches_host({"training.clip_grad_norm=0.05"}, 1e-4); }
+TEST(GpuStaged, GradientClippingMatchesHost) { expect_cuda_paths_match_host({"training.clip_grad_norm=0.05"}, 1e-4); }
 
 TEST(GpuStaged, Fp32StaticLossScaleMatchesHost) {
   const Pair p =
-      expect_staged_matches_host({"precision.loss_scale=static", "precision.initial_scale=1024"}, 1e-4);
+      expect_cuda_paths_match_host({"precision.loss_scale=static", "precision.initial_scale=1024"}, 1e-4);
   ASSERT_TRUE(p.cuda.precision.has_value());
   EXPECT_EQ(p.cuda.precision->loss_scale, "static");
   EXPECT_EQ(p.cuda.precision->final_loss_scale, 1024.0);
@@ -233,13 +244,13 @@ TEST(GpuStaged, Fp32StaticLossScaleMatchesHost) {
 }
 
 TEST(GpuStaged, PitfallZeroGradInLoopMatchesHost) {
-  expect_staged_matches_host({"training.pitfall=zero_grad_in_loop"}, 1e-4);
+  expect_cuda_paths_match_host({"training.pitfall=zero_grad_in_loop"}, 1e-4);
 }
 
 // The trace holds every rank's parameters after every step; all-reduce keeps the replicas identical (checked bit for
 // bit against the trace), and each step's parameters are within the loss bound of the host's.
 TEST(GpuStaged, TraceHasIdenticalReplicasAndFollowsHost) {
-  const Pair p = expect_staged_matches_host({"report.trace=true"}, 1e-4);
+  const Pair p = expect_cuda_paths_match_host({"report.trace=true"}, 1e-4);
   EXPECT_TRUE(p.cuda.replicas_identical);
   EXPECT_EQ(p.cuda.trace_initial, p.host.trace_initial);
   ASSERT_EQ(p.cuda.trace.size(), p.host.trace.size());
@@ -251,7 +262,7 @@ TEST(GpuStaged, TraceHasIdenticalReplicasAndFollowsHost) {
 
 // The node cache is the host loader's: the same hits and misses on both backends, step for step.
 TEST(GpuStaged, NodeCacheMatchesHost) {
-  const Pair p = expect_staged_matches_host({"data.cache.policy=lru", "data.cache.capacity_fraction=0.5"}, 1e-4);
+  const Pair p = expect_cuda_paths_match_host({"data.cache.policy=lru", "data.cache.capacity_fraction=0.5"}, 1e-4);
   ASSERT_TRUE(p.cuda.data && p.host.data);
   EXPECT_EQ(p.cuda.data->cache_policy, "lru");
   EXPECT_EQ(p.cuda.data->cache_capacity_samples, p.host.data->cache_capacity_samples);
@@ -265,22 +276,20 @@ TEST(GpuStaged, NodeCacheMatchesHost) {
   }
 }
 
-// fp16_pure runs only staged (the device loop has no fp16 rank-order all-reduce): fp16 weights and gradients, the
-// host strategies' fp16 wire. Its rounding steps are 2^-11 relative, finer than bf16's, so GpuEndToEnd's bf16 bound of
+// fp16_pure: fp16 weights and gradients, the strategies' fp16 wire. Its rounding steps are 2^-11 relative, finer than bf16's, so GpuEndToEnd's bf16 bound of
 // 2e-2 per step holds a fortiori; the counted gradient values depend on shapes only: equal.
 TEST(GpuStaged, Fp16PureMatchesHost) {
-  const Pair p = expect_staged_matches_host({"precision.mode=fp16_pure"}, 2e-2);
+  const Pair p = expect_cuda_paths_match_host({"precision.mode=fp16_pure"}, 2e-2);
   ASSERT_TRUE(p.cuda.precision && p.host.precision);
   EXPECT_EQ(p.cuda.precision->mode, "fp16_pure");
   EXPECT_EQ(p.cuda.precision->grad_values, p.host.precision->grad_values);
   EXPECT_GT(p.cuda.precision->grad_values, 0u);
 }
 
-// tf32 under a static loss scale runs staged (the device loop has no loss-scale seed in its fp32 stack); the host
-// skips tf32, so it stands against the host's fp32 with the same scale: TF32 rounds GEMM inputs to 10 mantissa bits
+// tf32 under a static loss scale; the host skips tf32, so it stands against the host's fp32 with the same scale: TF32 rounds GEMM inputs to 10 mantissa bits
 // (2^-11 relative, 2^-10 if the unit truncates), GpuEndToEnd.Fp8AndTf32OnCudaMatchHost's bound 2e-2 per step.
 TEST(GpuStaged, Tf32WithALossScaleFollowsHostFp32) {
-  const Pair p = expect_staged_matches_host({"precision.mode=tf32", "precision.loss_scale=static",
+  const Pair p = expect_cuda_paths_match_host({"precision.mode=tf32", "precision.loss_scale=static",
                                              "precision.initial_scale=1024"},
                                             {"precision.mode=fp32", "precision.loss_scale=static",
                                              "precision.initial_scale=1024"},
@@ -290,10 +299,10 @@ TEST(GpuStaged, Tf32WithALossScaleFollowsHostFp32) {
   EXPECT_EQ(p.cuda.precision->loss_scale, "static");
 }
 
-// fp8_mixed with local SGD (the device loop runs fp8 with all-reduce only): delayed scalings per rank workspace as on
+// fp8_mixed with local SGD: delayed scalings per rank workspace as on
 // the host; a flipped bf16 rounding may change an amax and every later scale, so GpuEndToEnd's fp8 bound 1e-1.
 TEST(GpuStaged, Fp8MixedLocalSgdMatchesHost) {
-  const Pair p = expect_staged_matches_host({"precision.mode=fp8_mixed", "sync.kind=local_sgd", "sync.period=2"}, 1e-1);
+  const Pair p = expect_cuda_paths_match_host({"precision.mode=fp8_mixed", "sync.kind=local_sgd", "sync.period=2"}, 1e-1);
   ASSERT_TRUE(p.cuda.precision && p.host.precision);
   EXPECT_EQ(p.cuda.precision->grad_values, p.host.precision->grad_values);
   EXPECT_LT(p.cuda.series.back().train_loss, p.cuda.series.front().train_loss) << "it trains";

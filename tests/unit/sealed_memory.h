@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -327,6 +328,8 @@ class SealedCompressOps : public CompressOps {
 class SealedMemory final : public ElementOps, public SealedCompressOps {
  public:
   explicit SealedMemory(int ranks) : tally_(static_cast<size_t>(ranks)) {}
+  // Tests: called with the rank before each buffer of that rank is freed (must not throw).
+  std::function<void(int rank)> on_release;
   bool host() const override { return false; }
   void zero(int rank, float* x, size_t n) override {
     mine(rank, "zero", x);
@@ -425,6 +428,7 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   }
   void release(int rank, float* p) noexcept override {
     if (p == nullptr) return;
+    if (on_release) on_release(rank);
     mine(rank, "release", p);
     disown(p);
     ++releases;
@@ -440,6 +444,7 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
 class SealedCommunicator final : public Communicator {
  public:
   ~SealedCommunicator() override {
+    if (aborted_.load()) return;  // an aborted run leaves started buckets behind
     for (size_t r = 0; r < pending_.size(); ++r)
       if (!pending_[r].empty())
         ADD_FAILURE() << "rank " << r << " has " << pending_[r].size() << " bucket(s) started and never waited for";
@@ -499,12 +504,19 @@ class SealedCommunicator final : public Communicator {
     }
   }
   bool starts_asynchronously() const override { return asynchronous_; }
-  void abort() override { inner_->abort(); }
+  void abort() override {
+    aborted_.store(true);
+    if (on_abort) on_abort();
+    inner_->abort();
+  }
+  // Tests: called at each abort, before the host communicator's.
+  std::function<void()> on_abort;
   CommStats take_stats(int rank) override { return inner_->take_stats(rank); }
   // Buckets rank `rank` has started (all_reduce_sum_start) so far.
   int64_t started(int rank) const { return started_[static_cast<size_t>(rank)]; }
 
  private:
+  std::atomic<bool> aborted_{false};
   std::unique_ptr<Communicator> inner_;
   bool asynchronous_;
   bool poison_;

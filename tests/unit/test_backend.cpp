@@ -54,12 +54,12 @@ TEST(Backend, HostAndAutoResolve) {
   EXPECT_EQ(resolve_backend(config_with("host")), BackendKind::kHost);
   // auto: cuda exactly when a GPU is usable and this build has the cuda rank loop.
   const bool gpu = cuda_usable(cuda_status());
-  EXPECT_EQ(resolve_backend(config_with("auto")), gpu && kCudaRankLoopBuilt ? BackendKind::kCuda : BackendKind::kHost);
+  EXPECT_EQ(resolve_backend(config_with("auto")), gpu && kCudaBackendBuilt ? BackendKind::kCuda : BackendKind::kHost);
 }
 
 TEST(Backend, CudaIsRefusedAtValidationNamingTheQueryOrTheMissingRankLoop) {
   const CudaProbe& p = cuda_status();
-  if (cuda_usable(p) && kCudaRankLoopBuilt) {
+  if (cuda_usable(p) && kCudaBackendBuilt) {
     EXPECT_FALSE(backend_issue("cuda").has_value());
     return;
   }
@@ -159,7 +159,7 @@ TEST(Backend, DetectWithASweptBackendNamesTheRuns) {
     ASSERT_EQ(e.issues().size(), 1u) << e.what();
     EXPECT_EQ(e.issues()[0].path, "cluster.hardware");
     const std::string& m = e.issues()[0].message;
-    const bool gpu = cuda_usable(cuda_status()) && kCudaRankLoopBuilt;
+    const bool gpu = cuda_usable(cuda_status()) && kCudaBackendBuilt;
     EXPECT_NE(m.find(gpu ? "(sweep run b.backend=host)" : "(sweep runs b.backend=host, b.backend=auto)"),
               std::string::npos) << m;
   }
@@ -176,7 +176,7 @@ TEST(Backend, TimingOnlyOnCudaStillNeedsAUsableGpu) {
   }
   std::vector<std::string> sets = timing;
   sets.emplace_back("cluster.backend=cuda");
-  if (cuda_usable(cuda_status()) && kCudaRankLoopBuilt) {
+  if (cuda_usable(cuda_status()) && kCudaBackendBuilt) {
     EXPECT_NO_THROW(parse_scenario(kScenario, "b.json", sets));
     return;
   }
@@ -190,31 +190,25 @@ TEST(Backend, TimingOnlyOnCudaStillNeedsAUsableGpu) {
   }
 }
 
-// What the device-resident cuda loop does not run: one issue per setting, at its JSON path, naming that loop; the
-// default configuration (mlp, teacher, allreduce, fp32, sgd) has none, nor does a timing-only run.
-TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
-  EXPECT_TRUE(cuda_loop_issues(config_with("host")).empty());
-  const std::pair<const char*, const char*> unsupported[] = {
-      {"sync.kind=independent", "sync.kind"},
-      {"sync.staleness=1", "sync.staleness"},
-      {"precision.mode=fp16_pure", "precision.mode"},
-      {"precision.loss_scale=static", "precision.loss_scale"},
-      {"compression.kind=topk", "compression.kind"},
-      {"training.clip_grad_norm=1.0", "training.clip_grad_norm"},
-      {"training.pitfall=zero_grad_in_loop", "training.pitfall"},
-      {"report.trace=true", "report.trace"},
-      {"data.cache.policy=lru", "data.cache.policy"},
+// What the cuda backend's device path (the rank loop with every buffer in GPU memory) does not run, from the rule
+// in its documentation (device.h, residency.cpp): a model without a GPU model, a strategy that keeps host buffers
+// (the parameter server's shards and point-to-point pushes), the communication-owning optimizers. Everything else the
+// rank loop runs on the host runs there: one issue at the setting's JSON path, none for the rest.
+TEST(Backend, CudaDevicePathRefusesOnlyWhatKeepsHostBuffers) {
+  EXPECT_TRUE(cuda_device_issues(config_with("host")).empty());
+  const std::pair<const char*, const char*> refused[] = {
+      {"sync.kind=parameter_server", "sync.kind"},
+      {"training.optimizer.kind=onebit_adam", "training.optimizer.kind"},
   };
-  for (const auto& [set, path] : unsupported) {
-    Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=host", set, "training.accumulation_steps=2"});
+  for (const auto& [set, path] : refused) {
+    Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=host", set});
     const RunConfig& c = s.runs.at(0).config;
-    const std::vector<ConfigIssue> issues = cuda_loop_issues(c);
+    const std::vector<ConfigIssue> issues = cuda_device_issues(c);
     ASSERT_EQ(issues.size(), 1u) << set;
     EXPECT_EQ(issues[0].path, path) << set;
-    EXPECT_NE(issues[0].message.find("is not run by the device-resident cuda loop"), std::string::npos)
-        << issues[0].message;
-    // auto never takes cuda for it (on a GPU machine the reason names the path; here there is no GPU at all).
-    RunConfig a = c;
+    EXPECT_NE(issues[0].message.find("keeps every buffer in GPU memory"), std::string::npos) << issues[0].message;
+    EXPECT_EQ(issues[0].message.rfind(path, 0), std::string::npos) << "the path is not repeated: " << issues[0].message;
+    RunConfig a = c;  // auto never takes cuda for it
     a.cluster.backend = "auto";
     const BackendChoice choice = choose_backend(a);
     EXPECT_EQ(choice.backend, BackendKind::kHost) << set;
@@ -223,73 +217,62 @@ TEST(Backend, CudaLoopRefusesWhatItDoesNotRunAtThePath) {
     }
     RunConfig t = c;
     t.training.mode = "timing";
-    EXPECT_TRUE(cuda_loop_issues(t).empty()) << set;
-  }
-  // bf16_mixed, fp16_mixed and fp8_mixed run on cuda with any loss scaler (issue: mixed precision on the cuda loop;
-  // fp8_mixed), tf32 with none; a loss scaler under fp32 or tf32 is not run by the device loop (the GPU fp32
-  // stack has no loss-scale seed) nor is fp16_pure (above: its fp16 wire): both go staged.
-  for (const char* mode : {"bf16_mixed", "fp16_mixed", "fp8_mixed"}) {
-    for (const char* ls : {"auto", "none", "static", "dynamic"}) {
-      Scenario s = parse_scenario(kScenario, "b.json",
-                                  {"cluster.backend=host", std::string("precision.mode=") + mode,
-                                   std::string("precision.loss_scale=") + ls});
-      EXPECT_TRUE(cuda_loop_issues(s.runs.at(0).config).empty()) << mode << " " << ls;
-    }
-  }
-  for (const char* mode : {"fp32", "tf32"}) {
-    for (const char* ls : {"auto", "none", "static", "dynamic"}) {
-      Scenario s = parse_scenario(kScenario, "b.json",
-                                  {"cluster.backend=host", std::string("precision.mode=") + mode,
-                                   std::string("precision.loss_scale=") + ls});
-      const std::vector<ConfigIssue> issues = cuda_loop_issues(s.runs.at(0).config);
-      const bool scaled = std::string(ls) == "static" || std::string(ls) == "dynamic";
-      ASSERT_EQ(issues.size(), scaled ? 1u : 0u) << mode << " " << ls;
-      if (scaled) {
-        EXPECT_EQ(issues[0].path, "precision.loss_scale") << mode << " " << ls;
-        EXPECT_NE(issues[0].message.find(std::string("under ") + mode), std::string::npos) << issues[0].message;
-      }
-    }
+    EXPECT_TRUE(cuda_device_issues(t).empty()) << set;
   }
   RunConfig q = config_with("host");
   q.model.kind = "quadratic";
-  ASSERT_EQ(cuda_loop_issues(q).size(), 1u);
-  EXPECT_EQ(cuda_loop_issues(q)[0].path, "model.kind");
+  ASSERT_EQ(cuda_device_issues(q).size(), 1u);
+  EXPECT_EQ(cuda_device_issues(q)[0].path, "model.kind");
+  // What the old device-resident loop refused and the rank loop on GPU memory runs.
+  const std::vector<std::vector<std::string>> runs = {
+      {"sync.kind=independent"},
+      {"sync.kind=local_sgd", "sync.period=2"},
+      {"sync.kind=zero"},
+      {"sync.staleness=1"},
+      {"precision.mode=fp16_pure"},
+      {"precision.loss_scale=static"},
+      {"precision.mode=tf32", "precision.loss_scale=dynamic"},
+      {"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=true"},
+      {"compression.kind=powersgd"},
+      {"compression.kind=qsgd", "precision.mode=fp16_mixed"},
+      {"training.clip_grad_norm=1.0"},
+      {"training.pitfall=zero_grad_in_loop", "training.accumulation_steps=2"},
+      {"report.trace=true"},
+      {"data.cache.policy=lru"},
+      {"training.optimizer.kind=adamw"},
+  };
+  for (std::vector<std::string> sets : runs) {
+    const std::string label = sets.front();
+    sets.emplace_back("cluster.backend=host");
+    const RunConfig c = parse_scenario(kScenario, "b.json", sets).runs.at(0).config;
+    const std::vector<ConfigIssue> issues = cuda_device_issues(c);
+    EXPECT_TRUE(issues.empty()) << label << ": " << (issues.empty() ? "" : issues[0].message);
+  }
 }
 
-// The cuda path of each configuration (the same scenarios run on GPUs): the device-resident loop where it
-// runs the configuration, else the staged path (host rank loop + GPU model) for every feature the host loop runs on
-// an mlp/linear model in any precision mode, else refused at the path with "use host". The expected
-// paths follow from that rule applied to each setting, not from the functions under test.
+// The cuda path of each configuration (the same scenarios run on GPUs): the device path where it runs the
+// configuration, else the staged path (the rank loop on host buffers with the GPU model) for what keeps host buffers
+// on an mlp/linear model, else refused at the path with "use host". Expected from that rule, not from the code.
 TEST(Backend, EachConfigurationTakesItsCudaPath) {
   struct Case {
     std::vector<std::string> sets;
     CudaPath path;
-    const char* at;  // kStaged: the device loop's first issue (why staged); kNone: the refusal's path
+    const char* at;  // kStaged: the device path's issue (why staged); kNone: the refusal's path
   };
   const Case cases[] = {
       {{}, CudaPath::kDevice, ""},
       {{"precision.mode=bf16_mixed", "precision.loss_scale=dynamic"}, CudaPath::kDevice, ""},
-      {{"cluster.stragglers.inject=true"}, CudaPath::kDevice, ""},  // the device loop injects delays
-      {{"sync.kind=local_sgd", "sync.period=2"}, CudaPath::kStaged, "sync.kind"},
+      {{"cluster.stragglers.inject=true"}, CudaPath::kDevice, ""},
+      {{"sync.kind=local_sgd", "sync.period=2"}, CudaPath::kDevice, ""},
+      {{"sync.kind=local_sgd", "cluster.stragglers.inject=true"}, CudaPath::kDevice, ""},
+      {{"sync.kind=independent"}, CudaPath::kDevice, ""},
+      {{"sync.staleness=1"}, CudaPath::kDevice, ""},
+      {{"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=true"}, CudaPath::kDevice, ""},
+      {{"precision.mode=fp16_pure"}, CudaPath::kDevice, ""},
       {{"sync.kind=parameter_server"}, CudaPath::kStaged, "sync.kind"},
-      {{"sync.kind=independent"}, CudaPath::kStaged, "sync.kind"},
-      {{"sync.staleness=1"}, CudaPath::kStaged, "sync.staleness"},
-      {{"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=true"}, CudaPath::kStaged,
-       "compression.kind"},
-      {{"training.clip_grad_norm=1.0"}, CudaPath::kStaged, "training.clip_grad_norm"},
-      {{"precision.loss_scale=static"}, CudaPath::kStaged, "precision.loss_scale"},
-      {{"training.pitfall=zero_grad_in_loop", "training.accumulation_steps=2"}, CudaPath::kStaged, "training.pitfall"},
-      {{"report.trace=true"}, CudaPath::kStaged, "report.trace"},
-      {{"data.cache.policy=lru"}, CudaPath::kStaged, "data.cache.policy"},
-      {{"compression.kind=qsgd", "precision.mode=fp16_mixed"}, CudaPath::kStaged, "compression.kind"},
-      {{"precision.mode=fp8_mixed"}, CudaPath::kDevice, ""},
-      {{"precision.mode=tf32"}, CudaPath::kDevice, ""},
-      {{"precision.mode=fp16_pure"}, CudaPath::kStaged, "precision.mode"},  // its fp16 wire is the host strategies'
-      {{"precision.mode=tf32", "precision.loss_scale=dynamic"}, CudaPath::kStaged, "precision.loss_scale"},
-      {{"sync.kind=local_sgd", "precision.mode=fp16_pure"}, CudaPath::kStaged, "sync.kind"},
-      {{"sync.kind=local_sgd", "precision.mode=fp8_mixed"}, CudaPath::kStaged, "sync.kind"},
-      // Injected delays exist in the device loop only: with a staged-only feature they are refused.
-      {{"sync.kind=local_sgd", "cluster.stragglers.inject=true"}, CudaPath::kNone, "cluster.stragglers.inject"},
+      // The rank loop injects real delays on either path (HostRun::inject_straggler).
+      {{"sync.kind=parameter_server", "cluster.stragglers.inject=true"}, CudaPath::kStaged, "sync.kind"},
+      {{"training.optimizer.kind=onebit_adam"}, CudaPath::kNone, "training.optimizer.kind"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> sets = c.sets;
@@ -312,20 +295,9 @@ TEST(Backend, EachConfigurationTakesItsCudaPath) {
     } else {
       ASSERT_FALSE(got.refusals.empty()) << label;
       EXPECT_EQ(got.refusals[0].path, c.at) << label;
-      if (std::string(c.at) == "cluster.stragglers.inject") {
-        // QA6 F2: host refuses inject too, so the advice is false, and the line names what keeps the run off the
-        // device loop (the case's first setting).
-        const std::string& m = got.refusals[0].message;
-        const std::string first = c.sets.front().substr(0, c.sets.front().find('='));
-        EXPECT_NE(m.find("kept off it by " + first + ": "), std::string::npos) << m;
-        EXPECT_NE(m.find("set false"), std::string::npos) << m;
-        EXPECT_EQ(m.find("use \"host\""), std::string::npos) << m;
-        EXPECT_EQ(m.find("runs this configuration"), std::string::npos) << m;
-      } else {
-        EXPECT_NE(got.refusals[0].message.find("does not run on cluster.backend \"cuda\" in this version"),
-                  std::string::npos) << got.refusals[0].message;
-        EXPECT_NE(got.refusals[0].message.find("use \"host\""), std::string::npos) << got.refusals[0].message;
-      }
+      EXPECT_NE(got.refusals[0].message.find("does not run on cluster.backend \"cuda\" in this version"),
+                std::string::npos) << got.refusals[0].message;
+      EXPECT_NE(got.refusals[0].message.find("use \"host\""), std::string::npos) << got.refusals[0].message;
     }
     // Timing-only runs are priced on the host: no path refusal (the GPU's absence is backend_issue's).
     RunConfig t = config;
@@ -341,15 +313,8 @@ TEST(Backend, EachConfigurationTakesItsCudaPath) {
   EXPECT_EQ(qc.refusals[0].path, "model.kind");
   EXPECT_NE(qc.refusals[0].message.find("\"quadratic\""), std::string::npos) << qc.refusals[0].message;
   EXPECT_NE(qc.refusals[0].message.find("\"mlp\", \"linear\""), std::string::npos) << qc.refusals[0].message;
-  // QA6 F2: quadratic with inject: two refusals, and the inject line does not claim the staged path runs this
-  // configuration; it names model.kind as what keeps the run off the device loop.
-  q.cluster.stragglers.inject = true;
-  const CudaPathChoice qi = choose_cuda_path(q);
-  ASSERT_EQ(qi.refusals.size(), 2u);
-  EXPECT_EQ(qi.refusals[1].path, "cluster.stragglers.inject");
-  EXPECT_NE(qi.refusals[1].message.find("kept off it by model.kind: \"quadratic\""), std::string::npos)
-      << qi.refusals[1].message;
-  EXPECT_EQ(qi.refusals[1].message.find("runs this configuration"), std::string::npos) << qi.refusals[1].message;
+  q.cluster.stragglers.inject = true;  // injected delays add no refusal of their own
+  EXPECT_EQ(choose_cuda_path(q).refusals.size(), 1u);
 }
 
 // choose_backend against a probe (no GPU needed): the reason of each backend and cuda path.
@@ -369,33 +334,34 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
     c.cluster.stragglers.inject = inject;
     return c;
   };
-  // cuda: the device loop, the staged path with the device loop's first issue, or none (refused: validation says).
+  // cuda: the device path, the staged path with the device path's issue, or none (refused: validation says).
   BackendChoice d = choose_backend(config("cuda", {}), gpu);
   EXPECT_EQ(d.backend, BackendKind::kCuda);
   EXPECT_EQ(d.cuda_path, CudaPath::kDevice);
   EXPECT_EQ(d.reason, "cluster.backend \"cuda\"");
-  BackendChoice st = choose_backend(config("cuda", {"sync.kind=local_sgd"}), gpu);
+  BackendChoice st = choose_backend(config("cuda", {"sync.kind=parameter_server"}), gpu);
   EXPECT_EQ(st.backend, BackendKind::kCuda);
   EXPECT_EQ(st.cuda_path, CudaPath::kStaged);
   EXPECT_EQ(st.reason.rfind("cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): "
-                            "sync.kind: \"local_sgd\" is not run by the device-resident cuda loop",
+                            "sync.kind: \"parameter_server\" keeps its buffers in host memory",
                             0),
             0u)
       << st.reason;
-  BackendChoice r = choose_backend(config("cuda", {"sync.kind=local_sgd"}, true), gpu);
+  BackendChoice r = choose_backend(config("cuda", {"training.optimizer.kind=onebit_adam"}), gpu);
   EXPECT_EQ(r.backend, BackendKind::kCuda);
   EXPECT_EQ(r.cuda_path, CudaPath::kNone);
-  // auto takes only the device loop; for a configuration the staged path runs it says how to get it.
-  BackendChoice a = choose_backend(config("auto", {}), gpu);
-  BackendChoice al = choose_backend(config("auto", {"sync.kind=local_sgd"}), gpu);
-  BackendChoice ap = choose_backend(config("auto", {"sync.kind=local_sgd"}, true), gpu);
+  // auto takes only the device path; for a configuration the staged path runs it says how to get it.
+  BackendChoice a = choose_backend(config("auto", {"sync.kind=local_sgd"}, true), gpu);
+  BackendChoice al = choose_backend(config("auto", {"sync.kind=parameter_server"}), gpu);
+  BackendChoice ap = choose_backend(config("auto", {"training.optimizer.kind=onebit_adam"}), gpu);
   BackendChoice an = choose_backend(config("auto", {}), none);
-  if (kCudaRankLoopBuilt) {
+  if (kCudaBackendBuilt) {
     EXPECT_EQ(a.backend, BackendKind::kCuda);
     EXPECT_EQ(a.cuda_path, CudaPath::kDevice);
-    EXPECT_EQ(a.reason, "auto: a usable GPU (NVIDIA H200) and a configuration the cuda loop runs");
+    EXPECT_EQ(a.reason, "auto: a usable GPU (NVIDIA H200) and a configuration the cuda backend's device path runs");
     EXPECT_EQ(al.backend, BackendKind::kHost);
-    EXPECT_EQ(al.reason.rfind("auto: a GPU is usable, but the cuda loop does not run this configuration: sync.kind: ",
+    EXPECT_EQ(al.reason.rfind("auto: a GPU is usable, but the cuda backend's device path does not run this "
+                              "configuration: sync.kind: ",
                               0),
               0u)
         << al.reason;
@@ -417,21 +383,21 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
 }
 
 // Validation with cluster.backend cuda lists what neither cuda path runs at its path (beside the GPU's absence here);
-// what the staged path runs is not refused.
+// what the device or the staged path runs is not refused.
 TEST(Backend, CudaValidationNamesTheUnsupportedPath) {
-  const size_t gpu_issue = cuda_usable(cuda_status()) && kCudaRankLoopBuilt ? 0u : 1u;
-  try {  // injected delays exist in the device loop only; local_sgd runs staged
-    parse_scenario(kScenario, "b.json",
-                   {"cluster.backend=cuda", "sync.kind=local_sgd", "cluster.stragglers.inject=true"});
+  const size_t gpu_issue = cuda_usable(cuda_status()) && kCudaBackendBuilt ? 0u : 1u;
+  try {  // neither path runs a communication-owning optimizer yet
+    parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", "training.optimizer.kind=onebit_adam"});
     FAIL() << "accepted";
   } catch (const ScenarioError& e) {
     bool found = false;
-    for (const ConfigIssue& i : e.issues()) found = found || i.path == "cluster.stragglers.inject";
+    for (const ConfigIssue& i : e.issues()) found = found || i.path == "training.optimizer.kind";
     EXPECT_TRUE(found);
     EXPECT_EQ(e.issues().size(), gpu_issue + 1);
   }
   for (const char* staged : {"sync.kind=independent", "sync.kind=local_sgd", "training.clip_grad_norm=1",
-                             "report.trace=true", "compression.kind=topk", "precision.mode=fp16_pure"}) {
+                             "report.trace=true", "compression.kind=topk", "precision.mode=fp16_pure",
+                             "sync.kind=parameter_server"}) {
     try {
       parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", staged});
       EXPECT_EQ(gpu_issue, 0u) << staged << " accepted without a GPU";
@@ -482,7 +448,7 @@ TEST(Backend, ModelErrorIsTheRelativeErrorOfTheSums) {
 }
 
 // The routing in run_training: the backend taken and why reach the run's report entry; a run that cannot take cuda
-// (no GPU here) fails with the reason instead of starting, and never reaches the cuda loop.
+// (no GPU here) fails with the reason instead of starting, and never reaches the cuda backend.
 TEST(Backend, RunRecordsTheBackendAndWhy) {
   Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=auto"});
   const RunResult r = run_training(s.runs.at(0).config);
@@ -492,7 +458,7 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   EXPECT_EQ(r.backend_reason, want.reason);
   const json j = run_to_json(s.runs.at(0), r);
   EXPECT_EQ(j.at("backend_reason").get<std::string>(), want.reason);
-  // cuda_path: the loop on cuda (auto takes only the device loop), null on host.
+  // cuda_path: the path on cuda (auto takes only the device path), null on host.
   if (want.backend == BackendKind::kCuda) {
     EXPECT_EQ(j.at("cuda_path"), "device");
   } else {
@@ -507,7 +473,7 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   EXPECT_EQ(f.disposition, Disposition::kFailed);
   EXPECT_NE(f.message.find("cluster.backend"), std::string::npos) << f.message;
   EXPECT_EQ(f.steps_completed, 0);
-  c.sync.kind = "local_sgd";  // a staged configuration: refused the same way, before any step
+  c.sync.kind = "parameter_server";  // a staged configuration: refused the same way, before any step
   const RunResult g = run_training(c);
   EXPECT_EQ(g.disposition, Disposition::kFailed);
   EXPECT_NE(g.message.find("cluster.backend"), std::string::npos) << g.message;

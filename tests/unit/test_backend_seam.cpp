@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -20,6 +21,8 @@
 #include "sim/backend/cuda_backend.h"
 #include "sim/compress/compressor.h"
 #include "sim/config/scenario.h"
+#include "sim/core/error.h"
+#include "sim/report/report.h"
 #include "sim/runtime/rank_loop.h"
 #include "sim/strategy/strategy.h"
 #include "sim/validate/validate.h"
@@ -461,10 +464,110 @@ TEST(BackendSeam, InjectedStragglersSleepWithoutChangingTheBits) {
   }
 }
 
+// A sealed model that throws in rank `thrower`'s backward once that rank has run `after` backwards.
+class ThrowingModel final : public HostShapedModel {
+ public:
+  ThrowingModel(std::unique_ptr<Model> sealed, int thrower, int64_t after, std::atomic<bool>* thrown)
+      : HostShapedModel(std::move(sealed)), thrower_(thrower), after_(after), thrown_(thrown) {}
+  std::unique_ptr<Workspace> make_workspace(int64_t max_batch) const override { return host().make_workspace(max_batch); }
+  double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const override {
+    return host().forward(params, batch, ws, p);
+  }
+  void backward(const float* params, const Batch& batch, Workspace& ws, float* grad,
+                const PrecisionPolicy& p) const override {
+    if (batch.rank == thrower_ && backwards_++ == after_) {
+      thrown_->store(true);
+      throw Error("test: backward failed on rank " + std::to_string(thrower_));
+    }
+    host().backward(params, batch, ws, grad, p);
+  }
+  EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {
+    return host().evaluate(params, batch, ws);
+  }
+
+ private:
+  int thrower_;
+  int64_t after_;
+  std::atomic<bool>* thrown_;
+  mutable int64_t backwards_ = 0;  // the thrower's thread only
+};
+
+// A sealed backend that sets the test's flags when its model throws and when its communicator is aborted; and what it
+// says of one rank per device. The flags outlive the run (the buffers are freed after the model is gone).
+struct Probe {
+  std::atomic<bool> thrown{false}, aborted{false};
+};
+class ProbedBackend final : public Backend {
+ public:
+  ProbedBackend(std::shared_ptr<SealedMemory> memory, bool one_per_device, int thrower, int64_t after, Probe& probe)
+      : memory_(std::move(memory)), one_per_device_(one_per_device), thrower_(thrower), after_(after),
+        probe_(probe) {}
+  ElementOps& memory() override { return *memory_; }
+  std::unique_ptr<Model> make_model(const RunConfig& config) override {
+    return std::make_unique<ThrowingModel>(std::make_unique<SealedModel>(gs::make_model(config), *memory_), thrower_,
+                                           after_, &probe_.thrown);
+  }
+  std::unique_ptr<Communicator> make_communicator(int ranks) override {
+    auto c = std::make_unique<SealedCommunicator>(ranks, true, false);
+    c->on_abort = [this] { probe_.aborted.store(true); };
+    return c;
+  }
+  bool one_rank_per_device() const override { return one_per_device_; }
+
+ private:
+  std::shared_ptr<SealedMemory> memory_;
+  bool one_per_device_;
+  int thrower_;
+  int64_t after_;
+  Probe& probe_;
+};
+
+// A rank that throws aborts the communicators before any of its buffers is freed: on a GPU freeing waits for the
+// device, where a collective it enqueued may wait for peers that have gone (NCCL's kernels end only at an abort). The
+// run fails with the rank's error, and no buffer of the throwing rank is freed between its throw and the abort.
+TEST(BackendSeam, ARankThatThrowsAbortsBeforeItsBuffersAreFreed) {
+  const RunConfig c = config_of(scenario(json::object()));
+  auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
+  Probe probe;
+  std::atomic<int64_t> freed_before_abort{0}, freed_after_abort{0};
+  memory->on_release = [&](int rank) {
+    if (rank != 1 || !probe.thrown.load()) return;
+    (probe.aborted.load() ? freed_after_abort : freed_before_abort).fetch_add(1);
+  };
+  RunHooks hooks;
+  hooks.make_backend = [&](const RunConfig&) {
+    return std::make_unique<ProbedBackend>(memory, false, 1, 5, probe);  // rank 1's 6th backward: step 3, 2nd micro
+  };
+  const RunResult r = run_training(c, hooks);
+  EXPECT_EQ(r.disposition, Disposition::kFailed);
+  EXPECT_NE(r.message.find("test: backward failed on rank 1"), std::string::npos) << r.message;
+  EXPECT_EQ(freed_before_abort.load(), 0);
+  EXPECT_GT(freed_after_abort.load(), 0) << "the throwing rank's step buffers are freed as it unwinds";
+  memory->on_release = nullptr;
+}
+
+// timing.model_error (modeled against measured, per phase) is reported only where the backend gives every rank a
+// device of its own (the cuda backend's nccl ranks); the host's and shared devices' measured clocks are not one GPU's.
+TEST(BackendSeam, ModelErrorOnlyWhereEveryRankHasADevice) {
+  const Scenario sc = parse_scenario(scenario(json::object()).dump(), "<test>");
+  for (const bool one_per_device : {false, true}) {
+    auto memory = std::make_shared<SealedMemory>(sc.runs.at(0).config.cluster.ranks);
+    Probe probe;
+    RunHooks hooks;
+    hooks.make_backend = [&](const RunConfig&) {
+      return std::make_unique<ProbedBackend>(memory, one_per_device, -1, 0, probe);
+    };
+    const RunResult r = run_training(sc.runs.at(0).config, hooks);
+    ASSERT_TRUE(r.is(Disposition::kPassed)) << r.message;
+    EXPECT_EQ(r.ranks_one_per_gpu, one_per_device);
+    const json j = run_to_json(sc.runs.at(0), r);
+    EXPECT_EQ(j.at("timing").contains("model_error"), one_per_device) << j.at("timing").dump();
+  }
+}
+
 // What the seam's cuda backend runs (cuda_seam_issue, pure): what host_memory_reason accepts on an mlp or linear model
-// (injected stragglers too: the rank loop injects them); its refusals name the setting. GRADSWEEP_CUDA_SEAM is read as
-// "1" only.
-TEST(BackendSeam, CudaSeamIssueAndSwitch) {
+// (injected stragglers too: the rank loop injects them); its refusals name the setting.
+TEST(BackendSeam, CudaSeamIssue) {
   RunConfig c = config_of(scenario(json::object()));
   EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)), std::nullopt);
   c.sync.kind = "local_sgd";
@@ -477,13 +580,6 @@ TEST(BackendSeam, CudaSeamIssueAndSwitch) {
   c.cluster.stragglers.inject = false;
   c.model.kind = "quadratic";
   EXPECT_EQ(cuda_seam_issue(c, std::nullopt).value_or("").rfind("model.kind: \"quadratic\"", 0), 0u);
-  ::unsetenv("GRADSWEEP_CUDA_SEAM");
-  EXPECT_FALSE(cuda_seam_requested());
-  ::setenv("GRADSWEEP_CUDA_SEAM", "0", 1);
-  EXPECT_FALSE(cuda_seam_requested());
-  ::setenv("GRADSWEEP_CUDA_SEAM", "1", 1);
-  EXPECT_TRUE(cuda_seam_requested());
-  ::unsetenv("GRADSWEEP_CUDA_SEAM");
 }
 
 }  // namespace
