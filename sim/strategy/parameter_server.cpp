@@ -1,9 +1,19 @@
 // `parameter_server` (docs/design.md, section 2): the ParameterServer strategy (server shards own the parameters and
 // the optimizer; workers push gradients and pull parameters; BSP, SSP, asynchronous) and its free-running step
 // control (FreeRunningControl).
+// Memory, as practice runs a parameter server with GPU workers (the classic PS, BytePS's CPU servers): the SERVER
+// side (its shards, one host buffer; its optimizer and state; decoding compressed pushes; the scheduler's order and
+// the staleness bookkeeping) is host memory on every backend. The WORKER side lives in the run's memory
+// (StrategySetup::memory(): host RAM, or a backend's device memory): each worker's parameters (params(r), rank r's
+// buffer) and its gradient sum, on which its loss scaler and clipping run through ElementOps. A push downloads the
+// worker's gradient into a host staging buffer (ElementOps::download, rank r) and hands that to the host code, which
+// encodes it there when compressed (BytePS's workers compress on the CPU after the copy); a pull uploads the server's
+// parameters into the worker's buffer (ElementOps::upload, inside the pull's turn). The copies are in the step's
+// measured communicate time. On host memory the push reads the rank's gradient in place (no staging copy) and the
+// pull's upload is the memcpy it always was, so the host backend's bits are unchanged. eval_params and the progress
+// points hand the rank loop rank 0's copy of the server's parameters on a device memory (server_view).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <optional>
 
@@ -114,6 +124,7 @@ class ParameterServer final : public SyncStrategy {
         tensors_(&s.model.tensors()),
         server_precision_(s.config),
         timing_only_(s.timing_only),
+        memory_(s.memory()),
         sched_(s.ranks, parse_ordering(s.config.sync.ordering)) {
     // BSP: every worker pulls the same parameters after each clock; SSP and async workers read different versions.
     s.claim_replicas_identical(staleness_ == 0);
@@ -176,7 +187,13 @@ class ParameterServer final : public SyncStrategy {
       }
       decoded_.resize(n_);
     }
-    worker_.assign(static_cast<size_t>(ranks_), std::vector<float>(n_));
+    // The workers' parameters in the run's memory, each in its own rank's; on a device memory also each worker's
+    // host staging buffer for its pushes and rank 0's copy of the server's parameters (eval_params, progress points).
+    for (int r = 0; r < ranks_; ++r) worker_.push_back(memory_.allocate(r, n_));
+    if (!memory_.host()) {
+      staged_.assign(static_cast<size_t>(ranks_), std::vector<float>(n_));
+      server_view_ = memory_.allocate(0, n_);
+    }
     server_.resize(n_);
     optimizer_ = make_optimizer(optimizer_config_, n_);
     if (staleness_ == 0) {
@@ -198,8 +215,8 @@ class ParameterServer final : public SyncStrategy {
     modeled_.assign(R, {});
   }
 
-  float* params(int rank) override { return worker_[static_cast<size_t>(rank)].data(); }
-  const float* eval_params() override { return server_.data(); }
+  float* params(int rank) override { return worker_[static_cast<size_t>(rank)].get(); }
+  const float* eval_params() override { return server_view(); }
   float loss_scale(int rank) const override { return precision_[static_cast<size_t>(rank)].loss_scale(); }
   // The report's precision section follows worker 0's scaler; every worker's skips are in the staleness report. A
   // timing-only run (no workers) reports nothing of its own.
@@ -395,34 +412,27 @@ class ParameterServer final : public SyncStrategy {
     double compute_s = 0.0;
     for (double x : m.times.phase_s) compute_s += x;
     const double t0 = t_start_[ri];
-    // The worker's own loss scaler: unscale and check; an inf/NaN gradient is not pushed (its scale backs off).
-    // Clipping: the worker clips its own mean gradient (sum / its samples) before the push.
+    // The worker's own loss scaler and clipping (worker_precision); an inf/NaN gradient is not pushed.
     bool skip = false;
     if (scaled_ || clip_) {
-      const double a = now_s();
-      if (clip_ && in.local_samples > 0) {
-        const float ls = static_cast<float>(in.local_samples);
-        for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / ls;
-        skip = !precision_[ri].before_update(in.grad, n_, c + 1, in.local_loss_nonfinite()).applied;
-        for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] * ls;
-      } else {
-        skip = !precision_[ri].before_update(in.grad, n_, c + 1, in.local_loss_nonfinite()).applied;
-      }
-      clock.add(Phase::kOptimizer, now_s() - a);
+      skip = !worker_precision(in);
       StepCost unscale = cost_model_->make_step_cost();
       precision_[ri].price(unscale, static_cast<double>(n_));
-      compute_s += unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
-      m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] += unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
+      const double unscale_s = unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
+      compute_s += unscale_s;
+      m.times.phase_s[static_cast<size_t>(Phase::kOptimizer)] += unscale_s;
     }
     skipped_[ri] = skip ? 1 : 0;  // read by the aggregating turn (after this worker's push turn)
     if (skip) ++skipped_by_rank_[ri];
-    // The push: dense fp32, or this worker's encoded payload (encoded here, outside the turn: worker-local state).
+    // The push: dense fp32, or this worker's encoded payload (encoded here, outside the turn: worker-local state),
+    // from the pushed gradient's host copy (pushed_gradient).
+    float* const pushed = skip ? nullptr : pushed_gradient(in);
     double push_bytes = wire_bytes_[ri], payload_bytes = full_bytes_, server_s = apply_s_;
     if (skip) {  // an 8-byte notice (no gradient), so the server still counts this worker's clock
       push_bytes = payload_bytes = 8.0;
     } else if (compressed_) {
       const double a = now_s();
-      const PushRecord& rec = encode_push(in);
+      const PushRecord& rec = encode_push(in, pushed);
       clock.add(Phase::kCompress, now_s() - a);
       push_bytes = rec.wire_bytes;
       payload_bytes = static_cast<double>(rec.payload_bytes);
@@ -448,10 +458,10 @@ class ParameterServer final : public SyncStrategy {
     {
       const double a = now_s();
       if (!server_ready_) {  // the first event of the run: every worker still holds the initial parameters
-        std::memcpy(server_.data(), worker_[ri].data(), n_ * sizeof(float));
+        memory_.download(r, server_.data(), worker_[ri].get(), n_);
         server_ready_ = true;
       }
-      apply_push(in, t_push);
+      apply_push(in, pushed, t_push);
       apply_real_s += now_s() - a;
     }
     sched_.release(r, t_push);
@@ -482,7 +492,7 @@ class ParameterServer final : public SyncStrategy {
       m.times.step_s = t_pull - t0;
       return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
     }
-    std::memcpy(worker_[ri].data(), server_.data(), n_ * sizeof(float));
+    memory_.upload(r, worker_[ri].get(), server_.data(), n_);  // the pull: inside the turn, server_ is stable
     if (compressed_ && !skip) codec_[ri].records.back().pull_bytes = wire_bytes_[ri];
     read_version_[ri] = version_;
     read_clock_[ri] = min_finished_;
@@ -515,24 +525,62 @@ class ParameterServer final : public SyncStrategy {
     return t_push;
   }
 
+  // The worker's own loss scaler (unscale and check: an inf/NaN gradient is not pushed and its scale backs off) and
+  // clipping of its own mean gradient (sum / its samples), on its gradient in.grad where it lives (the run's memory,
+  // through ElementOps), timed as optimizer work on that memory. Returns false when the push is skipped.
+  bool worker_precision(const StepInput& in) {
+    const int r = in.rank;
+    PrecisionStep& precision = precision_[static_cast<size_t>(r)];
+    TimedPhase timed(memory_, r, *in.clock, Phase::kOptimizer);
+    if (!clip_ || in.local_samples <= 0)
+      return precision.before_update(memory_, r, in.grad, n_, in.step + 1, in.local_loss_nonfinite()).applied;
+    const float ls = static_cast<float>(in.local_samples);
+    memory_.divide(r, in.grad, n_, ls);
+    const bool applied =
+        precision.before_update(memory_, r, in.grad, n_, in.step + 1, in.local_loss_nonfinite()).applied;
+    memory_.scale(r, in.grad, n_, ls);
+    return applied;
+  }
+
+  // The pushed gradient (rank in.rank's sum in.grad, n floats, after its scaler and clipping) in host memory, where
+  // the server and the encode read it: on host memory in.grad itself; on a device memory downloaded into the worker's
+  // staging buffer (the push's device-to-host copy, in the step's measured communicate time, attribute). The worker's
+  // own thread, outside any turn; the copy stays intact until its next step (BSP's aggregating turn reads it).
+  float* pushed_gradient(const StepInput& in) {
+    if (memory_.host()) return in.grad;
+    std::vector<float>& staged = staged_[static_cast<size_t>(in.rank)];
+    memory_.download(in.rank, staged.data(), in.grad, n_);
+    return staged.data();
+  }
+
+  // The server's parameters (n floats) in rank 0's memory, where the rank loop counts and evaluates them
+  // (eval_params, progress points): server_ itself on host memory; on a device memory uploaded into rank 0's copy,
+  // server_view_. Inside a turn (a progress point, on the thread of the worker that completes it) or after the run.
+  const float* server_view() {
+    if (memory_.host()) return server_.data();
+    memory_.upload(0, server_view_.get(), server_.data(), n_);
+    return server_view_.get();
+  }
+
   // True when a worker may start clock `next`: every worker has finished clock next - s - 1.
   bool may_start(int64_t next) const {
     if (staleness_ == kStalenessInf) return true;
     return min_finished_ >= next - staleness_;
   }
 
-  // Inside the push turn at modeled time t: the server takes rank in.rank's gradient of clock in.step.
-  void apply_push(const StepInput& in, double t) {
+  // Inside the push turn at modeled time t: the server takes rank in.rank's gradient of clock in.step, `pushed` (its
+  // host copy, n floats; null for a skipped push).
+  void apply_push(const StepInput& in, float* pushed, double t) {
     const size_t ri = static_cast<size_t>(in.rank);
     const int64_t c = in.step;
     hist_versions_[version_ - read_version_[ri]] += 1;  // updates applied between this worker's read and now
     hist_clocks_[c - read_clock_[ri]] += 1;             // the writer's clock minus the clock of what it read
     const int64_t budget = in.total_steps * ranks_;
     if (staleness_ == 0) {
-      // BSP: keep the pointer (the worker waits in its pull until the clock is applied, so its buffer is intact).
+      // BSP: keep the pointer (the worker waits in its pull until the clock is applied, so its host copy is intact).
       // A skipped push (the worker's scaler found inf/NaN) brings no gradient and no samples to average over.
       const bool skip = skipped_[ri] != 0;
-      pending_[ri] = skip ? nullptr : in.grad;
+      pending_[ri] = skip ? nullptr : pushed;
       pending_samples_[ri] = skip ? 0.0 : in.local_samples;
       pending_all_samples_[ri] = in.local_samples;
       pending_loss_[ri] = in.local_loss_sum;
@@ -585,7 +633,7 @@ class ParameterServer final : public SyncStrategy {
     // (exactly so for SGD without staleness) and a staleness sweep compares equal learning-rate budgets.
     if (in.local_samples > 0 && skipped_[ri] == 0) {
       const float ls = static_cast<float>(in.local_samples);
-      float* g = in.grad;
+      float* g = pushed;
       if (compressed_) {  // the push as the server decodes it
         g = decoded_.data();
         std::fill(decoded_.begin(), decoded_.end(), 0.0f);
@@ -627,11 +675,11 @@ class ParameterServer final : public SyncStrategy {
     return job;
   }
 
-  // Worker side (its own thread, outside any turn): p = g + e in in.grad, every bucket encoded into the worker's
-  // payloads, own = decode(C(p)), e = p - own. Prices encode and the server's decode on the modeled clock.
-  const PushRecord& encode_push(const StepInput& in) {
+  // Worker side (its own thread, outside any turn): p = g + e in `p` (the pushed gradient's host copy,
+  // pushed_gradient: n floats), every bucket encoded into the worker's payloads, own = decode(C(p)), e = p - own.
+  // Prices encode and the server's decode on the modeled clock.
+  const PushRecord& encode_push(const StepInput& in, float* p) {
     PushCodec& w = codec_[static_cast<size_t>(in.rank)];
-    float* p = in.grad;
     if (!w.raw.empty()) std::copy(p, p + n_, w.raw.begin());
     const bool ef = !w.residual.empty();
     if (ef)
@@ -676,9 +724,10 @@ class ParameterServer final : public SyncStrategy {
     }
     rec.payload_bytes = payload;
     const bool local_shard = !dedicated_ && in.rank < shards_;
-    rec.wire_bytes = local_shard ? static_cast<double>(payload) * (shards_ - 1) / shards_ : static_cast<double>(payload);
+    const double payload_bytes = static_cast<double>(payload);
+    rec.wire_bytes = local_shard ? payload_bytes * (shards_ - 1) / shards_ : payload_bytes;
     rec.encode_model_s = encode_model_s(encode_bytes);
-    rec.decode_model_s = decode_model_s(static_cast<double>(payload));
+    rec.decode_model_s = decode_model_s(payload_bytes);
     w.records.push_back(rec);
     return w.records.back();
   }
@@ -736,7 +785,7 @@ class ParameterServer final : public SyncStrategy {
       p.modeled_s = t;
       p.train_loss = group_samples_ > 0 ? group_loss_ / group_samples_ : 0.0;
       p.samples = group_samples_;
-      p.params = server_.data();
+      p.params = server_view();
       p.scaler_exhausted_rank = exhausted_rank_;
       group_pushes_ = 0;
       group_loss_ = group_samples_ = 0.0;
@@ -787,6 +836,7 @@ class ParameterServer final : public SyncStrategy {
   const std::vector<TensorInfo>* tensors_;
   const PrecisionStep server_precision_;  // fp16_pure: the server's fp16 storage (no scaler runs on the server)
   const bool timing_only_;                // training.mode "timing": priced only, no workers or buffers
+  ElementOps& memory_;                    // the run's memory: the workers' parameters and gradients live there
   InteractionScheduler sched_;
   std::vector<std::pair<size_t, size_t>> shard_ranges_;
   std::vector<double> wire_bytes_;  // per rank, each way: the part of a dense push or pull that crosses the wire
@@ -833,15 +883,19 @@ class ParameterServer final : public SyncStrategy {
   std::vector<std::pair<size_t, size_t>> buckets_;
   std::vector<float> decoded_;  // SSP / async: the push being applied
 
-  // Each rank's own (written by its thread, inside its turns).
-  std::vector<std::vector<float>> worker_;
+  // Each rank's own (written by its thread, inside its turns). worker_[r]: its parameters in rank r's memory;
+  // staged_[r] (device memory only): the host copy of its pushed gradient.
+  std::vector<FloatBuffer> worker_;
+  std::vector<std::vector<float>> staged_;
   std::vector<char> done_rank_;
   std::vector<double> t_start_;
   std::vector<int64_t> read_version_, read_clock_;
   std::vector<double> wait_s_;
   std::vector<std::vector<ModeledStep>> modeled_;
-  // Server state: touched only inside turns.
+  // Server state (host memory): touched only inside turns. server_view_ (device memory only): rank 0's copy of
+  // server_ for the rank loop (server_view).
   std::vector<float> server_;
+  FloatBuffer server_view_;
   std::unique_ptr<Optimizer> optimizer_;
   bool server_ready_ = false;
   bool done_ = false;

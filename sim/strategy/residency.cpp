@@ -1,7 +1,10 @@
 // host_memory_reason (strategy.h): which strategies keep their buffers in a backend's device memory. A strategy whose
 // every element operation goes through ElementOps (sim/core/element_ops.h) runs device-resident; one with host loops
-// runs with host buffers (on the cuda backend: the staged path). Extend: a strategy or compressor that moves its
-// element code onto ElementOps (a compressor: CompressOps, CompressorEntry::element_ops) drops its line here.
+// runs with host buffers (on the cuda backend: the staged path). The parameter server runs on a device memory as
+// practice runs it with GPU workers: its workers' parameters and gradients in that memory, its server shards,
+// optimizer and compression in host memory by design, pushes and pulls the memory's download / upload
+// (parameter_server.cpp). Extend: a strategy or compressor that moves its element code onto ElementOps (a
+// compressor: CompressOps, CompressorEntry::element_ops) drops its line here.
 #include <optional>
 #include <string>
 
@@ -16,12 +19,6 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
   if (owns_communication(c.training.optimizer))
     return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) +
            " runs its own compressed all-reduce, whose packing and error feedback are host loops";
-  if (c.sync.kind == "parameter_server")
-    return "sync.kind: " + quoted(c.sync.kind) +
-           " keeps its buffers in host memory: its pushes and pulls are point-to-point transfers between a worker "
-           "and a shard's host, which the communicators (collectives only) do not carry, and its server shards are "
-           "one host buffer updated in the scheduler's order (allreduce, zero, local_sgd and independent run through "
-           "the element operations)";
   if (!optimizer_has_device_update(c.training.optimizer))
     return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) + " has no device update";
   if (c.compression.kind != "none") {
@@ -30,10 +27,10 @@ std::optional<std::string> host_memory_reason(const RunConfig& c) {
       return "compression.kind: " + quoted(c.compression.kind) +
              " encodes and decodes with host loops (every other kind runs through the compressor operations of the "
              "run's memory, sim/core/compress_ops.h)";
-    if (c.sync.kind != "allreduce" && c.sync.kind != "zero")
+    if (c.sync.kind != "allreduce" && c.sync.kind != "zero" && c.sync.kind != "parameter_server")
       return "compression.kind: " + quoted(c.compression.kind) + " under sync.kind " + quoted(c.sync.kind) +
              " compresses with host loops (allreduce's compressed reduction and zero's cast reduce-scatter run on "
-             "device memory)";
+             "device memory; the parameter server compresses its pushes' host copies)";
   }
   return std::nullopt;
 }

@@ -316,8 +316,9 @@ std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 // host loops only, as "PATH: why" naming the first such setting (sync.kind, training.optimizer.kind, compression.kind),
 // or nullopt when every element operation of its step runs through ElementOps and CompressOps (sync.kind allreduce with
 // any compressor, zero (its cast reduce-scatter too), local_sgd or independent, with sgd / adam / adamw, every
-// precision mode, any loss scaler, clipping, delayed update, pitfall). The backend keeps such a run's buffers in host
-// memory (the staged path on cuda: residency.cpp).
+// precision mode, any loss scaler, clipping, delayed update, pitfall) or, for parameter_server (with or without
+// compression), where its workers' element work does and its server is host memory by design. The backend keeps
+// such a run's buffers in host memory (the staged path on cuda: residency.cpp).
 std::optional<std::string> host_memory_reason(const RunConfig& config);
 
 // sync.kind "zero": elements of each rank's partition of n parameters over `ranks` (DeepSpeed's equal padded

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -404,10 +406,11 @@ TEST(BackendSeam, GatherCompressorsRunOnDeviceMemory) {
   }
 }
 
-// A device memory runs only what host_memory_reason accepts: the parameter server's steps are host loops, so the run
-// fails before any step, naming the setting.
+// A device memory runs only what host_memory_reason accepts: 1-bit Adam's compressed all-reduce is host loops, so the
+// run fails before any step, naming the setting.
 TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
-  const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}}, {"report", {{"trace", false}}}}));
+  const RunConfig c = config_of(scenario({{"training", {{"optimizer", {{"kind", "onebit_adam"}, {"lr", 0.01},
+                                                                       {"momentum", nullptr}}}}}}));
   RunHooks hooks;
   hooks.make_backend = [](const RunConfig& config) {
     auto memory = std::make_shared<SealedMemory>(config.cluster.ranks);
@@ -415,30 +418,18 @@ TEST(BackendSeam, StrategiesWithHostLoopsAreRefusedOnDeviceMemory) {
   };
   const RunResult r = run_training(c, hooks);
   EXPECT_TRUE(r.is(Disposition::kFailed));
-  EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("training.optimizer.kind: \"onebit_adam\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
 }
 
-// Every compressor runs on device memory under allreduce (and the casts under zero); compression under the parameter
-// server stays on host memory (the strategy is named), and a compressor under another strategy is named with it.
+// Every compressor runs on device memory under allreduce (and the casts under zero) and under the parameter server
+// (whose workers encode their pushes' host copies); a compressor under another strategy is named with it.
 TEST(BackendSeam, CompressionOutsideAllreduceAndZeroIsRefusedOnDeviceMemory) {
-  RunHooks hooks;
-  hooks.make_backend = [](const RunConfig& config) {
-    auto memory = std::make_shared<SealedMemory>(config.cluster.ranks);
-    return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous);
-  };
-  const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}},
-                                          {"compression", {{"kind", "topk"}, {"ratio", 0.3}}},
-                                          {"report", {{"trace", false}}}}));
-  const RunResult r = run_training(c, hooks);
-  EXPECT_TRUE(r.is(Disposition::kFailed));
-  EXPECT_EQ(r.message.rfind("sync.kind: \"parameter_server\"", 0), 0u) << r.message;
-  EXPECT_EQ(r.steps_completed, 0);
   for (const CompressorEntry& e : compressor_registry()) EXPECT_TRUE(e.make == nullptr || e.element_ops) << e.name;
   RunConfig ps = config_of(scenario({{"compression", {{"kind", "topk"}, {"ratio", 0.3}}}}));
   EXPECT_EQ(host_memory_reason(ps), std::nullopt);
   ps.sync.kind = "parameter_server";
-  EXPECT_EQ(host_memory_reason(ps).value_or("").rfind("sync.kind: ", 0), 0u);  // the strategy is named first
+  EXPECT_EQ(host_memory_reason(ps), std::nullopt);
   ps.sync.kind = "local_sgd";
   EXPECT_NE(host_memory_reason(ps).value_or("").find("under sync.kind \"local_sgd\""), std::string::npos);
 }
@@ -573,13 +564,143 @@ TEST(BackendSeam, CudaSeamIssue) {
   c.sync.kind = "local_sgd";
   EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)), std::nullopt);
   c.sync.kind = "parameter_server";
-  EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)).value_or("").rfind("sync.kind: ", 0), 0u);
+  EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)), std::nullopt);
   c.sync.kind = "allreduce";
+  c.training.optimizer.kind = "onebit_adam";
+  EXPECT_EQ(cuda_seam_issue(c, host_memory_reason(c)).value_or("").rfind("training.optimizer.kind: ", 0), 0u);
+  c.training.optimizer.kind = "sgd";
   c.cluster.stragglers.inject = true;
   EXPECT_EQ(cuda_seam_issue(c, std::nullopt), std::nullopt);
   c.cluster.stragglers.inject = false;
   c.model.kind = "quadratic";
   EXPECT_EQ(cuda_seam_issue(c, std::nullopt).value_or("").rfind("model.kind: \"quadratic\"", 0), 0u);
+}
+
+// ---- The parameter server on device memory ------------------------------------------------------------------------
+// sync.kind "parameter_server" with its workers on the seam's memory (parameter_server.cpp, "Memory"): each worker's
+// parameters and gradient sum are sealed buffers of its own rank, its loss scaler and clipping run through the
+// memory's operations, a push downloads its gradient into a host staging copy and a pull uploads the server's
+// parameters; the server (shards, optimizer, compression, scheduler and staleness bookkeeping) is host memory. The
+// reference is the same run on the host backend: losses, evaluations, final weights, precision verdicts, the
+// staleness report, the compression report's arithmetic and the modeled steps must be identical.
+
+// The free-running modeled steps (the strategy's own clock) agree field by field.
+void expect_same_modeled(const RunResult& host, const RunResult& sealed, const std::string& what) {
+  ASSERT_EQ(sealed.modeled_steps.size(), host.modeled_steps.size()) << what;
+  for (size_t r = 0; r < host.modeled_steps.size(); ++r) {
+    ASSERT_EQ(sealed.modeled_steps[r].size(), host.modeled_steps[r].size()) << what << " rank " << r;
+    for (size_t t = 0; t < host.modeled_steps[r].size(); ++t) {
+      const StepTimes& a = host.modeled_steps[r][t];
+      const StepTimes& b = sealed.modeled_steps[r][t];
+      EXPECT_EQ(b.phase_s, a.phase_s) << what << " rank " << r << " step " << t;
+      EXPECT_EQ(b.step_s, a.step_s) << what << " rank " << r << " step " << t;
+      EXPECT_EQ(b.bytes_sent, a.bytes_sent) << what << " rank " << r << " step " << t;
+    }
+  }
+}
+
+// The report's compression object without the measured times.
+json compression_arithmetic(json j) {
+  if (j.is_object()) {
+    j.erase("compress_time");
+    j.erase("decompress_time");
+  }
+  return j;
+}
+
+// BSP, SSP and asynchronous servers; co-located, fewer and dedicated shards; SGD with momentum and Adam; 2 to 4
+// workers; each worker's own dynamic loss scale with clipping (on its sealed gradient); bf16_mixed and fp16_pure;
+// shared-identical buffers asked for (the workers' stay their own); compressed pushes with error feedback, measured
+// error, signSGD's majority vote, a cast and QSGD. The sealed memory held every worker's parameters (allocated per
+// rank: SealedMemory checks each operation's pointers are its rank's) and the server's optimizer never ran on it.
+TEST(BackendSeam, ParameterServerRunsOnDeviceMemory) {
+  const json adam = {{"kind", "adam"}, {"lr", 0.01}, {"momentum", nullptr}};
+  const json scaled = {{"loss_scale", "dynamic"}, {"initial_scale", 1024.0}};
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"BSP, sgd momentum, 3 workers", json::object()},
+      {"BSP, 2 shards, adam, 4 workers", {{"sync", {{"shards", 2}}}, {"cluster", {{"ranks", 4}}},
+                                          {"training", {{"optimizer", adam}}}}},
+      {"BSP, dedicated shard, share_identical", {{"sync", {{"shards", 1}, {"dedicated", true}}},
+                                                {"cluster", {{"share_identical", true}}}}},
+      {"BSP, dynamic scale, clip", {{"precision", scaled}, {"training", {{"clip_grad_norm", 0.5}}}}},
+      {"BSP, fp16_pure", {{"precision", {{"mode", "fp16_pure"}}}}},
+      {"SSP 1, adam, 4 workers", {{"sync", {{"staleness", 1}}}, {"cluster", {{"ranks", 4}}},
+                                  {"training", {{"optimizer", adam}}}}},
+      {"SSP 2, bf16_mixed, dynamic scale, clip", {{"sync", {{"staleness", 2}}}, {"training", {{"clip_grad_norm", 0.5}}},
+                                                  {"precision", {{"mode", "bf16_mixed"}, {"loss_scale", "dynamic"},
+                                                                 {"initial_scale", 1024.0}}}}},
+      {"async, sgd, 2 workers", {{"sync", {{"staleness", "inf"}}}, {"cluster", {{"ranks", 2}}}}},
+      {"async, adam, 2 shards", {{"sync", {{"staleness", "inf"}, {"shards", 2}}}, {"training", {{"optimizer", adam}}}}},
+      {"BSP, topk, error feedback, measured error",
+       {{"compression", {{"kind", "topk"}, {"ratio", 0.3}, {"error_feedback", "gradient"}, {"measure_error", true}}}}},
+      {"BSP, signsgd vote", {{"compression", {{"kind", "signsgd"}, {"vote", true}}}}},
+      {"BSP, fp16 cast, adam", {{"compression", {{"kind", "fp16"}}}, {"training", {{"optimizer", adam}}}}},
+      {"SSP 1, qsgd", {{"sync", {{"staleness", 1}}}, {"compression", {{"kind", "qsgd"}, {"levels", 4}}}}},
+      {"async, topk over the model, error feedback, 4 workers",
+       {{"sync", {{"staleness", "inf"}}}, {"cluster", {{"ranks", 4}}},
+        {"compression", {{"kind", "topk"}, {"k", 9}, {"scope", "model"}, {"error_feedback", "gradient"},
+                         {"measure_error", true}}}}},
+  };
+  for (const auto& [what, extra] : cases) {
+    json s = scenario({{"sync", {{"kind", "parameter_server"}}}, {"report", {{"trace", false}}}});
+    s.merge_patch(extra);
+    const RunConfig c = config_of(s);
+    const Pair p = run_both(c, Buckets::kAsynchronous);
+    ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
+    ASSERT_FALSE(p.host.final_params.empty()) << what;
+    ASSERT_TRUE(p.host.staleness.is_object()) << what;
+    expect_same(p.host, p.sealed, what);
+    EXPECT_EQ(p.sealed.staleness, p.host.staleness) << what;
+    EXPECT_EQ(compression_arithmetic(p.sealed.compression), compression_arithmetic(p.host.compression)) << what;
+    EXPECT_EQ(p.host.compression.is_object(), s.contains("compression")) << what;
+    expect_same_modeled(p.host, p.sealed, what);
+    // Every worker's parameters (and rank 0's copy of the server's) lived in the sealed memory and were freed; the
+    // server's optimizer ran in host memory.
+    EXPECT_GE(p.allocations, c.cluster.ranks + 1) << what;
+    EXPECT_EQ(p.releases, p.allocations) << what;
+    EXPECT_EQ(p.updates, 0) << what;
+  }
+}
+
+// A worker whose gradient overflows (rank 2's first input 1e20, inline data with uneven micro-batches) skips its push
+// (its own scaler, on its sealed gradient) while the others push: the skip counts and scales per worker are the host
+// backend's, under BSP (the clock averages the pushes that arrived) and asynchronous updates. A server whose
+// parameters blow up (lr 1e30) diverges at the same progress point on both (counted on rank 0's copy of the server's
+// parameters in the sealed memory).
+TEST(BackendSeam, ParameterServerSkipsAndDivergesOnDeviceMemoryAsOnTheHost) {
+  for (const json& staleness : {json(0), json("inf")}) {
+    json s = inline_scenario("none", 1e20);
+    s.merge_patch({{"sync", {{"kind", "parameter_server"}, {"staleness", staleness}}},
+                   {"precision", {{"loss_scale", "dynamic"}, {"initial_scale", 1024.0}}},
+                   {"report", {{"trace", false}}}});
+    const std::string what = "skips, staleness " + staleness.dump();
+    const Pair p = run_both(config_of(s), Buckets::kAsynchronous);
+    ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
+    const json& skipped = p.host.staleness.at("skipped_pushes_per_rank");
+    EXPECT_EQ(skipped.at(0), 0) << what;
+    EXPECT_GT(skipped.at(2).get<int64_t>(), 0) << what;
+    expect_same(p.host, p.sealed, what);
+    EXPECT_EQ(p.sealed.staleness, p.host.staleness) << what;
+  }
+  for (const json& staleness : {json(0), json(1)}) {
+    const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}, {"staleness", staleness}}},
+                                            {"training", {{"optimizer", {{"lr", 1e30}}}}},
+                                            {"report", {{"trace", false}}}}));
+    const std::string what = "diverges, staleness " + staleness.dump();
+    Pair p = run_both(c, Buckets::kAsynchronous);
+    EXPECT_TRUE(p.host.is(Disposition::kDiverged)) << what << ": " << p.host.message;
+    // The final weights hold NaN (never equal as floats): compared as bits, then left out of expect_same.
+    auto bits = [](const std::vector<float>& v) {
+      std::vector<uint32_t> b(v.size());
+      if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+      return b;
+    };
+    ASSERT_FALSE(p.host.final_params.empty()) << what;
+    EXPECT_EQ(bits(p.sealed.final_params), bits(p.host.final_params)) << what;
+    p.host.final_params.clear();
+    p.sealed.final_params.clear();
+    expect_same(p.host, p.sealed, what);
+  }
 }
 
 }  // namespace

@@ -330,12 +330,8 @@ TEST(ElementOpsAllReduce, HostMemoryReasonNamesWhatKeepsAStrategyOffTheDevice) {
   d = c;
   d.compression.kind = "no_such_kind";
   EXPECT_TRUE(starts_with(host_memory_reason(d), "compression.kind")) << host_memory_reason(d).value_or("");
-  for (const char* kind : {"parameter_server"}) {
-    d = c;
-    d.sync.kind = kind;
-    EXPECT_TRUE(starts_with(host_memory_reason(d), "sync.kind")) << kind;
-  }
-  for (const char* kind : {"local_sgd", "independent", "zero"}) {  // their steps are element operations
+  // Their steps are element operations (the parameter server's workers; its server is host memory by design).
+  for (const char* kind : {"local_sgd", "independent", "zero", "parameter_server"}) {
     d = c;
     d.sync.kind = kind;
     EXPECT_EQ(host_memory_reason(d), std::nullopt) << kind;
