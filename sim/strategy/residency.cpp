@@ -1,7 +1,9 @@
 // host_memory_reason (strategy.h): which strategies keep their buffers in a backend's device memory. A strategy whose
 // every element operation goes through ElementOps (sim/core/element_ops.h) runs device-resident; one with host loops
-// runs with host buffers (on the cuda backend: the staged path). Extend: a strategy or compressor that moves its
-// element code onto ElementOps (a compressor: CompressOps, CompressorEntry::element_ops) drops its line here.
+// runs with host buffers (on the cuda backend: the staged path). The communication-owning optimizers (1-bit Adam, 0/1
+// Adam, 1-bit LAMB) run on device memory: their compressed all-reduce and updates are CompressOps. Extend: a strategy
+// or compressor that moves its element code onto ElementOps (a compressor: CompressOps, CompressorEntry::element_ops)
+// drops its line here.
 #include <optional>
 #include <string>
 
@@ -13,15 +15,15 @@ namespace gs {
 
 std::optional<std::string> host_memory_reason(const RunConfig& c) {
   auto quoted = [](const std::string& v) { return "\"" + v + "\""; };
-  if (owns_communication(c.training.optimizer))
-    return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) +
-           " runs its own compressed all-reduce, whose packing and error feedback are host loops";
   if (c.sync.kind == "parameter_server")
     return "sync.kind: " + quoted(c.sync.kind) +
            " keeps its buffers in host memory: its pushes and pulls are point-to-point transfers between a worker "
            "and a shard's host, which the communicators (collectives only) do not carry, and its server shards are "
            "one host buffer updated in the scheduler's order (allreduce, zero, local_sgd and independent run through "
            "the element operations)";
+  // 1-bit Adam, 0/1 Adam and 1-bit LAMB own their communication (sync.kind allreduce, no compressor: validation's
+  // rule) and run every element loop through the memory's ElementOps and CompressOps (onebit_adam.h).
+  if (owns_communication(c.training.optimizer)) return std::nullopt;
   if (!optimizer_has_device_update(c.training.optimizer))
     return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) + " has no device update";
   if (c.compression.kind != "none") {
