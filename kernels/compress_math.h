@@ -183,6 +183,53 @@ GS_HD inline float sign_vote_value(int negatives, int zeros, int ranks) {
   return positives > negatives ? 1.0f : (positives < negatives ? -1.0f : 0.0f);
 }
 
+// ---- DeepSpeed's 1-bit optimizers (1-bit Adam, 0/1 Adam, 1-bit LAMB: sim/strategy/onebit_adam.h) --------------------
+// Their element math in float32 as torch's CPU kernels run DeepSpeed's tensor ops (deepspeed/runtime/fp16/onebit/
+// adam.py, zoadam.py, lamb.py): add_(x, alpha=a) and addcmul_ fuse (one rounding, fmaf); mul_, div_, sqrt and add_
+// without alpha round each operation. The scalars are Python floats rounded to float by the caller.
+
+// exp_avg.mul_(beta1).add_(1 - beta1, grad): m b1 rounded, then one fused multiply-add.
+GS_HD inline float deepspeed_first_moment_value(float m, float g, float b1, float a1) { return fmaf(a1, g, m * b1); }
+
+// exp_avg_sq.mul_(beta2).addcmul_(1 - beta2, grad, grad): v b2 rounded, (1 - b2) g rounded, then fused.
+GS_HD inline float deepspeed_second_moment_value(float v, float g, float b2, float a2) {
+  return fmaf(a2 * g, g, v * b2);
+}
+
+// The scalars of DeepSpeed's Adam update (OnebitAdam.step, ZeroOneAdam.step): eps, weight_decay and -lr as float;
+// decay: weight_decay > 0 (the update adds wd p only then).
+struct DeepSpeedUpdate {
+  float eps = 0.0f;
+  float weight_decay = 0.0f;
+  float neg_lr = 0.0f;
+  bool decay = false;
+};
+
+// update = exp_avg / (exp_avg_sq.sqrt() + eps), update += weight_decay * p when decay (the update before -lr).
+GS_HD inline float deepspeed_direction(float m, float v, float p, float eps, float weight_decay, bool decay) {
+  const float u = m / (sqrtf(v) + eps);
+  return decay ? u + weight_decay * p : u;
+}
+
+// DeepSpeed's compressed_allreduce (deepspeed/runtime/comm/nccl.py): the bit a value sends, 1 where !(x < 0)
+// (x.sign().add_(1).bool(): +1 for 0 and -0 too, unlike signSGD's sign(0) = 0).
+GS_HD inline bool onebit_sign_bit(float x) { return !(x < 0.0f); }
+
+// The scale of `count` compensated values with sum of squares ss: torch.linalg.norm(x) / np.sqrt(numel), the norm
+// summed in double and rounded to float, divided by sqrt(count) rounded to float.
+GS_HD inline float onebit_scale(double sum_squares, size_t count) {
+  return static_cast<float>(sqrt(sum_squares)) / static_cast<float>(sqrt(static_cast<double>(count)));
+}
+
+// The 4-byte words of one compressed message of `count` values: the scale, then the packed signs (count / 8 bytes,
+// first value in the most significant bit: numpy / cupy packbits), the last word's unused bytes zero.
+GS_HD inline size_t onebit_message_words(size_t count) { return 1 + ((count + 7) / 8 + 3) / 4; }
+
+// Bit i of a message's packed signs (`signs`: the bytes after its scale word).
+GS_HD inline bool onebit_message_bit(const uint8_t* signs, size_t i) {
+  return (signs[i / 8] & (0x80u >> (i % 8))) != 0;
+}
+
 // ---- PowerSGD: Gram-Schmidt in PyTorch 1.13's float reductions --------------------------------------------------
 // powerSGD_hook._orthogonalize_gram_schmidt (torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py) on a
 // matrix [rows, cols] row-major, in float32 and in the orders of ATen's CPU kernels (the AVX2 kernels torch 1.13

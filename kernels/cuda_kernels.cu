@@ -880,6 +880,285 @@ void average(float* out, const float* sum, size_t n, float s, cudaStream_t strea
   launch_map(n, AverageOp{out, sum, s}, stream, "average");
 }
 
+// ---- DeepSpeed's 1-bit optimizers (twins of sim/core/compress_ops.cpp's host loops) --------------------------------
+
+namespace {
+
+struct FirstMomentOp {
+  float* m;
+  const float* g;
+  float b1, a1;
+  __device__ void operator()(size_t i) const { m[i] = deepspeed_first_moment_value(m[i], g[i], b1, a1); }
+};
+
+struct SecondMomentOp {
+  float* v;
+  const float* g;
+  float b2, a2;
+  __device__ void operator()(size_t i) const { v[i] = deepspeed_second_moment_value(v[i], g[i], b2, a2); }
+};
+
+struct DeepSpeedUpdateOp {
+  float* p;
+  const float* m;
+  const float* v;
+  DeepSpeedUpdate s;
+  float* accumulated;
+  __device__ void operator()(size_t i) const {
+    const float step = s.neg_lr * deepspeed_direction(m[i], v[i], p[i], s.eps, s.weight_decay, s.decay);
+    p[i] = p[i] + step;
+    if (accumulated != nullptr) accumulated[i] = accumulated[i] + step;
+  }
+};
+
+// x += error, summing x^2 (each element read and written by the thread that sums it).
+struct CompensateTerm {
+  float* x;
+  const float* error;
+  __device__ Sums<1> operator()(size_t i) const {
+    const float xi = x[i] + error[i];
+    x[i] = xi;
+    const double d = xi;
+    return Sums<1>{{d * d}};
+  }
+};
+
+// One 4-byte word w of the packed signs (elements 32 w .. 32 w + 31, numpy packbits order within each byte, bytes in
+// memory order) and those elements' new error, summing its squares. The scale from the first sum (every thread
+// computes the same value).
+struct PackTerm {
+  float* message;
+  const float* x;
+  float* error;
+  size_t count;
+  const Sums<1>* x_sum;
+  __device__ Sums<1> operator()(size_t w) const {
+    const float s = onebit_scale(x_sum->v[0], count);
+    uint8_t bytes[4] = {0, 0, 0, 0};
+    double ss = 0.0;
+    for (size_t k = 0; k < 32; ++k) {
+      const size_t i = 32 * w + k;
+      if (i >= count) break;
+      const float xi = x[i];
+      const float e = xi - (xi < 0.0f ? -s : s);
+      error[i] = e;
+      ss += static_cast<double>(e) * static_cast<double>(e);
+      if (onebit_sign_bit(xi)) bytes[k / 8] = static_cast<uint8_t>(bytes[k / 8] | (0x80u >> (k % 8)));
+    }
+    memcpy(message + 1 + w, bytes, 4);
+    return Sums<1>{{ss}};
+  }
+};
+
+__global__ void onebit_side_kernel(OnebitSideTotals* out, float* message, const Sums<1>* x_sum,
+                                   const Sums<1>* error_sum, size_t count) {
+  const float s = onebit_scale(x_sum->v[0], count);
+  message[0] = s;
+  out->scale = s;
+  out->error_sum_squares = error_sum->v[0];
+}
+
+struct ServerSumOp {
+  float* c;
+  const float* messages;
+  int ranks;
+  size_t words, first;
+  float inv;
+  __device__ void operator()(size_t i) const {
+    float acc = 0.0f;
+    for (int j = 0; j < ranks; ++j) {
+      const float* msg = messages + static_cast<size_t>(j) * words;
+      const float sj = msg[0] * inv;
+      const float v = onebit_message_bit(reinterpret_cast<const uint8_t*>(msg + 1), first + i) ? sj : -sj;
+      acc = j == 0 ? v : acc + v;
+    }
+    c[i] = acc;
+  }
+};
+
+struct OnebitDecodeOp {
+  float* m;
+  const float* messages;
+  size_t words, chunk;
+  __device__ void operator()(size_t i) const {
+    const size_t q = i / chunk;
+    const float* msg = messages + q * words;
+    m[i] = onebit_message_bit(reinterpret_cast<const uint8_t*>(msg + 1), i - q * chunk) ? msg[0] : -msg[0];
+  }
+};
+
+struct ZeroVarianceMaskOp {
+  float* m;
+  const float* v;
+  __device__ void operator()(size_t i) const { m[i] = m[i] * (v[i] == 0.0f ? 0.0f : 1.0f); }
+};
+
+struct SyncBeginOp {
+  float* p;
+  float* cb;
+  const float* v;
+  float eps;
+  __device__ void operator()(size_t i) const {
+    p[i] = p[i] - cb[i];
+    cb[i] = cb[i] * (sqrtf(v[i]) + eps);
+  }
+};
+
+struct SyncEndOp {
+  float* m;
+  float* p;
+  float* cb;
+  const float* v;
+  float lrs, eps;
+  __device__ void operator()(size_t i) const {
+    m[i] = 0.0f - cb[i] / lrs;
+    p[i] = p[i] + cb[i] / (sqrtf(v[i]) + eps);
+    cb[i] = 0.0f;
+  }
+};
+
+struct LambDirectionOp {
+  float* u;
+  const float* m;
+  const float* v;
+  const float* p;
+  float eps, weight_decay;
+  bool decay;
+  __device__ void operator()(size_t i) const { u[i] = deepspeed_direction(m[i], v[i], p[i], eps, weight_decay, decay); }
+};
+
+struct LambReconstructOp {
+  float* u;
+  const float* m;
+  const float* last;
+  float b1, a1;
+  __device__ void operator()(size_t i) const { u[i] = (m[i] - last[i] * b1) / a1; }
+};
+
+// 1-bit LAMB's frozen update: per element pre, u and the ratio; reduced as (sum of pre^2, max ratio, NaN count).
+struct LambAcc {
+  double ss;
+  float max;
+  unsigned nan;
+};
+
+struct LambAccCombine {
+  __device__ LambAcc operator()(const LambAcc& a, const LambAcc& b) const {
+    return LambAcc{a.ss + b.ss, fmaxf(a.max, b.max), a.nan + b.nan};
+  }
+};
+
+struct LambFrozenTerm {
+  float* u;
+  const float* m;
+  const float* v;
+  const float* fresh;
+  const float* p;
+  float eps, weight_decay;
+  bool decay;
+  __device__ LambAcc operator()(size_t i) const {
+    const float denom = sqrtf(v[i]) + eps;
+    const float pre = m[i] / denom;
+    u[i] = decay ? pre + weight_decay * p[i] : pre;
+    const float q = denom / (sqrtf(fresh[i]) + eps);
+    const bool nan = isnan(q);
+    return LambAcc{static_cast<double>(pre) * static_cast<double>(pre), nan ? -INFINITY : q, nan ? 1u : 0u};
+  }
+};
+
+__global__ void lamb_partial_kernel(size_t n, LambFrozenTerm f, LambAcc* partial) {
+  using Reduce = cub::BlockReduce<LambAcc, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  LambAcc acc{0.0, -INFINITY, 0u};
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    acc = LambAccCombine()(acc, f(i));
+  }
+  const LambAcc total = Reduce(tmp).Reduce(acc, LambAccCombine());
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+__global__ void lamb_final_kernel(const LambAcc* partial, unsigned count, LambTermTotals* out) {
+  using Reduce = cub::BlockReduce<LambAcc, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  LambAcc acc{0.0, -INFINITY, 0u};
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) acc = LambAccCombine()(acc, partial[i]);
+  const LambAcc total = Reduce(tmp).Reduce(acc, LambAccCombine());
+  if (threadIdx.x == 0) *out = LambTermTotals{total.ss, total.max, total.nan};
+}
+
+}  // namespace
+
+void deepspeed_first_moment(float* m, const float* g, size_t n, float b1, float a1, cudaStream_t stream) {
+  launch_map(n, FirstMomentOp{m, g, b1, a1}, stream, "deepspeed_first_moment");
+}
+
+void deepspeed_second_moment(float* v, const float* g, size_t n, float b2, float a2, cudaStream_t stream) {
+  launch_map(n, SecondMomentOp{v, g, b2, a2}, stream, "deepspeed_second_moment");
+}
+
+void deepspeed_update(float* p, const float* m, const float* v, size_t n, const DeepSpeedUpdate& s,
+                      float* accumulated, cudaStream_t stream) {
+  launch_map(n, DeepSpeedUpdateOp{p, m, v, s, accumulated}, stream, "deepspeed_update");
+}
+
+void onebit_compensate(OnebitSideTotals* out, float* message, float* x, float* error, size_t count, Scratch& scratch,
+                       cudaStream_t stream) {
+  auto* partial = static_cast<Sums<1>*>(scratch.get(2 * (kReduceBlocks + 1) * sizeof(Sums<1>)));
+  Sums<1>* x_sum = partial + kReduceBlocks;
+  Sums<1>* second = x_sum + 1;
+  Sums<1>* error_sum = second + kReduceBlocks;
+  launch_sums<1>(count, CompensateTerm{x, error}, partial, x_sum, stream, "onebit_compensate x");
+  const size_t words = onebit_message_words(count) - 1;
+  launch_sums<1>(words, PackTerm{message, x, error, count, x_sum}, second, error_sum, stream,
+                 "onebit_compensate pack");
+  onebit_side_kernel<<<1, 1, 0, stream>>>(out, message, x_sum, error_sum, count);
+  check_launch("onebit_compensate");
+}
+
+void onebit_server_sum(float* c, const float* messages, int ranks, size_t words, size_t first, size_t count,
+                       float inv, cudaStream_t stream) {
+  launch_map(count, ServerSumOp{c, messages, ranks, words, first, inv}, stream, "onebit_server_sum");
+}
+
+void onebit_decode_chunks(float* m, size_t n, const float* messages, size_t words, size_t chunk, cudaStream_t stream) {
+  launch_map(n, OnebitDecodeOp{m, messages, words, chunk}, stream, "onebit_decode_chunks");
+}
+
+void zero_variance_mask(float* m, const float* v, size_t n, cudaStream_t stream) {
+  launch_map(n, ZeroVarianceMaskOp{m, v}, stream, "zero_variance_mask");
+}
+
+void zero_one_sync_begin(float* p, float* cb, const float* v, size_t n, float eps, cudaStream_t stream) {
+  launch_map(n, SyncBeginOp{p, cb, v, eps}, stream, "zero_one_sync_begin");
+}
+
+void zero_one_sync_end(float* m, float* p, float* cb, const float* v, size_t n, float lrs, float eps,
+                       cudaStream_t stream) {
+  launch_map(n, SyncEndOp{m, p, cb, v, lrs, eps}, stream, "zero_one_sync_end");
+}
+
+void lamb_direction(float* u, const float* m, const float* v, const float* p, size_t n, float eps, float weight_decay,
+                    bool decay, cudaStream_t stream) {
+  launch_map(n, LambDirectionOp{u, m, v, p, eps, weight_decay, decay}, stream, "lamb_direction");
+}
+
+void lamb_reconstruct(float* u, const float* m, const float* last, size_t n, float b1, float a1, cudaStream_t stream) {
+  launch_map(n, LambReconstructOp{u, m, last, b1, a1}, stream, "lamb_reconstruct");
+}
+
+void lamb_frozen_direction(LambTermTotals* terms, float* u, const float* m, const float* v, const float* fresh,
+                           const float* p, size_t n, float eps, float weight_decay, bool decay, Scratch& scratch,
+                           cudaStream_t stream) {
+  auto* partial = static_cast<LambAcc*>(scratch.get(kReduceBlocks * sizeof(LambAcc)));
+  const unsigned grid = static_cast<unsigned>(std::min<size_t>(kReduceBlocks, std::max<size_t>(1, (n + 255) / 256)));
+  lamb_partial_kernel<<<grid, kThreads, 0, stream>>>(n, LambFrozenTerm{u, m, v, fresh, p, eps, weight_decay, decay},
+                                                      partial);
+  check_launch("lamb_frozen_direction");
+  lamb_final_kernel<<<1, kThreads, 0, stream>>>(partial, grid, terms);
+  check_launch("lamb_frozen_direction");
+}
+
 namespace {
 
 struct CastEncodeOp {

@@ -208,6 +208,43 @@ void post_divide_in_format(FloatFormat f, float* x, size_t n, double post, cudaS
 void sum_squared_difference(double* out, const float* a, const float* b, size_t n, Scratch& scratch,
                             cudaStream_t stream);
 
+// DeepSpeed's 1-bit optimizers, as gs::CompressOps' host twins (sim/core/compress_ops.cpp; element math
+// kernels/compress_math.h): Adam's moments and update (accumulated may be nullptr) bit for bit; one side of the
+// compressed all-reduce (x += error, the scale from the sum of x^2 in double in a fixed order, the new error and the
+// message: scale word then packed signs) with *out (device) = {the new error's sum of squares, the scale}; the
+// server's sum of the ranks' sign messages and the final decoding (bit for bit); the zero-variance mask; 0/1 Adam's
+// sync passes; 1-bit LAMB's update directions and the frozen update's terms (*terms, device: the sum of the
+// prelim update's squares in a fixed order, the max ratio, the NaN count). The sums: the same bits every call, the
+// host's to rounding.
+struct OnebitSideTotals {
+  double error_sum_squares;
+  float scale;
+};
+struct LambTermTotals {
+  double pre_sum_squares;
+  float max_ratio;
+  unsigned nan;
+};
+void deepspeed_first_moment(float* m, const float* g, size_t n, float b1, float a1, cudaStream_t stream);
+void deepspeed_second_moment(float* v, const float* g, size_t n, float b2, float a2, cudaStream_t stream);
+void deepspeed_update(float* p, const float* m, const float* v, size_t n, const DeepSpeedUpdate& s,
+                      float* accumulated, cudaStream_t stream);
+void onebit_compensate(OnebitSideTotals* out, float* message, float* x, float* error, size_t count, Scratch& scratch,
+                       cudaStream_t stream);
+void onebit_server_sum(float* c, const float* messages, int ranks, size_t words, size_t first, size_t count,
+                       float inv, cudaStream_t stream);
+void onebit_decode_chunks(float* m, size_t n, const float* messages, size_t words, size_t chunk, cudaStream_t stream);
+void zero_variance_mask(float* m, const float* v, size_t n, cudaStream_t stream);
+void zero_one_sync_begin(float* p, float* cb, const float* v, size_t n, float eps, cudaStream_t stream);
+void zero_one_sync_end(float* m, float* p, float* cb, const float* v, size_t n, float lrs, float eps,
+                       cudaStream_t stream);
+void lamb_direction(float* u, const float* m, const float* v, const float* p, size_t n, float eps, float weight_decay,
+                    bool decay, cudaStream_t stream);
+void lamb_reconstruct(float* u, const float* m, const float* last, size_t n, float b1, float a1, cudaStream_t stream);
+void lamb_frozen_direction(LambTermTotals* terms, float* u, const float* m, const float* v, const float* fresh,
+                           const float* p, size_t n, float eps, float weight_decay, bool decay, Scratch& scratch,
+                           cudaStream_t stream);
+
 // QSGD encode into out (device, qsgd_encoded_bytes(n, s) bytes, as gs::qsgd_encode): the fp32 norm, then the codes.
 // The norm is accumulated in double on the device in a fixed order (close to, not always the same bits as, the
 // host's); qsgd_encode_with_norm takes the norm as given (so the codes can be compared bit for bit).

@@ -26,7 +26,8 @@ struct CudaElementOps::Rank {
 
   explicit Rank(int d)
       : device(d), stream(own.get()), totals(2, "element ops totals"), readback(1, "element ops readback"),
-        words(1, "compress ops count"), norm(1, "compress ops norm"), small(4, "compress ops readback") {
+        words(1, "compress ops count"), norm(1, "compress ops norm"), small(4, "compress ops readback"),
+        onebit_side(1, "onebit side totals"), lamb_terms(1, "lamb frozen terms") {
     GS_CUDA_CHECK(cudaMemsetAsync(totals.get(), 0, totals.bytes(), stream));
     own.synchronize();
   }
@@ -61,6 +62,8 @@ struct CudaElementOps::Rank {
   gpu::DeviceBuffer<const uint8_t*> messages;  // sign_vote_scaled's pointer array (grown)
   gpu::PinnedBuffer<float> scales;              // sign_vote_scaled's message scales on their way to the host (grown)
   std::unique_ptr<gpu::BlasHandle> blas;         // PowerSGD's products, on `stream`
+  gpu::DeviceBuffer<gpu::OnebitSideTotals> onebit_side;  // onebit_compensate's scale and error norm
+  gpu::DeviceBuffer<gpu::LambTermTotals> lamb_terms;     // lamb_frozen_direction's terms
 
   const gpu::BlasHandle& blas_on_stream() {
     if (blas == nullptr || blas->stream() != stream) blas = std::make_unique<gpu::BlasHandle>(stream);
@@ -419,6 +422,73 @@ double CudaElementOps::sum_squared_difference(int rank, const float* a, const fl
   if (n == 0) return 0.0;
   gpu::sum_squared_difference(r.norm.get(), a, b, n, r.scratch, r.stream);
   return r.read_norm();
+}
+
+// ---- DeepSpeed's 1-bit optimizers: map kernels, and the two that return read their totals back (one wait each) ----
+
+void CudaElementOps::deepspeed_first_moment(int rank, float* m, const float* g, size_t n, float b1, float a1) {
+  gpu::deepspeed_first_moment(m, g, n, b1, a1, select(rank).stream);
+}
+
+void CudaElementOps::deepspeed_second_moment(int rank, float* v, const float* g, size_t n, float b2, float a2) {
+  gpu::deepspeed_second_moment(v, g, n, b2, a2, select(rank).stream);
+}
+
+void CudaElementOps::deepspeed_update(int rank, float* p, const float* m, const float* v, size_t n,
+                                      const DeepSpeedUpdate& s, float* accumulated) {
+  gpu::deepspeed_update(p, m, v, n, s, accumulated, select(rank).stream);
+}
+
+OnebitSide CudaElementOps::onebit_compensate(int rank, float* message, float* x, float* error, size_t count) {
+  Rank& r = select(rank);
+  gpu::onebit_compensate(r.onebit_side.get(), message, x, error, count, r.scratch, r.stream);
+  gpu::OnebitSideTotals t;
+  std::memcpy(&t, r.read_small(r.onebit_side.get(), sizeof t), sizeof t);
+  return {t.scale, t.error_sum_squares};
+}
+
+void CudaElementOps::onebit_server_sum(int rank, float* c, const float* messages, int ranks, size_t words,
+                                       size_t first, size_t count, float inv) {
+  gpu::onebit_server_sum(c, messages, ranks, words, first, count, inv, select(rank).stream);
+}
+
+void CudaElementOps::onebit_decode_chunks(int rank, float* m, size_t n, const float* messages, size_t words,
+                                         size_t chunk) {
+  gpu::onebit_decode_chunks(m, n, messages, words, chunk, select(rank).stream);
+}
+
+void CudaElementOps::zero_variance_mask(int rank, float* m, const float* v, size_t n) {
+  gpu::zero_variance_mask(m, v, n, select(rank).stream);
+}
+
+void CudaElementOps::zero_one_sync_begin(int rank, float* p, float* cb, const float* v, size_t n, float eps) {
+  gpu::zero_one_sync_begin(p, cb, v, n, eps, select(rank).stream);
+}
+
+void CudaElementOps::zero_one_sync_end(int rank, float* m, float* p, float* cb, const float* v, size_t n, float lrs,
+                                       float eps) {
+  gpu::zero_one_sync_end(m, p, cb, v, n, lrs, eps, select(rank).stream);
+}
+
+void CudaElementOps::lamb_direction(int rank, float* u, const float* m, const float* v, const float* p, size_t n,
+                                    float eps, float weight_decay, bool decay) {
+  gpu::lamb_direction(u, m, v, p, n, eps, weight_decay, decay, select(rank).stream);
+}
+
+void CudaElementOps::lamb_reconstruct(int rank, float* u, const float* m, const float* last, size_t n, float b1,
+                                      float a1) {
+  gpu::lamb_reconstruct(u, m, last, n, b1, a1, select(rank).stream);
+}
+
+LambFrozenTerms CudaElementOps::lamb_frozen_direction(int rank, float* u, const float* m, const float* v,
+                                                      const float* fresh, const float* p, size_t n, float eps,
+                                                      float weight_decay, bool decay) {
+  Rank& r = select(rank);
+  if (n == 0) return {};
+  gpu::lamb_frozen_direction(r.lamb_terms.get(), u, m, v, fresh, p, n, eps, weight_decay, decay, r.scratch, r.stream);
+  gpu::LambTermTotals t;
+  std::memcpy(&t, r.read_small(r.lamb_terms.get(), sizeof t), sizeof t);
+  return {t.pre_sum_squares, t.max_ratio, t.nan != 0};
 }
 
 }  // namespace gs

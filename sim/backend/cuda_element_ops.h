@@ -39,9 +39,10 @@ namespace gs {
 //
 // Compressors: compress_ops() is this memory itself (CompressOps, sim/core/compress_ops.h): each operation one launcher
 // of the compressor kernels of cuda_kernels.h (the host ops' twins) on the rank's stream; those returning a count or a
-// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode), sampled_threshold and the
-// error-feedback sums (residual_of, mask_sent, sum_squared_difference) wait
-// for the stream; sign_vote_scaled reads the messages' scales back (it waits too) and uploads the pointer array.
+// size (topk_select, threshold_select, randomk_indices, sign_encode, onebit_encode), sampled_threshold, the
+// error-feedback sums (residual_of, mask_sent, sum_squared_difference) and the 1-bit optimizers' ops that return
+// totals (onebit_compensate, lamb_frozen_direction) wait for the stream; sign_vote_scaled reads the messages' scales
+// back (it waits too) and uploads the pointer array.
 // PowerSGD's products go through a cuBLAS handle on the rank's stream (made at first use, again after set_stream).
 //
 // Errors: every CUDA failure throws gpu::CudaError ("file:line: call: error", a std::runtime_error; an out-of-memory
@@ -117,6 +118,23 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   double mask_sent(int rank, float* u, float* e, const float* own, size_t n) override;
   void average(int rank, float* out, const float* sum, size_t n, float s) override;
   double sum_squared_difference(int rank, const float* a, const float* b, size_t n) override;
+  void deepspeed_first_moment(int rank, float* m, const float* g, size_t n, float b1, float a1) override;
+  void deepspeed_second_moment(int rank, float* v, const float* g, size_t n, float b2, float a2) override;
+  void deepspeed_update(int rank, float* p, const float* m, const float* v, size_t n, const DeepSpeedUpdate& s,
+                        float* accumulated) override;
+  OnebitSide onebit_compensate(int rank, float* message, float* x, float* error, size_t count) override;
+  void onebit_server_sum(int rank, float* c, const float* messages, int ranks, size_t words, size_t first,
+                         size_t count, float inv) override;
+  void onebit_decode_chunks(int rank, float* m, size_t n, const float* messages, size_t words, size_t chunk) override;
+  void zero_variance_mask(int rank, float* m, const float* v, size_t n) override;
+  void zero_one_sync_begin(int rank, float* p, float* cb, const float* v, size_t n, float eps) override;
+  void zero_one_sync_end(int rank, float* m, float* p, float* cb, const float* v, size_t n, float lrs,
+                         float eps) override;
+  void lamb_direction(int rank, float* u, const float* m, const float* v, const float* p, size_t n, float eps,
+                      float weight_decay, bool decay) override;
+  void lamb_reconstruct(int rank, float* u, const float* m, const float* last, size_t n, float b1, float a1) override;
+  LambFrozenTerms lamb_frozen_direction(int rank, float* u, const float* m, const float* v, const float* fresh,
+                                        const float* p, size_t n, float eps, float weight_decay, bool decay) override;
 
  protected:
   float* allocate_zeroed(int rank, size_t n) override;

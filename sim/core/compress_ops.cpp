@@ -2,6 +2,7 @@
 // loops, as the host backend always ran them (built with -ffp-contract=off).
 #include "sim/core/compress_ops.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/compress.h"
@@ -120,6 +121,97 @@ class HostCompressOps final : public CompressOps {
       sum += d * d;
     }
     return sum;
+  }
+  void deepspeed_first_moment(int, float* m, const float* g, size_t n, float b1, float a1) override {
+    for (size_t i = 0; i < n; ++i) m[i] = deepspeed_first_moment_value(m[i], g[i], b1, a1);
+  }
+  void deepspeed_second_moment(int, float* v, const float* g, size_t n, float b2, float a2) override {
+    for (size_t i = 0; i < n; ++i) v[i] = deepspeed_second_moment_value(v[i], g[i], b2, a2);
+  }
+  void deepspeed_update(int, float* p, const float* m, const float* v, size_t n, const DeepSpeedUpdate& s,
+                        float* accumulated) override {
+    for (size_t i = 0; i < n; ++i) {
+      const float step = s.neg_lr * deepspeed_direction(m[i], v[i], p[i], s.eps, s.weight_decay, s.decay);
+      p[i] = p[i] + step;
+      if (accumulated != nullptr) accumulated[i] = accumulated[i] + step;
+    }
+  }
+  OnebitSide onebit_compensate(int, float* message, float* x, float* error, size_t count) override {
+    for (size_t i = 0; i < count; ++i) x[i] = x[i] + error[i];
+    const float s = onebit_scale(sum_squares(x, count), count);
+    for (size_t i = 0; i < count; ++i) error[i] = x[i] - (x[i] < 0.0f ? -s : s);
+    message[0] = s;
+    auto* bytes = reinterpret_cast<uint8_t*>(message + 1);
+    std::memset(bytes, 0, (onebit_message_words(count) - 1) * sizeof(float));
+    for (size_t i = 0; i < count; ++i)
+      if (onebit_sign_bit(x[i])) bytes[i / 8] = static_cast<uint8_t>(bytes[i / 8] | (0x80u >> (i % 8)));
+    return {s, sum_squares(error, count)};
+  }
+  void onebit_server_sum(int, float* c, const float* messages, int ranks, size_t words, size_t first, size_t count,
+                         float inv) override {
+    for (int j = 0; j < ranks; ++j) {
+      const float* msg = messages + static_cast<size_t>(j) * words;
+      const auto* signs = reinterpret_cast<const uint8_t*>(msg + 1);
+      const float sj = msg[0] * inv;
+      for (size_t i = 0; i < count; ++i) {
+        const float v = onebit_message_bit(signs, first + i) ? sj : -sj;
+        c[i] = j == 0 ? v : c[i] + v;
+      }
+    }
+  }
+  void onebit_decode_chunks(int, float* m, size_t n, const float* messages, size_t words, size_t chunk) override {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t q = i / chunk;
+      const float* msg = messages + q * words;
+      m[i] = onebit_message_bit(reinterpret_cast<const uint8_t*>(msg + 1), i - q * chunk) ? msg[0] : -msg[0];
+    }
+  }
+  void zero_variance_mask(int, float* m, const float* v, size_t n) override {
+    for (size_t i = 0; i < n; ++i) m[i] = m[i] * (v[i] == 0.0f ? 0.0f : 1.0f);
+  }
+  void zero_one_sync_begin(int, float* p, float* cb, const float* v, size_t n, float eps) override {
+    for (size_t i = 0; i < n; ++i) {
+      p[i] = p[i] - cb[i];
+      cb[i] = cb[i] * (std::sqrt(v[i]) + eps);
+    }
+  }
+  void zero_one_sync_end(int, float* m, float* p, float* cb, const float* v, size_t n, float lrs,
+                         float eps) override {
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = 0.0f - cb[i] / lrs;  // exp_avg.zero_().add_(comm_buffer / lrs, alpha=-1)
+      p[i] = p[i] + cb[i] / (std::sqrt(v[i]) + eps);
+      cb[i] = 0.0f;
+    }
+  }
+  void lamb_direction(int, float* u, const float* m, const float* v, const float* p, size_t n, float eps,
+                      float weight_decay, bool decay) override {
+    for (size_t i = 0; i < n; ++i) u[i] = deepspeed_direction(m[i], v[i], p[i], eps, weight_decay, decay);
+  }
+  void lamb_reconstruct(int, float* u, const float* m, const float* last, size_t n, float b1, float a1) override {
+    for (size_t i = 0; i < n; ++i) u[i] = (m[i] - last[i] * b1) / a1;  // grad_reconstruct
+  }
+  LambFrozenTerms lamb_frozen_direction(int, float* u, const float* m, const float* v, const float* fresh,
+                                        const float* p, size_t n, float eps, float weight_decay,
+                                        bool decay) override {
+    LambFrozenTerms t;
+    for (size_t i = 0; i < n; ++i) {
+      const float denom = std::sqrt(v[i]) + eps;
+      const float pre = m[i] / denom;
+      t.pre_sum_squares += static_cast<double>(pre) * static_cast<double>(pre);
+      u[i] = decay ? pre + weight_decay * p[i] : pre;
+      const float q = denom / (std::sqrt(fresh[i]) + eps);  // denom / denom_real
+      t.nan = t.nan || std::isnan(q);
+      if (i == 0 || q > t.max_ratio) t.max_ratio = q;
+    }
+    return t;
+  }
+
+ private:
+  // sum of x[i]^2 in double in index order.
+  static double sum_squares(const float* x, size_t n) {
+    double ss = 0.0;
+    for (size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    return ss;
   }
 };
 

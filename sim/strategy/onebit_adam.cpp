@@ -1,5 +1,6 @@
 // training.optimizer.kind "onebit_adam": the OnebitAdam strategy (DeepSpeed's 1-bit Adam as a sync strategy, because
-// it owns the communication) and the pieces onebit_adam.h declares (compressed all-reduce, pricing, report, Adam).
+// it owns the communication) and the pieces onebit_adam.h declares (compressed all-reduce, pricing, report, Adam), on
+// the buffers of the run's memory through its ElementOps and CompressOps (host loops or a device's kernels).
 #include "sim/strategy/onebit_adam.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernels/nvtx.h"
+#include "sim/compress/compressor.h"
 #include "sim/core/clock.h"
 #include "sim/core/error.h"
 #include "sim/core/summary.h"
@@ -43,17 +45,18 @@ double onebit_wire_bytes(size_t padded, int ranks) {
   return 2.0 * (N - 1.0) / N * bits + 2.0 * (N - 1.0) * 4.0;
 }
 
-void timed_onebit_compressed_allreduce(Communicator& comm, PhaseClock& clock, int rank, int ranks, float* m, size_t n,
-                                       size_t padded, std::vector<float>& worker_error,
-                                       std::vector<float>& server_error, OnebitNorms* norms) {
-  if (worker_error.empty()) {
-    worker_error.assign(padded, 0.0f);
-    server_error.assign(padded / static_cast<size_t>(ranks), 0.0f);
-  }
+void OnebitBuffers::make_errors(ElementOps& memory, int rank, size_t padded, int ranks) {
+  worker_error = memory.allocate(rank, padded);
+  server_error = memory.allocate(rank, padded / static_cast<size_t>(ranks));
+}
+
+void timed_onebit_compressed_allreduce(Communicator& comm, ElementOps& memory, PhaseClock& clock, int rank, int ranks,
+                                       float* m, size_t n, size_t padded, OnebitBuffers& b, OnebitNorms* norms) {
+  if (!b.has_errors()) b.make_errors(memory, rank, padded, ranks);
   {
     GS_NVTX_RANGE(kCompress);
-    PhaseTimer t(clock, Phase::kCompress);
-    onebit_compressed_allreduce(comm, rank, m, n, worker_error, server_error, norms);
+    TimedPhase t(memory, rank, clock, Phase::kCompress);
+    onebit_compressed_allreduce(comm, memory, rank, m, n, b, norms);
   }
   const CommStats st = comm.take_stats(rank);
   clock.move(Phase::kCompress, Phase::kWait, st.wait_s);
@@ -62,49 +65,10 @@ void timed_onebit_compressed_allreduce(Communicator& comm, PhaseClock& clock, in
 
 namespace {
 
-// ||x|| / sqrt(count) as DeepSpeed's torch.linalg.norm(x) / np.sqrt(numel), the norm summed in double.
-float rms_scale(const float* x, size_t count) {
-  double ss = 0.0;
-  for (size_t i = 0; i < count; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return static_cast<float>(std::sqrt(ss)) / static_cast<float>(std::sqrt(static_cast<double>(count)));
-}
-
-double l2(const std::vector<float>& x) {
-  double ss = 0.0;
-  for (float e : x) ss += static_cast<double>(e) * static_cast<double>(e);
-  return std::sqrt(ss);
-}
-
-// Packs the sign bits (1 where !(x < 0): DeepSpeed's x.sign().add_(1).bool()) of x[0, count) into bytes, first value
-// in the most significant bit (numpy / cupy packbits), after `head` words of `out` (a float message).
-void pack_signs(const float* x, size_t count, std::vector<float>& out, size_t head) {
-  auto* bytes = reinterpret_cast<uint8_t*>(out.data() + head);
-  std::memset(bytes, 0, (out.size() - head) * sizeof(float));
-  for (size_t i = 0; i < count; ++i)
-    if (!(x[i] < 0.0f)) bytes[i / 8] = static_cast<uint8_t>(bytes[i / 8] | (0x80u >> (i % 8)));
-}
-
-bool sign_bit(const float* message, size_t head, size_t i) {
-  const auto* bytes = reinterpret_cast<const uint8_t*>(message + head);
-  return (bytes[i / 8] & (0x80u >> (i % 8))) != 0;
-}
-
-// A message of one scale (word 0) and `count` packed sign bits, in 4-byte words.
-size_t message_words(size_t count) { return 1 + (count / 8 + 3) / 4; }
-
-// One side's error feedback (the worker's over x = pad(m), the server's over its chunk c), in place over x[0,
-// error.size()): x += error (buffer_m.add_(worker_error), compensated_server_m.add_(server_error)); the scale
-// s = ||x|| / sqrt(count); error = x - s sign(x). Returns the message: s, then the packed signs of x.
-std::vector<float> compensate_and_pack(float* x, std::vector<float>& error, float* scale) {
-  const size_t count = error.size();
-  for (size_t i = 0; i < count; ++i) x[i] = x[i] + error[i];
-  const float s = rms_scale(x, count);
-  for (size_t i = 0; i < count; ++i) error[i] = x[i] - (x[i] < 0.0f ? -s : s);
-  std::vector<float> message(message_words(count));
-  message[0] = s;
-  pack_signs(x, count, message, 1);
-  *scale = s;
-  return message;
+// A buffer of `n` floats of `memory` for rank `rank`, made when missing (the compressed all-reduce's workspace).
+float* room(ElementOps& memory, int rank, FloatBuffer& b, size_t n) {
+  if (b.size() != n) b = memory.allocate(rank, n);
+  return b.get();
 }
 
 nlohmann::json summary(const std::vector<double>& v) {
@@ -119,59 +83,45 @@ nlohmann::json ms_summary(const std::vector<double>& seconds) {
 
 }  // namespace
 
-void onebit_compressed_allreduce(Communicator& comm, int rank, float* m, size_t n, std::vector<float>& worker_error,
-                                 std::vector<float>& server_error, OnebitNorms* norms) {
+void onebit_compressed_allreduce(Communicator& comm, ElementOps& memory, int rank, float* m, size_t n,
+                                 OnebitBuffers& b, OnebitNorms* norms) {
   const int N = comm.size();
-  const size_t P = worker_error.size();
-  GS_EXPECT(P == onebit_padded_elements(n, N) && server_error.size() == P / static_cast<size_t>(N),
+  const size_t P = b.worker_error.size();
+  GS_EXPECT(P == onebit_padded_elements(n, N) && b.server_error.size() == P / static_cast<size_t>(N),
             "onebit_compressed_allreduce: error buffers of DeepSpeed's padded sizes");
   const size_t C = P / static_cast<size_t>(N);
+  const size_t w1 = onebit_message_words(P), w2 = onebit_message_words(C);
+  CompressOps& ops = compress_ops_of(memory);
+  float* x = room(memory, rank, b.x, P);
+  float* c = room(memory, rank, b.chunk, C);
+  float* send = room(memory, rank, b.worker_message, w1);
+  float* recv = room(memory, rank, b.worker_messages, w1 * static_cast<size_t>(N));
+  float* send2 = room(memory, rank, b.server_message, w2);
+  float* recv2 = room(memory, rank, b.server_messages, w2 * static_cast<size_t>(N));
   const double t0 = now_s();
   // Worker side: x = pad(m) + worker_error (buffer_m.add_(worker_error)), its scale, its new error, its signs.
-  thread_local std::vector<float> x;
-  x.assign(P, 0.0f);
-  for (size_t i = 0; i < n; ++i) x[i] = m[i];
-  float ws = 0.0f;
-  const std::vector<float> send = compensate_and_pack(x.data(), worker_error, &ws);
+  memory.copy(rank, x, m, n);
+  memory.zero(rank, x + n, P - n);
+  const OnebitSide worker = ops.onebit_compensate(rank, send, x, b.worker_error.get(), P);
   // Phase 1 (DeepSpeed: all-to-all of the sign chunks and all-gather of the scales): one all-gather of the scale and
   // all packed signs; rank q reads chunk q of every rank.
-  const size_t w1 = send.size();
-  std::vector<float> recv(w1 * static_cast<size_t>(N));
   double compress_s = now_s() - t0;
-  comm.all_gather(rank, recv.data(), send.data(), w1);
+  comm.all_gather(rank, recv, send, w1);
   const double t1 = now_s();
   // Server side of chunk `rank`: c = sum_j sign_j * (s_j * float(1/N)), in rank order, + server_error.
-  const auto inv = static_cast<float>(1.0 / N);
-  thread_local std::vector<float> c;
-  c.assign(C, 0.0f);
-  const size_t base = static_cast<size_t>(rank) * C;
-  for (int j = 0; j < N; ++j) {
-    const float* msg = recv.data() + static_cast<size_t>(j) * w1;
-    const float sj = msg[0] * inv;
-    for (size_t i = 0; i < C; ++i) {
-      const float v = sign_bit(msg, 1, base + i) ? sj : -sj;
-      c[i] = j == 0 ? v : c[i] + v;
-    }
-  }
-  float ss = 0.0f;
-  const std::vector<float> send2 = compensate_and_pack(c.data(), server_error, &ss);
+  ops.onebit_server_sum(rank, c, recv, N, w1, static_cast<size_t>(rank) * C, C, static_cast<float>(1.0 / N));
+  const OnebitSide server = ops.onebit_compensate(rank, send2, c, b.server_error.get(), C);
   // Phase 2: all-gather of the server scales and signs; m = every chunk decoded, cut to n.
-  const size_t w2 = send2.size();
-  std::vector<float> recv2(w2 * static_cast<size_t>(N));
   compress_s += now_s() - t1;
-  comm.all_gather(rank, recv2.data(), send2.data(), w2);
+  comm.all_gather(rank, recv2, send2, w2);
   const double t2 = now_s();
-  for (size_t i = 0; i < n; ++i) {
-    const size_t q = i / C;
-    const float* msg = recv2.data() + q * w2;
-    m[i] = sign_bit(msg, 1, i - q * C) ? msg[0] : -msg[0];
-  }
+  ops.onebit_decode_chunks(rank, m, n, recv2, w2, C);
   const double decompress_s = now_s() - t2;
   if (norms != nullptr) {
-    norms->worker_error = l2(worker_error);
-    norms->server_error = l2(server_error);
-    norms->worker_scale = ws;
-    norms->server_scale = ss;
+    norms->worker_error = std::sqrt(worker.error_sum_squares);
+    norms->server_error = std::sqrt(server.error_sum_squares);
+    norms->worker_scale = worker.scale;
+    norms->server_scale = server.scale;
     norms->compress_s = compress_s;
     norms->decompress_s = decompress_s;
   }
@@ -231,27 +181,22 @@ nlohmann::json onebit_compression_report(const std::vector<const std::vector<One
   return j;
 }
 
-void deepspeed_first_moment(float* m, const float* g, size_t n, double beta1) {
-  const auto b1 = static_cast<float>(beta1), a1 = static_cast<float>(1.0 - beta1);
-  for (size_t i = 0; i < n; ++i) m[i] = std::fma(a1, g[i], m[i] * b1);
+void deepspeed_first_moment(CompressOps& ops, int rank, float* m, const float* g, size_t n, double beta1) {
+  ops.deepspeed_first_moment(rank, m, g, n, static_cast<float>(beta1), static_cast<float>(1.0 - beta1));
 }
 
-void deepspeed_second_moment(float* v, const float* g, size_t n, double beta2) {
-  const auto b2 = static_cast<float>(beta2), a2 = static_cast<float>(1.0 - beta2);
-  for (size_t i = 0; i < n; ++i) v[i] = std::fma(a2 * g[i], g[i], v[i] * b2);
+void deepspeed_second_moment(CompressOps& ops, int rank, float* v, const float* g, size_t n, double beta2) {
+  ops.deepspeed_second_moment(rank, v, g, n, static_cast<float>(beta2), static_cast<float>(1.0 - beta2));
 }
 
-void deepspeed_update(float* p, const float* m, const float* v, size_t n, const OptimizerConfig& o, double lr,
-                      float* accumulated) {
-  const auto eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);
-  const auto neg_lr = static_cast<float>(-lr);
-  for (size_t i = 0; i < n; ++i) {
-    float u = m[i] / (std::sqrt(v[i]) + eps);
-    if (o.weight_decay > 0.0) u = u + wd * p[i];
-    const float step = neg_lr * u;
-    p[i] = p[i] + step;
-    if (accumulated != nullptr) accumulated[i] = accumulated[i] + step;
-  }
+void deepspeed_update(CompressOps& ops, int rank, float* p, const float* m, const float* v, size_t n,
+                      const OptimizerConfig& o, double lr, float* accumulated) {
+  DeepSpeedUpdate s;
+  s.eps = static_cast<float>(o.eps);
+  s.weight_decay = static_cast<float>(o.weight_decay);
+  s.neg_lr = static_cast<float>(-lr);
+  s.decay = o.weight_decay > 0.0;
+  ops.deepspeed_update(rank, p, m, v, n, s, accumulated);
 }
 
 namespace {
@@ -283,6 +228,8 @@ class OnebitAdam final : public SyncStrategy {
  public:
   explicit OnebitAdam(const StrategySetup& s)
       : comm_(s.comm),
+        memory_(s.memory()),
+        ops_(compress_ops_of(memory_)),
         ranks_(s.ranks),
         n_(s.model.num_params()),
         cost_model_(s.cost_model),
@@ -297,21 +244,23 @@ class OnebitAdam final : public SyncStrategy {
     s.claim_replicas_identical(true);
     if (s.timing_only) return;
     ranks_state_.resize(static_cast<size_t>(ranks_));
-    for (RankState& r : ranks_state_) {
-      r.params.assign(n_, 0.0f);
-      r.m.assign(n_, 0.0f);
-      r.v.assign(n_, 0.0f);
+    for (int q = 0; q < ranks_; ++q) {
+      RankState& r = ranks_state_[static_cast<size_t>(q)];
+      r.params = memory_.allocate(q, n_);
+      r.m = memory_.allocate(q, n_);
+      r.v = memory_.allocate(q, n_);
     }
   }
 
-  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.data(); }
-  const float* eval_params() override { return ranks_state_[0].params.data(); }
+  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.get(); }
+  const float* eval_params() override { return ranks_state_[0].params.get(); }
 
-  // State of rank `rank` for tests: m (exp_avg), v (exp_avg_sq), worker and server error (empty outside the
-  // compressed stage).
+  // State of rank `rank`, buffers of the run's memory: m (exp_avg), v (exp_avg_sq), the compressed all-reduce's
+  // buffers (the worker and server errors empty outside the compressed stage).
   struct RankState {
-    std::vector<float> params, m, v, worker_error, server_error;
-    std::vector<float> mask;         // exp_avg_mask "zero_variance" (empty until the first compressed step)
+    FloatBuffer params, m, v;
+    FloatBuffer flat;                // uncompressed_tensors: the compressed group's momentum, flat
+    OnebitBuffers onebit;
     OnebitNorms norms;               // the last compressed all-reduce's
     std::vector<OnebitNorms> steps;  // every compressed step's (not the initialization step's)
   };
@@ -345,12 +294,11 @@ class OnebitAdam final : public SyncStrategy {
     all_reduce_gradient(in);
     if (phase == OnebitPhase::kInit) return init_step(in, r);
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    const float s = static_cast<float>(in.global_samples);
-    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-    deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
-    deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
-    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    memory_.divide(in.rank, in.grad, n_, static_cast<float>(in.global_samples));
+    deepspeed_first_moment(ops_, in.rank, r.m.get(), in.grad, n_, opt_.beta1);
+    deepspeed_second_moment(ops_, in.rank, r.v.get(), in.grad, n_, opt_.beta2);
+    deepspeed_update(ops_, in.rank, r.params.get(), r.m.get(), r.v.get(), n_, opt_, in.lr);
   }
 
   const RankState& rank_state(int rank) const { return ranks_state_[static_cast<size_t>(rank)]; }
@@ -363,15 +311,13 @@ class OnebitAdam final : public SyncStrategy {
   void init_step(const StepInput& in, RankState& r) {
     if (ranks_ > 1) {
       compressed(in, r);  // makes the error buffers zero
-      r.worker_error.clear();
-      r.server_error.clear();
+      r.onebit.drop_errors();
     }
     if (plain_.empty()) return;
     {
-      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
       const float s = static_cast<float>(in.global_samples);
-      for (const Bucket& b : plain_)
-        for (size_t i = b.begin; i < b.end; ++i) in.grad[i] = in.grad[i] / s;
+      for (const Bucket& b : plain_) memory_.divide(in.rank, in.grad + b.begin, b.end - b.begin, s);
     }
     non_freeze_moments(in, r);
   }
@@ -381,24 +327,25 @@ class OnebitAdam final : public SyncStrategy {
   void non_freeze_moments(const StepInput& in, RankState& r) {
     all_reduce_buckets(comm_, in.rank, in.grad, plain_, *in.clock);
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
     const auto inv = static_cast<float>(1.0 / ranks_);
     for (const Bucket& b : plain_) {
-      for (size_t i = b.begin; i < b.end; ++i) in.grad[i] = in.grad[i] * inv;
-      deepspeed_first_moment(r.m.data() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta1);
-      deepspeed_second_moment(r.v.data() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta2);
+      const size_t count = b.end - b.begin;
+      memory_.scale(in.rank, in.grad + b.begin, count, inv);
+      deepspeed_first_moment(ops_, in.rank, r.m.get() + b.begin, in.grad + b.begin, count, opt_.beta1);
+      deepspeed_second_moment(ops_, in.rank, r.v.get() + b.begin, in.grad + b.begin, count, opt_.beta2);
     }
   }
 
   void compressed_step(const StepInput& in, RankState& r) {
     {
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
       // The rank's own mean gradient (DeepSpeed: the engine's all-reduce is off; each rank's loss is its mean).
-      const float s = static_cast<float>(in.local_samples);
-      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
+      if (in.local_samples > 0) memory_.divide(in.rank, in.grad, n_, static_cast<float>(in.local_samples));
+      else memory_.zero(in.rank, in.grad, n_);
       for (const Bucket& b : compressed_)
-        deepspeed_first_moment(r.m.data() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta1);
+        deepspeed_first_moment(ops_, in.rank, r.m.get() + b.begin, in.grad + b.begin, b.end - b.begin, opt_.beta1);
     }
     if (!plain_.empty()) non_freeze_moments(in, r);
     if (ranks_ > 1) {
@@ -406,9 +353,14 @@ class OnebitAdam final : public SyncStrategy {
       r.steps.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    if (mask_zero_variance_) apply_mask(r);
-    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    // exp_avg.mul_(exp_avg_mask) with the mask of exp_avg_mask "zero_variance" (0 where the frozen variance is
+    // exactly 0: v is the same on every rank, so every rank's mask is), on the group that has the mask: the
+    // compressed one.
+    if (mask_zero_variance_)
+      for (const Bucket& b : compressed_)
+        ops_.zero_variance_mask(in.rank, r.m.get() + b.begin, r.v.get() + b.begin, b.end - b.begin);
+    deepspeed_update(ops_, in.rank, r.params.get(), r.m.get(), r.v.get(), n_, opt_, in.lr);
   }
 
   // The compressed group (every tensor not in uncompressed_tensors, skipping empty ones as DeepSpeed's
@@ -462,34 +414,27 @@ class OnebitAdam final : public SyncStrategy {
 
   void compressed(const StepInput& in, RankState& r) {
     if (plain_.empty())
-      return timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, r.m.data(), n_, padded_,
-                                               r.worker_error, r.server_error, &r.norms);
+      return timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, r.m.get(), n_, padded_,
+                                               r.onebit, &r.norms);
     // The compressed group's flat momentum (its tensors in table order), then back in place.
-    thread_local std::vector<float> flat;
-    flat.clear();
-    for (const Bucket& b : compressed_) flat.insert(flat.end(), r.m.begin() + b.begin, r.m.begin() + b.end);
-    timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, flat.data(), compressed_n_, padded_,
-                                      r.worker_error, r.server_error, &r.norms);
+    if (r.flat.size() != compressed_n_) r.flat = memory_.allocate(in.rank, compressed_n_);
     size_t o = 0;
     for (const Bucket& b : compressed_) {
-      std::copy(flat.begin() + o, flat.begin() + o + (b.end - b.begin), r.m.begin() + b.begin);
+      memory_.copy(in.rank, r.flat.get() + o, r.m.get() + b.begin, b.end - b.begin);
+      o += b.end - b.begin;
+    }
+    timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, r.flat.get(), compressed_n_, padded_,
+                                      r.onebit, &r.norms);
+    o = 0;
+    for (const Bucket& b : compressed_) {
+      memory_.copy(in.rank, r.m.get() + b.begin, r.flat.get() + o, b.end - b.begin);
       o += b.end - b.begin;
     }
   }
 
-  // exp_avg.mul_(exp_avg_mask) (OnebitAdam.step, after the compressed all-reduce) with the mask of
-  // exp_avg_mask "zero_variance": 0 where the frozen variance is exactly 0, made at the first compressed step (v is
-  // the same on every rank, so every rank's mask is).
-  void apply_mask(RankState& r) const {
-    if (r.mask.empty()) {
-      r.mask.resize(n_);
-      for (size_t i = 0; i < n_; ++i) r.mask[i] = r.v[i] == 0.0f ? 0.0f : 1.0f;
-    }
-    for (const Bucket& b : compressed_)  // the group that has the mask: the compressed one
-      for (size_t i = b.begin; i < b.end; ++i) r.m[i] = r.m[i] * r.mask[i];
-  }
-
   Communicator& comm_;
+  ElementOps& memory_;  // the memory of every buffer here (host, or a device's)
+  CompressOps& ops_;    // its compressor operations (the 1-bit optimizers' element math)
   int ranks_;
   size_t n_;
   size_t compressed_n_ = 0;  // the compressed group's values (n_ without uncompressed_tensors)

@@ -2,7 +2,9 @@
 // Large-Scale Large-Batch Training with LAMB's Convergence Speed", arXiv 2104.06069; DeepSpeed OnebitLamb.step in
 // deepspeed/runtime/fp16/onebit/lamb.py, read at commit edaa7221267243c7be7fb49c5d5f5c4fb97b4641) as a sync strategy,
 // because it owns the communication. The compressed all-reduce, its message sizes, its price and the report's
-// compression object are 1-bit Adam's (onebit_adam.h).
+// compression object are 1-bit Adam's (onebit_adam.h). Its buffers are the run's memory's (host or device): the
+// per-tensor norms come back through ElementOps::scan, the element passes are ElementOps and CompressOps
+// (lamb_direction, lamb_reconstruct, lamb_frozen_direction), the coefficients and factors are host scalars.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -11,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "kernels/nvtx.h"
+#include "sim/compress/compressor.h"
 #include "sim/core/clock.h"
 #include "sim/core/error.h"
 #include "sim/strategy/bucket_all_reduce.h"
@@ -19,21 +22,6 @@
 
 namespace gs {
 namespace {
-
-// ||x|| of a float32 tensor (torch's x.pow(2).sum().sqrt(), vector_norm): the squares summed in double, the root
-// rounded to float, as onebit_adam.cpp's norms (torch sums in float32 in its own order: within float32 rounding).
-float norm32(const float* x, size_t n) {
-  double ss = 0.0;
-  for (size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return static_cast<float>(std::sqrt(ss));
-}
-
-// p.add_(-lr * lamb_coeff * update): the Python scalar (-lr * coeff, a double) rounded to float, times the update,
-// added to p.
-void add_scaled(float* p, const float* u, size_t n, double scalar) {
-  const auto a = static_cast<float>(scalar);
-  for (size_t i = 0; i < n; ++i) p[i] = p[i] + a * u[i];
-}
 
 // DeepSpeed's 1-bit LAMB, per 1-based step k (state['step']); m, v, v_fresh (exp_avg_sq_fresh) start at 0, and per
 // tensor (each parameter of the model's table) the frozen coefficient f = 0 (lamb_coeff_freeze) and last_factor = 1:
@@ -57,6 +45,8 @@ class OnebitLamb final : public SyncStrategy {
  public:
   explicit OnebitLamb(const StrategySetup& s)
       : comm_(s.comm),
+        memory_(s.memory()),
+        ops_(compress_ops_of(memory_)),
         ranks_(s.ranks),
         n_(s.model.num_params()),
         padded_(onebit_padded_elements(n_, s.ranks)),
@@ -72,14 +62,15 @@ class OnebitLamb final : public SyncStrategy {
     s.claim_replicas_identical(true);
     if (s.timing_only) return;
     ranks_state_.resize(static_cast<size_t>(ranks_));
-    for (RankState& r : ranks_state_) {
-      for (std::vector<float>* b : {&r.params, &r.m, &r.v, &r.fresh, &r.last, &r.update}) b->assign(n_, 0.0f);
+    for (int q = 0; q < ranks_; ++q) {
+      RankState& r = ranks_state_[static_cast<size_t>(q)];
+      for (FloatBuffer* b : {&r.params, &r.m, &r.v, &r.fresh, &r.last, &r.update}) *b = memory_.allocate(q, n_);
       r.tensors.resize(tensors_.size());
     }
   }
 
-  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.data(); }
-  const float* eval_params() override { return ranks_state_[0].params.data(); }
+  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.get(); }
+  const float* eval_params() override { return ranks_state_[0].params.get(); }
 
   // DeepSpeed's per-parameter state beyond the moments, per tensor of the table.
   struct TensorState {
@@ -88,9 +79,10 @@ class OnebitLamb final : public SyncStrategy {
     double scaling_coeff = 0.0;  // state['scaling_coeff'] (0 until the first compressed step)
     double lamb_coeff = 0.0;     // the coefficient of the last update (get_lamb_coeffs)
   };
+  // One rank's state: buffers of the run's memory, and its per-tensor scalars on the host.
   struct RankState {
-    std::vector<float> params, m, v, fresh, last, update;  // fresh: exp_avg_sq_fresh; last: exp_avg_last_step
-    std::vector<float> worker_error, server_error, mask;
+    FloatBuffer params, m, v, fresh, last, update;  // fresh: exp_avg_sq_fresh; last: exp_avg_last_step
+    OnebitBuffers onebit;                           // the compressed all-reduce's error buffers and workspace
     std::vector<TensorState> tensors;
     bool scaled = false;             // scaling_coeff made
     OnebitNorms norms;               // the last compressed all-reduce's
@@ -112,8 +104,7 @@ class OnebitLamb final : public SyncStrategy {
         all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
         if (ranks_ > 1) {  // the zero momentum through the compressed all-reduce; the buffers are dropped after it
           compressed(in, r);  // makes the error buffers zero
-          r.worker_error.clear();
-          r.server_error.clear();
+          r.onebit.drop_errors();
         }
         return;
       case OnebitPhase::kWarmup:
@@ -129,23 +120,20 @@ class OnebitLamb final : public SyncStrategy {
   void warmup_step(const StepInput& in, RankState& r, int64_t k) {
     all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    const float s = static_cast<float>(in.global_samples);
-    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-    deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
-    deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
-    if (k == opt_.freeze_step) r.fresh = r.v;  // exp_avg_sq_fresh.data = exp_avg_sq.detach().clone()
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    memory_.divide(in.rank, in.grad, n_, static_cast<float>(in.global_samples));
+    deepspeed_first_moment(ops_, in.rank, r.m.get(), in.grad, n_, opt_.beta1);
+    deepspeed_second_moment(ops_, in.rank, r.v.get(), in.grad, n_, opt_.beta2);
+    if (k == opt_.freeze_step)  // exp_avg_sq_fresh.data = exp_avg_sq.detach().clone()
+      memory_.copy(in.rank, r.fresh.get(), r.v.get(), n_);
     const auto eps = static_cast<float>(opt_.eps), wd = static_cast<float>(opt_.weight_decay);
     for (size_t j = 0; j < tensors_.size(); ++j) {
       const size_t o = tensors_[j].offset, c = tensors_[j].count;
-      float* p = r.params.data() + o;
-      float* u = r.update.data() + o;
-      const float weight_norm = norm32(p, c);
-      for (size_t i = 0; i < c; ++i) {
-        u[i] = r.m[o + i] / (std::sqrt(r.v[o + i]) + eps);
-        if (opt_.weight_decay > 0.0) u[i] = u[i] + wd * p[i];
-      }
-      const float update_norm = norm32(u, c);
+      float* p = r.params.get() + o;
+      float* u = r.update.get() + o;
+      const float weight_norm = norm32(in.rank, p, c);
+      ops_.lamb_direction(in.rank, u, r.m.get() + o, r.v.get() + o, p, c, eps, wd, opt_.weight_decay > 0.0);
+      const float update_norm = norm32(in.rank, u, c);
       double coeff = 1.0;
       if (weight_norm != 0.0f && update_norm != 0.0f) {
         coeff = static_cast<double>(weight_norm / update_norm);
@@ -155,18 +143,31 @@ class OnebitLamb final : public SyncStrategy {
       TensorState& ts = r.tensors[j];
       if (coeff != 1.0) ts.coeff_freeze = opt_.coeff_beta * ts.coeff_freeze + (1.0 - opt_.coeff_beta) * coeff;
       ts.lamb_coeff = coeff;
-      add_scaled(p, u, c, -in.lr * coeff);
+      add_scaled(in.rank, p, u, c, -in.lr * coeff);
     }
+  }
+
+  // ||x|| of a float32 tensor of the run's memory (torch's x.pow(2).sum().sqrt(), vector_norm): the squares summed in
+  // double (ElementOps::scan: in index order on the host, a fixed order of its own on a device), the root rounded to
+  // float, as onebit_adam.cpp's norms (torch sums in float32 in its own order: within float32 rounding).
+  float norm32(int rank, const float* x, size_t n) const {
+    return static_cast<float>(std::sqrt(memory_.scan(rank, x, n, true).sum_squares));
+  }
+
+  // p.add_(-lr * lamb_coeff * update): the Python scalar (-lr * coeff, a double) rounded to float, times the update,
+  // added to p (ElementOps::add_scaled: the product rounded apart from the sum).
+  void add_scaled(int rank, float* p, const float* u, size_t n, double scalar) const {
+    memory_.add_scaled(rank, p, u, static_cast<float>(scalar), n);
   }
 
   // At the end of the warm-up: scaling_coeff = united_scale / momentum_scale of each tensor, momentum_scale =
   // (||m_t|| / float(sqrt(numel))).item(), united_scale their mean (Python's sum in table order over the count).
-  void make_scaling(RankState& r) const {
+  void make_scaling(int rank, RankState& r) const {
     std::vector<double> scales;
     double sum = 0.0;
     for (const TensorInfo& t : tensors_) {
       const auto root = static_cast<float>(std::sqrt(static_cast<double>(t.count)));
-      scales.push_back(static_cast<double>(norm32(r.m.data() + t.offset, t.count) / root));
+      scales.push_back(static_cast<double>(norm32(rank, r.m.get() + t.offset, t.count) / root));
       sum += scales.back();
     }
     const double united = sum / static_cast<double>(tensors_.size());
@@ -182,65 +183,54 @@ class OnebitLamb final : public SyncStrategy {
   }
 
   // Multiplies (or divides) each tensor's momentum by its scaling coefficient, rounded to float.
-  void scale_momentum(RankState& r, bool divide) const {
+  void scale_momentum(int rank, RankState& r, bool divide) const {
     for (size_t j = 0; j < tensors_.size(); ++j) {
       const auto s = static_cast<float>(r.tensors[j].scaling_coeff);
-      float* m = r.m.data() + tensors_[j].offset;
-      for (size_t i = 0; i < tensors_[j].count; ++i) m[i] = divide ? m[i] / s : m[i] * s;
+      float* m = r.m.get() + tensors_[j].offset;
+      if (divide) memory_.divide(rank, m, tensors_[j].count, s);
+      else memory_.scale(rank, m, tensors_[j].count, s);
     }
   }
 
   void compressed_step(const StepInput& in, RankState& r) {
     {
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(*in.clock, Phase::kOptimizer);
-      r.last = r.m;  // exp_avg_last_step
-      if (!r.scaled) make_scaling(r);
+      TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+      memory_.copy(in.rank, r.last.get(), r.m.get(), n_);  // exp_avg_last_step
+      if (!r.scaled) make_scaling(in.rank, r);
       // The rank's own mean gradient (the engine's all-reduce is off; each rank's loss is its mean).
-      const float s = static_cast<float>(in.local_samples);
-      for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
-      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
-      scale_momentum(r, false);
+      if (in.local_samples > 0) memory_.divide(in.rank, in.grad, n_, static_cast<float>(in.local_samples));
+      else memory_.zero(in.rank, in.grad, n_);
+      deepspeed_first_moment(ops_, in.rank, r.m.get(), in.grad, n_, opt_.beta1);
+      scale_momentum(in.rank, r, false);
     }
     if (ranks_ > 1) {
       compressed(in, r);  // the error buffers made zero at the first compressed step
       r.steps.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    scale_momentum(r, true);
-    if (opt_.exp_avg_mask == "zero_variance") {  // exp_avg.mul_(group['exp_avg_mask']), the mask from the frozen v
-      if (r.mask.empty())
-        for (float x : r.v) r.mask.push_back(x == 0.0f ? 0.0f : 1.0f);
-      for (size_t i = 0; i < n_; ++i) r.m[i] = r.m[i] * r.mask[i];
-    }
-    for (size_t j = 0; j < tensors_.size(); ++j) frozen_update(r, j, in.lr);
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    scale_momentum(in.rank, r, true);
+    // exp_avg.mul_(group['exp_avg_mask']), the mask from the frozen v (the same at every compressed step)
+    if (opt_.exp_avg_mask == "zero_variance") ops_.zero_variance_mask(in.rank, r.m.get(), r.v.get(), n_);
+    for (size_t j = 0; j < tensors_.size(); ++j) frozen_update(in.rank, r, j, in.lr);
   }
 
   // One tensor's update after the freeze, as OnebitLamb.step's last loop.
-  void frozen_update(RankState& r, size_t j, double lr) const {
+  void frozen_update(int rank, RankState& r, size_t j, double lr) const {
     const size_t o = tensors_[j].offset, c = tensors_[j].count;
-    const auto b1 = static_cast<float>(opt_.beta1), a1 = static_cast<float>(1.0 - opt_.beta1);
     const auto eps = static_cast<float>(opt_.eps), wd = static_cast<float>(opt_.weight_decay);
-    float* u = r.update.data() + o;
-    for (size_t i = 0; i < c; ++i) u[i] = (r.m[o + i] - r.last[o + i] * b1) / a1;  // grad_reconstruct
-    deepspeed_second_moment(r.fresh.data() + o, u, c, opt_.beta2);
-    double pre_ss = 0.0;
-    float max_ratio = 0.0f;
-    bool nan = false;
-    for (size_t i = 0; i < c; ++i) {
-      const float denom = std::sqrt(r.v[o + i]) + eps;
-      const float pre = r.m[o + i] / denom;
-      pre_ss += static_cast<double>(pre) * static_cast<double>(pre);
-      u[i] = opt_.weight_decay > 0.0 ? pre + wd * r.params[o + i] : pre;
-      const float q = denom / (std::sqrt(r.fresh[o + i]) + eps);  // denom / denom_real
-      nan = nan || std::isnan(q);
-      if (i == 0 || q > max_ratio) max_ratio = q;
-    }
-    const float update_norm = norm32(u, c);
-    double factor = nan ? std::nan("") : static_cast<double>(max_ratio);
+    float* u = r.update.get() + o;
+    ops_.lamb_reconstruct(rank, u, r.m.get() + o, r.last.get() + o, c, static_cast<float>(opt_.beta1),
+                          static_cast<float>(1.0 - opt_.beta1));  // grad_reconstruct
+    deepspeed_second_moment(ops_, rank, r.fresh.get() + o, u, c, opt_.beta2);
+    const LambFrozenTerms terms = ops_.lamb_frozen_direction(rank, u, r.m.get() + o, r.v.get() + o,
+                                                             r.fresh.get() + o, r.params.get() + o, c, eps, wd,
+                                                             opt_.weight_decay > 0.0);
+    const float update_norm = norm32(rank, u, c);
+    double factor = terms.nan ? std::nan("") : static_cast<double>(terms.max_ratio);
     if (opt_.weight_decay > 0.0) {
-      const auto ratio32 = static_cast<double>(static_cast<float>(std::sqrt(pre_ss)) / update_norm);
+      const auto ratio32 = static_cast<double>(static_cast<float>(std::sqrt(terms.pre_sum_squares)) / update_norm);
       const double ratio = ratio32 < 1.0 ? ratio32 : 1.0;  // Python's min(1.0, x)
       factor = factor * ratio + (1.0 - ratio);
     }
@@ -251,16 +241,18 @@ class OnebitLamb final : public SyncStrategy {
     if (factor < ts.last_factor * (1.0 - opt_.factor_threshold)) factor = ts.last_factor * (1.0 - opt_.factor_threshold);
     ts.last_factor = factor;
     ts.lamb_coeff = ts.coeff_freeze * factor;
-    add_scaled(r.params.data() + o, u, c, -lr * ts.lamb_coeff);
+    add_scaled(rank, r.params.get() + o, u, c, -lr * ts.lamb_coeff);
   }
 
   // The momentum through the compressed all-reduce, timed; its wait moved out; DeepSpeed's message bytes counted.
   void compressed(const StepInput& in, RankState& r) {
-    timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, r.m.data(), n_, padded_, r.worker_error,
-                                      r.server_error, &r.norms);
+    timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, r.m.get(), n_, padded_, r.onebit,
+                                      &r.norms);
   }
 
   Communicator& comm_;
+  ElementOps& memory_;  // the memory of every buffer here (host, or a device's)
+  CompressOps& ops_;    // its compressor operations (the 1-bit optimizers' element math)
   int ranks_;
   size_t n_;
   size_t padded_;

@@ -3,8 +3,9 @@
 // runs with host buffers (on the cuda backend: the staged path). The parameter server runs on a device memory as
 // practice runs it with GPU workers: its workers' parameters and gradients in that memory, its server shards,
 // optimizer and compression in host memory by design, pushes and pulls the memory's download / upload
-// (parameter_server.cpp). Extend: a strategy or compressor that moves its element code onto ElementOps (a
-// compressor: CompressOps, CompressorEntry::element_ops) drops its line here.
+// (parameter_server.cpp). The communication-owning optimizers (1-bit Adam, 0/1 Adam, 1-bit LAMB) run on device memory:
+// their compressed all-reduce and updates are CompressOps. Extend: a strategy or compressor that moves its element
+// code onto ElementOps (a compressor: CompressOps, CompressorEntry::element_ops) drops its line here.
 #include <optional>
 #include <string>
 
@@ -16,9 +17,9 @@ namespace gs {
 
 std::optional<std::string> host_memory_reason(const RunConfig& c) {
   auto quoted = [](const std::string& v) { return "\"" + v + "\""; };
-  if (owns_communication(c.training.optimizer))
-    return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) +
-           " runs its own compressed all-reduce, whose packing and error feedback are host loops";
+  // 1-bit Adam, 0/1 Adam and 1-bit LAMB own their communication (sync.kind allreduce, no compressor: validation's
+  // rule) and run every element loop through the memory's ElementOps and CompressOps (onebit_adam.h).
+  if (owns_communication(c.training.optimizer)) return std::nullopt;
   if (!optimizer_has_device_update(c.training.optimizer))
     return "training.optimizer.kind: " + quoted(c.training.optimizer.kind) + " has no device update";
   if (c.compression.kind != "none") {

@@ -1,11 +1,14 @@
 // training.optimizer.kind "zero_one_adam": the ZeroOneAdam strategy (DeepSpeed's 0/1 Adam as a sync strategy,
-// because it owns the communication) and its step schedule (zero_one_adam.h).
+// because it owns the communication) and its step schedule (zero_one_adam.h). Its buffers are the run's memory's and
+// its element work ElementOps and CompressOps (1-bit Adam's pieces, onebit_adam.h; the sync's two passes), so it runs
+// on host or device memory alike.
 #include "sim/strategy/zero_one_adam.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/nvtx.h"
+#include "sim/compress/compressor.h"
 #include "sim/core/clock.h"
 #include "sim/core/error.h"
 #include "sim/strategy/bucket_all_reduce.h"
@@ -72,6 +75,8 @@ class ZeroOneAdam final : public SyncStrategy {
  public:
   explicit ZeroOneAdam(const StrategySetup& s)
       : comm_(s.comm),
+        memory_(s.memory()),
+        ops_(compress_ops_of(memory_)),
         ranks_(s.ranks),
         n_(s.model.num_params()),
         padded_(onebit_padded_elements(n_, s.ranks)),
@@ -86,23 +91,26 @@ class ZeroOneAdam final : public SyncStrategy {
     s.claim_replicas_identical(ranks_ == 1 || s.total_steps <= zero_one_last_unfrozen_step(schedule_));
     if (s.timing_only) return;
     ranks_state_.resize(static_cast<size_t>(ranks_));
-    for (RankState& r : ranks_state_) {
-      r.params.assign(n_, 0.0f);
-      r.m.assign(n_, 0.0f);
-      r.v.assign(n_, 0.0f);
-      r.cb.assign(n_, 0.0f);
+    for (int q = 0; q < ranks_; ++q) {
+      RankState& r = ranks_state_[static_cast<size_t>(q)];
+      r.params = memory_.allocate(q, n_);
+      r.m = memory_.allocate(q, n_);
+      r.v = memory_.allocate(q, n_);
+      r.cb = memory_.allocate(q, n_);
     }
   }
 
-  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.data(); }
+  float* params(int rank) override { return ranks_state_[static_cast<size_t>(rank)].params.get(); }
   // Evaluation reads rank 0's replica (what a DeepSpeed user evaluating on rank 0 sees): after the freeze the
   // replicas differ between syncs, and by rounding after them too (p - cb is not bit for bit the synced point).
-  const float* eval_params() override { return ranks_state_[0].params.data(); }
+  const float* eval_params() override { return ranks_state_[0].params.get(); }
 
+  // One rank's state, buffers of the run's memory.
   struct RankState {
-    std::vector<float> params, m, v, cb, worker_error, server_error;  // cb: DeepSpeed's momentum_accumulator
-    double lrs = 0.0;                                                 // state['lrs']: the lrs since the last sync
-    OnebitNorms norms;                                                // the last compressed all-reduce's
+    FloatBuffer params, m, v, cb;  // cb: DeepSpeed's momentum_accumulator
+    OnebitBuffers onebit;          // the compressed all-reduce's error buffers and workspace
+    double lrs = 0.0;              // state['lrs']: the lrs since the last sync
+    OnebitNorms norms;             // the last compressed all-reduce's
     std::vector<OnebitNorms> calls;       // every compressed all-reduce after the first step's
     int64_t counts[5] = {0, 0, 0, 0, 0};  // steps per ZeroOnePhase
   };
@@ -149,10 +157,7 @@ class ZeroOneAdam final : public SyncStrategy {
         frozen_step(in, r, phase == ZeroOnePhase::kSync);
         break;
     }
-    if (k == zero_one_last_unfrozen_step(schedule_)) {  // reinitial_error_buffer: zeroed once at the freeze
-      std::fill(r.worker_error.begin(), r.worker_error.end(), 0.0f);
-      std::fill(r.server_error.begin(), r.server_error.end(), 0.0f);
-    }
+    if (k == zero_one_last_unfrozen_step(schedule_)) zero_errors(in.rank, r);  // reinitial_error_buffer
   }
 
   PriceKey price(const StepInput& in) const override;
@@ -164,32 +169,37 @@ class ZeroOneAdam final : public SyncStrategy {
   void init_step(const StepInput& in, RankState& r) {
     all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
     if (ranks_ > 1) {
-      compressed(in, r, r.cb.data());  // makes the error buffers zero
-      std::fill(r.worker_error.begin(), r.worker_error.end(), 0.0f);
-      std::fill(r.server_error.begin(), r.server_error.end(), 0.0f);
+      compressed(in, r, r.cb.get());  // makes the error buffers zero
+      zero_errors(in.rank, r);
     }
+  }
+
+  // The worker and server errors made zero (when they are made).
+  void zero_errors(int rank, RankState& r) {
+    if (!r.onebit.has_errors()) return;
+    memory_.zero(rank, r.onebit.worker_error.get(), r.onebit.worker_error.size());
+    memory_.zero(rank, r.onebit.server_error.get(), r.onebit.server_error.size());
   }
 
   void variance_step(const StepInput& in, RankState& r) {
     all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    const float s = static_cast<float>(in.global_samples);
-    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.grad[i] / s;
-    deepspeed_second_moment(r.v.data(), in.grad, n_, opt_.beta2);
-    deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
-    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    memory_.divide(in.rank, in.grad, n_, static_cast<float>(in.global_samples));
+    deepspeed_second_moment(ops_, in.rank, r.v.get(), in.grad, n_, opt_.beta2);
+    deepspeed_first_moment(ops_, in.rank, r.m.get(), in.grad, n_, opt_.beta1);
+    deepspeed_update(ops_, in.rank, r.params.get(), r.m.get(), r.v.get(), n_, opt_, in.lr);
   }
 
   // The rank's own mean gradient (the engine's all-reduce is off; each rank's loss is its mean).
   void local_mean(const StepInput& in) const {
-    const float s = static_cast<float>(in.local_samples);
-    for (size_t i = 0; i < n_; ++i) in.grad[i] = in.local_samples > 0 ? in.grad[i] / s : 0.0f;
+    if (in.local_samples > 0) memory_.divide(in.rank, in.grad, n_, static_cast<float>(in.local_samples));
+    else memory_.zero(in.rank, in.grad, n_);
   }
 
   void onebit_gradient_step(const StepInput& in, RankState& r) {
     {
-      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
       local_mean(in);
     }
     if (ranks_ > 1) {
@@ -197,49 +207,43 @@ class ZeroOneAdam final : public SyncStrategy {
       r.calls.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    if (ranks_ > 1) deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
-    deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr);
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    if (ranks_ > 1) deepspeed_first_moment(ops_, in.rank, r.m.get(), in.grad, n_, opt_.beta1);
+    deepspeed_update(ops_, in.rank, r.params.get(), r.m.get(), r.v.get(), n_, opt_, in.lr);
   }
 
   void frozen_step(const StepInput& in, RankState& r, bool sync) {
+    const auto eps = static_cast<float>(opt_.eps);
     {
       GS_NVTX_RANGE(kOptimizer);
-      PhaseTimer t(*in.clock, Phase::kOptimizer);
+      TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
       local_mean(in);
-      deepspeed_first_moment(r.m.data(), in.grad, n_, opt_.beta1);
+      deepspeed_first_moment(ops_, in.rank, r.m.get(), in.grad, n_, opt_.beta1);
       r.lrs += in.lr;
-      deepspeed_update(r.params.data(), r.m.data(), r.v.data(), n_, opt_, in.lr, r.cb.data());
+      deepspeed_update(ops_, in.rank, r.params.get(), r.m.get(), r.v.get(), n_, opt_, in.lr, r.cb.get());
       if (!sync) return;
-      const auto eps = static_cast<float>(opt_.eps);
-      for (size_t i = 0; i < n_; ++i) {
-        r.params[i] = r.params[i] - r.cb[i];
-        r.cb[i] = r.cb[i] * (std::sqrt(r.v[i]) + eps);
-      }
+      ops_.zero_one_sync_begin(in.rank, r.params.get(), r.cb.get(), r.v.get(), n_, eps);
     }
     if (ranks_ > 1) {
-      compressed(in, r, r.cb.data());
+      compressed(in, r, r.cb.get());
       r.calls.push_back(r.norms);
     }
     GS_NVTX_RANGE(kOptimizer);
-    PhaseTimer t(*in.clock, Phase::kOptimizer);
-    const auto eps = static_cast<float>(opt_.eps), lrs = static_cast<float>(r.lrs);
-    for (size_t i = 0; i < n_; ++i) {
-      r.m[i] = 0.0f - r.cb[i] / lrs;  // exp_avg.zero_().add_(comm_buffer / lrs, alpha=-1)
-      r.params[i] = r.params[i] + r.cb[i] / (std::sqrt(r.v[i]) + eps);
-      r.cb[i] = 0.0f;
-    }
+    TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
+    ops_.zero_one_sync_end(in.rank, r.m.get(), r.params.get(), r.cb.get(), r.v.get(), n_, static_cast<float>(r.lrs),
+                           eps);
     r.lrs = 0.0;
   }
 
   // One compressed all-reduce of x[0, n) in place, timed, its wait moved out of the compress phase, DeepSpeed's
   // message bytes on the wire.
   void compressed(const StepInput& in, RankState& r, float* x) {
-    timed_onebit_compressed_allreduce(comm_, *in.clock, in.rank, ranks_, x, n_, padded_, r.worker_error,
-                                      r.server_error, &r.norms);
+    timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, x, n_, padded_, r.onebit, &r.norms);
   }
 
   Communicator& comm_;
+  ElementOps& memory_;  // the memory of every buffer here (host, or a device's)
+  CompressOps& ops_;    // its compressor operations (the 1-bit optimizers' element math)
   int ranks_;
   size_t n_;
   size_t padded_;

@@ -1,6 +1,6 @@
 // DeepSpeed's 0/1 Adam (training.optimizer.kind "zero_one_adam"; Lu et al. 2022, arXiv 2202.06009; ZeroOneAdam.step,
 // deepspeed/runtime/fp16/onebit/zoadam.py): its step schedule, shared by the strategy (zero_one_adam.cpp), its modeled
-// clock and the tests; the compressed all-reduce is 1-bit Adam's (onebit_adam.h).
+// clock and the tests; the compressed all-reduce is 1-bit Adam's (onebit_adam.h), on the run's memory.
 #pragma once
 #include <cstdint>
 

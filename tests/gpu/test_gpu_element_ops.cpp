@@ -5,7 +5,8 @@
 // bound of two summation orders; the phase clock positive and monotone. Its compressor operations (CompressOps,
 // sim/core/compress_ops.h) against host_compress_ops: selections and sparse messages exactly, decoders bit for bit on
 // the same message, encoders' bits and counts exactly where the host's order is the device's, the norms and means
-// accumulated in another order within their bounds. A new ElementOps or CompressOps operation is one TEST here.
+// accumulated in another order within their bounds; DeepSpeed's 1-bit optimizers' operations likewise (the scale of
+// the compressed all-reduce within a few ulps). A new ElementOps or CompressOps operation is one TEST here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -621,6 +622,186 @@ TEST_F(GpuElementOps, ErrorFeedbackOperationsMatchHost) {
       FloatBuffer dg = up(g0), dout = cuda_.allocate(0, n);
       dc.average(0, dout.get(), dg.get(), n, 24.0f);
       EXPECT_SAME_BITS(down(dout), avg, "average" + sz);
+    }
+  }
+}
+
+// ---- DeepSpeed's 1-bit optimizers (1-bit Adam, 0/1 Adam, 1-bit LAMB) ------------------------------------------------
+
+// |x| of each value (a variance must not be negative), with exact zeros every seventh (the zero-variance mask).
+std::vector<float> variances(size_t n, std::mt19937_64& rng) {
+  auto v = test::wide_values(n, rng, -20, 10);
+  for (size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? 0.0f : std::fabs(v[i]);
+  return v;
+}
+
+// Adam's moments and update (with weight decay and the accumulated update, and without), the zero-variance mask, 0/1
+// Adam's sync passes and 1-bit LAMB's map passes: the host's bits (the same element math, --fmad=false).
+TEST_F(GpuElementOps, OnebitOptimizerMapsMatchHostBitForBit) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : kSizes) {
+    auto rng = fresh_rng(17 * n + 3);
+    const auto g = values_with_specials(n, 17 * n + 4);
+    const auto m0 = test::wide_values(n, rng, -20, 10);
+    const auto v0 = variances(n, rng);
+    const auto p0 = test::wide_values(n, rng, -10, 5);
+    const auto c0 = test::wide_values(n, rng, -20, 5);
+    const std::string sz = " " + size_label(n);
+    FloatBuffer dg = up(g), dv0 = up(v0), dp0 = up(p0);
+    {  // first and second moment
+      auto m = m0, v = v0;
+      hc.deepspeed_first_moment(0, m.data(), g.data(), n, 0.9f, 0.1f);
+      hc.deepspeed_second_moment(0, v.data(), g.data(), n, 0.999f, 0.001f);
+      FloatBuffer dm = up(m0), dv = up(v0);
+      dc.deepspeed_first_moment(0, dm.get(), dg.get(), n, 0.9f, 0.1f);
+      dc.deepspeed_second_moment(0, dv.get(), dg.get(), n, 0.999f, 0.001f);
+      EXPECT_SAME_BITS(down(dm), m, "deepspeed_first_moment" + sz);
+      EXPECT_SAME_BITS(down(dv), v, "deepspeed_second_moment" + sz);
+    }
+    for (bool decay : {false, true}) {  // the update, with the accumulated update when decaying
+      const DeepSpeedUpdate s{1e-8f, decay ? 0.01f : 0.0f, -1e-3f, decay};
+      auto p = p0, acc = c0;
+      hc.deepspeed_update(0, p.data(), m0.data(), v0.data(), n, s, decay ? acc.data() : nullptr);
+      FloatBuffer dp = up(p0), dm = up(m0), dacc = up(c0);
+      dc.deepspeed_update(0, dp.get(), dm.get(), dv0.get(), n, s, decay ? dacc.get() : nullptr);
+      const std::string what = std::string("deepspeed_update") + (decay ? " decay" : "") + sz;
+      EXPECT_SAME_BITS(down(dp), p, what);
+      EXPECT_SAME_BITS(down(dacc), acc, what + " accumulated");
+    }
+    {  // zero-variance mask; 0/1 Adam's sync
+      auto m = m0, p = p0, cb = c0;
+      hc.zero_variance_mask(0, m.data(), v0.data(), n);
+      FloatBuffer dm = up(m0), dp = up(p0), dcb = up(c0);
+      dc.zero_variance_mask(0, dm.get(), dv0.get(), n);
+      EXPECT_SAME_BITS(down(dm), m, "zero_variance_mask" + sz);
+      hc.zero_one_sync_begin(0, p.data(), cb.data(), v0.data(), n, 1e-8f);
+      dc.zero_one_sync_begin(0, dp.get(), dcb.get(), dv0.get(), n, 1e-8f);
+      EXPECT_SAME_BITS(down(dp), p, "zero_one_sync_begin p" + sz);
+      EXPECT_SAME_BITS(down(dcb), cb, "zero_one_sync_begin cb" + sz);
+      hc.zero_one_sync_end(0, m.data(), p.data(), cb.data(), v0.data(), n, 0.003f, 1e-8f);
+      dc.zero_one_sync_end(0, dm.get(), dp.get(), dcb.get(), dv0.get(), n, 0.003f, 1e-8f);
+      EXPECT_SAME_BITS(down(dm), m, "zero_one_sync_end m" + sz);
+      EXPECT_SAME_BITS(down(dp), p, "zero_one_sync_end p" + sz);
+      EXPECT_SAME_BITS(down(dcb), cb, "zero_one_sync_end cb" + sz);
+    }
+    {  // 1-bit LAMB's warm-up direction and reconstructed gradient
+      std::vector<float> u(n), r(n);
+      hc.lamb_direction(0, u.data(), m0.data(), v0.data(), p0.data(), n, 1e-6f, 0.01f, true);
+      hc.lamb_reconstruct(0, r.data(), m0.data(), c0.data(), n, 0.9f, 0.1f);
+      FloatBuffer du = cuda_.allocate(0, n), dr = cuda_.allocate(0, n), dm = up(m0), dc0 = up(c0);
+      dc.lamb_direction(0, du.get(), dm.get(), dv0.get(), dp0.get(), n, 1e-6f, 0.01f, true);
+      dc.lamb_reconstruct(0, dr.get(), dm.get(), dc0.get(), n, 0.9f, 0.1f);
+      EXPECT_SAME_BITS(down(du), u, "lamb_direction" + sz);
+      EXPECT_SAME_BITS(down(dr), r, "lamb_reconstruct" + sz);
+    }
+  }
+}
+
+// One side of the compressed all-reduce: x and the packed signs bit for bit; the scale (rounded from a sum of squares
+// in another order) within a few float ulps of the host's; the error the host's formula applied with the device's
+// scale, bit for bit, and its sum of squares within the two orders' bound. Counts: multiples of 8 (DeepSpeed's
+// padding), with zeros of both signs (sign +1).
+TEST_F(GpuElementOps, OnebitCompensateMatchesHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t count : {size_t{8}, size_t{1008}, size_t{1} << 20}) {
+    auto rng = fresh_rng(19 * count + 1);
+    auto x0 = test::wide_values(count, rng, -12, 4);
+    const auto e0 = test::wide_values(count, rng, -16, 0);
+    for (size_t i = 0; i < count; i += 5) x0[i] = -e0[i];  // x + e = 0 (sign +1)
+    const size_t words = onebit_message_words(count);
+    const std::string sz = " count " + std::to_string(count);
+    std::vector<float> x = x0, e = e0, msg(words);
+    const OnebitSide h = hc.onebit_compensate(0, msg.data(), x.data(), e.data(), count);
+    FloatBuffer dx = up(x0), de = up(e0), dmsg = cuda_.allocate(0, words);
+    const OnebitSide d = dc.onebit_compensate(0, dmsg.get(), dx.get(), de.get(), count);
+    EXPECT_SAME_BITS(down(dx), x, "onebit_compensate x" + sz);
+    EXPECT_NEAR(d.scale, h.scale, 4.0 * std::ldexp(static_cast<double>(h.scale), -23)) << "scale" << sz;
+    std::vector<float> got_msg = down(dmsg);
+    EXPECT_EQ(got_msg[0], d.scale) << "the message's scale word" << sz;
+    got_msg[0] = msg[0];
+    EXPECT_SAME_BITS(got_msg, msg, "onebit_compensate signs" + sz);
+    std::vector<float> want_e(count);
+    double want_ss = 0.0;
+    for (size_t i = 0; i < count; ++i) {
+      want_e[i] = x[i] - (x[i] < 0.0f ? -d.scale : d.scale);
+      want_ss += static_cast<double>(want_e[i]) * want_e[i];
+    }
+    EXPECT_SAME_BITS(down(de), want_e, "onebit_compensate error" + sz);
+    expect_sum_squares_close(d.error_sum_squares, want_ss, count, "onebit_compensate error norm" + sz);
+  }
+}
+
+// The server's sum over 4 ranks' messages and the final decoding: the host's bits.
+TEST_F(GpuElementOps, OnebitServerSumAndDecodeMatchHostBitForBit) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  const int ranks = 4;
+  for (size_t padded : {size_t{32}, size_t{4096}, size_t{1} << 20}) {
+    auto rng = fresh_rng(23 * padded + 7);
+    const size_t chunk = padded / ranks, w1 = onebit_message_words(padded), w2 = onebit_message_words(chunk);
+    const std::string sz = " padded " + std::to_string(padded);
+    std::vector<float> workers(w1 * ranks), servers(w2 * ranks);
+    std::uniform_int_distribution<uint32_t> bits;
+    for (int j = 0; j < ranks; ++j) {  // messages: a positive scale, then random sign words
+      workers[j * w1] = std::ldexp(1.0f + 0.1f * static_cast<float>(j), -j);
+      servers[j * w2] = std::ldexp(1.5f - 0.1f * static_cast<float>(j), j - 3);
+      for (size_t w = 1; w < w1; ++w) {
+        const uint32_t b = bits(rng);
+        std::memcpy(&workers[j * w1 + w], &b, 4);
+      }
+      for (size_t w = 1; w < w2; ++w) {
+        const uint32_t b = bits(rng);
+        std::memcpy(&servers[j * w2 + w], &b, 4);
+      }
+    }
+    FloatBuffer dw = up(workers), ds = up(servers);
+    const auto inv = static_cast<float>(1.0 / ranks);
+    for (size_t q = 0; q < static_cast<size_t>(ranks); ++q) {
+      std::vector<float> c(chunk);
+      hc.onebit_server_sum(0, c.data(), workers.data(), ranks, w1, q * chunk, chunk, inv);
+      FloatBuffer dcnk = cuda_.allocate(0, chunk);
+      dc.onebit_server_sum(0, dcnk.get(), dw.get(), ranks, w1, q * chunk, chunk, inv);
+      EXPECT_SAME_BITS(down(dcnk), c, "onebit_server_sum chunk " + std::to_string(q) + sz);
+    }
+    const size_t n = padded - 5;  // the padding cut off
+    std::vector<float> m(n);
+    hc.onebit_decode_chunks(0, m.data(), n, servers.data(), w2, chunk);
+    FloatBuffer dm = cuda_.allocate(0, n);
+    dc.onebit_decode_chunks(0, dm.get(), n, ds.get(), w2, chunk);
+    EXPECT_SAME_BITS(down(dm), m, "onebit_decode_chunks" + sz);
+  }
+}
+
+// 1-bit LAMB's frozen update: the update bit for bit, the max ratio exactly (a max is exact in any order), the NaN
+// flag (a negative fresh variance makes one ratio NaN), the sum of the prelim update's squares within the bound.
+TEST_F(GpuElementOps, LambFrozenDirectionMatchesHost) {
+  CompressOps& hc = host_compress_ops();
+  CompressOps& dc = *cuda_.compress_ops();
+  for (size_t n : {size_t{1}, size_t{1001}, (size_t{1} << 20) + 3}) {
+    for (bool with_nan : {false, true}) {
+      auto rng = fresh_rng(29 * n + (with_nan ? 1 : 0));
+      const auto m = test::wide_values(n, rng, -20, 5);
+      const auto v = variances(n, rng), p = test::wide_values(n, rng, -10, 5);
+      auto fresh = variances(n, rng);
+      if (with_nan) fresh[n / 2] = -1.0f;
+      const std::string what = "lamb_frozen_direction " + size_label(n) + (with_nan ? " with NaN" : "");
+      for (bool decay : {false, true}) {
+        std::vector<float> u(n);
+        const LambFrozenTerms h =
+            hc.lamb_frozen_direction(0, u.data(), m.data(), v.data(), fresh.data(), p.data(), n, 1e-6f, 0.01f, decay);
+        FloatBuffer du = cuda_.allocate(0, n), dm = up(m), dv = up(v), dfresh = up(fresh), dp = up(p);
+        const LambFrozenTerms d = dc.lamb_frozen_direction(0, du.get(), dm.get(), dv.get(), dfresh.get(), dp.get(), n,
+                                                           1e-6f, 0.01f, decay);
+        EXPECT_SAME_BITS(down(du), u, what);
+        EXPECT_EQ(d.nan, h.nan) << what;
+        EXPECT_EQ(h.nan, with_nan) << what;
+        if (!h.nan) {
+          EXPECT_EQ(d.max_ratio, h.max_ratio) << what;
+        }
+        expect_sum_squares_close(d.pre_sum_squares, h.pre_sum_squares, n, what + " sum of squares");
+      }
     }
   }
 }

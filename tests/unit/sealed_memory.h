@@ -2,7 +2,9 @@
 // float bit-complemented (~bits), so any code that reads or writes one of its buffers with a host loop instead of
 // through ElementOps (or SealedCommunicator) computes on garbage and the test that compares it with host memory
 // fails. Its operations are written here from the element math (kernels/optim_math.h) and the definitions in
-// element_ops.h, not from host_element_ops, so a test of host_element_ops against it compares two implementations.
+// element_ops.h, not from host_element_ops, so a test of host_element_ops against it compares two implementations
+// (except DeepSpeed's 1-bit optimizers' CompressOps, which run host_compress_ops' op on unsealed copies: their seam
+// tests catch host loops in the strategies, not a wrong host op).
 // SealedCommunicator reduces sealed buffers through a host communicator; with `asynchronous` its starts only queue
 // the bucket and the sums happen at all_reduce_wait (a device communicator's contract: nothing touches a started
 // bucket before the wait); with `poison` too, a started bucket reads as NaN until the wait (which puts its values back
@@ -290,11 +292,111 @@ class SealedCompressOps : public CompressOps {
     return sum;
   }
 
+  // DeepSpeed's 1-bit optimizers: each op unseals copies of what it reads, runs the host op (host_compress_ops(), the
+  // loops the host backend runs) on them, and seals what it writes back.
+  void deepspeed_first_moment(int rank, float* m, const float* g, size_t n, float b1, float a1) override {
+    mine(rank, "deepspeed_first_moment", m, g);
+    std::vector<float> pm = plain(m, n);
+    host_compress_ops().deepspeed_first_moment(rank, pm.data(), plain(g, n).data(), n, b1, a1);
+    seal_into(m, pm);
+  }
+  void deepspeed_second_moment(int rank, float* v, const float* g, size_t n, float b2, float a2) override {
+    mine(rank, "deepspeed_second_moment", v, g);
+    std::vector<float> pv = plain(v, n);
+    host_compress_ops().deepspeed_second_moment(rank, pv.data(), plain(g, n).data(), n, b2, a2);
+    seal_into(v, pv);
+  }
+  void deepspeed_update(int rank, float* p, const float* m, const float* v, size_t n, const DeepSpeedUpdate& s,
+                        float* accumulated) override {
+    mine(rank, "deepspeed_update", p, m, v, accumulated);
+    std::vector<float> pp = plain(p, n), pa = accumulated != nullptr ? plain(accumulated, n) : std::vector<float>();
+    host_compress_ops().deepspeed_update(rank, pp.data(), plain(m, n).data(), plain(v, n).data(), n, s,
+                                         accumulated != nullptr ? pa.data() : nullptr);
+    seal_into(p, pp);
+    if (accumulated != nullptr) seal_into(accumulated, pa);
+  }
+  OnebitSide onebit_compensate(int rank, float* message, float* x, float* error, size_t count) override {
+    mine(rank, "onebit_compensate", message, x, error);
+    const size_t words = onebit_message_words(count);
+    std::vector<float> pm(words), px = plain(x, count), pe = plain(error, count);
+    const OnebitSide side = host_compress_ops().onebit_compensate(rank, pm.data(), px.data(), pe.data(), count);
+    seal_into(message, pm);
+    seal_into(x, px);
+    seal_into(error, pe);
+    return side;
+  }
+  void onebit_server_sum(int rank, float* c, const float* messages, int ranks, size_t words, size_t first,
+                         size_t count, float inv) override {
+    mine(rank, "onebit_server_sum", c, messages);
+    std::vector<float> pc(count);
+    host_compress_ops().onebit_server_sum(rank, pc.data(), plain(messages, words * static_cast<size_t>(ranks)).data(),
+                                          ranks, words, first, count, inv);
+    seal_into(c, pc);
+  }
+  void onebit_decode_chunks(int rank, float* m, size_t n, const float* messages, size_t words, size_t chunk) override {
+    mine(rank, "onebit_decode_chunks", m, messages);
+    std::vector<float> pm(n);
+    const size_t ranks = chunk == 0 ? 0 : (n + chunk - 1) / chunk;
+    host_compress_ops().onebit_decode_chunks(rank, pm.data(), n, plain(messages, words * ranks).data(), words, chunk);
+    seal_into(m, pm);
+  }
+  void zero_variance_mask(int rank, float* m, const float* v, size_t n) override {
+    mine(rank, "zero_variance_mask", m, v);
+    std::vector<float> pm = plain(m, n);
+    host_compress_ops().zero_variance_mask(rank, pm.data(), plain(v, n).data(), n);
+    seal_into(m, pm);
+  }
+  void zero_one_sync_begin(int rank, float* p, float* cb, const float* v, size_t n, float eps) override {
+    mine(rank, "zero_one_sync_begin", p, cb, v);
+    std::vector<float> pp = plain(p, n), pc = plain(cb, n);
+    host_compress_ops().zero_one_sync_begin(rank, pp.data(), pc.data(), plain(v, n).data(), n, eps);
+    seal_into(p, pp);
+    seal_into(cb, pc);
+  }
+  void zero_one_sync_end(int rank, float* m, float* p, float* cb, const float* v, size_t n, float lrs,
+                         float eps) override {
+    mine(rank, "zero_one_sync_end", m, p, cb, v);
+    std::vector<float> pm = plain(m, n), pp = plain(p, n), pc = plain(cb, n);
+    host_compress_ops().zero_one_sync_end(rank, pm.data(), pp.data(), pc.data(), plain(v, n).data(), n, lrs, eps);
+    seal_into(m, pm);
+    seal_into(p, pp);
+    seal_into(cb, pc);
+  }
+  void lamb_direction(int rank, float* u, const float* m, const float* v, const float* p, size_t n, float eps,
+                      float weight_decay, bool decay) override {
+    mine(rank, "lamb_direction", u, m, v, p);
+    std::vector<float> pu(n);
+    host_compress_ops().lamb_direction(rank, pu.data(), plain(m, n).data(), plain(v, n).data(), plain(p, n).data(), n,
+                                       eps, weight_decay, decay);
+    seal_into(u, pu);
+  }
+  void lamb_reconstruct(int rank, float* u, const float* m, const float* last, size_t n, float b1,
+                        float a1) override {
+    mine(rank, "lamb_reconstruct", u, m, last);
+    std::vector<float> pu(n);
+    host_compress_ops().lamb_reconstruct(rank, pu.data(), plain(m, n).data(), plain(last, n).data(), n, b1, a1);
+    seal_into(u, pu);
+  }
+  LambFrozenTerms lamb_frozen_direction(int rank, float* u, const float* m, const float* v, const float* fresh,
+                                        const float* p, size_t n, float eps, float weight_decay,
+                                        bool decay) override {
+    mine(rank, "lamb_frozen_direction", u, m, v, fresh, p);
+    std::vector<float> pu(n);
+    const LambFrozenTerms t = host_compress_ops().lamb_frozen_direction(
+        rank, pu.data(), plain(m, n).data(), plain(v, n).data(), plain(fresh, n).data(), plain(p, n).data(), n, eps,
+        weight_decay, decay);
+    seal_into(u, pu);
+    return t;
+  }
+
  private:
   static std::vector<float> plain(const float* x, size_t n) {
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = unseal(x[i]);
     return v;
+  }
+  static void seal_into(float* dst, const std::vector<float>& v) {
+    for (size_t i = 0; i < v.size(); ++i) dst[i] = seal(v[i]);
   }
   // A sign message (encode: signSGD's or 1-bit SGD's host encoder) of the unsealed p into room bytes, sealed into out.
   static size_t encode_sealed(uint8_t* out, const float* p, size_t n, size_t room,

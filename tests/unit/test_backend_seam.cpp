@@ -703,5 +703,70 @@ TEST(BackendSeam, ParameterServerSkipsAndDivergesOnDeviceMemoryAsOnTheHost) {
   }
 }
 
+// ---- The communication-owning optimizers on device memory ----------------------------------------------------------
+
+// 1-bit Adam, 0/1 Adam and 1-bit LAMB (sim/strategy/onebit_adam.h, zero_one_adam.cpp, onebit_lamb.cpp) on the seam's
+// memory: their parameters, moments, error buffers and messages are sealed buffers of each rank, the compressed
+// all-reduce packs, all-gathers, sums and decodes through CompressOps and the communicator, and every phase of each
+// (initialization, warm-up or variance steps, compressed steps, 0/1 Adam's 1-bit gradient, local and sync steps,
+// 1-bit LAMB's frozen factors) reaches the host backend's bits on 2 and 4 ranks (and 3 for one): losses, evaluations,
+// parameters, traces and the report's compression object (message sizes, error norms, scales' effect; not the
+// measured times).
+TEST(BackendSeam, CommunicationOwningOptimizersRunOnDeviceMemory) {
+  // eps 1e-3: with the variance frozen after two updates, a smaller eps lets m / sqrt(v) of these small runs blow up.
+  const json adam = {{"kind", "onebit_adam"}, {"lr", 0.01}, {"eps", 1e-3}, {"momentum", nullptr}, {"freeze_step", 3}};
+  json adam_masked = adam;
+  adam_masked["exp_avg_mask"] = "zero_variance";
+  adam_masked["weight_decay"] = 0.01;
+  json adam_split = adam;
+  adam_split["uncompressed_tensors"] = {"layer0.bias", "layer2.weight"};
+  const json zero_one = {{"kind", "zero_one_adam"}, {"lr", 0.01}, {"eps", 1e-3}, {"momentum", nullptr},
+                         {"var_freeze_step", 4},
+                         {"var_update_scaler", 2}, {"local_step_scaler", 2}, {"local_step_clipper", 4}};
+  json zero_one_decay = zero_one;
+  zero_one_decay["weight_decay"] = 0.01;
+  const json lamb = {{"kind", "onebit_lamb"}, {"lr", 0.02}, {"eps", 1e-3}, {"momentum", nullptr}, {"freeze_step", 3}};
+  json lamb_masked = lamb;
+  lamb_masked["exp_avg_mask"] = "zero_variance";
+  lamb_masked["weight_decay"] = 0.01;
+  struct Case {
+    std::string what;
+    json optimizer;
+    std::vector<int> ranks;
+  };
+  const std::vector<Case> cases = {
+      {"onebit_adam, freeze_step 3", adam, {2, 4}},
+      {"onebit_adam, zero_variance mask, weight decay", adam_masked, {2, 3}},
+      {"onebit_adam, uncompressed_tensors", adam_split, {2, 4}},
+      {"zero_one_adam", zero_one, {2, 4}},
+      {"zero_one_adam, weight decay", zero_one_decay, {3}},
+      {"onebit_lamb, freeze_step 3", lamb, {2, 4}},
+      {"onebit_lamb, zero_variance mask, weight decay", lamb_masked, {2, 3}},
+  };
+  auto arithmetic = [](json j) {  // the report's compression object without the measured times
+    j.erase("compress_time");
+    j.erase("decompress_time");
+    return j;
+  };
+  for (const Case& k : cases) {
+    for (int ranks : k.ranks) {
+      const std::string what = k.what + ", " + std::to_string(ranks) + " ranks";
+      const RunConfig c = config_of(scenario({{"cluster", {{"ranks", ranks}}},
+                                              {"training", {{"steps", 12}, {"optimizer", k.optimizer}}}}));
+      const Pair p = run_both(c, Buckets::kAsynchronous);
+      ASSERT_TRUE(p.host.is(Disposition::kPassed)) << what << ": " << p.host.message;
+      ASSERT_TRUE(p.host.compression.is_object()) << what;  // compressed steps ran
+      expect_same(p.host, p.sealed, what);
+      EXPECT_EQ(arithmetic(p.sealed.compression), arithmetic(p.host.compression)) << what;
+      EXPECT_GT(p.allocations, 0) << what;
+      EXPECT_EQ(p.releases, p.allocations) << what;
+      if (k.optimizer["kind"] == "zero_one_adam") {  // every phase of 0/1 Adam's schedule ran
+        for (const char* phase : {"variance", "onebit_gradient", "local", "sync"})
+          EXPECT_GT(p.host.compression["steps"][phase].get<int64_t>(), 0) << what << ": " << phase;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gs

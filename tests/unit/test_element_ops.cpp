@@ -336,8 +336,14 @@ TEST(ElementOpsAllReduce, HostMemoryReasonNamesWhatKeepsAStrategyOffTheDevice) {
     d.sync.kind = kind;
     EXPECT_EQ(host_memory_reason(d), std::nullopt) << kind;
   }
-  d = c;
-  d.training.optimizer.kind = "onebit_adam";
+  // The communication-owning optimizers run their compressed all-reduce and updates through CompressOps.
+  for (const char* kind : {"onebit_adam", "zero_one_adam", "onebit_lamb"}) {
+    d = RunConfig();
+    d.training.optimizer.kind = kind;
+    EXPECT_EQ(host_memory_reason(d), std::nullopt) << kind;
+  }
+  d = RunConfig();
+  d.training.optimizer.kind = "no_such_optimizer";  // an optimizer without a device update is named
   EXPECT_TRUE(starts_with(host_memory_reason(d), "training.optimizer.kind")) << host_memory_reason(d).value_or("");
 }
 

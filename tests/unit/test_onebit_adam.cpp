@@ -58,10 +58,15 @@ TEST(OnebitAdam, CompressedAllReduceMatchesATwoRankExampleByHand) {
   const double c0 = s0 / 2 - s1 / 2, c1 = -s0 / 2 - s1 / 2, c2 = s0 / 2 + s1 / 2;
   const double ss0 = std::sqrt(c0 * c0 + c1 * c1 + 6 * c2 * c2) / std::sqrt(8.0);
   std::vector<std::vector<float>> m = {{4.0f, -2.0f}, {-2.0f, -2.0f}};
-  std::vector<std::vector<float>> we(2, std::vector<float>(16)), se(2, std::vector<float>(8));
+  std::vector<std::vector<float>> we(2), se(2);
   std::vector<OnebitNorms> norms(2);
   on_ranks(2, [&](Communicator& comm, int r) {
-    onebit_compressed_allreduce(comm, r, m[r].data(), 2, we[r], se[r], &norms[r]);
+    ElementOps& memory = host_element_ops();
+    OnebitBuffers b;
+    b.make_errors(memory, r, 16, 2);
+    onebit_compressed_allreduce(comm, memory, r, m[r].data(), 2, b, &norms[r]);
+    we[r].assign(b.worker_error.get(), b.worker_error.get() + 16);
+    se[r].assign(b.server_error.get(), b.server_error.get() + 8);
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_NEAR(m[r][0], ss0, 1e-6) << r;
