@@ -44,7 +44,7 @@ class Backend {
 
 // The host backend: host RAM (host_element_ops), the host model (make_model) and the shared-memory communicator
 // (make_host_communicator). Its runs are the bits the host backend always produced. `model`: another model on host
-// buffers instead (the staged cuda path's GPU model, cuda_model.h).
+// buffers instead (the GPU tests' staged comparison: the GPU model on host buffers, cuda_model.h).
 using ModelFactory = std::unique_ptr<Model> (*)(const RunConfig& config);
 std::unique_ptr<Backend> make_host_backend(ModelFactory model = make_model);
 

@@ -1,14 +1,14 @@
 // The cuda backend of the seam (backend.h): the host rank loop, its step control and the strategies with every
 // parameter, gradient and optimizer-state buffer in GPU memory (CudaElementOps), the GPU model on those buffers
 // (make_gpu_model with `resident`) and the GPU communicators (nccl, one rank per GPU; local, ranks sharing GPU 0), the
-// control values on a host communicator. What it runs: host_memory_reason's rule (sync.kind allreduce with any
-// compressor, zero, local_sgd or independent, with sgd / adam / adamw, every precision mode, loss scalers, clipping,
-// delayed update, pitfalls), model.kind mlp | linear; the compressors through CudaElementOps' CompressOps. The measured
-// clock of the communicate and optimizer phases (TimedPhase in the strategy) and of forward and backward (the rank
-// loop's) comes from CUDA events on the rank's stream, delivered at ElementOps::settle before each step's end. This is
-// cluster.backend "cuda"'s device path (device.h, choose_cuda_path; report cuda_path "device"); what it refuses runs on
-// the staged path where that runs it. NOT RUN ON A GPU YET: compiled and linked here and tested on the CPU through
-// the tests' sealed memory (tests/unit/test_backend_seam.cpp); its GPU suites (tests/gpu/test_gpu_seam.cpp,
+// control values on a host communicator. What it runs: host_memory_reason's rule (every sync strategy, the parameter
+// server with its workers in GPU memory and its server in host memory; every compressor through CudaElementOps'
+// CompressOps; sgd / adam / adamw and the 1-bit optimizers; every precision mode, loss scalers, clipping, delayed
+// update, pitfalls), model.kind mlp | linear. The measured clock of the compress, communicate and optimizer phases
+// (CompressSpan, TimedPhase in the strategies) and of forward and backward (the rank loop's) comes from CUDA events on
+// the rank's stream, delivered at ElementOps::settle before each step's end. This is cluster.backend "cuda" (device.h,
+// choose_cuda_path; report cuda_path "device"). NOT RUN ON A GPU YET: compiled and linked here and tested on the CPU
+// through the tests' sealed memory (tests/unit/test_backend_seam.cpp); its GPU suites (tests/gpu/test_gpu_seam.cpp,
 // test_gpu_e2e.cpp) compare it with the host backend at the next GPU loan (tools/device_check.sh).
 #pragma once
 #include <memory>

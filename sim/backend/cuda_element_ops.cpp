@@ -62,6 +62,7 @@ struct CudaElementOps::Rank {
   gpu::DeviceBuffer<const uint8_t*> messages;  // sign_vote_scaled's pointer array (grown)
   gpu::PinnedBuffer<float> scales;              // sign_vote_scaled's message scales on their way to the host (grown)
   std::unique_ptr<gpu::BlasHandle> blas;         // PowerSGD's products, on `stream`
+  std::recursive_mutex mu;                       // held by lock() across an operation
   gpu::DeviceBuffer<gpu::OnebitSideTotals> onebit_side;  // onebit_compensate's scale and error norm
   gpu::DeviceBuffer<gpu::LambTermTotals> lamb_terms;     // lamb_frozen_direction's terms
 
@@ -114,26 +115,36 @@ CudaElementOps::Rank& CudaElementOps::select(int rank) const {
   return r;
 }
 
+CudaElementOps::Locked CudaElementOps::lock(int rank) const {
+  Locked held = lock(rank);
+  Rank& r = held.rank;
+  return Locked{std::unique_lock<std::recursive_mutex>(r.mu), r};
+}
+
 int CudaElementOps::device(int rank) const { return select(rank).device; }
 cudaStream_t CudaElementOps::stream(int rank) const { return select(rank).stream; }
 
 void CudaElementOps::set_stream(int rank, cudaStream_t stream) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   r.stream = stream != nullptr ? stream : r.own.get();
 }
 
 void CudaElementOps::zero(int rank, float* x, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n != 0) GS_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), r.stream));  // all-zero bits: +0.0f
 }
 
 void CudaElementOps::copy(int rank, float* dst, const float* src, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n != 0) GS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, r.stream));
 }
 
 void CudaElementOps::upload(int rank, float* dst, const float* host, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return;
   GS_CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, r.stream));
   // From pageable memory CUDA has staged the source when the call returns; from pinned (or managed) memory the DMA
@@ -144,7 +155,8 @@ void CudaElementOps::upload(int rank, float* dst, const float* host, size_t n) {
 }
 
 void CudaElementOps::download(int rank, float* host, const float* src, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return;
   GS_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
   GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
@@ -172,19 +184,22 @@ size_t CudaElementOps::count_nonfinite(int rank, const float* x, size_t n) {
 }
 
 void CudaElementOps::tally_nonfinite(int rank, const float* x, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::scan_elements(x, n, false, r.totals.get() + 1, r.scratch, r.stream, /*accumulate=*/true);
 }
 
 size_t CudaElementOps::take_nonfinite(int rank) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   const gpu::ElementTotals tally = r.read(r.totals.get() + 1);
   GS_CUDA_CHECK(cudaMemsetAsync(r.totals.get() + 1, 0, sizeof(gpu::ElementTotals), r.stream));
   return static_cast<size_t>(tally.nonfinite);
 }
 
 ElementScan CudaElementOps::scan(int rank, const float* x, size_t n, bool want_norm) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::scan_elements(x, n, want_norm, r.totals.get(), r.scratch, r.stream);
   const gpu::ElementTotals t = r.read(r.totals.get());
   ElementScan s;
@@ -203,7 +218,8 @@ void CudaElementOps::adam(int rank, float* w, const float* g, float* m, float* v
 }
 
 double CudaElementOps::phase_begin(int rank) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   const size_t start = r.next_event();
   r.events[start].record(r.stream);
   ++r.open;
@@ -212,7 +228,8 @@ double CudaElementOps::phase_begin(int rank) {
 
 void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& clock) {
   (void)clock;  // the time reaches the clock given to settle (the rank's clock)
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   const auto start = static_cast<size_t>(mark);
   GS_EXPECT_GPU(mark >= 0.0 && start < r.events_used && static_cast<double>(start) == mark,
                 "a phase_end mark from this rank's phase_begin since its last settle");
@@ -223,7 +240,8 @@ void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& c
 }
 
 void CudaElementOps::settle(int rank, PhaseClock& clock) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
   for (const Rank::Pending& p : r.pending) {
     r.events[p.stop].synchronize();  // recorded on an earlier stream when set_stream changed it in between
@@ -234,7 +252,8 @@ void CudaElementOps::settle(int rank, PhaseClock& clock) {
 }
 
 float* CudaElementOps::allocate_zeroed(int rank, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return nullptr;
   auto* p = static_cast<float*>(gpu::device_alloc(n * sizeof(float), "element ops buffer"));
   const cudaError_t err = cudaMemsetAsync(p, 0, n * sizeof(float), r.stream);
@@ -256,25 +275,29 @@ void CudaElementOps::release(int rank, float* p) noexcept {
 // ---- CompressOps: the compressor kernels of cuda_kernels.h (twins of kernels/compress.h) ----
 
 size_t CudaElementOps::topk_select(int rank, const float* x, size_t n, size_t k, uint32_t* idx) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   return gpu::topk_select(x, n, k, idx, r.scratch, r.stream);
 }
 
 size_t CudaElementOps::threshold_select(int rank, const float* x, size_t n, float tau, uint32_t* idx) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return 0;
   gpu::threshold_select(x, n, tau, idx, r.words.get(), r.scratch, r.stream);
   return r.read_u32(r.words.get());
 }
 
 size_t CudaElementOps::randomk_indices(int rank, uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   return gpu::randomk_indices(idx, n, k, seed, stream, r.scratch, r.stream);
 }
 
 float CudaElementOps::sampled_threshold(int rank, const float* x, size_t n, double ratio, uint64_t seed,
                                         uint64_t stream, size_t samples) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   auto* tau = reinterpret_cast<float*>(r.words.get());  // the count's word holds the float here
   gpu::sampled_threshold(tau, x, n, ratio, seed, stream, samples, r.scratch, r.stream);
   float v;
@@ -296,7 +319,8 @@ void CudaElementOps::scatter_add(int rank, float* out, const uint32_t* idx, cons
 
 void CudaElementOps::qsgd_encode(int rank, uint8_t* out, const float* p, size_t n, int s, uint64_t seed,
                                  uint64_t stream) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::qsgd_encode(out, p, n, s, seed, stream, r.scratch, r.stream);
 }
 
@@ -306,7 +330,8 @@ void CudaElementOps::qsgd_decode_add(int rank, float* out, const uint8_t* in, si
 
 void CudaElementOps::terngrad_encode(int rank, uint8_t* out, const float* p, size_t n, uint64_t seed,
                                      uint64_t stream) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::terngrad_encode(out, p, n, seed, stream, r.scratch, r.stream);
 }
 
@@ -316,7 +341,8 @@ void CudaElementOps::terngrad_decode_add(int rank, float* out, const uint8_t* in
 
 // The message's size from its header's zero count (kernels/compress.h: signSGD's at byte 4, 1-bit SGD's at byte 8).
 size_t CudaElementOps::sign_encode(int rank, uint8_t* out, const float* p, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::sign_encode(out, p, n, r.scratch, r.stream);
   return gs::sign_encoded_bytes(n, r.read_u32(out + 4));
 }
@@ -326,7 +352,8 @@ void CudaElementOps::sign_decode_add(int rank, float* out, const uint8_t* in, si
 }
 
 size_t CudaElementOps::onebit_encode(int rank, uint8_t* out, const float* p, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::onebit_encode(out, p, n, r.scratch, r.stream);
   return gs::onebit_encoded_bytes(n, r.read_u32(out + 8));
 }
@@ -338,7 +365,8 @@ void CudaElementOps::onebit_decode_add(int rank, float* out, const uint8_t* in, 
 // The scales summed in fp32 in rank order on the host (each message's first four bytes: every copy enqueued, then one
 // wait), the vote on the device, then out = out * sum: the host op's bits.
 void CudaElementOps::sign_vote_scaled(int rank, float* out, const uint8_t* const* msgs, int ranks, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   const auto count = static_cast<size_t>(ranks);
   if (r.scales.size() < count) r.scales = gpu::PinnedBuffer<float>(count, "sign vote scales");
   for (size_t q = 0; q < count; ++q)
@@ -369,28 +397,32 @@ void CudaElementOps::post_divide_in_format(int rank, float* x, size_t n, FloatFo
 }
 
 void CudaElementOps::orthogonalize_columns(int rank, float* m, size_t rows, size_t cols, float eps) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::orthogonalize_columns(m, rows, cols, eps, r.scratch, r.stream);
 }
 
 // Row-major products through gpu::gemm (c (m x n) = op(a) op(b), k the inner size).
 void CudaElementOps::powersgd_p(int rank, float* p, const float* m, const float* q, size_t rows, size_t cols,
                                 size_t r) {
-  const gpu::BlasHandle& blas = select(rank).blas_on_stream();
+  Locked held = lock(rank);
+  const gpu::BlasHandle& blas = held.rank.blas_on_stream();
   gpu::gemm(blas, p, m, q, static_cast<int64_t>(rows), static_cast<int64_t>(r), static_cast<int64_t>(cols),
             Transpose::kNo, Transpose::kNo, 1.0f, 0.0f);
 }
 
 void CudaElementOps::powersgd_q(int rank, float* q, const float* m, const float* p, size_t rows, size_t cols,
                                 size_t r) {
-  const gpu::BlasHandle& blas = select(rank).blas_on_stream();
+  Locked held = lock(rank);
+  const gpu::BlasHandle& blas = held.rank.blas_on_stream();
   gpu::gemm(blas, q, m, p, static_cast<int64_t>(cols), static_cast<int64_t>(r), static_cast<int64_t>(rows),
             Transpose::kYes, Transpose::kNo, 1.0f, 0.0f);
 }
 
 void CudaElementOps::powersgd_decode(int rank, float* out, const float* p, const float* q, size_t rows, size_t cols,
                                      size_t r) {
-  const gpu::BlasHandle& blas = select(rank).blas_on_stream();
+  Locked held = lock(rank);
+  const gpu::BlasHandle& blas = held.rank.blas_on_stream();
   gpu::gemm(blas, out, p, q, static_cast<int64_t>(rows), static_cast<int64_t>(cols), static_cast<int64_t>(r),
             Transpose::kNo, Transpose::kYes, 1.0f, 0.0f);
 }
@@ -400,14 +432,16 @@ void CudaElementOps::momentum_feed_in(int rank, float* u, float* e, float* g, si
 }
 
 double CudaElementOps::residual_of(int rank, float* e, const float* p, const float* own, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return 0.0;
   gpu::residual_of(r.norm.get(), e, p, own, n, r.scratch, r.stream);
   return r.read_norm();
 }
 
 double CudaElementOps::mask_sent(int rank, float* u, float* e, const float* own, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return 0.0;
   gpu::mask_sent(r.norm.get(), u, e, own, n, r.scratch, r.stream);
   return r.read_norm();
@@ -418,7 +452,8 @@ void CudaElementOps::average(int rank, float* out, const float* sum, size_t n, f
 }
 
 double CudaElementOps::sum_squared_difference(int rank, const float* a, const float* b, size_t n) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return 0.0;
   gpu::sum_squared_difference(r.norm.get(), a, b, n, r.scratch, r.stream);
   return r.read_norm();
@@ -440,7 +475,8 @@ void CudaElementOps::deepspeed_update(int rank, float* p, const float* m, const 
 }
 
 OnebitSide CudaElementOps::onebit_compensate(int rank, float* message, float* x, float* error, size_t count) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   gpu::onebit_compensate(r.onebit_side.get(), message, x, error, count, r.scratch, r.stream);
   gpu::OnebitSideTotals t;
   std::memcpy(&t, r.read_small(r.onebit_side.get(), sizeof t), sizeof t);
@@ -483,7 +519,8 @@ void CudaElementOps::lamb_reconstruct(int rank, float* u, const float* m, const 
 LambFrozenTerms CudaElementOps::lamb_frozen_direction(int rank, float* u, const float* m, const float* v,
                                                       const float* fresh, const float* p, size_t n, float eps,
                                                       float weight_decay, bool decay) {
-  Rank& r = select(rank);
+  Locked held = lock(rank);
+  Rank& r = held.rank;
   if (n == 0) return {};
   gpu::lamb_frozen_direction(r.lamb_terms.get(), u, m, v, fresh, p, n, eps, weight_decay, decay, r.scratch, r.stream);
   gpu::LambTermTotals t;

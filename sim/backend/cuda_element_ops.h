@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "sim/core/clock.h"
@@ -143,6 +144,14 @@ class CudaElementOps final : public ElementOps, public CompressOps {
  private:
   struct Rank;  // a rank's device, streams, scratch, tally, result buffers and events (cuda_element_ops.cpp)
   Rank& select(int rank) const;  // the rank's state, its device set in this thread
+  // The rank's state with its lock held for the operation: the operations that use the rank's scratch, tally,
+  // read-back buffers or events hold it, so another thread may run them on the rank (the parameter server's progress
+  // points count rank 0's parameters from the worker that completes them) without a race.
+  struct Locked {
+    std::unique_lock<std::recursive_mutex> hold;
+    Rank& rank;
+  };
+  Locked lock(int rank) const;
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 

@@ -1,4 +1,4 @@
-// The staged cuda path's GPU model (cuda_model.h): the host mlp/linear model's tensors and init with forward,
+// The cuda backend's GPU model (cuda_model.h): the host mlp/linear model's tensors and init with forward,
 // backward and evaluation through kernels/cuda_dense.h (fp32) and kernels/cuda_dense_mixed.h (bf16/fp16 mixed), one
 // GPU workspace per rank: fp32 and tf32 through the fp32 stack (tf32 as the handle's math mode), bf16_mixed,
 // fp16_mixed, fp16_pure and fp8_mixed through the mixed stack with the host model's MixedSpec. A new precision mode

@@ -1,7 +1,9 @@
-// The staged cuda path's model: the mlp / linear model (dense stack) with forward, backward and evaluation on the
-// GPU through kernels/cuda_dense*.h, behind the host Model interface, so the host rank loop and every sync strategy
-// run unchanged on cluster.backend "cuda" (device.h, choose_cuda_path). A new GPU precision mode is one branch in
-// cuda_model.cpp's forward/backward plus dropping its refusal from cuda_staged_issues.
+// The cuda backend's model: the mlp / linear model (dense stack) with forward, backward and evaluation on the GPU
+// through kernels/cuda_dense*.h, behind the host Model interface, so the rank loop and every sync strategy run
+// unchanged on cluster.backend "cuda": on the backend's GPU memory (`resident`, cuda_backend.h), or on host buffers
+// staged through the workspace's copies (the form the GPU tests compare the device path with, tests/gpu/: it passed
+// on an H200 as the staged cuda path, which the device path replaced). A new GPU precision mode is one branch in
+// cuda_model.cpp's forward/backward.
 #pragma once
 #include <memory>
 

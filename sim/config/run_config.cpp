@@ -124,10 +124,10 @@ void visit_fields(V& v, RunConfig& c) {
 
   auto& cl = c.cluster;
   v(cl.ranks, F("cluster.ranks", "data-parallel ranks (N), one thread each").at_least(1).at_most(kMaxRanks));
-  v(cl.backend, F("cluster.backend", "where ranks run; cuda keeps every buffer in GPU memory (device path), or "
-                                     "host buffers with the GPU model (staged path) for the strategies with host "
-                                     "loops; auto takes cuda when a GPU is usable and the device path runs the "
-                                     "configuration (docs/device.md), else host").one_of({"auto", "host", "cuda"}));
+  v(cl.backend, F("cluster.backend", "where ranks run; cuda runs the same rank loop with every buffer in GPU "
+                                     "memory (mlp and linear models); auto takes cuda when a GPU is usable and the cuda "
+                                     "backend runs the configuration (docs/device.md), else host")
+                    .one_of({"auto", "host", "cuda"}));
   v(cl.hardware, F("cluster.hardware", "hardware profile of the modeled clock: a name from `gradsweep list`, the "
                                        "path of a profile file (a '/' or .json in it; a relative path is taken from "
                                        "the scenario file's folder), or detect (cuda backend: the detected GPU's "

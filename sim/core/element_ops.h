@@ -48,7 +48,9 @@ struct ElementScan {
 // The operations on rank `rank`'s buffers of one memory. On a device each is ordered after the rank's earlier
 // operations (its stream) and may return before the device has run it, except those that return a value, download,
 // and settle. Every method may be called from the rank's own thread; allocate, upload, download, count_nonfinite and
-// the buffers' release also from the thread that builds or ends the run (they select the rank's device themselves).
+// the buffers' release also from the thread that builds or ends the run (they select the rank's device themselves),
+// and from another rank's thread where the strategy serializes its ranks (the parameter server's progress points and
+// its server's view on rank 0): a device memory keeps each rank's operations that share its scratch apart.
 class ElementOps {
  public:
   virtual ~ElementOps() = default;

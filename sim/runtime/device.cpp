@@ -44,60 +44,25 @@ std::vector<ConfigIssue> cuda_device_issues(const RunConfig& c) {
   const size_t colon = why->find(": ");
   const std::string path = colon == std::string::npos ? std::string("cluster.backend") : why->substr(0, colon);
   const std::string message = colon == std::string::npos ? *why : why->substr(colon + 2);
-  return {{path, message + " (the cuda backend's device path keeps every buffer in GPU memory)"}};
+  return {{path, message + ": it does not run on cluster.backend \"cuda\" in this version (the cuda backend keeps "
+                           "every buffer in GPU memory); use \"host\""}};
 }
 
-std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& c) {
-  std::vector<ConfigIssue> out;
-  if (c.training.mode == "timing") return out;
-  auto refuse = [&](const std::string& path, const std::string& what, const std::string& supported) {
-    out.push_back({path, what + " does not run on cluster.backend \"cuda\" in this version (supported there: " +
-                             supported + "); use \"host\""});
-  };
-  // The GPU model exists for the dense stacks only (cuda_model.h).
-  if (c.model.kind != "mlp" && c.model.kind != "linear")
-    refuse("model.kind", quoted(c.model.kind), "\"mlp\", \"linear\"");
-  if (owns_communication(c.training.optimizer))
-    refuse("training.optimizer.kind", quoted(c.training.optimizer.kind), "\"sgd\", \"adam\", \"adamw\"");
-  // Every precision mode has GPU forward/backward (kernels/cuda_dense*.h: fp32, tf32, the mixed stack's bf16_mixed,
-  // fp16_mixed, fp16_pure, fp8_mixed); a new mode without them is refused here. Injected stragglers are the rank
-  // loop's (HostRun::inject_straggler), so both paths inject them.
-  return out;
-}
-
-const char* cuda_path_name(CudaPath path) {
-  switch (path) {
-    case CudaPath::kDevice: return "device";
-    case CudaPath::kStaged: return "staged";
-    case CudaPath::kNone: break;
-  }
-  return "none";
-}
+const char* cuda_path_name(CudaPath path) { return path == CudaPath::kDevice ? "device" : "none"; }
 
 CudaPathChoice choose_cuda_path(const RunConfig& config) {
   CudaPathChoice choice;
-  const std::vector<ConfigIssue> device = cuda_device_issues(config);
-  if (device.empty()) {
-    choice.path = CudaPath::kDevice;
-    return choice;
-  }
-  choice.why = device.front().path + ": " + device.front().message;
-  choice.refusals = cuda_staged_issues(config);
-  choice.path = choice.refusals.empty() ? CudaPath::kStaged : CudaPath::kNone;
+  choice.refusals = cuda_device_issues(config);
+  choice.path = choice.refusals.empty() ? CudaPath::kDevice : CudaPath::kNone;
   return choice;
 }
 
 BackendChoice choose_backend(const RunConfig& config, const CudaProbe& p) {
   const std::string& b = config.cluster.backend;
   if (b == "host") return {BackendKind::kHost, CudaPath::kNone, "cluster.backend \"host\""};
-  if (b == "cuda") {
-    const CudaPathChoice path = choose_cuda_path(config);
-    if (path.path == CudaPath::kStaged)
-      return {BackendKind::kCuda, CudaPath::kStaged,
-              "cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): " + path.why};
-    return {BackendKind::kCuda, path.path, "cluster.backend \"cuda\""};
-  }
-  if (!p.compiled || !kCudaBackendBuilt) return {BackendKind::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
+  if (b == "cuda") return {BackendKind::kCuda, choose_cuda_path(config).path, "cluster.backend \"cuda\""};
+  if (!p.compiled || !kCudaBackendBuilt)
+    return {BackendKind::kHost, CudaPath::kNone, "auto: this binary was built without CUDA"};
   if (!cuda_usable(p))
     return {BackendKind::kHost, CudaPath::kNone,
             "auto: no usable GPU (" +
@@ -106,12 +71,11 @@ BackendChoice choose_backend(const RunConfig& config, const CudaProbe& p) {
   const std::vector<ConfigIssue> issues = cuda_device_issues(config);
   if (!issues.empty())
     return {BackendKind::kHost, CudaPath::kNone,
-            "auto: a GPU is usable, but the cuda backend's device path does not run this configuration: " +
-                issues.front().path + ": " + issues.front().message +
-                (cuda_staged_issues(config).empty() ? "; cluster.backend \"cuda\" runs it on the staged path" : "")};
+            "auto: a GPU is usable, but the cuda backend does not run this configuration: " + issues.front().path +
+                ": " + issues.front().message};
   return {BackendKind::kCuda, CudaPath::kDevice,
           "auto: a usable GPU (" + (p.devices.empty() ? std::string("?") : p.devices.front().name) +
-              ") and a configuration the cuda backend's device path runs"};
+              ") and a configuration the cuda backend runs"};
 }
 
 BackendChoice choose_backend(const RunConfig& config) { return choose_backend(config, cuda_status()); }

@@ -21,8 +21,8 @@ struct Device {
   std::string name;       // "host" or the GPU's name
 };
 
-// Whether this build has the cuda backend (sim/backend/: its GPU memory, model and communicators, for the device
-// and the staged path): every build with the CUDA side. A build without CUDA refuses cluster.backend "cuda" at
+// Whether this build has the cuda backend (sim/backend/: its GPU memory, model and communicators): every build with
+// the CUDA side. A build without CUDA refuses cluster.backend "cuda" at
 // validation.
 #if defined(GRADSWEEP_HAVE_CUDA)
 inline constexpr bool kCudaBackendBuilt = true;
@@ -36,33 +36,24 @@ inline constexpr bool kCudaBackendBuilt = false;
 std::optional<std::string> backend_issue(const std::string& backend, const CudaProbe& probe);
 std::optional<std::string> backend_issue(const std::string& backend);
 
-// What the cuda backend's DEVICE path does not run: the host rank loop and the strategies with every parameter,
-// gradient and optimizer-state buffer in GPU memory (sim/backend/cuda_backend.h, cuda_seam_issue: host_memory_reason's
-// rule, sim/strategy/strategy.h, and the models with a GPU model). One issue at the JSON path of the setting ("PATH"
-// and the reason), empty when the device path runs the configuration. Pure: needs no GPU. Timing-only runs
-// (training.mode "timing") price the schedule on the host and have no issue here (cluster.backend "cuda" still needs a
-// usable GPU: backend_issue).
+// What the cuda backend does not run: the rank loop and the strategies with every parameter, gradient and
+// optimizer-state buffer in GPU memory (sim/backend/cuda_backend.h, cuda_seam_issue: host_memory_reason's rule,
+// sim/strategy/strategy.h, which every strategy, compressor and optimizer of the registries passes, and the models
+// with a GPU model, mlp and linear). One issue at the JSON path of the setting ("... does not run on cluster.backend
+// \"cuda\" in this version ...; use \"host\""), empty when it runs the configuration. Pure: needs no GPU. Timing-only
+// runs (training.mode "timing") price the schedule on the host and have no issue here (cluster.backend "cuda" still
+// needs a usable GPU: backend_issue).
 std::vector<ConfigIssue> cuda_device_issues(const RunConfig& config);
 
-// What the STAGED cuda path (the same host rank loop and strategies with host buffers and the GPU model of
-// cuda_model.h: forward, backward and evaluation on the GPU, the parameters and gradients copied each way every
-// micro-batch) does not run, one issue per JSON path ("... does not run on cluster.backend \"cuda\" in this version
-// (supported there: ...); use \"host\""), empty when it runs the configuration. Pure. Refused: model.kind other than
-// mlp | linear (no GPU model), the communication-owning optimizers. It serves what cuda_device_issues refuses and
-// the staged path runs (strategies with host loops).
-std::vector<ConfigIssue> cuda_staged_issues(const RunConfig& config);
-
-// Which path runs a configuration on cluster.backend "cuda": the device path when cuda_device_issues is empty, else
-// the staged path when cuda_staged_issues is empty, else none (refused). Both are the one host rank loop; they differ
-// in the Backend (sim/backend/backend.h) it runs on. Report run key `cuda_path`.
-enum class CudaPath { kNone, kDevice, kStaged };
-const char* cuda_path_name(CudaPath path);  // "none" | "device" | "staged"
+// The path a configuration takes on cluster.backend "cuda": the device path (the one rank loop in GPU memory) when
+// cuda_device_issues is empty, else none (refused at validation). Report run key `cuda_path` ("device"; older reports
+// also hold "staged", the host-buffer path the device path replaced, and "seam").
+enum class CudaPath { kNone, kDevice };
+const char* cuda_path_name(CudaPath path);  // "none" | "device"
 
 struct CudaPathChoice {
   CudaPath path = CudaPath::kNone;
-  // kDevice: empty. kStaged: the device path's issue ("PATH: MESSAGE"), i.e. why the staged path runs it.
-  std::string why;
-  std::vector<ConfigIssue> refusals;  // kNone: cuda_staged_issues (what to report at validation); else empty
+  std::vector<ConfigIssue> refusals;  // kNone: cuda_device_issues (what to report at validation); else empty
 };
 // Pure: a function of the configuration only (no GPU query).
 CudaPathChoice choose_cuda_path(const RunConfig& config);
@@ -73,15 +64,14 @@ struct BackendChoice {
   CudaPath cuda_path = CudaPath::kNone;  // on cuda: the path that runs it (kNone: refused; validation says why)
   std::string reason;
 };
-// "host" -> host; "auto" -> cuda (device path) when CUDA is compiled, a GPU is usable and the device path runs the
-// configuration, else host, the reason naming what was missing (auto never takes the staged path: it is the
-// slower, exactness-first path, asked for by naming "cuda"); "cuda" -> cuda with choose_cuda_path's path
+// "host" -> host; "auto" -> cuda (device path) when CUDA is compiled, a GPU is usable and the cuda backend runs the
+// configuration, else host, the reason naming what was missing; "cuda" -> cuda with choose_cuda_path's path
 // (validation refuses it where it cannot run). Never throws. The overload with a probe is pure (tests).
 BackendChoice choose_backend(const RunConfig& config, const CudaProbe& probe);
 BackendChoice choose_backend(const RunConfig& config);
 
 // The backend cluster.backend resolves to (choose_backend's), except that "cuda" throws gs::Error with
-// backend_issue's message or the first cuda_staged_issues entry when neither cuda path runs the configuration
+// backend_issue's message or the first cuda_device_issues entry when the cuda backend does not run the configuration
 // (validation refuses it earlier).
 BackendKind resolve_backend(const RunConfig& config);
 const char* backend_name(BackendKind b);

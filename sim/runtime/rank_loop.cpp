@@ -37,7 +37,6 @@
 #include "sim/optim/optimizer.h"
 #include "sim/backend/backend.h"
 #include "sim/backend/cuda_backend.h"
-#include "sim/backend/cuda_model.h"
 #include "sim/runtime/device.h"
 #include "sim/runtime/lockstep_clock.h"
 #include "sim/runtime/lockstep_control.h"
@@ -772,17 +771,13 @@ void run_timing_only(const RunPlan& plan, const RunHooks& hooks, RunResult& res,
   res.compression = strategy->report(ReportContext{res.steps_completed}).compression;
 }
 
-// The run of every backend: the host's, the cuda backend's device path (every buffer in GPU memory, cuda_backend.h),
-// its staged path (host buffers with forward / backward / evaluation on the GPU, cuda_model.h), or a test's backend
+// The run of every backend: the host's, the cuda backend's (every buffer in GPU memory, cuda_backend.h), or a test's
 // (RunHooks::make_backend).
 void run_host(const RunPlan& plan, const RunHooks& hooks, RunResult& res, double wall0) {
   const RunConfig& config = plan.config;
-  // Staged: host memory and communicator with the GPU model (parameters and gradients staged through host memory).
-  std::unique_ptr<Backend> backend =
-      hooks.make_backend ? hooks.make_backend(config)
-      : plan.on_device() ? make_cuda_backend(config)
-      : plan.staged()    ? make_host_backend([](const RunConfig& c) { return make_gpu_model(c); })
-                         : make_host_backend();
+  std::unique_ptr<Backend> backend = hooks.make_backend ? hooks.make_backend(config)
+                                     : plan.on_device() ? make_cuda_backend(config)
+                                                        : make_host_backend();
   if (const std::optional<std::string> issue = backend->issue(config, host_memory_reason(config)))
     throw Error(*issue + " (this run's backend keeps its buffers in device memory)");
   res.ranks_one_per_gpu = backend->one_rank_per_device();

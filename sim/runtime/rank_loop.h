@@ -40,9 +40,9 @@ struct RunHooks {
   // GradientHooks), after the strategy's; events come on the rank threads.
   std::function<void(GradientHooks&)> subscribe_gradients;
   // Tests: the run's backend (sim/backend/backend.h: its memory, model and communicator) in place of the one the plan
-  // chose (the host's, the cuda device path's or the staged path's). Not timing-only runs, not across processes. A
-  // backend whose memory is not host RAM runs only what its issue() accepts (host_memory_reason's rule; else the run
-  // fails naming why, before any step).
+  // chose (the host's or the cuda backend's; the GPU tests' staged comparison: host memory with the GPU model). Not
+  // timing-only runs, not across processes. A backend whose memory is not host RAM runs only what its issue() accepts
+  // (host_memory_reason's rule; else the run fails naming why, before any step).
   std::function<std::unique_ptr<Backend>(const RunConfig&)> make_backend;
 };
 

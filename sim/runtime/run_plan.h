@@ -33,8 +33,6 @@ struct RunPlan {
   bool scaler_active() const { return loss_scale != LossScaleKind::kNone; }
   // The cuda backend's device path: the rank loop with every buffer in GPU memory (make_cuda_backend).
   bool on_device() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kDevice; }
-  // The host rank loop with the GPU model (cuda_model.h).
-  bool staged() const { return backend.backend == BackendKind::kCuda && backend.cuda_path == CudaPath::kStaged; }
 };
 
 // Resolves `config` (validated) into its plan. Where the run cannot start (cluster.hardware "detect" without a usable

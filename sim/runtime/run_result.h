@@ -107,8 +107,8 @@ struct RunResult {
   int64_t num_params = 0;
   std::string backend;                        // the device backend the run used ("host" or "cuda")
   std::string backend_reason;                 // why that backend (choose_backend, sim/runtime/device.h)
-  // cuda backend: the path that ran it, "device" (every buffer in GPU memory, cuda_backend.h) or "staged" (host
-  // buffers with the GPU model, cuda_model.h); both are the one rank loop; empty on host (report key cuda_path).
+  // cuda backend: the path that ran it, "device" (the rank loop with every buffer in GPU memory, cuda_backend.h);
+  // empty on host (report key cuda_path).
   std::string cuda_path;
   // cuda backend: every rank had a GPU of its own (the nccl communicator), so the modeled clock's per-phase relative
   // error is meaningful and reported (timing.model_error); false on host and under the local communicator.

@@ -582,8 +582,7 @@ void storage_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
 void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
   auto add = [&](const std::string& path, const std::string& msg) { issues.push_back({path, msg}); };
   if (auto why = backend_issue(c.cluster.backend)) add("cluster.backend", *why);
-  // What neither cuda path runs (choose_cuda_path, device.h: the device path, else the staged path); "auto"
-  // falls back to host for those instead.
+  // What the cuda backend does not run (choose_cuda_path, device.h); "auto" falls back to host for those instead.
   if (c.cluster.backend == "cuda")
     for (const ConfigIssue& i : choose_cuda_path(c).refusals) add(i.path, i.message);
   // The backend the run takes here ("cuda" counts even where validation refuses it above: one message is enough).
@@ -601,8 +600,8 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
     // The profile of the GPU the run uses (resolve_hardware): there is none on the host backend.
     if (!on_cuda) {
       add("cluster.hardware", "\"detect\" takes the profile of the GPU a run uses, so it needs the cuda backend "
-                              "(cluster.backend \"cuda\", or \"auto\" where a GPU is usable and the cuda backend's "
-                              "device path runs the configuration); this run is on host: name a profile from `gradsweep list`");
+                              "(cluster.backend \"cuda\", or \"auto\" where a GPU is usable and the cuda backend "
+                              "runs the configuration); this run is on host: name a profile from `gradsweep list`");
     } else if (!backend_issue("cuda")) {
       std::string resolved;
       try {
@@ -636,7 +635,7 @@ void backend_issues(const RunConfig& c, std::vector<ConfigIssue>& issues) {
                                                     count_text(c.cluster.ranks, "number"), bounded_dump(f)));
     if (c.cluster.stragglers.inject && !on_cuda && c.cluster.backend != "host")  // host: the kind rule says it
       add("cluster.stragglers.inject", "injecting real delays needs the cuda backend (cluster.backend \"cuda\", or "
-                                       "\"auto\" where a GPU is usable and the device path runs the configuration); "
+                                       "\"auto\" where a GPU is usable and the cuda backend runs the configuration); "
                                        "the host backend models stragglers on the modeled clock only: use false");
   }
 }

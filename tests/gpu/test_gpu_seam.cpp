@@ -162,12 +162,57 @@ TEST(GpuSeam, PhaseTimesComeFromTheRanksStream) {
   }
 }
 
-// What the device path does not run fails there before any step, naming the setting (cluster.backend "cuda" takes the
-// staged path for it): the parameter server is host loops.
-TEST(GpuSeam, HostLoopStrategiesAreRefused) {
-  const RunResult r = run_on_device(test::small_mlp_config({"cluster.backend=cuda", "sync.kind=parameter_server"}));
+// The parameter server (workers in GPU memory, the server in host memory) and the 1-bit optimizers (their compressed
+// all-reduce through CudaElementOps' CompressOps) on the device path, against the host backend and the staged
+// comparison. Bounds: the PS's pushes and pulls are copies and its server the host's code, so the GEMMs' rounding is
+// the only difference (1e-4, as above); the 1-bit optimizers' scale ||x|| / sqrt(n) is a block sum on the device
+// (a few ulp from the host's order), and each sign decision the GEMMs move near zero is carried by the error
+// feedback, so 1e-2 (the compressors' bound).
+TEST(GpuSeam, ParameterServerAndOnebitOptimizersMatchTheHostBackend) {
+  const std::vector<std::string> onebit = {"training.optimizer.momentum=null", "training.optimizer.eps=1e-3",
+                                           "training.optimizer.lr=0.01", "training.steps=12"};
+  auto with = [&](std::vector<std::string> sets, bool one_bit) {
+    if (one_bit) sets.insert(sets.end(), onebit.begin(), onebit.end());
+    return sets;
+  };
+  struct Case {
+    std::vector<std::string> sets;
+    double tol;
+  };
+  const std::vector<Case> cases = {
+      {{"sync.kind=parameter_server", "cluster.ranks=3"}, 1e-4},
+      {{"sync.kind=parameter_server", "sync.staleness=1", "training.optimizer.kind=adam",
+        "training.optimizer.momentum=null", "training.optimizer.lr=0.01"}, 1e-4},
+      {{"sync.kind=parameter_server", "sync.staleness=inf"}, 1e-4},
+      {{"sync.kind=parameter_server", "precision.loss_scale=dynamic", "precision.initial_scale=1024"}, 1e-4},
+      {{"sync.kind=parameter_server", "compression.kind=topk", "compression.ratio=0.1",
+        "compression.error_feedback=true"}, 1e-2},
+      {{"sync.kind=parameter_server", "precision.mode=fp16_pure"}, 2e-2},
+      {with({"training.optimizer.kind=onebit_adam", "training.optimizer.freeze_step=3"}, true), 1e-2},
+      {with({"training.optimizer.kind=onebit_adam", "training.optimizer.freeze_step=3", "cluster.ranks=4",
+             "training.optimizer.exp_avg_mask=zero_variance", "training.optimizer.weight_decay=0.01"}, true), 1e-2},
+      {with({"training.optimizer.kind=zero_one_adam", "training.optimizer.var_freeze_step=4",
+             "training.optimizer.var_update_scaler=2", "training.optimizer.local_step_scaler=2",
+             "training.optimizer.local_step_clipper=4"}, true), 1e-2},
+      {with({"training.optimizer.kind=onebit_lamb", "training.optimizer.freeze_step=3", "training.optimizer.lr=0.02"},
+            true), 1e-2},
+  };
+  for (const Case& k : cases) {
+    const Trio t = run_three(k.sets);
+    ASSERT_EQ(t.host.disposition, Disposition::kPassed) << t.what << t.host.message;
+    expect_close(t.device, t.host, k.tol, t.what + "(device vs host)");
+    expect_close(t.device, t.staged, k.tol, t.what + "(device vs staged)");
+  }
+}
+
+// What the cuda backend does not run fails before any step, naming the setting: a model without a GPU model (run
+// through make_cuda_backend directly: validation and the plan refuse it before that).
+TEST(GpuSeam, ModelsWithoutAGpuModelAreRefused) {
+  RunConfig c = test::small_mlp_config({"cluster.backend=cuda"});
+  c.model.kind = "quadratic";
+  const RunResult r = run_on_device(c);
   EXPECT_EQ(r.disposition, Disposition::kFailed);
-  EXPECT_NE(r.message.find("sync.kind: \"parameter_server\""), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("model.kind: \"quadratic\""), std::string::npos) << r.message;
   EXPECT_EQ(r.steps_completed, 0);
 }
 

@@ -1,8 +1,8 @@
-// The cuda backend's two paths against the host backend: the GPU model's forward / backward / evaluate (the staged
-// path's model, sim/backend/cuda_model.h) against the host model on one batch, then one run per feature on
-// cluster.backend "cuda" (the device path, every buffer in GPU memory; the staged path where the device path refuses
-// the feature) and on the staged path forced. Part of gradsweep_gpu_kernel_tests (ctest gpu.staged), whose main exits
-// 77 without a GPU. A new feature is one TEST here calling expect_cuda_paths_match_host.
+// The cuda backend against the host backend: the GPU model's forward / backward / evaluate (sim/backend/cuda_model.h,
+// on host buffers) against the host model on one batch, then one run per feature on cluster.backend "cuda" (the
+// device path, every buffer in GPU memory) and on the staged comparison (the GPU model on host buffers: the staged
+// cuda path that passed on an H200 before the device path replaced it). Part of gradsweep_gpu_kernel_tests (ctest
+// gpu.staged), whose main exits 77 without a GPU. A new feature is one TEST here calling expect_cuda_paths_match_host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,11 +185,11 @@ void expect_matches_host(const RunResult& got, const RunResult& host, double tol
   EXPECT_EQ(got.steps_completed, host.steps_completed) << what;
 }
 
-// The cuda runs of `cuda_sets` (cluster.backend "cuda", which takes `path`, and the staged path forced) against the
-// host run of `host_sets` (the same settings unless a mode the host does not run, tf32, stands against its fp32).
+// The cuda runs of `cuda_sets` (cluster.backend "cuda", its device path, and the staged comparison: the GPU model on
+// host buffers) against the host run of `host_sets` (the same settings unless a mode the host does not run, tf32,
+// stands against its fp32).
 Pair expect_cuda_paths_match_host(const std::vector<std::string>& cuda_sets,
-                                  const std::vector<std::string>& host_sets, double tol,
-                                  const std::string& path = "device") {
+                                  const std::vector<std::string>& host_sets, double tol) {
   auto make = [&](const std::string& backend, const std::vector<std::string>& sets) {
     std::vector<std::string> s = sets;
     s.push_back("cluster.backend=" + backend);
@@ -198,17 +198,14 @@ Pair expect_cuda_paths_match_host(const std::vector<std::string>& cuda_sets,
   Pair p{run_training(make("host", host_sets)), run_training(make("cuda", cuda_sets)),
          test::run_staged(make("cuda", cuda_sets))};
   EXPECT_EQ(p.host.disposition, Disposition::kPassed) << p.host.message;
-  EXPECT_EQ(p.cuda.cuda_path, path) << p.cuda.backend_reason;
-  if (path == "staged") {
-    EXPECT_EQ(p.cuda.backend_reason.rfind("cluster.backend \"cuda\", staged path", 0), 0u) << p.cuda.backend_reason;
-  }
-  expect_matches_host(p.cuda, p.host, tol, "cuda (" + path + ")");
+  EXPECT_EQ(p.cuda.cuda_path, "device") << p.cuda.backend_reason;
+  expect_matches_host(p.cuda, p.host, tol, "cuda (device)");
   expect_matches_host(p.staged, p.host, tol, "staged");
   return p;
 }
 
-Pair expect_cuda_paths_match_host(const std::vector<std::string>& sets, double tol, const std::string& path = "device") {
-  return expect_cuda_paths_match_host(sets, sets, tol, path);
+Pair expect_cuda_paths_match_host(const std::vector<std::string>& sets, double tol) {
+  return expect_cuda_paths_match_host(sets, sets, tol);
 }
 
 // Top-k 10% with error feedback: the selected indices are a function of the gradient, so a near tie at the k-th
@@ -226,7 +223,7 @@ TEST(GpuStaged, LocalSgdMatchesHost) {
 }
 
 TEST(GpuStaged, ParameterServerBspMatchesHost) {
-  expect_cuda_paths_match_host({"sync.kind=parameter_server", "sync.staleness=0"}, 1e-4, "staged");
+  expect_cuda_paths_match_host({"sync.kind=parameter_server", "sync.staleness=0"}, 1e-4);
 }
 
 TEST(GpuStaged, DelayedUpdateMatchesHost) { expect_cuda_paths_match_host({"sync.staleness=1"}, 1e-4); }

@@ -190,44 +190,37 @@ TEST(Backend, TimingOnlyOnCudaStillNeedsAUsableGpu) {
   }
 }
 
-// What the cuda backend's device path (the rank loop with every buffer in GPU memory) does not run, from the rule
-// in its documentation (device.h, residency.cpp): a model without a GPU model, a strategy that keeps host buffers
-// (the parameter server's shards and point-to-point pushes), the communication-owning optimizers. Everything else the
-// rank loop runs on the host runs there: one issue at the setting's JSON path, none for the rest.
-TEST(Backend, CudaDevicePathRefusesOnlyWhatKeepsHostBuffers) {
+// What the cuda backend (the rank loop with every buffer in GPU memory) does not run, from the rule in its
+// documentation (device.h, residency.cpp): a model without a GPU model. Every strategy, compressor, optimizer and
+// precision setting of the registries runs there (the parameter server with its workers in GPU memory, the 1-bit
+// optimizers' compressed all-reduce through the memory's operations): no issue for any of them.
+TEST(Backend, CudaBackendRefusesOnlyModelsWithoutAGpuModel) {
   EXPECT_TRUE(cuda_device_issues(config_with("host")).empty());
-  const std::pair<const char*, const char*> refused[] = {
-      {"sync.kind=parameter_server", "sync.kind"},
-      {"training.optimizer.kind=onebit_adam", "training.optimizer.kind"},
-  };
-  for (const auto& [set, path] : refused) {
-    Scenario s = parse_scenario(kScenario, "b.json", {"cluster.backend=host", set});
-    const RunConfig& c = s.runs.at(0).config;
-    const std::vector<ConfigIssue> issues = cuda_device_issues(c);
-    ASSERT_EQ(issues.size(), 1u) << set;
-    EXPECT_EQ(issues[0].path, path) << set;
-    EXPECT_NE(issues[0].message.find("keeps every buffer in GPU memory"), std::string::npos) << issues[0].message;
-    EXPECT_EQ(issues[0].message.rfind(path, 0), std::string::npos) << "the path is not repeated: " << issues[0].message;
-    RunConfig a = c;  // auto never takes cuda for it
-    a.cluster.backend = "auto";
-    const BackendChoice choice = choose_backend(a);
-    EXPECT_EQ(choice.backend, BackendKind::kHost) << set;
-    if (cuda_usable(cuda_status())) {
-      EXPECT_NE(choice.reason.find(path), std::string::npos) << choice.reason;
-    }
-    RunConfig t = c;
-    t.training.mode = "timing";
-    EXPECT_TRUE(cuda_device_issues(t).empty()) << set;
-  }
   RunConfig q = config_with("host");
   q.model.kind = "quadratic";
-  ASSERT_EQ(cuda_device_issues(q).size(), 1u);
-  EXPECT_EQ(cuda_device_issues(q)[0].path, "model.kind");
-  // What the old device-resident loop refused and the rank loop on GPU memory runs.
+  const std::vector<ConfigIssue> issues = cuda_device_issues(q);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].path, "model.kind");
+  EXPECT_EQ(issues[0].message.rfind("\"quadratic\" has no GPU model (mlp, linear)", 0), 0u) << issues[0].message;
+  EXPECT_NE(issues[0].message.find("does not run on cluster.backend \"cuda\" in this version"), std::string::npos)
+      << issues[0].message;
+  EXPECT_NE(issues[0].message.find("use \"host\""), std::string::npos) << issues[0].message;
+  RunConfig a = q;  // auto never takes cuda for it
+  a.cluster.backend = "auto";
+  const BackendChoice choice = choose_backend(a);
+  EXPECT_EQ(choice.backend, BackendKind::kHost);
+  if (cuda_usable(cuda_status())) {
+    EXPECT_NE(choice.reason.find("model.kind"), std::string::npos) << choice.reason;
+  }
+  RunConfig t = q;
+  t.training.mode = "timing";
+  EXPECT_TRUE(cuda_device_issues(t).empty());
   const std::vector<std::vector<std::string>> runs = {
       {"sync.kind=independent"},
       {"sync.kind=local_sgd", "sync.period=2"},
       {"sync.kind=zero"},
+      {"sync.kind=parameter_server"},
+      {"sync.kind=parameter_server", "sync.staleness=inf", "compression.kind=topk", "compression.ratio=0.1"},
       {"sync.staleness=1"},
       {"precision.mode=fp16_pure"},
       {"precision.loss_scale=static"},
@@ -240,81 +233,27 @@ TEST(Backend, CudaDevicePathRefusesOnlyWhatKeepsHostBuffers) {
       {"report.trace=true"},
       {"data.cache.policy=lru"},
       {"training.optimizer.kind=adamw"},
+      {"training.optimizer.kind=onebit_adam"},
+      {"training.optimizer.kind=zero_one_adam"},
+      {"training.optimizer.kind=onebit_lamb"},
   };
   for (std::vector<std::string> sets : runs) {
     const std::string label = sets.front();
     sets.emplace_back("cluster.backend=host");
     const RunConfig c = parse_scenario(kScenario, "b.json", sets).runs.at(0).config;
-    const std::vector<ConfigIssue> issues = cuda_device_issues(c);
-    EXPECT_TRUE(issues.empty()) << label << ": " << (issues.empty() ? "" : issues[0].message);
+    const std::vector<ConfigIssue> found = cuda_device_issues(c);
+    EXPECT_TRUE(found.empty()) << label << ": " << (found.empty() ? "" : found[0].message);
+    const CudaPathChoice path = choose_cuda_path(c);
+    EXPECT_EQ(path.path, CudaPath::kDevice) << label;
+    EXPECT_TRUE(path.refusals.empty()) << label;
   }
-}
-
-// The cuda path of each configuration (the same scenarios run on GPUs): the device path where it runs the
-// configuration, else the staged path (the rank loop on host buffers with the GPU model) for what keeps host buffers
-// on an mlp/linear model, else refused at the path with "use host". Expected from that rule, not from the code.
-TEST(Backend, EachConfigurationTakesItsCudaPath) {
-  struct Case {
-    std::vector<std::string> sets;
-    CudaPath path;
-    const char* at;  // kStaged: the device path's issue (why staged); kNone: the refusal's path
-  };
-  const Case cases[] = {
-      {{}, CudaPath::kDevice, ""},
-      {{"precision.mode=bf16_mixed", "precision.loss_scale=dynamic"}, CudaPath::kDevice, ""},
-      {{"cluster.stragglers.inject=true"}, CudaPath::kDevice, ""},
-      {{"sync.kind=local_sgd", "sync.period=2"}, CudaPath::kDevice, ""},
-      {{"sync.kind=local_sgd", "cluster.stragglers.inject=true"}, CudaPath::kDevice, ""},
-      {{"sync.kind=independent"}, CudaPath::kDevice, ""},
-      {{"sync.staleness=1"}, CudaPath::kDevice, ""},
-      {{"compression.kind=topk", "compression.ratio=0.1", "compression.error_feedback=true"}, CudaPath::kDevice, ""},
-      {{"precision.mode=fp16_pure"}, CudaPath::kDevice, ""},
-      {{"sync.kind=parameter_server"}, CudaPath::kStaged, "sync.kind"},
-      // The rank loop injects real delays on either path (HostRun::inject_straggler).
-      {{"sync.kind=parameter_server", "cluster.stragglers.inject=true"}, CudaPath::kStaged, "sync.kind"},
-      {{"training.optimizer.kind=onebit_adam"}, CudaPath::kNone, "training.optimizer.kind"},
-  };
-  for (const Case& c : cases) {
-    std::vector<std::string> sets = c.sets;
-    // Validation here must not judge the (absent) GPU: parse on host, then set what only cuda accepts.
-    const auto inject = std::find(sets.begin(), sets.end(), "cluster.stragglers.inject=true");
-    const bool injected = inject != sets.end();
-    if (injected) sets.erase(inject);
-    sets.emplace_back("cluster.backend=host");
-    RunConfig config = parse_scenario(kScenario, "b.json", sets).runs.at(0).config;
-    config.cluster.stragglers.inject = injected;
-    const std::string label = c.sets.empty() ? std::string("default") : c.sets.front();
-    const CudaPathChoice got = choose_cuda_path(config);
-    EXPECT_EQ(cuda_path_name(got.path), std::string(cuda_path_name(c.path))) << label;
-    if (c.path == CudaPath::kDevice) {
-      EXPECT_TRUE(got.why.empty()) << label;
-      EXPECT_TRUE(got.refusals.empty()) << label;
-    } else if (c.path == CudaPath::kStaged) {
-      EXPECT_EQ(got.why.rfind(std::string(c.at) + ": ", 0), 0u) << label << ": " << got.why;
-      EXPECT_TRUE(got.refusals.empty()) << label;
-    } else {
-      ASSERT_FALSE(got.refusals.empty()) << label;
-      EXPECT_EQ(got.refusals[0].path, c.at) << label;
-      EXPECT_NE(got.refusals[0].message.find("does not run on cluster.backend \"cuda\" in this version"),
-                std::string::npos) << got.refusals[0].message;
-      EXPECT_NE(got.refusals[0].message.find("use \"host\""), std::string::npos) << got.refusals[0].message;
-    }
-    // Timing-only runs are priced on the host: no path refusal (the GPU's absence is backend_issue's).
-    RunConfig t = config;
-    t.training.mode = "timing";
-    EXPECT_TRUE(cuda_staged_issues(t).empty()) << label;
-  }
-  // A model without a GPU model (quadratic, the transformer presets) is refused at model.kind, naming what runs.
-  RunConfig q = config_with("host");
-  q.model.kind = "quadratic";
-  const CudaPathChoice qc = choose_cuda_path(q);
-  EXPECT_EQ(qc.path, CudaPath::kNone);
-  ASSERT_EQ(qc.refusals.size(), 1u);
-  EXPECT_EQ(qc.refusals[0].path, "model.kind");
-  EXPECT_NE(qc.refusals[0].message.find("\"quadratic\""), std::string::npos) << qc.refusals[0].message;
-  EXPECT_NE(qc.refusals[0].message.find("\"mlp\", \"linear\""), std::string::npos) << qc.refusals[0].message;
-  q.cluster.stragglers.inject = true;  // injected delays add no refusal of their own
+  // Injected delays add no refusal of their own (the rank loop injects them on any backend that asks).
+  RunConfig inject = config_with("host");
+  inject.cluster.stragglers.inject = true;
+  EXPECT_EQ(choose_cuda_path(inject).path, CudaPath::kDevice);
+  q.cluster.stragglers.inject = true;
   EXPECT_EQ(choose_cuda_path(q).refusals.size(), 1u);
+  EXPECT_EQ(std::string(cuda_path_name(CudaPath::kDevice)), "device");
 }
 
 // choose_backend against a probe (no GPU needed): the reason of each backend and cuda path.
@@ -334,40 +273,36 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
     c.cluster.stragglers.inject = inject;
     return c;
   };
-  // cuda: the device path, the staged path with the device path's issue, or none (refused: validation says).
+  // cuda: the device path, or none (refused: validation says).
   BackendChoice d = choose_backend(config("cuda", {}), gpu);
   EXPECT_EQ(d.backend, BackendKind::kCuda);
   EXPECT_EQ(d.cuda_path, CudaPath::kDevice);
   EXPECT_EQ(d.reason, "cluster.backend \"cuda\"");
-  BackendChoice st = choose_backend(config("cuda", {"sync.kind=parameter_server"}), gpu);
-  EXPECT_EQ(st.backend, BackendKind::kCuda);
-  EXPECT_EQ(st.cuda_path, CudaPath::kStaged);
-  EXPECT_EQ(st.reason.rfind("cluster.backend \"cuda\", staged path (the host rank loop with the GPU model): "
-                            "sync.kind: \"parameter_server\" keeps its buffers in host memory",
-                            0),
-            0u)
-      << st.reason;
-  BackendChoice r = choose_backend(config("cuda", {"training.optimizer.kind=onebit_adam"}), gpu);
+  BackendChoice ps = choose_backend(config("cuda", {"sync.kind=parameter_server"}), gpu);
+  EXPECT_EQ(ps.cuda_path, CudaPath::kDevice);
+  RunConfig quadratic = config("cuda", {});
+  quadratic.model.kind = "quadratic";
+  BackendChoice r = choose_backend(quadratic, gpu);
   EXPECT_EQ(r.backend, BackendKind::kCuda);
   EXPECT_EQ(r.cuda_path, CudaPath::kNone);
-  // auto takes only the device path; for a configuration the staged path runs it says how to get it.
+  // auto takes the device path where the cuda backend runs the configuration, else host naming why.
   BackendChoice a = choose_backend(config("auto", {"sync.kind=local_sgd"}, true), gpu);
-  BackendChoice al = choose_backend(config("auto", {"sync.kind=parameter_server"}), gpu);
+  quadratic.cluster.backend = "auto";
+  BackendChoice al = choose_backend(quadratic, gpu);
   BackendChoice ap = choose_backend(config("auto", {"training.optimizer.kind=onebit_adam"}), gpu);
   BackendChoice an = choose_backend(config("auto", {}), none);
   if (kCudaBackendBuilt) {
     EXPECT_EQ(a.backend, BackendKind::kCuda);
     EXPECT_EQ(a.cuda_path, CudaPath::kDevice);
-    EXPECT_EQ(a.reason, "auto: a usable GPU (NVIDIA H200) and a configuration the cuda backend's device path runs");
+    EXPECT_EQ(a.reason, "auto: a usable GPU (NVIDIA H200) and a configuration the cuda backend runs");
     EXPECT_EQ(al.backend, BackendKind::kHost);
-    EXPECT_EQ(al.reason.rfind("auto: a GPU is usable, but the cuda backend's device path does not run this "
-                              "configuration: sync.kind: ",
+    EXPECT_EQ(al.reason.rfind("auto: a GPU is usable, but the cuda backend does not run this configuration: "
+                              "model.kind: \"quadratic\" has no GPU model",
                               0),
               0u)
         << al.reason;
-    EXPECT_NE(al.reason.find("cluster.backend \"cuda\" runs it on the staged path"), std::string::npos) << al.reason;
-    EXPECT_EQ(ap.backend, BackendKind::kHost);
-    EXPECT_EQ(ap.reason.find("staged"), std::string::npos) << ap.reason;
+    EXPECT_EQ(ap.backend, BackendKind::kCuda);
+    EXPECT_EQ(ap.cuda_path, CudaPath::kDevice);
     EXPECT_EQ(an.backend, BackendKind::kHost);
     EXPECT_EQ(an.reason, "auto: no usable GPU (the device query says \"" + none.error + "\")");
     EXPECT_FALSE(backend_issue("cuda", gpu).has_value());
@@ -382,28 +317,30 @@ TEST(Backend, ChoiceWithAProbeNamesThePathAndWhy) {
   EXPECT_FALSE(backend_issue("host", none).has_value());
 }
 
-// Validation with cluster.backend cuda lists what neither cuda path runs at its path (beside the GPU's absence here);
-// what the device or the staged path runs is not refused.
+// Validation with cluster.backend cuda lists what the cuda backend does not run at its path (beside the GPU's absence
+// here); everything else is not refused.
 TEST(Backend, CudaValidationNamesTheUnsupportedPath) {
   const size_t gpu_issue = cuda_usable(cuda_status()) && kCudaBackendBuilt ? 0u : 1u;
-  try {  // neither path runs a communication-owning optimizer yet
-    parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", "training.optimizer.kind=onebit_adam"});
+  const char* kQuadratic = R"({"name": "q", "model": {"kind": "quadratic", "a": [[1, 2]], "b": [[0, 1]],
+    "initial_w": [0, 0]}, "data": {"kind": "none"}, "training": {"steps": 2}})";
+  try {
+    parse_scenario(kQuadratic, "q.json", {"cluster.backend=cuda"});
     FAIL() << "accepted";
   } catch (const ScenarioError& e) {
     bool found = false;
-    for (const ConfigIssue& i : e.issues()) found = found || i.path == "training.optimizer.kind";
-    EXPECT_TRUE(found);
-    EXPECT_EQ(e.issues().size(), gpu_issue + 1);
+    for (const ConfigIssue& i : e.issues()) found = found || i.path == "model.kind";
+    EXPECT_TRUE(found) << e.what();
+    EXPECT_EQ(e.issues().size(), gpu_issue + 1) << e.what();
   }
-  for (const char* staged : {"sync.kind=independent", "sync.kind=local_sgd", "training.clip_grad_norm=1",
-                             "report.trace=true", "compression.kind=topk", "precision.mode=fp16_pure",
-                             "sync.kind=parameter_server"}) {
+  for (const char* runs : {"sync.kind=independent", "sync.kind=local_sgd", "training.clip_grad_norm=1",
+                           "report.trace=true", "compression.kind=topk", "precision.mode=fp16_pure",
+                           "sync.kind=parameter_server", "training.optimizer.kind=onebit_adam"}) {
     try {
-      parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", staged});
-      EXPECT_EQ(gpu_issue, 0u) << staged << " accepted without a GPU";
+      parse_scenario(kScenario, "b.json", {"cluster.backend=cuda", runs});
+      EXPECT_EQ(gpu_issue, 0u) << runs << " accepted without a GPU";
     } catch (const ScenarioError& e) {
-      ASSERT_EQ(e.issues().size(), gpu_issue) << staged << ": " << e.issues()[0].path;
-      EXPECT_EQ(e.issues()[0].path, "cluster.backend") << staged;
+      ASSERT_EQ(e.issues().size(), gpu_issue) << runs << ": " << e.issues()[0].path;
+      EXPECT_EQ(e.issues()[0].path, "cluster.backend") << runs;
     }
   }
 }
@@ -473,7 +410,7 @@ TEST(Backend, RunRecordsTheBackendAndWhy) {
   EXPECT_EQ(f.disposition, Disposition::kFailed);
   EXPECT_NE(f.message.find("cluster.backend"), std::string::npos) << f.message;
   EXPECT_EQ(f.steps_completed, 0);
-  c.sync.kind = "parameter_server";  // a staged configuration: refused the same way, before any step
+  c.sync.kind = "parameter_server";  // another strategy: refused the same way, before any step
   const RunResult g = run_training(c);
   EXPECT_EQ(g.disposition, Disposition::kFailed);
   EXPECT_NE(g.message.find("cluster.backend"), std::string::npos) << g.message;
