@@ -396,7 +396,9 @@ class ParameterServer final : public SyncStrategy {
     const int64_t c = in.step;
     PhaseClock& clock = *in.clock;
     const double enter_s = now_s();
-    double wait_real_s = 0.0, apply_real_s = 0.0;
+    // Measured seconds of this step: waiting for turns, the server's arithmetic, and what is timed into other phases
+    // here (the worker's precision step, the push's encoding); attribute puts the rest into communicate.
+    double wait_real_s = 0.0, apply_real_s = 0.0, elsewhere_real_s = 0.0;
     auto turn = [&](double t) {
       const double a = now_s();
       sched_.acquire(r, t);
@@ -415,7 +417,9 @@ class ParameterServer final : public SyncStrategy {
     // The worker's own loss scaler and clipping (worker_precision); an inf/NaN gradient is not pushed.
     bool skip = false;
     if (scaled_ || clip_) {
+      const double a = now_s();
       skip = !worker_precision(in);
+      elsewhere_real_s += now_s() - a;
       StepCost unscale = cost_model_->make_step_cost();
       precision_[ri].price(unscale, static_cast<double>(n_));
       const double unscale_s = unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
@@ -433,7 +437,9 @@ class ParameterServer final : public SyncStrategy {
     } else if (compressed_) {
       const double a = now_s();
       const PushRecord& rec = encode_push(in, pushed);
-      clock.add(Phase::kCompress, now_s() - a);
+      const double encode_real_s = now_s() - a;
+      clock.add(Phase::kCompress, encode_real_s);
+      elsewhere_real_s += encode_real_s;
       push_bytes = rec.wire_bytes;
       payload_bytes = static_cast<double>(rec.payload_bytes);
       server_s += rec.decode_model_s;
@@ -450,7 +456,7 @@ class ParameterServer final : public SyncStrategy {
       m.exposed_s = push_p2p_s;  // nothing of a push overlaps compute (see below)
       m.times.step_s = t_push - t0 - server_s;
       m.times.bytes_sent = static_cast<uint64_t>(push_bytes);
-      return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
+      return finish(r, m, clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
     }
     // Inside the turn: a worker whose scaler cannot recover (its own thread updated it before the turn) ends the run
     // at the next progress point.
@@ -490,7 +496,7 @@ class ParameterServer final : public SyncStrategy {
     m.times.bytes_sent = static_cast<uint64_t>(push_bytes + (done_ ? 0.0 : served_bytes_[ri]));
     if (done_) {
       m.times.step_s = t_pull - t0;
-      return finish(r, m, clock, enter_s, wait_real_s, apply_real_s);
+      return finish(r, m, clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
     }
     memory_.upload(r, worker_[ri].get(), server_.data(), n_);  // the pull: inside the turn, server_ is stable
     if (compressed_ && !skip) codec_[ri].records.back().pull_bytes = wire_bytes_[ri];
@@ -502,7 +508,7 @@ class ParameterServer final : public SyncStrategy {
     modeled_[ri].push_back(m);
     clock.add_bytes(m.times.bytes_sent);
     sched_.release(r, t_start_[ri]);
-    attribute(clock, enter_s, wait_real_s, apply_real_s);
+    attribute(clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
   }
 
  private:
@@ -805,20 +811,22 @@ class ParameterServer final : public SyncStrategy {
   }
 
   void finish(int r, const ModeledStep& m, PhaseClock& clock, double enter_s, double wait_real_s,
-              double apply_real_s) {
+              double apply_real_s, double elsewhere_real_s) {
     modeled_[static_cast<size_t>(r)].push_back(m);
     clock.add_bytes(m.times.bytes_sent);
     done_rank_[static_cast<size_t>(r)] = 1;
     sched_.leave(r);
-    attribute(clock, enter_s, wait_real_s, apply_real_s);
+    attribute(clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
   }
 
-  // Measured clock: waiting for turns -> wait, the server's arithmetic -> optimizer, the rest (copies) -> communicate.
-  static void attribute(PhaseClock& clock, double enter_s, double wait_real_s, double apply_real_s) {
+  // Measured clock: waiting for turns -> wait, the server's arithmetic -> optimizer, what the step timed into other
+  // phases itself (the worker's precision step, the push's encoding) left out, the rest (copies) -> communicate.
+  static void attribute(PhaseClock& clock, double enter_s, double wait_real_s, double apply_real_s,
+                        double elsewhere_real_s) {
     const double total = now_s() - enter_s;
     clock.add(Phase::kWait, wait_real_s);
     clock.add(Phase::kOptimizer, apply_real_s);
-    clock.add(Phase::kCommunicate, std::max(0.0, total - wait_real_s - apply_real_s));
+    clock.add(Phase::kCommunicate, std::max(0.0, total - wait_real_s - apply_real_s - elsewhere_real_s));
   }
 
   const int ranks_;
