@@ -116,8 +116,7 @@ CudaElementOps::Rank& CudaElementOps::select(int rank) const {
 }
 
 CudaElementOps::Locked CudaElementOps::lock(int rank) const {
-  Locked held = lock(rank);
-  Rank& r = held.rank;
+  Rank& r = select(rank);
   return Locked{std::unique_lock<std::recursive_mutex>(r.mu), r};
 }
 

@@ -32,10 +32,6 @@ std::optional<std::string> backend_issue(const std::string& backend, const CudaP
 
 std::optional<std::string> backend_issue(const std::string& backend) { return backend_issue(backend, cuda_status()); }
 
-namespace {
-std::string quoted(const std::string& v) { return "\"" + v + "\""; }
-}  // namespace
-
 std::vector<ConfigIssue> cuda_device_issues(const RunConfig& c) {
   if (c.training.mode == "timing") return {};
   const std::optional<std::string> why = cuda_seam_issue(c, host_memory_reason(c));

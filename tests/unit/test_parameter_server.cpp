@@ -259,7 +259,7 @@ TEST(StrategyParameterServer, RealOrderingRunsAndIsReported) {
 // above the step by the encode time: a 64 x 512 x 512 x 10 MLP's top-k encode is milliseconds). Every rank and step,
 // BSP and asynchronous.
 TEST(StrategyParameterServer, MeasuredPhasesPartitionTheStep) {
-  for (const json staleness : {json(0), json("inf")}) {
+  for (const json& staleness : {json(0), json("inf")}) {
     json c = ps_run(2, 6, {{"kind", "parameter_server"}, {"staleness", staleness}});
     c["model"]["layers"] = {8, 512, 512, 4};
     c["compression"] = {{"kind", "topk"}, {"ratio", 0.01}, {"error_feedback", true}};
