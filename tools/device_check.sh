@@ -263,6 +263,11 @@ step build "$build_limit_s" build_first
 for t in "${first_targets[@]}"; do
   [[ -x "$build/$t" ]] || say "      not built: $t (its steps fail as not built)"
 done
+# Each distinct compiler warning is a WARN line (the host CI builds with -Werror; this build does not, so that one
+# warning from another compiler version keeps no GPU test from running, but the summary must say it: a
+# -Winfinite-recursion in the cuda backend once passed a rehearsal as "0 warnings").
+while read -r line; do warn "build: $line"; done < <(grep -E "warning:" "$logs/build.log" 2>/dev/null |
+  sed -E 's|^.*/(sim\|kernels\|tests\|bench)/|\1/|' | sort -u | head -20)
 # The libraries the binaries load and where they were found (cuBLAS, cuBLASLt, NCCL, cudart: logs/ldd_*.txt and the
 # summary); a missing library or one of fmt, OpenBLAS and its Fortran runtime, RE2 and libcrypto outside the carried
 # packages is a WARN line (zlib may be the image's own libz.so.1: zlib keeps its ABI).

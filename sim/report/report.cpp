@@ -488,7 +488,7 @@ json run_to_json(const RunSpec& spec, const RunResult& r) {
   j["num_params"] = r.num_params;
   j["backend"] = r.backend.empty() ? json(nullptr) : json(r.backend);
   j["backend_reason"] = r.backend_reason.empty() ? json(nullptr) : json(r.backend_reason);
-  j["cuda_path"] = r.cuda_path.empty() ? json(nullptr) : json(r.cuda_path);  // cuda: "device" | "staged" | "seam"
+  j["cuda_path"] = r.cuda_path.empty() ? json(nullptr) : json(r.cuda_path);  // cuda: "device" (older: "staged", "seam")
   j["replicas_identical"] = r.num_params > 0 ? json(r.replicas_identical) : json(nullptr);
   j["compression"] = r.compression;
   j["divergence"] = r.is(Disposition::kDiverged)

@@ -1,6 +1,7 @@
 // host_memory_reason (strategy.h): which strategies keep their buffers in a backend's device memory. A strategy whose
 // every element operation goes through ElementOps (sim/core/element_ops.h) runs device-resident; one with host loops
-// runs with host buffers (on the cuda backend: the staged path). The parameter server runs on a device memory as
+// runs with host buffers only (the cuda backend refuses it; every kind of the registries runs device-resident now).
+// The parameter server runs on a device memory as
 // practice runs it with GPU workers: its workers' parameters and gradients in that memory, its server shards,
 // optimizer and compression in host memory by design, pushes and pulls the memory's download / upload
 // (parameter_server.cpp). The communication-owning optimizers (1-bit Adam, 0/1 Adam, 1-bit LAMB) run on device memory:

@@ -315,10 +315,10 @@ std::unique_ptr<SyncStrategy> make_strategy(const StrategySetup& setup);
 // What keeps `config`'s strategy from holding its buffers in a backend's device memory: its element code that exists as
 // host loops only, as "PATH: why" naming the first such setting (sync.kind, training.optimizer.kind, compression.kind),
 // or nullopt when every element operation of its step runs through ElementOps and CompressOps (sync.kind allreduce with
-// any compressor, zero (its cast reduce-scatter too), local_sgd or independent, with sgd / adam / adamw, every
-// precision mode, any loss scaler, clipping, delayed update, pitfall) or, for parameter_server (with or without
-// compression), where its workers' element work does and its server is host memory by design. The backend keeps
-// such a run's buffers in host memory (the staged path on cuda: residency.cpp).
+// any compressor, zero (its cast reduce-scatter too), local_sgd or independent, with sgd / adam / adamw or the 1-bit
+// optimizers, every precision mode, any loss scaler, clipping, delayed update, pitfall) or, for parameter_server (with
+// or without compression), where its workers' element work does and its server is host memory by design. A backend
+// with device memory refuses a run it names (residency.cpp); every kind of the registries passes today.
 std::optional<std::string> host_memory_reason(const RunConfig& config);
 
 // sync.kind "zero": elements of each rank's partition of n parameters over `ranks` (DeepSpeed's equal padded

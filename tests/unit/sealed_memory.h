@@ -514,7 +514,11 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
     }
   }
   double phase_begin(int) override { return now_s(); }
-  void phase_end(int, double mark, Phase phase, PhaseClock& clock) override { clock.add(phase, now_s() - mark); }
+  void phase_end(int, double mark, Phase phase, PhaseClock& clock) override {
+    if (phase == Phase::kCompress) ++compress_phase_ends;
+    clock.add(phase, now_s() - mark);
+  }
+  std::atomic<int64_t> compress_phase_ends{0};  // spans timed on this memory into the compress phase
   CompressOps* compress_ops() override { return this; }
 
   std::atomic<int64_t> allocations{0}, releases{0}, sgd_calls{0}, adam_calls{0};

@@ -57,7 +57,7 @@ TEST(Backend, HostAndAutoResolve) {
   EXPECT_EQ(resolve_backend(config_with("auto")), gpu && kCudaBackendBuilt ? BackendKind::kCuda : BackendKind::kHost);
 }
 
-TEST(Backend, CudaIsRefusedAtValidationNamingTheQueryOrTheMissingRankLoop) {
+TEST(Backend, CudaIsRefusedAtValidationNamingTheQueryOrTheMissingBackend) {
   const CudaProbe& p = cuda_status();
   if (cuda_usable(p) && kCudaBackendBuilt) {
     EXPECT_FALSE(backend_issue("cuda").has_value());

@@ -559,6 +559,32 @@ TEST(BackendSeam, ModelErrorOnlyWhereEveryRankHasADevice) {
   }
 }
 
+// The compressors' encode and decode spans reach the measured clock's compress phase through the memory's clock
+// (CompressSpan: on a device, CUDA events): on the host every step of every rank has compress time above zero and its
+// phases sum to at most the step; on device memory the spans are timed by the memory (its phase_end with kCompress).
+TEST(BackendSeam, CompressionTimeReachesTheCompressPhaseThroughTheMemory) {
+  const RunConfig c = config_of(scenario({{"compression", {{"kind", "topk"}, {"ratio", 0.25},
+                                                           {"error_feedback", "gradient"}}}}));
+  const RunResult host = run_training(c);
+  ASSERT_TRUE(host.is(Disposition::kPassed)) << host.message;
+  for (const auto& rank_steps : host.steps)
+    for (const StepTimes& t : rank_steps) {
+      EXPECT_GT(t.phase_s[static_cast<size_t>(Phase::kCompress)], 0.0);
+      double sum = 0.0;
+      for (double p : t.phase_s) sum += p;
+      EXPECT_LE(sum, t.step_s * (1.0 + 1e-9) + 1e-9);
+    }
+  auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
+  RunHooks hooks;
+  hooks.make_backend = [&](const RunConfig&) { return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous); };
+  const RunResult sealed = run_training(c, hooks);
+  ASSERT_TRUE(sealed.is(Disposition::kPassed)) << sealed.message;
+  // Per rank and step: the error feedback's feed-in and feed-back, each bucket's encode and decode, the average.
+  EXPECT_GE(memory->compress_phase_ends.load(), 5 * c.cluster.ranks * c.training.steps);
+  for (const auto& rank_steps : sealed.steps)
+    for (const StepTimes& t : rank_steps) EXPECT_GT(t.phase_s[static_cast<size_t>(Phase::kCompress)], 0.0);
+}
+
 // What the seam's cuda backend runs (cuda_seam_issue, pure): what host_memory_reason accepts on an mlp or linear model
 // (injected stragglers too: the rank loop injects them); its refusals name the setting.
 TEST(BackendSeam, CudaSeamIssue) {

@@ -452,7 +452,7 @@ TEST(CollectivesBarrier, AbortWakesWaitersAndLaterArrivals) {
   EXPECT_THROW(barrier.arrive_and_wait(), Aborted);
 }
 
-// Deadlines (the GPU backend's communicators and the cuda loop's control communicator): a wait that outlasts its
+// Deadlines (the GPU backend's communicators and the cuda backend's control communicator): a wait that outlasts its
 // deadline aborts every rank and throws DeadlineExceeded, so a hang ends the run as failed instead of never.
 TEST(CollectivesDeadline, DefaultIsTheRunTimeoutOrTenMinutes) {
   EXPECT_EQ(wait_deadline_s(0.0), 600.0);
@@ -525,7 +525,7 @@ TEST(CollectivesDeadline, BarrierPastItsDeadlineAbortsTheOthers) {
 }
 
 TEST(CollectivesDeadline, HostCommunicatorWithADeadlineEndsAHungCollective) {
-  // The cuda loop's control communicator: rank 1 never calls the all-reduce (a rank stuck elsewhere).
+  // The cuda backend's control communicator: rank 1 never calls the all-reduce (a rank stuck elsewhere).
   auto comm = make_host_communicator(2, 0.1);
   double v = 1.0;
   EXPECT_THROW(comm->all_reduce_sum(0, &v, 1), DeadlineExceeded);
