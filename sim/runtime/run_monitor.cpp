@@ -60,14 +60,10 @@ SeriesPoint& RunMonitor::record(int64_t step, double measured_s, double train_lo
 void RunMonitor::evaluate(const float* params) {
   GS_EXPECT(evaluator_ && !res_.series.empty(), "RunMonitor::evaluate: no evaluator or no series point");
   const double t0 = now_s();
-  record_eval(evaluator_(params));
-  eval_spent_s_ += now_s() - t0;
-}
-
-void RunMonitor::record_eval(const EvalResult& e) {
-  GS_EXPECT(!res_.series.empty(), "RunMonitor::record_eval: no series point");
+  const EvalResult e = evaluator_(params);
   res_.series.back().eval_loss = e.loss;
   res_.series.back().eval_accuracy = e.accuracy;
+  eval_spent_s_ += now_s() - t0;
 }
 
 void RunMonitor::step_done(int64_t step, double train_loss) const {

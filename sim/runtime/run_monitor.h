@@ -73,8 +73,6 @@ class RunMonitor {
   // (free-running loops keep evaluation out of their training time).
   void evaluate(const float* params);
   double eval_spent_s() const { return eval_spent_s_; }
-  // An evaluation made elsewhere (evaluate's) into the last point.
-  void record_eval(const EvalResult& e);
 
   // Rank 0's end of a lockstep step (after record): evaluates eval_params() when due, the divergence or the stop,
   // then step_done. Returns true when the run stops after this step.
