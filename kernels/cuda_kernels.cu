@@ -489,18 +489,67 @@ struct BroadcastRowsOp {
   __device__ void operator()(size_t i) const { y[i] = row[static_cast<int64_t>(i) % cols]; }
 };
 
-// One thread per column: the micro-batch's column sum in PyTorch's CPU order (torch_column_sum, dense_math.h, as
-// the host), then written (accumulate false) or added to the gradient (true).
-struct BiasGradOp {
-  float* grad_bias;
-  const float* dy;
-  int64_t rows, cols;
-  bool accumulate;
-  __device__ void operator()(size_t j) const {
-    const float s = torch_column_sum(dy, rows, cols, static_cast<int64_t>(j));
-    grad_bias[j] = accumulate ? grad_bias[j] + s : s;
+// The micro-batch's column sums in PyTorch's CPU order (torch_column_sum, dense_math.h, as the host), written
+// (accumulate false) or added to the gradient (true). A block takes 32 virtual columns (threadIdx.x: coalesced
+// loads along a row) and 16 run threads (threadIdx.y). For each of a column's cascade units (torch_column_unit) the
+// 16 threads sum 16 consecutive runs at a time (torch_run_sum) into shared memory, and thread y = 0 feeds them in
+// order to the column's TorchCascade: the sequential loop's bits, with rows / 16 + 16 serial adds per unit round
+// instead of rows. Thread y = 0 then sums the tail and combines the units and lanes as the host does.
+constexpr int kBiasColumns = 32, kBiasRunThreads = 16;
+
+// Whole runs of multi_row_sum over count elements (not monotone in count: the run length doubles past 2^19).
+__device__ int64_t whole_runs(int64_t count) { return count / torch_cascade_step(count); }
+
+__global__ void bias_grad_kernel(float* grad_bias, const float* dy, int64_t rows, int64_t cols, bool accumulate) {
+  __shared__ float runs[kBiasRunThreads][kBiasColumns + 1];
+  const int x = static_cast<int>(threadIdx.x), y = static_cast<int>(threadIdx.y);
+  const int64_t virtuals = torch_virtual_columns(rows, cols);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kBiasColumns;
+  const int64_t last = (first + kBiasColumns < virtuals ? first + kBiasColumns : virtuals) - 1;
+  const int64_t v = first + x;
+  const bool active = v < virtuals;
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int u = 0; u < 4; ++u) {
+    const TorchSumUnit unit = torch_column_unit(rows, cols, active ? v : last, u);
+    const int64_t step = torch_cascade_step(unit.count), whole = active ? unit.count / step : 0;
+    // The block's rounds: its first and last columns cover both of its kinds of unit (the kind is monotone in v).
+    const int64_t most = max(whole_runs(torch_column_unit(rows, cols, first, u).count),
+                             whole_runs(torch_column_unit(rows, cols, last, u).count));
+    TorchCascade<float> cascade(step);
+    for (int64_t r0 = 0; r0 < most; r0 += kBiasRunThreads) {
+      const int64_t r = r0 + y;
+      runs[y][x] = r < whole ? torch_run_sum(dy + unit.offset + r * step * unit.stride, step, unit.stride) : 0.0f;
+      __syncthreads();
+      if (y == 0)
+        for (int t = 0; t < kBiasRunThreads && r0 + t < whole; ++t) cascade.add_run(runs[t][x]);
+      __syncthreads();
+    }
+    if (y == 0 && active) {
+      const float* tail = dy + unit.offset + whole * step * unit.stride;
+      p[u] = cascade.finish(torch_run_sum(tail, unit.count - whole * step, unit.stride));
+    }
   }
-};
+  const float column = y == 0 && active ? torch_virtual_column_sum(dy, rows, cols, v, p) : 0.0f;
+  if (y == 0) runs[0][x] = column;
+  __syncthreads();
+  if (y != 0 || !active) return;
+  float lanes[8];
+  const bool lanes8 = torch_column_lanes(rows, cols);
+  for (int k = 0; k < 8; ++k) lanes[k] = lanes8 ? runs[0][k] : column;
+  if (lanes8 && x != 0) return;  // lane 0 writes the one column
+  const int64_t j = lanes8 ? 0 : v;
+  const float s = torch_column_total(dy, rows, cols, lanes);
+  grad_bias[j] = accumulate ? grad_bias[j] + s : s;
+}
+
+void launch_bias_grad(float* grad_bias, const float* dy, int64_t rows, int64_t cols, bool accumulate,
+                      cudaStream_t stream, const char* what) {
+  if (cols <= 0) return;
+  const int64_t blocks = (torch_virtual_columns(rows, cols) + kBiasColumns - 1) / kBiasColumns;
+  bias_grad_kernel<<<static_cast<unsigned>(blocks), dim3(kBiasColumns, kBiasRunThreads), 0, stream>>>(
+      grad_bias, dy, rows, cols, accumulate);
+  check_launch(what);
+}
 
 struct ActForwardOp {
   float* out;
@@ -750,11 +799,11 @@ void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStrea
 }
 
 void bias_grad(float* db, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream) {
-  launch_map(static_cast<size_t>(cols), BiasGradOp{db, dy, rows, cols, false}, stream, "bias_grad");
+  launch_bias_grad(db, dy, rows, cols, false, stream, "bias_grad");
 }
 
 void add_bias_grad(float* grad_bias, const float* dy, int64_t rows, int64_t cols, cudaStream_t stream) {
-  launch_map(static_cast<size_t>(cols), BiasGradOp{grad_bias, dy, rows, cols, true}, stream, "add_bias_grad");
+  launch_bias_grad(grad_bias, dy, rows, cols, true, stream, "add_bias_grad");
 }
 
 void activation_forward(float* out, const float* in, int64_t n, Activation act, cudaStream_t stream) {

@@ -113,56 +113,145 @@ GS_HD inline int64_t torch_ceil_log2(int64_t x) {
   return bits;
 }
 
+// Elements per run of multi_row_sum over `count` elements: 2^max(4, ceil(log2(count)) / 4) (16 up to 2^19 elements).
+GS_HD inline int64_t torch_cascade_step(int64_t count) {
+  const int64_t q = torch_ceil_log2(count) / 4;
+  return int64_t(1) << (q > 4 ? q : 4);
+}
+
+// x[0] + x[stride] + ... + x[(count-1) stride], from +0, in index order: one run of multi_row_sum (or its tail).
+template <class T>
+GS_HD inline T torch_run_sum(const T* x, int64_t count, int64_t stride) {
+  T s = T(0);
+  for (int64_t i = 0; i < count; ++i) s += x[i * stride];
+  return s;
+}
+
+// multi_row_sum's 4-level cascade, fed the sums of its whole runs in order (add_run) and finished with the sum of
+// the tail (the count mod step elements after the last whole run). The run sums are independent of each other, so
+// a CUDA block computes them in parallel and one thread feeds them here in order (bias_grad_kernel): the same bits
+// as the sequential loop of ATen's multi_row_sum. step = torch_cascade_step(count).
+template <class T>
+struct TorchCascade {
+  int64_t step;
+  int64_t runs = 0;
+  T acc1 = T(0), acc2 = T(0), acc3 = T(0);
+
+  GS_HD explicit TorchCascade(int64_t run_length) : step(run_length) {}
+  // After each run: level 1 takes the run; every step runs level 1 moves into level 2; every step^2 runs level 2
+  // moves into level 3 (ATen's `if ((i & (mask << (j * power))) != 0) break` with i = runs * step).
+  GS_HD void add_run(T run_sum) {
+    acc1 += run_sum;
+    ++runs;
+    if ((runs & (step - 1)) != 0) return;  // step is a power of 2
+    acc2 += acc1;
+    acc1 = T(0);
+    if ((runs & (step * step - 1)) != 0) return;
+    acc3 += acc2;
+    acc2 = T(0);
+  }
+  // The tail's sum, then the levels in order.
+  GS_HD T finish(T tail_sum) const {
+    T s = tail_sum;
+    s += acc1;
+    s += acc2;
+    s += acc3;
+    return s;
+  }
+};
+
 // multi_row_sum over x[0], x[stride], ..., x[(count-1) stride].
 template <class T>
 GS_HD inline T torch_cascade_sum(const T* x, int64_t count, int64_t stride) {
-  constexpr int64_t kLevels = 4;
-  const int64_t q = torch_ceil_log2(count) / kLevels;
-  const int64_t power = q > 4 ? q : 4;
-  const int64_t step = int64_t(1) << power;
-  const int64_t mask = step - 1;
-  T acc[kLevels] = {T(0), T(0), T(0), T(0)};
+  const int64_t step = torch_cascade_step(count);
+  TorchCascade<T> cascade(step);
   int64_t i = 0;
-  while (i + step <= count) {
-    for (int64_t j = 0; j < step; ++j, ++i) acc[0] += x[i * stride];
-    for (int64_t j = 1; j < kLevels; ++j) {
-      acc[j] += acc[j - 1];
-      acc[j - 1] = T(0);
-      if ((i & (mask << (j * power))) != 0) break;
-    }
-  }
-  for (; i < count; ++i) acc[0] += x[i * stride];
-  for (int64_t j = 1; j < kLevels; ++j) acc[0] += acc[j];
-  return acc[0];
+  for (; i + step <= count; i += step) cascade.add_run(torch_run_sum(x + i * stride, step, stride));
+  return cascade.finish(torch_run_sum(x + i * stride, count - i, stride));
 }
 
-// row_sum: 4 interleaved cascade sums, the leftover elements into the first, then the partials in order.
+// ---- Column sums as units of cascades (shared by the host loop and the parallel CUDA kernel) --------------------
+// torch_column_sum below splits a column into at most 4 cascade sums ("units") and combines them: a column that
+// takes multi_row_sum is one unit; one that takes row_sum is 4 (rows k mod 4) plus the leftover rows. A single
+// column with rows >= 8 is 8 vector lanes, each a row_sum ("virtual columns" 0..7), combined after.
+
+// Elements x[offset + i * stride], i < count, of dy (count 0: an empty unit).
+struct TorchSumUnit {
+  int64_t offset, count, stride;
+};
+
+// True for one column with rows >= 8 (8 virtual columns: the vector lanes).
+GS_HD inline bool torch_column_lanes(int64_t rows, int64_t cols) { return cols == 1 && rows >= 8; }
+
+// The virtual columns of a rows x cols dy: 8 lanes for one column with rows >= 8, else the columns.
+GS_HD inline int64_t torch_virtual_columns(int64_t rows, int64_t cols) {
+  return torch_column_lanes(rows, cols) ? 8 : cols;
+}
+
+// Virtual column v's elements before the split (its offset, count, stride in dy).
+GS_HD inline TorchSumUnit torch_virtual_column(int64_t rows, int64_t cols, int64_t v) {
+  return torch_column_lanes(rows, cols) ? TorchSumUnit{v, rows / 8, 8} : TorchSumUnit{v, rows, cols};
+}
+
+// True where virtual column v takes row_sum: every lane; for cols >= 8 the columns after the whole groups of 32,
+// for 2..7 columns those after the whole groups of 4 (one column with rows < 8 too: no whole group of 4).
+GS_HD inline bool torch_takes_row_sum(int64_t rows, int64_t cols, int64_t v) {
+  if (torch_column_lanes(rows, cols)) return true;
+  const int64_t cascaded = cols >= 8 ? cols / 32 * 32 : cols / 4 * 4;
+  return v >= cascaded;
+}
+
+// Unit u (0..3) of virtual column v: row_sum's partial u (rows u mod 4), or for multi_row_sum the column (u = 0)
+// and empty units.
+GS_HD inline TorchSumUnit torch_column_unit(int64_t rows, int64_t cols, int64_t v, int u) {
+  const TorchSumUnit c = torch_virtual_column(rows, cols, v);
+  if (torch_takes_row_sum(rows, cols, v)) return TorchSumUnit{c.offset + u * c.stride, c.count / 4, 4 * c.stride};
+  return u == 0 ? c : TorchSumUnit{c.offset, 0, c.stride};
+}
+
+// Virtual column v's sum from its units' cascade sums p[0..3]: row_sum adds the leftover elements into the first
+// partial, then the partials in order; multi_row_sum is p[0].
 template <class T>
-GS_HD inline T torch_row_sum(const T* x, int64_t count, int64_t stride) {
-  const int64_t n4 = count / 4;
-  T p[4];
-  for (int64_t k = 0; k < 4; ++k) p[k] = torch_cascade_sum(x + k * stride, n4, 4 * stride);
-  for (int64_t i = 4 * n4; i < count; ++i) p[0] += x[i * stride];
-  for (int64_t k = 1; k < 4; ++k) p[0] += p[k];
-  return p[0];
+GS_HD inline T torch_virtual_column_sum(const T* dy, int64_t rows, int64_t cols, int64_t v, const T* p) {
+  if (!torch_takes_row_sum(rows, cols, v)) return p[0];
+  const TorchSumUnit c = torch_virtual_column(rows, cols, v);
+  T s = p[0];
+  for (int64_t i = c.count / 4 * 4; i < c.count; ++i) s += dy[c.offset + i * c.stride];
+  for (int k = 1; k < 4; ++k) s += p[k];
+  return s;
+}
+
+// The column's sum from its virtual columns' sums (lane[0..7] for the lanes, lane[0] otherwise): the lanes start
+// from the leftover rows (rows mod 8) and are added in order; the output starts at zero and the sum is added to it
+// (+0 for an all -0 column, as PyTorch).
+template <class T>
+GS_HD inline T torch_column_total(const T* dy, int64_t rows, int64_t cols, const T* lane) {
+  if (!torch_column_lanes(rows, cols)) return T(0) + lane[0];
+  T acc = T(0);
+  for (int64_t r = rows / 8 * 8; r < rows; ++r) acc += dy[r];
+  for (int k = 0; k < 8; ++k) acc += lane[k];
+  return T(0) + acc;
 }
 
 // Sum over r < rows of dy[r * cols + j]: column j of dy.sum(0) as PyTorch's CPU computes it. cols >= 8: columns in
 // whole groups of 32 take multi_row_sum, the rest row_sum; 2..7 columns: whole groups of 4 take multi_row_sum, the
 // rest row_sum; one column with rows >= 8 is an inner reduction over 8 vector lanes (lane l sums rows l mod 8 by
-// row_sum; the scalar leftover rows, then the lanes in order).
+// row_sum; the scalar leftover rows, then the lanes in order). Computed through the units above, each a
+// torch_cascade_sum, so the host and the parallel CUDA kernel share every step but who sums which run.
 template <class T>
 GS_HD inline T torch_column_sum(const T* dy, int64_t rows, int64_t cols, int64_t j) {
-  if (cols == 1 && rows >= 8) {
-    const int64_t vectors = rows / 8;
-    T acc = T(0);
-    for (int64_t r = 8 * vectors; r < rows; ++r) acc += dy[r];
-    for (int64_t lane = 0; lane < 8; ++lane) acc += torch_row_sum(dy + lane, vectors, 8);
-    return T(0) + acc;
+  T lane[8];
+  const int64_t virtuals = torch_column_lanes(rows, cols) ? 8 : 1;
+  for (int64_t k = 0; k < virtuals; ++k) {
+    const int64_t v = virtuals == 8 ? k : j;
+    T p[4];
+    for (int u = 0; u < 4; ++u) {
+      const TorchSumUnit unit = torch_column_unit(rows, cols, v, u);
+      p[u] = torch_cascade_sum(dy + unit.offset, unit.count, unit.stride);
+    }
+    lane[k] = torch_virtual_column_sum(dy, rows, cols, v, p);
   }
-  const int64_t cascaded = cols >= 8 ? cols / 32 * 32 : cols / 4 * 4;
-  const T s = j < cascaded ? torch_cascade_sum(dy + j, rows, cols) : torch_row_sum(dy + j, rows, cols);
-  return T(0) + s;  // the output starts at zero and the sum is added to it (+0 for an all -0 column, as PyTorch)
+  return torch_column_total(dy, rows, cols, lane);
 }
 
 }  // namespace gs

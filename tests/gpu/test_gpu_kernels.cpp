@@ -250,6 +250,35 @@ TEST_F(GpuKernels, GemmMatchesDoubleReferenceWithinFp32Bound) {
   }
 }
 
+// The parallel bias gradient (32 columns x 16 run threads per block) against the host's sequential cascade over
+// every kind of shape: one column below and above 8 rows (the 8 lanes), 2..7 columns, 8..31 columns (all row_sum),
+// 32 and more (groups of 32 cascaded, the rest row_sum), rows short of one run, several rounds of 16 runs, past the
+// level-2 and level-3 carries, and units past 2^19 elements (runs of 32): 10 columns of 2^21 + 5 rows, one column of
+// 2^24 + 13 rows, 40 columns of 2^19 + 3 rows. Exact, overwritten (bias_grad) and added (add_bias_grad).
+TEST_F(GpuKernels, BiasGradMatchesHostOverEveryOrderShape) {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t rows : {0, 1, 7, 8, 9, 16, 17, 255, 256, 257, 1031, 4097, 70003})
+    for (int64_t cols : {1, 2, 5, 8, 10, 31, 32, 33, 100, 513}) shapes.emplace_back(rows, cols);
+  shapes.emplace_back((int64_t{1} << 21) + 5, 10);
+  shapes.emplace_back((int64_t{1} << 24) + 13, 1);
+  shapes.emplace_back((int64_t{1} << 19) + 3, 40);
+  auto rng = fresh_rng(4242);
+  for (const auto& [rows, cols] : shapes) {
+    const std::string what = std::to_string(rows) + " x " + std::to_string(cols);
+    auto dy = test::normals(static_cast<size_t>(rows * cols), rng, 3.0f);
+    for (size_t i = 0; i < dy.size(); i += 7) dy[i] *= 4096.0f;  // mixed magnitudes: orders differ in bits
+    const auto start = test::normals(static_cast<size_t>(cols), rng);
+    std::vector<float> db(static_cast<size_t>(cols)), added = start;
+    bias_grad(db.data(), dy.data(), rows, cols);
+    add_bias_grad(added.data(), dy.data(), rows, cols);
+    Dev<float> d_dy(dy), d_db(std::vector<float>(static_cast<size_t>(cols), std::nanf(""))), d_added(start);
+    gpu::bias_grad(d_db.get(), d_dy.get(), rows, cols, s());
+    gpu::add_bias_grad(d_added.get(), d_dy.get(), rows, cols, s());
+    EXPECT_SAME_BITS(d_db.host(), db, "bias_grad " + what);
+    EXPECT_SAME_BITS(d_added.host(), added, "add_bias_grad " + what);
+  }
+}
+
 TEST_F(GpuKernels, BiasActivationsAndLossesMatchHost) {
   for (size_t n : kernel_sizes()) {
     const int64_t cols = n == 0 ? 3 : (n == 1 ? 1 : 10);

@@ -222,6 +222,123 @@ TEST(ModelsDense, BiasGradFollowsPyTorchsCascadeOrder) {
   }
 }
 
+// ---- An independent transcription of ATen's loops (SumKernel.cpp multi_row_sum / row_sum / the inner 8-lane
+// reduction of one column), as literal as C++ allows: the reference for the unit split that the host and the
+// parallel CUDA bias_grad share (TorchCascade fed run sums, torch_column_unit, torch_virtual_column_sum).
+float aten_multi_row_sum(const float* x, int64_t count, int64_t stride) {
+  constexpr int64_t num_levels = 4;
+  int64_t ceil_log2 = 1;
+  if (count > 2) {
+    ceil_log2 = 0;
+    for (uint64_t v = static_cast<uint64_t>(count - 1); v != 0; v >>= 1) ++ceil_log2;
+  }
+  const int64_t level_power = std::max(int64_t{4}, ceil_log2 / num_levels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  float acc[num_levels] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  for (; i + level_step <= count;) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) acc[0] += x[i * stride];
+    for (int64_t j = 1; j < num_levels; ++j) {
+      acc[j] += acc[j - 1];
+      acc[j - 1] = 0.0f;
+      const auto mask = (level_mask << (j * level_power));
+      if ((i & mask) != 0) break;
+    }
+  }
+  for (; i < count; ++i) acc[0] += x[i * stride];
+  for (int64_t j = 1; j < num_levels; ++j) acc[0] += acc[j];
+  return acc[0];
+}
+
+float aten_row_sum(const float* x, int64_t count, int64_t stride) {
+  const int64_t n4 = count / 4;
+  float p[4];
+  for (int64_t k = 0; k < 4; ++k) p[k] = aten_multi_row_sum(x + k * stride, n4, 4 * stride);
+  for (int64_t i = 4 * n4; i < count; ++i) p[0] += x[i * stride];
+  return p[0] + p[1] + p[2] + p[3];  // left to right, as ATen's
+}
+
+float aten_column_sum(const float* dy, int64_t rows, int64_t cols, int64_t j) {
+  float out = 0.0f;
+  if (cols == 1 && rows >= 8) {
+    const int64_t vectors = rows / 8;
+    float acc = 0.0f;
+    for (int64_t r = 8 * vectors; r < rows; ++r) acc += dy[r];
+    for (int64_t lane = 0; lane < 8; ++lane) acc += aten_row_sum(dy + lane, vectors, 8);
+    return out + acc;
+  }
+  const int64_t cascaded = cols >= 8 ? cols / 32 * 32 : cols / 4 * 4;
+  return out + (j < cascaded ? aten_multi_row_sum(dy + j, rows, cols) : aten_row_sum(dy + j, rows, cols));
+}
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Values of mixed magnitudes (1e-4 .. 1e4, both signs) so that any change of order changes bits.
+std::vector<float> mixed_values(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  fill_normal(v.data(), n, seed, Purpose::kTeacherData, 0, 0);
+  for (size_t i = 0; i < n; ++i) v[i] *= std::ldexp(1.0f, static_cast<int>(i * 7919 % 27) - 13);
+  return v;
+}
+
+// The cascade fed run sums equals ATen's sequential loop, including the run length 32 past 2^19 elements and the
+// level-3 carries past 16^3 runs; summing the runs in another order (here last first, as a CUDA block may) and
+// feeding them in order changes nothing.
+TEST(ModelsDense, CascadeOfRunSumsMatchesATensLoop) {
+  std::vector<int64_t> counts;
+  for (int64_t c = 0; c <= 300; ++c) counts.push_back(c);
+  for (int64_t c : {4095, 4096, 4097, 65535, 65536, 65537, 65536 + 4096 * 3 + 17, 524287, 524288, 524289,
+                    524288 + 32 * 1024 + 5})
+    counts.push_back(c);
+  const auto x = mixed_values(600000, 91);
+  int differs_from_running_sum = 0;
+  for (int64_t count : counts) {
+    const float want = aten_multi_row_sum(x.data(), count, 1);
+    const float got = torch_cascade_sum(x.data(), count, 1);
+    EXPECT_EQ(float_bits(got), float_bits(want)) << "count " << count;
+    const int64_t step = torch_cascade_step(count), whole = count / step;
+    EXPECT_EQ(step, count > 524288 ? 32 : 16) << "count " << count;
+    std::vector<float> run(static_cast<size_t>(whole));
+    for (int64_t r = whole - 1; r >= 0; --r) run[static_cast<size_t>(r)] = torch_run_sum(&x[r * step], step, 1);
+    TorchCascade<float> cascade(step);
+    for (float s : run) cascade.add_run(s);
+    EXPECT_EQ(float_bits(cascade.finish(torch_run_sum(&x[whole * step], count - whole * step, 1))),
+              float_bits(want)) << "count " << count;
+    float running = 0.0f;
+    for (int64_t i = 0; i < count; ++i) running += x[i];
+    differs_from_running_sum += running != want;
+  }
+  EXPECT_GT(differs_from_running_sum, 100);  // the inputs do tell the orders apart
+}
+
+// Column sums through the units (multi_row_sum columns, row_sum columns, the 8 lanes of one column) equal ATen's
+// dispatch over every kind of shape: 1 column below and above 8 rows, 2..7 columns, 8..31 (all row_sum), 32 and
+// more (groups of 32 cascaded, the rest row_sum).
+TEST(ModelsDense, ColumnSumsThroughUnitsMatchATensDispatch) {
+  for (int64_t rows : {0, 1, 3, 7, 8, 9, 15, 16, 17, 33, 64, 257, 1031, 4133}) {
+    for (int64_t cols : {1, 2, 3, 4, 5, 7, 8, 10, 31, 32, 33, 40, 64, 65, 100}) {
+      const auto dy = mixed_values(static_cast<size_t>(rows * cols), static_cast<uint64_t>(rows * 1000 + cols));
+      for (int64_t j = 0; j < cols; ++j)
+        ASSERT_EQ(float_bits(torch_column_sum(dy.data(), rows, cols, j)),
+                  float_bits(aten_column_sum(dy.data(), rows, cols, j)))
+            << rows << " x " << cols << " column " << j;
+    }
+  }
+  // Past 2^19 elements per unit the run length doubles: one column (lanes of 2^24 + 8 rows would be needed) is
+  // left to the GPU test; 10 columns of 2^21 + 5 rows give row_sum units of 2^19 + 1 elements.
+  const int64_t rows = (int64_t{1} << 21) + 5, cols = 10;
+  const auto dy = mixed_values(static_cast<size_t>(rows * cols), 17);
+  for (int64_t j = 0; j < cols; ++j)
+    EXPECT_EQ(float_bits(torch_column_sum(dy.data(), rows, cols, j)),
+              float_bits(aten_column_sum(dy.data(), rows, cols, j)))
+        << "column " << j;
+}
+
 TEST(ModelsDense, GemmTransposes) {
   // a = [[1,2],[3,4]], b = [[5,6],[7,8]].
   const double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
