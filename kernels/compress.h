@@ -62,11 +62,16 @@ size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_
 // Bytes of one QSGD encoding of n values with s levels: 4 (fp32 norm) + ceil(n * (qsgd_level_bits(s) + 1) / 8).
 size_t qsgd_encoded_bytes(size_t n, int s);
 
-// Encodes p[0..n) with s >= 1 levels into out[0..qsgd_encoded_bytes(n, s)): the fp32 norm ||p||_2 (accumulated in
-// double), then per value the code level << 1 | sign (compress_math.h qsgd_level / qsgd_code) of width
-// qsgd_level_bits(s) + 1, level = floor(s |p_i| / norm + u_i) with u_i from draw (kQsgd, block i/4, word i%4).
-// A zero (or non-finite) norm encodes all levels 0. Unbiased: E[decoded] = p; Var_i = (norm/s)^2 r_i (1 - r_i),
-// r_i = frac(s |p_i| / norm).
+// ||p||^2 of p[0..n) in double, in the order of compress_math.h's kQsgdNormChunk / kQsgdNormPartials comment (16
+// float lanes per chunk of 1024 values, 256 strided partials of the chunk sums, then the tail): the sum whose sqrt,
+// rounded to float, is qsgd_encode's norm. The CUDA qsgd_encode adds in the same order (the same bits).
+double qsgd_sum_squares(const float* p, size_t n);
+
+// Encodes p[0..n) with s >= 1 levels into out[0..qsgd_encoded_bytes(n, s)): the fp32 norm ||p||_2
+// (float(sqrt(qsgd_sum_squares(p, n)))), then per value the code level << 1 | sign (compress_math.h qsgd_level /
+// qsgd_code) of width qsgd_level_bits(s) + 1, level = floor(s |p_i| / norm + u_i) with u_i from draw (kQsgd, block
+// i/4, word i%4). A zero (or non-finite) norm encodes all levels 0. Unbiased: E[decoded] = p;
+// Var_i = (norm/s)^2 r_i (1 - r_i), r_i = frac(s |p_i| / norm).
 void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream);
 
 // out[i] += decoded value i of a QSGD encoding (sign * level * norm / s).

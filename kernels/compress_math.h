@@ -104,7 +104,53 @@ GS_HD inline uint64_t uniform_below(uint64_t word, uint64_t range) {
   return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
 }
 
+// ---- Random-k: Floyd's sampler in a parallel form ------------------------------------------------------------------
+// Floyd's algorithm (Bentley & Floyd, CACM 1987) for k of n (0 < k < n), as gs::randomk_indices runs it: step t < k
+// has j_t = first + t (first = n - k) and pick_t = uniform_below(w_t, j_t + 1); it adds pick_t to the set S unless
+// pick_t is in S_{t-1} already ("collided_t"), else j_t. Whether it adds pick_t or j_t, pick_t is in S_t, so
+// S_{t-1} = {pick_u : u < t} u {j_u : u < t, collided_u}, hence
+//   collided_t = dup_t || (first <= pick_t < j_t && collided_{pick_t - first}),
+// dup_t: some u < t has pick_u == pick_t; and the final set is {pick_t : t < k} u {j_t : collided_t}. Each pick is
+// one counter-based draw and each chain goes to strictly smaller steps, so all k steps resolve independently (the
+// CUDA random-k, kernels/cuda_kernels.cu), to the same set as the sequential walk.
+
+// pick_t of Floyd's step t (t < k < n, n <= 2^32): the draw (kRandomK, block t / 2), words 2 (t % 2) (low half) and
+// 2 (t % 2) + 1 (high half) as one 64-bit word, uniform_below(word, first + t + 1). A value in [0, n - k + t].
+GS_HD inline uint64_t randomk_pick(uint64_t seed, uint64_t stream, uint64_t n, uint64_t k, uint64_t t) {
+  const Draw4 d = compress_draw(seed, stream, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2));
+  const uint64_t w = 2 * (t % 2);
+  const uint64_t word = (static_cast<uint64_t>(d.v[w + 1]) << 32) | d.v[w];
+  return uniform_below(word, n - k + t + 1);
+}
+
+// dup_t from the picks sorted stably by value (sorted[i]: the pick of the i-th (pick, t) pair in (pick, t) order):
+// the pair at position i has an earlier step with the same pick iff its predecessor has the same pick.
+GS_HD inline bool randomk_sorted_dup(const uint32_t* sorted, uint64_t i) {
+  return i > 0 && sorted[i] == sorted[i - 1];
+}
+
+// collided_t (above) from picks[u] = pick_u and dup[u] = dup_u (0 or 1) for u <= t: follows the chain
+// t -> pick_t - first while the pick is a j of an earlier step, stopping at a duplicate (true) or a pick below first or
+// at least j_t (false). Each link goes to a smaller step, so at most t + 1 links (expected O(log t)).
+GS_HD inline bool randomk_collided(uint64_t t, uint64_t first, const uint32_t* picks, const uint8_t* dup) {
+  for (;;) {
+    if (dup[t]) return true;
+    const uint64_t p = picks[t];
+    if (p < first || p >= first + t) return false;
+    t = p - first;
+  }
+}
+
 // ---- QSGD (Alistarh et al., NeurIPS 2017, "QSGD: Communication-Efficient SGD via Gradient Quantization") -----------
+
+// The order of QSGD's norm sum ||p||^2 in double (gs::qsgd_encode and the CUDA qsgd_encode, bit for bit): chunks of
+// kQsgdNormChunk values, each summed in 16 float lanes (lane l: the squares of elements l, l + 16, ... in order,
+// float multiply and add), the lanes added in double in lane order; then kQsgdNormPartials strided partials in double
+// (partial q: the chunk sums c = q, q + P, q + 2P, ... in order, from 0.0), the partials added in order from 0.0;
+// then the tail (n mod kQsgdNormChunk values) element by element, double(p_i) * p_i, in order. With at most P chunks
+// each partial is one chunk sum, so the sum is the plain chunk-order sum. P is the device's final-kernel block size.
+constexpr size_t kQsgdNormChunk = 1024;
+constexpr size_t kQsgdNormPartials = 256;
 
 // Bits of one QSGD level in [0, s]: ceil(log2(s + 1)); s >= 1.
 GS_HD inline int qsgd_level_bits(int s) {

@@ -4,6 +4,7 @@
 // host. A new op adds its kernel and launcher in its section here.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cublas_v2.h>
 
@@ -1487,20 +1488,40 @@ struct SampleOp {
   }
 };
 
-// Floyd's algorithm as randomk_indices (compress.cpp), one thread, into a zeroed bitmap.
-__global__ void floyd_kernel(uint64_t* bitmap, uint64_t n, uint64_t k, uint64_t seed, uint64_t stream_id) {
-  const uint64_t first = n - k;
-  Draw4 d{};
-  for (uint64_t t = 0; t < k; ++t) {
-    if (t % 2 == 0) d = compress_draw(seed, stream_id, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2));
-    const uint64_t w = 2 * (t % 2);
-    const uint64_t word = (static_cast<uint64_t>(d.v[w + 1]) << 32) | d.v[w];
-    const uint64_t j = first + t;
-    uint64_t pick = uniform_below(word, j + 1);
-    if ((bitmap[pick / 64] >> (pick % 64)) & 1u) pick = j;
-    bitmap[pick / 64] |= uint64_t{1} << (pick % 64);
+// Random-k in the parallel form of compress_math.h (Floyd's steps resolved independently): thread per step t writes
+// pick_t and t (RandomkPickOp); a stable radix sort of the (pick, t) pairs puts equal picks together in step order,
+// so RandomkDupOp (thread per sorted position) marks dup_t; RandomkSetOp (thread per step) follows t's chain
+// (randomk_collided) and sets pick_t, and j_t when collided, in the zeroed bitmap with atomicOr.
+struct RandomkPickOp {
+  uint32_t* picks;
+  uint32_t* steps;
+  uint64_t n, k, seed, stream_id;
+  __device__ void operator()(size_t t) const {
+    picks[t] = static_cast<uint32_t>(randomk_pick(seed, stream_id, n, k, t));
+    steps[t] = static_cast<uint32_t>(t);
   }
-}
+};
+
+struct RandomkDupOp {
+  const uint32_t* sorted_picks;
+  const uint32_t* sorted_steps;
+  uint8_t* dup;
+  __device__ void operator()(size_t i) const { dup[sorted_steps[i]] = randomk_sorted_dup(sorted_picks, i) ? 1 : 0; }
+};
+
+struct RandomkSetOp {
+  uint64_t* bitmap;
+  const uint32_t* picks;
+  const uint8_t* dup;
+  uint64_t first;
+  __device__ void set(uint64_t i) const {
+    atomicOr(reinterpret_cast<unsigned long long*>(bitmap + i / 64), 1ull << (i % 64));
+  }
+  __device__ void operator()(size_t t) const {
+    set(picks[t]);
+    if (randomk_collided(t, first, picks, dup)) set(first + t);
+  }
+};
 
 struct PopcountOp {
   const uint64_t* bitmap;
@@ -1618,22 +1639,38 @@ size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_
     launch_map(n, IotaOp{idx}, stream, "randomk_indices iota");
     return n;
   }
+  GS_EXPECT_GPU(n <= (size_t{1} << 32), "randomk_indices: n <= 2^32");
   const size_t words = (n + 63) / 64;
-  size_t scan_bytes = 0;
+  int key_bits = 1;  // picks < n <= 2^key_bits (n >= 2 here)
+  while ((uint64_t{1} << key_bits) < n) ++key_bits;
+  size_t scan_bytes = 0, sort_bytes = 0;
   uint32_t* dummy = nullptr;
   GS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, dummy, dummy, static_cast<int64_t>(words)));
+  GS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dummy, dummy, dummy, dummy,
+                                                static_cast<int64_t>(k), 0, key_bits));
   const size_t bitmap_bytes = align_up(words * sizeof(uint64_t)), counts_bytes = align_up(words * sizeof(uint32_t));
-  auto* base = static_cast<uint8_t*>(scratch.get(bitmap_bytes + 2 * counts_bytes + align_up(scan_bytes)));
+  const size_t step_bytes = align_up(k * sizeof(uint32_t)), dup_bytes = align_up(k);
+  const size_t tmp_bytes = align_up(std::max(scan_bytes, sort_bytes));
+  auto* base =
+      static_cast<uint8_t*>(scratch.get(bitmap_bytes + 2 * counts_bytes + 4 * step_bytes + dup_bytes + tmp_bytes));
   auto* bitmap = reinterpret_cast<uint64_t*>(base);
   auto* counts = reinterpret_cast<uint32_t*>(base + bitmap_bytes);
   auto* prefix = reinterpret_cast<uint32_t*>(base + bitmap_bytes + counts_bytes);
-  void* scan_tmp = base + bitmap_bytes + 2 * counts_bytes;
+  uint8_t* at = base + bitmap_bytes + 2 * counts_bytes;
+  auto* picks = reinterpret_cast<uint32_t*>(at);
+  auto* steps = reinterpret_cast<uint32_t*>(at + step_bytes);
+  auto* sorted_picks = reinterpret_cast<uint32_t*>(at + 2 * step_bytes);
+  auto* sorted_steps = reinterpret_cast<uint32_t*>(at + 3 * step_bytes);
+  uint8_t* dup = at + 4 * step_bytes;
+  void* tmp = at + 4 * step_bytes + dup_bytes;  // the sort's, then the scan's temporaries
   GS_CUDA_CHECK(cudaMemsetAsync(bitmap, 0, words * sizeof(uint64_t), stream));
-  floyd_kernel<<<1, 1, 0, stream>>>(bitmap, n, k, seed, stream_id);
-  check_launch("randomk_indices floyd");
+  launch_map(k, RandomkPickOp{picks, steps, n, k, seed, stream_id}, stream, "randomk_indices picks");
+  GS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, sort_bytes, picks, sorted_picks, steps, sorted_steps,
+                                                static_cast<int64_t>(k), 0, key_bits, stream));
+  launch_map(k, RandomkDupOp{sorted_picks, sorted_steps, dup}, stream, "randomk_indices duplicates");
+  launch_map(k, RandomkSetOp{bitmap, picks, dup, n - k}, stream, "randomk_indices set");
   launch_map(words, PopcountOp{bitmap, counts}, stream, "randomk_indices popcount");
-  GS_CUDA_CHECK(
-      cub::DeviceScan::ExclusiveSum(scan_tmp, scan_bytes, counts, prefix, static_cast<int64_t>(words), stream));
+  GS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp, scan_bytes, counts, prefix, static_cast<int64_t>(words), stream));
   launch_map(words, BitmapReadOp{bitmap, prefix, idx}, stream, "randomk_indices read-out");
   return k;
 }
@@ -1655,19 +1692,18 @@ void add_into(float* acc, const float* x, size_t n, cudaStream_t stream) {
 
 namespace {
 
-// The host's sum_squares order (compress.cpp): per chunk of 1024 values, 16 float lanes (lane l sums the squares of
-// elements l, l+16, ... in order), the lanes added in double in lane order; chunks then added in double in order,
-// then the tail element by element in double. Same operations in the same order, so the same bits.
-constexpr size_t kNormChunk = 1024;
-
+// The order of compress_math.h's kQsgdNormChunk / kQsgdNormPartials comment (gs::qsgd_sum_squares): per chunk of
+// kQsgdNormChunk values, 16 float lanes (lane l sums the squares of elements l, l+16, ... in order), the lanes added
+// in double in lane order (norm_chunks_kernel: 16 threads per chunk, 16 chunks per block); then norm_final_kernel.
+// Same operations in the same order as the host, so the same bits.
 __global__ void norm_chunks_kernel(const float* p, size_t chunks, double* chunk_sums) {
   __shared__ float lanes[kThreads];
   const size_t chunk = blockIdx.x * static_cast<size_t>(kThreads / 16) + threadIdx.x / 16;
   const int lane = threadIdx.x % 16;
   float acc = 0.0f;
   if (chunk < chunks) {
-    const float* pc = p + chunk * kNormChunk;
-    for (size_t j = 0; j < kNormChunk; j += 16) {
+    const float* pc = p + chunk * kQsgdNormChunk;
+    for (size_t j = 0; j < kQsgdNormChunk; j += 16) {
       const float v = pc[j + lane];
       acc = __fadd_rn(acc, __fmul_rn(v, v));
     }
@@ -1681,23 +1717,23 @@ __global__ void norm_chunks_kernel(const float* p, size_t chunks, double* chunk_
   }
 }
 
-// The chunk sums added in order by thread 0, as the host does; the block loads each tile of kThreads of them into
-// shared memory in one coalesced read first, so the serial adds wait on shared memory, not on one global load each.
+// One block of kQsgdNormPartials threads: thread q adds chunk sums q, q + P, q + 2P, ... in order from 0.0 (loads
+// coalesced across the block), the block stages the tail (< kQsgdNormChunk values) in shared memory, then thread 0
+// adds the P partials in order and the tail's double squares in order, and stores float(sqrt(total)).
+static_assert(kQsgdNormPartials <= 1024 && kQsgdNormChunk % 16 == 0, "norm_final_kernel: one block, 16 lanes");
 __global__ void norm_final_kernel(const double* chunk_sums, size_t chunks, const float* p, size_t n, uint8_t* out) {
-  __shared__ double tile[kThreads];
-  double total = 0.0;  // thread 0's
-  for (size_t base = 0; base < chunks; base += kThreads) {
-    const size_t c = base + threadIdx.x;
-    if (c < chunks) tile[threadIdx.x] = chunk_sums[c];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const size_t m = chunks - base < static_cast<size_t>(kThreads) ? chunks - base : static_cast<size_t>(kThreads);
-      for (size_t j = 0; j < m; ++j) total += tile[j];
-    }
-    __syncthreads();
-  }
+  __shared__ double partial[kQsgdNormPartials];
+  __shared__ float tail[kQsgdNormChunk];
+  double acc = 0.0;
+  for (size_t c = threadIdx.x; c < chunks; c += kQsgdNormPartials) acc += chunk_sums[c];
+  partial[threadIdx.x] = acc;
+  const size_t first = chunks * kQsgdNormChunk, m = n - first;  // m < kQsgdNormChunk
+  for (size_t i = threadIdx.x; i < m; i += kQsgdNormPartials) tail[i] = p[first + i];
+  __syncthreads();
   if (threadIdx.x != 0) return;
-  for (size_t i = chunks * kNormChunk; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
+  double total = 0.0;
+  for (size_t q = 0; q < kQsgdNormPartials; ++q) total += partial[q];
+  for (size_t i = 0; i < m; ++i) total += static_cast<double>(tail[i]) * tail[i];
   store_float(out, static_cast<float>(sqrt(total)));
 }
 
@@ -1916,13 +1952,13 @@ void qsgd_encode_with_norm(uint8_t* out, const float* p, size_t n, int s, float 
 void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream_id, Scratch& scratch,
                  cudaStream_t stream) {
   GS_EXPECT_GPU(s >= 1, "qsgd: s >= 1");
-  const size_t chunks = n / kNormChunk;
+  const size_t chunks = n / kQsgdNormChunk;
   auto* chunk_sums = static_cast<double*>(scratch.get(std::max<size_t>(chunks, 1) * sizeof(double)));
   if (chunks) {
     norm_chunks_kernel<<<static_cast<unsigned>((chunks + 15) / 16), kThreads, 0, stream>>>(p, chunks, chunk_sums);
     check_launch("qsgd_encode norm chunks");
   }
-  norm_final_kernel<<<1, kThreads, 0, stream>>>(chunk_sums, chunks, p, n, out);
+  norm_final_kernel<<<1, kQsgdNormPartials, 0, stream>>>(chunk_sums, chunks, p, n, out);
   check_launch("qsgd_encode norm");
   const int width = qsgd_width(s);
   const uint64_t code_bytes = (static_cast<uint64_t>(n) * width + 7) / 8;

@@ -175,8 +175,15 @@ void threshold_select(const float* x, size_t n, float tau, uint32_t* idx, uint32
 // ratio <= 0.
 void sampled_threshold(float* tau, const float* x, size_t n, double ratio, uint64_t seed, uint64_t stream_id,
                        size_t samples, Scratch& scratch, cudaStream_t stream);
-// Random-k, exactly as gs::randomk_indices (Floyd's algorithm with the same draws; one thread walks the k steps into
-// a bitmap, then the bitmap is read out in index order in parallel). Returns min(k, n).
+// Random-k, exactly as gs::randomk_indices (Floyd's algorithm with the same draws, the same set), in the parallel
+// form of compress_math.h (randomk_pick, randomk_sorted_dup, randomk_collided): grid-stride launches of kThreads
+// (256) threads per block, at most 65535 blocks: a thread per step draws its pick; a CUB stable radix sort of the
+// k (pick, step) pairs on ceil(log2 n) key bits; a thread per sorted position marks the steps whose pick an earlier
+// step drew; a thread per step resolves its collision chain and sets its pick (and j_t when it collided) in an n-bit
+// bitmap (atomicOr); a thread per 64-bit word counts, a CUB scan, a thread per word reads the indices out
+// ascending. Returns min(k, n) (known without synchronizing); n <= 2^32, k < 2^29. Scratch: 16 ceil(n / 64) bytes
+// (bitmap, counts, offsets) + 17 k bytes (picks, steps, their sorted copies, duplicate flags) + the larger of CUB's
+// sort and scan temporaries (the sort's: about 8 k bytes + a few KiB), each part rounded up to 256 bytes.
 size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_t stream_id, Scratch& scratch,
                        cudaStream_t stream);
 // vals[j] = x[idx[j]] for j < k (the values a sparse compressor sends).
@@ -245,9 +252,12 @@ void lamb_frozen_direction(LambTermTotals* terms, float* u, const float* m, cons
                            const float* p, size_t n, float eps, float weight_decay, bool decay, Scratch& scratch,
                            cudaStream_t stream);
 
-// QSGD encode into out (device, qsgd_encoded_bytes(n, s) bytes, as gs::qsgd_encode): the fp32 norm, then the codes.
-// The norm is accumulated in double on the device in a fixed order (close to, not always the same bits as, the
-// host's); qsgd_encode_with_norm takes the norm as given (so the codes can be compared bit for bit).
+// QSGD encode into out (device, qsgd_encoded_bytes(n, s) bytes, as gs::qsgd_encode, bit for bit): the fp32 norm,
+// then the codes. The norm's sum of squares follows gs::qsgd_sum_squares' order (compress_math.h kQsgdNormChunk,
+// kQsgdNormPartials): norm_chunks_kernel, ceil(chunks / 16) blocks of 256 threads (16 lanes per 1024-value chunk),
+// writes the n / 1024 chunk sums; norm_final_kernel, one block of kQsgdNormPartials (256) threads, adds them as 256
+// strided partials, then the partials and the tail; then one thread per 32-bit code word. Scratch: 8 max(n / 1024, 1)
+// bytes. qsgd_encode_with_norm takes the norm as given (so the codes can be compared bit for bit on their own).
 void qsgd_encode(uint8_t* out, const float* p, size_t n, int s, uint64_t seed, uint64_t stream_id, Scratch& scratch,
                  cudaStream_t stream);
 void qsgd_encode_with_norm(uint8_t* out, const float* p, size_t n, int s, float norm, uint64_t seed,

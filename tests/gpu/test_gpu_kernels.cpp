@@ -535,13 +535,11 @@ TEST_F(GpuKernels, TopkThresholdSampledThresholdRandomkSelectExactlyAsHost) {
       // Random-k with the same (seed, stream): the same indices as the host.
       std::vector<uint32_t> want_r(n);
       const uint64_t stream_id = compress_stream(3, 1, 2);
-      // (k capped at n/100 + 1: Floyd's walk is one GPU thread, and n/3 steps of it would take seconds.)
-      const size_t kr = std::min<size_t>(k, n / 100 + 1);
-      const size_t rc = randomk_indices(want_r.data(), n, kr, 42, stream_id);
+      // (Every k: the parallel form resolves Floyd's k steps at once, so n - 1 steps of 2^24 + 3 take milliseconds.)
+      const size_t rc = randomk_indices(want_r.data(), n, k, 42, stream_id);
       want_r.resize(rc);
       d_idx.poison();
-      const size_t got_rc =
-          gpu::randomk_indices(d_idx.get(), n, kr, 42, stream_id, scratch_, s());
+      const size_t got_rc = gpu::randomk_indices(d_idx.get(), n, k, 42, stream_id, scratch_, s());
       ASSERT_EQ(got_rc, rc) << "randomk count";
       EXPECT_SAME_BITS(d_idx.host(rc), want_r, "randomk n " + std::to_string(n) + " k " + std::to_string(k));
     }
@@ -561,6 +559,26 @@ TEST_F(GpuKernels, TopkThresholdSampledThresholdRandomkSelectExactlyAsHost) {
         gpu::sampled_threshold(d_tau.get(), d_x.get(), n, ratio, 7, compress_stream(5, 0, 1), samples, scratch_, s());
         EXPECT_EQ(test::bits_of(test::read_one(d_tau.get())), test::bits_of(want))
             << "sampled threshold n " << n << " samples " << samples << " ratio " << ratio;
+      }
+    }
+  }
+}
+
+// Random-k's parallel Floyd (kernels/cuda_kernels.cu) against the host's sequential walk on shapes where its
+// collision chains are long (k close to n), n not a multiple of 64, tiny n, and k = 1, n / 2, n - 1, over seeds and
+// streams; the scratch is reused across the calls (smaller calls after larger ones).
+TEST_F(GpuKernels, RandomkParallelFloydSelectsTheHostsSet) {
+  for (size_t n : {size_t{2}, size_t{3}, size_t{65}, size_t{4099}, size_t{1000003}, size_t{100}}) {
+    for (size_t k : {size_t{1}, n / 2, n - n / 16, n - 2, n - 1}) {
+      if (k == 0 || k >= n) continue;
+      for (uint64_t seed : {uint64_t{0}, uint64_t{0x9E3779B97F4A7C15}}) {
+        const uint64_t stream_id = compress_stream(static_cast<uint32_t>(seed + k), 2, 5);
+        std::vector<uint32_t> want(k);
+        ASSERT_EQ(randomk_indices(want.data(), n, k, seed, stream_id), k);
+        Dev<uint32_t> d_idx(k);
+        d_idx.poison();
+        ASSERT_EQ(gpu::randomk_indices(d_idx.get(), n, k, seed, stream_id, scratch_, s()), k);
+        EXPECT_SAME_BITS(d_idx.host(k), want, "randomk n " + std::to_string(n) + " k " + std::to_string(k));
       }
     }
   }

@@ -9,9 +9,13 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -286,6 +290,118 @@ TEST(CompressRandomk, CaseBC14AllSubsetsEquallyLikelyAndScaledMeanUnbiased) {
   EXPECT_NEAR(sq_err / trials, var_total, 1e-9);
 }
 
+// ---- Random-k: the parallel form of Floyd's algorithm (compress_math.h; the CUDA random-k's element math) --------
+
+__extension__ typedef unsigned __int128 U128;  // the test's own multiply-shift (not uniform_below's 32-bit halves)
+
+// Floyd's algorithm transcribed from Bentley & Floyd (CACM 1987) with a std::set, for 0 < k < n: step t (j = n - k + t)
+// takes the 64-bit word of words 2 (t % 2) (low) and 2 (t % 2) + 1 (high) of draw (kRandomK, block t / 2), draws
+// floor(w (j + 1) / 2^64) by a 128-bit product, and inserts it, or j when it is present. The set, ascending.
+std::vector<uint32_t> floyd_by_set(size_t n, size_t k, uint64_t seed, uint64_t stream) {
+  std::set<uint64_t> s;
+  for (size_t t = 0; t < k; ++t) {
+    const Draw4 d = compress_draw(seed, stream, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2));
+    const uint64_t w = uint64_t{d.v[2 * (t % 2) + 1]} << 32 | d.v[2 * (t % 2)];
+    const uint64_t j = n - k + t;
+    const auto pick = static_cast<uint64_t>((static_cast<U128>(w) * (j + 1)) >> 64);
+    if (!s.insert(pick).second) {
+      EXPECT_TRUE(s.insert(j).second) << "Floyd: j is never taken before step j";
+    }
+  }
+  return {s.begin(), s.end()};
+}
+
+// How the parallel form resolved the steps: by a duplicate pick, through a chain (pick = j of a collided step), and
+// through a chain of two or more links (so a test shows it exercised each case).
+struct ChainCounts {
+  size_t dup = 0, via_chain = 0, deep = 0;
+};
+
+// The CUDA random-k's phases (kernels/cuda_kernels.cu RandomkPickOp, the stable radix sort, RandomkDupOp,
+// RandomkSetOp, the bitmap read-out) on the host over compress_math.h's GS_HD functions, each phase's threads in
+// reverse order (a phase's result must not depend on its threads' order). The sort is std::sort of (pick, step)
+// pairs: the order a stable sort by pick gives. For 0 < k < n.
+std::vector<uint32_t> randomk_parallel_form(size_t n, size_t k, uint64_t seed, uint64_t stream, ChainCounts& counts) {
+  std::vector<uint32_t> picks(k, 0xdeadbeef);
+  for (size_t t = k; t-- > 0;) picks[t] = static_cast<uint32_t>(randomk_pick(seed, stream, n, k, t));
+  std::vector<std::pair<uint32_t, uint32_t>> pairs(k);
+  for (size_t t = 0; t < k; ++t) pairs[t] = {picks[t], static_cast<uint32_t>(t)};
+  std::sort(pairs.begin(), pairs.end());
+  std::vector<uint32_t> sorted(k);
+  for (size_t i = 0; i < k; ++i) sorted[i] = pairs[i].first;
+  std::vector<uint8_t> dup(k, 0xab);  // poison: each entry must be written once
+  for (size_t i = k; i-- > 0;) dup[pairs[i].second] = randomk_sorted_dup(sorted.data(), i) ? 1 : 0;
+  std::vector<uint64_t> bitmap((n + 63) / 64, 0);
+  const uint64_t first = n - k;
+  for (size_t t = k; t-- > 0;) {
+    EXPECT_LE(dup[t], 1);
+    bitmap[picks[t] / 64] |= uint64_t{1} << (picks[t] % 64);
+    if (!randomk_collided(t, first, picks.data(), dup.data())) continue;
+    bitmap[(first + t) / 64] |= uint64_t{1} << ((first + t) % 64);
+    if (dup[t]) {
+      ++counts.dup;
+    } else {
+      ++counts.via_chain;
+      if (!dup[picks[t] - first]) ++counts.deep;
+    }
+  }
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < n; ++i)
+    if (bitmap[i / 64] >> (i % 64) & 1u) out.push_back(static_cast<uint32_t>(i));
+  return out;
+}
+
+TEST(CompressRandomk, CollisionChainsByHand) {
+  // n = 10, k = 5 (first = 5, j_t = 5 + t), picks 3, 3, 5, 6, 8. The sequential walk: S = {3}; 3 is taken, so
+  // j_1 = 6: {3, 6}; 5 is free: {3, 5, 6}; 6 is taken, j_3 = 8: {3, 5, 6, 8}; 8 is taken, j_4 = 9: {3, 5, 6, 8, 9}.
+  // So steps 1, 3, 4 collided: step 1 by a duplicate, step 3 through step 1 (6 = j_1), step 4 through step 3 then
+  // step 1 (two links); step 2's pick 5 = j_0 is free because step 0 did not collide.
+  uint32_t picks[] = {3, 3, 5, 6, 8};
+  const uint32_t sorted[] = {3, 3, 5, 6, 8};
+  const uint8_t dup[] = {0, 1, 0, 0, 0};
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(randomk_sorted_dup(sorted, i), i == 1) << i;
+  const bool collided[] = {false, true, false, true, true};
+  for (uint64_t t = 0; t < 5; ++t) EXPECT_EQ(randomk_collided(t, 5, picks, dup), collided[t]) << t;
+  // Step 4 drawing 9 = j_4 itself (never taken before step 4): no collision; drawing 4 (< first, no duplicate): none.
+  picks[4] = 9;
+  EXPECT_FALSE(randomk_collided(4, 5, picks, dup));
+  picks[4] = 4;
+  EXPECT_FALSE(randomk_collided(4, 5, picks, dup));
+}
+
+TEST(CompressRandomk, ParallelFormSelectsTheSequentialWalksSet) {
+  ChainCounts counts;
+  size_t cases = 0;
+  for (size_t n : {size_t{2}, size_t{3}, size_t{5}, size_t{17}, size_t{63}, size_t{64}, size_t{65}, size_t{127},
+                   size_t{1000}, size_t{4099}, size_t{100003}}) {
+    for (size_t k : {size_t{1}, size_t{2}, n / 64 + 1, n / 2, n - n / 16, n - 2, n - 1}) {
+      if (k == 0 || k >= n) continue;
+      for (uint64_t seed : {uint64_t{0}, uint64_t{9}, uint64_t{0x9E3779B97F4A7C15}}) {
+        for (uint64_t stream : {uint64_t{0}, compress_stream(3, 1, 2), compress_stream(0xffffffffu, 65535, 65535)}) {
+          if (n > 5000 && (seed != 9 || stream != 0)) continue;  // the large n once per k
+          std::vector<uint32_t> host(k);
+          ASSERT_EQ(randomk_indices(host.data(), n, k, seed, stream), k);
+          const std::vector<uint32_t> parallel = randomk_parallel_form(n, k, seed, stream, counts);
+          const std::string what = "n " + std::to_string(n) + " k " + std::to_string(k) + " seed " +
+                                   std::to_string(seed) + " stream " + std::to_string(stream);
+          ASSERT_EQ(parallel, host) << what;
+          ASSERT_EQ(floyd_by_set(n, k, seed, stream), host) << what;
+          ++cases;
+        }
+      }
+    }
+  }
+  // One larger draw, half of a million (n not a multiple of 64).
+  std::vector<uint32_t> host(500001);
+  ASSERT_EQ(randomk_indices(host.data(), 1000003, 500001, 5, 77), 500001u);
+  EXPECT_EQ(randomk_parallel_form(1000003, 500001, 5, 77, counts), host);
+  EXPECT_GT(cases, 300u);
+  // Every kind of resolution happened many times (k close to n makes long chains).
+  EXPECT_GT(counts.dup, 1000u);
+  EXPECT_GT(counts.via_chain, 1000u);
+  EXPECT_GT(counts.deep, 100u);
+}
+
 // ---- QSGD -----------------------------------------------------------------------------------------------------------
 
 // Decodes one encoding into a fresh vector.
@@ -439,6 +555,60 @@ TEST(CompressQsgd, ZeroVectorAndOverflowedNorm) {
   for (float v : qsgd_round(zero, 4, 1, 1)) EXPECT_EQ(v, 0.0f);
   std::vector<float> big(4, 3e38f);  // ||p|| overflows float: inf norm decodes to NaN (0 * inf), not to silent zeros
   for (float v : qsgd_round(big, 4, 1, 1)) EXPECT_TRUE(std::isnan(v));
+}
+
+// qsgd_sum_squares' documented order (compress_math.h), transcribed with literal sizes: per chunk of 1024 values 16
+// float lanes (value i of the chunk to lane i mod 16), the lanes added in double; 256 strided partials of the chunk
+// sums, each from 0.0, added in order from 0.0; then the tail's double squares in order.
+double strided_norm_reference(const std::vector<float>& p) {
+  const size_t n = p.size(), chunks = n / 1024;
+  std::vector<double> chunk(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    float lane[16] = {};
+    for (size_t i = 0; i < 1024; ++i) {
+      const float v = p[c * 1024 + i];
+      lane[i % 16] = lane[i % 16] + v * v;
+    }
+    double sum = 0.0;
+    for (float l : lane) sum += static_cast<double>(l);
+    chunk[c] = sum;
+  }
+  double total = 0.0;
+  for (size_t q = 0; q < 256; ++q) {
+    double partial = 0.0;
+    for (size_t c = q; c < chunks; c += 256) partial += chunk[c];
+    total += partial;
+  }
+  for (size_t i = chunks * 1024; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
+  return total;
+}
+
+TEST(CompressQsgd, NormSumsTheChunksInStridedPartials) {
+  uint64_t got_bits = 0, want_bits = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1023}, size_t{1024}, size_t{1025}, size_t{256 * 1024},
+                   size_t{257 * 1024 + 3}, size_t{700 * 1024 + 999}}) {
+    const std::vector<float> p = normals(n, 40 + n);
+    const double got = qsgd_sum_squares(p.data(), n), want = strided_norm_reference(p);
+    std::memcpy(&got_bits, &got, 8);
+    std::memcpy(&want_bits, &want, 8);
+    EXPECT_EQ(got_bits, want_bits) << "n " << n;
+    std::vector<uint8_t> wire(qsgd_encoded_bytes(n, 4));
+    qsgd_encode(wire.data(), p.data(), n, 4, 1, 2);
+    float norm;
+    std::memcpy(&norm, wire.data(), 4);
+    EXPECT_EQ(norm, static_cast<float>(std::sqrt(want))) << "n " << n;
+  }
+  // An order the sum can see: 1025 chunks and a tail of 77. Chunk 0 holds 2^13 (square 2^26, 64 per lane: 2^32 per
+  // lane, 2^36 per chunk), the others 2^-14 (chunk sum 2^-18, a quarter of an ulp of 2^36: lost when added to it).
+  // In chunk order every small sum is lost: 2^36. In the strided order partial 0 (chunks 0, 256, ..., 1024) is 2^36,
+  // partials 1..255 are 4 x 2^-18 = 2^-16 (one ulp of 2^36) each, exactly kept: 2^36 + 255 x 2^-16. The tail's
+  // squares (2^-28) are lost.
+  std::vector<float> p(1025 * 1024 + 77, std::ldexp(1.0f, -14));
+  std::fill(p.begin(), p.begin() + 1024, std::ldexp(1.0f, 13));
+  const double want = std::ldexp(1.0, 36) + 255.0 * std::ldexp(1.0, -16);
+  EXPECT_EQ(qsgd_sum_squares(p.data(), p.size()), want);
+  EXPECT_NE(want, std::ldexp(1.0, 36));
+  EXPECT_EQ(strided_norm_reference(p), want);
 }
 
 // ---- TernGrad -------------------------------------------------------------------------------------------------------
