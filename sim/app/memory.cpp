@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kernels/compress.h"
+#include "kernels/compress_math.h"
 #include "sim/compress/compressor.h"
 #include "sim/compress/modeled.h"
 #include "sim/compress/reduce.h"
@@ -99,6 +100,21 @@ std::string size_2dp(int64_t bytes) { return binary_size_text(static_cast<double
 // (per = zero_partition), its padded copy of the gradient and its averaged shard, with reduce_every_microbatch the
 // shard's running sum and the rank loop's buffer of one micro-batch's gradient; the optimizer state of its shard only
 // (the ranks' shards add up to n). Replaces the replica-per-rank parameters and state counted before it.
+// Bytes of one rank's workspace for the compressed all-reduce of the 1-bit optimizers (onebit_adam, zero_one_adam,
+// onebit_lamb), from what sim/strategy/onebit_adam.cpp allocates (onebit_compressed_allreduce's room() calls on
+// OnebitBuffers; 1-bit Adam's compressed() for its flat copy), each buffer 4-byte floats or words: x, the compensated
+// momentum (P = onebit_padded_elements(m, N) floats); chunk, the server's sum of this rank's chunk (C = P / N); the
+// worker's message (onebit_message_words(P) = 1 + ceil(P / 32) words: its scale, then the packed signs) and the N
+// all-gathered ones; the server's message (onebit_message_words(C)) and the N all-gathered; with `flat` (1-bit Adam
+// whose uncompressed_tensors leave tensors out) the compressed group's flat copy, m floats. m: the compressed group's
+// values; N: ranks (> 1). The error buffers (P and C floats, DeepSpeed's worker_error and server_error) are counted
+// apart, as error feedback.
+int64_t onebit_workspace_bytes(size_t m, bool flat, int N) {
+  const size_t P = onebit_padded_elements(m, N), C = P / static_cast<size_t>(N);
+  const size_t messages = static_cast<size_t>(N + 1) * (onebit_message_words(P) + onebit_message_words(C));
+  return static_cast<int64_t>(P + C + messages + (flat ? m : 0)) * kF;
+}
+
 void add_zero_host_buffers(const RunConfig& c, int64_t n, int64_t state, MemoryEstimate& e) {
   const int64_t N = c.cluster.ranks;
   const auto per = static_cast<int64_t>(zero_partition(static_cast<size_t>(n), static_cast<int>(N)));
@@ -207,11 +223,14 @@ MemoryEstimate estimate_run_memory(const RunConfig& c, int64_t num_params) {
   if (c.compression.kind == "dgc") e.residuals_bytes = 2 * N * n * kF;
   if (c.compression.kind != "none") e.communication_bytes += N * n * kF;
   if (onebit && N > 1) {
-    // 1-bit Adam: per rank the worker error (padded P) and the server error (P / N), the compensated buffer and
-    // chunk, and its messages (scale and packed signs) with the all-gathered ones of every rank.
+    // The 1-bit optimizers: per rank the worker error (padded P) and the server error (P / N), and the compressed
+    // all-reduce's workspace (onebit_workspace_bytes). Without the tensor table the whole model is the compressed
+    // group and, when 1-bit Adam's uncompressed_tensors names any, its flat copy is counted at n: an upper bound.
     const auto P = static_cast<int64_t>(onebit_padded_elements(static_cast<size_t>(n), static_cast<int>(N)));
     e.residuals_bytes += N * (P + P / N) * kF;
-    e.communication_bytes += N * ((P + P / N) * kF + (N + 1) * (P / 8 + P / (8 * N) + 16));
+    const json& split = c.training.optimizer.uncompressed_tensors;
+    e.communication_bytes +=
+        N * onebit_workspace_bytes(static_cast<size_t>(n), split.is_array() && !split.empty(), static_cast<int>(N));
   }
   if (c.sync.kind == "zero") add_zero_host_buffers(c, n, state, e);
   if (c.precision.mode != "fp32") e.parameters_bytes += replicas * n * kF;
@@ -501,14 +520,15 @@ GpuMemoryEstimate estimate_gpu_memory(const RunConfig& c, const Model& model) {
   if (owns_communication(c.training.optimizer) && c.cluster.ranks > 1) {
     // 1-bit Adam, 0/1 Adam and 1-bit LAMB (strategy/onebit_adam.cpp, zero_one_adam.cpp, onebit_lamb.cpp; 1-bit Adam
     // with uncompressed_tensors: P of the compressed tensors): worker error (padded P) and server error
-    // (P / N) in fp32, the packed signs sent and the N received of both phases.
+    // (P / N) in fp32; the compressed all-reduce's workspace (onebit_workspace_bytes: the compensated momentum, the
+    // server's chunk, the messages sent and the N received of both phases, 1-bit Adam's flat compressed group).
     const double N = static_cast<double>(c.cluster.ranks);
     size_t compressed = 0;
     for (const TensorInfo& t : model.tensors())
       if (!onebit_non_freeze(c.training.optimizer, t)) compressed += t.count;
     const auto P = static_cast<double>(onebit_padded_elements(compressed, static_cast<int>(N)));
     e.error_feedback_bytes = bytes(4.0 * (P + P / N));
-    e.compression_bytes = bytes((N + 1.0) * (P / 8.0 + P / (8.0 * N)));
+    e.compression_bytes = onebit_workspace_bytes(compressed, compressed < model.num_params(), static_cast<int>(N));
   }
   if (c.compression.kind != "none") {
     e.compression_bytes = compression_buffer_bytes(c, model);

@@ -22,7 +22,8 @@ struct MemoryEstimate {
   int64_t residuals_bytes = 0;      // error-feedback residuals, one per rank, when compression.kind is not none
   int64_t activations_bytes = 0;    // per rank: the micro-batch and the model's forward/backward buffers; rank 0's
                                     // evaluation chunk
-  int64_t communication_bytes = 0;  // collective staging buffers
+  int64_t communication_bytes = 0;  // collective staging buffers (and the 1-bit optimizers' compressed all-reduce
+                                    // workspace and messages)
   int64_t records_bytes = 0;        // per-step timings of every rank, the convergence series, the trace
   int64_t total_bytes() const;
   json to_json() const;  // {"total_bytes", "<component>_bytes"...}
@@ -41,7 +42,8 @@ struct GpuMemoryEstimate {
   int64_t optimizer_bytes = 0;       // momentum / Adam moments (parameter server: of the shard the rank hosts)
   int64_t activations_bytes = 0;     // one micro-batch's (Model::activation_memory)
   int64_t communication_bytes = 0;   // DDP's bucket buffers (a copy of the gradient in the wire format), a push buffer
-  int64_t compression_bytes = 0;     // the compressor's payloads (own and gathered) and state (PowerSGD's P, Q)
+  int64_t compression_bytes = 0;     // the compressor's payloads (own and gathered) and state (PowerSGD's P, Q); the
+                                     // 1-bit optimizers' compressed all-reduce workspace and messages
   int64_t error_feedback_bytes = 0;  // error-feedback residual (DGC: velocity and accumulation)
   int64_t capacity_bytes = 0;        // one GPU's memory (memory.capacity_GiB)
   int64_t usable_bytes = 0;          // capacity x memory.usable_fraction

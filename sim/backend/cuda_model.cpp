@@ -32,8 +32,12 @@ enum class GpuPath { kNone, kFp32, kFp32Scaled, kMixed };
 struct GpuWorkspace final : Workspace {
   int64_t max_rows = 0;
   int device = -1;
-  std::optional<gpu::Stream> stream;               // staged: the workspace's own stream
+  std::optional<gpu::Stream> stream;               // staged, or a resident evaluation's: the workspace's own stream
   cudaStream_t st = nullptr;                       // the stream its work runs on (own, or the resident memory's)
+  // Resident evaluation (bound by evaluate): the rank that owns the evaluated parameters (-1: none), and the event
+  // recorded on its stream before each evaluation, which st waits for (cudaStreamWaitEvent) before reading them.
+  int owner = -1;
+  std::optional<gpu::Event> owner_ready;
   std::unique_ptr<gpu::BlasHandle> blas;
   std::optional<gpu::DenseScratchGpu> scratch;
   std::optional<gpu::MixedScratchGpu> mixed;
@@ -85,7 +89,8 @@ class GpuDenseModel final : public HostShapedModel {
   double forward(const float* params, const Batch& batch, Workspace& ws, const PrecisionPolicy& p) const override {
     GpuWorkspace& w = as_gpu_workspace(ws);
     check_batch(batch, 0, batch.count, w.max_rows);
-    bind(w, batch.rank);
+    bind(w, batch.rank, false);
+    GS_EXPECT(w.owner < 0, "cuda model: a workspace first used by evaluate is for evaluations only");
     const cudaStream_t st = w.st;
     const float* dparams = device_params(w, params, true);
     upload_batch(w, batch, 0, batch.count);
@@ -164,12 +169,20 @@ class GpuDenseModel final : public HostShapedModel {
   }
 
   // fp32 forward in chunks of the workspace's capacity (as the host model), loss sums added in double on the host.
+  // Resident: the evaluated parameters are rank 0's device buffer, read on the workspace's own stream (bound here)
+  // after the work rank 0's stream holds now (an event recorded there and waited for), so an evaluation from another
+  // thread (the parameter server's progress points) neither runs on rank 0's stream nor lands between the events
+  // that time rank 0's phases. Returns after its stream is done (each chunk's sums are read back).
   EvalSums evaluate(const float* params, const Batch& batch, Workspace& ws) const override {
     GpuWorkspace& w = as_gpu_workspace(ws);
     EvalSums sums;
     if (batch.count == 0) return sums;
-    bind(w, resident_ != nullptr ? 0 : batch.rank);  // resident: the evaluated parameters are rank 0's
+    bind(w, resident_ != nullptr ? 0 : batch.rank, true);
     const cudaStream_t st = w.st;
+    if (w.owner >= 0) {  // the rank's stream now (CudaElementOps::set_stream may have changed it)
+      w.owner_ready->record(resident_->stream(w.owner));
+      GS_CUDA_CHECK(cudaStreamWaitEvent(st, w.owner_ready->get(), 0));
+    }
     const float* dparams = device_params(w, params, true);
     const int64_t out_dim = stack_.widths.back();
     for (int64_t first = 0; first < batch.count; first += w.max_rows) {
@@ -195,8 +208,10 @@ class GpuDenseModel final : public HostShapedModel {
   }
 
  private:
-  // Sets the workspace's device in this thread; on first use picks it (rank % devices) and allocates.
-  void bind(GpuWorkspace& w, int rank) const {
+  // Sets the workspace's device in this thread; on first use picks it (rank % devices) and allocates. Resident: a
+  // workspace first bound by forward runs on the rank's stream; one first bound by evaluation (`evaluation`) on a
+  // stream of its own that orders after the rank's through owner_ready (evaluate).
+  void bind(GpuWorkspace& w, int rank, bool evaluation) const {
     if (w.device < 0) {
       const int r = rank < 0 ? 0 : rank;
       const int device = resident_ != nullptr ? resident_->device(r) : r % device_count_;
@@ -205,11 +220,15 @@ class GpuDenseModel final : public HostShapedModel {
       const size_t n = stack_.num_params();
       const auto rows = static_cast<size_t>(w.max_rows);
       const int64_t in_dim = stack_.widths.front(), out_dim = stack_.widths.back();
-      if (resident_ != nullptr) {
+      if (resident_ != nullptr && !evaluation) {
         w.st = resident_->stream(r);  // the rank's element operations and collectives order against this stream
       } else {
         w.stream.emplace();
         w.st = w.stream->get();
+      }
+      if (resident_ != nullptr && evaluation) {
+        w.owner = r;
+        w.owner_ready.emplace(false);  // ordering only: no timing
       }
       w.blas = std::make_unique<gpu::BlasHandle>(w.st);
       if (tf32_) gpu::set_tf32_math(*w.blas, true);  // fp32 GEMMs on TF32 tensor cores (forward, backward, evaluation)

@@ -9,9 +9,10 @@
 // worker's gradient into a host staging buffer (ElementOps::download, rank r) and hands that to the host code, which
 // encodes it there when compressed (BytePS's workers compress on the CPU after the copy); a pull uploads the server's
 // parameters into the worker's buffer (ElementOps::upload, inside the pull's turn). The copies are in the step's
-// measured communicate time. On host memory the push reads the rank's gradient in place (no staging copy) and the
-// pull's upload is the memcpy it always was, so the host backend's bits are unchanged. eval_params and the progress
-// points hand the rank loop rank 0's copy of the server's parameters on a device memory (server_view).
+// measured communicate phase, on the memory's clock (step). On host memory the push reads the rank's gradient in
+// place (no staging copy) and the pull's upload is the memcpy it always was, so the host backend's bits are
+// unchanged. eval_params and the progress points hand the rank loop rank 0's copy of the server's parameters on a
+// device memory (server_view).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -390,19 +391,24 @@ class ParameterServer final : public SyncStrategy {
     in.cost->synchronous = true;
   }
 
+  // Measured clock of a worker's step (docs/design.md, section 3, "The parameter server's measured phases"): each
+  // piece of work is timed on the clock of the memory that runs it (timed_on): the worker's loss scaler and clipping
+  // (optimizer) and its copies, the push's download and the pull's upload (communicate), on the run's memory (a
+  // device's: CUDA events on the rank's stream); the push's encode (compress) and the server's arithmetic (optimizer)
+  // on host memory, where they run on every backend (the steady clock). Waiting for turns is a host wait (wait); the
+  // progress points (the series, divergence check, evaluation and hooks, on the thread of the worker that completes
+  // one) are in no phase; the rest of the step (turns and link pricing: the exchange's host bookkeeping) is
+  // communicate on the host clock (attribute).
   void step(const StepInput& in) override {
     const int r = in.rank;
     const size_t ri = static_cast<size_t>(r);
     const int64_t c = in.step;
     PhaseClock& clock = *in.clock;
-    const double enter_s = now_s();
-    // Measured seconds of this step: waiting for turns, the server's arithmetic, and what is timed into other phases
-    // here (the worker's precision step, the push's encoding); attribute puts the rest into communicate.
-    double wait_real_s = 0.0, apply_real_s = 0.0, elsewhere_real_s = 0.0;
+    StepSeconds secs;
     auto turn = [&](double t) {
       const double a = now_s();
       sched_.acquire(r, t);
-      wait_real_s += now_s() - a;
+      secs.wait_s += now_s() - a;
     };
 
     // This clock's modeled compute (the rank loop priced its micro-batches into in.cost).
@@ -417,9 +423,7 @@ class ParameterServer final : public SyncStrategy {
     // The worker's own loss scaler and clipping (worker_precision); an inf/NaN gradient is not pushed.
     bool skip = false;
     if (scaled_ || clip_) {
-      const double a = now_s();
-      skip = !worker_precision(in);
-      elsewhere_real_s += now_s() - a;
+      timed_on(memory_, r, clock, Phase::kOptimizer, secs, [&] { skip = !worker_precision(in); });
       StepCost unscale = cost_model_->make_step_cost();
       precision_[ri].price(unscale, static_cast<double>(n_));
       const double unscale_s = unscale.compute_s[static_cast<size_t>(Phase::kOptimizer)];
@@ -430,16 +434,15 @@ class ParameterServer final : public SyncStrategy {
     if (skip) ++skipped_by_rank_[ri];
     // The push: dense fp32, or this worker's encoded payload (encoded here, outside the turn: worker-local state),
     // from the pushed gradient's host copy (pushed_gradient).
-    float* const pushed = skip ? nullptr : pushed_gradient(in);
+    float* pushed = nullptr;
+    if (!skip) timed_on(memory_, r, clock, Phase::kCommunicate, secs, [&] { pushed = pushed_gradient(in); });
     double push_bytes = wire_bytes_[ri], payload_bytes = full_bytes_, server_s = apply_s_;
     if (skip) {  // an 8-byte notice (no gradient), so the server still counts this worker's clock
       push_bytes = payload_bytes = 8.0;
     } else if (compressed_) {
-      const double a = now_s();
-      const PushRecord& rec = encode_push(in, pushed);
-      const double encode_real_s = now_s() - a;
-      clock.add(Phase::kCompress, encode_real_s);
-      elsewhere_real_s += encode_real_s;
+      const PushRecord* encoded = nullptr;
+      timed_on(host_element_ops(), r, clock, Phase::kCompress, secs, [&] { encoded = &encode_push(in, pushed); });
+      const PushRecord& rec = *encoded;
       push_bytes = rec.wire_bytes;
       payload_bytes = static_cast<double>(rec.payload_bytes);
       server_s += rec.decode_model_s;
@@ -456,19 +459,23 @@ class ParameterServer final : public SyncStrategy {
       m.exposed_s = push_p2p_s;  // nothing of a push overlaps compute (see below)
       m.times.step_s = t_push - t0 - server_s;
       m.times.bytes_sent = static_cast<uint64_t>(push_bytes);
-      return finish(r, m, clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
+      return finish(r, m, clock, secs);
     }
     // Inside the turn: a worker whose scaler cannot recover (its own thread updated it before the turn) ends the run
     // at the next progress point.
     if (exhausted_rank_ < 0 && precision_[ri].scaler().exhausted()) exhausted_rank_ = r;
-    {
+    if (!server_ready_) {  // the first event of the run: every worker still holds the initial parameters
+      timed_on(memory_, r, clock, Phase::kCommunicate, secs,
+               [&] { memory_.download(r, server_.data(), worker_[ri].get(), n_); });
+      server_ready_ = true;
+    }
+    std::optional<Applied> applied;
+    timed_on(host_element_ops(), r, clock, Phase::kOptimizer, secs, [&] { applied = apply_push(in, pushed); });
+    if (applied) {
       const double a = now_s();
-      if (!server_ready_) {  // the first event of the run: every worker still holds the initial parameters
-        memory_.download(r, server_.data(), worker_[ri].get(), n_);
-        server_ready_ = true;
-      }
-      apply_push(in, pushed, t_push);
-      apply_real_s += now_s() - a;
+      progress(*applied, t_push);
+      secs.timed_s += now_s() - a;  // in no phase (the progress point's evaluation and hooks)
+      wake_ready(t_push);
     }
     sched_.release(r, t_push);
 
@@ -479,7 +486,7 @@ class ParameterServer final : public SyncStrategy {
       need_[ri] = c + 1;
       const double a = now_s();
       t_pull = std::max(t_push, sched_.block(r));  // real ordering may wake from a turn modeled earlier
-      wait_real_s += now_s() - a;
+      secs.wait_s += now_s() - a;
     }
     const double wait_s = t_pull - t_push;
     wait_s_[ri] += wait_s;
@@ -496,9 +503,11 @@ class ParameterServer final : public SyncStrategy {
     m.times.bytes_sent = static_cast<uint64_t>(push_bytes + (done_ ? 0.0 : served_bytes_[ri]));
     if (done_) {
       m.times.step_s = t_pull - t0;
-      return finish(r, m, clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
+      return finish(r, m, clock, secs);
     }
-    memory_.upload(r, worker_[ri].get(), server_.data(), n_);  // the pull: inside the turn, server_ is stable
+    // The pull: inside the turn, server_ is stable.
+    timed_on(memory_, r, clock, Phase::kCommunicate, secs,
+             [&] { memory_.upload(r, worker_[ri].get(), server_.data(), n_); });
     if (compressed_ && !skip) codec_[ri].records.back().pull_bytes = wire_bytes_[ri];
     read_version_[ri] = version_;
     read_clock_[ri] = min_finished_;
@@ -508,7 +517,7 @@ class ParameterServer final : public SyncStrategy {
     modeled_[ri].push_back(m);
     clock.add_bytes(m.times.bytes_sent);
     sched_.release(r, t_start_[ri]);
-    attribute(clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
+    attribute(clock, secs);
   }
 
  private:
@@ -533,11 +542,10 @@ class ParameterServer final : public SyncStrategy {
 
   // The worker's own loss scaler (unscale and check: an inf/NaN gradient is not pushed and its scale backs off) and
   // clipping of its own mean gradient (sum / its samples), on its gradient in.grad where it lives (the run's memory,
-  // through ElementOps), timed as optimizer work on that memory. Returns false when the push is skipped.
+  // through ElementOps; step times it as optimizer work on that memory). Returns false when the push is skipped.
   bool worker_precision(const StepInput& in) {
     const int r = in.rank;
     PrecisionStep& precision = precision_[static_cast<size_t>(r)];
-    TimedPhase timed(memory_, r, *in.clock, Phase::kOptimizer);
     if (!clip_ || in.local_samples <= 0)
       return precision.before_update(memory_, r, in.grad, n_, in.step + 1, in.local_loss_nonfinite()).applied;
     const float ls = static_cast<float>(in.local_samples);
@@ -550,8 +558,8 @@ class ParameterServer final : public SyncStrategy {
 
   // The pushed gradient (rank in.rank's sum in.grad, n floats, after its scaler and clipping) in host memory, where
   // the server and the encode read it: on host memory in.grad itself; on a device memory downloaded into the worker's
-  // staging buffer (the push's device-to-host copy, in the step's measured communicate time, attribute). The worker's
-  // own thread, outside any turn; the copy stays intact until its next step (BSP's aggregating turn reads it).
+  // staging buffer (the push's device-to-host copy, which step times into communicate on the memory's clock). The
+  // worker's own thread, outside any turn; the copy stays intact until its next step (BSP's aggregating turn reads it).
   float* pushed_gradient(const StepInput& in) {
     if (memory_.host()) return in.grad;
     std::vector<float>& staged = staged_[static_cast<size_t>(in.rank)];
@@ -574,9 +582,19 @@ class ParameterServer final : public SyncStrategy {
     return min_finished_ >= next - staleness_;
   }
 
-  // Inside the push turn at modeled time t: the server takes rank in.rank's gradient of clock in.step, `pushed` (its
-  // host copy, n floats; null for a skipped push).
-  void apply_push(const StepInput& in, float* pushed, double t) {
+  // What an applied push hands to the progress points (progress): its loss sum and samples (BSP: the clock's), the
+  // gradients applied (BSP: ranks) and the run's budget of them.
+  struct Applied {
+    double loss_sum = 0.0;
+    double samples = 0.0;
+    int pushes = 0;
+    int64_t budget = 0;
+  };
+
+  // Inside the push turn: the server takes rank in.rank's gradient of clock in.step, `pushed` (its host copy, n
+  // floats; null for a skipped push). Returns what the caller hands to progress and then wakes the ready workers
+  // for, or nothing (BSP, before the clock's last push).
+  std::optional<Applied> apply_push(const StepInput& in, float* pushed) {
     const size_t ri = static_cast<size_t>(in.rank);
     const int64_t c = in.step;
     hist_versions_[version_ - read_version_[ri]] += 1;  // updates applied between this worker's read and now
@@ -590,7 +608,7 @@ class ParameterServer final : public SyncStrategy {
       pending_samples_[ri] = skip ? 0.0 : in.local_samples;
       pending_all_samples_[ri] = in.local_samples;
       pending_loss_[ri] = in.local_loss_sum;
-      if (++clock_pushes_ < ranks_) return;
+      if (++clock_pushes_ < ranks_) return std::nullopt;
       // The whole clock is in: sum in rank order and divide by the clock's samples (allreduce's arithmetic, and its
       // control all-reduce's for samples and loss), apply. Without skips q0 = 0 and this is exactly that sum.
       double samples = pending_samples_[0], all_samples = pending_all_samples_[0], loss = pending_loss_[0];
@@ -630,9 +648,7 @@ class ParameterServer final : public SyncStrategy {
       for (auto& a : applied_by_rank_) a = c + 1;
       min_finished_ = c + 1;
       clock_pushes_ = 0;
-      progress(loss, all_samples, ranks_, t, budget);
-      wake_ready(t);
-      return;
+      return Applied{loss, all_samples, ranks_, budget};
     }
     // SSP / asynchronous: this push alone, its own mean gradient, at 1/N of the learning rate of the server's current
     // step: N pushes carry one step's worth of gradient, so they move the parameters as far as one synchronous step
@@ -653,8 +669,7 @@ class ParameterServer final : public SyncStrategy {
     ++applied_;
     ++applied_by_rank_[ri];
     min_finished_ = *std::min_element(applied_by_rank_.begin(), applied_by_rank_.end());
-    progress(in.local_loss_sum, in.local_samples, 1, t, budget);
-    wake_ready(t);
+    return Applied{in.local_loss_sum, in.local_samples, 1, budget};
   }
 
   // The server's optimizer on [lo, hi) with gradient g. Under fp16_pure there are no master weights: the averaged
@@ -780,11 +795,12 @@ class ParameterServer final : public SyncStrategy {
     for (size_t i = 0; i < n_; ++i) aggregate_[i] = aggregate_[i] / S;
   }
 
-  // Counts `pushes` applied gradients toward the next progress point (every `ranks` of them) and the budget.
-  void progress(double loss_sum, double samples, int pushes, double t, int64_t budget) {
-    group_loss_ += loss_sum;
-    group_samples_ += samples;
-    group_pushes_ += pushes;
+  // Counts a.pushes applied gradients toward the next progress point (every `ranks` of them) and the budget, at
+  // modeled time t.
+  void progress(const Applied& a, double t) {
+    group_loss_ += a.loss_sum;
+    group_samples_ += a.samples;
+    group_pushes_ += a.pushes;
     if (group_pushes_ >= ranks_) {
       ProgressPoint p;
       p.step = applied_ / ranks_;
@@ -797,7 +813,7 @@ class ParameterServer final : public SyncStrategy {
       group_loss_ = group_samples_ = 0.0;
       if (sink_ && !sink_(p)) done_ = true;
     }
-    if (applied_ >= budget) done_ = true;
+    if (applied_ >= a.budget) done_ = true;
   }
 
   // Wakes every blocked worker whose bound is now met (or all of them once the run is done), at modeled time t.
@@ -810,23 +826,42 @@ class ParameterServer final : public SyncStrategy {
     }
   }
 
-  void finish(int r, const ModeledStep& m, PhaseClock& clock, double enter_s, double wait_real_s,
-              double apply_real_s, double elsewhere_real_s) {
+  // Host seconds of a worker's step (step's measured clock): since it began, waiting for turns, and the host time of
+  // the work timed into phases on its memory's clock (timed_on) or left out of every phase (progress points).
+  struct StepSeconds {
+    double enter_s = now_s();
+    double wait_s = 0.0;
+    double timed_s = 0.0;
+  };
+
+  void finish(int r, const ModeledStep& m, PhaseClock& clock, const StepSeconds& secs) {
     modeled_[static_cast<size_t>(r)].push_back(m);
     clock.add_bytes(m.times.bytes_sent);
     done_rank_[static_cast<size_t>(r)] = 1;
     sched_.leave(r);
-    attribute(clock, enter_s, wait_real_s, apply_real_s, elsewhere_real_s);
+    attribute(clock, secs);
   }
 
-  // Measured clock: waiting for turns -> wait, the server's arithmetic -> optimizer, what the step timed into other
-  // phases itself (the worker's precision step, the push's encoding) left out, the rest (copies) -> communicate.
-  static void attribute(PhaseClock& clock, double enter_s, double wait_real_s, double apply_real_s,
-                        double elsewhere_real_s) {
-    const double total = now_s() - enter_s;
-    clock.add(Phase::kWait, wait_real_s);
-    clock.add(Phase::kOptimizer, apply_real_s);
-    clock.add(Phase::kCommunicate, std::max(0.0, total - wait_real_s - apply_real_s - elsewhere_real_s));
+  // Runs f(), work on memory `ops` for worker r, timed into `phase` of its clock on that memory's clock (TimedPhase:
+  // the steady clock on host memory; a device memory's events on the rank's stream, added at its settle); adds f's
+  // host seconds to secs.timed_s, so the step's host remainder (attribute) leaves it out.
+  template <class F>
+  static void timed_on(ElementOps& ops, int r, PhaseClock& clock, Phase phase, StepSeconds& secs, F&& f) {
+    const double a = now_s();
+    {
+      TimedPhase span(ops, r, clock, phase);
+      f();
+    }
+    secs.timed_s += now_s() - a;
+  }
+
+  // The end of a worker's step on the measured clock: waiting for turns -> wait; the rest of the step's host time
+  // that no memory timed and no phase leaves out (turns, link pricing) -> communicate. On host memory communicate is
+  // then the step's host time less its wait, its compress and optimizer work and its progress points.
+  static void attribute(PhaseClock& clock, const StepSeconds& secs) {
+    const double total = now_s() - secs.enter_s;
+    clock.add(Phase::kWait, secs.wait_s);
+    clock.add(Phase::kCommunicate, std::max(0.0, total - secs.wait_s - secs.timed_s));
   }
 
   const int ranks_;

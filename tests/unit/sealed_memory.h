@@ -516,9 +516,13 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   double phase_begin(int) override { return now_s(); }
   void phase_end(int, double mark, Phase phase, PhaseClock& clock) override {
     if (phase == Phase::kCompress) ++compress_phase_ends;
-    clock.add(phase, now_s() - mark);
+    clock.add(phase, span_s >= 0.0 ? span_s : now_s() - mark);
   }
   std::atomic<int64_t> compress_phase_ends{0};  // spans timed on this memory into the compress phase
+  // Tests (set before the run): when >= 0, every span timed on this memory (phase_begin to phase_end) measures
+  // exactly span_s seconds, a clock of the memory's own that host timing cannot produce (as a device's events time
+  // its stream, not the host); below 0, the steady clock.
+  double span_s = -1.0;
   CompressOps* compress_ops() override { return this; }
 
   std::atomic<int64_t> allocations{0}, releases{0}, sgd_calls{0}, adam_calls{0};

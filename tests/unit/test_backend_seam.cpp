@@ -732,6 +732,52 @@ TEST(BackendSeam, ParameterServerSkipsAndDivergesOnDeviceMemoryAsOnTheHost) {
   }
 }
 
+// The parameter server times its workers' device work on the memory's clock (phase_begin / phase_end; on the cuda
+// backend CUDA events on the rank's stream) and its host work on the host's: on a sealed memory whose every span
+// measures exactly 1000 s, far above this run's host time (milliseconds), each phase of a worker's step counts the
+// memory's spans in it. BSP, 3 workers, 5 clocks, 2 micro-batches, clipping (the worker's precision step) and top-k
+// pushes (encoded on the host). Per rank and step: forward 2 spans and backward 2 (the rank loop's micro-batches);
+// optimizer 1 (the clipping; the server's apply is host work); compress 0 (the encode is host work) but above 0 s;
+// communicate 2 (the push's download and the pull's upload), 1 on the last clock (the run ends before the pull), and
+// once in the run one more (the first push's download of the initial parameters to the server); wait 0.
+TEST(BackendSeam, ParameterServerTimesItsDeviceWorkOnTheMemorysClock) {
+  const RunConfig c = config_of(scenario({{"sync", {{"kind", "parameter_server"}}},
+                                          {"cluster", {{"ranks", 3}}},
+                                          {"training", {{"steps", 5}, {"eval_every", 0}, {"clip_grad_norm", 0.5}}},
+                                          {"compression", {{"kind", "topk"}, {"ratio", 0.3}}},
+                                          {"report", {{"trace", false}}}}));
+  constexpr double kSpan = 1000.0;
+  auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
+  memory->span_s = kSpan;
+  RunHooks hooks;
+  hooks.make_backend = [&](const RunConfig&) {
+    return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous);
+  };
+  const RunResult r = run_training(c, hooks);
+  ASSERT_TRUE(r.is(Disposition::kPassed)) << r.message;
+  ASSERT_EQ(r.steps.size(), 3u);
+  auto spans = [&](const StepTimes& t, Phase p) { return std::lround(t.phase_s[static_cast<size_t>(p)] / kSpan); };
+  int64_t initial_downloads = 0;
+  for (size_t rank = 0; rank < r.steps.size(); ++rank) {
+    ASSERT_EQ(r.steps[rank].size(), 5u) << "rank " << rank;
+    for (size_t k = 0; k < 5; ++k) {
+      const StepTimes& t = r.steps[rank][k];
+      const std::string at = "rank " + std::to_string(rank) + " step " + std::to_string(k);
+      EXPECT_EQ(spans(t, Phase::kForward), 2) << at;
+      EXPECT_EQ(spans(t, Phase::kBackward), 2) << at;
+      EXPECT_EQ(spans(t, Phase::kOptimizer), 1) << at;
+      EXPECT_EQ(spans(t, Phase::kCompress), 0) << at;
+      EXPECT_GT(t.phase_s[static_cast<size_t>(Phase::kCompress)], 0.0) << at;
+      EXPECT_EQ(spans(t, Phase::kWait), 0) << at;
+      const long expected = k + 1 < 5 ? 2 : 1;
+      const long got = spans(t, Phase::kCommunicate);
+      EXPECT_TRUE(got == expected || (k == 0 && got == expected + 1)) << at << ": " << got << " spans";
+      if (k == 0) initial_downloads += got - expected;
+    }
+  }
+  EXPECT_EQ(initial_downloads, 1);
+}
+
 // ---- The communication-owning optimizers on device memory ----------------------------------------------------------
 
 // 1-bit Adam, 0/1 Adam and 1-bit LAMB (sim/strategy/onebit_adam.h, zero_one_adam.cpp, onebit_lamb.cpp) on the seam's

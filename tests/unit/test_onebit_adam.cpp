@@ -163,6 +163,49 @@ TEST(OnebitAdam, GpuMemoryCountsAdamStateAndTheErrorBuffers) {
   EXPECT_EQ(e.error_feedback_bytes, 4 * (224 + 56));
 }
 
+// The compressed all-reduce's workspace per rank, counted by hand from the buffers onebit_compressed_allreduce makes
+// (OnebitBuffers): x (P floats), chunk (C = P / N), the worker's message (scale word + ceil(P / 8) bytes of signs in
+// whole words) and the N gathered, the server's message (scale + ceil(C / 8) bytes in words) and the N gathered; 1-bit
+// Adam with uncompressed_tensors also its flat compressed group. The same buffers for 0/1 Adam and 1-bit LAMB.
+TEST(OnebitAdam, MemoryCountsTheCompressedAllReduceWorkspace) {
+  // GPU: the 8-16-4 mlp, n = 212 on 4 ranks: P = 224, C = 56; worker message 1 + 224/32 = 8 words, server message
+  // 1 + ceil(7 bytes / 4) = 3 words; 4 x (224 + 56 + (4 + 1) x (8 + 3)) = 4 x 335 = 1340 bytes.
+  RunConfig c = onebit_config(4);
+  c.cluster.hardware = "h100-sxm-8";
+  auto model = make_model(c);
+  ASSERT_EQ(model->num_params(), 212u);
+  for (const char* kind : {"onebit_adam", "zero_one_adam", "onebit_lamb"}) {
+    c.training.optimizer.kind = kind;
+    EXPECT_EQ(estimate_gpu_memory(c, *model).compression_bytes, 1340) << kind;
+  }
+  c.cluster.ranks = 1;  // one rank communicates nothing
+  EXPECT_EQ(estimate_gpu_memory(c, *model).compression_bytes, 0);
+
+  // Host, n = 1000 on 4 ranks: P = 1024, C = 256; messages 1 + 32 = 33 and 1 + 8 = 9 words; per rank
+  // 4 x (1024 + 256 + 5 x 42) = 5960 bytes, 4 ranks 23840 bytes above plain Adam's communication term.
+  RunConfig h = onebit_config(4);
+  const int64_t onebit = estimate_run_memory(h, 1000).communication_bytes;
+  h.training.optimizer.kind = "adam";
+  EXPECT_EQ(onebit - estimate_run_memory(h, 1000).communication_bytes, 23840);
+
+  // 1-bit Adam with uncompressed_tensors: a quadratic model of tensors w0 (40) and w1 (60) with w1 left out on 4
+  // ranks: m = 40, P = 64, C = 16; messages 1 + 2 = 3 and 1 + 1 = 2 words; the flat copy 40 floats:
+  // 4 x (64 + 16 + 5 x (3 + 2) + 40) = 4 x 145 = 580 bytes.
+  RunConfig q;
+  q.model.kind = "quadratic";
+  q.model.initial_w = json::array();
+  for (int i = 0; i < 100; ++i) q.model.initial_w.push_back(1.0);
+  q.model.a = json::array({q.model.initial_w});
+  q.model.b = json::array({q.model.initial_w});
+  q.model.split = {40, 60};
+  q.data.kind = "none";
+  q.cluster.ranks = 4;
+  q.cluster.hardware = "h100-sxm-8";
+  q.training.optimizer.kind = "onebit_adam";
+  q.training.optimizer.uncompressed_tensors = {"w1"};
+  EXPECT_EQ(estimate_gpu_memory(q, *make_model(q)).compression_bytes, 580);
+}
+
 // The cuda backend runs it (its compressed all-reduce through the memory's CompressOps: residency.cpp).
 TEST(OnebitAdam, TheCudaBackendRunsIt) {
   EXPECT_TRUE(cuda_device_issues(onebit_config(2)).empty());

@@ -282,6 +282,40 @@ TEST(StrategyParameterServer, MeasuredPhasesPartitionTheStep) {
   }
 }
 
+// A progress point (the series point, the divergence check, the evaluation when due, the run's hooks) runs inside the
+// turn of the worker whose push completes it, on that worker's thread, and is in none of its measured phases: it is
+// not the worker's work (the lockstep strategies' evaluations are outside their steps too). A hook that sleeps 50 ms
+// at each of the 4 progress points of a 2-worker BSP run: each clock has a step that took at least the 50 ms (the
+// completing worker's), and no rank-step's compress, communicate or optimizer phase holds 50 ms (the run's own work
+// is well under a millisecond per step).
+TEST(StrategyParameterServer, ProgressPointsAreInNoMeasuredPhase) {
+  constexpr double kSleep = 0.05;
+  json c = ps_run(2, 4, {{"kind", "parameter_server"}, {"staleness", 0}});
+  const RunConfig config = parse_scenario(c.dump(), "<test>").runs.at(0).config;
+  RunHooks hooks;
+  int64_t points = 0;
+  hooks.on_step = [&](int64_t, int64_t, double) {
+    ++points;  // inside the scheduler's turns: one thread at a time
+    std::this_thread::sleep_for(std::chrono::duration<double>(kSleep));
+  };
+  const RunResult r = run_training(config, hooks);
+  ASSERT_TRUE(r.is(Disposition::kPassed)) << r.message;
+  EXPECT_EQ(points, 4);
+  ASSERT_EQ(r.steps.size(), 2u);
+  for (size_t k = 0; k < 4; ++k) {
+    double longest = 0.0;
+    for (size_t rank = 0; rank < 2; ++rank) {
+      ASSERT_EQ(r.steps[rank].size(), 4u);
+      const StepTimes& t = r.steps[rank][k];
+      longest = std::max(longest, t.step_s);
+      for (Phase p : {Phase::kCompress, Phase::kCommunicate, Phase::kOptimizer})
+        EXPECT_LT(t.phase_s[static_cast<size_t>(p)], kSleep)
+            << kPhaseNames[static_cast<size_t>(p)] << ", rank " << rank << " step " << k;
+    }
+    EXPECT_GE(longest, kSleep) << "step " << k;
+  }
+}
+
 TEST(StrategyParameterServerConfig, InfRoundTripsAndIsRefusedOutsideTheParameterServer) {
   std::vector<ConfigIssue> issues;
   RunConfig c = config_from_json({{"sync", {{"kind", "parameter_server"}, {"staleness", "inf"}}}}, issues);
