@@ -22,6 +22,7 @@ struct CudaElementOps::Rank {
     size_t start;
     size_t stop;
     Phase phase;
+    double* also_s;  // phase_end's: receives the seconds too (null: none)
   };
 
   explicit Rank(int d)
@@ -225,7 +226,7 @@ double CudaElementOps::phase_begin(int rank) {
   return static_cast<double>(start);  // an index of the pool: exact in a double
 }
 
-void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& clock) {
+void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) {
   (void)clock;  // the time reaches the clock given to settle (the rank's clock)
   Locked held = lock(rank);
   Rank& r = held.rank;
@@ -234,7 +235,7 @@ void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& c
                 "a phase_end mark from this rank's phase_begin since its last settle");
   const size_t stop = r.next_event();
   r.events[stop].record(r.stream);
-  r.pending.push_back(Rank::Pending{start, stop, phase});
+  r.pending.push_back(Rank::Pending{start, stop, phase, also_s});
   if (r.open > 0) --r.open;
 }
 
@@ -244,7 +245,9 @@ void CudaElementOps::settle(int rank, PhaseClock& clock) {
   GS_CUDA_CHECK(cudaStreamSynchronize(r.stream));
   for (const Rank::Pending& p : r.pending) {
     r.events[p.stop].synchronize();  // recorded on an earlier stream when set_stream changed it in between
-    clock.add(p.phase, static_cast<double>(gpu::Event::elapsed_ms(r.events[p.start], r.events[p.stop])) / 1000.0);
+    const double seconds = static_cast<double>(gpu::Event::elapsed_ms(r.events[p.start], r.events[p.stop])) / 1000.0;
+    clock.add(p.phase, seconds);
+    if (p.also_s != nullptr) *p.also_s += seconds;
   }
   r.pending.clear();
   if (r.open == 0) r.events_used = 0;  // a phase still open keeps its start event (the pool grows instead)

@@ -36,7 +36,8 @@ namespace gs {
 // Clock: phase_begin records a CUDA event on the rank's stream and returns its mark; phase_end records a second one
 // and keeps (start, stop, phase) pending. settle(rank, clock) synchronizes the stream and adds every pending phase's
 // cudaEventElapsedTime (ms, / 1000 into seconds) to `clock`, the rank's clock (phase_end's clock argument is not
-// kept: the times reach the clock given to settle). Marks are valid until the next settle.
+// kept: the times reach the clock given to settle) and to phase_end's also_s where given. Marks are valid until the
+// next settle.
 //
 // Compressors: compress_ops() is this memory itself (CompressOps, sim/core/compress_ops.h): each operation one launcher
 // of the compressor kernels of cuda_kernels.h (the host ops' twins) on the rank's stream; those returning a count or a
@@ -83,7 +84,7 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   void sgd(int rank, float* w, const float* g, float* buf, size_t n, const SgdScalars& s) override;
   void adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) override;
   double phase_begin(int rank) override;
-  void phase_end(int rank, double mark, Phase phase, PhaseClock& clock) override;
+  void phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) override;
   void settle(int rank, PhaseClock& clock) override;
   CompressOps* compress_ops() override { return this; }
 

@@ -48,13 +48,20 @@ struct CompressTally {
   // The rank's measured clock, or nullptr: each CompressSpan adds its span, timed on the jobs' memory, to its compress
   // phase (the reducer's steps; the parameter server times its own).
   PhaseClock* clock = nullptr;
+  // Where a device memory's span times go (the report's per-step compress / decompress times on the device's clock,
+  // CUDA events): each CompressSpan with a clock on non-host memory adds its span there when the memory settles, so
+  // they must outlive the rank's next settle (the reducer points them into its step record). Null: the host seconds
+  // go to compress_s / decompress_s as on host memory.
+  double* settled_compress_s = nullptr;
+  double* settled_decompress_s = nullptr;
 };
 
-// One encode / decode span of a rank's compression: from construction to end(), the host seconds go to the tally's
-// `seconds` field (compress_s or decompress_s: the report's per-step times, host-clock: on a device, the time to
-// enqueue the work and to wait where a result comes back to the host) and, where the tally carries the rank's clock,
-// the span timed on `ops`' memory (ElementOps::phase_begin / phase_end: CUDA events on the rank's stream on a device,
-// the steady clock on the host) to its compress phase. The destructor ends a span not ended.
+// One encode / decode span of a rank's compression: from construction to end(), where the tally carries the rank's
+// clock, the span timed on `ops`' memory (ElementOps::phase_begin / phase_end: CUDA events on the rank's stream on a
+// device, the steady clock on the host) goes to its compress phase; the report's per-step time (the tally's `seconds`
+// field, compress_s or decompress_s) gets the host seconds around the span on host memory, and on a device the same
+// event-timed span through the tally's settled_compress_s / settled_decompress_s where set (else the host seconds:
+// the time to enqueue the work and to wait where a result comes back). The destructor ends a span not ended.
 class CompressSpan {
  public:
   CompressSpan(ElementOps& ops, int rank, CompressTally& tally, double CompressTally::*seconds)
@@ -66,8 +73,11 @@ class CompressSpan {
   void end() {
     if (done_) return;
     done_ = true;
-    tally_.*seconds_ += now_s() - host0_;
-    if (tally_.clock != nullptr) ops_.phase_end(rank_, mark_, Phase::kCompress, *tally_.clock);
+    double* settled = nullptr;
+    if (tally_.clock != nullptr && !ops_.host())
+      settled = seconds_ == &CompressTally::compress_s ? tally_.settled_compress_s : tally_.settled_decompress_s;
+    if (settled == nullptr) tally_.*seconds_ += now_s() - host0_;
+    if (tally_.clock != nullptr) ops_.phase_end(rank_, mark_, Phase::kCompress, *tally_.clock, settled);
   }
 
  private:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "kernels/nvtx.h"
 #include "sim/comm/rank_gather.h"
@@ -173,7 +174,7 @@ struct CompressedReduction::RankState {
   FloatBuffer sum;       // sum over ranks of the decoded messages
   FloatBuffer exact;     // exact sum of the raw gradients, when measuring
   CompressSpace space;   // the gather path's buffers
-  std::vector<StepRecord> steps;
+  std::deque<StepRecord> steps;  // a deque: a device memory adds span times into the last record at settle
 };
 
 CompressedReduction::CompressedReduction(const RunConfig& config, const Model& model, Communicator& comm, int ranks,
@@ -256,7 +257,7 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
                                  StepCost* cost) {
   RankState& s = *state_[static_cast<size_t>(rank)];
   Compressor& comp = *s.comp;
-  StepRecord rec;
+  StepRecord& rec = s.steps.emplace_back();
   // The exact sum, for the error statistics only: neither its time nor its bytes count as this run's traffic.
   if (s.exact.get() != nullptr) {
     memory_.copy(rank, s.exact.get(), grad, n_);
@@ -265,6 +266,8 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   }
   CompressTally tally;
   tally.clock = &clock;
+  tally.settled_compress_s = &rec.compress_s;  // a device memory's event times, at the rank's next settle
+  tally.settled_decompress_s = &rec.decompress_s;
   const bool ef = s.residual.get() != nullptr;
   if (ef) {
     GS_NVTX_RANGE(kCompress);
@@ -327,10 +330,9 @@ void CompressedReduction::reduce(int rank, int64_t step, float* grad, double glo
   clock.add_bytes(tally.wire_bytes);
   rec.payload_bytes = tally.payload_bytes;
   rec.wire_bytes = tally.wire_bytes;
-  rec.compress_s = tally.compress_s;
-  rec.decompress_s = tally.decompress_s;
+  rec.compress_s += tally.compress_s;  // host memory's seconds (a device's arrive at settle)
+  rec.decompress_s += tally.decompress_s;
   rec.residual_norm = std::sqrt(norm2);
-  s.steps.push_back(rec);
 }
 
 // The modeled price of the bucket just reduced: price_compressed_bucket, the function timing-only runs price with,
@@ -356,9 +358,9 @@ void CompressedReduction::price_bucket(StepCost& cost, const CompressTally& t, i
 void CompressedReduction::gather_ranks(ProcessGroup& group, int first_rank, int local_ranks) {
   if (group.size() <= 1) return;
   std::vector<std::vector<StepRecord>> rows(state_.size());
-  for (size_t r = 0; r < state_.size(); ++r) rows[r] = std::move(state_[r]->steps);
+  for (size_t r = 0; r < state_.size(); ++r) rows[r].assign(state_[r]->steps.begin(), state_[r]->steps.end());
   gather_rank_rows(group, rows, first_rank, local_ranks);
-  for (size_t r = 0; r < state_.size(); ++r) state_[r]->steps = std::move(rows[r]);
+  for (size_t r = 0; r < state_.size(); ++r) state_[r]->steps.assign(rows[r].begin(), rows[r].end());
 }
 
 namespace {

@@ -72,7 +72,11 @@ class HostElementOps final : public ElementOps {
     for (size_t i = 0; i < n; ++i) adam_element(w[i], g[i], m[i], v[i], s);
   }
   double phase_begin(int) override { return now_s(); }
-  void phase_end(int, double mark, Phase phase, PhaseClock& clock) override { clock.add(phase, now_s() - mark); }
+  void phase_end(int, double mark, Phase phase, PhaseClock& clock, double* also_s) override {
+    const double seconds = now_s() - mark;
+    clock.add(phase, seconds);
+    if (also_s != nullptr) *also_s += seconds;
+  }
   CompressOps* compress_ops() override { return &host_compress_ops(); }
 
  protected:

@@ -86,8 +86,10 @@ class ElementOps {
   virtual void adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) = 0;
   // The measured clock of work on this memory (TimedPhase): host, the steady clock around the call; a device, events
   // on the rank's stream, whose times reach the clock at settle (the rank loop calls it before each step's end).
+  // also_s, when not null, has the same seconds added when they reach the clock (a figure kept beside the phase, as
+  // the report's compress_time): on a device at settle, so it must stay valid until the rank's next settle.
   virtual double phase_begin(int rank) = 0;
-  virtual void phase_end(int rank, double mark, Phase phase, PhaseClock& clock) = 0;
+  virtual void phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) = 0;
   virtual void settle(int rank, PhaseClock& clock) {
     (void)rank;
     (void)clock;
@@ -122,7 +124,7 @@ class TimedPhase {
  public:
   TimedPhase(ElementOps& ops, int rank, PhaseClock& clock, Phase phase)
       : ops_(ops), rank_(rank), clock_(clock), phase_(phase), mark_(ops.phase_begin(rank)) {}
-  ~TimedPhase() { ops_.phase_end(rank_, mark_, phase_, clock_); }
+  ~TimedPhase() { ops_.phase_end(rank_, mark_, phase_, clock_, nullptr); }
   TimedPhase(const TimedPhase&) = delete;
   TimedPhase& operator=(const TimedPhase&) = delete;
 

@@ -305,9 +305,12 @@ TEST_F(GpuElementOps, PhaseTimingIsPositiveAndMonotone) {
     const double mark = cuda_.phase_begin(0);
     cuda_.scale(0, x.get(), n, 1.0f);
     cuda_.settle(0, clock);
-    cuda_.phase_end(0, mark, Phase::kOptimizer, clock);
+    double also = 0.0;  // phase_end's also_s: the same seconds, at settle
+    cuda_.phase_end(0, mark, Phase::kOptimizer, clock, &also);
+    EXPECT_EQ(also, 0.0) << "round " << round << ": not before the settle";
     cuda_.settle(0, clock);
     EXPECT_GT(seconds(Phase::kOptimizer), last) << "round " << round;
+    EXPECT_NEAR(also, seconds(Phase::kOptimizer) - last, 1e-9) << "round " << round;
     last = seconds(Phase::kOptimizer);
   }
   // Rank 1's clock is its own stream's: untouched by rank 0's phases.
@@ -322,7 +325,7 @@ TEST_F(GpuElementOps, ErrorsAreCudaErrors) {
   EXPECT_THROW(cuda_.count_nonfinite(-1, nullptr, 0), gpu::CudaError);
   EXPECT_THROW(cuda_.allocate(0, size_t{1} << 40), gpu::CudaError);   // 4 TiB: out of memory, named
   PhaseClock clock;
-  EXPECT_THROW(cuda_.phase_end(0, 12345.0, Phase::kOptimizer, clock), gpu::CudaError);  // not a mark of phase_begin
+  EXPECT_THROW(cuda_.phase_end(0, 12345.0, Phase::kOptimizer, clock, nullptr), gpu::CudaError);  // not a mark of phase_begin
   SgdScalars momentum;
   momentum.momentum = 0.9f;
   FloatBuffer w = cuda_.allocate(0, 4);

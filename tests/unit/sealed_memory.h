@@ -514,9 +514,12 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
     }
   }
   double phase_begin(int) override { return now_s(); }
-  void phase_end(int, double mark, Phase phase, PhaseClock& clock) override {
+  // also_s is added at once (a device adds it at settle, before the step ends: the same by the time a report reads).
+  void phase_end(int, double mark, Phase phase, PhaseClock& clock, double* also_s) override {
     if (phase == Phase::kCompress) ++compress_phase_ends;
-    clock.add(phase, span_s >= 0.0 ? span_s : now_s() - mark);
+    const double seconds = span_s >= 0.0 ? span_s : now_s() - mark;
+    clock.add(phase, seconds);
+    if (also_s != nullptr) *also_s += seconds;
   }
   std::atomic<int64_t> compress_phase_ends{0};  // spans timed on this memory into the compress phase
   // Tests (set before the run): when >= 0, every span timed on this memory (phase_begin to phase_end) measures

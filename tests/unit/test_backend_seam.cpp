@@ -585,6 +585,38 @@ TEST(BackendSeam, CompressionTimeReachesTheCompressPhaseThroughTheMemory) {
     for (const StepTimes& t : rank_steps) EXPECT_GT(t.phase_s[static_cast<size_t>(Phase::kCompress)], 0.0);
 }
 
+// The report's compress_time / decompress_time on device memory are the memory's span times (on a device CUDA events,
+// settled into the step's record), not the host seconds around the calls: on a sealed memory whose every span
+// measures exactly 1000 s, each rank-step's encode time is a whole number of spans, the error feedback's feed-in and
+// feed-back plus one encode per bucket (B + 2), and its decode time one decode per bucket plus the average (B + 1).
+// On host memory the same run's times are the host's (milliseconds here).
+TEST(BackendSeam, CompressTimesAreTheMemorysSpanTimes) {
+  const RunConfig c = config_of(scenario({{"compression", {{"kind", "topk"}, {"ratio", 0.25},
+                                                           {"error_feedback", "gradient"}}}}));
+  constexpr double kSpanMs = 1000.0 * 1e3;
+  auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
+  memory->span_s = 1000.0;
+  RunHooks hooks;
+  hooks.make_backend = [&](const RunConfig&) { return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous); };
+  const RunResult r = run_training(c, hooks);
+  ASSERT_TRUE(r.is(Disposition::kPassed)) << r.message;
+  const json& enc = r.compression.at("compress_time");
+  const json& dec = r.compression.at("decompress_time");
+  const auto rank_steps = static_cast<double>(c.cluster.ranks * c.training.steps);
+  EXPECT_EQ(enc.at("count").get<double>(), rank_steps);
+  EXPECT_EQ(dec.at("count").get<double>(), rank_steps);
+  const double encode_spans = enc.at("total_ms").get<double>() / kSpanMs / rank_steps;
+  const double decode_spans = dec.at("total_ms").get<double>() / kSpanMs / rank_steps;
+  EXPECT_GE(decode_spans, 2.0);
+  EXPECT_EQ(encode_spans, decode_spans + 1.0);
+  EXPECT_EQ(enc.at("p50_ms").get<double>(), encode_spans * kSpanMs);
+  EXPECT_EQ(dec.at("p50_ms").get<double>(), decode_spans * kSpanMs);
+  const RunResult host = run_training(c);
+  ASSERT_TRUE(host.is(Disposition::kPassed)) << host.message;
+  EXPECT_GT(host.compression.at("compress_time").at("p50_ms").get<double>(), 0.0);
+  EXPECT_LT(host.compression.at("compress_time").at("p50_ms").get<double>(), 1e3);
+}
+
 // What the seam's cuda backend runs (cuda_seam_issue, pure): what host_memory_reason accepts on an mlp or linear model
 // (injected stragglers too: the rank loop injects them); its refusals name the setting.
 TEST(BackendSeam, CudaSeamIssue) {
