@@ -514,12 +514,20 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
     }
   }
   double phase_begin(int) override { return now_s(); }
-  // also_s is added at once (a device adds it at settle, before the step ends: the same by the time a report reads).
-  void phase_end(int, double mark, Phase phase, PhaseClock& clock, double* also_s) override {
+  // also_s receives its seconds at the rank's next settle, as on a device (the clock at once: the same by the time a
+  // step ends), so the reducer's records must outlive the span until then.
+  void phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) override {
     if (phase == Phase::kCompress) ++compress_phase_ends;
     const double seconds = span_s >= 0.0 ? span_s : now_s() - mark;
     clock.add(phase, seconds);
-    if (also_s != nullptr) *also_s += seconds;
+    if (also_s == nullptr) return;
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_[rank].emplace_back(also_s, seconds);
+  }
+  void settle(int rank, PhaseClock&) override {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    for (const auto& [also_s, seconds] : pending_[rank]) *also_s += seconds;
+    pending_[rank].clear();
   }
   std::atomic<int64_t> compress_phase_ends{0};  // spans timed on this memory into the compress phase
   // Tests (set before the run): when >= 0, every span timed on this memory (phase_begin to phase_end) measures
@@ -529,6 +537,12 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   CompressOps* compress_ops() override { return this; }
 
   std::atomic<int64_t> allocations{0}, releases{0}, sgd_calls{0}, adam_calls{0};
+
+ private:
+  std::mutex pending_mutex_;
+  std::map<int, std::vector<std::pair<double*, double>>> pending_;  // per rank: phase_end's also_s, until settle
+
+ public:
 
  protected:
   float* allocate_zeroed(int rank, size_t n) override {

@@ -559,8 +559,10 @@ TEST(CompressQsgd, ZeroVectorAndOverflowedNorm) {
 
 // qsgd_sum_squares' documented order (compress_math.h), transcribed with literal sizes: per chunk of 1024 values 16
 // float lanes (value i of the chunk to lane i mod 16), the lanes added in double; 256 strided partials of the chunk
-// sums, each from 0.0, added in order from 0.0; then the tail's double squares in order.
-double strided_norm_reference(const std::vector<float>& p) {
+// sums, each from 0.0, added in order from 0.0; then the tail's double squares in order. rotate and reverse give
+// wrong orders, for tests that show an input tells them apart: chunk c into partial (c + rotate) mod 256, the
+// partials added last first.
+double strided_norm_reference(const std::vector<float>& p, size_t rotate = 0, bool reverse = false) {
   const size_t n = p.size(), chunks = n / 1024;
   std::vector<double> chunk(chunks);
   for (size_t c = 0; c < chunks; ++c) {
@@ -573,12 +575,10 @@ double strided_norm_reference(const std::vector<float>& p) {
     for (float l : lane) sum += static_cast<double>(l);
     chunk[c] = sum;
   }
+  std::vector<double> partial(256, 0.0);
+  for (size_t c = 0; c < chunks; ++c) partial[(c + rotate) % 256] += chunk[c];
   double total = 0.0;
-  for (size_t q = 0; q < 256; ++q) {
-    double partial = 0.0;
-    for (size_t c = q; c < chunks; c += 256) partial += chunk[c];
-    total += partial;
-  }
+  for (size_t q = 0; q < 256; ++q) total += partial[reverse ? 255 - q : q];
   for (size_t i = chunks * 1024; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
   return total;
 }
@@ -609,6 +609,20 @@ TEST(CompressQsgd, NormSumsTheChunksInStridedPartials) {
   EXPECT_EQ(qsgd_sum_squares(p.data(), p.size()), want);
   EXPECT_NE(want, std::ldexp(1.0, 36));
   EXPECT_EQ(strided_norm_reference(p), want);
+}
+
+// An input where the order of the chunk sums shows: 700 chunks and a tail of normals scaled per chunk by 2^e_c,
+// e_c in [-30, 20] by a fixed rule, so the chunk sums span about 2^-50 to 2^50 and the additions round. The documented
+// order equals qsgd_sum_squares' bits; chunk c into partial (c + 1) mod 256, or the partials added last first, give
+// other bits on this input (checked, so the case tells those orders apart).
+TEST(CompressQsgd, NormOrderShowsOnChunksOfManyMagnitudes) {
+  const size_t chunks = 700, n = chunks * 1024 + 333;
+  std::vector<float> p = normals(n, 77);
+  for (size_t i = 0; i < n; ++i) p[i] = std::ldexp(p[i], static_cast<int>((i / 1024 * 37 + 11) % 51) - 30);
+  const double want = strided_norm_reference(p);
+  EXPECT_EQ(qsgd_sum_squares(p.data(), n), want);
+  EXPECT_NE(strided_norm_reference(p, 1, false), want);
+  EXPECT_NE(strided_norm_reference(p, 0, true), want);
 }
 
 // ---- TernGrad -------------------------------------------------------------------------------------------------------
