@@ -452,10 +452,8 @@ size_t randomk_indices(uint32_t* idx, size_t n, size_t k, uint64_t seed, uint64_
   Draw4 d{};
   for (size_t t = 0; t < k; ++t) {
     if (t % 2 == 0) d = compress_draw(seed, stream, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2));
-    const size_t w = 2 * (t % 2);
-    const uint64_t word = (static_cast<uint64_t>(d.v[w + 1]) << 32) | d.v[w];
     const size_t j = first + t;
-    size_t pick = static_cast<size_t>(uniform_below(word, static_cast<uint64_t>(j) + 1));
+    size_t pick = static_cast<size_t>(randomk_pick_from(d, n, k, t));
     if (bitmap[pick / 64] >> (pick % 64) & 1u) pick = j;  // j itself is never taken before step j
     bitmap[pick / 64] |= uint64_t{1} << (pick % 64);
   }

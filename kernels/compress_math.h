@@ -114,13 +114,18 @@ GS_HD inline uint64_t uniform_below(uint64_t word, uint64_t range) {
 // one counter-based draw and each chain goes to strictly smaller steps, so all k steps resolve independently (the
 // CUDA random-k, kernels/cuda_kernels.cu), to the same set as the sequential walk.
 
-// pick_t of Floyd's step t (t < k < n, n <= 2^32): the draw (kRandomK, block t / 2), words 2 (t % 2) (low half) and
-// 2 (t % 2) + 1 (high half) as one 64-bit word, uniform_below(word, first + t + 1). A value in [0, n - k + t].
-GS_HD inline uint64_t randomk_pick(uint64_t seed, uint64_t stream, uint64_t n, uint64_t k, uint64_t t) {
-  const Draw4 d = compress_draw(seed, stream, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2));
+// pick_t of Floyd's step t (t < k < n, n <= 2^32) from d, the draw (kRandomK, block t / 2) (two steps per draw: the
+// sequential walk draws once per pair): words 2 (t % 2) (low half) and 2 (t % 2) + 1 (high half) as one 64-bit word,
+// uniform_below(word, first + t + 1). A value in [0, n - k + t].
+GS_HD inline uint64_t randomk_pick_from(const Draw4& d, uint64_t n, uint64_t k, uint64_t t) {
   const uint64_t w = 2 * (t % 2);
   const uint64_t word = (static_cast<uint64_t>(d.v[w + 1]) << 32) | d.v[w];
   return uniform_below(word, n - k + t + 1);
+}
+
+// pick_t drawing its own block (a thread per step).
+GS_HD inline uint64_t randomk_pick(uint64_t seed, uint64_t stream, uint64_t n, uint64_t k, uint64_t t) {
+  return randomk_pick_from(compress_draw(seed, stream, CompressDraw::kRandomK, static_cast<uint32_t>(t / 2)), n, k, t);
 }
 
 // dup_t from the picks sorted stably by value (sorted[i]: the pick of the i-th (pick, t) pair in (pick, t) order):

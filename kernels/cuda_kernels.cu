@@ -498,9 +498,6 @@ struct BroadcastRowsOp {
 // instead of rows. Thread y = 0 then sums the tail and combines the units and lanes as the host does.
 constexpr int kBiasColumns = 32, kBiasRunThreads = 16;
 
-// Whole runs of multi_row_sum over count elements (not monotone in count: the run length doubles past 2^19).
-__device__ int64_t whole_runs(int64_t count) { return count / torch_cascade_step(count); }
-
 __global__ void bias_grad_kernel(float* grad_bias, const float* dy, int64_t rows, int64_t cols, bool accumulate) {
   __shared__ float runs[kBiasRunThreads][kBiasColumns + 1];
   const int x = static_cast<int>(threadIdx.x), y = static_cast<int>(threadIdx.y);
@@ -512,10 +509,10 @@ __global__ void bias_grad_kernel(float* grad_bias, const float* dy, int64_t rows
   float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int u = 0; u < 4; ++u) {
     const TorchSumUnit unit = torch_column_unit(rows, cols, active ? v : last, u);
-    const int64_t step = torch_cascade_step(unit.count), whole = active ? unit.count / step : 0;
+    const int64_t step = torch_cascade_step(unit.count), whole = active ? torch_cascade_runs(unit.count) : 0;
     // The block's rounds: its first and last columns cover both of its kinds of unit (the kind is monotone in v).
-    const int64_t most = max(whole_runs(torch_column_unit(rows, cols, first, u).count),
-                             whole_runs(torch_column_unit(rows, cols, last, u).count));
+    const int64_t most = max(torch_cascade_runs(torch_column_unit(rows, cols, first, u).count),
+                             torch_cascade_runs(torch_column_unit(rows, cols, last, u).count));
     TorchCascade<float> cascade(step);
     for (int64_t r0 = 0; r0 < most; r0 += kBiasRunThreads) {
       const int64_t r = r0 + y;

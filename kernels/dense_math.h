@@ -119,6 +119,9 @@ GS_HD inline int64_t torch_cascade_step(int64_t count) {
   return int64_t(1) << (q > 4 ? q : 4);
 }
 
+// Whole runs of multi_row_sum over `count` elements (not monotone in count: the run length doubles past 2^19).
+GS_HD inline int64_t torch_cascade_runs(int64_t count) { return count / torch_cascade_step(count); }
+
 // x[0] + x[stride] + ... + x[(count-1) stride], from +0, in index order: one run of multi_row_sum (or its tail).
 template <class T>
 GS_HD inline T torch_run_sum(const T* x, int64_t count, int64_t stride) {
