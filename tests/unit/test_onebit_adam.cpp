@@ -17,6 +17,7 @@
 #include "sim/strategy/onebit_adam.h"
 #include "sim/strategy/strategy.h"
 #include "sim/validate/validate.h"
+#include "tests/unit/scenario_helpers.h"
 
 namespace gs {
 namespace {
@@ -191,17 +192,7 @@ TEST(OnebitAdam, MemoryCountsTheCompressedAllReduceWorkspace) {
   // 1-bit Adam with uncompressed_tensors: a quadratic model of tensors w0 (40) and w1 (60) with w1 left out on 4
   // ranks: m = 40, P = 64, C = 16; messages 1 + 2 = 3 and 1 + 1 = 2 words; the flat copy 40 floats:
   // 4 x (64 + 16 + 5 x (3 + 2) + 40) = 4 x 145 = 580 bytes.
-  RunConfig q;
-  q.model.kind = "quadratic";
-  q.model.initial_w = json::array();
-  for (int i = 0; i < 100; ++i) q.model.initial_w.push_back(1.0);
-  q.model.a = json::array({q.model.initial_w});
-  q.model.b = json::array({q.model.initial_w});
-  q.model.split = {40, 60};
-  q.data.kind = "none";
-  q.cluster.ranks = 4;
-  q.cluster.hardware = "h100-sxm-8";
-  q.training.optimizer.kind = "onebit_adam";
+  RunConfig q = test::two_tensor_onebit_adam(4);
   q.training.optimizer.uncompressed_tensors = {"w1"};
   EXPECT_EQ(estimate_gpu_memory(q, *make_model(q)).compression_bytes, 580);
 }

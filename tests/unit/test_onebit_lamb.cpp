@@ -17,6 +17,7 @@
 #include "sim/strategy/onebit_adam.h"
 #include "sim/strategy/strategy.h"
 #include "sim/validate/validate.h"
+#include "tests/unit/scenario_helpers.h"
 
 namespace gs {
 namespace {
@@ -353,17 +354,7 @@ TEST(OnebitLamb, OneBitAdamsNonFreezeGroupNamesTensorsOfTheModel) {
 }
 
 TEST(OnebitLamb, OneBitAdamsErrorBuffersCoverOnlyItsCompressedGroup) {
-  RunConfig c;
-  c.model.kind = "quadratic";
-  c.model.initial_w = json::array();
-  for (int i = 0; i < 100; ++i) c.model.initial_w.push_back(1.0);
-  c.model.a = json::array({c.model.initial_w});
-  c.model.b = json::array({c.model.initial_w});
-  c.model.split = {40, 60};
-  c.data.kind = "none";
-  c.cluster.ranks = 4;
-  c.cluster.hardware = "h100-sxm-8";
-  c.training.optimizer.kind = "onebit_adam";
+  RunConfig c = test::two_tensor_onebit_adam(4);
   auto model = make_model(c);
   EXPECT_EQ(estimate_gpu_memory(c, *model).error_feedback_bytes, 4 * (128 + 32));  // all 100: P = 128
   c.training.optimizer.uncompressed_tensors = {"w1"};
