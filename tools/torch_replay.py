@@ -443,6 +443,26 @@ def _worker(rank, world, cfg, init, steps, out_dir, init_file, sum_order, clip_n
     os._exit(0)
 
 
+def join_within(ctx, timeout_s):
+    """Waits for the ranks of `ctx` (torch.multiprocessing's ProcessContext) for at most `timeout_s` seconds.
+
+    A deadline on the whole replay: a rank that hangs (a torch bug, a lost peer) ends it with an error instead of
+    blocking the caller (a test, CI) for ever. The wait is polled at most a second at a time and never past the
+    deadline, so a deadline shorter than a poll is kept too. Raises RuntimeError (after killing the live ranks) when
+    the deadline passes; ctx.join raises when a rank failed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            for proc in ctx.processes:
+                if proc.is_alive():
+                    proc.kill()
+            raise RuntimeError(f"the PyTorch replay did not finish within {timeout_s} s (ranks killed)")
+        if ctx.join(timeout=min(1.0, left)):
+            return
+
+
 def replay(run, sum_order="stock", clip_norm="stock", base_dir="."):
     """Trains the run in PyTorch; base_dir is the report's folder (the run's saved files are relative to it).
     Returns (torch_params, gradsweep_params, lrs [steps]) as float32 arrays: with a trace [steps, ranks, n] each,
@@ -482,15 +502,7 @@ def replay(run, sum_order="stock", clip_norm="stock", base_dir="."):
         # ever in its first parallel region or in gloo; a spawned rank re-imports torch (about a second) and is safe.
         ctx = mp.start_processes(_worker, args=(world, cfg, init, steps, tmp, init_file, sum_order, clip_norm,
                                                 all_batches), nprocs=world, join=False, start_method="spawn")
-        # A deadline on the whole replay: a rank that hangs (a torch bug, a lost peer) ends it with an error instead
-        # of blocking the caller (a test, CI) for ever. join() raises when a rank failed.
-        deadline = time.monotonic() + REPLAY_TIMEOUT_S
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                for proc in ctx.processes:
-                    if proc.is_alive():
-                        proc.kill()
-                raise RuntimeError(f"the PyTorch replay did not finish within {REPLAY_TIMEOUT_S} s (ranks killed)")
+        join_within(ctx, REPLAY_TIMEOUT_S)
         got = np.stack([np.load(os.path.join(tmp, f"rank{r}.npy")) for r in range(world)], axis=1)
         lrs = np.load(os.path.join(tmp, "lr0.npy"))
     if not trace:

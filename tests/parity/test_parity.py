@@ -153,12 +153,66 @@ def test_powersgd_min_compression_rate_sends_the_same_matrices_dense(tmp_path):
 
 def test_a_replay_past_its_deadline_is_ended_with_an_error(tmp_path, monkeypatch):
     # A rank that hangs (torch 1.13's gloo teardown can deadlock) must not block the suite: past REPLAY_TIMEOUT_S the
-    # replay kills its ranks and raises. 0.5 s is less than a spawned rank needs to import torch.
+    # replay kills its ranks and raises. 0.05 s is far less than a spawned rank needs to start Python and import torch
+    # (hundreds of ms on a warm machine), and the wait is never polled past the deadline (a 1 s poll once let ranks
+    # that finished within it through).
     import time
     import torch_replay
     run = run_gradsweep(tmp_path, scenario("deadline", optimizer=SGD_CASES["sgd"], steps=2))
-    monkeypatch.setattr(torch_replay, "REPLAY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(torch_replay, "REPLAY_TIMEOUT_S", 0.05)
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="did not finish within 0.5 s"):
+    with pytest.raises(RuntimeError, match="did not finish within 0.05 s"):
         replay_max(run)
     assert time.monotonic() - start < 30
+
+
+class _Rank:
+    def __init__(self):
+        self.killed = False
+
+    def is_alive(self):
+        return not self.killed
+
+    def kill(self):
+        self.killed = True
+
+
+class _Ranks:
+    """A stand-in for torch's ProcessContext whose ranks finish after `finish_s` seconds (None: never)."""
+
+    def __init__(self, finish_s):
+        import time
+        self.finish_at = None if finish_s is None else time.monotonic() + finish_s
+        self.processes = [_Rank(), _Rank()]
+        self.polls = []
+
+    def join(self, timeout):
+        import time
+        self.polls.append(timeout)
+        now = time.monotonic()
+        if self.finish_at is not None and self.finish_at <= now + timeout:
+            time.sleep(max(0.0, self.finish_at - now))
+            return True
+        time.sleep(timeout)
+        return False
+
+
+def test_join_within_kills_hung_ranks_at_the_deadline_not_at_the_next_poll():
+    import time
+    import torch_replay
+    ranks = _Ranks(finish_s=None)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish within 0.2 s"):
+        torch_replay.join_within(ranks, 0.2)
+    elapsed = time.monotonic() - start
+    assert 0.2 <= elapsed < 0.9, elapsed  # a whole 1 s poll would overshoot the deadline
+    assert all(p.killed for p in ranks.processes)
+    assert max(ranks.polls) <= 0.2
+
+
+def test_join_within_returns_when_the_ranks_finish_before_the_deadline():
+    import torch_replay
+    ranks = _Ranks(finish_s=1.5)  # past one 1 s poll, within the deadline
+    torch_replay.join_within(ranks, 10.0)
+    assert not any(p.killed for p in ranks.processes)
+    assert len(ranks.polls) == 2 and ranks.polls[0] == 1.0
