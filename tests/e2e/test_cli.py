@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
@@ -180,25 +179,31 @@ def test_sigint_records_interrupted_and_resume_reruns_it(tmp_path):
     path = write(tmp_path, doc)
     out = tmp_path / "out"
 
-    def interrupt_after(seconds, *extra):
+    def interrupt_at(stop_at, *extra):
+        # The child stops itself (SIGSTOP) after a chosen step of the long run, so SIGINT lands inside that run
+        # however loaded the machine is (a fixed sleep could land before the short run ended, or before the handler).
+        env = dict(os.environ, GRADSWEEP_TEST_FAULTS=f"stop_at={stop_at}")
         proc = subprocess.Popen([str(BIN), "run", str(path), "--out", str(out), "--quiet", *extra],
-                                stderr=subprocess.PIPE, text=True)
-        time.sleep(seconds)
+                                stderr=subprocess.PIPE, text=True, env=env)
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), f"child ended instead of stopping (status {status})"
         proc.send_signal(signal.SIGINT)
+        os.kill(proc.pid, signal.SIGCONT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         report = json.loads((out / "report.json").read_text())
         jsonschema.validate(report, SCHEMA)
         return report
 
-    first = interrupt_after(1.5)
+    first = interrupt_at("2:50")  # the second run, the long one (a thinned series: test_report.cpp)
     short, long = first["runs"]
     assert short["disposition"] == "passed"
     assert long["disposition"] == "interrupted", long["message"]
     assert 0 < long["steps_completed"] < 5000000
-    assert long["convergence"]["series"][-1]["step"] == long["steps_completed"]  # thinned above 10,000 steps
-    # --resume keeps the finished run and runs the interrupted one again (interrupted again here).
-    second = interrupt_after(1.5, "--resume")
+    assert long["convergence"]["series"][-1]["step"] == long["steps_completed"]
+    # --resume keeps the finished run and runs the interrupted one again (interrupted again here: the first run
+    # this process runs).
+    second = interrupt_at("1:7", "--resume")
     assert second["runs"][0] == short
     assert second["runs"][1]["disposition"] == "interrupted", second["runs"][1]["message"]
     assert second["runs"][1]["wall_s"] != long["wall_s"]
