@@ -260,15 +260,15 @@ def test_resume_refusal_across_processes_is_one_clean_message(tmp_path, damage):
         extra = ["--set", "training.optimizer.lr=0.05"]
         expected = "--set"
     before = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
-    t0 = time.monotonic()
     p = mpirun(3, "run", str(scenario(tmp_path)), "--out", str(out), "--resume", *extra)
-    took = time.monotonic() - t0
     assert p.returncode == 2, p.stderr
-    assert "MPI_ABORT" not in p.stderr and "process 0:" not in p.stderr, p.stderr
+    # The failed-process path (finish_processes: no agreement within 10 s) prints "process N: <error>" from each
+    # process that gave up and then calls MPI_Abort, which mpirun reports as MPI_ABORT: neither may appear. (A bound
+    # on the job's wall time once stood here too; a loaded 2-core machine takes 3 to 6 s of the 10 s for the job.)
+    assert "MPI_ABORT" not in p.stderr and not re.search(r"^process \d+: ", p.stderr, re.M), p.stderr
     assert expected in p.stderr, p.stderr
     lines = [line for line in p.stderr.splitlines() if line.startswith("gradsweep:")]
     assert lines and len(lines) == len(set(lines)), p.stderr  # said once, not once per process
-    assert took < 8, f"{took:.1f} s: the refusal took the failed-process path"
     assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == before
 
 
