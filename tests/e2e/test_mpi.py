@@ -299,34 +299,53 @@ def ranks_of_job(mpirun_pid):
     return found
 
 
+def process_state(pid):
+    """The state letter of /proc/PID/stat ("T": stopped), or "" once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def test_a_signal_to_one_other_process_stops_the_sweep_everywhere(tmp_path):
     # A SIGTERM that reaches process 1 alone (a kill, a task's scancel) stops the current run at its next step on every
     # process, process 0 writes it as interrupted and ends the job with 128 + 15, as a signal to mpirun does; before,
     # process 1 kept the signal to itself and the next signal made it leave at once, losing the run in progress.
+    # Process 0 stops itself (SIGSTOP) after step 5 of the first run, so the signal reaches process 1 inside that run
+    # however loaded the machine is (a sleep could land before process 1 took signals as stop requests, or before the
+    # run's first step); SIGCONT then lets process 0 go on to the step where the stop request is shared.
     out = tmp_path / "out"
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(BIN), "run",
            str(scenario(tmp_path, training={"steps": 400, "eval_every": 100,
                                              "optimizer": {"kind": "sgd", "lr": 0.1}})), "--out", str(out)]
-    env = {**os.environ, **ROOT_OK, "GRADSWEEP_TEST_FAULTS": "step_delay_ms=20"}
+    env = {**os.environ, **ROOT_OK, "GRADSWEEP_TEST_FAULTS": "stop_at=1:5"}
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = {}
     try:
-        deadline = time.monotonic() + 30
-        ranks = {}
-        while time.monotonic() < deadline and not ((out / "report.json").exists() and 1 in ranks):
-            time.sleep(0.1)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and job.poll() is None:
             ranks = ranks_of_job(job.pid)
-        assert 1 in ranks, f"process 1 of the job not found: {ranks}"
-        time.sleep(0.5)  # inside the first run (400 steps of at least 20 ms)
+            if 1 in ranks and process_state(ranks.get(0, 0)) == "T":
+                break
+            time.sleep(0.1)
+        assert 1 in ranks and process_state(ranks.get(0, 0)) == "T", f"process 0 did not stop at step 5: {ranks}"
         os.kill(ranks[1], 15)
+        os.kill(ranks[0], 18)  # SIGCONT
         _, err = job.communicate(timeout=60)
     finally:
         if job.poll() is None:
             job.kill()
+            for pid in ranks.values():  # a stopped process 0 would outlive its mpirun
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            job.wait()
     assert job.returncode != 0, err
     assert "MPI_ABORT" not in err, err
     runs = json.loads((out / "report.json").read_text())["runs"]
     assert [r["disposition"] for r in runs] == ["interrupted"], err  # the second run never started
-    assert 0 < runs[0]["steps_completed"] < 400, runs[0]["steps_completed"]
+    assert 5 <= runs[0]["steps_completed"] < 400, runs[0]["steps_completed"]
 
 
 def test_validate_and_dry_run_print_once_under_mpirun(tmp_path):
