@@ -166,6 +166,17 @@ def test_a_replay_past_its_deadline_is_ended_with_an_error(tmp_path, monkeypatch
     assert time.monotonic() - start < 30
 
 
+class _Clock:
+    """A fake time.monotonic for torch_replay: it moves only when a fake rank context waits, so what join_within does
+    at and around its deadline does not depend on how loaded the machine is."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+
 class _Rank:
     def __init__(self):
         self.killed = False
@@ -178,41 +189,42 @@ class _Rank:
 
 
 class _Ranks:
-    """A stand-in for torch's ProcessContext whose ranks finish after `finish_s` seconds (None: never)."""
+    """A stand-in for torch's ProcessContext whose ranks finish `finish_s` seconds after it is made (None: never);
+    join(timeout) advances `clock` by the time it waits."""
 
-    def __init__(self, finish_s):
-        import time
-        self.finish_at = None if finish_s is None else time.monotonic() + finish_s
+    def __init__(self, clock, finish_s):
+        self.clock = clock
+        self.finish_at = None if finish_s is None else clock.now + finish_s
         self.processes = [_Rank(), _Rank()]
         self.polls = []
 
     def join(self, timeout):
-        import time
         self.polls.append(timeout)
-        now = time.monotonic()
-        if self.finish_at is not None and self.finish_at <= now + timeout:
-            time.sleep(max(0.0, self.finish_at - now))
+        if self.finish_at is not None and self.finish_at <= self.clock.now + timeout:
+            self.clock.now = max(self.clock.now, self.finish_at)
             return True
-        time.sleep(timeout)
+        self.clock.now += timeout
         return False
 
 
-def test_join_within_kills_hung_ranks_at_the_deadline_not_at_the_next_poll():
-    import time
+def test_join_within_kills_hung_ranks_at_the_deadline_not_at_the_next_poll(monkeypatch):
     import torch_replay
-    ranks = _Ranks(finish_s=None)
-    start = time.monotonic()
+    clock = _Clock()
+    monkeypatch.setattr(torch_replay, "time", clock)
+    ranks = _Ranks(clock, finish_s=None)
+    start = clock.now
     with pytest.raises(RuntimeError, match="did not finish within 0.2 s"):
         torch_replay.join_within(ranks, 0.2)
-    elapsed = time.monotonic() - start
-    assert 0.2 <= elapsed < 0.9, elapsed  # a whole 1 s poll would overshoot the deadline
+    assert clock.now - start == pytest.approx(0.2)  # a whole 1 s poll would overshoot the deadline
     assert all(p.killed for p in ranks.processes)
     assert max(ranks.polls) <= 0.2
 
 
-def test_join_within_returns_when_the_ranks_finish_before_the_deadline():
+def test_join_within_returns_when_the_ranks_finish_before_the_deadline(monkeypatch):
     import torch_replay
-    ranks = _Ranks(finish_s=1.5)  # past one 1 s poll, within the deadline
+    clock = _Clock()
+    monkeypatch.setattr(torch_replay, "time", clock)
+    ranks = _Ranks(clock, finish_s=1.5)  # past one 1 s poll, within the deadline
     torch_replay.join_within(ranks, 10.0)
     assert not any(p.killed for p in ranks.processes)
-    assert len(ranks.polls) == 2 and ranks.polls[0] == 1.0
+    assert ranks.polls == [1.0, 1.0] and clock.now == 1.5
