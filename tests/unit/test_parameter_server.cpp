@@ -284,12 +284,13 @@ TEST(StrategyParameterServer, MeasuredPhasesPartitionTheStep) {
 
 // A progress point (the series point, the divergence check, the evaluation when due, the run's hooks) runs inside the
 // turn of the worker whose push completes it, on that worker's thread, and is in none of its measured phases: it is
-// not the worker's work (the lockstep strategies' evaluations are outside their steps too). A hook that sleeps 50 ms
-// at each of the 4 progress points of a 2-worker BSP run: each clock has a step that took at least the 50 ms (the
-// completing worker's), and no rank-step's compress, communicate or optimizer phase holds 50 ms (the run's own work
-// is well under a millisecond per step).
+// not the worker's work (the lockstep strategies' evaluations are outside their steps too). A hook that sleeps 250 ms
+// at each of the 4 progress points of a 2-worker BSP run: each clock has a step that took at least the 250 ms (the
+// completing worker's), and no rank-step's compress, communicate or optimizer phase holds 250 ms (the run's own work
+// is well under a millisecond per step, some milliseconds under TSan; 250 ms, not 50, leaves room for a loaded
+// machine's scheduling delays inside a phase).
 TEST(StrategyParameterServer, ProgressPointsAreInNoMeasuredPhase) {
-  constexpr double kSleep = 0.05;
+  constexpr double kSleep = 0.25;
   json c = ps_run(2, 4, {{"kind", "parameter_server"}, {"staleness", 0}});
   const RunConfig config = parse_scenario(c.dump(), "<test>").runs.at(0).config;
   RunHooks hooks;
