@@ -17,12 +17,13 @@ namespace gs {
 
 // One rank's CUDA state, created with its device current.
 struct CudaElementOps::Rank {
-  // A phase timed by phase_begin / phase_end, waiting for settle: indices into `events`.
+  // A phase timed by phase_begin / phase_end (or a span by phase_begin / span_end), waiting for settle: indices into
+  // `events`.
   struct Pending {
     size_t start;
     size_t stop;
-    Phase phase;
-    double* also_s;  // phase_end's: receives the seconds too (null: none)
+    Phase phase;     // Phase::kCount: span_end's (the seconds reach also_s only, not the clock)
+    double* also_s;  // phase_end's: receives the seconds too (null: none); span_end's out_s
   };
 
   explicit Rank(int d)
@@ -228,14 +229,20 @@ double CudaElementOps::phase_begin(int rank) {
 
 void CudaElementOps::phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) {
   (void)clock;  // the time reaches the clock given to settle (the rank's clock)
+  end_span(rank, mark, phase, also_s);
+}
+
+void CudaElementOps::span_end(int rank, double mark, double* out_s) { end_span(rank, mark, Phase::kCount, out_s); }
+
+void CudaElementOps::end_span(int rank, double mark, Phase phase, double* also_s) {
   Locked held = lock(rank);
   Rank& r = held.rank;
   const auto start = static_cast<size_t>(mark);
   GS_EXPECT_GPU(mark >= 0.0 && start < r.events_used && static_cast<double>(start) == mark,
-                "a phase_end mark from this rank's phase_begin since its last settle");
+                "a phase_end or span_end mark from this rank's phase_begin since its last settle");
   const size_t stop = r.next_event();
   r.events[stop].record(r.stream);
-  r.pending.push_back(Rank::Pending{start, stop, phase, also_s});
+  if (phase != Phase::kCount || also_s != nullptr) r.pending.push_back(Rank::Pending{start, stop, phase, also_s});
   if (r.open > 0) --r.open;
 }
 
@@ -246,7 +253,7 @@ void CudaElementOps::settle(int rank, PhaseClock& clock) {
   for (const Rank::Pending& p : r.pending) {
     r.events[p.stop].synchronize();  // recorded on an earlier stream when set_stream changed it in between
     const double seconds = static_cast<double>(gpu::Event::elapsed_ms(r.events[p.start], r.events[p.stop])) / 1000.0;
-    clock.add(p.phase, seconds);
+    if (p.phase != Phase::kCount) clock.add(p.phase, seconds);
     if (p.also_s != nullptr) *p.also_s += seconds;
   }
   r.pending.clear();

@@ -36,8 +36,9 @@ namespace gs {
 // Clock: phase_begin records a CUDA event on the rank's stream and returns its mark; phase_end records a second one
 // and keeps (start, stop, phase) pending. settle(rank, clock) synchronizes the stream and adds every pending phase's
 // cudaEventElapsedTime (ms, / 1000 into seconds) to `clock`, the rank's clock (phase_end's clock argument is not
-// kept: the times reach the clock given to settle) and to phase_end's also_s where given. Marks are valid until the
-// next settle.
+// kept: the times reach the clock given to settle) and to phase_end's also_s where given. span_end records a stop
+// event too and keeps (start, stop) pending without a phase: settle adds its time to span_end's out_s only, never to
+// the clock. Marks are valid until the next settle.
 //
 // Compressors: compress_ops() is this memory itself (CompressOps, sim/core/compress_ops.h): each operation one launcher
 // of the compressor kernels of cuda_kernels.h (the host ops' twins) on the rank's stream; those returning a count or a
@@ -85,6 +86,7 @@ class CudaElementOps final : public ElementOps, public CompressOps {
   void adam(int rank, float* w, const float* g, float* m, float* v, size_t n, const AdamScalars& s) override;
   double phase_begin(int rank) override;
   void phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) override;
+  void span_end(int rank, double mark, double* out_s) override;
   void settle(int rank, PhaseClock& clock) override;
   CompressOps* compress_ops() override { return this; }
 
@@ -153,6 +155,8 @@ class CudaElementOps final : public ElementOps, public CompressOps {
     Rank& rank;
   };
   Locked lock(int rank) const;
+  // phase_end's and span_end's stop event, pending until settle (phase Phase::kCount: span_end's, no clock).
+  void end_span(int rank, double mark, Phase phase, double* also_s);
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 

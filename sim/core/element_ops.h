@@ -90,6 +90,11 @@ class ElementOps {
   // the report's compress_time): on a device at settle, so it must stay valid until the rank's next settle.
   virtual double phase_begin(int rank) = 0;
   virtual void phase_end(int rank, double mark, Phase phase, PhaseClock& clock, double* also_s) = 0;
+  // A span from phase_begin's mark timed on the same clock into *out_s only, never into a phase: a part of a phase
+  // already timed as a whole (the 1-bit compressed all-reduce's worker, server and decoding spans inside its compress
+  // phase). Host: now_s() - mark added at once; a device: at settle, so out_s must stay valid until the rank's next
+  // settle. A null out_s only ends the span.
+  virtual void span_end(int rank, double mark, double* out_s) = 0;
   virtual void settle(int rank, PhaseClock& clock) {
     (void)rank;
     (void)clock;

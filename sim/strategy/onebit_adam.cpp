@@ -98,32 +98,34 @@ void onebit_compressed_allreduce(Communicator& comm, ElementOps& memory, int ran
   float* recv = room(memory, rank, b.worker_messages, w1 * static_cast<size_t>(N));
   float* send2 = room(memory, rank, b.server_message, w2);
   float* recv2 = room(memory, rank, b.server_messages, w2 * static_cast<size_t>(N));
-  const double t0 = now_s();
+  // The spans of the report's times (ElementOps::span_end: into `norms` only, the compress phase has the call).
+  double* const compress_s = norms != nullptr ? &norms->compress_s : nullptr;
+  double* const decompress_s = norms != nullptr ? &norms->decompress_s : nullptr;
+  const double t0 = memory.phase_begin(rank);
   // Worker side: x = pad(m) + worker_error (buffer_m.add_(worker_error)), its scale, its new error, its signs.
   memory.copy(rank, x, m, n);
   memory.zero(rank, x + n, P - n);
   const OnebitSide worker = ops.onebit_compensate(rank, send, x, b.worker_error.get(), P);
+  memory.span_end(rank, t0, compress_s);
   // Phase 1 (DeepSpeed: all-to-all of the sign chunks and all-gather of the scales): one all-gather of the scale and
   // all packed signs; rank q reads chunk q of every rank.
-  double compress_s = now_s() - t0;
   comm.all_gather(rank, recv, send, w1);
-  const double t1 = now_s();
+  const double t1 = memory.phase_begin(rank);
   // Server side of chunk `rank`: c = sum_j sign_j * (s_j * float(1/N)), in rank order, + server_error.
   ops.onebit_server_sum(rank, c, recv, N, w1, static_cast<size_t>(rank) * C, C, static_cast<float>(1.0 / N));
   const OnebitSide server = ops.onebit_compensate(rank, send2, c, b.server_error.get(), C);
+  memory.span_end(rank, t1, compress_s);
   // Phase 2: all-gather of the server scales and signs; m = every chunk decoded, cut to n.
-  compress_s += now_s() - t1;
   comm.all_gather(rank, recv2, send2, w2);
-  const double t2 = now_s();
+  const double t2 = memory.phase_begin(rank);
   ops.onebit_decode_chunks(rank, m, n, recv2, w2, C);
-  const double decompress_s = now_s() - t2;
+  memory.span_end(rank, t2, decompress_s);
   if (norms != nullptr) {
     norms->worker_error = std::sqrt(worker.error_sum_squares);
     norms->server_error = std::sqrt(server.error_sum_squares);
     norms->worker_scale = worker.scale;
     norms->server_scale = server.scale;
-    norms->compress_s = compress_s;
-    norms->decompress_s = decompress_s;
+    norms->done = true;
   }
 }
 
@@ -142,20 +144,20 @@ void onebit_price_compressed(StepCost& cost, size_t padded, int ranks) {
 }
 
 // residual_norm: the worker error; server_error_norm: the server error of each rank's chunk.
-nlohmann::json onebit_compression_report(const std::vector<const std::vector<OnebitNorms>*>& calls, size_t n,
-                                         size_t padded, const std::string& kind) {
-  if (calls.empty() || calls[0]->empty()) return nullptr;
+nlohmann::json onebit_compression_report(const std::vector<const OnebitCalls*>& calls, size_t n, size_t padded,
+                                         const std::string& kind) {
+  if (calls.empty() || onebit_returned_calls(*calls[0]) == 0) return nullptr;
   const auto ranks = static_cast<int>(calls.size());
   std::vector<double> enc, dec, worker, server;
   for (const auto* rank_calls : calls)
-    for (const OnebitNorms& s : *rank_calls) {
-      enc.push_back(s.compress_s);
-      dec.push_back(s.decompress_s);
+    for (size_t t = 0; t < onebit_returned_calls(*rank_calls); ++t) {
+      enc.push_back((*rank_calls)[t].compress_s);
+      dec.push_back((*rank_calls)[t].decompress_s);
     }
-  for (size_t t = 0; t < calls[0]->size(); ++t) {
+  for (size_t t = 0; t < onebit_returned_calls(*calls[0]); ++t) {
     double w = 0.0, v = 0.0;
     for (const auto* rank_calls : calls) {
-      if (t >= rank_calls->size()) continue;  // a rank that ended early (a failed run)
+      if (t >= onebit_returned_calls(*rank_calls)) continue;  // a rank that ended early (a failed run)
       w += (*rank_calls)[t].worker_error;
       v += (*rank_calls)[t].server_error;
     }
@@ -261,8 +263,7 @@ class OnebitAdam final : public SyncStrategy {
     FloatBuffer params, m, v;
     FloatBuffer flat;                // uncompressed_tensors: the compressed group's momentum, flat
     OnebitBuffers onebit;
-    OnebitNorms norms;               // the last compressed all-reduce's
-    std::vector<OnebitNorms> steps;  // every compressed step's (not the initialization step's)
+    OnebitCalls steps;  // every compressed step's (not the initialization step's)
   };
 
   // The report's "compression" object (reports/README.md) over the compressed steps: DeepSpeed's message sizes, the
@@ -277,12 +278,12 @@ class OnebitAdam final : public SyncStrategy {
   StrategyReport report(const ReportContext&) const override {
     StrategyReport rep;
     if (ranks_state_.empty()) return rep;
-    std::vector<const std::vector<OnebitNorms>*> calls;
+    std::vector<const OnebitCalls*> calls;
     for (const RankState& r : ranks_state_) calls.push_back(&r.steps);
     rep.compression = onebit_compression_report(calls, compressed_n_, padded_, "onebit_adam");
     if (rep.compression.is_null()) return rep;
     rep.compression["freeze_step"] = opt_.freeze_step;
-    rep.compression["compressed_steps"] = ranks_state_[0].steps.size();
+    rep.compression["compressed_steps"] = onebit_returned_calls(ranks_state_[0].steps);
     return rep;
   }
 
@@ -310,7 +311,7 @@ class OnebitAdam final : public SyncStrategy {
   // by 1/N goes into its m and v. No parameter moves.
   void init_step(const StepInput& in, RankState& r) {
     if (ranks_ > 1) {
-      compressed(in, r);  // makes the error buffers zero
+      compressed(in, r, nullptr);  // makes the error buffers zero (no record: the report counts compressed steps)
       r.onebit.drop_errors();
     }
     if (plain_.empty()) return;
@@ -349,8 +350,8 @@ class OnebitAdam final : public SyncStrategy {
     }
     if (!plain_.empty()) non_freeze_moments(in, r);
     if (ranks_ > 1) {
-      compressed(in, r);  // the error buffers made at the first compressed step (state['worker_error'] not in state)
-      r.steps.push_back(r.norms);
+      // the error buffers made at the first compressed step (state['worker_error'] not in state)
+      compressed(in, r, &r.steps.emplace_back());
     }
     GS_NVTX_RANGE(kOptimizer);
     TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
@@ -412,10 +413,12 @@ class OnebitAdam final : public SyncStrategy {
     all_reduce_buckets(comm_, in.rank, in.grad, buckets_, clock);
   }
 
-  void compressed(const StepInput& in, RankState& r) {
+  // The compressed group's momentum through the compressed all-reduce; `norms` (null: none) its record, which must
+  // stay valid until the rank's next settle (OnebitNorms).
+  void compressed(const StepInput& in, RankState& r, OnebitNorms* norms) {
     if (plain_.empty())
       return timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, r.m.get(), n_, padded_,
-                                               r.onebit, &r.norms);
+                                               r.onebit, norms);
     // The compressed group's flat momentum (its tensors in table order), then back in place.
     if (r.flat.size() != compressed_n_) r.flat = memory_.allocate(in.rank, compressed_n_);
     size_t o = 0;
@@ -424,7 +427,7 @@ class OnebitAdam final : public SyncStrategy {
       o += b.end - b.begin;
     }
     timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, r.flat.get(), compressed_n_, padded_,
-                                      r.onebit, &r.norms);
+                                      r.onebit, norms);
     o = 0;
     for (const Bucket& b : compressed_) {
       memory_.copy(in.rank, r.m.get() + b.begin, r.flat.get() + o, b.end - b.begin);

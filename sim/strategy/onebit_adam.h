@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -42,15 +43,28 @@ bool onebit_non_freeze(const OptimizerConfig& o, const TensorInfo& t);
 enum class OnebitPhase { kInit, kWarmup, kCompressed };
 OnebitPhase onebit_phase(int64_t step_1based, int64_t freeze_step);
 
-// What one compressed all-reduce measured on the calling rank.
+// What one compressed all-reduce measured on the calling rank. The times are spans of the memory's clock
+// (ElementOps::phase_begin / span_end): on host memory the host seconds around the work, added before the call returns;
+// on a device the spans' CUDA event times, added at the rank's next settle (so the record must stay valid until then:
+// OnebitCalls, a deque, keeps its records in place as calls are added). They are added to: a record starts at zero.
 struct OnebitNorms {
   double worker_error = 0.0;  // ||worker error|| after the call (L2, over the padded buffer)
   double server_error = 0.0;  // ||server error|| after the call (L2, over the rank's chunk)
   float worker_scale = 0.0f;  // ||x|| / sqrt(padded), x = momentum + old worker error
   float server_scale = 0.0f;  // the rank's chunk's ||c|| / sqrt(chunk)
-  double compress_s = 0.0;    // wall seconds of the worker's and the server's compression (not the collectives)
-  double decompress_s = 0.0;  // wall seconds of the final decoding
+  double compress_s = 0.0;    // the worker's and the server's compression: 2 spans (not the collectives)
+  double decompress_s = 0.0;  // the final decoding: 1 span
+  bool done = false;          // the call returned (a record made for a call that threw is not reported)
 };
+
+// One rank's compressed-call records in call order, each made (emplace_back) before its call and handed to it: a
+// deque, so a record a device still has span times pending for stays where it is while later ones are added.
+using OnebitCalls = std::deque<OnebitNorms>;
+
+// The calls of `calls` that returned: all but a last record whose call threw (a failed run's rank).
+inline size_t onebit_returned_calls(const OnebitCalls& calls) {
+  return !calls.empty() && !calls.back().done ? calls.size() - 1 : calls.size();
+}
 
 // One rank's buffers of the compressed all-reduce, in the memory of its strategy (StrategySetup::memory()), each
 // allocated with the rank that uses it (on a device: that rank's GPU). The error buffers are DeepSpeed's state; the
@@ -86,6 +100,9 @@ struct OnebitBuffers {
 // Norms ||.|| are summed in double and rounded to float (DeepSpeed: torch.linalg.norm in float32; on a device in a
 // fixed order of its own, the host's to rounding). The packed bits follow numpy.packbits' order (first value in the
 // most significant bit), as cupy's packbits. Throws gs::Error when the error buffers are not of DeepSpeed's sizes.
+// `norms`, when not null, receives the call's norms and scales and has its times added (OnebitNorms: on a device at
+// the rank's next settle, so it must stay valid until then). The sub-spans reach no phase of the rank's clock (the
+// caller times the whole call: timed_onebit_compressed_allreduce).
 void onebit_compressed_allreduce(Communicator& comm, ElementOps& memory, int rank, float* m, size_t n,
                                  OnebitBuffers& b, OnebitNorms* norms = nullptr);
 
@@ -110,18 +127,19 @@ void onebit_price_compressed(StepCost& cost, size_t padded, int ranks);
 // The report's "compression" object (reports/README.md) over compressed all-reduce calls: calls[r] holds rank r's
 // calls in order (every rank makes the same calls). DeepSpeed's message sizes per call, every rank's compression and
 // decoding times, and the error-feedback norms per call averaged over the ranks. Null when there is no call.
-nlohmann::json onebit_compression_report(const std::vector<const std::vector<OnebitNorms>*>& calls, size_t n,
-                                         size_t padded, const std::string& kind);
+nlohmann::json onebit_compression_report(const std::vector<const OnebitCalls*>& calls, size_t n, size_t padded,
+                                         const std::string& kind);
 
-// Across processes (SyncStrategy::gather_ranks): every rank's compressed-call records (member `calls` of each rank's
-// state) to process 0, for onebit_compression_report.
+// Across processes (SyncStrategy::gather_ranks, after the run: every span settled): every rank's compressed-call
+// records (member `calls` of each rank's state) to process 0, for onebit_compression_report.
 template <typename State>
-void gather_onebit_calls(ProcessGroup& group, std::vector<State>& states, std::vector<OnebitNorms> State::*calls,
-                         int first_rank, int local_ranks) {
+void gather_onebit_calls(ProcessGroup& group, std::vector<State>& states, OnebitCalls State::*calls, int first_rank,
+                         int local_ranks) {
+  if (group.size() <= 1) return;
   std::vector<std::vector<OnebitNorms>> rows(states.size());
-  for (size_t r = 0; r < states.size(); ++r) rows[r] = std::move(states[r].*calls);
+  for (size_t r = 0; r < states.size(); ++r) rows[r].assign((states[r].*calls).begin(), (states[r].*calls).end());
   gather_rank_rows(group, rows, first_rank, local_ranks);
-  for (size_t r = 0; r < states.size(); ++r) states[r].*calls = std::move(rows[r]);
+  for (size_t r = 0; r < states.size(); ++r) (states[r].*calls).assign(rows[r].begin(), rows[r].end());
 }
 
 // DeepSpeed's element-wise Adam pieces on buffers of one memory, through its CompressOps (sim/core/compress_ops.h;

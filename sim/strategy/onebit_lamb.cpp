@@ -85,8 +85,7 @@ class OnebitLamb final : public SyncStrategy {
     OnebitBuffers onebit;                           // the compressed all-reduce's error buffers and workspace
     std::vector<TensorState> tensors;
     bool scaled = false;             // scaling_coeff made
-    OnebitNorms norms;               // the last compressed all-reduce's
-    std::vector<OnebitNorms> steps;  // every compressed step's
+    OnebitCalls steps;  // every compressed step's
   };
 
   StrategyReport report(const ReportContext&) const override;
@@ -103,7 +102,7 @@ class OnebitLamb final : public SyncStrategy {
       case OnebitPhase::kInit:
         all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
         if (ranks_ > 1) {  // the zero momentum through the compressed all-reduce; the buffers are dropped after it
-          compressed(in, r);  // makes the error buffers zero
+          compressed(in, r, nullptr);  // makes the error buffers zero (no record: not a compressed step)
           r.onebit.drop_errors();
         }
         return;
@@ -205,8 +204,7 @@ class OnebitLamb final : public SyncStrategy {
       scale_momentum(in.rank, r, false);
     }
     if (ranks_ > 1) {
-      compressed(in, r);  // the error buffers made zero at the first compressed step
-      r.steps.push_back(r.norms);
+      compressed(in, r, &r.steps.emplace_back());  // the error buffers made zero at the first compressed step
     }
     GS_NVTX_RANGE(kOptimizer);
     TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
@@ -244,10 +242,11 @@ class OnebitLamb final : public SyncStrategy {
     add_scaled(rank, r.params.get() + o, u, c, -lr * ts.lamb_coeff);
   }
 
-  // The momentum through the compressed all-reduce, timed; its wait moved out; DeepSpeed's message bytes counted.
-  void compressed(const StepInput& in, RankState& r) {
+  // The momentum through the compressed all-reduce, timed; its wait moved out; DeepSpeed's message bytes counted;
+  // `norms` (null: none) its record, valid until the rank's next settle (OnebitNorms).
+  void compressed(const StepInput& in, RankState& r, OnebitNorms* norms) {
     timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, r.m.get(), n_, padded_, r.onebit,
-                                      &r.norms);
+                                      norms);
   }
 
   Communicator& comm_;
@@ -269,12 +268,12 @@ class OnebitLamb final : public SyncStrategy {
 StrategyReport OnebitLamb::report(const ReportContext&) const {
   StrategyReport rep;
   if (ranks_state_.empty()) return rep;
-  std::vector<const std::vector<OnebitNorms>*> calls;
+  std::vector<const OnebitCalls*> calls;
   for (const RankState& r : ranks_state_) calls.push_back(&r.steps);
   rep.compression = onebit_compression_report(calls, n_, padded_, "onebit_lamb");
   if (rep.compression.is_null()) return rep;
   rep.compression["freeze_step"] = opt_.freeze_step;
-  rep.compression["compressed_steps"] = ranks_state_[0].steps.size();
+  rep.compression["compressed_steps"] = onebit_returned_calls(ranks_state_[0].steps);
   nlohmann::json lamb = nlohmann::json::array();
   for (size_t j = 0; j < tensors_.size(); ++j) {
     const TensorState& ts = ranks_state_[0].tensors[j];

@@ -110,8 +110,7 @@ class ZeroOneAdam final : public SyncStrategy {
     FloatBuffer params, m, v, cb;  // cb: DeepSpeed's momentum_accumulator
     OnebitBuffers onebit;          // the compressed all-reduce's error buffers and workspace
     double lrs = 0.0;              // state['lrs']: the lrs since the last sync
-    OnebitNorms norms;             // the last compressed all-reduce's
-    std::vector<OnebitNorms> calls;       // every compressed all-reduce after the first step's
+    OnebitCalls calls;                    // every compressed all-reduce after the first step's
     int64_t counts[5] = {0, 0, 0, 0, 0};  // steps per ZeroOnePhase
   };
 
@@ -125,14 +124,14 @@ class ZeroOneAdam final : public SyncStrategy {
   StrategyReport report(const ReportContext&) const override {
     StrategyReport rep;
     if (ranks_state_.empty()) return rep;
-    std::vector<const std::vector<OnebitNorms>*> calls;
+    std::vector<const OnebitCalls*> calls;
     for (const RankState& r : ranks_state_) calls.push_back(&r.calls);
     rep.compression = onebit_compression_report(calls, n_, padded_, "zero_one_adam");
     if (rep.compression.is_null()) return rep;
     const int64_t* c = ranks_state_[0].counts;
     nlohmann::json& j = rep.compression;
     j["var_freeze_step"] = opt_.var_freeze_step;
-    j["compressed_calls"] = ranks_state_[0].calls.size();
+    j["compressed_calls"] = onebit_returned_calls(ranks_state_[0].calls);
     j["steps"] = {{"init", c[0]}, {"variance", c[1]}, {"onebit_gradient", c[2]}, {"local", c[3]}, {"sync", c[4]}};
     return rep;
   }
@@ -169,7 +168,7 @@ class ZeroOneAdam final : public SyncStrategy {
   void init_step(const StepInput& in, RankState& r) {
     all_reduce_buckets(comm_, in.rank, in.grad, buckets_, *in.clock);
     if (ranks_ > 1) {
-      compressed(in, r, r.cb.get());  // makes the error buffers zero
+      compressed(in, r, r.cb.get(), nullptr);  // makes the error buffers zero (no record: not a counted call)
       zero_errors(in.rank, r);
     }
   }
@@ -203,8 +202,7 @@ class ZeroOneAdam final : public SyncStrategy {
       local_mean(in);
     }
     if (ranks_ > 1) {
-      compressed(in, r, in.grad);
-      r.calls.push_back(r.norms);
+      compressed(in, r, in.grad, &r.calls.emplace_back());
     }
     GS_NVTX_RANGE(kOptimizer);
     TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
@@ -225,8 +223,7 @@ class ZeroOneAdam final : public SyncStrategy {
       ops_.zero_one_sync_begin(in.rank, r.params.get(), r.cb.get(), r.v.get(), n_, eps);
     }
     if (ranks_ > 1) {
-      compressed(in, r, r.cb.get());
-      r.calls.push_back(r.norms);
+      compressed(in, r, r.cb.get(), &r.calls.emplace_back());
     }
     GS_NVTX_RANGE(kOptimizer);
     TimedPhase t(memory_, in.rank, *in.clock, Phase::kOptimizer);
@@ -236,9 +233,9 @@ class ZeroOneAdam final : public SyncStrategy {
   }
 
   // One compressed all-reduce of x[0, n) in place, timed, its wait moved out of the compress phase, DeepSpeed's
-  // message bytes on the wire.
-  void compressed(const StepInput& in, RankState& r, float* x) {
-    timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, x, n_, padded_, r.onebit, &r.norms);
+  // message bytes on the wire; `norms` (null: none) its record, valid until the rank's next settle (OnebitNorms).
+  void compressed(const StepInput& in, RankState& r, float* x, OnebitNorms* norms) {
+    timed_onebit_compressed_allreduce(comm_, memory_, *in.clock, in.rank, ranks_, x, n_, padded_, r.onebit, norms);
   }
 
   Communicator& comm_;

@@ -313,6 +313,28 @@ TEST_F(GpuElementOps, PhaseTimingIsPositiveAndMonotone) {
     EXPECT_NEAR(also, seconds(Phase::kOptimizer) - last, 1e-9) << "round " << round;
     last = seconds(Phase::kOptimizer);
   }
+  // span_end: the span's time reaches its out_s only, at settle, and no phase of the clock (inside a phase too: the
+  // phase around it has it once).
+  const auto phases_before = clock.current().phase_s;
+  double span = 0.0;
+  const double span_mark = cuda_.phase_begin(0);
+  for (int i = 0; i < 20; ++i) cuda_.scale(0, x.get(), n, 1.0f);
+  cuda_.span_end(0, span_mark, &span);
+  EXPECT_EQ(span, 0.0) << "not before the settle";
+  cuda_.span_end(0, cuda_.phase_begin(0), nullptr);  // ends the span only
+  cuda_.settle(0, clock);
+  EXPECT_GT(span, 0.0);
+  EXPECT_EQ(clock.current().phase_s, phases_before);
+  double inner = 0.0;
+  {
+    TimedPhase t(cuda_, 0, clock, Phase::kOptimizer);
+    const double mark = cuda_.phase_begin(0);
+    cuda_.scale(0, x.get(), n, 1.0f);
+    cuda_.span_end(0, mark, &inner);
+  }
+  cuda_.settle(0, clock);
+  EXPECT_GT(inner, 0.0);
+  EXPECT_LE(inner, seconds(Phase::kOptimizer) - phases_before[static_cast<size_t>(Phase::kOptimizer)] + 1e-6);
   // Rank 1's clock is its own stream's: untouched by rank 0's phases.
   PhaseClock other;
   other.begin_step();
@@ -326,6 +348,7 @@ TEST_F(GpuElementOps, ErrorsAreCudaErrors) {
   EXPECT_THROW(cuda_.allocate(0, size_t{1} << 40), gpu::CudaError);   // 4 TiB: out of memory, named
   PhaseClock clock;
   EXPECT_THROW(cuda_.phase_end(0, 12345.0, Phase::kOptimizer, clock, nullptr), gpu::CudaError);  // not a mark of phase_begin
+  EXPECT_THROW(cuda_.span_end(0, 12345.0, nullptr), gpu::CudaError);
   SgdScalars momentum;
   momentum.momentum = 0.9f;
   FloatBuffer w = cuda_.allocate(0, 4);

@@ -524,15 +524,22 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     pending_[rank].emplace_back(also_s, seconds);
   }
+  // span_end: the same seconds (span_s where set) to out_s only, at the rank's next settle.
+  void span_end(int rank, double mark, double* out_s) override {
+    if (out_s == nullptr) return;
+    const double seconds = span_s >= 0.0 ? span_s : now_s() - mark;
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_[rank].emplace_back(out_s, seconds);
+  }
   void settle(int rank, PhaseClock&) override {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     for (const auto& [also_s, seconds] : pending_[rank]) *also_s += seconds;
     pending_[rank].clear();
   }
   std::atomic<int64_t> compress_phase_ends{0};  // spans timed on this memory into the compress phase
-  // Tests (set before the run): when >= 0, every span timed on this memory (phase_begin to phase_end) measures
-  // exactly span_s seconds, a clock of the memory's own that host timing cannot produce (as a device's events time
-  // its stream, not the host); below 0, the steady clock.
+  // Tests (set before the run): when >= 0, every span timed on this memory (phase_begin to phase_end or span_end)
+  // measures exactly span_s seconds, a clock of the memory's own that host timing cannot produce (as a device's events
+  // time its stream, not the host); below 0, the steady clock.
   double span_s = -1.0;
   CompressOps* compress_ops() override { return this; }
 
@@ -540,7 +547,8 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
 
  private:
   std::mutex pending_mutex_;
-  std::map<int, std::vector<std::pair<double*, double>>> pending_;  // per rank: phase_end's also_s, until settle
+  // per rank: phase_end's also_s and span_end's out_s, until settle
+  std::map<int, std::vector<std::pair<double*, double>>> pending_;
 
  public:
 

@@ -26,7 +26,9 @@
 #include "sim/core/error.h"
 #include "sim/report/report.h"
 #include "sim/runtime/rank_loop.h"
+#include "sim/strategy/onebit_adam.h"
 #include "sim/strategy/strategy.h"
+#include "sim/strategy/zero_one_adam.h"
 #include "sim/validate/validate.h"
 #include "tests/unit/sealed_memory.h"
 
@@ -873,6 +875,68 @@ TEST(BackendSeam, CommunicationOwningOptimizersRunOnDeviceMemory) {
       }
     }
   }
+}
+
+
+// The report's compress_time / decompress_time of the communication-owning optimizers on device memory are the
+// memory's span times (on a device CUDA events, settled into the call's record), not the host seconds around the
+// calls: on a sealed memory whose every span measures exactly 1000 s, each compressed all-reduce of each rank has 2
+// compress spans (the worker's compensation, the server's sum and compensation) and 1 decompress span (the final
+// decoding), and the whole call is the compress phase once (its sub-spans are not added to the clock again). The
+// count of calls per rank follows the optimizer's phases: 1-bit Adam's and 1-bit LAMB's compressed steps, 0/1 Adam's
+// 1-bit gradient and sync steps (not the initialization step's call, which no report counts).
+TEST(BackendSeam, OnebitCompressTimesAreTheMemorysSpanTimes) {
+  const json adam = {{"kind", "onebit_adam"}, {"lr", 0.01}, {"eps", 1e-3}, {"momentum", nullptr}, {"freeze_step", 3}};
+  json adam_split = adam;
+  adam_split["uncompressed_tensors"] = {"layer0.bias", "layer2.weight"};
+  const json zero_one = {{"kind", "zero_one_adam"}, {"lr", 0.01}, {"eps", 1e-3}, {"momentum", nullptr},
+                         {"var_freeze_step", 4},
+                         {"var_update_scaler", 2}, {"local_step_scaler", 2}, {"local_step_clipper", 4}};
+  const json lamb = {{"kind", "onebit_lamb"}, {"lr", 0.02}, {"eps", 1e-3}, {"momentum", nullptr}, {"freeze_step", 3}};
+  constexpr double kSpanMs = 1000.0 * 1e3;
+  constexpr int64_t kSteps = 12;
+  for (const json& optimizer : {adam, adam_split, zero_one, lamb}) {
+    const RunConfig c = config_of(scenario({{"cluster", {{"ranks", 2}}},
+                                            {"training", {{"steps", kSteps}, {"optimizer", optimizer}}}}));
+    const std::string what = optimizer.dump();
+    int64_t calls = 0;  // compressed all-reduces per rank that the report records
+    for (int64_t k = 1; k <= kSteps; ++k) {
+      if (optimizer["kind"] == "zero_one_adam") {
+        const ZeroOnePhase phase = zero_one_phase(k, zero_one_schedule(c.training.optimizer));
+        calls += phase == ZeroOnePhase::kOnebitGradient || phase == ZeroOnePhase::kSync ? 1 : 0;
+      } else {
+        calls += onebit_phase(k, c.training.optimizer.freeze_step) == OnebitPhase::kCompressed ? 1 : 0;
+      }
+    }
+    ASSERT_GT(calls, 0) << what;
+    auto memory = std::make_shared<SealedMemory>(c.cluster.ranks);
+    memory->span_s = 1000.0;
+    RunHooks hooks;
+    hooks.make_backend = [&](const RunConfig&) {
+      return std::make_unique<SealedBackend>(memory, Buckets::kAsynchronous);
+    };
+    const RunResult r = run_training(c, hooks);
+    ASSERT_TRUE(r.is(Disposition::kPassed)) << what << ": " << r.message;
+    ASSERT_TRUE(r.compression.is_object()) << what;
+    const json& enc = r.compression.at("compress_time");
+    const json& dec = r.compression.at("decompress_time");
+    const auto rank_calls = static_cast<double>(c.cluster.ranks * calls);
+    EXPECT_EQ(enc.at("count").get<double>(), rank_calls) << what;
+    EXPECT_EQ(dec.at("count").get<double>(), rank_calls) << what;
+    EXPECT_EQ(enc.at("total_ms").get<double>(), 2.0 * kSpanMs * rank_calls) << what;
+    EXPECT_EQ(dec.at("total_ms").get<double>(), kSpanMs * rank_calls) << what;
+    EXPECT_EQ(enc.at("p50_ms").get<double>(), 2.0 * kSpanMs) << what;
+    EXPECT_EQ(dec.at("p50_ms").get<double>(), kSpanMs) << what;
+    // The compress phase of a compressed step holds the call's one span (its wait moved out), not its sub-spans.
+    for (const auto& rank_steps : r.steps)
+      for (const StepTimes& t : rank_steps)
+        EXPECT_LT(t.phase_s[static_cast<size_t>(Phase::kCompress)], 2.0 * memory->span_s) << what;
+  }
+  const RunResult host = run_training(config_of(scenario({{"cluster", {{"ranks", 2}}},
+                                                          {"training", {{"steps", kSteps}, {"optimizer", adam}}}})));
+  ASSERT_TRUE(host.is(Disposition::kPassed)) << host.message;
+  EXPECT_GT(host.compression.at("compress_time").at("p50_ms").get<double>(), 0.0);
+  EXPECT_LT(host.compression.at("compress_time").at("p50_ms").get<double>(), 1e3);
 }
 
 }  // namespace

@@ -86,6 +86,30 @@ TEST(OnebitAdam, CompressedAllReduceMatchesATwoRankExampleByHand) {
   double we0 = 0.0;
   for (float e : we[0]) we0 += static_cast<double>(e) * e;
   EXPECT_NEAR(norms[0].worker_error, std::sqrt(we0), 1e-9);
+  for (const OnebitNorms& s : norms) {  // host memory: the host seconds, added before the call returns
+    EXPECT_TRUE(s.done);
+    EXPECT_GT(s.compress_s, 0.0);
+    EXPECT_GE(s.decompress_s, 0.0);
+  }
+}
+
+// A record is made before its call (it must stay in place until the rank's next settle, OnebitNorms), so a call that
+// threw (a failed run's rank) leaves a last record not done: the report counts the calls that returned, as before.
+TEST(OnebitAdam, ReportCountsTheCallsThatReturned) {
+  OnebitCalls returned(2), threw(2);
+  for (OnebitNorms* s : {&returned[0], &returned[1], &threw[0]}) {
+    s->done = true;
+    s->compress_s = 2e-3;
+    s->worker_error = 4.0;
+  }
+  const nlohmann::json j = onebit_compression_report({&returned, &threw}, 16, 16, "onebit_adam");
+  EXPECT_EQ(j.at("compress_time").at("count").get<int64_t>(), 3);
+  EXPECT_EQ(j.at("residual_norm").at("count").get<int64_t>(), 2);
+  EXPECT_EQ(j.at("residual_norm").at("last").get<double>(), 2.0);  // the rank that threw adds nothing to the mean
+  EXPECT_EQ(onebit_returned_calls(threw), 1u);
+  EXPECT_EQ(onebit_compression_report({&threw, &returned}, 16, 16, "onebit_adam").at("residual_norm").at("count"), 1);
+  OnebitCalls none(1);
+  EXPECT_TRUE(onebit_compression_report({&none, &returned}, 16, 16, "onebit_adam").is_null());
 }
 
 TEST(OnebitAdam, WireBytesAreDeepSpeedsMessages) {
