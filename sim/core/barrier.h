@@ -1,5 +1,6 @@
 // Barrier for the rank threads of one World, with abort: a failing rank wakes every waiter, which then throws
-// gs::Aborted, so a run never hangs on a dead rank. Generation-counter design: spin briefly (yielding), then sleep.
+// gs::Aborted, so a run never hangs on a dead rank. Generation-counter design: spin briefly (when the parties fit the
+// cores), then sleep.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -65,7 +66,7 @@ class Barrier {
   explicit Barrier(int parties, double deadline_s = 0.0);
   Barrier(const Barrier&) = delete;
   Barrier& operator=(const Barrier&) = delete;
-  // Blocks until all parties arrive (spins briefly with yield, then sleeps on a condition variable). Throws Aborted
+  // Blocks until all parties arrive (spins up to 50 us, then sleeps on a condition variable). Throws Aborted
   // if abort() was called before or while waiting (a generation that completed before the abort still returns),
   // DeadlineExceeded (after aborting) when the deadline passed first.
   // Everything a thread wrote before arriving is visible to every thread after the barrier returns.
@@ -82,6 +83,9 @@ class Barrier {
 
   const int parties_;
   const double deadline_s_;
+  // Waiters spin (CPU pause, up to kSpinLimit) before sleeping: only when every party can have a hardware thread,
+  // since a spinning rank on an oversubscribed machine steals the core from the rank it waits for.
+  const bool spins_;
   alignas(64) std::atomic<int> arrived_{0};
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
