@@ -240,10 +240,11 @@ void CudaElementOps::end_span(int rank, double mark, Phase phase, double* also_s
   const auto start = static_cast<size_t>(mark);
   GS_EXPECT_GPU(mark >= 0.0 && start < r.events_used && static_cast<double>(start) == mark,
                 "a phase_end or span_end mark from this rank's phase_begin since its last settle");
+  if (r.open > 0) --r.open;
+  if (phase == Phase::kCount && also_s == nullptr) return;  // a span_end with nowhere to put its time: no event
   const size_t stop = r.next_event();
   r.events[stop].record(r.stream);
-  if (phase != Phase::kCount || also_s != nullptr) r.pending.push_back(Rank::Pending{start, stop, phase, also_s});
-  if (r.open > 0) --r.open;
+  r.pending.push_back(Rank::Pending{start, stop, phase, also_s});
 }
 
 void CudaElementOps::settle(int rank, PhaseClock& clock) {

@@ -1,11 +1,16 @@
 // Barrier: generation counter + arrival counter. The last arrival resets the count and bumps the generation; the
-// others spin (yielding the core) for a short while, then sleep on a condition variable until the generation moves.
+// others spin with the CPU's pause hint for a short while (when the parties fit the usable CPUs), then sleep on a
+// condition variable until the generation moves.
 #include "sim/core/barrier.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace gs {
 
@@ -25,6 +30,17 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
 #endif
+}
+
+// CPUs this process may run on: its affinity mask where the system has one (taskset, a container's cpuset, a job
+// scheduler's binding), else every hardware thread; at least 1. Other processes on the machine are not counted.
+int usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -51,7 +67,7 @@ void WaitDeadline::fail(const std::string& what) const {
 
 Barrier::Barrier(int parties, double deadline_s)
     : parties_(parties), deadline_s_(deadline_s),
-      spins_(parties <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+      spins_(parties <= usable_cpus()) {
   GS_EXPECT(parties >= 1, "a barrier needs at least one party, got " + std::to_string(parties));
 }
 

@@ -66,9 +66,9 @@ class Barrier {
   explicit Barrier(int parties, double deadline_s = 0.0);
   Barrier(const Barrier&) = delete;
   Barrier& operator=(const Barrier&) = delete;
-  // Blocks until all parties arrive (spins up to 50 us, then sleeps on a condition variable). Throws Aborted
-  // if abort() was called before or while waiting (a generation that completed before the abort still returns),
-  // DeadlineExceeded (after aborting) when the deadline passed first.
+  // Blocks until all parties arrive (spins up to 50 us when the parties fit the usable CPUs, then sleeps on a
+  // condition variable). Throws Aborted if abort() was called before or while waiting (a generation that completed
+  // before the abort still returns), DeadlineExceeded (after aborting) when the deadline passed first.
   // Everything a thread wrote before arriving is visible to every thread after the barrier returns.
   // Returns the seconds spent waiting (steady clock).
   double arrive_and_wait();
@@ -83,8 +83,9 @@ class Barrier {
 
   const int parties_;
   const double deadline_s_;
-  // Waiters spin (CPU pause, up to kSpinLimit) before sleeping: only when every party can have a hardware thread,
-  // since a spinning rank on an oversubscribed machine steals the core from the rank it waits for.
+  // Waiters spin (CPU pause, up to kSpinLimit) before sleeping: only when every party can have a CPU of the
+  // process's affinity mask, since a spinning rank on an oversubscribed machine steals the core from the rank it waits
+  // for (other processes' ranks on the same machine are not counted: a spin costs at most 50 us per wait).
   const bool spins_;
   alignas(64) std::atomic<int> arrived_{0};
   alignas(64) std::atomic<uint64_t> generation_{0};
