@@ -66,8 +66,7 @@ void WaitDeadline::fail(const std::string& what) const {
 }
 
 Barrier::Barrier(int parties, double deadline_s)
-    : parties_(parties), deadline_s_(deadline_s),
-      spins_(parties <= usable_cpus()) {
+    : parties_(parties), deadline_s_(deadline_s), spins_(parties <= usable_cpus()) {
   GS_EXPECT(parties >= 1, "a barrier needs at least one party, got " + std::to_string(parties));
 }
 

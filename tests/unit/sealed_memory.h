@@ -520,16 +520,11 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
     if (phase == Phase::kCompress) ++compress_phase_ends;
     const double seconds = span_s >= 0.0 ? span_s : now_s() - mark;
     clock.add(phase, seconds);
-    if (also_s == nullptr) return;
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    pending_[rank].emplace_back(also_s, seconds);
+    add_at_settle(rank, also_s, seconds);
   }
   // span_end: the same seconds (span_s where set) to out_s only, at the rank's next settle.
   void span_end(int rank, double mark, double* out_s) override {
-    if (out_s == nullptr) return;
-    const double seconds = span_s >= 0.0 ? span_s : now_s() - mark;
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    pending_[rank].emplace_back(out_s, seconds);
+    add_at_settle(rank, out_s, span_s >= 0.0 ? span_s : now_s() - mark);
   }
   void settle(int rank, PhaseClock&) override {
     std::lock_guard<std::mutex> lock(pending_mutex_);
@@ -544,13 +539,6 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   CompressOps* compress_ops() override { return this; }
 
   std::atomic<int64_t> allocations{0}, releases{0}, sgd_calls{0}, adam_calls{0};
-
- private:
-  std::mutex pending_mutex_;
-  // per rank: phase_end's also_s and span_end's out_s, until settle
-  std::map<int, std::vector<std::pair<double*, double>>> pending_;
-
- public:
 
  protected:
   float* allocate_zeroed(int rank, size_t n) override {
@@ -571,7 +559,16 @@ class SealedMemory final : public ElementOps, public SealedCompressOps {
   }
 
  private:
+  // `seconds` into *out (null: nowhere) at the rank's next settle.
+  void add_at_settle(int rank, double* out, double seconds) {
+    if (out == nullptr) return;
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_[rank].emplace_back(out, seconds);
+  }
   std::vector<size_t> tally_;  // per rank (each rank's own thread writes its entry)
+  std::mutex pending_mutex_;
+  // per rank: phase_end's also_s and span_end's out_s, until settle
+  std::map<int, std::vector<std::pair<double*, double>>> pending_;
 };
 
 // The collectives of a host communicator on sealed buffers (each rank's buffers are its own, so each is unsealed in

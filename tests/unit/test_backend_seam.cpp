@@ -877,7 +877,6 @@ TEST(BackendSeam, CommunicationOwningOptimizersRunOnDeviceMemory) {
   }
 }
 
-
 // The report's compress_time / decompress_time of the communication-owning optimizers on device memory are the
 // memory's span times (on a device CUDA events, settled into the call's record), not the host seconds around the
 // calls: on a sealed memory whose every span measures exactly 1000 s, each compressed all-reduce of each rank has 2
